@@ -1,0 +1,414 @@
+"""The operator graph ``placer.opgraph/v1`` (DESIGN §3).
+
+An :class:`OpGraph` is immutable once built.  Besides the node and edge records it keeps
+numpy arrays indexed by op position (``fwd_s``, ``param_bytes`` ...), adjacency lists and a
+topological order, so that solvers and the simulator never re-derive them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model import _check as check
+from solvers.model.canonical import digest as _digest
+from solvers.model.errors import InvalidGraph
+
+GRAPH_FORMAT = "placer.opgraph/v1"
+MAX_GRAPH_NODES = 2_000_000
+
+_NODE_KEYS = frozenset(
+    {"id", "op", "fwd_s", "bwd_s", "times", "param_bytes", "act_bytes", "mem_fwd_bytes",
+     "mem_bwd_bytes", "constant", "layer", "attrs"}
+)
+_EDGE_KEYS = frozenset({"src", "dst", "bytes"})
+_GRAPH_KEYS = frozenset({"format", "name", "profiled_batch_size", "nodes", "edges", "attrs"})
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class KindTimes:
+    """Per-device-kind override of an op's times (seconds on that kind)."""
+
+    fwd_s: float
+    bwd_s: float
+
+
+@dataclass(slots=True)
+class Node:
+    """One operator. Times are on the reference device, per profiled micro-batch."""
+
+    id: str
+    op: str
+    fwd_s: float
+    bwd_s: float = 0.0
+    param_bytes: float = 0.0
+    act_bytes: float = 0.0
+    mem_fwd_bytes: float = 0.0
+    mem_bwd_bytes: float = 0.0
+    constant: bool = False
+    layer: str | None = None
+    times: Mapping[str, KindTimes] | None = None
+    attrs: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "op": self.op, "fwd_s": self.fwd_s, "bwd_s": self.bwd_s,
+            "param_bytes": self.param_bytes, "act_bytes": self.act_bytes,
+            "mem_fwd_bytes": self.mem_fwd_bytes, "mem_bwd_bytes": self.mem_bwd_bytes,
+            "constant": self.constant,
+        }
+        if self.layer is not None:
+            out["layer"] = self.layer
+        if self.times:
+            out["times"] = {k: {"fwd_s": t.fwd_s, "bwd_s": t.bwd_s} for k, t in sorted(self.times.items())}
+        if self.attrs:
+            out["attrs"] = dict(self.attrs)
+        return out
+
+
+@dataclass(slots=True)
+class Edge:
+    """A tensor from ``src`` to ``dst``; ``bytes`` per profiled micro-batch."""
+
+    src: str
+    dst: str
+    bytes: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "bytes": self.bytes}
+
+
+@dataclass(frozen=True, eq=False)
+class OpGraph:
+    """A validated operator DAG.  Build with :func:`graph_from_document` or :meth:`build`."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...]
+    profiled_batch_size: int = 1
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    # ---- construction -------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        nodes: Sequence[Node],
+        edges: Sequence[Edge],
+        profiled_batch_size: int = 1,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> OpGraph:
+        """Build and validate a graph from records (ids unique, edges known, acyclic)."""
+        graph = cls(name, tuple(nodes), tuple(edges), profiled_batch_size, dict(attrs or {}))
+        graph._validate_structure()
+        return graph
+
+    def _validate_structure(self) -> None:
+        if not self.nodes:
+            raise InvalidGraph("nodes: the graph has no nodes", field="nodes")
+        index: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            if node.id in index:
+                raise InvalidGraph(
+                    f"nodes[{i}].id: duplicate id {node.id!r} (first at nodes[{index[node.id]}])",
+                    field=f"nodes[{i}].id", ref=node.id,
+                )
+            index[node.id] = i
+        seen: set[tuple[int, int]] = set()
+        for j, edge in enumerate(self.edges):
+            for end in ("src", "dst"):
+                name = getattr(edge, end)
+                if name not in index:
+                    raise InvalidGraph(
+                        f"edges[{j}].{end}: unknown node {name!r}", field=f"edges[{j}].{end}", ref=name
+                    )
+            key = (index[edge.src], index[edge.dst])
+            if key[0] == key[1]:
+                raise InvalidGraph(
+                    f"edges[{j}]: self-loop on node {edge.src!r}", field=f"edges[{j}]", ref=edge.src
+                )
+            if key in seen:
+                raise InvalidGraph(
+                    f"edges[{j}]: duplicate edge {edge.src!r} -> {edge.dst!r}", field=f"edges[{j}]",
+                    ref=edge.src,
+                )
+            seen.add(key)
+        self.__dict__["index"] = index
+        _ = self.topo_order  # raises on a cycle
+
+    # ---- lookups ------------------------------------------------------------------
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Op id -> position in ``nodes``."""
+        return {n.id: i for i, n in enumerate(self.nodes)}
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.nodes)
+
+    @cached_property
+    def ids(self) -> list[str]:
+        return [n.id for n in self.nodes]
+
+    def _column(self, name: str) -> FloatArray:
+        return np.fromiter((getattr(n, name) for n in self.nodes), dtype=np.float64, count=len(self.nodes))
+
+    @cached_property
+    def fwd_s(self) -> FloatArray:
+        return self._column("fwd_s")
+
+    @cached_property
+    def bwd_s(self) -> FloatArray:
+        return self._column("bwd_s")
+
+    @cached_property
+    def param_bytes(self) -> FloatArray:
+        return self._column("param_bytes")
+
+    @cached_property
+    def act_bytes(self) -> FloatArray:
+        return self._column("act_bytes")
+
+    @cached_property
+    def mem_fwd_bytes(self) -> FloatArray:
+        return self._column("mem_fwd_bytes")
+
+    @cached_property
+    def mem_bwd_bytes(self) -> FloatArray:
+        return self._column("mem_bwd_bytes")
+
+    @cached_property
+    def constant(self) -> npt.NDArray[np.bool_]:
+        return np.fromiter((n.constant for n in self.nodes), dtype=bool, count=len(self.nodes))
+
+    @cached_property
+    def edge_src(self) -> IntArray:
+        idx = self.index
+        return np.fromiter((idx[e.src] for e in self.edges), dtype=np.int64, count=len(self.edges))
+
+    @cached_property
+    def edge_dst(self) -> IntArray:
+        idx = self.index
+        return np.fromiter((idx[e.dst] for e in self.edges), dtype=np.int64, count=len(self.edges))
+
+    @cached_property
+    def edge_bytes(self) -> FloatArray:
+        return np.fromiter((e.bytes for e in self.edges), dtype=np.float64, count=len(self.edges))
+
+    @cached_property
+    def succ(self) -> list[list[int]]:
+        """``succ[i]`` = positions of the direct successors of op ``i``."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist(), strict=True):
+            out[s].append(d)
+        return out
+
+    @cached_property
+    def pred(self) -> list[list[int]]:
+        """``pred[i]`` = positions of the direct predecessors of op ``i``."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist(), strict=True):
+            out[d].append(s)
+        return out
+
+    @cached_property
+    def out_edges(self) -> list[list[int]]:
+        """``out_edges[i]`` = edge positions leaving op ``i``."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for j, s in enumerate(self.edge_src.tolist()):
+            out[s].append(j)
+        return out
+
+    @cached_property
+    def in_edges(self) -> list[list[int]]:
+        """``in_edges[i]`` = edge positions entering op ``i``."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for j, d in enumerate(self.edge_dst.tolist()):
+            out[d].append(j)
+        return out
+
+    @cached_property
+    def topo_order(self) -> IntArray:
+        """A deterministic topological order (Kahn, ties by node position)."""
+        import heapq
+
+        indeg = [len(p) for p in self.pred]
+        ready = [i for i, d in enumerate(indeg) if d == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        succ = self.succ
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for j in succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    heapq.heappush(ready, j)
+        if len(order) != len(self.nodes):
+            cycle = self._find_cycle({i for i, d in enumerate(indeg) if d > 0})
+            names = " -> ".join(self.nodes[i].id for i in cycle)
+            raise InvalidGraph(f"edges: the graph has a cycle: {names}", field="edges",
+                               ref=self.nodes[cycle[0]].id)
+        return np.asarray(order, dtype=np.int64)
+
+    @cached_property
+    def topo_position(self) -> IntArray:
+        """``topo_position[i]`` = rank of op ``i`` in :attr:`topo_order`."""
+        pos = np.empty(len(self.nodes), dtype=np.int64)
+        pos[self.topo_order] = np.arange(len(self.nodes))
+        return pos
+
+    def _find_cycle(self, remaining: set[int]) -> list[int]:
+        """Walk predecessors inside the unsorted remainder until a node repeats."""
+        start = min(remaining)
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        node = start
+        while node not in seen:
+            seen[node] = len(path)
+            path.append(node)
+            node = next(p for p in self.pred[node] if p in remaining)
+        cycle = path[seen[node]:]
+        cycle.reverse()  # predecessors were followed; report in edge direction
+        return cycle + [cycle[0]]
+
+    @cached_property
+    def digest(self) -> str:
+        return _digest(self.to_document())
+
+    def to_document(self) -> dict[str, Any]:
+        """The ``placer.opgraph/v1`` document of this graph."""
+        doc: dict[str, Any] = {
+            "format": GRAPH_FORMAT,
+            "name": self.name,
+            "profiled_batch_size": self.profiled_batch_size,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "edges": [e.to_dict() for e in self.edges],
+        }
+        if self.attrs:
+            doc["attrs"] = dict(self.attrs)
+        return doc
+
+
+_NUM_KEYS = ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes")
+_INF = float("inf")
+
+
+def _fast_number(v: Any) -> bool:
+    t = type(v)
+    return (t is float and 0.0 <= v < _INF) or (t is int and v >= 0)
+
+
+def _node_fast(raw: Any) -> Node | None:
+    """The common case without per-field checks; ``None`` sends it to the checked path."""
+    if type(raw) is not dict or not raw.keys() <= _NODE_KEYS or "times" in raw or "attrs" in raw:
+        return None
+    node_id, op = raw.get("id"), raw.get("op", "")
+    if type(node_id) is not str or not node_id or type(op) is not str or not op:
+        return None
+    fwd = raw.get("fwd_s")
+    if fwd is None or not _fast_number(fwd):
+        return None
+    vals = [raw.get(k, 0.0) for k in _NUM_KEYS[1:]]
+    for v in vals:
+        if not _fast_number(v):
+            return None
+    constant, layer = raw.get("constant", False), raw.get("layer")
+    if type(constant) is not bool or (layer is not None and type(layer) is not str):
+        return None
+    return Node(node_id, op, float(fwd), float(vals[0]), float(vals[1]), float(vals[2]), float(vals[3]),
+                float(vals[4]), constant, layer)
+
+
+def _edge_fast(raw: Any) -> Edge | None:
+    if type(raw) is not dict or not raw.keys() <= _EDGE_KEYS:
+        return None
+    src, dst, size = raw.get("src"), raw.get("dst"), raw.get("bytes", 0.0)
+    if type(src) is not str or type(dst) is not str or not src or not dst or not _fast_number(size):
+        return None
+    return Edge(src, dst, float(size))
+
+
+def _node_from_dict(raw: Any, i: int) -> Node:
+    where = f"nodes[{i}]"
+    raw = check.mapping(raw, where, InvalidGraph)
+    if not raw.keys() <= _NODE_KEYS:
+        check.known_keys(raw, _NODE_KEYS, where, InvalidGraph)
+    if "id" not in raw:
+        raise check.fail(InvalidGraph, f"{where}.id", "missing")
+    node_id = check.string(raw["id"], f"{where}.id", InvalidGraph)
+    op = check.string(raw.get("op", ""), f"{where}.op", InvalidGraph)
+    if "fwd_s" not in raw:
+        raise check.fail(InvalidGraph, f"{where}.fwd_s", "missing", node_id)
+    nums: dict[str, float] = {}
+    for key in ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes"):
+        if key in raw:
+            nums[key] = check.number(raw[key], f"{where}.{key} (node {node_id!r})", InvalidGraph, ref=node_id)
+    times = None
+    if raw.get("times") is not None:
+        tmap = check.mapping(raw["times"], f"{where}.times", InvalidGraph)
+        times = {}
+        for kind, t in tmap.items():
+            tw = f"{where}.times.{kind}"
+            t = check.mapping(t, tw, InvalidGraph)
+            check.known_keys(t, frozenset({"fwd_s", "bwd_s"}), tw, InvalidGraph)
+            times[str(kind)] = KindTimes(
+                check.number(t.get("fwd_s", 0.0), f"{tw}.fwd_s", InvalidGraph, ref=node_id),
+                check.number(t.get("bwd_s", 0.0), f"{tw}.bwd_s", InvalidGraph, ref=node_id),
+            )
+    constant = raw.get("constant", False)
+    if not isinstance(constant, bool):
+        raise check.fail(InvalidGraph, f"{where}.constant", f"must be true or false, got {constant!r}", node_id)
+    layer = raw.get("layer")
+    if layer is not None:
+        layer = check.string(layer, f"{where}.layer", InvalidGraph, nonempty=False)
+    attrs = raw.get("attrs")
+    if attrs is not None:
+        attrs = dict(check.mapping(attrs, f"{where}.attrs", InvalidGraph))
+    return Node(node_id, op, constant=constant, layer=layer, times=times, attrs=attrs, **nums)
+
+
+def _edge_from_dict(raw: Any, j: int) -> Edge:
+    where = f"edges[{j}]"
+    raw = check.mapping(raw, where, InvalidGraph)
+    if not raw.keys() <= _EDGE_KEYS:
+        check.known_keys(raw, _EDGE_KEYS, where, InvalidGraph)
+    for end in ("src", "dst"):
+        if end not in raw:
+            raise check.fail(InvalidGraph, f"{where}.{end}", "missing")
+    src = check.string(raw["src"], f"{where}.src", InvalidGraph)
+    dst = check.string(raw["dst"], f"{where}.dst", InvalidGraph)
+    size = check.number(raw.get("bytes", 0.0), f"{where}.bytes", InvalidGraph, ref=src) if "bytes" in raw else 0.0
+    return Edge(src, dst, size)
+
+
+def graph_from_document(doc: Any) -> OpGraph:
+    """Validate a ``placer.opgraph/v1`` document and build the graph.
+
+    Raises :class:`InvalidGraph` naming the node, edge or field at fault.
+    """
+    doc = check.mapping(doc, "", InvalidGraph)
+    fmt = doc.get("format")
+    if fmt != GRAPH_FORMAT:
+        raise InvalidGraph(f"format: expected {GRAPH_FORMAT!r}, got {fmt!r}", field="format")
+    check.known_keys(doc, _GRAPH_KEYS, "", InvalidGraph)
+    name = check.string(doc.get("name", "graph"), "name", InvalidGraph)
+    batch = check.integer(doc.get("profiled_batch_size", 1), "profiled_batch_size", InvalidGraph, minimum=1)
+    raw_nodes = check.sequence(doc.get("nodes"), "nodes", InvalidGraph, nonempty=True)
+    if len(raw_nodes) > MAX_GRAPH_NODES:
+        raise InvalidGraph(f"nodes: {len(raw_nodes)} nodes exceed the limit of {MAX_GRAPH_NODES}", field="nodes")
+    raw_edges = check.sequence(doc.get("edges", []), "edges", InvalidGraph)
+    nodes = [_node_fast(raw) or _node_from_dict(raw, i) for i, raw in enumerate(raw_nodes)]
+    edges = [_edge_fast(raw) or _edge_from_dict(raw, j) for j, raw in enumerate(raw_edges)]
+    attrs = doc.get("attrs")
+    if attrs is not None:
+        attrs = dict(check.mapping(attrs, "attrs", InvalidGraph))
+    return OpGraph.build(name, nodes, edges, batch, attrs)

@@ -1,0 +1,275 @@
+"""The plan ``placer.plan/v1`` and its validation against a problem (DESIGN §3).
+
+A hand-written plan holding only ``format``, ``stages`` (``ops``, ``devices``),
+``micro_batches`` and ``schedule`` is complete: every other field has a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model import _check as check
+from solvers.model.errors import InvalidPlan
+from solvers.model.problem import SCHEDULES, Problem
+
+PLAN_FORMAT = "placer.plan/v1"
+Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
+IntArray = npt.NDArray[np.int64]
+
+_PLAN_KEYS = frozenset(
+    {"format", "solver", "solver_version", "options", "objective", "graph_digest", "topology_digest",
+     "problem_digest", "status", "order", "stages", "micro_batches", "schedule", "recompute",
+     "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Ops run by one pipeline stage (or device group); ``devices`` are its replicas."""
+
+    ops: tuple[str, ...]
+    devices: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ops": list(self.ops), "devices": list(self.devices)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A placement plus what the solver and the simulator said about it."""
+
+    stages: tuple[Stage, ...]
+    micro_batches: int = 1
+    schedule: str = "1f1b"
+    recompute: bool = False
+    solver: str = "user"
+    solver_version: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    objective: str | None = None
+    graph_digest: str | None = None
+    topology_digest: str | None = None
+    problem_digest: str | None = None
+    status: Status = "unknown"
+    order: Mapping[str, tuple[str, ...]] | None = None
+    claimed_objective_s: float | None = None
+    lower_bound_s: float | None = None
+    metrics: Mapping[str, Any] | None = None
+    solve_time_s: float | None = None
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def with_(self, **changes: Any) -> Plan:
+        return replace(self, **changes)
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format": PLAN_FORMAT, "solver": self.solver, "solver_version": self.solver_version,
+            "options": dict(self.options), "status": self.status,
+            "stages": [s.to_dict() for s in self.stages], "micro_batches": self.micro_batches,
+            "schedule": self.schedule, "recompute": self.recompute, "stats": dict(self.stats),
+        }
+        for key in ("objective", "graph_digest", "topology_digest", "problem_digest",
+                    "claimed_objective_s", "lower_bound_s", "solve_time_s"):
+            value = getattr(self, key)
+            if value is not None:
+                doc[key] = value
+        if self.order is not None:
+            doc["order"] = {d: list(ops) for d, ops in self.order.items()}
+        if self.metrics is not None:
+            doc["metrics"] = dict(self.metrics)
+        if self.notes:
+            doc["notes"] = list(self.notes)
+        return doc
+
+
+def plan_from_document(doc: Any) -> Plan:
+    """Parse a ``placer.plan/v1`` document (structure only; see :func:`resolve_plan`)."""
+    doc = check.mapping(doc, "", InvalidPlan)
+    if doc.get("format") != PLAN_FORMAT:
+        raise InvalidPlan(f"format: expected {PLAN_FORMAT!r}, got {doc.get('format')!r}", field="format")
+    check.known_keys(doc, _PLAN_KEYS, "", InvalidPlan)
+    stages = []
+    status = doc.get("status", "unknown")
+    if status not in STATUSES:
+        raise InvalidPlan(f"status: must be one of {', '.join(STATUSES)}, got {status!r}", field="status")
+    raw_stages = check.sequence(doc.get("stages", []), "stages", InvalidPlan, nonempty=status != "infeasible")
+    for i, raw in enumerate(raw_stages):
+        raw = check.mapping(raw, f"stages[{i}]", InvalidPlan)
+        check.known_keys(raw, frozenset({"ops", "devices"}), f"stages[{i}]", InvalidPlan)
+        ops = check.sequence(raw.get("ops", []), f"stages[{i}].ops", InvalidPlan)
+        devices = check.sequence(raw.get("devices"), f"stages[{i}].devices", InvalidPlan, nonempty=True)
+        stages.append(Stage(
+            tuple(check.string(o, f"stages[{i}].ops[{k}]", InvalidPlan) for k, o in enumerate(ops)),
+            tuple(check.string(d, f"stages[{i}].devices[{k}]", InvalidPlan) for k, d in enumerate(devices)),
+        ))
+    schedule = doc.get("schedule", "1f1b")
+    if schedule not in SCHEDULES:
+        raise InvalidPlan(f"schedule: must be one of {', '.join(SCHEDULES)}, got {schedule!r}", field="schedule")
+    order = None
+    if doc.get("order") is not None:
+        raw_order = check.mapping(doc["order"], "order", InvalidPlan)
+        order = {str(d): tuple(check.string(o, f"order.{d}", InvalidPlan)
+                               for o in check.sequence(ops, f"order.{d}", InvalidPlan))
+                 for d, ops in raw_order.items()}
+    numbers = {}
+    for key in ("claimed_objective_s", "lower_bound_s", "solve_time_s"):
+        if doc.get(key) is not None:
+            numbers[key] = check.number(doc[key], key, InvalidPlan)
+    return Plan(
+        stages=tuple(stages),
+        micro_batches=check.integer(doc.get("micro_batches", 1), "micro_batches", InvalidPlan, minimum=1),
+        schedule=schedule,
+        recompute=check.boolean(doc.get("recompute", False), "recompute", InvalidPlan),
+        solver=check.string(doc.get("solver", "user"), "solver", InvalidPlan),
+        solver_version=str(doc.get("solver_version", "")),
+        options=dict(check.mapping(doc.get("options", {}), "options", InvalidPlan)),
+        objective=doc.get("objective"),
+        graph_digest=doc.get("graph_digest"),
+        topology_digest=doc.get("topology_digest"),
+        problem_digest=doc.get("problem_digest"),
+        status=status,
+        order=order,
+        metrics=dict(check.mapping(doc["metrics"], "metrics", InvalidPlan)) if doc.get("metrics") else None,
+        stats=dict(check.mapping(doc.get("stats", {}), "stats", InvalidPlan)),
+        notes=tuple(str(n) for n in check.sequence(doc.get("notes", []), "notes", InvalidPlan)),
+        **numbers,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class ResolvedPlan:
+    """A plan in index form: what the simulator and the memory check work on.
+
+    ``stage_of[v]`` = stage of op ``v``; ``stage_ops[s]`` = op positions of stage ``s`` in
+    topological order; ``stage_devices[s]`` = device positions of its replicas;
+    ``order[d]`` = op positions in the order device ``d`` runs them (``None``: simulator's rule).
+    """
+
+    plan: Plan
+    stage_of: IntArray
+    stage_ops: list[IntArray]
+    stage_devices: list[list[int]]
+    order: dict[int, list[int]] | None
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stage_ops)
+
+
+def resolve_plan(problem: Problem, plan: Plan, *, check_memory: bool = True) -> ResolvedPlan:
+    """Check a plan against a problem and return its index form.
+
+    Rejects (``InvalidPlan`` naming the op, device or stage): unknown or missing ops, an op in
+    two stages, unknown devices, a device used twice, an empty stage when not allowed,
+    dependencies pointing backwards in a throughput plan, pins not honoured, an ``order``
+    inconsistent with the stages, and (``check_memory``) a device over its memory.
+    """
+    g, topo = problem.graph, problem.topology
+    if plan.status == "infeasible" and not plan.stages:
+        raise InvalidPlan("the plan is infeasible and places nothing", field="stages")
+    stage_of = np.full(g.n_ops, -1, dtype=np.int64)
+    stage_devices: list[list[int]] = []
+    used: dict[int, int] = {}
+    for s, stage in enumerate(plan.stages):
+        if not stage.ops and problem.settings.no_empty_stage:
+            raise InvalidPlan(f"stages[{s}]: the stage is empty", field=f"stages[{s}].ops")
+        for op in stage.ops:
+            v = g.index.get(op)
+            if v is None:
+                raise InvalidPlan(f"stages[{s}].ops: unknown op {op!r}", field=f"stages[{s}].ops", ref=op)
+            if stage_of[v] >= 0:
+                raise InvalidPlan(f"stages[{s}].ops: op {op!r} is already in stage {stage_of[v]}",
+                                  field=f"stages[{s}].ops", ref=op)
+            stage_of[v] = s
+        devs = []
+        for dev in stage.devices:
+            d = topo.index.get(dev)
+            if d is None:
+                raise InvalidPlan(f"stages[{s}].devices: unknown device {dev!r}", field=f"stages[{s}].devices", ref=dev)
+            if d in used:
+                raise InvalidPlan(f"stages[{s}].devices: device {dev!r} is already used by stage {used[d]}",
+                                  field=f"stages[{s}].devices", ref=dev)
+            used[d] = s
+            devs.append(d)
+        stage_devices.append(devs)
+    missing = np.flatnonzero(stage_of < 0)
+    if len(missing):
+        op = g.nodes[int(missing[0])].id
+        raise InvalidPlan(f"stages: op {op!r} is in no stage ({len(missing)} ops missing)", field="stages", ref=op)
+    if problem.objective == "throughput":
+        back = np.flatnonzero(stage_of[g.edge_src] > stage_of[g.edge_dst])
+        if len(back):
+            e = g.edges[int(back[0])]
+            raise InvalidPlan(
+                f"edge {e.src!r} -> {e.dst!r} goes from stage {stage_of[g.index[e.src]]} back to stage "
+                f"{stage_of[g.index[e.dst]]}: a throughput plan's stages must follow the dependencies",
+                field="stages", ref=e.src)
+    for op, target in problem.settings.pinned.items():
+        s = int(stage_of[g.index[op]])
+        if isinstance(target, int) and s != target:
+            raise InvalidPlan(f"op {op!r} is pinned to stage {target} but placed in stage {s}", field="stages", ref=op)
+        if isinstance(target, str) and topo.index[target] not in stage_devices[s]:
+            raise InvalidPlan(f"op {op!r} is pinned to device {target!r} but its stage runs on "
+                              f"{list(plan.stages[s].devices)}", field="stages", ref=op)
+    pos = g.topo_position
+    stage_ops = [np.sort(np.flatnonzero(stage_of == s)) for s in range(len(plan.stages))]
+    stage_ops = [ops[np.argsort(pos[ops], kind="stable")] for ops in stage_ops]
+    order = _resolve_order(problem, plan, stage_of, stage_devices)
+    resolved = ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order)
+    if check_memory:
+        _check_memory(problem, resolved)
+    return resolved
+
+
+def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,
+                   stage_devices: Sequence[Sequence[int]]) -> dict[int, list[int]] | None:
+    if plan.order is None:
+        return None
+    g, topo = problem.graph, problem.topology
+    out: dict[int, list[int]] = {}
+    for dev, ops in plan.order.items():
+        d = topo.index.get(dev)
+        if d is None:
+            raise InvalidPlan(f"order: unknown device {dev!r}", field="order", ref=dev)
+        stage = next((s for s, devs in enumerate(stage_devices) if d in devs), None)
+        if stage is None:
+            raise InvalidPlan(f"order.{dev}: the device runs no stage", field=f"order.{dev}", ref=dev)
+        idx = []
+        for op in ops:
+            v = g.index.get(op)
+            if v is None or stage_of[v] != stage:
+                raise InvalidPlan(f"order.{dev}: op {op!r} does not run on device {dev!r}", field=f"order.{dev}", ref=op)
+            idx.append(v)
+        if len(set(idx)) != len(idx) or len(idx) != int((stage_of == stage).sum()):
+            raise InvalidPlan(f"order.{dev}: must list each op of stage {stage} exactly once",
+                              field=f"order.{dev}", ref=dev)
+        out[d] = idx
+    return out
+
+
+def _check_memory(problem: Problem, rp: ResolvedPlan) -> None:
+    from solvers.cost.memory import capacity_bytes, device_memory_bytes, in_flight_micro_batches, stage_memory_bytes
+    from solvers.cost.traffic import group_input_bytes
+
+    plan = rp.plan
+    if problem.objective == "throughput":
+        inputs = group_input_bytes(problem.graph, rp.stage_of)
+    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
+        if problem.objective == "throughput":
+            k = in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches)
+            need = stage_memory_bytes(problem, ops, len(devs), k, float(inputs[s]), plan.recompute)
+        else:
+            need = device_memory_bytes(problem, ops, len(devs))
+        for d in devs:
+            cap = capacity_bytes(problem, d, s)
+            if need > cap:
+                dev = problem.topology.devices[d].id
+                raise InvalidPlan(
+                    f"stages[{s}]: needs {need / 2**30:.3f} GiB on device {dev!r}, which has "
+                    f"{cap / 2**30:.3f} GiB usable", field=f"stages[{s}]", ref=dev)

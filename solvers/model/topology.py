@@ -1,0 +1,293 @@
+"""The device topology ``placer.topology/v1`` (DESIGN §3).
+
+Devices and either ``links`` or full ``bandwidth_Bps`` / ``latency_s`` matrices.  A pair of
+devices with no direct link talks over the *widest path* (largest bottleneck bandwidth; among
+those found, the smaller summed latency), as MOIRAI §III-C does.  A topology in which some
+device cannot reach another is rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model import _check as check
+from solvers.model.canonical import digest as _digest
+from solvers.model.errors import InvalidTopology
+
+TOPOLOGY_FORMAT = "placer.topology/v1"
+MAX_DEVICES = 16_384
+
+_DEVICE_KEYS = frozenset({"id", "kind", "node", "memory_bytes", "speed", "attrs"})
+_LINK_KEYS = frozenset({"src", "dst", "bandwidth_Bps", "latency_s", "bidirectional"})
+_TOPO_KEYS = frozenset({"format", "name", "devices", "links", "bandwidth_Bps", "latency_s", "attrs"})
+
+FloatMatrix = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One accelerator. ``speed`` is relative to the reference device the graph was profiled on."""
+
+    id: str
+    kind: str = "GPU"
+    node: str = "node0"
+    memory_bytes: float = float(16 * 2**30)
+    speed: float = 1.0
+    attrs: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "node": self.node,
+                               "memory_bytes": self.memory_bytes, "speed": self.speed}
+        if self.attrs:
+            out["attrs"] = dict(self.attrs)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A direct channel. ``bidirectional`` links carry the same figures both ways."""
+
+    src: str
+    dst: str
+    bandwidth_Bps: float
+    latency_s: float = 0.0
+    bidirectional: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "bandwidth_Bps": self.bandwidth_Bps,
+                "latency_s": self.latency_s, "bidirectional": self.bidirectional}
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A validated, connected topology.
+
+    ``direct_bandwidth_Bps[i, j]`` is the direct channel i -> j (0 = none); the ``*_path_*``
+    matrices give the effective channel after widest-path routing (diagonal: inf / 0).
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    direct_bandwidth_Bps: FloatMatrix
+    direct_latency_s: FloatMatrix
+    links: tuple[Link, ...] | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_links(cls, name: str, devices: Sequence[Device], links: Sequence[Link],
+                   attrs: Mapping[str, Any] | None = None) -> Topology:
+        """Build from link records (validated, routed, connectivity checked)."""
+        devices = tuple(devices)
+        index = _device_index(devices)
+        n = len(devices)
+        bw = np.zeros((n, n))
+        lat = np.zeros((n, n))
+        for j, link in enumerate(links):
+            for end in ("src", "dst"):
+                name_ = getattr(link, end)
+                if name_ not in index:
+                    raise InvalidTopology(f"links[{j}].{end}: unknown device {name_!r}",
+                                          field=f"links[{j}].{end}", ref=name_)
+            a, b = index[link.src], index[link.dst]
+            if a == b:
+                raise InvalidTopology(f"links[{j}]: self-link on device {link.src!r}",
+                                      field=f"links[{j}]", ref=link.src)
+            pairs = [(a, b), (b, a)] if link.bidirectional else [(a, b)]
+            for x, y in pairs:
+                if bw[x, y] > 0:
+                    raise InvalidTopology(
+                        f"links[{j}]: a second link {devices[x].id!r} -> {devices[y].id!r}",
+                        field=f"links[{j}]", ref=devices[x].id)
+                bw[x, y] = link.bandwidth_Bps
+                lat[x, y] = link.latency_s
+        topo = cls(name, devices, bw, lat, tuple(links), dict(attrs or {}))
+        topo._check_connected()
+        return topo
+
+    @classmethod
+    def from_matrices(cls, name: str, devices: Sequence[Device], bandwidth_Bps: Any,
+                      latency_s: Any = None, attrs: Mapping[str, Any] | None = None) -> Topology:
+        """Build from full matrices in device order (0 bandwidth = no direct link)."""
+        devices = tuple(devices)
+        _device_index(devices)
+        n = len(devices)
+        bw = _matrix(bandwidth_Bps, n, "bandwidth_Bps")
+        lat = np.zeros((n, n)) if latency_s is None else _matrix(latency_s, n, "latency_s")
+        np.fill_diagonal(bw, 0.0)
+        np.fill_diagonal(lat, 0.0)
+        topo = cls(name, devices, bw, lat, None, dict(attrs or {}))
+        topo._check_connected()
+        return topo
+
+    # ---- routing -------------------------------------------------------------------
+    @cached_property
+    def _routes(self) -> tuple[FloatMatrix, FloatMatrix]:
+        """Widest paths by a Floyd–Warshall sweep over (max bottleneck, then min latency)."""
+        bw = self.direct_bandwidth_Bps.copy()
+        lat = np.where(bw > 0, self.direct_latency_s, np.inf)
+        n = len(self.devices)
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat, 0.0)
+        for k in range(n):
+            cand_bw = np.minimum(bw[:, k : k + 1], bw[k : k + 1, :])
+            cand_lat = lat[:, k : k + 1] + lat[k : k + 1, :]
+            better = (cand_bw > bw) | ((cand_bw == bw) & (cand_lat < lat))
+            if better.any():
+                bw = np.where(better, cand_bw, bw)
+                lat = np.where(better, cand_lat, lat)
+        return bw, lat
+
+    @property
+    def bandwidth_Bps(self) -> FloatMatrix:
+        """Effective bandwidth i -> j (widest path); ``inf`` on the diagonal."""
+        return self._routes[0]
+
+    @property
+    def latency_s(self) -> FloatMatrix:
+        """Summed latency of the chosen path i -> j; 0 on the diagonal."""
+        return self._routes[1]
+
+    def _check_connected(self) -> None:
+        for d in self.devices:
+            check.number(d.memory_bytes, f"devices[{d.id}].memory_bytes", InvalidTopology, ref=d.id)
+            check.number(d.speed, f"devices[{d.id}].speed", InvalidTopology, positive=True, ref=d.id)
+        bw = self.bandwidth_Bps
+        missing = np.argwhere(bw <= 0)
+        if len(missing):
+            a, b = (int(x) for x in missing[0])
+            raise InvalidTopology(
+                f"the topology is disconnected: device {self.devices[a].id!r} cannot reach "
+                f"{self.devices[b].id!r}", field="links", ref=self.devices[a].id)
+
+    # ---- lookups -------------------------------------------------------------------
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {d.id: i for i, d in enumerate(self.devices)}
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    @cached_property
+    def speed(self) -> npt.NDArray[np.float64]:
+        return np.array([d.speed for d in self.devices], dtype=np.float64)
+
+    @cached_property
+    def memory_bytes(self) -> npt.NDArray[np.float64]:
+        return np.array([d.memory_bytes for d in self.devices], dtype=np.float64)
+
+    @cached_property
+    def hosts(self) -> list[str]:
+        """Host ids in first-seen order."""
+        return list(dict.fromkeys(d.node for d in self.devices))
+
+    @cached_property
+    def digest(self) -> str:
+        return _digest(self.to_document())
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"format": TOPOLOGY_FORMAT, "name": self.name,
+                               "devices": [d.to_dict() for d in self.devices]}
+        if self.links is not None:
+            doc["links"] = [link.to_dict() for link in self.links]
+        else:
+            doc["bandwidth_Bps"] = self.direct_bandwidth_Bps.tolist()
+            doc["latency_s"] = self.direct_latency_s.tolist()
+        if self.attrs:
+            doc["attrs"] = dict(self.attrs)
+        return doc
+
+
+def _device_index(devices: Sequence[Device]) -> dict[str, int]:
+    if not devices:
+        raise InvalidTopology("devices: the topology has no devices", field="devices")
+    if len(devices) > MAX_DEVICES:
+        raise InvalidTopology(f"devices: {len(devices)} devices exceed the limit of {MAX_DEVICES}",
+                              field="devices")
+    index: dict[str, int] = {}
+    for i, d in enumerate(devices):
+        if d.id in index:
+            raise InvalidTopology(f"devices[{i}].id: duplicate id {d.id!r}", field=f"devices[{i}].id", ref=d.id)
+        index[d.id] = i
+    return index
+
+
+def _matrix(raw: Any, n: int, name: str) -> FloatMatrix:
+    rows = check.sequence(raw, name, InvalidTopology)
+    if len(rows) != n:
+        raise InvalidTopology(f"{name}: expected {n} rows (one per device), got {len(rows)}", field=name)
+    out = np.zeros((n, n))
+    for i, row in enumerate(rows):
+        row = check.sequence(row, f"{name}[{i}]", InvalidTopology)
+        if len(row) != n:
+            raise InvalidTopology(f"{name}[{i}]: expected {n} entries, got {len(row)}", field=f"{name}[{i}]")
+        for j, v in enumerate(row):
+            out[i, j] = check.number(v, f"{name}[{i}][{j}]", InvalidTopology)
+    return out
+
+
+def _device_from_dict(raw: Any, i: int) -> Device:
+    where = f"devices[{i}]"
+    raw = check.mapping(raw, where, InvalidTopology)
+    check.known_keys(raw, _DEVICE_KEYS, where, InvalidTopology)
+    if "id" not in raw:
+        raise check.fail(InvalidTopology, f"{where}.id", "missing")
+    dev_id = check.string(raw["id"], f"{where}.id", InvalidTopology)
+    if "memory_bytes" not in raw:
+        raise check.fail(InvalidTopology, f"{where}.memory_bytes", "missing", dev_id)
+    attrs = raw.get("attrs")
+    return Device(
+        id=dev_id,
+        kind=check.string(raw.get("kind", "GPU"), f"{where}.kind", InvalidTopology),
+        node=check.string(raw.get("node", "node0"), f"{where}.node", InvalidTopology),
+        memory_bytes=check.number(raw["memory_bytes"], f"{where}.memory_bytes", InvalidTopology, ref=dev_id),
+        speed=check.number(raw.get("speed", 1.0), f"{where}.speed", InvalidTopology, positive=True, ref=dev_id),
+        attrs=dict(check.mapping(attrs, f"{where}.attrs", InvalidTopology)) if attrs is not None else None,
+    )
+
+
+def _link_from_dict(raw: Any, j: int) -> Link:
+    where = f"links[{j}]"
+    raw = check.mapping(raw, where, InvalidTopology)
+    check.known_keys(raw, _LINK_KEYS, where, InvalidTopology)
+    for key in ("src", "dst", "bandwidth_Bps"):
+        if key not in raw:
+            raise check.fail(InvalidTopology, f"{where}.{key}", "missing")
+    return Link(
+        src=check.string(raw["src"], f"{where}.src", InvalidTopology),
+        dst=check.string(raw["dst"], f"{where}.dst", InvalidTopology),
+        bandwidth_Bps=check.number(raw["bandwidth_Bps"], f"{where}.bandwidth_Bps", InvalidTopology, positive=True),
+        latency_s=check.number(raw.get("latency_s", 0.0), f"{where}.latency_s", InvalidTopology),
+        bidirectional=check.boolean(raw.get("bidirectional", True), f"{where}.bidirectional", InvalidTopology),
+    )
+
+
+def topology_from_document(doc: Any) -> Topology:
+    """Validate a ``placer.topology/v1`` document and build the topology."""
+    doc = check.mapping(doc, "", InvalidTopology)
+    fmt = doc.get("format")
+    if fmt != TOPOLOGY_FORMAT:
+        raise InvalidTopology(f"format: expected {TOPOLOGY_FORMAT!r}, got {fmt!r}", field="format")
+    check.known_keys(doc, _TOPO_KEYS, "", InvalidTopology)
+    name = check.string(doc.get("name", "topology"), "name", InvalidTopology)
+    raw_devices = check.sequence(doc.get("devices"), "devices", InvalidTopology, nonempty=True)
+    devices = [_device_from_dict(raw, i) for i, raw in enumerate(raw_devices)]
+    attrs = doc.get("attrs")
+    attrs = dict(check.mapping(attrs, "attrs", InvalidTopology)) if attrs is not None else None
+    has_links = "links" in doc
+    has_matrix = "bandwidth_Bps" in doc
+    if has_links and has_matrix:
+        raise InvalidTopology("give either links or bandwidth_Bps/latency_s matrices, not both", field="links")
+    if has_matrix:
+        return Topology.from_matrices(name, devices, doc["bandwidth_Bps"], doc.get("latency_s"), attrs)
+    if "latency_s" in doc:
+        raise InvalidTopology("latency_s: a latency matrix needs a bandwidth_Bps matrix", field="latency_s")
+    raw_links = check.sequence(doc.get("links", []), "links", InvalidTopology)
+    links = [_link_from_dict(raw, j) for j, raw in enumerate(raw_links)]
+    return Topology.from_links(name, devices, links, attrs)

@@ -1,0 +1,92 @@
+"""The explicit list of solver back-ends (DESIGN §2, §6).
+
+Each entry names its class by import path, so ``import solvers`` stays fast and a back-end's
+heavy dependencies load only when it is used.  Third-party back-ends register through the
+entry-point group ``placer.solvers`` (value: ``package.module:SolverClass``).
+Lookup is case-insensitive; an unknown name lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from solvers.base import Solver
+from solvers.model.errors import UnknownSolver
+
+ENTRY_POINT_GROUP = "placer.solvers"
+
+# name -> "module:Class".  Keep sorted by family; names are lower-case.
+BUILTIN: dict[str, str] = {
+    # baselines
+    "even": "solvers.baselines.even:EvenSolver",
+    "single": "solvers.baselines.single:SingleSolver",
+    # parmesan family
+    # rannc family
+    # moirai family
+    # celeritas family and list-scheduling baselines
+    # portfolio
+}
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    """Catalogue entry: what the registry tells users about a solver."""
+
+    name: str
+    summary: str
+    objectives: tuple[str, ...]
+    version: str
+    options_schema: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "summary": self.summary, "objectives": list(self.objectives),
+                "version": self.version, "options_schema": self.options_schema}
+
+
+def _load(path: str) -> type[Solver]:
+    module, _, attr = path.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    return cls  # type: ignore[no-any-return]
+
+
+@cache
+def _table() -> dict[str, str]:
+    table = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        table.setdefault(ep.name.lower(), ep.value)
+    return table
+
+
+def names() -> list[str]:
+    """Registered solver names, sorted."""
+    return sorted(_table())
+
+
+def get_solver_class(name: str) -> type[Solver]:
+    """The solver class for ``name`` (case-insensitive)."""
+    key = name.strip().lower()
+    path = _table().get(key)
+    if path is None:
+        raise UnknownSolver(f"unknown solver {name!r}; valid solvers: {', '.join(names())}",
+                            field="solver", ref=name)
+    return _load(path)
+
+
+def get_solver(name: str) -> Solver:
+    """A fresh instance of the solver called ``name``."""
+    return get_solver_class(name)()
+
+
+def info(name: str) -> SolverInfo:
+    cls = get_solver_class(name)
+    return SolverInfo(cls.name, cls.summary, tuple(cls.objectives), cls.version,
+                      cls.options_type.model_json_schema())
+
+
+def catalogue() -> list[SolverInfo]:
+    """Every registered solver with its summary, objectives and options schema."""
+    return [info(n) for n in names()]

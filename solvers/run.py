@@ -1,0 +1,61 @@
+"""Run one solver on one problem and finish the plan (digests, timing, simulated metrics).
+
+This is the single entry point the CLI and the service call; it is where the contract of
+DESIGN §6 is enforced: objective applicability, typed options, the time budget, and metrics
+that come from the simulator, never from the solver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from solvers import registry
+from solvers.base import Budget, ProgressCallback, no_progress, parse_options
+from solvers.model.errors import NotApplicable
+from solvers.model.plan import Plan
+from solvers.model.problem import Problem
+
+
+def check_applicable(problem: Problem, solver: str) -> None:
+    """Raise :class:`NotApplicable` if ``solver`` does not answer the problem's objective."""
+    cls = registry.get_solver_class(solver)
+    if problem.objective not in cls.objectives:
+        raise NotApplicable(
+            f"solver {cls.name!r} answers the {', '.join(cls.objectives)} objective, not {problem.objective!r}",
+            field="objective", ref=cls.name)
+
+
+def solve(problem: Problem, solver: str, options: Mapping[str, Any] | None = None, *,
+          time_limit_s: float | None = None, progress: ProgressCallback | None = None) -> Plan:
+    """Solve ``problem`` with the named solver and return the finished, simulated plan.
+
+    ``time_limit_s`` overrides ``problem.settings.time_limit_s``.  Bad options, an unknown
+    solver or a solver that does not answer the objective raise before any work is done.
+    """
+    cls = registry.get_solver_class(solver)
+    check_applicable(problem, solver)
+    opts = parse_options(cls.options_type, options, cls.name)
+    limit = time_limit_s if time_limit_s is not None else problem.settings.time_limit_s
+    budget = Budget(limit)
+    started = time.perf_counter()
+    plan = cls().solve(problem, opts, budget, progress or no_progress)
+    solve_time_s = time.perf_counter() - started
+    return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
+                                           options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
+
+
+def finish_plan(problem: Problem, plan: Plan) -> Plan:
+    """Stamp the problem's digests on a plan and attach the simulator's metrics."""
+    from solvers.simulate import simulate
+
+    plan = plan.with_(objective=problem.objective, graph_digest=problem.graph.digest,
+                      topology_digest=problem.topology.digest, problem_digest=problem.digest)
+    if plan.status == "infeasible" and not plan.stages:
+        return plan
+    result = simulate(problem, plan)
+    bound = result.metrics.get("lower_bound_s")
+    if plan.lower_bound_s is not None and bound is not None:
+        bound = max(bound, plan.lower_bound_s)
+    return plan.with_(metrics=result.metrics, lower_bound_s=bound)
