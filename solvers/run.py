@@ -50,7 +50,8 @@ def finish_plan(problem: Problem, plan: Plan) -> Plan:
     """Stamp the problem's digests on a plan and attach the simulator's metrics."""
     from solvers.simulate import simulate
 
-    plan = plan.with_(objective=problem.objective, graph_digest=problem.graph.digest,
+    pass_ = problem.settings.pass_ if problem.objective == "latency" else None
+    plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
                       topology_digest=problem.topology.digest, problem_digest=problem.digest)
     if plan.status == "infeasible" and not plan.stages:
         return plan

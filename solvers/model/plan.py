@@ -23,7 +23,7 @@ STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
 IntArray = npt.NDArray[np.int64]
 
 _PLAN_KEYS = frozenset(
-    {"format", "solver", "solver_version", "options", "objective", "graph_digest", "topology_digest",
+    {"format", "solver", "solver_version", "options", "objective", "pass", "graph_digest", "topology_digest",
      "problem_digest", "status", "order", "stages", "micro_batches", "schedule", "recompute",
      "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes"}
 )
@@ -52,6 +52,7 @@ class Plan:
     solver_version: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     objective: str | None = None
+    pass_: str | None = None
     graph_digest: str | None = None
     topology_digest: str | None = None
     problem_digest: str | None = None
@@ -79,6 +80,8 @@ class Plan:
             value = getattr(self, key)
             if value is not None:
                 doc[key] = value
+        if self.pass_ is not None:
+            doc["pass"] = self.pass_
         if self.order is not None:
             doc["order"] = {d: list(ops) for d, ops in self.order.items()}
         if self.metrics is not None:
@@ -129,7 +132,8 @@ def plan_from_document(doc: Any) -> Plan:
         solver=check.string(doc.get("solver", "user"), "solver", InvalidPlan),
         solver_version=str(doc.get("solver_version", "")),
         options=dict(check.mapping(doc.get("options", {}), "options", InvalidPlan)),
-        objective=doc.get("objective"),
+        objective=_choice(doc.get("objective"), ("throughput", "latency"), "objective"),
+        pass_=_choice(doc.get("pass"), ("forward", "training"), "pass"),
         graph_digest=doc.get("graph_digest"),
         topology_digest=doc.get("topology_digest"),
         problem_digest=doc.get("problem_digest"),
@@ -140,6 +144,14 @@ def plan_from_document(doc: Any) -> Plan:
         notes=tuple(str(n) for n in check.sequence(doc.get("notes", []), "notes", InvalidPlan)),
         **numbers,
     )
+
+
+def _choice(value: Any, allowed: tuple[str, ...], key: str) -> str | None:
+    if value is None:
+        return None
+    if value not in allowed:
+        raise InvalidPlan(f"{key}: must be one of {', '.join(allowed)}, got {value!r}", field=key)
+    return str(value)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,1 @@
+"""Baseline solvers the papers compare against (even split, single device, PipeDream, list schedulers)."""

@@ -1,0 +1,83 @@
+"""``even``: contiguous split along a topological order balancing compute, consecutive mapping.
+
+Throughput: ``S`` stages of ``R`` replicas (from the settings, or the best simulated ``S``
+among a few candidates when not fixed); stage ``s`` runs on devices ``s*R .. s*R+R-1`` in
+topology order.  Latency: one chunk per device, in device order.  The balance uses the
+reference-device times (forward + backward for training), as the classic baseline does.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.baselines._split import balanced_chunks
+from solvers.model.errors import InvalidPlan
+from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.problem import Problem
+
+
+class EvenOptions(SolverOptions):
+    """The even split has no options."""
+
+
+def _stage_candidates(problem: Problem, replicas: int) -> list[int]:
+    most = min(problem.topology.n_devices // replicas, problem.graph.n_ops)
+    if problem.settings.stages is not None:
+        return [problem.settings.stages]
+    powers = [1 << i for i in range(most.bit_length()) if (1 << i) <= most]
+    return sorted(set(powers) | {most})
+
+
+def even_plan(problem: Problem, n_stages: int, replicas: int, micro_batches: int) -> Plan:
+    """The even-split plan with ``n_stages`` stages of ``replicas`` devices each."""
+    g = problem.graph
+    order = g.topo_order
+    weights = g.fwd_s + (g.bwd_s if problem.training else 0.0)
+    chunks = balanced_chunks(np.asarray(weights[order], dtype=np.float64), n_stages)
+    devices = [d.id for d in problem.topology.devices]
+    stages = tuple(
+        Stage(tuple(g.nodes[int(v)].id for v in order[a:b]), tuple(devices[s * replicas:(s + 1) * replicas]))
+        for s, (a, b) in enumerate(chunks)
+    )
+    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
+                recompute=problem.settings.recompute, status="feasible")
+
+
+class EvenSolver:
+    name: ClassVar[str] = "even"
+    summary: ClassVar[str] = "Contiguous topological split balancing compute, consecutive device mapping"
+    objectives: ClassVar[tuple[str, ...]] = ("throughput", "latency")
+    options_type: ClassVar[type[SolverOptions]] = EvenOptions
+    version: ClassVar[str] = "1"
+
+    def solve(self, problem: Problem, options: EvenOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        from solvers.simulate import simulate
+
+        if problem.objective == "latency":
+            candidates = [(min(problem.topology.n_devices, problem.graph.n_ops), 1, 1)]
+        else:
+            replicas = problem.settings.replicas or 1
+            candidates = [(s, replicas, mb) for s in _stage_candidates(problem, replicas)
+                          for mb in problem.settings.micro_batches]
+        best: Plan | None = None
+        rejected = 0
+        for i, (stages, replicas, mb) in enumerate(candidates):
+            if best is not None and budget.expired():
+                break
+            plan = even_plan(problem, stages, replicas, mb)
+            try:
+                objective_s = float(simulate(problem, plan).metrics["objective_s"])
+            except InvalidPlan:
+                rejected += 1
+                continue
+            if best is None or objective_s < (best.claimed_objective_s or np.inf):
+                best = plan.with_(claimed_objective_s=objective_s)
+            progress(ProgressEvent((i + 1) / len(candidates), best.claimed_objective_s, None))
+        stats = {"candidates": len(candidates), "rejected_for_memory": rejected}
+        if best is None:
+            return Plan(stages=(), status="infeasible", stats=stats,
+                        notes=("no even split fits the devices' memory",))
+        return best.with_(stats=stats)

@@ -1,0 +1,89 @@
+"""The solver contract (DESIGN §6, §10), run against every registered solver.
+
+valid plan, honest status, claimed objective equal to the simulator's, time limit honoured,
+deterministic for a seed, infeasible fixtures reported as ``infeasible``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from solvers import registry
+from solvers.model.plan import resolve_plan
+from solvers.model.problem import Problem
+from solvers.run import solve
+from solvers.simulate import simulate
+from tests.solvers import contract_fixtures as fx
+
+# Solvers that run other solvers need more time than the rest for the same checks.
+TIME_LIMIT_S = {"auto": 20.0}
+GRACE_S = 1.0
+
+
+def _cases() -> list[tuple[str, str]]:
+    out = []
+    for name in registry.names():
+        for objective in registry.get_solver_class(name).objectives:
+            out.append((name, objective))
+    return out
+
+
+CASES = _cases()
+
+
+def _problems(objective: str) -> list[Problem]:
+    if objective == "throughput":
+        return [fx.throughput_problem()]
+    return [fx.latency_problem("forward"), fx.latency_problem("training")]
+
+
+@pytest.mark.parametrize(("solver", "objective"), CASES)
+def test_plan_is_valid_and_claim_matches_simulator(solver: str, objective: str) -> None:
+    for problem in _problems(objective):
+        plan = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
+        assert plan.status in ("optimal", "feasible", "unknown"), plan.notes
+        resolve_plan(problem, plan)  # raises if invalid
+        simulated = simulate(problem, plan).metrics["objective_s"]
+        assert plan.claimed_objective_s == pytest.approx(simulated, rel=1e-6)
+        assert plan.metrics is not None and plan.metrics["objective_s"] == pytest.approx(simulated, rel=1e-9)
+        if plan.lower_bound_s is not None:
+            assert plan.lower_bound_s <= simulated * (1 + 1e-6)
+        if plan.status == "optimal":
+            assert plan.stats is not None
+        assert plan.solver == registry.get_solver_class(solver).name
+        assert plan.solve_time_s is not None and plan.solve_time_s >= 0
+
+
+@pytest.mark.parametrize(("solver", "objective"), CASES)
+def test_deterministic_for_a_seed(solver: str, objective: str) -> None:
+    problem = _problems(objective)[0]
+    a = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
+    b = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
+    if a.status == "optimal" or solver != "auto":
+        assert [s.to_dict() for s in a.stages] == [s.to_dict() for s in b.stages]
+        assert a.claimed_objective_s == b.claimed_objective_s
+
+
+@pytest.mark.parametrize(("solver", "objective"), CASES)
+def test_infeasible_memory_is_a_status(solver: str, objective: str) -> None:
+    problem = fx.infeasible_problem(objective)
+    plan = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
+    assert plan.status == "infeasible"
+    assert plan.metrics is None
+
+
+@pytest.mark.parametrize(("solver", "objective"), CASES)
+def test_time_limit_is_honoured(solver: str, objective: str) -> None:
+    problem = fx.larger_problem(objective)
+    limit_s = 2.0
+    started = time.monotonic()
+    plan = solve(problem, solver, time_limit_s=limit_s)
+    elapsed = time.monotonic() - started
+    # the limit covers the solve; finishing (simulation of the result) adds little
+    assert plan.solve_time_s is not None and plan.solve_time_s <= limit_s + GRACE_S
+    assert elapsed <= limit_s + 2 * GRACE_S
+    assert plan.status in ("optimal", "feasible", "unknown", "infeasible")
+    if plan.stages:
+        resolve_plan(problem, plan)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from solvers import registry
+from solvers.base import parse_options
+from solvers.model.errors import InvalidOptions, NotApplicable, UnknownSolver
+from solvers.run import solve
+from tests.solvers import contract_fixtures as fx
+
+
+def test_lookup_is_case_insensitive() -> None:
+    assert registry.get_solver_class("EVEN") is registry.get_solver_class("even")
+
+
+def test_unknown_solver_lists_valid_names() -> None:
+    with pytest.raises(UnknownSolver) as err:
+        registry.get_solver_class("nope")
+    for name in registry.names():
+        assert name in str(err.value)
+
+
+def test_catalogue_has_schemas_and_objectives() -> None:
+    for entry in registry.catalogue():
+        assert entry.summary and entry.objectives
+        assert entry.options_schema["type"] == "object"
+        assert entry.name == entry.name.lower()
+
+
+def test_unknown_option_is_rejected_naming_it() -> None:
+    cls = registry.get_solver_class("even")
+    with pytest.raises(InvalidOptions, match="bogus"):
+        parse_options(cls.options_type, {"bogus": 1}, "even")
+
+
+def test_solver_not_answering_objective_is_refused() -> None:
+    with pytest.raises(NotApplicable, match="single"):
+        solve(fx.throughput_problem(), "single")
+
+
+def test_import_solvers_is_light() -> None:
+    code = ("import sys, solvers, solvers.registry, solvers.model; "
+            "bad = [m for m in ('fastapi', 'sqlalchemy', 'ortools', 'pulp', 'torch', 'scipy', 'service') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
