@@ -26,10 +26,10 @@ class SolverOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-O = TypeVar("O", bound=SolverOptions)
+OptionsT = TypeVar("OptionsT", bound=SolverOptions)
 
 
-def parse_options(options_type: type[O], raw: Mapping[str, Any] | None, solver: str) -> O:
+def parse_options(options_type: type[OptionsT], raw: Mapping[str, Any] | None, solver: str) -> OptionsT:
     """Validate raw options; the error names the solver and the offending key."""
     try:
         return options_type.model_validate(dict(raw or {}))

@@ -15,7 +15,7 @@ import numpy as np
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.baselines._split import balanced_chunks
 from solvers.model.errors import InvalidPlan
-from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 
 

@@ -278,7 +278,7 @@ class OpGraph:
             node = next(p for p in self.pred[node] if p in remaining)
         cycle = path[seen[node]:]
         cycle.reverse()  # predecessors were followed; report in edge direction
-        return cycle + [cycle[0]]
+        return [*cycle, cycle[0]]
 
     @cached_property
     def digest(self) -> str:
