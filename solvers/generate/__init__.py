@@ -1,0 +1,54 @@
+"""Topology and op-graph generators (DESIGN §3; sources in docs/generators.md).
+
+``generate_topology(kind, **params)`` and ``generate_graph(kind, **params)`` call the generator
+registered under ``kind`` in :data:`TOPOLOGY_KINDS` / :data:`GRAPH_KINDS`; every generator has
+keyword-only, typed, defaulted parameters (random ones take ``seed``) and is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from solvers.generate._params import call_generator, parameter_types
+from solvers.generate.cnn import cnn
+from solvers.generate.grid import mesh2d, mesh3d, torus2d, torus3d
+from solvers.generate.random_dag import random_dag
+from solvers.generate.random_topologies import random_blk_1, random_blk_2, uniform_dist
+from solvers.generate.topologies import dgx1, hierarchical, moirai_inter, moirai_intra
+from solvers.generate.transformer import transformer
+from solvers.model.graph import OpGraph
+from solvers.model.topology import Topology
+
+TOPOLOGY_KINDS: dict[str, Callable[..., Topology]] = {
+    "hierarchical": hierarchical,
+    "dgx1": dgx1,
+    "mesh2d": mesh2d,
+    "mesh3d": mesh3d,
+    "torus2d": torus2d,
+    "torus3d": torus3d,
+    "random_blk_1": random_blk_1,
+    "random_blk_2": random_blk_2,
+    "uniform_dist": uniform_dist,
+    "moirai_inter": moirai_inter,
+    "moirai_intra": moirai_intra,
+}
+
+GRAPH_KINDS: dict[str, Callable[..., OpGraph]] = {
+    "transformer": transformer,
+    "cnn": cnn,
+    "random_dag": random_dag,
+}
+
+
+def generate_topology(kind: str, **params: Any) -> Topology:
+    """Generate a topology of ``kind``; unknown kinds or parameters raise ``InvalidInput``."""
+    return call_generator("topology", TOPOLOGY_KINDS, kind, params)
+
+
+def generate_graph(kind: str, **params: Any) -> OpGraph:
+    """Generate an op graph of ``kind``; unknown kinds or parameters raise ``InvalidInput``."""
+    return call_generator("graph", GRAPH_KINDS, kind, params)
+
+
+__all__ = ["GRAPH_KINDS", "TOPOLOGY_KINDS", "generate_graph", "generate_topology", "parameter_types"]

@@ -1,0 +1,91 @@
+"""Calling a generator by name with checked keyword parameters.
+
+Every generator is a function with keyword-only, typed, defaulted parameters; the CLI and the
+service pass ``--name value`` / JSON members through :func:`call_generator`, which rejects
+unknown names and wrongly typed values with :class:`InvalidInput` listing what is valid.
+Strings are converted to the annotated type (``"8"`` -> 8, ``"true"`` -> True).
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from solvers.model.errors import InvalidInput
+
+R = TypeVar("R")
+
+
+def _coerce(value: Any, kind: type, name: str, where: str) -> Any:
+    """``value`` as ``kind`` (int, float, bool or str), or an error naming the parameter."""
+    bad = InvalidInput(f"{where}: parameter {name!r} must be {kind.__name__}, got {value!r}",
+                       field=name, ref=name)
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        if kind is bool:
+            if text in ("true", "1", "yes", "on"):
+                return True
+            if text in ("false", "0", "no", "off"):
+                return False
+            raise bad
+        try:
+            value = int(text) if kind is int else float(text)
+        except ValueError:
+            raise bad from None
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad
+        return float(value)
+    if not isinstance(value, str):
+        raise bad
+    return value
+
+
+def parameter_types(func: Callable[..., Any]) -> dict[str, tuple[type, Any]]:
+    """Parameter name -> (annotated type, default) of a generator."""
+    hints = typing.get_type_hints(func)
+    return {name: (hints[name], p.default) for name, p in inspect.signature(func).parameters.items()}
+
+
+def call_generator(what: str, kinds: Mapping[str, Callable[..., R]], kind: str, params: Mapping[str, Any]) -> R:
+    """Look ``kind`` up (case-insensitive) and call it with checked ``params``."""
+    func = kinds.get(kind) or kinds.get(str(kind).lower())
+    if func is None:
+        raise InvalidInput(f"unknown {what} kind {kind!r} (valid: {', '.join(sorted(kinds))})",
+                           field="kind", ref=str(kind))
+    types = parameter_types(func)
+    where = f"{what} {kind!r}"
+    checked: dict[str, Any] = {}
+    for name, value in params.items():
+        key = name.replace("-", "_")
+        if key not in types:
+            raise InvalidInput(f"{where}: unknown parameter {name!r} (valid: {', '.join(sorted(types))})",
+                               field=name, ref=name)
+        checked[key] = _coerce(value, types[key][0], key, where)
+    return func(**checked)
+
+
+def positive(value: float, name: str, *, allow_zero: bool = False) -> None:
+    """Reject a non-positive (or negative) numeric parameter, naming it."""
+    if not (value >= 0 if allow_zero else value > 0) or value != value or value == float("inf"):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidInput(f"parameter {name!r} must be finite and {bound}, got {value!r}", field=name, ref=name)
+
+
+def one_of(value: str, name: str, allowed: tuple[str, ...]) -> None:
+    """Reject a string parameter outside ``allowed``, listing the valid values."""
+    if value not in allowed:
+        raise InvalidInput(f"parameter {name!r} must be one of {', '.join(allowed)}, got {value!r}",
+                           field=name, ref=name)

@@ -1,0 +1,121 @@
+"""Graph generators: structure, FLOP-derived numbers, sizes, determinism, errors."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from solvers.generate import GRAPH_KINDS, generate_graph
+from solvers.generate.devices import DEVICES, device_spec
+from solvers.model.errors import InvalidInput
+from solvers.model.graph import graph_from_document
+
+
+@pytest.mark.parametrize("kind", sorted(GRAPH_KINDS))
+def test_every_kind_generates_a_valid_round_tripping_graph(kind: str) -> None:
+    graph = generate_graph(kind)
+    assert graph_from_document(graph.to_document()).digest == graph.digest
+    assert (graph.fwd_s > 0).all()
+    func = GRAPH_KINDS[kind]
+    assert func.__doc__
+    for name, param in inspect.signature(func).parameters.items():
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is not inspect.Parameter.empty, name
+
+
+def test_bert_op_level_structure_and_numbers() -> None:
+    g = generate_graph("transformer", layers=2, hidden=64, heads=4, seq_len=16, micro_batch=2, vocab=100)
+    ops = {n.op for n in g.nodes}
+    assert {"aten.addmm", "aten.bmm", "aten._softmax", "aten.gelu", "aten.native_layer_norm", "aten.add",
+            "aten.embedding", "aten.mm"} <= ops
+    per_layer = [n for n in g.nodes if n.layer and n.layer.startswith("encoder.layer.1")]
+    assert len(per_layer) == 12
+    qkv = g.nodes[g.index["encoder.layer.0.attention.self.qkv"]]
+    assert qkv.layer == "encoder.layer.0.attention.self"
+    assert qkv.param_bytes == (3 * 64 * 64 + 3 * 64) * 2
+    assert qkv.bwd_s == pytest.approx(2 * qkv.fwd_s)
+    assert qkv.act_bytes == 2 * 16 * 3 * 64 * 2
+    edge = g.edges[next(i for i, e in enumerate(g.edges) if e.src == qkv.id and e.dst.endswith("scores"))]
+    assert edge.bytes == 2 * 16 * 64 * 2 * 2  # q and k slices
+    assert g.profiled_batch_size == 2
+
+
+def test_matmul_time_is_flop_derived() -> None:
+    big = generate_graph("transformer", layers=1, hidden=4096, heads=32, seq_len=2048, micro_batch=4, device="A100")
+    up = big.nodes[big.index["encoder.layer.0.intermediate.fc_up"]]
+    t = 4 * 2048
+    flops = 2 * t * 4096 * 4 * 4096
+    assert up.fwd_s == pytest.approx(flops / (device_spec("A100").fp16_flops * 0.5))
+    h100 = generate_graph("transformer", layers=1, hidden=4096, heads=32, seq_len=2048, micro_batch=4, device="H100")
+    assert h100.nodes[h100.index[up.id]].fwd_s < up.fwd_s
+
+
+def test_gpt_is_causal_pre_ln() -> None:
+    g = generate_graph("transformer", causal=True, layers=3, hidden=64, heads=2, seq_len=8, vocab=50)
+    assert "transformer.h.2.ln_1" in g.index and "transformer.ln_f" in g.index
+    assert g.attrs["model"] == "gpt"
+
+
+def test_granularities() -> None:
+    kw = {"layers": 4, "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 100}
+    op = generate_graph("transformer", **kw)
+    head = generate_graph("transformer", granularity="head", **kw)
+    layer = generate_graph("transformer", granularity="layer", **kw)
+    assert head.n_ops == op.n_ops + 4 * (3 * 4 - 3 + 1)
+    assert [n.id for n in layer.nodes] == ["embeddings", *(f"encoder.layer.{i}" for i in range(4)), "cls", "loss"]
+    assert layer.fwd_s.sum() == pytest.approx(op.fwd_s.sum())
+    assert layer.param_bytes.sum() == pytest.approx(op.param_bytes.sum())
+
+
+def test_transformer_reaches_tens_of_thousands_of_ops() -> None:
+    g = generate_graph("transformer", layers=256, hidden=256, heads=32, seq_len=32, granularity="head")
+    assert g.n_ops > 20_000
+
+
+def test_resnet_parameter_counts() -> None:
+    r50 = generate_graph("cnn")
+    assert r50.param_bytes.sum() / 4 == pytest.approx(25.5e6, rel=0.02)
+    r152 = generate_graph("cnn", blocks="3,8,36,3")
+    assert r152.param_bytes.sum() / 4 == pytest.approx(60.2e6, rel=0.02)  # Parmesan Table VII: 60M
+    ops = {n.op for n in r50.nodes}
+    assert {"aten.convolution", "aten.batch_norm", "aten.relu", "aten.add", "aten.max_pool2d"} <= ops
+    conv = r50.nodes[r50.index["layer1.0.conv2"]]
+    assert conv.layer == "layer1.0" and conv.param_bytes == 64 * 64 * 9 * 4
+
+
+def test_semantic_fpn_has_skip_connections() -> None:
+    g = generate_graph("cnn", fpn=True, image_size=512, num_classes=150, micro_batch=2)
+    assert g.param_bytes.sum() / 4 == pytest.approx(28.5e6, rel=0.05)  # Parmesan Table VII: about 30M
+    lateral_inputs = [e.src for e in g.edges if e.dst.startswith("neck.lateral_convs")]
+    assert len(lateral_inputs) == 4
+
+
+def test_random_dag_sizes_and_determinism() -> None:
+    small = generate_graph("random_dag", n_ops=10, seed=1)
+    assert small.n_ops == 10
+    assert generate_graph("random_dag", n_ops=300, seed=7).digest == generate_graph("random_dag", n_ops=300,
+                                                                                    seed=7).digest
+    assert generate_graph("random_dag", n_ops=300, seed=7).digest != generate_graph("random_dag", n_ops=300,
+                                                                                    seed=8).digest
+    g = generate_graph("random_dag", n_ops=2000, width=10, edge_prob=0.2, seed=3)
+    assert all(len(p) >= 1 for i, p in enumerate(g.pred) if g.nodes[i].layer != "block.0")
+    for e in g.edges[:50]:
+        assert e.bytes == g.nodes[g.index[e.src]].act_bytes
+
+
+def test_graph_parameter_errors() -> None:
+    with pytest.raises(InvalidInput, match="unknown graph kind 'lstm'"):
+        generate_graph("lstm")
+    with pytest.raises(InvalidInput, match="unknown parameter 'depth'"):
+        generate_graph("cnn", depth=50)
+    with pytest.raises(InvalidInput, match="must be a multiple of 'heads'"):
+        generate_graph("transformer", hidden=100, heads=12)
+    with pytest.raises(InvalidInput, match="granularity"):
+        generate_graph("transformer", granularity="block")
+    with pytest.raises(InvalidInput, match="unknown device kind"):
+        generate_graph("cnn", device="TPU")
+    with pytest.raises(InvalidInput, match="'edge_prob' must be in"):
+        generate_graph("random_dag", edge_prob=2.0)
+    with pytest.raises(InvalidInput, match="blocks"):
+        generate_graph("cnn", blocks="3,x")
+    assert "V100" in DEVICES
