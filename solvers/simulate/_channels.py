@@ -1,0 +1,88 @@
+"""Directed device-pair channels: one transfer at a time on each (DESIGN §4, MOIRAI congestion).
+
+A message between two replica groups is split into its :func:`~solvers.cost.comm.transfer_pairs`;
+each pair is one transfer on its channel, the pairs run in parallel, and the message arrives
+when the last of them finishes.  A channel serves transfers in request order (the simulators
+request transfers in time order; a channel only ever carries the messages of one sending group,
+whose tasks run one at a time, so request order is the sender's task order).  A transfer of zero
+duration (zero bytes) does not occupy its channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from solvers.cost.comm import transfer_pairs, transfer_s
+from solvers.model.topology import Topology
+from solvers.simulate.result import TimelineEntry
+
+# One message's transfers: (channel id, duration in seconds) per sender/receiver pair.
+Transfers = list[tuple[int, float]]
+
+
+class ChannelTable:
+    """Compact channel ids, their busy-until times and the bytes each carries per iteration."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.ids: dict[tuple[int, int], int] = {}
+        self.pairs: list[tuple[int, int]] = []
+        self.free_s: list[float] = []  # free_s[c] = time channel c finishes its last transfer
+        self.traffic_bytes: dict[tuple[int, int], float] = {}
+
+    def channel(self, src: int, dst: int) -> int:
+        """The id of channel ``src -> dst`` (device positions), created on first use."""
+        cid = self.ids.get((src, dst))
+        if cid is None:
+            cid = self.ids[(src, dst)] = len(self.pairs)
+            self.pairs.append((src, dst))
+            self.free_s.append(0.0)
+        return cid
+
+    def message(self, src_devices: Sequence[int], dst_devices: Sequence[int], size_bytes: float,
+                copies: int) -> Transfers:
+        """The transfers of one message; ``copies`` = times it is sent per iteration (for traffic)."""
+        out: Transfers = []
+        for a, b, share in transfer_pairs(src_devices, dst_devices, size_bytes):
+            out.append((self.channel(a, b), transfer_s(self.topology, a, b, share)))
+            if share > 0:
+                self.traffic_bytes[(a, b)] = self.traffic_bytes.get((a, b), 0.0) + share * copies
+        return out
+
+    def add_allreduce(self, ring: Sequence[int], param_bytes: float) -> None:
+        """Record a ring all-reduce's traffic: ``2 (R-1)/R * P`` bytes on each ring hop."""
+        r = len(ring)
+        if r <= 1 or param_bytes <= 0:
+            return
+        for i in range(r):
+            key = (ring[i], ring[(i + 1) % r])
+            self.traffic_bytes[key] = self.traffic_bytes.get(key, 0.0) + 2.0 * (r - 1) / r * param_bytes
+
+    def send(self, transfers: Transfers, request_s: float) -> float:
+        """Queue a message's transfers at ``request_s``; return its arrival time."""
+        free = self.free_s
+        arrival = request_s
+        for cid, dur in transfers:
+            if dur > 0.0:
+                start = free[cid]
+                if start < request_s:
+                    start = request_s
+                end = free[cid] = start + dur
+                if end > arrival:
+                    arrival = end
+        return arrival
+
+    def send_logged(self, transfers: Transfers, request_s: float, label: str,
+                    timeline: list[TimelineEntry]) -> float:
+        """:meth:`send`, also writing each transfer to ``timeline``."""
+        free = self.free_s
+        arrival = request_s
+        ids = self.topology.devices
+        for cid, dur in transfers:
+            if dur > 0.0:
+                start = max(free[cid], request_s)
+                end = free[cid] = start + dur
+                arrival = max(arrival, end)
+                a, b = self.pairs[cid]
+                timeline.append(TimelineEntry(f"{ids[a].id}->{ids[b].id}", label, start, end))
+        return arrival

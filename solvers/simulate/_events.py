@@ -1,0 +1,160 @@
+"""The discrete-event core of the op-level simulator: tasks on groups, messages on channels.
+
+Tasks are block-structured so that per-task data is stored once per *template*: with ``n``
+items (ops, or stages for pipeline units), ``P`` passes and ``MB`` micro-batches, task
+``t = (p * MB + m) * n + i`` is item ``i``'s pass ``p`` for micro-batch ``m``, and its template
+is ``k = p * n + i``.  Successors are stored as task-id deltas, valid for every micro-batch.
+
+A group runs one task at a time.  A group with a fixed sequence runs it in that order, each task
+starting at ``max(group free, inputs arrived)``; any other group is a non-idling list scheduler:
+when free it takes, among the tasks whose inputs have all arrived, the one with the smallest key
+``(ready time, priority)``.  Events at one instant are all processed (completions first, by task
+id) before free groups choose (by group id), so a choice sees every task ready at that instant.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from solvers.model.errors import InvalidPlan
+from solvers.simulate._channels import ChannelTable, Transfers
+from solvers.simulate.result import TimelineEntry
+
+
+@dataclass
+class TaskGraph:
+    """Templates of a block-structured task set (see the module doc for the indexing)."""
+
+    n_items: int
+    n_passes: int
+    micro_batches: int
+    group_of: list[int]  # group_of[i] = group that runs item i (in every pass)
+    group_devices: list[list[int]]  # group_devices[g] = device positions of group g
+    duration_s: list[float]  # duration_s[k] = time of template k on its group
+    local: list[list[int]]  # local[k] = deltas to tasks that may start when this one ends
+    messages: list[list[tuple[Transfers, list[int]]]]  # messages[k] = (transfers, consumer deltas)
+    n_inputs: list[int]  # n_inputs[k] = local predecessors + messages a task must wait for
+    priority: list[int]  # priority[k] = tie-break rank within a block (list-scheduled groups)
+    sequences: list[list[int] | None] = field(default_factory=list)  # sequences[g] = fixed task order
+
+
+def run_tasks(tg: TaskGraph, channels: ChannelTable, label: Callable[[int], str] | None = None,
+              log: list[TimelineEntry] | None = None) -> list[float]:
+    """Simulate every task; return ``last_end[g]``, the end of group ``g``'s last task.
+
+    ``log`` (with ``label``: task id -> name) receives every task and transfer interval.
+    Raises :class:`InvalidPlan` when fixed sequences deadlock (an order against the dependencies).
+    """
+    n, mb = tg.n_items, tg.micro_batches
+    block = mb * n
+    n_tasks = tg.n_passes * block
+    n_groups = len(tg.group_devices)
+    group_of, duration, local, messages, priority = tg.group_of, tg.duration_s, tg.local, tg.messages, tg.priority
+    waiting = [c for p in range(tg.n_passes) for c in tg.n_inputs[p * n:(p + 1) * n] * mb]  # inputs still missing
+    ready = [0.0] * n_tasks  # ready[t] = latest arrival among task t's inputs so far
+    sequences = tg.sequences or [None] * n_groups
+    pointer = [0] * n_groups  # pointer[g] = next position in sequences[g]
+    queues: list[list[tuple[float, int, int]]] = [[] for _ in range(n_groups)]  # (ready, priority, task)
+    busy = [False] * n_groups
+    last_end = [0.0] * n_groups
+    events: list[tuple[float, int, int]] = []  # (time, 0 = task end | 1 = group wake-up, task | group)
+    pending: set[int] = set(range(n_groups))  # groups to offer work to at the current instant
+    push, pop = heapq.heappush, heapq.heappop
+    send = channels.send
+    names = None if log is None else [channels.topology.devices[d].id for d in range(channels.topology.n_devices)]
+
+    def resolved(u: int) -> None:
+        g = group_of[u % n]
+        seq = sequences[g]
+        if seq is None:
+            k = (u // block) * n + u % n
+            push(queues[g], (ready[u], u - u % n + priority[k], u))
+            pending.add(g)
+        elif pointer[g] < len(seq) and seq[pointer[g]] == u:
+            pending.add(g)
+
+    for u in range(n_tasks):
+        if waiting[u] == 0:
+            resolved(u)
+    done = 0
+    now = 0.0
+    while True:
+        for g in sorted(pending):
+            if busy[g]:
+                continue
+            seq = sequences[g]
+            if seq is None:
+                queue = queues[g]
+                if not queue:
+                    continue
+                r = queue[0][0]
+                if r > now:
+                    push(events, (r, 1, g))
+                    continue
+                t = pop(queue)[2]
+            else:
+                if pointer[g] >= len(seq):
+                    continue
+                t = seq[pointer[g]]
+                if waiting[t]:
+                    continue
+                if ready[t] > now:
+                    push(events, (ready[t], 1, g))
+                    continue
+                pointer[g] += 1
+            busy[g] = True
+            end = now + duration[(t // block) * n + t % n]
+            push(events, (end, 0, t))
+            if log is not None and label is not None:
+                for d in tg.group_devices[g]:
+                    log.append(TimelineEntry(names[d], label(t), now, end))  # type: ignore[index]
+        pending.clear()
+        if not events:
+            break
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, x = pop(events)
+            if kind:
+                pending.add(x)
+                continue
+            done += 1
+            i = x % n
+            g = group_of[i]
+            busy[g] = False
+            last_end[g] = now
+            pending.add(g)
+            k = (x // block) * n + i
+            for delta in local[k]:
+                u = x + delta
+                waiting[u] -= 1
+                if now > ready[u]:
+                    ready[u] = now
+                if not waiting[u]:
+                    resolved(u)
+            for transfers, consumers in messages[k]:
+                if log is None:
+                    arrival = send(transfers, now)
+                else:
+                    arrival = channels.send_logged(transfers, now, label(x) if label else "", log)
+                for delta in consumers:
+                    u = x + delta
+                    waiting[u] -= 1
+                    if arrival > ready[u]:
+                        ready[u] = arrival
+                    if not waiting[u]:
+                        resolved(u)
+    if done < n_tasks:
+        _deadlock(tg, pointer, label)
+    return last_end
+
+
+def _deadlock(tg: TaskGraph, pointer: list[int], label: Callable[[int], str] | None) -> None:
+    for g, seq in enumerate(tg.sequences):
+        if seq is not None and pointer[g] < len(seq):
+            t = seq[pointer[g]]
+            name = label(t) if label else str(t)
+            raise InvalidPlan(f"order: group {g} waits forever at task {name}: the order runs an op before "
+                              "one of its inputs can exist", field="order")
+    raise InvalidPlan("the task graph deadlocks", field="stages")  # pragma: no cover

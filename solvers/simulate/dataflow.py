@@ -1,0 +1,128 @@
+"""Op-level dataflow simulator (DESIGN §5) for latency plans: any placement, eager messages.
+
+Each op ``v`` of group ``g`` gives a forward task ``F(v, m)`` per micro-batch ``m`` (and in a
+training pass a backward task ``B(v, m)``), timed with the group's op times (slowest replica /
+R, Parmesan Eq. 3).  An op's output needed by another group is sent as soon as the op ends:
+one message per (producer op, consumer group) carrying the largest bytes among those edges.
+``B(v, m)`` needs ``F(v, m)`` and ``B(w, m)`` of every successor ``w`` (a gradient message
+``group(w) -> group(v)`` with that edge's bytes when remote); a sink's backward follows its
+forward.  In a training pass a replicated group ends with a ring all-reduce of its parameters.
+
+Order on a group: ``plan.order`` (replayed exactly: forward tasks in the order, micro-batch by
+micro-batch, then backward tasks in the reverse order) or, without one, non-idling list
+scheduling by ``(ready time, pass, micro-batch, topological position (reversed for backward),
+op)``; see :mod:`solvers.simulate._events`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers.cost.comm import allreduce_s
+from solvers.cost.compute import ComputeModel
+from solvers.model.plan import ResolvedPlan
+from solvers.model.problem import Problem
+from solvers.simulate._channels import ChannelTable, Transfers
+from solvers.simulate._events import TaskGraph, run_tasks
+from solvers.simulate.result import EngineRun, TimelineEntry
+
+
+def group_op_times(rp: ResolvedPlan, compute: ComputeModel, n_ops: int) -> tuple[list[float], list[float]]:
+    """Per op: forward and backward time on its own group (slowest replica / R)."""
+    fwd = np.zeros(n_ops)
+    bwd = np.zeros(n_ops)
+    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
+        fwd[ops] = compute.group_fwd_s(devs)[ops]
+        bwd[ops] = compute.group_bwd_s(devs)[ops]
+    return fwd.tolist(), bwd.tolist()
+
+
+def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channels: ChannelTable,
+                   micro_batches: int) -> TaskGraph:
+    g = problem.graph
+    n = g.n_ops
+    training = problem.training
+    passes = 2 if training else 1
+    block = micro_batches * n
+    group = rp.stage_of.tolist()
+    devs = rp.stage_devices
+    fwd, bwd = group_op_times(rp, compute, n)
+    if rp.plan.recompute:
+        bwd = [b + f for f, b in zip(fwd, bwd, strict=True)]
+    src, dst, size = g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist()
+    local: list[list[int]] = [[] for _ in range(passes * n)]
+    messages: list[list[tuple[Transfers, list[int]]]] = [[] for _ in range(passes * n)]
+    n_inputs = [len(p) for p in g.pred] + ([1 + len(s) for s in g.succ] if training else [])
+    for u, edges in enumerate(g.out_edges):
+        gu = group[u]
+        remote: dict[int, list[int]] = {}  # consumer group -> deltas F(u) -> F(w)
+        largest: dict[int, float] = {}  # consumer group -> bytes of the one message
+        for e in edges:
+            w = dst[e]
+            if group[w] == gu:
+                local[u].append(w - u)
+            else:
+                remote.setdefault(group[w], []).append(w - u)
+                largest[group[w]] = max(largest.get(group[w], 0.0), size[e])
+        for h in sorted(remote):
+            messages[u].append((channels.message(devs[gu], devs[h], largest[h], micro_batches), remote[h]))
+        if training:
+            local[u].append(block)  # F(u, m) -> B(u, m)
+    if training:
+        for w, edges in enumerate(g.in_edges):
+            for e in edges:
+                u = src[e]
+                if group[u] == group[w]:
+                    local[n + w].append(u - w)
+                else:
+                    grad = channels.message(devs[group[w]], devs[group[u]], size[e], micro_batches)
+                    messages[n + w].append((grad, [u - w]))
+    pos = g.topo_position.tolist()
+    priority = pos + ([n - 1 - p for p in pos] if training else [])
+    sequences = _sequences(rp, n, micro_batches, training)
+    return TaskGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
+                     n_inputs, priority, sequences)
+
+
+def _sequences(rp: ResolvedPlan, n: int, micro_batches: int, training: bool) -> list[list[int] | None]:
+    """Per group: the fixed task order from ``plan.order`` (first listed device of the group), or None."""
+    out: list[list[int] | None] = [None] * rp.n_stages
+    if rp.order is None:
+        return out
+    block = micro_batches * n
+    for s, devs in enumerate(rp.stage_devices):
+        order = next((rp.order[d] for d in devs if d in rp.order), None)
+        if order is None:
+            continue
+        seq = [m * n + v for m in range(micro_batches) for v in order]
+        if training:
+            seq += [block + m * n + v for m in range(micro_batches) for v in reversed(order)]
+        out[s] = seq
+    return out
+
+
+def run_dataflow(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int, *,
+                 timeline: bool) -> EngineRun:
+    """Simulate a latency plan op by op; the makespan includes the training all-reduce."""
+    channels = ChannelTable(problem.topology)
+    tg = _op_task_graph(problem, rp, compute, channels, micro_batches)
+    log: list[TimelineEntry] | None = [] if timeline else None
+    ids = problem.graph.ids
+    n, block = tg.n_items, micro_batches * tg.n_items
+
+    def label(t: int) -> str:
+        return f"{'F' if t < block else 'B'}{(t % block) // n} {ids[t % n]}"
+
+    last_end = run_tasks(tg, channels, label, log)
+    makespan = 0.0
+    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
+        tail = 0.0
+        if problem.training and len(devs) > 1:
+            params = float(problem.graph.param_bytes[ops].sum())
+            tail = allreduce_s(problem.topology, devs, params)
+            channels.add_allreduce(devs, params)
+            if log is not None and tail > 0:
+                log.extend(TimelineEntry(problem.topology.devices[d].id, "allreduce", last_end[s],
+                                         last_end[s] + tail) for d in devs)
+        makespan = max(makespan, last_end[s] + tail)
+    return EngineRun(makespan, dict(channels.traffic_bytes), log)

@@ -1,0 +1,100 @@
+"""The metrics dictionary every simulation returns (docs/simulator.md defines each key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from solvers.cost.bounds import lower_bound_s
+from solvers.cost.comm import group_transfer_s
+from solvers.cost.compute import ComputeModel
+from solvers.cost.memory import device_memory_bytes, in_flight_micro_batches, stage_memory_bytes
+from solvers.cost.traffic import group_input_bytes, group_traffic_bytes
+from solvers.model.plan import ResolvedPlan
+from solvers.model.problem import Problem
+
+
+def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> list[float]:
+    """Per stage, per micro-batch: compute (forward + backward when training) + outbound communication.
+
+    Communication = one coalesced message per destination stage and direction (forward outputs,
+    and in training the gradients returned to the producing stages), each timed by
+    :func:`~solvers.cost.comm.group_transfer_s`.
+    """
+    topo = problem.topology
+    out = []
+    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
+        f = float(compute.group_fwd_s(devs)[ops].sum())
+        t = f
+        if problem.training:
+            t += float(compute.group_bwd_s(devs)[ops].sum()) + (f if rp.plan.recompute else 0.0)
+        out.append(t)
+    for (a, b), size in group_traffic_bytes(problem.graph, rp.stage_of).items():
+        out[a] += group_transfer_s(topo, rp.stage_devices[a], rp.stage_devices[b], size)
+        if problem.training:
+            out[b] += group_transfer_s(topo, rp.stage_devices[b], rp.stage_devices[a], size)
+    return out
+
+
+def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
+    """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch)."""
+    out: dict[str, float] = {}
+    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
+        r = len(devs)
+        for d in devs:
+            f = float(compute.fwd_s(d)[ops].sum())
+            t = f
+            if problem.training:
+                t += float(compute.bwd_s(d)[ops].sum()) + (f if rp.plan.recompute else 0.0)
+            out[problem.topology.devices[d].id] = micro_batches * t / r
+    return out
+
+
+def peak_memory_bytes(problem: Problem, rp: ResolvedPlan) -> dict[str, float]:
+    """Per used device: peak bytes from :mod:`solvers.cost.memory` (the model resolve_plan checks)."""
+    out: dict[str, float] = {}
+    plan = rp.plan
+    throughput = problem.objective == "throughput"
+    inputs = group_input_bytes(problem.graph, rp.stage_of) if throughput else None
+    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
+        if inputs is not None:
+            k = in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches)
+            need = stage_memory_bytes(problem, ops, len(devs), k, float(inputs[s]), plan.recompute)
+        else:
+            need = device_memory_bytes(problem, ops, len(devs))
+        for d in devs:
+            out[problem.topology.devices[d].id] = need
+    return out
+
+
+def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, engine: str, iteration_s: float,
+                  latency_s: float, traffic: dict[tuple[int, int], float]) -> dict[str, Any]:
+    """Assemble the metrics dictionary (JSON-able: str keys, floats, ints, lists)."""
+    plan = rp.plan
+    mb = plan.micro_batches
+    objective_s = iteration_s if problem.objective == "throughput" else latency_s
+    stages = stage_times_s(problem, rp, compute)
+    busy = busy_s(problem, rp, compute, mb)
+    used = len(busy)
+    bubble = 1.0 - sum(busy.values()) / (used * iteration_s) if iteration_s > 0 and used else 0.0
+    bound = lower_bound_s(problem, mb, recompute=plan.recompute)
+    ids = [d.id for d in problem.topology.devices]
+    samples = mb * problem.graph.profiled_batch_size
+    return {
+        "engine": engine,
+        "objective_s": objective_s,
+        "iteration_s": iteration_s,
+        "throughput_samples_per_s": samples / iteration_s if iteration_s > 0 else float(np.inf),
+        "latency_s": latency_s,
+        "stage_times_s": stages,
+        "bottleneck_stage_s": max(stages, default=0.0),
+        "bubble_fraction": max(0.0, bubble),
+        "peak_memory_bytes": peak_memory_bytes(problem, rp),
+        "busy_s": busy,
+        "bytes_per_channel": {f"{ids[a]}->{ids[b]}": x for (a, b), x in sorted(traffic.items())},
+        "lower_bound_s": bound,
+        "efficiency": bound / objective_s if objective_s > 0 else 1.0,
+        "micro_batches": mb,
+        "schedule": plan.schedule,
+    }

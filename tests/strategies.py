@@ -1,0 +1,111 @@
+"""Shared Hypothesis strategies: small random DAGs, small topologies, valid plans.
+
+Import what you need (``from tests.strategies import dag_graphs, topologies``); append new
+strategies here rather than writing private ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem, Settings
+from solvers.model.topology import Device, Link, Topology
+
+HUGE_MEMORY_BYTES = 1e18  # devices big enough that memory never decides in property tests
+
+_times = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0])
+_sizes = st.sampled_from([0.0, 1e3, 1e6, 4e6])
+
+
+@st.composite
+def dag_graphs(draw: st.DrawFn, min_ops: int = 1, max_ops: int = 10, edge_p: float = 0.35,
+               with_params: bool = True) -> OpGraph:
+    """A random DAG: op ``op{i}`` may feed ``op{j}`` for ``i < j``; node records in shuffled order."""
+    n = draw(st.integers(min_ops, max_ops))
+    nodes = [Node(f"op{i}", "aten.x", draw(_times), draw(_times),
+                  param_bytes=draw(_sizes) if with_params else 0.0, act_bytes=draw(_sizes))
+             for i in range(n)]
+    edges = [Edge(f"op{i}", f"op{j}", draw(_sizes))
+             for i in range(n) for j in range(i + 1, n) if draw(st.floats(0, 1)) < edge_p]
+    perm = draw(st.permutations(range(n)))
+    return OpGraph.build("random", [nodes[i] for i in perm], edges, profiled_batch_size=draw(st.integers(1, 4)))
+
+
+@st.composite
+def topologies(draw: st.DrawFn, min_devices: int = 1, max_devices: int = 6) -> Topology:
+    """A random connected topology: a spanning chain plus random extra links, varied speeds."""
+    n = draw(st.integers(min_devices, max_devices))
+    devices = [Device(f"d{i}", "GPU", f"h{i // 2}", HUGE_MEMORY_BYTES, draw(st.sampled_from([0.5, 1.0, 2.0])))
+               for i in range(n)]
+    bandwidth = st.sampled_from([1e6, 1e7, 1e9])
+    latency = st.sampled_from([0.0, 1e-3, 0.1])
+    links = [Link(f"d{i}", f"d{i + 1}", draw(bandwidth), draw(latency)) for i in range(n - 1)]
+    links += [Link(f"d{i}", f"d{j}", draw(bandwidth), draw(latency))
+              for i in range(n) for j in range(i + 2, n) if draw(st.booleans())]
+    return Topology.from_links("random", devices, links)
+
+
+@st.composite
+def convex_stages(draw: st.DrawFn, graph: OpGraph, max_stages: int) -> list[list[str]]:
+    """Ops split into stages such that every edge goes to the same or a later stage (none empty)."""
+    stage = [0] * graph.n_ops
+    for v in graph.topo_order.tolist():
+        low = max((stage[u] for u in graph.pred[v]), default=0)
+        stage[v] = draw(st.integers(low, max(low, max_stages - 1)))
+    used = sorted(set(stage))
+    out: list[list[str]] = [[] for _ in used]
+    for v in graph.topo_order.tolist():
+        out[used.index(stage[v])].append(graph.nodes[v].id)
+    return out
+
+
+@st.composite
+def device_groups(draw: st.DrawFn, topology: Topology, n_groups: int) -> list[list[str]]:
+    """``n_groups`` disjoint non-empty device groups (random sizes, random devices)."""
+    ids = list(draw(st.permutations([d.id for d in topology.devices])))
+    extra = len(ids) - n_groups
+    sizes = [1] * n_groups
+    for _ in range(draw(st.integers(0, extra))):
+        sizes[draw(st.integers(0, n_groups - 1))] += 1
+    groups, at = [], 0
+    for size in sizes:
+        groups.append(ids[at:at + size])
+        at += size
+    return groups
+
+
+@st.composite
+def throughput_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 6) -> tuple[Problem, Plan]:
+    """A throughput problem and a valid pipeline plan (convex stages, replicas, either schedule)."""
+    topo = draw(topologies(max_devices=max_devices))
+    graph = draw(dag_graphs(max_ops=max_ops))
+    stages = draw(convex_stages(graph, topo.n_devices))
+    groups = draw(device_groups(topo, len(stages)))
+    mb = draw(st.integers(1, 5))
+    schedule = draw(st.sampled_from(["gpipe", "1f1b"]))
+    recompute = draw(st.booleans())
+    problem = Problem(graph, topo, "throughput", Settings(micro_batches=(mb,), schedule=schedule))
+    plan = Plan(tuple(Stage(tuple(ops), tuple(devs)) for ops, devs in zip(stages, groups, strict=True)),
+                micro_batches=mb, schedule=schedule, recompute=recompute)
+    return problem, plan
+
+
+@st.composite
+def latency_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 5,
+                  replicas: bool = True) -> tuple[Problem, Plan]:
+    """A latency problem and a valid plan placing every op on any device group."""
+    topo = draw(topologies(max_devices=max_devices))
+    graph = draw(dag_graphs(max_ops=max_ops))
+    pass_: Any = draw(st.sampled_from(["forward", "training"]))
+    n_groups = draw(st.integers(1, topo.n_devices))
+    groups = draw(device_groups(topo, n_groups)) if replicas else [[d.id] for d in topo.devices[:n_groups]]
+    owner = [draw(st.integers(0, n_groups - 1)) for _ in range(graph.n_ops)]
+    used = sorted(set(owner))
+    stages = tuple(Stage(tuple(graph.nodes[v].id for v in range(graph.n_ops) if owner[v] == g), tuple(groups[g]))
+                   for g in used)
+    problem = Problem(graph, topo, "latency", Settings(pass_=pass_))
+    return problem, Plan(stages, micro_batches=draw(st.integers(1, 2)))
