@@ -41,10 +41,12 @@ class TaskGraph:
 
 
 def run_tasks(tg: TaskGraph, channels: ChannelTable, label: Callable[[int], str] | None = None,
-              log: list[TimelineEntry] | None = None) -> list[float]:
+              log: list[TimelineEntry] | None = None,
+              transfer_label: Callable[[int, int], str] | None = None) -> list[float]:
     """Simulate every task; return ``last_end[g]``, the end of group ``g``'s last task.
 
-    ``log`` (with ``label``: task id -> name) receives every task and transfer interval.
+    ``log`` receives every task interval (named by ``label``: task id -> name) and every
+    transfer (named by ``transfer_label``: (sender task, first consumer task) -> name).
     Raises :class:`InvalidPlan` when fixed sequences deadlock (an order against the dependencies).
     """
     n, mb = tg.n_items, tg.micro_batches
@@ -137,7 +139,8 @@ def run_tasks(tg: TaskGraph, channels: ChannelTable, label: Callable[[int], str]
                 if log is None:
                     arrival = send(transfers, now)
                 else:
-                    arrival = channels.send_logged(transfers, now, label(x) if label else "", log)
+                    name = transfer_label(x, x + consumers[0]) if transfer_label else ""
+                    arrival = channels.send_logged(transfers, now, name, log)
                 for delta in consumers:
                     u = x + delta
                     waiting[u] -= 1

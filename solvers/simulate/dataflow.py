@@ -113,7 +113,10 @@ def run_dataflow(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micr
     def label(t: int) -> str:
         return f"{'F' if t < block else 'B'}{(t % block) // n} {ids[t % n]}"
 
-    last_end = run_tasks(tg, channels, label, log)
+    def transfer_label(sender: int, consumer: int) -> str:
+        return f"{label(sender)} -> {label(consumer)}"
+
+    last_end = run_tasks(tg, channels, label, log, transfer_label)
     makespan = 0.0
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
         tail = 0.0

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from solvers.cost.bounds import lower_bound_s
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
@@ -85,7 +83,7 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
         "engine": engine,
         "objective_s": objective_s,
         "iteration_s": iteration_s,
-        "throughput_samples_per_s": samples / iteration_s if iteration_s > 0 else float(np.inf),
+        "throughput_samples_per_s": samples / iteration_s if iteration_s > 0 else None,
         "latency_s": latency_s,
         "stage_times_s": stages,
         "bottleneck_stage_s": max(stages, default=0.0),
