@@ -28,6 +28,11 @@ BUILTIN: dict[str, str] = {
     # rannc family
     # moirai family
     # celeritas family and list-scheduling baselines
+    "celeritas": "solvers.celeritas.solver:CeleritasSolver",
+    "m-topo": "solvers.baselines.mtopo:MTopoSolver",
+    "m-etf": "solvers.baselines.metf:METFSolver",
+    "m-sct": "solvers.baselines.msct:MSCTSolver",
+    "heft": "solvers.baselines.heft:HEFTSolver",
     # portfolio
 }
 

@@ -1,0 +1,153 @@
+"""``m-sct``: Baechi's memory-constrained Small Communication Time placement (Jeon et al.,
+SoCC'20, §4.3; SCT: Hanen & Munier 1995).
+
+1. Favourite children from the SCT linear program (solved with OR-Tools GLOP; ``relaxation=
+   False`` solves it as an ILP with SCIP).  Variables: ``s_v`` start of op ``v``; ``x_e`` in
+   [0, 1] per edge ``e = (u, v)``, 0 meaning "v is u's favourite child" (no communication);
+   ``w`` the makespan.  Minimise ``w`` subject to
+   ``s_v >= s_u + p_u + c_e x_e`` (every edge), ``sum_{e out of u} x_e >= |succ(u)| - 1``
+   (at most one favourite child), ``sum_{e into v} x_e >= |pred(v)| - 1`` (at most one
+   favourite parent), ``w >= s_v + p_v`` (sinks).  ``p`` and ``c`` are device-averaged op
+   and message times.  Rounding: ``x_e < threshold`` (0.5) marks the favourite child.
+2. m-ETF (:func:`~solvers.baselines.metf.etf_schedule`) where a favourite child is placed on
+   its favourite parent's device whenever it fits there.
+
+If the LP does not finish within its share of the budget (half of what remains, at most
+``lp_time_limit_s``), no favourites are used (plain m-ETF) and the plan says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.baselines._listsched import (
+    LatencyCosts,
+    ListSchedule,
+    TaskGraph,
+    check_latency_pins,
+    device_caps_bytes,
+    finish_latency_plan,
+    infeasible_plan,
+    latency_costs,
+    obviously_infeasible,
+    op_task_graph,
+)
+from solvers.baselines.metf import etf_schedule
+from solvers.model.errors import require
+from solvers.model.plan import Plan
+from solvers.model.problem import Problem
+
+IntArray = npt.NDArray[np.int64]
+
+
+class MSCTOptions(SolverOptions):
+    """``relaxation``: solve the favourite-child LP (True, Baechi's default) or the ILP.
+    ``threshold``: ``x_e`` below it marks a favourite child.  ``lp_time_limit_s``: cap on
+    the LP/ILP solve."""
+
+    relaxation: bool = True
+    threshold: float = Field(0.5, gt=0.0, le=0.5)
+    lp_time_limit_s: float = Field(60.0, gt=0.0)
+
+
+def favourite_children(tasks: TaskGraph, costs: LatencyCosts, relaxation: bool, threshold: float,
+                       time_limit_s: float) -> tuple[IntArray | None, dict[str, Any]]:
+    """The SCT program of the module doc; ``fav[u]`` = favourite child of ``u`` or -1
+    (``None`` when the solver found no solution in time), and solve statistics."""
+    sp = require("scipy.sparse", "milp")
+    mbh = require("ortools.linear_solver.python.model_builder_helper", "milp")
+    n = tasks.n
+    src = np.asarray([u for u in range(n) for _ in tasks.succ[u]], dtype=np.int64)
+    dst = np.asarray([v for u in range(n) for v in tasks.succ[u]], dtype=np.int64)
+    size = np.asarray([b for u in range(n) for b in tasks.succ_bytes[u]], dtype=np.float64)
+    n_edges = len(src)
+    p = tasks.dur_s.mean(axis=1)
+    c = costs.mean_comm_s(size)
+    # columns: s_0..s_{n-1}, x_0..x_{E-1}, w
+    col_x, col_w = n, n + n_edges
+    rows: list[IntArray] = []
+    cols: list[IntArray] = []
+    vals: list[npt.NDArray[np.float64]] = []
+    lower: list[npt.NDArray[np.float64]] = []
+    e_idx = np.arange(n_edges)
+    # precedence: s_v - s_u - c_e x_e >= p_u   (rows 0 .. E-1)
+    rows += [e_idx, e_idx, e_idx]
+    cols += [dst, src, col_x + e_idx]
+    vals += [np.ones(n_edges), -np.ones(n_edges), -c]
+    lower.append(p[src])
+    r0 = n_edges
+    out_deg = np.bincount(src, minlength=n)
+    in_deg = np.bincount(dst, minlength=n)
+    for ends, deg in ((src, out_deg), (dst, in_deg)):  # at most one favourite child / parent
+        multi = np.flatnonzero(deg >= 2)
+        row_of = np.full(n, -1, dtype=np.int64)
+        row_of[multi] = r0 + np.arange(len(multi))
+        sel = row_of[ends] >= 0
+        rows.append(row_of[ends][sel])
+        cols.append(col_x + e_idx[sel])
+        vals.append(np.ones(int(sel.sum())))
+        lower.append((deg[multi] - 1).astype(np.float64))
+        r0 += len(multi)
+    sinks = np.flatnonzero(out_deg == 0)  # w - s_v >= p_v
+    k = np.arange(len(sinks))
+    rows += [r0 + k, r0 + k]
+    cols += [np.full(len(sinks), col_w), sinks]
+    vals += [np.ones(len(sinks)), -np.ones(len(sinks))]
+    lower.append(p[sinks])
+    n_rows = r0 + len(sinks)
+    matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                           shape=(n_rows, n + n_edges + 1))
+    var_ub = np.concatenate([np.full(n, np.inf), np.ones(n_edges), [np.inf]])
+    objective = np.zeros(n + n_edges + 1)
+    objective[col_w] = 1.0
+    model = mbh.ModelBuilderHelper()
+    model.fill_model_from_sparse_data(np.zeros(n + n_edges + 1), var_ub, objective, np.concatenate(lower),
+                                      np.full(n_rows, np.inf), matrix)
+    if not relaxation:
+        for j in range(n_edges):
+            model.set_var_integrality(col_x + j, True)
+    solver = mbh.ModelSolverHelper("glop" if relaxation else "scip")
+    solver.set_time_limit_in_seconds(max(0.05, time_limit_s))
+    solver.solve(model)
+    stats: dict[str, Any] = {"lp_rows": n_rows, "lp_columns": n + n_edges + 1,
+                             "lp_status": str(solver.status()).rsplit(".", 1)[-1]}
+    if not solver.has_solution():
+        return None, stats
+    x = np.asarray(solver.variable_values())[col_x:col_w]
+    stats["lp_objective_s"] = float(solver.objective_value())
+    fav = np.full(n, -1, dtype=np.int64)
+    chosen = np.flatnonzero(x < threshold)
+    fav[src[chosen]] = dst[chosen]
+    stats["favourite_children"] = len(chosen)
+    return fav, stats
+
+
+class MSCTSolver:
+    name: ClassVar[str] = "m-sct"
+    summary: ClassVar[str] = "Baechi m-SCT: m-ETF with favourite children from the SCT LP (OR-Tools)"
+    objectives: ClassVar[tuple[str, ...]] = ("latency",)
+    options_type: ClassVar[type[SolverOptions]] = MSCTOptions
+    version: ClassVar[str] = "1"
+
+    def solve(self, problem: Problem, options: MSCTOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        reason = obviously_infeasible(problem)
+        if reason is not None:
+            return infeasible_plan(problem, reason)
+        pins = check_latency_pins(problem)
+        tasks, costs = op_task_graph(problem), latency_costs(problem)
+        lp_limit = min(options.lp_time_limit_s, budget.remaining_s() * 0.5)
+        fav, stats = favourite_children(tasks, costs, options.relaxation, options.threshold, lp_limit)
+        progress(ProgressEvent(0.4, message=f"favourite-child program: {stats['lp_status']}"))
+        notes = [] if fav is not None else ["the favourite-child program found no solution in time: plain m-ETF"]
+        sched = ListSchedule(tasks, costs, device_caps_bytes(problem))
+        timed_out = etf_schedule(sched, pins, budget, None if fav is None else fav.tolist())
+        if timed_out:
+            notes.append("time limit reached: the remaining ops were placed by the fast rule")
+        progress(ProgressEvent(0.9, sched.makespan_s()))
+        stats.update(best_effort_ops=sched.best_effort, timed_out=timed_out)
+        return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible", stats=stats, notes=notes)

@@ -1,0 +1,167 @@
+"""Optimal operation fusion (Celeritas §5.1.3, Algorithm 1): breakpoint DP over the CPD-TOPO
+order, Eq. 4–6, and the coarse graph it induces.
+
+Only nodes adjacent in a topological order are merged, so every cluster is a contiguous run
+of the order and the coarse graph is acyclic (Lemma 2).  The DP picks the breakpoints that
+minimise the total communication cut between clusters (Kernighan's sequential partitioning),
+with at most ``R`` nodes per cluster (the exploration range, ``i >= j - R`` in Eq. 6) and at
+most ``M`` bytes per cluster (the memory cap of Eq. 6).
+
+What ``M`` measures here: the sum over the cluster's ops of ``additive + working`` bytes of
+the latency memory model (``solvers.cost.memory.device_memory_bytes`` of one op), an upper
+bound on the memory the cluster needs on a device.  The solver sets ``M`` to a fraction
+(default 0.25, the paper's choice) of the smallest device's usable memory.  An op larger than
+``M`` becomes a cluster on its own; pinned ops are always clusters on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.baselines._listsched import LatencyCosts, TaskGraph
+from solvers.cost.traffic import group_traffic_bytes
+from solvers.model.graph import OpGraph
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+_BLOCK = 2048  # rows of the cost band built at a time (memory O(_BLOCK * R))
+
+
+def _limits(n: int, r_max: int, mem_seq: FloatArray, memory_cap_bytes: float,
+            singleton_seq: BoolArray | None) -> IntArray:
+    """``limit[j]`` = largest cluster size ``r`` allowed for a cluster ending before position ``j``."""
+    j = np.arange(n + 1)
+    limit = np.minimum(j, r_max)
+    if np.isfinite(memory_cap_bytes):
+        prefix = np.concatenate([[0.0], np.cumsum(mem_seq)])
+        first = np.searchsorted(prefix, prefix - memory_cap_bytes, side="left")
+        limit = np.minimum(limit, np.maximum(1, j - first))
+    if singleton_seq is not None and singleton_seq.any():
+        pins = np.flatnonzero(singleton_seq)
+        # q[j] = last singleton position < j (or -1)
+        k = np.searchsorted(pins, j, side="left") - 1
+        q = np.where(k >= 0, pins[np.maximum(k, 0)], -1)
+        limit = np.where(q == j - 1, 1, np.where(q >= 0, np.minimum(limit, j - 1 - q), limit))
+    limit[0] = 0
+    return limit.astype(np.int64)
+
+
+def optimal_breakpoints(src_pos: IntArray, dst_pos: IntArray, edge_cost_s: FloatArray, mem_seq: FloatArray,
+                        exploration_range: int, memory_cap_bytes: float = float("inf"),
+                        singleton_seq: BoolArray | None = None) -> tuple[IntArray, float]:
+    """OPTIMAL_BP of Algorithm 1 on a sequence of ``n = len(mem_seq)`` nodes.
+
+    ``src_pos < dst_pos`` are the sequence positions of each edge's ends.  Returns the
+    cluster start positions (the breakpoints, ascending, starting with 0) and ``S(v_n)``,
+    the total inter-cluster communication of the optimum.
+    """
+    n = len(mem_seq)
+    r_max = max(1, min(int(exploration_range), n))
+    c = np.asarray(edge_cost_s, dtype=np.float64)
+    out_s = np.bincount(src_pos, weights=c, minlength=n)
+    prefix_out = np.concatenate([[0.0], np.cumsum(out_s)])  # P[j] = sum of out(k), k < j
+    span = dst_pos + 1 - src_pos  # the edge is inside [i, j) iff i <= src and j >= src + span
+    keep = span <= r_max
+    e_src, e_span, e_c = src_pos[keep], span[keep], c[keep]
+    by_src = np.argsort(e_src, kind="stable")
+    e_src, e_span, e_c = e_src[by_src], e_span[by_src], e_c[by_src]
+    limit = _limits(n, r_max, np.asarray(mem_seq, dtype=np.float64), memory_cap_bytes, singleton_seq)
+    best = np.zeros(n + 1)  # best[j] = S(v_j): least cut of the first j nodes cut before position j
+    back = np.zeros(n + 1, dtype=np.int64)  # back[j] = P(v_j): start of the last cluster [back[j], j)
+    r_idx = np.arange(r_max + 1)
+    for j0 in range(1, n + 1, _BLOCK):
+        j1 = min(n + 1, j0 + _BLOCK)
+        base = max(0, j0 - r_max)
+        rows = j1 - 1 - base  # source positions base .. j1 - 2 can be inside these clusters
+        lo, hi = np.searchsorted(e_src, [base, base + rows])
+        # band[i' - base, r] = comm of edges from i' whose span <= r (cumsum over r, Eq. 5 terms)
+        band = np.bincount((e_src[lo:hi] - base) * (r_max + 1) + e_span[lo:hi], weights=e_c[lo:hi],
+                           minlength=rows * (r_max + 1)).reshape(rows, r_max + 1)
+        np.cumsum(band, axis=1, out=band)
+        jj = np.arange(j0, j1)[:, None]
+        src_row = jj - r_idx[None, :]
+        valid = (src_row >= 0) & (r_idx[None, :] >= 1)
+        sheared = np.where(valid, band[np.clip(src_row - base, 0, rows - 1), r_idx[None, :]], 0.0)
+        # internal[j, r] = comm inside the cluster [j - r, j); cost (Eq. 4) = out-comm - internal
+        internal = np.cumsum(sheared, axis=1)
+        cost = prefix_out[jj] - prefix_out[np.maximum(src_row, 0)] - internal
+        for j in range(j0, j1):
+            rh = int(limit[j])
+            cand = best[j - rh:j][::-1] + cost[j - j0, 1:rh + 1]  # Eq. 6 for r = 1 .. rh
+            k = rh - 1 - int(np.argmin(cand[::-1]))  # ties: the larger cluster
+            best[j] = cand[k]
+            back[j] = j - (k + 1)
+    starts: list[int] = []
+    j = n
+    while j > 0:
+        j = int(back[j])
+        starts.append(j)
+    return np.asarray(starts[::-1], dtype=np.int64), float(best[n])
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Clusters of a fused graph. ``seq``: the order fused; ``starts``: cluster start
+    positions in ``seq``; ``cluster_of[v]``: cluster of op ``v``; ``cut_s``: S(v_n)."""
+
+    seq: IntArray
+    starts: IntArray
+    cluster_of: IntArray
+    cut_s: float
+
+    @property
+    def n_clusters(self) -> int:
+        return len(self.starts)
+
+    def members(self, cluster: int) -> IntArray:
+        """Ops of ``cluster`` in fusion order."""
+        end = self.starts[cluster + 1] if cluster + 1 < len(self.starts) else len(self.seq)
+        return self.seq[self.starts[cluster]:end]
+
+
+def fuse(graph: OpGraph, seq: IntArray, edge_cost_s: FloatArray, mem_bytes: FloatArray, exploration_range: int,
+         memory_cap_bytes: float, singleton: BoolArray | None = None) -> Fusion:
+    """Algorithm 1, lines 1–5: breakpoints over ``seq`` (a topological order), then clusters."""
+    n = graph.n_ops
+    pos = np.empty(n, dtype=np.int64)
+    pos[seq] = np.arange(n)
+    starts, cut = optimal_breakpoints(pos[graph.edge_src], pos[graph.edge_dst], edge_cost_s, mem_bytes[seq],
+                                      exploration_range, memory_cap_bytes,
+                                      None if singleton is None else singleton[seq])
+    sizes = np.diff(np.append(starts, n))
+    cluster_of = np.empty(n, dtype=np.int64)
+    cluster_of[seq] = np.repeat(np.arange(len(starts)), sizes)
+    return Fusion(seq, starts, cluster_of, cut)
+
+
+def coarse_task_graph(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskGraph:
+    """The coarse graph (§5.2): a cluster's time is the sum of its ops' times, its memory the
+    sum of additive bytes with the largest working bytes; one edge per cluster pair carrying
+    one message per (producer op, consumer cluster) with the largest edge bytes."""
+    seq, starts = fusion.seq, fusion.starts
+    dur = np.add.reduceat(tasks.dur_s[seq], starts, axis=0)
+    add = np.add.reduceat(tasks.mem_add_bytes[seq], starts)
+    work = np.maximum.reduceat(tasks.mem_work_bytes[seq], starts)
+    k = fusion.n_clusters
+    pred: list[list[int]] = [[] for _ in range(k)]
+    pred_b: list[list[float]] = [[] for _ in range(k)]
+    succ: list[list[int]] = [[] for _ in range(k)]
+    succ_b: list[list[float]] = [[] for _ in range(k)]
+    for (a, b), size in sorted(group_traffic_bytes(graph, fusion.cluster_of).items()):
+        pred[b].append(a)
+        pred_b[b].append(size)
+        succ[a].append(b)
+        succ_b[a].append(size)
+    return TaskGraph(pred, pred_b, succ, succ_b, np.ascontiguousarray(dur), add, work,
+                     np.arange(k, dtype=np.int64))
+
+
+def ccr(tasks: TaskGraph, costs: LatencyCosts) -> float:
+    """Communication-to-computation ratio, Eq. 1, with device-averaged times and costs."""
+    comm = sum(float(costs.mean_comm_s(np.asarray(b, dtype=np.float64)).sum()) for b in tasks.succ_bytes if b)
+    work = float(tasks.dur_s.mean(axis=1).sum())
+    return comm / work if work > 0 else float("inf")

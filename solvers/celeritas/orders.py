@@ -1,0 +1,129 @@
+"""Topological orders of Celeritas (§4.2.2, §5.1.3): M-TOPO, DFS-TOPO and CPD-TOPO.
+
+Every function works on adjacency lists (``succ[v]``, ``pred[v]``), so the same code orders
+the op graph and Celeritas' coarse graph.  Each returns the node sequence (an ``IntArray``
+of node indices); ties are broken by node index, so the orders are deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model.errors import SolverFailure
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def m_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]]) -> IntArray:
+    """M-TOPO (Baechi; Celeritas §4.2.2): BFS-like Kahn order — a FIFO queue of 0-indegree
+    nodes; a node whose last input was removed joins the tail."""
+    indeg = [len(p) for p in pred]
+    queue = deque(v for v, k in enumerate(indeg) if k == 0)
+    out: list[int] = []
+    while queue:
+        v = queue.popleft()
+        out.append(v)
+        for s in succ[v]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                queue.append(s)
+    return _checked(out, len(pred))
+
+
+def dfs_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]]) -> IntArray:
+    """DFS-TOPO (§4.2.2): like M-TOPO, but the children of the node just output that reach
+    indegree 0 go to the *head* of the queue (first child first), so a path is followed
+    depth-first and neighbours stay adjacent in the order."""
+    indeg = [len(p) for p in pred]
+    queue = deque(v for v, k in enumerate(indeg) if k == 0)
+    out: list[int] = []
+    while queue:
+        v = queue.popleft()
+        out.append(v)
+        for s in sorted(succ[v], reverse=True):  # pushed last = lowest index ends at the head
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                queue.appendleft(s)
+    return _checked(out, len(pred))
+
+
+def levels(succ: Sequence[Sequence[int]], succ_comm_s: Sequence[Sequence[float]],
+           pred: Sequence[Sequence[int]], pred_comm_s: Sequence[Sequence[float]],
+           weight_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``tlevel`` (Eq. 2: longest path from a source to ``v``, excluding ``w_v``) and
+    ``blevel`` (Eq. 3: longest path from ``v`` to a sink, including ``w_v``), with node
+    weights ``weight_s`` and per-edge communication ``*_comm_s`` (aligned with the lists)."""
+    order = m_topo_order(succ, pred).tolist()
+    w = weight_s.tolist()
+    n = len(pred)
+    tlevel = [0.0] * n
+    blevel = [0.0] * n
+    for v in order:
+        best = 0.0
+        for p, c in zip(pred[v], pred_comm_s[v], strict=True):
+            t = tlevel[p] + w[p] + c
+            if t > best:
+                best = t
+        tlevel[v] = best
+    for v in reversed(order):
+        best = 0.0
+        for s, c in zip(succ[v], succ_comm_s[v], strict=True):
+            b = blevel[s] + c
+            if b > best:
+                best = b
+        blevel[v] = best + w[v]
+    return np.asarray(tlevel), np.asarray(blevel)
+
+
+def cpd_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], cpath_s: FloatArray) -> IntArray:
+    """CPD-TOPO (Algorithm 1, lines 6–21) for ``cpath = tlevel + blevel``.
+
+    The queue starts with the sources by decreasing ``cpath``; the head is output and its
+    outgoing edges deleted; its children, taken by increasing ``cpath``, are pushed to the
+    head when their indegree reaches 0 — so the child with the largest ``cpath`` (the one on
+    the critical path) is output next.
+    """
+    cp = cpath_s.tolist()
+    indeg = [len(p) for p in pred]
+    sources = sorted((v for v, k in enumerate(indeg) if k == 0), key=lambda v: (-cp[v], v))
+    queue = deque(sources)
+    out: list[int] = []
+    while queue:
+        v = queue.popleft()
+        out.append(v)
+        # increasing cpath; among equal cpath the lower index is pushed last, i.e. ends first
+        for s in sorted(succ[v], key=lambda u: (cp[u], -u)):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                queue.appendleft(s)
+    return _checked(out, len(pred))
+
+
+def cpd_topo(succ: Sequence[Sequence[int]], succ_comm_s: Sequence[Sequence[float]],
+             pred: Sequence[Sequence[int]], pred_comm_s: Sequence[Sequence[float]],
+             weight_s: FloatArray) -> IntArray:
+    """CPD-TOPO with its levels computed from weights and edge costs (Algorithm 1, line 7)."""
+    tlevel, blevel = levels(succ, succ_comm_s, pred, pred_comm_s, weight_s)
+    return cpd_topo_order(succ, pred, tlevel + blevel)
+
+
+def is_topological(order: Sequence[int] | IntArray, succ: Sequence[Sequence[int]]) -> bool:
+    """True when ``order`` lists every node once and every edge goes forward."""
+    n = len(succ)
+    pos = np.full(n, -1, dtype=np.int64)
+    seq = np.asarray(order, dtype=np.int64)
+    if len(seq) != n or len(np.unique(seq)) != n:
+        return False
+    pos[seq] = np.arange(n)
+    return all(pos[v] < pos[s] for v in range(n) for s in succ[v])
+
+
+def _checked(out: list[int], n: int) -> IntArray:
+    if len(out) != n:  # only possible with a cycle, which graph validation and Lemma 2 exclude
+        raise SolverFailure(f"celeritas: the task graph has a cycle (ordered {len(out)} of {n} nodes)")
+    return np.asarray(out, dtype=np.int64)

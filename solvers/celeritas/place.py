@@ -1,0 +1,98 @@
+"""Placement of the coarse graph (Celeritas §5.2): Order-Place and Adjusting Placement
+(Algorithm 2), and the mapping of a coarse schedule back to the original ops.
+
+Both walk the coarse nodes in CPD-TOPO order and time them with the shared list scheduler
+(insertion-based EST per device, channel queues, exact memory).  Best effort (every device
+out of memory): the node goes to the device with the most free memory — the text of §5.2
+("the device with the lowest memory usage"); the count is reported so the caller can flag it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.baselines._listsched import LatencyCosts, ListSchedule, TaskGraph
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+_INF = float("inf")
+
+
+def order_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, caps_bytes: FloatArray,
+                pins: Mapping[int, int] | None = None) -> ListSchedule:
+    """Order-Place (§5.2, §6.2.2): nodes in ``order`` fill device 0 until the next one does not
+    fit, then device 1, and so on (never going back); best effort when none is left."""
+    sched = ListSchedule(tasks, costs, caps_bytes)
+    pins = pins or {}
+    current = 0
+    for v in order:
+        if v in pins:
+            d = pins[v]
+            sched.commit(v, d, True, not sched.fits(v, d))
+            continue
+        while current < sched.n_devices and not sched.fits(v, current):
+            current += 1
+        if current < sched.n_devices:
+            sched.commit(v, current, True)
+        else:
+            sched.commit(v, sched.mem.most_free(), True, best_effort=True)
+    return sched
+
+
+def back_cost_s(tasks: TaskGraph, costs: LatencyCosts, v: int) -> float:
+    """Eq. 8: the largest cost of sending ``v``'s output to one of its successors."""
+    sizes = tasks.succ_bytes[v]
+    if not sizes:
+        return 0.0
+    return float(costs.mean_comm_s(np.asarray(sizes, dtype=np.float64)).max())
+
+
+def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, caps_bytes: FloatArray,
+                    pins: Mapping[int, int] | None = None) -> ListSchedule:
+    """Adjusting Placement, Algorithm 2.
+
+    For node ``v_i``: EST on every device (Eq. 7; insertion-based; +inf where memory is
+    full, lines 7–10); ``d_k`` = device of ``v_{i-1}``; move to the earliest device ``d_1``
+    only if ``EST(d_k) - EST(d_1) > back_cost`` (Eq. 8, 9; lines 13–14), else stay on
+    ``d_k`` (line 16); if every device is full, best effort (line 18, see module doc).
+    The first node, with no ``d_k``, goes to the device with the earliest EST.
+    """
+    sched = ListSchedule(tasks, costs, caps_bytes)
+    pins = pins or {}
+    n_dev = sched.n_devices
+    prev = -1
+    for v in order:
+        if v in pins:
+            prev = pins[v]
+            sched.commit(v, prev, True, not sched.fits(v, prev))
+            continue
+        est = [sched.est_s(v, d, True) if sched.fits(v, d) else _INF for d in range(n_dev)]
+        # ties on EST (e.g. every device idle) go to the device that finishes v first
+        d1 = min(range(n_dev), key=lambda d: (est[d], est[d] + float(tasks.dur_s[v, d]), d))
+        d_k = d1 if prev < 0 else prev
+        if est[d_k] - est[d1] > back_cost_s(tasks, costs, v):  # inf - finite > cost: d_k is full
+            choice, effort = d1, False
+        elif est[d_k] < _INF:
+            choice, effort = d_k, False
+        else:
+            choice, effort = sched.mem.most_free(), True
+        sched.commit(v, choice, True, effort)
+        prev = choice
+    return sched
+
+
+def expand_schedule(sched: ListSchedule, members: Sequence[IntArray], op_dur_s: FloatArray,
+                    n_ops: int) -> tuple[IntArray, FloatArray]:
+    """Map a coarse schedule to the ops (Algorithm 2, line 21): every op of a cluster runs on
+    the cluster's device, back to back in fusion order from the cluster's start."""
+    device_of = np.empty(n_ops, dtype=np.int64)
+    start_s = np.empty(n_ops, dtype=np.float64)
+    for c, ops in enumerate(members):
+        d = sched.device[c]
+        device_of[ops] = d
+        dur = op_dur_s[ops, d]
+        start_s[ops] = sched.start_s[c] + np.concatenate([[0.0], np.cumsum(dur)[:-1]])
+    return device_of, start_s
