@@ -25,6 +25,7 @@ BUILTIN: dict[str, str] = {
     "even": "solvers.baselines.even:EvenSolver",
     "single": "solvers.baselines.single:SingleSolver",
     # parmesan family
+    "parmesan": "solvers.parmesan.solver:ParmesanSolver",
     # rannc family
     # moirai family
     # celeritas family and list-scheduling baselines

@@ -1,0 +1,78 @@
+"""Reference costs of phase 1 (Parmesan §IV, §VI): a flattened, homogeneous view of the topology.
+
+Phase 1 cannot know which devices two stages will land on (§VI), so stage times use one
+reference device and one reference channel:
+
+* ``c_u(v)``: forward + backward time of op ``v`` on the *slowest* device (homogeneous GPUs are
+  the paper's assumption, footnote 1; the slowest keeps the estimate safe);
+* ``c_m(e)``: activation forward plus gradient backward over the *median* effective channel
+  (postal model of :mod:`solvers.cost.comm`: latency + bytes / bandwidth, both directions).
+
+Memory follows :func:`solvers.cost.memory.stage_memory_bytes` (Eq. 14 in recompute mode) in a
+vectorised form so the DP can test thousands of candidate stages at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.cost.compute import ComputeModel
+from solvers.cost.memory import capacity_bytes, in_flight_micro_batches
+from solvers.model.problem import Problem
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ReferenceCosts:
+    """Per-op work ``work_s`` (c_u), per-edge ``edge_comm_s`` (c_m) and the reference channel."""
+
+    work_s: FloatArray
+    edge_comm_s: FloatArray
+    bandwidth_Bps: float
+    latency_s: float
+
+    def comm_s(self, size_bytes: FloatArray | float) -> FloatArray:
+        """Forward + backward postal time of tensors of ``size_bytes`` on the reference channel."""
+        size = np.asarray(size_bytes, dtype=np.float64)
+        return np.where(size > 0, 2.0 * (self.latency_s + size / self.bandwidth_Bps), 0.0)
+
+
+def reference_costs(problem: Problem) -> ReferenceCosts:
+    """Eq. 3's ``c_u`` and ``c_m`` on the slowest device and the median channel."""
+    g, topo = problem.graph, problem.topology
+    compute = ComputeModel(g, topo)
+    work = np.zeros(g.n_ops)
+    for d in range(topo.n_devices):
+        work = np.maximum(work, compute.fwd_s(d) + compute.bwd_s(d))
+    n = topo.n_devices
+    if n > 1:
+        off = ~np.eye(n, dtype=bool)
+        bw = float(np.median(topo.bandwidth_Bps[off]))
+        lat = float(np.median(topo.latency_s[off]))
+    else:
+        bw, lat = float("inf"), 0.0
+    ref = ReferenceCosts(work, np.zeros(0), bw, lat)
+    return ReferenceCosts(work, ref.comm_s(g.edge_bytes), bw, lat)
+
+
+def stage_capacity_bytes(problem: Problem, stage: int) -> float:
+    """Smallest usable memory over all devices for pipeline stage ``stage`` (any device may host it)."""
+    return min(capacity_bytes(problem, d, stage) for d in range(problem.topology.n_devices))
+
+
+def stage_memory_vec(problem: Problem, param_bytes: FloatArray, kept_bytes: FloatArray,
+                     working_bytes: FloatArray, replicas: int, n_stages: int, stage: int,
+                     micro_batches: int) -> FloatArray:
+    """Vectorised :func:`solvers.cost.memory.stage_memory_bytes` for candidate stages.
+
+    ``kept_bytes`` is the boundary input (recompute, Eq. 14) or the activation sum (no
+    recompute), as the caller chooses from ``problem.settings.recompute``.
+    """
+    s = problem.settings
+    k = in_flight_micro_batches(s.schedule, n_stages, stage, micro_batches)
+    return np.asarray(param_bytes * (1.0 + s.optimizer_bytes_per_param_byte)
+                      + (k * kept_bytes + working_bytes) / replicas, dtype=np.float64)

@@ -1,0 +1,170 @@
+"""Stage DP over fronted subgraphs (Parmesan §IV-A, Eq. 2 with constant replicas, Eq. 13).
+
+``T[s][f]`` = the smallest achievable maximum stage time when the fronted subgraph ``f`` (a
+row of the matrix from :func:`solvers.parmesan.fronted.enumerate_fronted`) is split into
+``s`` stages of ``R`` replicas each, stage ``s - 1`` (0-based) being ``f - f'``::
+
+    T[s][f] = min_{f' proper fronted subset of f} max(T[s-1][f'], t(f - f', R))
+
+with ``T[0][empty] = 0``.  ``t`` is Eq. 3 (compute plus boundary communication, divided by
+``R``), ``+inf`` when the stage does not fit memory (Eq. 14 / :mod:`solvers.cost.memory` for
+its index and in-flight micro-batches) or violates a stage pin.  The pairs ``(f, f')`` and
+their stage quantities do not depend on ``S``, ``R`` or the micro-batch count, so they are
+computed once per clustered graph (:class:`Transitions`) and reused by the (S, R) search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model.problem import Problem
+from solvers.parmesan.clustering import ClusterGraph
+from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolMatrix = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """Every (fronted set, proper fronted subset) pair in CSR form.
+
+    Row ``i`` of ``sets`` is fronted set ``i``; its candidates are ``prev[start[i]:start[i+1]]``.
+    Per pair ``p`` (stage ``U = sets[i] - sets[prev[p]]``): ``base_s[p]`` = Eq. 3 numerator
+    (compute + boundary communication), ``param_bytes``, ``act_bytes``, ``input_bytes`` (tensors
+    entering U), ``working_bytes`` (largest op working memory), ``pinned[p, q]`` = U holds the
+    q-th pinned cluster.
+    """
+
+    sets: BoolMatrix
+    start: IntArray
+    prev: IntArray
+    base_s: FloatArray
+    param_bytes: FloatArray
+    act_bytes: FloatArray
+    input_bytes: FloatArray
+    working_bytes: FloatArray
+    pinned: BoolMatrix
+    pin_clusters: IntArray
+    pin_stage: IntArray
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.prev)
+
+
+def _words(sets: BoolMatrix) -> npt.NDArray[np.uint64]:
+    """Bit-pack each row into 64-bit words for fast subset tests."""
+    n, k = sets.shape
+    w = (k + 63) // 64
+    padded = np.zeros((n, w * 64), dtype=bool)
+    padded[:, :k] = sets
+    packed = np.packbits(padded.reshape(n, w, 64), axis=2, bitorder="little")
+    return packed.view(np.uint64).reshape(n, w)
+
+
+def build_transitions(cg: ClusterGraph, sets: BoolMatrix, max_pairs: int) -> Transitions | None:
+    """All DP pairs with their stage quantities; ``None`` if there are more than ``max_pairs``."""
+    n = len(sets)
+    words = _words(sets)
+    sizes = sets.sum(axis=1)
+    first_of_size = np.searchsorted(sizes, np.arange(cg.k + 2))
+    cands: list[IntArray] = [np.zeros(0, dtype=np.int64)]
+    total = 0
+    for i in range(1, n):
+        below = int(first_of_size[sizes[i]])
+        sub = np.flatnonzero(((words[:below] & ~words[i]) == 0).all(axis=1))
+        cands.append(sub.astype(np.int64))
+        total += len(sub)
+        if total > max_pairs:
+            return None
+    start = np.zeros(n + 1, dtype=np.int64)
+    start[1:] = np.cumsum([len(c) for c in cands])
+    prev = np.concatenate(cands)
+    owner = np.repeat(np.arange(n), np.diff(start))
+    cum = sets.astype(np.float64)
+    work = cum @ cg.work_s
+    params = cum @ cg.param_bytes
+    acts = cum @ cg.act_bytes
+    src_in, dst_in = sets[:, cg.src], sets[:, cg.dst]
+    base = np.empty(len(prev))
+    inputs = np.empty(len(prev))
+    working = np.empty(len(prev))
+    chunk = max(1, 2_000_000 // max(1, cg.k + len(cg.src)))
+    for a in range(0, len(prev), chunk):
+        fi, fj = owner[a:a + chunk], prev[a:a + chunk]  # pair = (set fi, subset fj)
+        u_src = src_in[fi] & ~src_in[fj]  # edge source inside the stage
+        u_dst = dst_in[fi] & ~dst_in[fj]  # edge destination inside the stage
+        base[a:a + chunk] = work[fi] - work[fj] + (u_src ^ u_dst).astype(np.float64) @ cg.comm_s
+        inputs[a:a + chunk] = (~u_src & u_dst).astype(np.float64) @ cg.bytes
+        inside = sets[fi] & ~sets[fj]
+        working[a:a + chunk] = np.where(inside, cg.working_bytes, 0.0).max(axis=1)
+    pin_clusters = np.array([c for c, s in enumerate(cg.stage_pin) if s is not None], dtype=np.int64)
+    pin_stage = np.array([cg.stage_pin[c] for c in pin_clusters.tolist()], dtype=np.int64)
+    pinned = sets[owner][:, pin_clusters] & ~sets[prev][:, pin_clusters]
+    return Transitions(sets, start, prev, base, params[owner] - params[prev], acts[owner] - acts[prev],
+                       inputs, working, pinned, pin_clusters, pin_stage)
+
+
+@dataclass(frozen=True)
+class DPResult:
+    """The DP's optimum: ``stages[s]`` = cluster mask of stage ``s``; ``stage_s`` = Eq. 3 times."""
+
+    objective_s: float
+    stages: list[npt.NDArray[np.bool_]]
+    stage_s: list[float]
+
+
+def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micro_batches: int) -> DPResult | None:
+    """Eq. 13 for ``n_stages`` stages of ``replicas`` devices; ``None`` when no partition fits."""
+    n = len(tr.sets)
+    owner = np.repeat(np.arange(n), np.diff(tr.start))
+    nonempty = np.flatnonzero(np.diff(tr.start) > 0)
+    kept = tr.input_bytes if problem.settings.recompute else tr.act_bytes
+    t_prev = np.full(n, np.inf)
+    t_prev[0] = 0.0
+    choice: list[IntArray] = []  # choice[s][f] = pair index realising T[s+1][f] (-1: none)
+    stage_times: list[FloatArray] = []  # stage_times[s][p] = time of stage s through pair p
+    for s in range(n_stages):
+        mem = stage_memory_vec(problem, tr.param_bytes, kept, tr.working_bytes, replicas, n_stages, s,
+                               micro_batches)
+        stage_t = np.where(mem <= stage_capacity_bytes(problem, s), tr.base_s / replicas, np.inf)
+        if len(tr.pin_clusters):
+            need = tr.pin_stage == s
+            ok = tr.pinned[:, need].all(axis=1) & ~tr.pinned[:, ~need].any(axis=1)
+            stage_t = np.where(ok, stage_t, np.inf)
+        vals = np.maximum(t_prev[tr.prev], stage_t)  # candidate T[s+1][owner] via each pair
+        order = np.lexsort((vals, owner))
+        firsts = order[tr.start[nonempty]]  # per non-empty segment, the pair of smallest value
+        t_cur = np.full(n, np.inf)
+        best = np.full(n, -1, dtype=np.int64)
+        t_cur[nonempty] = vals[firsts]
+        best[nonempty] = firsts
+        choice.append(best)
+        stage_times.append(stage_t)
+        t_prev = t_cur
+    full = n - 1
+    if not np.isfinite(t_prev[full]):
+        return None
+    stages: list[npt.NDArray[np.bool_]] = []
+    times: list[float] = []
+    i = full
+    for s in range(n_stages - 1, -1, -1):
+        p = int(choice[s][i])
+        j = int(tr.prev[p])
+        stages.append(tr.sets[i] & ~tr.sets[j])
+        times.append(float(stage_times[s][p]))
+        i = j
+    stages.reverse()
+    times.reverse()
+    return DPResult(float(t_prev[full]), stages, times)
+
+
+def stage_base_s(cg: ClusterGraph, inside: npt.NDArray[np.bool_]) -> float:
+    """Eq. 3 numerator of one stage (cluster mask ``inside``): compute + boundary communication."""
+    cross = inside[cg.src] ^ inside[cg.dst]
+    return float(cg.work_s[inside].sum() + cg.comm_s[cross].sum())

@@ -1,0 +1,98 @@
+"""Map a partition with any mapper and turn it into a plan (used by ``parmesan`` and ``pipedream``).
+
+Mappers (option ``mapping``): ``parmesan`` (Alg. 1 + 2 with the instantiation chosen by the
+all-reduce/p2p ratio, or forced, or ``both`` = run both and keep the better simulated plan),
+``consecutive`` (CS) and ``p2p`` (p2p-first).  Partitions and mappers combine freely, as in the
+paper's Tables I, II, V.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model.errors import InvalidPlan
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem
+from solvers.parmesan.mapping.binary import map_stages
+from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
+from solvers.parmesan.mapping.stage_graph import Mode, stage_graph
+
+IntArray = npt.NDArray[np.int64]
+Mapper = Literal["parmesan", "consecutive", "p2p"]
+Instantiation = Literal["auto", "m", "ar", "both"]
+
+
+@dataclass(frozen=True)
+class MappingSettings:
+    """How Alg. 1 runs: instantiation, tolerance, targets per round, worker processes, seed."""
+
+    instantiation: Instantiation = "auto"
+    epsilon_rel: float = 1e-3
+    parallel_targets: int = 2
+    workers: int = 1
+    seed: int = 0
+
+
+def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int) -> Plan:
+    """The plan of a partition (op -> stage) and a mapping ``place[s, i]``."""
+    g, topo = problem.graph, problem.topology
+    n_stages = place.shape[0]
+    order = g.topo_order
+    stages = tuple(
+        Stage(tuple(g.nodes[int(v)].id for v in order if stage_of[v] == s),
+              tuple(topo.devices[int(d)].id for d in place[s]))
+        for s in range(n_stages))
+    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
+                recompute=problem.settings.recompute, status="feasible")
+
+
+def simulated_s(problem: Problem, plan: Plan) -> float:
+    """The simulator's objective of a plan, ``inf`` when the plan is invalid (memory)."""
+    from solvers.simulate import simulate
+
+    try:
+        return float(simulate(problem, plan).metrics["objective_s"])
+    except InvalidPlan:
+        return float("inf")
+
+
+def heuristic_place(mapper: Mapper, n_stages: int, replicas: int) -> IntArray:
+    """CS or p2p-first placement."""
+    return consecutive_mapping(n_stages, replicas) if mapper == "consecutive" else p2p_mapping(n_stages, replicas)
+
+
+def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
+                  mapper: Mapper, settings: MappingSettings, deadline: float) -> tuple[Plan, float, dict[str, Any]]:
+    """Map a partition; returns the plan, its simulated objective and the mapping's stats."""
+    if mapper != "parmesan":
+        plan = build_plan(problem, stage_of, heuristic_place(mapper, n_stages, replicas), micro_batches)
+        return plan, simulated_s(problem, plan), {"mapper": mapper}
+    sg = stage_graph(problem, stage_of, n_stages, replicas)
+    modes: list[Mode]
+    if settings.instantiation == "both":
+        modes = ["m", "ar"] if replicas > 1 else ["m"]
+    elif settings.instantiation == "auto":
+        modes = [sg.default_mode()]
+    else:
+        modes = [settings.instantiation]
+    best: tuple[float, Plan, dict[str, Any]] | None = None
+    for k, mode in enumerate(modes):
+        share = (deadline - time.monotonic()) / (len(modes) - k)
+        result = map_stages(sg, problem.topology, mode, deadline=time.monotonic() + max(0.0, share),
+                            eps_rel=settings.epsilon_rel, parallel_targets=settings.parallel_targets,
+                            workers=settings.workers, seed=settings.seed)
+        plan = build_plan(problem, stage_of, result.place, micro_batches)
+        value = simulated_s(problem, plan)
+        stats = {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": sg.allreduce_ratio(),
+                 "mapping_status": result.status, "mapping_objective_s": result.objective_s,
+                 "mapping_lower_bound_s": result.lower_bound_s, "mapping_gap": result.gap,
+                 **{f"mapping_{k}": v for k, v in result.stats.items() if k not in ("instantiation",)}}
+        if best is None or value < best[0]:
+            best = (value, plan, stats)
+    assert best is not None
+    return best[1], best[0], best[2]

@@ -1,0 +1,118 @@
+"""Outer level of the device mapping, Alg. 1: binary search on the target stage time.
+
+The interval starts at ``[t_l0, t_r0]``: the lower bound of Eq. 10 / 11 and the best of the
+consecutive, p2p-first and a few random mappings.  Each round tries ``parallel_targets`` targets
+that divide the interval evenly (§V-B enhancement); a target found lowers ``t_r`` to the found
+mapping's value, a target proven infeasible (search exhausted) raises ``t_l``, a target whose
+search hit its time slice proves nothing.  The loop ends when ``t_r - t_l <= eps * t_r``
+(optimal within ``eps``, Proposition 2), when a whole round proves nothing, or at the deadline;
+the best mapping found is returned with the proven lower bound.
+
+``workers > 1`` runs a round's targets in a pool of forked processes (the DFS is pure Python,
+so threads would share one core); on a 2-core machine 2 workers is the useful maximum.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model.topology import Topology
+from solvers.parmesan.mapping.bounds import lower_bound
+from solvers.parmesan.mapping.dfs import Outcome, SearchSpec, make_spec, placement_array, search
+from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
+
+IntArray = npt.NDArray[np.int64]
+RANDOM_STARTS = 4
+
+
+@dataclass
+class MappingResult:
+    """Best mapping (``place[s, i]``), its instantiated objective, the proven bound and counters."""
+
+    place: IntArray
+    objective_s: float
+    lower_bound_s: float
+    status: str
+    mode: Mode
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        return (self.objective_s - self.lower_bound_s) / self.objective_s if self.objective_s > 0 else 0.0
+
+
+def initial_upper_bound(sg: StageGraph, topo: Topology, mode: Mode, seed: int) -> tuple[IntArray, float, str]:
+    """``t_r0``: the best of CS, p2p-first and ``RANDOM_STARTS`` random mappings."""
+    s, r, d = sg.n_stages, sg.replicas, topo.n_devices
+    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r))]
+    cands += [(f"random{k}", random_mapping(s, r, d, seed + k)) for k in range(RANDOM_STARTS)]
+    scored = [(mapping_objective_s(sg, topo, p, mode), k, name, p) for k, (name, p) in enumerate(cands)]
+    value, _, name, place = min(scored, key=lambda t: (t[0], t[1]))
+    return place, value, name
+
+
+def _run(spec: SearchSpec, target: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
+    return search(spec, target, deadline, node_limit)
+
+
+def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, eps_rel: float = 1e-3,
+               parallel_targets: int = 2, workers: int = 1, seed: int = 0,
+               node_limit: int = 2_000_000) -> MappingResult:
+    """Alg. 1 with batched targets; see the module doc."""
+    place, t_r, start_name = initial_upper_bound(sg, topo, mode, seed)
+    t_l = min(lower_bound(sg, topo, mode), t_r)
+    spec = make_spec(sg, topo, mode)
+    stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
+                             "rounds": 0, "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": mode}
+    pool = None
+    if workers > 1:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        while t_r - t_l > eps_rel * t_r:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            k = max(1, parallel_targets)
+            targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
+            slice_deadline = time.monotonic() + max(0.02, remaining * (0.5 if pool else 0.5 / k))
+            if pool is not None:
+                futures = [pool.submit(_run, spec, t, min(deadline, slice_deadline), node_limit) for t in targets]
+                results = [f.result() for f in futures]
+            else:
+                results = []
+                for t in targets:
+                    results.append(search(spec, t, min(deadline, slice_deadline), node_limit))
+                    if results[-1][0] == "found":
+                        break  # larger targets are found too
+            stats["rounds"] += 1
+            progress = False
+            for t, (outcome, by_depth, nodes) in zip(targets, results, strict=False):
+                stats["searches"] += 1
+                stats["search_nodes"] += nodes
+                if outcome == "found" and by_depth is not None:
+                    cand = placement_array(spec, by_depth, sg.n_stages)
+                    value = mapping_objective_s(sg, topo, cand, mode)
+                    if value < t_r:
+                        place, t_r = cand, value
+                    progress = True
+                elif outcome == "exhausted":
+                    t_l = max(t_l, t)
+                    progress = True
+                else:
+                    stats["timeouts"] += 1
+            if not progress:
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
+    stats["lower_bound_s"] = t_l
+    return MappingResult(place, t_r, t_l, status, mode, stats)

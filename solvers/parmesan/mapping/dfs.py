@@ -1,0 +1,194 @@
+"""Inner-level search of Alg. 2: is there a mapping whose largest stage time is at most ``t``?
+
+Depth-first backtracking over the replicas in a fixed mapping order.  The checking scheme of
+a replica (the stage times that can be tested when it is placed) is precomputed from G' and
+the instantiation (§V-A):
+
+* ``c^m``: replicas go lane by lane, stage by stage; placing ``(s, i)`` fixes its channels to
+  its already-placed neighbours, so the times of ``(s, i)`` and of those neighbours are
+  checked.  Times only grow as more neighbours are placed, so testing partial sums is exact
+  pruning (a strengthening of the paper's scheme, which tests only completed stages);
+* ``c^AR``: replicas go stage by stage; placing replica ``i > 0`` adds the ring hop from
+  replica ``i - 1`` (and, for the last, the hop back to replica 0), so the all-reduce time
+  known so far (bottleneck bandwidth, largest latency) is checked.
+
+Every feasible candidate device is evaluated at once with numpy; candidates are tried in order
+of the placed replica's own time.  The search stops at a deadline or a node limit and then
+reports ``timeout`` (the target counts as "not found" without proof).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.model.topology import Topology
+from solvers.parmesan.mapping.stage_graph import Channels, Mode, StageGraph
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Outcome = Literal["found", "exhausted", "timeout"]
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Everything one inner search needs (picklable, so targets can run in worker processes).
+
+    ``order[x]`` = (stage, replica) placed at depth ``x``; ``compute_s[x]`` its c_u;
+    ``nbrs[x]`` = (depth y < x, bytes) of its already-placed neighbours (``c^m``);
+    ``ring_prev[x]`` / ``ring_first[x]`` = depths of the previous and (for the last replica)
+    first replica of its ring, -1 if none (``c^AR``).
+    """
+
+    mode: Mode
+    order: list[tuple[int, int]]
+    compute_s: FloatArray
+    nbrs: list[list[tuple[int, float]]]
+    ring_prev: list[int]
+    ring_first: list[int]
+    param_bytes: FloatArray
+    replicas: int
+    channels: Channels
+    n_devices: int
+
+
+def make_spec(sg: StageGraph, topo: Topology, mode: Mode) -> SearchSpec:
+    """Mapping order and checking schemes for an instantiation."""
+    s_, r = sg.n_stages, sg.replicas
+    if mode == "m":
+        order = [(s, i) for i in range(r) for s in range(s_)]
+    else:
+        order = [(s, i) for s in range(s_) for i in range(r)]
+    depth = {node: x for x, node in enumerate(order)}
+    nbrs: list[list[tuple[int, float]]] = [[] for _ in order]
+    if mode == "m":
+        for a, b, m in zip(sg.src.tolist(), sg.dst.tolist(), sg.bytes.tolist(), strict=True):
+            for i in range(r):
+                xa, xb = depth[(a, i)], depth[(b, i)]
+                lo, hi = min(xa, xb), max(xa, xb)
+                nbrs[hi].append((lo, m))
+    ring_prev = [depth[(s, i - 1)] if i > 0 else -1 for s, i in order]
+    ring_first = [depth[(s, 0)] if i == r - 1 and r > 1 else -1 for s, i in order]
+    compute = np.array([sg.compute_s[s] for s, _ in order], dtype=np.float64)
+    return SearchSpec(mode, order, compute, nbrs, ring_prev, ring_first,
+                      np.array([sg.param_bytes[s] for s, _ in order], dtype=np.float64), r,
+                      Channels.of(topo), topo.n_devices)
+
+
+@dataclass
+class _Frame:
+    x: int
+    cands: IntArray
+    own: FloatArray
+    next: int
+    saved: list[tuple[int, float]]
+
+
+def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
+    """Alg. 2: a placement (device per depth) with every checked time <= ``target_s``.
+
+    Returns the outcome, the placement in mapping order (found only) and the nodes expanded.
+    """
+    n = len(spec.order)
+    place = np.full(n, -1, dtype=np.int64)
+    used = np.zeros(spec.n_devices, dtype=bool)
+    partial = np.zeros(n)  # c^m: time so far of each placed replica; c^AR: unused
+    ring_bw = np.full(n, np.inf)  # c^AR: bottleneck bandwidth of the ring hops placed up to depth x
+    ring_lat = np.zeros(n)  # c^AR: largest latency of those hops
+    ch = spec.channels
+    nodes = 0
+
+    def frame(x: int) -> _Frame:
+        if spec.mode == "m":
+            own = np.full(spec.n_devices, spec.compute_s[x])
+            ok = ~used
+            for y, m in spec.nbrs[x]:
+                term = ch.lat_sym[:, place[y]] + m * ch.inv_bw_sym[:, place[y]]
+                own = own + term
+                ok &= partial[y] + term <= target_s
+            ok &= own <= target_s
+        else:
+            own, ok = _ring_times(spec, x, place, ring_bw, ring_lat, used)
+            ok &= own <= target_s
+        cands = np.flatnonzero(ok)
+        cands = cands[np.argsort(own[cands], kind="stable")]
+        return _Frame(x, cands.astype(np.int64), own, 0, [])
+
+    stack = [frame(0)]
+    while stack:
+        top = stack[-1]
+        if top.saved:  # undo the previous candidate of this depth
+            d_old = int(place[top.x])
+            used[d_old] = False
+            place[top.x] = -1
+            for y, old in top.saved:
+                partial[y] = old
+            top.saved = []
+        if top.next >= len(top.cands):
+            stack.pop()
+            continue
+        d = int(top.cands[top.next])
+        top.next += 1
+        nodes += 1
+        if nodes % 256 == 0 and (time.monotonic() > deadline or nodes > node_limit):
+            return "timeout", None, nodes
+        x = top.x
+        top.saved = [(x, float(partial[x]))]
+        place[x] = d
+        used[d] = True
+        partial[x] = top.own[d]
+        if spec.mode == "m":
+            for y, m in spec.nbrs[x]:
+                top.saved.append((y, float(partial[y])))
+                partial[y] += ch.lat_sym[d, place[y]] + m * ch.inv_bw_sym[d, place[y]]
+        else:
+            _ring_update(spec, x, d, place, ring_bw, ring_lat)
+        if x == n - 1:
+            return "found", place.copy(), nodes
+        stack.append(frame(x + 1))
+    return "exhausted", None, nodes
+
+
+def _ring_times(spec: SearchSpec, x: int, place: IntArray, ring_bw: FloatArray, ring_lat: FloatArray,
+                used: npt.NDArray[np.bool_]) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """c^AR known after placing depth ``x`` on each device (Eq. 9 over the hops placed so far)."""
+    r = spec.replicas
+    ch = spec.channels
+    prev = spec.ring_prev[x]
+    if prev < 0 or spec.param_bytes[x] <= 0:
+        return np.full(spec.n_devices, spec.compute_s[x]), ~used
+    bw = np.minimum(ring_bw[prev], ch.bandwidth_Bps[place[prev], :])
+    lat = np.maximum(ring_lat[prev], ch.latency_s[place[prev], :])
+    first = spec.ring_first[x]
+    if first >= 0:
+        bw = np.minimum(bw, ch.bandwidth_Bps[:, place[first]])
+        lat = np.maximum(lat, ch.latency_s[:, place[first]])
+    own = spec.compute_s[x] + (2.0 * (r - 1) / r * spec.param_bytes[x] / bw + 2.0 * (r - 1) * lat)
+    return own, ~used
+
+
+def _ring_update(spec: SearchSpec, x: int, d: int, place: IntArray, ring_bw: FloatArray,
+                 ring_lat: FloatArray) -> None:
+    ch = spec.channels
+    prev = spec.ring_prev[x]
+    if prev < 0:
+        ring_bw[x], ring_lat[x] = np.inf, 0.0
+        return
+    ring_bw[x] = min(ring_bw[prev], ch.bandwidth_Bps[place[prev], d])
+    ring_lat[x] = max(ring_lat[prev], ch.latency_s[place[prev], d])
+    first = spec.ring_first[x]
+    if first >= 0:
+        ring_bw[x] = min(ring_bw[x], ch.bandwidth_Bps[d, place[first]])
+        ring_lat[x] = max(ring_lat[x], ch.latency_s[d, place[first]])
+
+
+def placement_array(spec: SearchSpec, by_depth: IntArray, n_stages: int) -> IntArray:
+    """Convert a placement in mapping order to the ``S x R`` array."""
+    out = np.empty((n_stages, spec.replicas), dtype=np.int64)
+    for x, (s, i) in enumerate(spec.order):
+        out[s, i] = by_depth[x]
+    return out

@@ -1,0 +1,219 @@
+"""Iterative refinement of a stage partition (Parmesan §IV-C).
+
+Each step lists the valid moves: a boundary op (an op with an edge into another stage) moving
+to the neighbouring stage, when the stages keep following the edges (which keeps them convex),
+the source stage stays non-empty, pins hold and memory fits.  Moves are ranked by three gains,
+each breaking the ties of the one before:
+
+1. decrease of ``D = sum over cut edges (a, b) of min(dist(a), dist(b))``, ``dist`` being the
+   undirected hop distance to the nearest reconverging operator (an articulation point with
+   in- or out-degree above one) — this pulls stage boundaries onto reconverging operators;
+2. decrease of the total bytes crossing stage boundaries;
+3. decrease of the largest stage compute time.
+
+Choices where the paper is silent (docs/parmesan.md): a move must have a lexicographically
+positive gain, and must not raise the largest Eq. 3 stage time, so refinement never worsens
+the phase-1 objective; at most ``I = 100`` steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.cost.memory import in_flight_micro_batches, stage_memory_bytes
+from solvers.cost.traffic import group_input_bytes
+from solvers.model.graph import OpGraph
+from solvers.model.problem import Problem
+from solvers.parmesan.costs import ReferenceCosts, stage_capacity_bytes
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+MAX_STEPS = 100
+
+
+def articulation_points(graph: OpGraph) -> set[int]:
+    """Cut vertices of the undirected version of the graph (iterative Tarjan)."""
+    n = graph.n_ops
+    adj = [list({*graph.succ[v], *graph.pred[v]}) for v in range(n)]
+    disc = [-1] * n
+    low = [0] * n
+    cut: set[int] = set()
+    timer = 0
+    for root in range(n):
+        if disc[root] >= 0:
+            continue
+        disc[root] = low[root] = timer
+        timer += 1
+        children = 0
+        stack: list[tuple[int, int, int]] = [(root, -1, 0)]
+        while stack:
+            v, parent, i = stack[-1]
+            if i < len(adj[v]):
+                stack[-1] = (v, parent, i + 1)
+                w = adj[v][i]
+                if disc[w] < 0:
+                    disc[w] = low[w] = timer
+                    timer += 1
+                    if v == root:
+                        children += 1
+                    stack.append((w, v, 0))
+                elif w != parent:
+                    low[v] = min(low[v], disc[w])
+                continue
+            stack.pop()
+            if parent >= 0:
+                low[parent] = min(low[parent], low[v])
+                if parent != root and low[v] >= disc[parent]:
+                    cut.add(parent)
+        if children > 1:
+            cut.add(root)
+    return cut
+
+
+def reconverging_distance(graph: OpGraph) -> IntArray:
+    """Undirected hop distance of every op to the nearest reconverging operator (§IV-C)."""
+    n = graph.n_ops
+    sources = [v for v in articulation_points(graph) if len(graph.pred[v]) > 1 or len(graph.succ[v]) > 1]
+    dist = np.full(n, n, dtype=np.int64)
+    queue = deque(sources)
+    for v in sources:
+        dist[v] = 0
+    while queue:
+        v = queue.popleft()
+        for w in (*graph.succ[v], *graph.pred[v]):
+            if dist[w] > dist[v] + 1:
+                dist[w] = dist[v] + 1
+                queue.append(w)
+    return dist
+
+
+@dataclass
+class Partition:
+    """Op -> stage assignment with its Eq. 3 bookkeeping (compute and communication per stage)."""
+
+    stage_of: IntArray
+    comp_s: FloatArray
+    comm_s: FloatArray
+
+    @classmethod
+    def of(cls, graph: OpGraph, costs: ReferenceCosts, stage_of: IntArray, n_stages: int) -> Partition:
+        comp = np.bincount(stage_of, weights=costs.work_s, minlength=n_stages).astype(np.float64)
+        a, b = stage_of[graph.edge_src], stage_of[graph.edge_dst]
+        cross = a != b
+        comm = (np.bincount(a[cross], weights=costs.edge_comm_s[cross], minlength=n_stages).astype(np.float64)
+                + np.bincount(b[cross], weights=costs.edge_comm_s[cross], minlength=n_stages).astype(np.float64))
+        return cls(stage_of.copy(), comp, comm)
+
+    def objective_s(self, replicas: int) -> float:
+        """The phase-1 objective: the largest Eq. 3 stage time."""
+        return float(((self.comp_s + self.comm_s) / replicas).max())
+
+
+def _move_deltas(graph: OpGraph, costs: ReferenceCosts, part: Partition, dist: IntArray, v: int,
+                 to: int) -> tuple[int, float, dict[int, float]]:
+    """(decrease of D, decrease of cut bytes, per-stage communication change) of moving ``v``."""
+    frm = int(part.stage_of[v])
+    d_gain, b_gain = 0, 0.0
+    comm: dict[int, float] = {}
+    for j in (*graph.out_edges[v], *graph.in_edges[v]):
+        w = int(graph.edge_dst[j]) if graph.edge_src[j] == v else int(graph.edge_src[j])
+        sw = int(part.stage_of[w])
+        c, size = float(costs.edge_comm_s[j]), float(graph.edge_bytes[j])
+        weight = int(min(dist[v], dist[w]))
+        was, now = sw != frm, sw != to
+        if was:
+            comm[frm] = comm.get(frm, 0.0) - c
+            comm[sw] = comm.get(sw, 0.0) - c
+        if now:
+            comm[to] = comm.get(to, 0.0) + c
+            comm[sw] = comm.get(sw, 0.0) + c
+        d_gain += weight * (int(was) - int(now))
+        b_gain += size * (int(was) - int(now))
+    return d_gain, b_gain, comm
+
+
+def _fits(problem: Problem, stage_of: IntArray, stages: tuple[int, ...], n_stages: int, replicas: int,
+          micro_batches: int) -> bool:
+    inputs = group_input_bytes(problem.graph, stage_of)
+    for s in stages:
+        ops = np.flatnonzero(stage_of == s)
+        k = in_flight_micro_batches(problem.settings.schedule, n_stages, s, micro_batches)
+        if stage_memory_bytes(problem, ops, replicas, k, float(inputs[s])) > stage_capacity_bytes(problem, s):
+            return False
+    return True
+
+
+def _positive(gain: tuple[int, float, float]) -> bool:
+    """Lexicographically positive: the first non-zero gain is positive (bytes within 1e-6 count as equal)."""
+    d, b, c = gain
+    if d != 0:
+        return d > 0
+    if abs(b) > 1e-6:
+        return b > 0
+    return c > 1e-15
+
+
+def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
+           micro_batches: int, pinned_ops: Mapping[int, int] | None = None,
+           max_steps: int = MAX_STEPS) -> tuple[IntArray, dict[str, float]]:
+    """Refine ``stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``."""
+    g = problem.graph
+    part = Partition.of(g, costs, stage_of, n_stages)
+    before = part.objective_s(replicas)
+    dist = reconverging_distance(g)
+    fixed = set((pinned_ops or {}).keys())
+    sizes = np.bincount(part.stage_of, minlength=n_stages)
+    steps = 0
+    while steps < max_steps:
+        current = part.objective_s(replicas)
+        cross = part.stage_of[g.edge_src] != part.stage_of[g.edge_dst]
+        boundary = np.unique(np.concatenate([g.edge_src[cross], g.edge_dst[cross]]))
+        moves: list[tuple[tuple[int, float, float], int, int]] = []
+        max_comp = float(part.comp_s.max())
+        for v in boundary.tolist():
+            s = int(part.stage_of[v])
+            if v in fixed or sizes[s] <= 1:
+                continue
+            for to in (s - 1, s + 1):
+                if to < 0 or to >= n_stages:
+                    continue
+                if to > s and any(part.stage_of[w] <= s for w in g.succ[v]):
+                    continue
+                if to < s and any(part.stage_of[w] >= s for w in g.pred[v]):
+                    continue
+                d_gain, b_gain, dcomm = _move_deltas(g, costs, part, dist, v, to)
+                comp = part.comp_s.copy()
+                comp[s] -= costs.work_s[v]
+                comp[to] += costs.work_s[v]
+                comm = part.comm_s.copy()
+                for stage, delta in dcomm.items():
+                    comm[stage] += delta
+                if float(((comp + comm) / replicas).max()) > current * (1 + 1e-12):
+                    continue
+                gain = (d_gain, b_gain, max_comp - float(comp.max()))
+                if _positive(gain):
+                    moves.append((gain, v, to))
+        moves.sort(key=lambda m: (m[0], -m[1], -m[2]), reverse=True)
+        chosen = None
+        for _, v, to in moves:
+            trial = part.stage_of.copy()
+            trial[v] = to
+            if _fits(problem, trial, (int(part.stage_of[v]), to), n_stages, replicas, micro_batches):
+                chosen = (v, to)
+                break
+        if chosen is None:
+            break
+        v, to = chosen
+        frm = int(part.stage_of[v])
+        part.stage_of[v] = to
+        sizes[frm] -= 1
+        sizes[to] += 1
+        part = Partition.of(g, costs, part.stage_of, n_stages)
+        steps += 1
+    return part.stage_of, {"refine_steps": steps, "refine_before_s": before,
+                           "refine_after_s": part.objective_s(replicas)}

@@ -1,0 +1,146 @@
+"""Partition search (Parmesan Appendix B): alpha, (S, R) and micro-batches chosen by the simulator.
+
+For every ``alpha`` in the option list the graph is clustered once (§IV-B) and the DP pairs are
+built once (:class:`~solvers.parmesan.dp.Transitions`); then for every candidate ``(S, R, MB)``
+the DP (Eq. 13) and the refinement (§IV-C) produce a partition, which is mapped with a cheap
+mapper (the requested heuristic, or for ``mapping=parmesan`` the better of CS and p2p-first)
+and simulated.  The best simulated candidate wins; the full Alg. 1 mapping runs on it only.
+
+When the fronted subgraphs of the clustered graph exceed ``max_fronted_sets`` (or the DP pairs
+``max_dp_pairs``), the graph is clustered again with ``K`` reduced by a quarter, and this is
+recorded in the plan's stats — never an unbounded enumeration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.base import Budget
+from solvers.cost.memory import capacity_bytes
+from solvers.model.plan import Plan
+from solvers.model.problem import Problem
+from solvers.parmesan.clustering import ClusterGraph, cluster_ops
+from solvers.parmesan.costs import ReferenceCosts
+from solvers.parmesan.dp import Transitions, build_transitions, run_dp
+from solvers.parmesan.fronted import enumerate_fronted
+from solvers.parmesan.mapping.apply import Mapper, build_plan, heuristic_place, simulated_s
+from solvers.parmesan.refine import refine
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass
+class Candidate:
+    """One searched configuration with its partition and its proxy-mapped simulated objective."""
+
+    alpha: float
+    n_stages: int
+    replicas: int
+    micro_batches: int
+    stage_of: IntArray
+    dp_objective_s: float
+    score_s: float
+    plan: Plan
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
+    """(S, R) pairs to search: the settings' values, else S in powers of two and divisors of D."""
+    d = problem.topology.n_devices
+    s_fix, r_fix = problem.settings.stages, problem.settings.replicas
+    pins = [t for t in problem.settings.pinned.values() if isinstance(t, int)]
+    s_min = max(pins, default=-1) + 1
+    if s_fix is not None:
+        return [(s_fix, r_fix or max(1, d // s_fix))]
+    most = d // (r_fix or 1)
+    stages = {1 << i for i in range(most.bit_length()) if (1 << i) <= most}
+    stages |= {s for s in range(1, most + 1) if most % s == 0}
+    out = [(s, r_fix or d // s) for s in sorted(stages) if s <= max_stages and s >= max(1, s_min)]
+    return out or [(max(1, min(max_stages, most)), r_fix or 1)]
+
+
+def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k: int, max_sets: int,
+                       max_pairs: int, stage_pins: dict[int, int]) -> tuple[ClusterGraph, Transitions, dict[str, Any]]:
+    """Cluster to ``k`` (fewer if the fronted-set or pair budget is exceeded) and build the DP pairs."""
+    cap = min(capacity_bytes(problem, d) for d in range(problem.topology.n_devices))
+    stats: dict[str, Any] = {"k_requested": k, "fronted_budget_exceeded": 0}
+    while True:
+        cg, cstats = cluster_ops(problem, costs, k, alpha, cap, stage_pins)
+        sets = enumerate_fronted(cg.k, cg.src, cg.dst, max_sets)
+        tr = build_transitions(cg, sets, max_pairs) if sets is not None else None
+        if tr is not None or cg.k <= 2:
+            break
+        stats["fronted_budget_exceeded"] += 1
+        k = max(2, (cg.k * 3) // 4)
+    if tr is None:  # two clusters always have at most 4 fronted sets; only reached with tiny budgets
+        raise ValueError("the DP budget is too small for a two-cluster graph")
+    stats.update(cstats)
+    stats.update({"k": cg.k, "fronted_sets": len(tr.sets), "dp_pairs": tr.n_pairs})
+    return cg, tr, stats
+
+
+def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Transitions, n_stages: int,
+              replicas: int, micro_batches: int, stage_pins: dict[int, int],
+              refine_steps: int) -> tuple[IntArray, float, dict[str, Any]] | None:
+    """DP then refinement for one configuration; ``None`` when no partition fits memory."""
+    result = run_dp(problem, tr, n_stages, replicas, micro_batches)
+    if result is None:
+        return None
+    cluster_stage = np.argmax(np.stack(result.stages), axis=0)
+    stage_of = cluster_stage[cg.cluster_of].astype(np.int64)
+    stage_of, rstats = refine(problem, costs, stage_of, n_stages, replicas, micro_batches, stage_pins,
+                              max_steps=refine_steps)
+    return stage_of, result.objective_s, dict(rstats)
+
+
+def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
+          mapper: Mapper) -> tuple[float, Plan]:
+    """Simulated objective under the cheap mapper(s) used to rank candidates."""
+    mappers: Iterable[Mapper] = ("consecutive", "p2p") if mapper == "parmesan" else (mapper,)
+    best: tuple[float, Plan] | None = None
+    for m in mappers:
+        plan = build_plan(problem, stage_of, heuristic_place(m, n_stages, replicas), micro_batches)
+        value = simulated_s(problem, plan)
+        if best is None or value < best[0]:
+            best = (value, plan)
+        if replicas == 1:
+            break  # p2p-first equals CS
+    assert best is not None
+    return best
+
+
+def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[float], k: int,
+                      max_sets: int, max_pairs: int, refine_steps: int, mapper: Mapper,
+                      budget: Budget) -> tuple[Candidate | None, dict[str, Any]]:
+    """Appendix B: the best simulated (alpha, S, R, MB) candidate, and what was explored."""
+    stage_pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, int)}
+    best: Candidate | None = None
+    explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
+    for alpha in alphas:
+        if best is not None and budget.expired():
+            break
+        cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins)
+        explored["clusterings"].append({"alpha": alpha, **cstats})
+        for n_stages, replicas in sr_candidates(problem, cg.k):
+            for mb in problem.settings.micro_batches:
+                if best is not None and budget.expired():
+                    break
+                explored["candidates"] += 1
+                found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps)
+                if found is None:
+                    explored["infeasible_candidates"] += 1
+                    continue
+                stage_of, dp_s, rstats = found
+                value, plan = score(problem, stage_of, n_stages, replicas, mb, mapper)
+                if not np.isfinite(value):
+                    explored["infeasible_candidates"] += 1
+                    continue
+                if best is None or value < best.score_s:
+                    best = Candidate(alpha, n_stages, replicas, mb, stage_of, dp_s, value, plan,
+                                     {**rstats, **cstats})
+    return best, explored

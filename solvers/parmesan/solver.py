@@ -1,0 +1,86 @@
+"""The ``parmesan`` back-end: clustering, DP over fronted subgraphs, refinement, (S, R) search,
+then optimal device mapping (Parmesan §IV, §V, Appendix B).  Objective: throughput."""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.model.errors import InvalidProblem
+from solvers.model.plan import Plan
+from solvers.model.problem import Problem
+from solvers.parmesan.costs import reference_costs
+from solvers.parmesan.mapping.apply import MappingSettings, map_partition
+from solvers.parmesan.search import search_partitions
+
+
+class ParmesanOptions(SolverOptions):
+    """Options of ``parmesan`` (defaults and their reasons: docs/parmesan.md)."""
+
+    mapping: Literal["parmesan", "consecutive", "p2p"] = "parmesan"
+    instantiation: Literal["auto", "m", "ar", "both"] = "auto"
+    clusters: int | None = Field(default=None, ge=2, le=512, description="K; default max(32, 4 * max S)")
+    alphas: tuple[float, ...] = Field(default=(0.01, 1.0, 100.0), min_length=1)
+    max_fronted_sets: int = Field(default=3000, ge=4)
+    max_dp_pairs: int = Field(default=1_500_000, ge=16)
+    refine_steps: int = Field(default=100, ge=0)
+    epsilon_rel: float = Field(default=1e-3, gt=0, lt=1)
+    parallel_targets: int = Field(default=2, ge=1, le=64)
+    workers: int = Field(default=1, ge=1, le=64)
+    mapping_time_limit_s: float = Field(default=60.0, gt=0)
+    search_fraction: float = Field(default=0.5, gt=0, lt=1)
+
+
+def check_pins(problem: Problem, solver: str) -> None:
+    """Device pins are not supported by the stage-level flow: say so clearly."""
+    for op, target in problem.settings.pinned.items():
+        if isinstance(target, str):
+            raise InvalidProblem(f"settings.pinned.{op}: solver {solver!r} honours stage pins (an integer) only, "
+                                 f"not device pins ({target!r})", field=f"settings.pinned.{op}", ref=op)
+
+
+def default_clusters(problem: Problem) -> int:
+    """K >> S (§IV-B): four times the largest stage count searched, at least 32, at most |V|."""
+    s_max = problem.settings.stages or problem.topology.n_devices // (problem.settings.replicas or 1)
+    return max(2, min(problem.graph.n_ops, max(32, 4 * min(s_max, 32))))
+
+
+class ParmesanSolver:
+    name: ClassVar[str] = "parmesan"
+    summary: ClassVar[str] = ("Op-level clustering + DP over fronted subgraphs + refinement, then optimal "
+                              "device mapping on general topologies (Parmesan)")
+    objectives: ClassVar[tuple[str, ...]] = ("throughput",)
+    options_type: ClassVar[type[SolverOptions]] = ParmesanOptions
+    version: ClassVar[str] = "1"
+
+    def solve(self, problem: Problem, options: ParmesanOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        check_pins(problem, self.name)
+        costs = reference_costs(problem)
+        k = min(problem.graph.n_ops, options.clusters or default_clusters(problem))
+        search_budget = budget.sub(options.search_fraction)
+        progress(ProgressEvent(0.0, None, None, "partitioning"))
+        best, explored = search_partitions(problem, costs, options.alphas, k, options.max_fronted_sets,
+                                           options.max_dp_pairs, options.refine_steps, options.mapping,
+                                           search_budget)
+        if best is None:
+            return Plan(stages=(), status="infeasible", stats=explored,
+                        notes=("no partition into the searched (S, R) fits the devices' memory",))
+        progress(ProgressEvent(0.5, best.score_s, None, "mapping"))
+        remaining = budget.remaining_s()
+        deadline = time.monotonic() + min(options.mapping_time_limit_s, max(0.0, remaining - 0.2))
+        settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
+                                   options.workers, problem.settings.seed)
+        plan, value, mstats = map_partition(problem, best.stage_of, best.n_stages, best.replicas,
+                                            best.micro_batches, options.mapping, settings, deadline)
+        notes: tuple[str, ...] = ()
+        if explored["clusterings"] and any(c["fronted_budget_exceeded"] for c in explored["clusterings"]):
+            notes = ("the fronted subgraphs exceeded max_fronted_sets / max_dp_pairs: the graph was "
+                     "clustered further (see stats.clusterings)",)
+        stats = {**explored, "alpha": best.alpha, "stages": best.n_stages, "replicas": best.replicas,
+                 "micro_batches": best.micro_batches, "dp_objective_s": best.dp_objective_s,
+                 "proxy_mapping_objective_s": best.score_s, **best.stats, **mstats}
+        progress(ProgressEvent(1.0, value, None, "done"))
+        return plan.with_(claimed_objective_s=value, stats=stats, notes=notes)

@@ -1,0 +1,39 @@
+"""Hypothesis strategies and small fixtures shared by the Parmesan tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.problem import Problem, Settings
+from solvers.model.topology import Device, Topology
+
+GiB = float(2**30)
+
+
+def random_dag(seed: int, n_ops: int, edge_prob: float = 0.35) -> OpGraph:
+    """A random DAG on ``n_ops`` ops (edges only from lower to higher index, so usually many orders)."""
+    rng = np.random.default_rng(seed)
+    nodes = [Node(f"v{i}", "op", float(rng.uniform(0.1, 2.0)) * 1e-3, float(rng.uniform(0.1, 2.0)) * 1e-3,
+                  float(rng.uniform(0, 1e6)), float(rng.uniform(1e5, 1e6)), 1e5, 1e5) for i in range(n_ops)]
+    edges = [Edge(f"v{i}", f"v{j}", float(rng.uniform(1e5, 4e6)))
+             for i in range(n_ops) for j in range(i + 1, n_ops) if rng.random() < edge_prob]
+    return OpGraph.build(f"dag{seed}", nodes, edges)
+
+
+def random_topology(seed: int, n_devices: int, memory_bytes: float = 16 * GiB) -> Topology:
+    """A fully heterogeneous topology (uniform random bandwidths, like the paper's uniform_dist)."""
+    rng = np.random.default_rng(seed + 7919)
+    bw = rng.uniform(1e8, 1e10, size=(n_devices, n_devices))
+    bw = (bw + bw.T) / 2
+    lat = np.full((n_devices, n_devices), 1e-6)
+    devices = [Device(f"d{i}", "GPU", f"n{i // 4}", memory_bytes) for i in range(n_devices)]
+    return Topology.from_matrices("random", devices, bw.tolist(), lat.tolist())
+
+
+def problem_of(graph: OpGraph, topo: Topology, **settings: object) -> Problem:
+    return Problem(graph, topo, "throughput", Settings(**settings))  # type: ignore[arg-type]
+
+
+dag_seeds = st.integers(min_value=0, max_value=10_000)
