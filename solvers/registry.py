@@ -35,6 +35,7 @@ BUILTIN: dict[str, str] = {
     "m-sct": "solvers.baselines.msct:MSCTSolver",
     "heft": "solvers.baselines.heft:HEFTSolver",
     # portfolio
+    "auto": "solvers.portfolio:AutoSolver",
 }
 
 

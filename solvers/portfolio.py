@@ -1,0 +1,179 @@
+"""``auto``: a portfolio of every registered solver that answers the problem's objective (DESIGN §6).
+
+The solvers run in parallel child processes (``workers``, default one per core), each with an
+equal share of the budget (``limit x workers / solvers``, never more than what is left) and
+killed at the deadline.  The answer is the plan with the smallest simulated objective (ties:
+solver name), the largest proven lower bound among all the plans, and a per-solver summary in
+``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
+plan's, upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
+portfolio as soon as they are registered.  Inside a daemonic process (which may not fork
+children) the solvers run one after the other in-process, with the same shares.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from solvers import registry
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.model.errors import PlacerError, SolverFailure
+from solvers.model.plan import Plan, plan_from_document
+from solvers.model.problem import Problem
+
+_MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
+_KILL_GRACE_S = 0.2
+
+
+class AutoOptions(SolverOptions):
+    """``solvers``: restrict the portfolio to these names (default: every applicable solver).
+    ``workers``: parallel processes (default: CPU count).  ``default_time_limit_s``: the
+    budget when the problem sets none."""
+
+    solvers: tuple[str, ...] | None = None
+    workers: int | None = Field(None, ge=1)
+    default_time_limit_s: float = Field(60.0, gt=0.0)
+
+
+def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> list[str]:
+    """Registered solvers (except ``auto``) that answer ``problem.objective``."""
+    names = [n for n in registry.names() if n != AutoSolver.name]
+    if only is not None:
+        wanted = {registry.get_solver_class(n).name for n in only}
+        names = [n for n in names if n in wanted]
+    return [n for n in names if problem.objective in registry.get_solver_class(n).objectives]
+
+
+def _run_one(problem: Problem, name: str, time_limit_s: float) -> tuple[str, Any]:
+    """One portfolio member: ("ok", plan document) or ("error", message)."""
+    from solvers.run import solve
+
+    try:
+        return "ok", solve(problem, name, time_limit_s=time_limit_s).to_document()
+    except PlacerError as exc:
+        return "error", f"{type(exc).__name__}: {exc.message}"
+    except Exception as exc:  # a broken back-end must not take the portfolio down
+        return "error", f"{type(exc).__name__}: {exc}"
+
+
+def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float) -> None:
+    conn.send(_run_one(problem, name, time_limit_s))
+    conn.close()
+
+
+class AutoSolver:
+    name: ClassVar[str] = "auto"
+    summary: ClassVar[str] = "Portfolio: every applicable solver in parallel, best simulated plan and best bound"
+    objectives: ClassVar[tuple[str, ...]] = ("throughput", "latency")
+    options_type: ClassVar[type[SolverOptions]] = AutoOptions
+    version: ClassVar[str] = "1"
+
+    def solve(self, problem: Problem, options: AutoOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        names = portfolio_names(problem, options.solvers)
+        if not names:
+            raise SolverFailure(f"auto: no registered solver answers the {problem.objective!r} objective")
+        limit_s = budget.remaining_s() if budget.time_limit_s is not None else options.default_time_limit_s
+        deadline = time.monotonic() + max(0.0, limit_s - _MARGIN_S)
+        workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
+        share_s = (deadline - time.monotonic()) * min(1.0, workers / len(names))
+        if mp.current_process().daemon:
+            results = self._sequential(problem, names, share_s, deadline, progress)
+        else:
+            results = self._parallel(problem, names, workers, share_s, deadline, progress)
+        return _choose(names, results)
+
+    @staticmethod
+    def _sequential(problem: Problem, names: list[str], share_s: float, deadline: float,
+                    progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
+        results: dict[str, tuple[str, Any, float]] = {}
+        for k, name in enumerate(names):
+            left = deadline - time.monotonic()
+            if left <= 0.05:
+                results[name] = ("error", "not started: no time left", 0.0)
+                continue
+            started = time.monotonic()
+            kind, value = _run_one(problem, name, min(share_s, left))
+            results[name] = (kind, value, time.monotonic() - started)
+            progress(ProgressEvent((k + 1) / len(names), message=f"{name}: {kind}"))
+        return results
+
+    @staticmethod
+    def _parallel(problem: Problem, names: list[str], workers: int, share_s: float, deadline: float,
+                  progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
+        ctx = mp.get_context("fork")
+        pending = list(names)
+        running: dict[Connection, tuple[str, Any, float]] = {}  # conn -> (name, process, start)
+        results: dict[str, tuple[str, Any, float]] = {}
+        while pending or running:
+            while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
+                name = pending.pop(0)
+                parent, child = ctx.Pipe(duplex=False)
+                limit = min(share_s, deadline - time.monotonic())
+                proc = ctx.Process(target=_child, args=(child, problem, name, limit), daemon=True)
+                proc.start()
+                child.close()
+                running[parent] = (name, proc, time.monotonic())
+            if not running:
+                break
+            for conn in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
+                name, proc, started = running.pop(conn)  # type: ignore[arg-type]
+                try:
+                    kind, value = conn.recv()
+                except EOFError:
+                    kind, value = "error", f"the solver process exited with code {proc.exitcode}"
+                conn.close()
+                proc.join(_KILL_GRACE_S)
+                results[name] = (kind, value, time.monotonic() - started)
+                progress(ProgressEvent(len(results) / len(names), message=f"{name}: {kind}"))
+            if time.monotonic() >= deadline:
+                for conn, (name, proc, started) in running.items():
+                    proc.kill()
+                    proc.join(_KILL_GRACE_S)
+                    conn.close()
+                    results[name] = ("error", "killed at the deadline", time.monotonic() - started)
+                running.clear()
+        for name in pending:
+            results[name] = ("error", "not started: no time left", 0.0)
+        return results
+
+
+def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Plan:
+    """The best simulated plan, the best bound, and the summary (see the module doc)."""
+    summary: list[dict[str, Any]] = []
+    plans: dict[str, Plan] = {}
+    for name in names:
+        kind, value, elapsed = results[name]
+        row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "solve_time_s": elapsed,
+                               "error": None}
+        if kind == "ok":
+            plan = plan_from_document(value)
+            plans[name] = plan
+            row.update(status=plan.status, solve_time_s=plan.solve_time_s,
+                       objective_s=(plan.metrics or {}).get("objective_s"))
+        else:
+            row["error"] = value
+        summary.append(row)
+    bounds = [p.lower_bound_s for p in plans.values() if p.lower_bound_s is not None]
+    bound = max(bounds) if bounds else None
+    placed = {n: p for n, p in plans.items() if p.stages and p.metrics and p.metrics.get("objective_s") is not None}
+    if not placed:
+        if plans and all(p.status == "infeasible" for p in plans.values()):
+            return Plan(stages=(), status="infeasible", notes=("every solver reported the problem infeasible",),
+                        stats={"portfolio": summary})
+        errors = "; ".join(f"{r['name']}: {r['error']}" for r in summary if r["error"])
+        raise SolverFailure(f"auto: no solver returned a plan ({errors})")
+    chosen = min(placed, key=lambda n: (float(placed[n].metrics["objective_s"]), n))  # type: ignore[index]
+    best = placed[chosen]
+    objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
+    status = best.status
+    if bound is not None and bound >= objective_s * (1.0 - 1e-9):
+        status = "optimal"
+    return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,
+                recompute=best.recompute, status=status, order=best.order, claimed_objective_s=objective_s,
+                lower_bound_s=bound, stats={"chosen": chosen, "portfolio": summary, "chosen_stats": dict(best.stats)},
+                notes=(f"best plan from {chosen!r}", *best.notes))
