@@ -16,7 +16,8 @@ import multiprocessing as mp
 import os
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, ClassVar
+from multiprocessing.process import BaseProcess
+from typing import Any, ClassVar, cast
 
 from pydantic import Field
 
@@ -107,33 +108,34 @@ class AutoSolver:
                   progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
         ctx = mp.get_context("fork")
         pending = list(names)
-        running: dict[Connection, tuple[str, Any, float]] = {}  # conn -> (name, process, start)
+        running: dict[Connection, tuple[str, BaseProcess, float]] = {}  # conn -> (name, process, start)
         results: dict[str, tuple[str, Any, float]] = {}
         while pending or running:
             while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
                 name = pending.pop(0)
                 parent, child = ctx.Pipe(duplex=False)
                 limit = min(share_s, deadline - time.monotonic())
-                proc = ctx.Process(target=_child, args=(child, problem, name, limit), daemon=True)
+                proc: BaseProcess = ctx.Process(target=_child, args=(child, problem, name, limit), daemon=True)
                 proc.start()
                 child.close()
                 running[parent] = (name, proc, time.monotonic())
             if not running:
                 break
-            for conn in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
-                name, proc, started = running.pop(conn)  # type: ignore[arg-type]
+            for ready in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
+                conn = cast(Connection, ready)
+                name, done, started = running.pop(conn)
                 try:
                     kind, value = conn.recv()
                 except EOFError:
-                    kind, value = "error", f"the solver process exited with code {proc.exitcode}"
+                    kind, value = "error", f"the solver process exited with code {done.exitcode}"
                 conn.close()
-                proc.join(_KILL_GRACE_S)
+                done.join(_KILL_GRACE_S)
                 results[name] = (kind, value, time.monotonic() - started)
                 progress(ProgressEvent(len(results) / len(names), message=f"{name}: {kind}"))
             if time.monotonic() >= deadline:
-                for conn, (name, proc, started) in running.items():
-                    proc.kill()
-                    proc.join(_KILL_GRACE_S)
+                for conn, (name, late, started) in running.items():
+                    late.kill()
+                    late.join(_KILL_GRACE_S)
                     conn.close()
                     results[name] = ("error", "killed at the deadline", time.monotonic() - started)
                 running.clear()
