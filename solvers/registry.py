@@ -27,6 +27,7 @@ BUILTIN: dict[str, str] = {
     # parmesan family
     "parmesan": "solvers.parmesan.solver:ParmesanSolver",
     # rannc family
+    "rannc": "solvers.rannc.solver:RanncSolver",
     # moirai family
     # celeritas family and list-scheduling baselines
     "celeritas": "solvers.celeritas.solver:CeleritasSolver",

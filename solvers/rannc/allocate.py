@@ -1,0 +1,80 @@
+"""Device allocation for RaNNC stages (§III-C, Algorithm 2 and footnote 3).
+
+Algorithm 2 runs ``R = N / n`` copies of a pipeline, each on ``n`` whole nodes.  Devices are
+put in a *locality order*: hosts chained by the widest channel between them, and inside a
+host a chain that always steps to the widest channel next.  Copy ``j`` takes the ``j``-th run
+of ``n`` hosts; inside it stage ``i`` takes the next ``d_i`` devices, so consecutive stages sit
+on the same or neighbouring devices and inter-stage traffic stays inside a node wherever the
+stage sizes allow.  A stage's device list is copy-major, so replica ``i`` of two stages with
+equal counts lies in the same copy (the cost model pairs replica ``i`` with replica ``i``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers.model.topology import Topology
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """``nodes[h]`` = device positions of node ``h`` in locality order (nodes in chain order).
+
+    Hosts of unequal size are treated as one node holding every device (docs/rannc.md).
+    """
+
+    nodes: tuple[tuple[int, ...], ...]
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def devices_per_node(self) -> int:
+        return len(self.nodes[0])
+
+
+def _chain(topology: Topology, devices: list[int]) -> list[int]:
+    """Greedy widest-channel chain through ``devices`` starting at the first one."""
+    bw = topology.bandwidth_Bps
+    left = list(devices[1:])
+    out = [devices[0]]
+    while left:
+        cur = out[-1]
+        nxt = max(left, key=lambda x: (float(bw[cur, x]), -x))
+        out.append(nxt)
+        left.remove(nxt)
+    return out
+
+
+def node_layout(topology: Topology) -> NodeLayout:
+    """Group the devices by host in locality order (see the module doc)."""
+    by_host: dict[str, list[int]] = {}
+    for i, dev in enumerate(topology.devices):
+        by_host.setdefault(dev.node, []).append(i)
+    groups = [by_host[h] for h in topology.hosts]
+    if len({len(g) for g in groups}) > 1:
+        return NodeLayout((tuple(_chain(topology, list(range(topology.n_devices)))),))
+    bw = topology.bandwidth_Bps
+    chained = [groups[0]]
+    rest = groups[1:]
+    while rest:
+        last = chained[-1]
+        nxt = max(rest, key=lambda g: float(np.max(bw[np.ix_(last, g)])))
+        chained.append(nxt)
+        rest.remove(nxt)
+    return NodeLayout(tuple(tuple(_chain(topology, g)) for g in chained))
+
+
+def allocate_devices(layout: NodeLayout, nodes_per_copy: int, copies: int, replicas: list[int]) -> list[list[int]]:
+    """Device positions of each stage: ``replicas[i]`` devices per copy, ``copies`` copies."""
+    out: list[list[int]] = [[] for _ in replicas]
+    for j in range(copies):
+        pool = [d for node in layout.nodes[j * nodes_per_copy:(j + 1) * nodes_per_copy] for d in node]
+        start = 0
+        for i, r in enumerate(replicas):
+            out[i].extend(pool[start:start + r])
+            start += r
+    return out

@@ -1,0 +1,100 @@
+"""The ``rannc`` solver: RaNNC's three partitioning phases and device allocation (throughput).
+
+Atomic level (§III-A, :mod:`.atomic`) -> block level (§III-B, :mod:`.blocks`: coarsening,
+uncoarsening, compaction to ``k`` blocks) -> stage level (§III-C, :mod:`.stage_dp` Algorithm 1
+inside :mod:`.search` Algorithm 2) -> devices (:mod:`.allocate`).  Every choice the paper
+leaves open is listed in docs/rannc.md.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.model.plan import Plan
+from solvers.model.problem import Problem
+from solvers.rannc.allocate import node_layout
+from solvers.rannc.atomic import atomic_subcomponents
+from solvers.rannc.blocks import partition_blocks
+from solvers.rannc.profile import CostModelProfiler, StageProfiler
+from solvers.rannc.search import SearchResult, StageSearch
+
+
+class RanncOptions(SolverOptions):
+    """Options of the ``rannc`` solver (docs/rannc.md)."""
+
+    blocks: int = Field(32, ge=1, le=256, description="k, the number of blocks of §III-B (paper: 32)")
+    micro_batches: Literal["problem", "powers_of_two"] = Field(
+        "problem", description="candidates: the problem's micro_batches, or 1, 2, 4 .. max_micro_batches (Alg. 2)")
+    max_micro_batches: int = Field(64, ge=1, le=4096, description="largest power of two tried")
+    search: Literal["paper", "exhaustive"] = Field(
+        "paper", description="paper: stop at the first stage count with a plan (Alg. 2); exhaustive: try all")
+    recompute: Literal["problem", "auto"] = Field(
+        "problem", description="problem: settings.recompute; auto: recompute when S > 1 (RaNNC §IV-A)")
+    uncoarsen: bool = Field(True, description="run the uncoarsening step of §III-B")
+    prune_d_min: bool = Field(True, description="the d_min pruning of Algorithm 1")
+
+
+def micro_batch_candidates(problem: Problem, options: RanncOptions) -> list[int]:
+    """Micro-batch counts Algorithm 2 tries."""
+    if options.micro_batches == "problem":
+        return sorted(set(problem.settings.micro_batches))
+    out, mb = [], 1
+    while mb <= options.max_micro_batches:
+        out.append(mb)
+        mb *= 2
+    return out
+
+
+class RanncSolver:
+    name: ClassVar[str] = "rannc"
+    summary: ClassVar[str] = ("RaNNC: atomic subcomponents, multilevel blocks, stage DP with per-stage replicas "
+                              "and node-aligned device allocation")
+    objectives: ClassVar[tuple[str, ...]] = ("throughput",)
+    options_type: ClassVar[type[SolverOptions]] = RanncOptions
+    version: ClassVar[str] = "1"
+
+    def __init__(self, profiler: StageProfiler | None = None) -> None:
+        """``profiler`` replaces the cost-model profile (used for both recompute settings)."""
+        self.profiler = profiler
+
+    def solve(self, problem: Problem, options: RanncOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        stats: dict[str, Any] = {}
+        started = time.perf_counter()
+        atoms = atomic_subcomponents(problem.graph)
+        stats.update(atomic_subcomponents=atoms.n_atomic, cloned_ops=len(atoms.cloned_ops), clones=atoms.n_clones,
+                     constant_ops=int(atoms.constant.sum()), atomic_s=round(time.perf_counter() - started, 4))
+        progress(ProgressEvent(0.05, message=f"{atoms.n_atomic} atomic subcomponents"))
+        auto = options.recompute == "auto"
+        blocks = partition_blocks(problem, atoms, options.blocks, recompute_possible=auto or problem.settings.recompute,
+                                  refine=options.uncoarsen, budget=budget.sub(0.5))
+        stats.update(blocks=blocks.k, coarsening_levels=blocks.levels, coarsened_groups=blocks.coarsened_groups,
+                     uncoarsening_moves=blocks.moves, blocks_s=round(time.perf_counter() - started, 4))
+        progress(ProgressEvent(0.2, message=f"{blocks.k} blocks"))
+
+        def recompute_for(n_stages: int) -> bool:
+            return n_stages > 1 if auto else problem.settings.recompute
+
+        profilers: dict[bool, StageProfiler] = {
+            flag: self.profiler or CostModelProfiler(problem, flag) for flag in (False, True)}
+        search = StageSearch(problem, blocks, node_layout(problem.topology), profilers, recompute_for,
+                             micro_batch_candidates(problem, options), options.prune_d_min)
+
+        def report(res: SearchResult, fraction: float) -> None:
+            incumbent = res.objective_s if res.plan is not None else None
+            progress(ProgressEvent(0.2 + 0.8 * fraction, incumbent))
+
+        result = search.run(options.search == "exhaustive", budget, report)
+        stats.update(dp_calls=result.dp_calls, plans_simulated=result.simulated,
+                     plans_rejected_for_memory=result.rejected, search_s=round(time.perf_counter() - started, 4))
+        if result.plan is None or result.chosen is None or result.solution is None:
+            return Plan(stages=(), status="infeasible", stats=stats,
+                        notes=("no stage partition of the blocks fits the devices' memory",))
+        cand, sol = result.chosen, result.solution
+        stats.update(nodes_per_copy=cand.nodes, pipeline_copies=cand.copies, stages=cand.stages,
+                     micro_batches=cand.micro_batches, replicas=[r * cand.copies for r in sol.replicas],
+                     dp_value_s=sol.value_s)
+        return result.plan.with_(claimed_objective_s=result.objective_s, stats=stats)

@@ -1,0 +1,120 @@
+"""Stage-level partitioning, Algorithm 1 ``form_stage_dp`` (RaNNC §III-C).
+
+The kernel :func:`form_stage_dp` is a pure function over profile tables.  Blocks are
+1-based as in the paper: a stage ``(b', b]`` holds blocks ``B_{b'+1} .. B_b``; ``r`` is its
+number of replicas in DP units (the paper's ``d - d'``; the final count is ``r x R``).
+
+Choices where the paper is loose (docs/rannc.md): ``V_{0,b,d}`` is 0 only for ``b = d = 0``
+(no stage may skip blocks or leave devices idle), and at ``s = S`` only ``b = |B|`` and
+``d = D`` are computed (the other cells cannot change ``V_{S,|B|,D}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class StageTables:
+    """Profiles of every candidate stage, indexed ``[r, b', b]`` (``0 <= b' < b <= |B|``).
+
+    ``fwd_s`` / ``bwd_s``: execution time per micro-batch (compute + transfer of outputs /
+    gradients); ``mem_fixed_bytes``: parameters with optimizer state plus working memory;
+    ``mem_kept_bytes``: activations kept per in-flight micro-batch.  ``inf`` where undefined.
+    """
+
+    fwd_s: FloatArray
+    bwd_s: FloatArray
+    mem_fixed_bytes: FloatArray
+    mem_kept_bytes: FloatArray
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self.fwd_s.shape[1]) - 1
+
+    @property
+    def max_replicas(self) -> int:
+        return int(self.fwd_s.shape[0]) - 1
+
+
+@dataclass(frozen=True)
+class StageSolution:
+    """``bounds[i]`` = ``b_{i+1}`` (last block of stage i, 1-based); ``replicas[i]`` in DP units."""
+
+    bounds: tuple[int, ...]
+    replicas: tuple[int, ...]
+    value_s: float  # V_{S,|B|,D} = max forward + max backward
+    fwd_max_s: float
+    bwd_max_s: float
+
+
+def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes: FloatArray,
+                  in_flight: IntArray, allowed: BoolArray | None = None, prune: bool = True) -> StageSolution | None:
+    """Algorithm 1: stages and per-stage replica counts minimising max fwd + max bwd.
+
+    ``cap_bytes[s]`` / ``in_flight[s]``: usable memory and micro-batches in flight of stage
+    ``s`` (0-based); ``allowed[r]``: whether a stage may have ``r`` replicas; ``prune``: the
+    ``d_min`` pruning of lines 30-33.  ``None`` when infeasible.
+    """
+    S, D, K = n_stages, n_devices, tables.n_blocks
+    if S < 1 or S > K or S > D or tables.max_replicas + S - 1 < D:
+        return None
+    if allowed is None:
+        allowed = np.ones(tables.max_replicas + 1, dtype=bool)
+    # V[s, b, d]: best max-fwd + max-bwd of s stages holding blocks 1..b on d devices (inf: none)
+    V = np.full((S + 1, K + 1, D + 1), np.inf)
+    V[0, 0, 0] = 0.0
+    # TF / TB[s, b, d]: the max forward / backward stage time of the solution stored in V
+    TF = np.zeros_like(V)
+    TB = np.zeros_like(V)
+    # CB / CD[s, b, d]: b' and d' of the best last stage (for backtracking)
+    CB = np.full((S + 1, K + 1, D + 1), -1, dtype=np.int64)
+    CD = np.full((S + 1, K + 1, D + 1), -1, dtype=np.int64)
+    d_min = 1
+    for s in range(1, S + 1):
+        b_values = range(s, K - S + s + 1) if s < S else range(K, K + 1)
+        for b in b_values:
+            d_top = D - (S - s)
+            d_values = range(d_top, max(d_min, s) - 1, -1) if s < S else range(D, D + 1)
+            for d in d_values:
+                bp = np.arange(s - 1, b)  # b' candidates
+                dp = np.arange(s - 1, d)  # d' candidates
+                r = d - dp  # replicas of stage s
+                prev = V[s - 1][np.ix_(bp, dp)]
+                f = tables.fwd_s[r[None, :], bp[:, None], b]
+                bw = tables.bwd_s[r[None, :], bp[:, None], b]
+                mem = tables.mem_fixed_bytes[r[None, :], bp[:, None], b] + \
+                    in_flight[s - 1] * tables.mem_kept_bytes[r[None, :], bp[:, None], b]
+                tf = np.maximum(TF[s - 1][np.ix_(bp, dp)], f)
+                tb = np.maximum(TB[s - 1][np.ix_(bp, dp)], bw)
+                v = tf + tb
+                ok = np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & allowed[r][None, :] & np.isfinite(v)
+                if not ok.any():
+                    if prune:
+                        d_min = d + 1
+                        break
+                    continue
+                v = np.where(ok, v, np.inf)
+                i, j = np.unravel_index(int(np.argmin(v)), v.shape)
+                V[s, b, d] = v[i, j]
+                TF[s, b, d], TB[s, b, d] = tf[i, j], tb[i, j]
+                CB[s, b, d], CD[s, b, d] = bp[i], dp[j]
+    if not np.isfinite(V[S, K, D]):
+        return None
+    bounds: list[int] = []
+    reps: list[int] = []
+    at_b, at_d = K, D
+    for s in range(S, 0, -1):
+        prev_b, prev_d = int(CB[s, at_b, at_d]), int(CD[s, at_b, at_d])
+        bounds.append(at_b)
+        reps.append(at_d - prev_d)
+        at_b, at_d = prev_b, prev_d
+    return StageSolution(tuple(reversed(bounds)), tuple(reversed(reps)), float(V[S, K, D]),
+                         float(TF[S, K, D]), float(TB[S, K, D]))

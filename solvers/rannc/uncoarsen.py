@@ -1,0 +1,130 @@
+"""Block-level partitioning, uncoarsening step (RaNNC §III-B, Fig. 3(b)).
+
+From ``L̃ = L* - 1`` down to 0: for every group ``U = v ∪ w`` of ``G_{L̃+1}`` formed from two
+groups of ``G_{L̃}``, try to move ``c ∈ {v, w}`` into the group ``T`` of ``G_{L̃+1}`` right
+before (or right after) ``U`` in the topological order when that cuts the bytes exchanged
+between groups (``bytes(c, T) > bytes(c, U \\ c)``).  The move is *propagated* to every coarser
+level: ``c`` leaves the ancestor of ``U`` and joins the ancestor of ``T`` in each ``G_{L'}``.
+
+A move is accepted only if, at every level it changes, the two ancestors are consecutive in
+that level's topological order, ``c`` has no edge from (to) the rest of its old group for a
+move backwards (forwards), and the receiving group fits the device memory: then the quotient
+stays acyclic (every group convex) with the same order.  docs/rannc.md explains the rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.base import Budget
+from solvers.rannc.coarsen import level_aggregates
+from solvers.rannc.groups import AtomicGraph
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class _Levels:
+    """Group arrays and per-group memory aggregates of the levels above the current step."""
+
+    def __init__(self, ag: AtomicGraph, levels: list[IntArray]) -> None:
+        self.ag = ag
+        self.group_of = [lv.copy() for lv in levels]
+        self.param: list[FloatArray] = []
+        self.act: list[FloatArray] = []
+        self.work: list[FloatArray] = []
+        for lv in self.group_of:
+            _, param, act, work = level_aggregates(ag, lv, int(lv.max()) + 1)
+            self.param.append(param)
+            self.act.append(act)
+            self.work.append(work)
+
+    def check(self, atoms: IntArray, t_atom: int, level: int, forward: bool) -> bool:
+        """Whether moving ``atoms`` to the group of ``t_atom`` at ``level`` and above keeps the rules."""
+        ag = self.ag
+        inside = set(atoms.tolist())
+        pc, ac = float(ag.param_bytes[atoms].sum()), float(ag.act_bytes[atoms].sum())
+        wc = float(ag.work_bytes[atoms].max())
+        for lev in range(level, len(self.group_of)):
+            gof = self.group_of[lev]
+            u, t = int(gof[atoms[0]]), int(gof[t_atom])
+            if t == u:
+                return True  # this level and the coarser ones already hold U and T together
+            if t != (u + 1 if forward else u - 1):
+                return False
+            for a in atoms.tolist():
+                nbrs = ag.succ[a] if forward else ag.pred[a]
+                if any(x not in inside and gof[x] == u for x in nbrs):
+                    return False
+            if not ag.fits(self.param[lev][t] + pc, self.act[lev][t] + ac, max(self.work[lev][t], wc)):
+                return False
+        return True
+
+    def apply(self, atoms: IntArray, t_atom: int, level: int) -> None:
+        """Move ``atoms`` into the group of ``t_atom`` at ``level`` and every coarser level."""
+        ag = self.ag
+        pc, ac = float(ag.param_bytes[atoms].sum()), float(ag.act_bytes[atoms].sum())
+        wc = float(ag.work_bytes[atoms].max())
+        for lev in range(level, len(self.group_of)):
+            gof = self.group_of[lev]
+            u, t = int(gof[atoms[0]]), int(gof[t_atom])
+            if t == u:
+                break
+            gof[atoms] = t
+            self.param[lev][u] -= pc
+            self.param[lev][t] += pc
+            self.act[lev][u] -= ac
+            self.act[lev][t] += ac
+            self.work[lev][t] = max(self.work[lev][t], wc)
+
+
+def _cut_bytes(ag: AtomicGraph, atoms: IntArray, group_of: IntArray, target: int) -> float:
+    """Bytes between ``atoms`` and the atomic subcomponents of group ``target`` (both ways)."""
+    inside = set(atoms.tolist())
+    total = 0.0
+    for a in atoms.tolist():
+        for nbrs in (ag.succ[a], ag.pred[a]):
+            total += sum(size for x, size in nbrs.items() if x not in inside and group_of[x] == target)
+    return total
+
+
+def uncoarsen(ag: AtomicGraph, levels: list[IntArray], budget: Budget | None = None) -> tuple[list[IntArray], int]:
+    """Refine the coarsening hierarchy; returns the new levels and the number of moves."""
+    lv = _Levels(ag, levels)
+    moves = 0
+    for step in range(len(levels) - 2, -1, -1):
+        if budget is not None and budget.expired():
+            break
+        fine, coarse = lv.group_of[step], lv.group_of[step + 1]
+        order = np.argsort(fine, kind="stable")
+        bounds = np.flatnonzero(np.r_[True, np.diff(fine[order]) != 0, True])
+        members = [order[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+        parent = np.asarray([coarse[m[0]] for m in members], dtype=np.int64)
+        n_coarse = int(coarse.max()) + 1
+        children: dict[int, list[int]] = {}
+        for c, p in enumerate(parent.tolist()):
+            children.setdefault(p, []).append(c)
+        for kids in children.values():
+            if len(kids) != 2:
+                continue
+            for c, other in ((kids[0], kids[1]), (kids[1], kids[0])):
+                atoms = members[c]
+                if lv.group_of[step + 1][atoms[0]] != lv.group_of[step + 1][members[other][0]]:
+                    break  # a sibling already moved
+                u = int(lv.group_of[step + 1][atoms[0]])
+                stay = _cut_bytes(ag, atoms, lv.group_of[step], other)
+                for forward in (False, True):
+                    t = u + 1 if forward else u - 1
+                    if not 0 <= t < n_coarse:
+                        continue
+                    t_atom = int(np.flatnonzero(lv.group_of[step + 1] == t)[0])
+                    gain = _cut_bytes(ag, atoms, lv.group_of[step + 1], t) - stay
+                    if gain > 0 and lv.check(atoms, t_atom, step + 1, forward):
+                        lv.apply(atoms, t_atom, step + 1)
+                        moves += 1
+                        break
+                else:
+                    continue
+                break
+    return lv.group_of, moves
