@@ -1,0 +1,88 @@
+"""The ``parmesan`` back-end end to end: valid plans, settings and pins honoured, budgets, statuses."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from solvers.generate import generate_graph, generate_topology
+from solvers.model.errors import InvalidProblem
+from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.plan import resolve_plan
+from solvers.model.problem import Problem, Settings
+from solvers.run import solve
+from solvers.simulate import simulate
+from tests.solvers import contract_fixtures as fx
+
+
+def test_fixed_stages_and_replicas_are_honoured() -> None:
+    problem = fx.throughput_problem().with_settings(stages=2, replicas=2)
+    plan = solve(problem, "parmesan", time_limit_s=10)
+    resolve_plan(problem, plan)
+    assert [len(s.devices) for s in plan.stages] == [2, 2]
+    assert plan.status == "feasible"
+    assert plan.claimed_objective_s == pytest.approx(simulate(problem, plan).metrics["objective_s"], rel=1e-9)
+    assert plan.stats["mapping_lower_bound_s"] <= plan.stats["mapping_objective_s"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("mapping", ["parmesan", "consecutive", "p2p"])
+def test_mappers_combine_with_the_partition(mapping: str) -> None:
+    problem = fx.throughput_problem().with_settings(stages=2, replicas=2)
+    plan = solve(problem, "parmesan", {"mapping": mapping}, time_limit_s=10)
+    resolve_plan(problem, plan)
+    if mapping == "consecutive":
+        assert [list(s.devices) for s in plan.stages] == [["h0g0", "h0g1"], ["h1g0", "h1g1"]]
+    if mapping == "p2p":
+        assert [list(s.devices) for s in plan.stages] == [["h0g0", "h1g0"], ["h0g1", "h1g1"]]
+
+
+def test_parmesan_mapping_not_worse_than_cs_on_a_hierarchy() -> None:
+    graph = generate_graph("cnn", blocks="2,2,2,2", micro_batch=16)
+    topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
+    problem = Problem(graph, topo, "throughput", Settings(stages=4, replicas=2, recompute=True))
+    ours = solve(problem, "parmesan", {"instantiation": "both"}, time_limit_s=20)
+    cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=20)
+    assert ours.stats["stages"] == 4
+    assert ours.claimed_objective_s <= cs.claimed_objective_s * 1.05
+
+
+def test_stage_pins_are_honoured_and_device_pins_rejected() -> None:
+    problem = fx.throughput_problem().with_settings(stages=3, replicas=1, pinned={"l1.a": 2, "in": 0})
+    plan = solve(problem, "parmesan", time_limit_s=10)
+    rp = resolve_plan(problem, plan)
+    assert rp.stage_of[problem.graph.index["l1.a"]] == 2
+    with pytest.raises(InvalidProblem, match="device pins"):
+        solve(fx.throughput_problem().with_settings(pinned={"in": "h0g0"}), "parmesan")
+
+
+def test_infeasible_when_nothing_fits() -> None:
+    plan = solve(fx.infeasible_problem("throughput"), "parmesan", time_limit_s=10)
+    assert plan.status == "infeasible" and plan.stages == ()
+
+
+def test_fronted_budget_coarsens_instead_of_hanging() -> None:
+    # 14 independent branches: 2^14 fronted sets on the raw graph
+    nodes = [Node("src", "op", 1e-4)] + [Node(f"b{i}", "op", 1e-3 * (1 + i % 3)) for i in range(14)]
+    nodes.append(Node("sink", "op", 1e-4))
+    edges = [Edge("src", f"b{i}", 1e5) for i in range(14)] + [Edge(f"b{i}", "sink", 1e5) for i in range(14)]
+    graph = OpGraph.build("fan", nodes, edges)
+    problem = Problem(graph, fx.two_node_topology(), "throughput", Settings(stages=2, replicas=1))
+    started = time.monotonic()
+    plan = solve(problem, "parmesan", {"clusters": 16, "max_fronted_sets": 200}, time_limit_s=10)
+    assert time.monotonic() - started < 10
+    resolve_plan(problem, plan)
+    first = plan.stats["clusterings"][0]
+    assert first["fronted_budget_exceeded"] >= 1 and first["fronted_sets"] <= 200
+    assert plan.notes
+
+
+def test_time_limit_is_honoured_on_a_large_graph() -> None:
+    graph = generate_graph("transformer", layers=8, hidden=512, heads=8, seq_len=128, granularity="head")
+    topo = generate_topology("uniform_dist", devices=16, seed=1)
+    problem = Problem(graph, topo, "throughput", Settings(micro_batches=(4, 8)))
+    started = time.monotonic()
+    plan = solve(problem, "parmesan", {"epsilon_rel": 1e-9}, time_limit_s=3)
+    assert time.monotonic() - started < 4.0
+    resolve_plan(problem, plan)
+    assert plan.status == "feasible"
