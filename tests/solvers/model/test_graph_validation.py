@@ -1,0 +1,215 @@
+"""Every op-graph rejection of DESIGN §3 names the node, edge or field at fault."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+from solvers.model.errors import InvalidGraph
+from solvers.model.graph import GRAPH_FORMAT, Edge, Node, OpGraph, graph_from_document
+
+
+def doc(**extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "format": GRAPH_FORMAT, "name": "g", "profiled_batch_size": 2,
+        "nodes": [{"id": "a", "op": "aten.mm", "fwd_s": 1.0, "bwd_s": 2.0},
+                  {"id": "b", "op": "aten.relu", "fwd_s": 0.5},
+                  {"id": "c", "op": "aten.add", "fwd_s": 0.25}],
+        "edges": [{"src": "a", "dst": "b", "bytes": 10}, {"src": "b", "dst": "c", "bytes": 20}],
+    }
+    base.update(extra)
+    return base
+
+
+def rejected(document: Any) -> InvalidGraph:
+    with pytest.raises(InvalidGraph) as info:
+        graph_from_document(document)
+    return info.value
+
+
+def test_valid_document_loads_with_defaults() -> None:
+    g = graph_from_document(doc())
+    assert g.n_ops == 3 and g.profiled_batch_size == 2
+    assert g.nodes[1].bwd_s == 0.0 and g.nodes[1].param_bytes == 0.0 and not g.nodes[1].constant
+    assert g.topo_order.tolist() == [0, 1, 2]
+    assert g.succ[0] == [1] and g.pred[2] == [1] and g.edge_bytes.tolist() == [10.0, 20.0]
+
+
+def _cycle_of(message: str) -> list[str]:
+    assert "the graph has a cycle: " in message
+    return message.split("the graph has a cycle: ")[1].split(" -> ")
+
+
+def _same_cycle(found: list[str], expected: list[str]) -> bool:
+    """``found`` is ``expected`` (closed: first == last) up to rotation."""
+    ring = found[:-1]
+    return found[0] == found[-1] and any(ring[i:] + ring[:i] == expected for i in range(len(ring)))
+
+
+def test_cycle_names_the_ops_on_it() -> None:
+    d = doc()
+    d["edges"].append({"src": "c", "dst": "a"})
+    err = rejected(d)
+    assert err.field == "edges" and _same_cycle(_cycle_of(err.message), ["a", "b", "c"])
+
+
+def test_cycle_off_the_first_node_is_named_exactly() -> None:
+    d = doc()
+    d["nodes"].append({"id": "d", "op": "x", "fwd_s": 0})
+    d["edges"] += [{"src": "c", "dst": "d"}, {"src": "d", "dst": "c"}]
+    err = rejected(d)
+    assert _same_cycle(_cycle_of(err.message), ["c", "d"])
+    assert err.ref in ("c", "d")
+
+
+def test_duplicate_node_id() -> None:
+    d = doc()
+    d["nodes"].append({"id": "b", "op": "x", "fwd_s": 0})
+    err = rejected(d)
+    assert err.field == "nodes[3].id" and "duplicate id 'b'" in err.message and "nodes[1]" in err.message
+
+
+@pytest.mark.parametrize("end", ["src", "dst"])
+def test_unknown_edge_end(end: str) -> None:
+    d = doc()
+    d["edges"][1][end] = "zz"
+    err = rejected(d)
+    assert err.field == f"edges[1].{end}" and "unknown node 'zz'" in err.message and err.ref == "zz"
+
+
+def test_self_loop() -> None:
+    d = doc()
+    d["edges"].append({"src": "b", "dst": "b"})
+    err = rejected(d)
+    assert err.field == "edges[2]" and "self-loop" in err.message and "'b'" in err.message
+
+
+def test_duplicate_edge() -> None:
+    d = doc()
+    d["edges"].append({"src": "a", "dst": "b"})
+    err = rejected(d)
+    assert err.field == "edges[2]" and "duplicate edge 'a' -> 'b'" in err.message
+
+
+@pytest.mark.parametrize("field", ["fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes"])
+@pytest.mark.parametrize("value", [-1.0, math.nan, math.inf, -math.inf, "1", True, None])
+def test_bad_node_numbers(field: str, value: Any) -> None:
+    d = doc()
+    d["nodes"][1][field] = value
+    err = rejected(d)
+    assert err.field is not None and err.field.startswith(f"nodes[1].{field}")
+    assert "'b'" in err.message and err.ref == "b"
+
+
+@pytest.mark.parametrize("value", [-5, math.nan, math.inf, "big"])
+def test_bad_edge_bytes(value: Any) -> None:
+    d = doc()
+    d["edges"][0]["bytes"] = value
+    err = rejected(d)
+    assert err.field == "edges[0].bytes"
+
+
+def test_bad_times_override() -> None:
+    d = doc()
+    d["nodes"][0]["times"] = {"H100": {"fwd_s": -1}}
+    assert rejected(d).field == "nodes[0].times.H100.fwd_s"
+    d["nodes"][0]["times"] = {"H100": {"fwd_s": 1, "speed": 2}}
+    assert rejected(d).field == "nodes[0].times.H100.speed"
+
+
+def test_times_override_loads() -> None:
+    d = doc()
+    d["nodes"][0]["times"] = {"H100": {"fwd_s": 0.1, "bwd_s": 0.2}}
+    g = graph_from_document(d)
+    assert g.nodes[0].times is not None and g.nodes[0].times["H100"].bwd_s == 0.2
+
+
+@pytest.mark.parametrize(("where", "key"), [("", "nodez"), ("node", "fwd"), ("edge", "size")])
+def test_unknown_keys(where: str, key: str) -> None:
+    d = doc()
+    target = d if where == "" else d["nodes"][0] if where == "node" else d["edges"][0]
+    target[key] = 1
+    err = rejected(d)
+    expected = key if where == "" else f"nodes[0].{key}" if where == "node" else f"edges[0].{key}"
+    assert err.field == expected and "unknown field" in err.message
+
+
+@pytest.mark.parametrize("missing", ["id", "fwd_s"])
+def test_missing_node_fields(missing: str) -> None:
+    d = doc()
+    del d["nodes"][2][missing]
+    assert rejected(d).field == f"nodes[2].{missing}"
+
+
+def test_missing_or_empty_op() -> None:
+    d = doc()
+    del d["nodes"][0]["op"]
+    assert rejected(d).field == "nodes[0].op"
+
+
+@pytest.mark.parametrize("end", ["src", "dst"])
+def test_missing_edge_end(end: str) -> None:
+    d = doc()
+    del d["edges"][0][end]
+    assert rejected(d).field == f"edges[0].{end}"
+
+
+def test_empty_graph() -> None:
+    err = rejected(doc(nodes=[], edges=[]))
+    assert err.field == "nodes" and "must not be empty" in err.message
+    with pytest.raises(InvalidGraph, match="no nodes"):
+        OpGraph.build("g", [], [])
+
+
+@pytest.mark.parametrize("value", [None, 5, "x", {"a": 1}])
+def test_nodes_not_an_array(value: Any) -> None:
+    assert rejected(doc(nodes=value)).field == "nodes"
+
+
+def test_wrong_format_and_non_object() -> None:
+    assert rejected(doc(format="placer.opgraph/v2")).field == "format"
+    assert rejected([1, 2]).field == ""
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "4", True])
+def test_bad_profiled_batch_size(value: Any) -> None:
+    assert rejected(doc(profiled_batch_size=value)).field == "profiled_batch_size"
+
+
+def test_bad_constant_layer_attrs() -> None:
+    for key, value in (("constant", "yes"), ("layer", 3), ("attrs", [1])):
+        d = doc()
+        d["nodes"][1][key] = value
+        assert rejected(d).field == f"nodes[1].{key}"
+
+
+def test_fast_and_checked_paths_agree() -> None:
+    """A node that takes the per-field checked path (attrs) gives the same record as the fast path."""
+    d = doc()
+    g1 = graph_from_document(d)
+    d2 = copy.deepcopy(d)
+    for n in d2["nodes"]:
+        n["attrs"] = {"k": 1}
+    g2 = graph_from_document(d2)
+    for a, b in zip(g1.nodes, g2.nodes, strict=True):
+        assert (a.id, a.op, a.fwd_s, a.bwd_s, a.layer, a.constant) == (b.id, b.op, b.fwd_s, b.bwd_s, b.layer,
+                                                                         b.constant)
+
+
+def test_size_limit_on_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import solvers.model.graph as graph_module
+
+    monkeypatch.setattr(graph_module, "MAX_GRAPH_NODES", 2)
+    err = rejected(doc())
+    assert err.field == "nodes" and "exceed the limit" in err.message
+
+
+def test_build_from_records_checks_structure() -> None:
+    nodes = [Node("x", "op", 1.0), Node("y", "op", 1.0)]
+    with pytest.raises(InvalidGraph, match="unknown node 'q'"):
+        OpGraph.build("g", nodes, [Edge("x", "q")])
+    g = OpGraph.build("g", nodes, [Edge("y", "x", 5.0)])
+    assert g.topo_order.tolist() == [1, 0] and g.topo_position.tolist() == [1, 0]
