@@ -1,0 +1,52 @@
+"""Helpers shared by the routers: documented error responses, ownership lookups, cursors."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import Select
+from sqlalchemy.orm import Session
+
+from service.errors import NotFound
+
+M = TypeVar("M")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text} for code, text in (
+        (401, "missing or invalid API key"), (404, "not found (or another project's)"),
+        (413, "request body too large"), (422, "invalid input; `field` names what is wrong"),
+        (429, "rate limit exceeded"))
+}
+MAX_PAGE = 500
+
+
+def errors(*extra: int) -> dict[int | str, dict[str, Any]]:
+    """The documented error responses of a route (problem+json), plus ``extra`` codes."""
+    texts = {409: "conflict with the resource's current state", 415: "unsupported Content-Encoding",
+             501: "an optional dependency is missing"}
+    out = dict(ERRORS)
+    for code in extra:
+        out[code] = {"description": texts.get(code, "error")}
+    return out
+
+
+def get_owned(session: Session, model: type[M], obj_id: str, project_id: str, what: str, field: str = "id") -> M:
+    """The row ``obj_id`` of ``model`` if it belongs to ``project_id``; else 404 naming the id."""
+    row = session.get(model, obj_id)
+    if row is None or getattr(row, "project_id", None) != project_id:
+        raise NotFound(f"{what} {obj_id!r} not found", field=field, ref=obj_id)
+    return row
+
+
+def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:
+    """Newest first; ``cursor`` is the last id of the previous page."""
+    if cursor:
+        stmt = stmt.where(id_column < cursor)
+    return stmt.order_by(id_column.desc()).limit(limit + 1)
+
+
+def next_cursor(rows: list[Any], limit: int) -> tuple[list[Any], str | None]:
+    if len(rows) > limit:
+        rows = rows[:limit]
+        return rows, str(rows[-1].id)
+    return rows, None

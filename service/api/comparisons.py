@@ -1,0 +1,92 @@
+"""``/v1/comparisons``: one job per solver on the same input, and the table comparing them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
+from service.api.jobs import job_out
+from service.db.models import FINAL_STATES, Comparison, Job, PlanRow, new_id
+from service.deps import CtxDep, ProjectDep, SessionDep
+from service.jobs import store
+from service.jobs.validate import validate_job
+from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
+from solvers.model.errors import InvalidInput
+
+router = APIRouter(prefix="/v1", tags=["comparisons"])
+GOOD_STATUSES = ("optimal", "feasible")
+
+
+def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
+    rows = session.execute(select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id)
+                           .where(Job.comparison_id == cmp.id).order_by(Job.id)).tuples().all()
+    table = []
+    for job, plan in rows:
+        out = job_out(job)
+        table.append(ComparisonRow(
+            solver=job.solver, job_id=job.id, job_status=out.status, plan_id=job.plan_id,
+            status=plan.status if plan else None, objective_s=plan.objective_s if plan else None,
+            iteration_s=plan.iteration_s if plan else None, latency_s=plan.latency_s if plan else None,
+            throughput_samples_per_s=plan.throughput_samples_per_s if plan else None,
+            lower_bound_s=plan.lower_bound_s if plan else None, efficiency=plan.efficiency if plan else None,
+            solve_time_s=plan.solve_time_s if plan else None,
+            peak_memory_bytes=plan.peak_memory_bytes if plan else None, error=out.error))
+    ranked = [r for r in table if r.status in GOOD_STATUSES and r.objective_s is not None]
+    best = min(ranked, key=lambda r: r.objective_s or 0.0).solver if ranked else None
+    return ComparisonOut(id=cmp.id, graph_id=cmp.graph_id, topology_id=cmp.topology_id, objective=cmp.objective,
+                         settings=cmp.settings, done=all(r.job_status in FINAL_STATES for r in table),
+                         best_solver=best, rows=table, created_at=cmp.created_at)
+
+
+@router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors())
+def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, session: SessionDep,
+                      project: ProjectDep) -> ComparisonOut:
+    """Run several solvers on the same graph, topology, objective and settings."""
+    unknown = sorted(set(body.options) - set(body.solvers))
+    if unknown:
+        raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
+                           field=f"options.{unknown[0]}", ref=unknown[0])
+    if len({s.lower() for s in body.solvers}) != len(body.solvers):
+        raise InvalidInput("solvers: a solver is listed twice", field="solvers")
+    specs = [validate_job(session, ctx.settings, project, graph_id=body.graph_id, topology_id=body.topology_id,
+                          solver=name, objective=body.objective, settings=body.settings,
+                          options=body.options.get(name, {}), time_limit_s=body.time_limit_s,
+                          solver_field=f"solvers[{i}]", options_field=f"options.{name}")
+             for i, name in enumerate(body.solvers)]
+    cmp = Comparison(id=new_id("cmp"), project_id=project, graph_id=specs[0].graph_id,
+                     topology_id=specs[0].topology_id, objective=body.objective, settings=specs[0].settings)
+    session.add(cmp)
+    session.flush()
+    jobs = [store.submit(session, project, spec, use_cache=body.cache, comparison_id=cmp.id) for spec in specs]
+    session.commit()
+    for job in jobs:
+        if job.state == "queued":
+            ctx.dispatcher.dispatch(job.id)
+    response.headers["Location"] = f"/v1/comparisons/{cmp.id}"
+    return comparison_out(session, cmp)
+
+
+@router.get("/comparisons", response_model=Page[ComparisonOut], responses=errors())
+def list_comparisons(session: SessionDep, project: ProjectDep,
+                     graph_id: Annotated[str | None, Query(max_length=40)] = None,
+                     topology_id: Annotated[str | None, Query(max_length=40)] = None,
+                     cursor: Annotated[str | None, Query(max_length=40)] = None,
+                     limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[ComparisonOut]:
+    stmt = select(Comparison).where(Comparison.project_id == project)
+    if graph_id is not None:
+        stmt = stmt.where(Comparison.graph_id == graph_id)
+    if topology_id is not None:
+        stmt = stmt.where(Comparison.topology_id == topology_id)
+    rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Comparison.id, cursor, min(limit, MAX_PAGE)))),
+                            limit)
+    return Page[ComparisonOut](items=[comparison_out(session, c) for c in rows], next_cursor=nxt)
+
+
+@router.get("/comparisons/{comparison_id}", response_model=ComparisonOut, responses=errors())
+def get_comparison(comparison_id: str, session: SessionDep, project: ProjectDep) -> ComparisonOut:
+    """The comparison table: per solver its status, objective, throughput, efficiency vs bound, time, memory."""
+    return comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))

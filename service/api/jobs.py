@@ -1,0 +1,139 @@
+"""``/v1/jobs``: submit (202, idempotent with ``Idempotency-Key``), list, get, cancel, events, plan."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
+from service.db.models import Job, PlanRow
+from service.deps import CtxDep, ProjectDep, SessionDep
+from service.documents import decompress
+from service.errors import Conflict
+from service.jobs import store
+from service.jobs.events import event_stream
+from service.jobs.validate import validate_job
+from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
+from solvers.model.canonical import digest
+from solvers.model.errors import InvalidInput
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
+    "description": "the placer.plan/v1 document", "content": {"application/json": {"schema": {"type": "object"}}}}}
+
+
+def job_out(job: Job) -> JobOut:
+    return JobOut(id=job.id, status=job.state, graph_id=job.graph_id, topology_id=job.topology_id,
+                  comparison_id=job.comparison_id, solver=job.solver, objective=job.objective,
+                  settings=job.settings, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,
+                  cached=job.cached, cached_from=job.cached_from, attempts=job.attempts,
+                  cancel_requested=job.cancel_requested,
+                  progress=ProgressOut(**job.progress) if job.progress else None,
+                  error=ErrorOut(**{k: v for k, v in job.error.items() if k in ErrorOut.model_fields})
+                  if job.error else None,
+                  plan_id=job.plan_id, plan_status=job.plan_status, created_at=job.created_at,
+                  started_at=job.started_at, finished_at=job.finished_at)
+
+
+def _existing(session: Session, project: str, key: str, request_digest: str) -> Job | None:
+    job = session.scalar(select(Job).where(Job.project_id == project, Job.idempotency_key == key))
+    if job is not None and job.request_digest != request_digest:
+        raise InvalidInput("Idempotency-Key: the key was already used with a different request",
+                           field="Idempotency-Key", ref=key)
+    return job
+
+
+@router.post("/jobs", status_code=202, response_model=JobOut, responses=errors())
+def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep, project: ProjectDep,
+               idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> JobOut:
+    """Submit a job: it is stored, then dispatched; a cached identical plan finishes it at once."""
+    request_digest = digest(body.model_dump(mode="json"))
+    if idempotency_key and (found := _existing(session, project, idempotency_key, request_digest)):
+        return job_out(found)
+    spec = validate_job(session, ctx.settings, project, graph_id=body.graph_id, topology_id=body.topology_id,
+                        solver=body.solver, objective=body.objective, settings=body.settings, options=body.options,
+                        time_limit_s=body.time_limit_s)
+    try:
+        job = store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
+                           request_digest=request_digest)
+        session.commit()
+    except IntegrityError:  # a concurrent request with the same Idempotency-Key won
+        session.rollback()
+        found = _existing(session, project, idempotency_key or "", request_digest)
+        if found is None:
+            raise
+        return job_out(found)
+    if job.state == "queued":
+        ctx.dispatcher.dispatch(job.id)
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return job_out(job)
+
+
+@router.get("/jobs", response_model=Page[JobOut], responses=errors())
+def list_jobs(session: SessionDep, project: ProjectDep,
+              status: Annotated[JobState | None, Query()] = None,
+              solver: Annotated[str | None, Query(max_length=100)] = None,
+              graph_id: Annotated[str | None, Query(max_length=40)] = None,
+              topology_id: Annotated[str | None, Query(max_length=40)] = None,
+              comparison_id: Annotated[str | None, Query(max_length=40)] = None,
+              cursor: Annotated[str | None, Query(max_length=40)] = None,
+              limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50) -> Page[JobOut]:
+    """Jobs of the project, newest first, filtered by status, solver, inputs or comparison."""
+    stmt = select(Job).where(Job.project_id == project)
+    for column, value in ((Job.state, status), (Job.solver, solver), (Job.graph_id, graph_id),
+                          (Job.topology_id, topology_id), (Job.comparison_id, comparison_id)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Job.id, cursor, limit))), limit)
+    return Page[JobOut](items=[job_out(j) for j in rows], next_cursor=nxt)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=errors())
+def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
+    return job_out(get_owned(session, Job, job_id, project, "job"))
+
+
+@router.post("/jobs/{job_id}:cancel", status_code=202, response_model=JobOut, responses=errors(409))
+def cancel_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
+    """Cancel a queued job at once, or ask the worker of a running job to stop it."""
+    job = get_owned(session, Job, job_id, project, "job")
+    if job.state not in ("queued", "running"):
+        raise Conflict(f"job {job_id!r} is already {job.state}", field="status", ref=job_id)
+    store.request_cancel(session, job)
+    session.commit()
+    return job_out(job)
+
+
+@router.get("/jobs/{job_id}/events", responses={**errors(), 200: {
+    "description": "Server-Sent Events: `state` and `progress` events, then `end`",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+async def job_events(job_id: str, ctx: CtxDep, session: SessionDep, project: ProjectDep,
+                     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+                     after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+                     ) -> Response:
+    """Progress of a job as Server-Sent Events (resumable with ``Last-Event-ID``)."""
+    get_owned(session, Job, job_id, project, "job")
+    session.commit()  # the stream polls in its own transactions
+    start = after if after is not None else (int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
+    return event_stream(ctx.db, job_id, start)
+
+
+@router.get("/jobs/{job_id}/plan", responses={**errors(409), **PLAN_RESPONSE})
+def get_job_plan(job_id: str, session: SessionDep, project: ProjectDep) -> Response:
+    """The job's ``placer.plan/v1`` document (409 until the job has succeeded)."""
+    job = get_owned(session, Job, job_id, project, "job")
+    if job.state != "succeeded" or job.plan_id is None:
+        why = f": {job.error.get('detail')}" if job.error else ""
+        raise Conflict(f"job {job_id!r} is {job.state} and has no plan{why}", field="status", ref=job_id)
+    plan = get_owned(session, PlanRow, job.plan_id, project, "plan")
+    return plan_response(plan.body)
+
+
+def plan_response(body: bytes) -> Response:
+    import json
+
+    return Response(json.dumps(decompress(body), separators=(",", ":")), media_type="application/json")

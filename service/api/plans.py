@@ -1,0 +1,45 @@
+"""``/v1/plans``: a stored plan by id, and ``:evaluate`` to score a user's own plan."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from service.api._common import errors, get_owned
+from service.api.jobs import PLAN_RESPONSE, plan_response
+from service.db.models import Graph, PlanRow, TopologyRow
+from service.deps import ProjectDep, SessionDep
+from service.documents import decompress
+from service.jobs.child import jsonable
+from service.schemas import EvaluateIn, EvaluateOut
+from solvers.model.graph import graph_from_document
+from solvers.model.plan import plan_from_document, resolve_plan
+from solvers.model.problem import Problem, settings_from_dict
+from solvers.model.topology import topology_from_document
+
+router = APIRouter(prefix="/v1", tags=["plans"])
+
+
+@router.post("/plans:evaluate", response_model=EvaluateOut, responses=errors())
+def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) -> EvaluateOut:
+    """Validate a ``placer.plan/v1`` against the graph and topology (memory included) and simulate it."""
+    from solvers.run import finish_plan
+    from solvers.simulate import simulate
+
+    graph = get_owned(session, Graph, body.graph_id, project, "graph", field="graph_id")
+    topology = get_owned(session, TopologyRow, body.topology_id, project, "topology", field="topology_id")
+    problem = Problem(graph_from_document(decompress(graph.body)), topology_from_document(decompress(topology.body)),
+                      body.objective, settings_from_dict(body.settings))
+    plan = plan_from_document(body.plan)
+    resolve_plan(problem, plan)
+    finished = finish_plan(problem, plan)
+    timeline = None
+    if body.timeline:
+        timeline = [t.to_dict() for t in simulate(problem, plan, timeline=True).timeline or []]
+    doc = jsonable(finished.to_document())
+    return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline)
+
+
+@router.get("/plans/{plan_id}", responses={**errors(), **PLAN_RESPONSE})
+def get_plan(plan_id: str, session: SessionDep, project: ProjectDep) -> Response:
+    """A stored ``placer.plan/v1`` document."""
+    return plan_response(get_owned(session, PlanRow, plan_id, project, "plan").body)

@@ -1,0 +1,87 @@
+"""The FastAPI application: routers, error handlers, limits, metrics, and the job pool's lifetime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from service.api import comparisons, graphs, health, jobs, plans, topologies
+from service.api import solvers as solvers_api
+from service.auth import RateLimiter
+from service.db import migrate
+from service.db.engine import Database
+from service.deps import Context
+from service.errors import PROBLEM_JSON, install_error_handlers
+from service.jobs.dispatch import Dispatcher, LocalPool
+from service.limits import BodyLimitMiddleware
+from service.metrics import Metrics, RequestMetricsMiddleware
+from service.schemas import ProblemOut
+from service.settings import Settings, load_settings
+
+log = logging.getLogger("placer.service")
+API_VERSION = "1"
+
+
+def create_app(settings: Settings | None = None, dispatcher: Dispatcher | None = None) -> FastAPI:
+    """Build the app.  The database is migrated (embedded SQLite by default) and the local pool
+    started when the app starts, and stopped when it stops."""
+    cfg = settings or load_settings()
+    db = Database(cfg.database_url)
+    metrics = Metrics(db)
+    pool = dispatcher or LocalPool(db, cfg, on_finish=metrics.job_finished)
+    ctx = Context(cfg, db, pool, metrics, RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if cfg.migrate_on_start:
+            migrate.upgrade(db.engine)
+        pool.start()
+        if isinstance(pool, LocalPool) and pool.workers:
+            pool.reap_once()  # resume jobs queued or left running by a previous server
+        try:
+            yield
+        finally:
+            pool.stop()
+            db.dispose()
+
+    app = FastAPI(title="Placer", version=API_VERSION, lifespan=lifespan,
+                  description="Solver-backed placement optimizer for deep learning. Authenticate with "
+                              "`Authorization: Bearer <key>`; errors are RFC 9457 problem+json.")
+    app.state.ctx = ctx
+    for module in (graphs, topologies, jobs, comparisons, plans, solvers_api, health):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI schema, with every 4xx/5xx answer documented as problem+json."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["ProblemOut"] = ProblemOut.model_json_schema(ref_template="#/components/schemas/{model}")
+    problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
+    for path, ops in schema.get("paths", {}).items():
+        for op in ops.values():
+            responses = op.setdefault("responses", {})
+            if path.startswith("/v1") and path != "/v1/solvers":
+                for code, text in (("401", "missing or invalid API key"), ("429", "rate limit exceeded"),
+                                   ("413", "request body too large"), ("422", "invalid input")):
+                    responses.setdefault(code, {"description": text})
+            responses.setdefault("500", {"description": "internal error (a bug; logged)"})
+            for code, resp in responses.items():
+                if code.isdigit() and int(code) >= 400 and not (path == "/readyz" and code == "503"):
+                    resp["content"] = problem
+    schema["components"]["schemas"].pop("HTTPValidationError", None)
+    schema["components"]["schemas"].pop("ValidationError", None)
+    app.openapi_schema = schema
+    return schema

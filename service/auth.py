@@ -1,0 +1,82 @@
+"""API keys: created per project, stored as sha256 hashes, checked on every /v1 request."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.db.models import ApiKey, Project, new_id
+from service.errors import RateLimited, Unauthorized
+
+KEY_PREFIX = "plc_"
+
+
+def hash_key(key: str) -> str:
+    """The stored form of a key: sha256 hex of the secret (the secret itself is never stored)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def ensure_project(session: Session, name: str) -> Project:
+    """The project called ``name``, created if absent."""
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is None:
+        project = Project(id=new_id("prj"), name=name)
+        session.add(project)
+        session.flush()
+    return project
+
+
+def create_key(session: Session, project_name: str) -> str:
+    """Create a new API key for ``project_name`` (creating the project) and return the secret."""
+    project = ensure_project(session, project_name)
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    session.add(ApiKey(id=new_id("key"), project_id=project.id, key_hash=hash_key(secret), prefix=secret[:10]))
+    session.flush()
+    return secret
+
+
+def project_for_key(session: Session, authorization: str | None) -> str:
+    """The project id of the bearer key in an ``Authorization`` header, or :class:`Unauthorized`."""
+    if not authorization:
+        raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <key>'", field="Authorization")
+    scheme, _, key = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("the Authorization header must be 'Bearer <key>'", field="Authorization")
+    row = session.execute(
+        select(ApiKey.project_id, ApiKey.revoked_at).where(ApiKey.key_hash == hash_key(key.strip()))
+    ).first()
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized("unknown or revoked API key", field="Authorization")
+    return str(row.project_id)
+
+
+class RateLimiter:
+    """A token bucket per client: ``rate_per_s`` sustained, ``burst`` at once (0 rate = off)."""
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, client: str) -> None:
+        """Take one token for ``client`` or raise :class:`RateLimited`."""
+        if self.rate_per_s <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(client, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate_per_s)
+            if tokens < 1.0:
+                self._buckets[client] = (tokens, now)
+                wait_s = (1.0 - tokens) / self.rate_per_s
+                raise RateLimited(f"rate limit of {self.rate_per_s:g} requests/s exceeded; retry in {wait_s:.2f} s",
+                                  retry_after_s=wait_s)
+            self._buckets[client] = (tokens - 1.0, now)
+            if len(self._buckets) > 100_000:
+                self._buckets.clear()

@@ -1,0 +1,136 @@
+"""RFC 9457 problem+json: the one place errors become HTTP responses.
+
+Library errors (:class:`~solvers.model.errors.PlacerError`) carry ``http_status``,
+``type_slug``, ``title``, ``field`` and ``ref``; the service's own errors below extend the
+same hierarchy, so a single handler serves both.  Request-validation errors and unknown
+routes answer in the same shape; nothing answers a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from solvers.model.errors import PlacerError
+
+log = logging.getLogger("placer.service")
+PROBLEM_JSON = "application/problem+json"
+TYPE_BASE = "/problems/"
+
+
+class NotFound(PlacerError):
+    type_slug = "not-found"
+    title = "Not found"
+    http_status = 404
+
+
+class Conflict(PlacerError):
+    type_slug = "conflict"
+    title = "Conflict"
+    http_status = 409
+
+
+class Unauthorized(PlacerError):
+    type_slug = "unauthorized"
+    title = "Missing or invalid API key"
+    http_status = 401
+
+
+class PayloadTooLarge(PlacerError):
+    type_slug = "payload-too-large"
+    title = "Request body too large"
+    http_status = 413
+
+
+class UnsupportedMediaType(PlacerError):
+    type_slug = "unsupported-media-type"
+    title = "Unsupported media type"
+    http_status = 415
+
+
+class RateLimited(PlacerError):
+    type_slug = "rate-limited"
+    title = "Too many requests"
+    http_status = 429
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def problem_body(status: int, slug: str, title: str, detail: str, instance: str | None = None,
+                 **extra: Any) -> dict[str, Any]:
+    """A problem+json body; ``extra`` members with value ``None`` are left out."""
+    body: dict[str, Any] = {"type": TYPE_BASE + slug, "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def placer_error_response(exc: PlacerError, instance: str | None = None) -> JSONResponse:
+    status = int(getattr(exc, "http_status", 400))
+    body = problem_body(status, exc.type_slug, exc.title, exc.message, instance, field=exc.field, ref=exc.ref)
+    headers: dict[str, str] = {}
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+    if status >= 500:
+        log.error("%s: %s", exc.type_slug, exc.message)
+    return problem_response(status, body, headers)
+
+
+def _field_of(loc: Any) -> str:
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        where = parts.pop(0)
+        if not parts:
+            return str(where)
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers mapping every error to problem+json."""
+
+    @app.exception_handler(PlacerError)
+    async def _placer(request: Request, exc: PlacerError) -> JSONResponse:
+        return placer_error_response(exc, request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        field = _field_of(first.get("loc", ()))
+        detail = f"{field}: {first.get('msg', 'invalid value')}" if field else str(first.get("msg"))
+        more = [{"field": _field_of(e.get("loc", ())), "message": e.get("msg")} for e in errors[:20]]
+        return problem_response(422, problem_body(422, "invalid-request", "Invalid request", detail,
+                                                  request.url.path, field=field or None, errors=more))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+        detail = str(exc.detail) if exc.detail else title
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no route {request.method} {request.url.path}"
+        return problem_response(exc.status_code, problem_body(exc.status_code, slug, title, detail, request.url.path),
+                                dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(500, problem_body(500, "internal-error", "Internal server error",
+                                                  "the server failed to answer; the error was logged", request.url.path))

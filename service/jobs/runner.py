@@ -1,0 +1,164 @@
+"""Run one job id: claim it, solve in a child process under a hard wall-clock kill, finish it.
+
+The same code serves every dispatcher (the embedded pool now, remote workers later): all
+coordination goes through the jobs table (``store``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+from service.db.engine import Database
+from service.jobs import child, store
+from service.settings import Settings
+
+log = logging.getLogger("placer.jobs")
+Outcome = Literal["not-claimed", "succeeded", "failed", "cancelled", "queued", "lost", "released"]
+_MP = mp.get_context("forkserver")
+_MP.set_forkserver_preload(["service.jobs.child"])
+
+
+def worker_id() -> str:
+    """A name for this worker process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+@dataclass
+class _Watch:
+    """What the parent learned from the child."""
+
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
+    progress_dirty: bool = False
+    timed_out: bool = False
+    cancelled: bool = False
+    lost: bool = False
+    stopped: bool = False
+    exitcode: int | None = None
+
+
+class JobRunner:
+    """Executes jobs by id; ``stop`` asks running jobs to be released back to the queue."""
+
+    def __init__(self, db: Database, settings: Settings, owner: str | None = None,
+                 on_finish: Any = None) -> None:
+        self.db = db
+        self.settings = settings
+        self.owner = owner or worker_id()
+        self.stopping = threading.Event()
+        self.on_finish = on_finish  # callable(state, duration_s) for metrics
+
+    def run(self, job_id: str) -> Outcome:
+        with self.db.session() as s:
+            claimed = store.claim(s, job_id, self.owner, self.settings.lease_s)
+        if claimed is None:
+            return "not-claimed"
+        started = time.monotonic()
+        watch = self._supervise(claimed)
+        outcome = self._finish(claimed, watch)
+        if self.on_finish is not None and outcome in ("succeeded", "failed", "cancelled"):
+            self.on_finish(outcome, time.monotonic() - started)
+        return outcome
+
+    def _supervise(self, job: store.Claimed) -> _Watch:
+        recv, send = _MP.Pipe(duplex=False)
+        payload = {"graph_body": job.graph_body, "topology_body": job.topology_body, "objective": job.objective,
+                   "settings": job.settings, "solver": job.solver, "options": job.options,
+                   "time_limit_s": job.time_limit_s}
+        proc = _MP.Process(target=child.run, args=(send, payload), name=f"placer-solve-{job.job_id}", daemon=True)
+        proc.start()
+        send.close()
+        watch = _Watch()
+        try:
+            self._watch(job, proc, recv, watch)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+            recv.close()
+            watch.exitcode = proc.exitcode
+        return watch
+
+    def _watch(self, job: store.Claimed, proc: Any, recv: Connection, watch: _Watch) -> None:
+        cfg = self.settings
+        now = time.monotonic()
+        deadline = now + job.time_limit_s + cfg.kill_grace_s
+        beat_every = min(1.0, cfg.lease_s / 3)
+        next_beat, next_flush = now, now + cfg.progress_interval_s
+        pid: int | None = proc.pid
+        while True:
+            if recv.poll(0.05):
+                try:
+                    kind, data = recv.recv()
+                except (EOFError, OSError):
+                    return  # the child died without a word
+                if kind == "progress":
+                    watch.progress, watch.progress_dirty = data, True
+                elif kind == "result":
+                    watch.result = data
+                    return
+                else:
+                    watch.error = data
+                    return
+            elif not proc.is_alive() and not recv.poll(0):
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                watch.timed_out = True
+                return
+            if self.stopping.is_set():
+                watch.stopped = True
+                return
+            flush = watch.progress_dirty and now >= next_flush
+            if now >= next_beat or flush:
+                with self.db.session() as s:
+                    owner, cancel = store.heartbeat(s, job.job_id, self.owner, cfg.lease_s, pid,
+                                                    watch.progress if flush else None)
+                pid = None
+                if flush:
+                    watch.progress_dirty, next_flush = False, now + cfg.progress_interval_s
+                next_beat = now + beat_every
+                if not owner:
+                    watch.lost = True
+                    return
+                if cancel:
+                    watch.cancelled = True
+                    return
+
+    def _finish(self, job: store.Claimed, watch: _Watch) -> Outcome:
+        cfg = self.settings
+        with self.db.session() as s:
+            if watch.progress_dirty and not watch.lost:
+                store.heartbeat(s, job.job_id, self.owner, cfg.lease_s, progress=watch.progress)
+            if watch.lost:
+                log.warning("job %s: lease lost; the solver was stopped", job.job_id)
+                return "lost"
+            if watch.result is not None:
+                return "succeeded" if store.succeed(s, job.job_id, self.owner, watch.result) else "lost"
+            if watch.error is not None:
+                if "traceback" in watch.error:
+                    log.error("job %s: solver failure\n%s", job.job_id, watch.error.pop("traceback"))
+                return "failed" if store.fail(s, job.job_id, self.owner, watch.error) else "lost"
+            if watch.cancelled:
+                return "cancelled" if store.cancel_running(s, job.job_id, self.owner) else "lost"
+            if watch.timed_out:
+                return "failed" if store.fail(s, job.job_id, self.owner, {
+                    "type": "time-limit-exceeded", "title": "Killed at the hard time limit",
+                    "detail": f"the solver did not return within its time limit of {job.time_limit_s:g} s plus "
+                              f"{cfg.kill_grace_s:g} s grace and was killed", "field": "time_limit_s"}) else "lost"
+            if watch.stopped:
+                return "released" if store.release(s, job.job_id, self.owner) else "lost"
+            code = watch.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            reason = f"the solver process died without answering ({how})"
+            out = store.retry_or_fail(s, job.job_id, self.owner, reason, cfg.max_attempts)
+            return out if out in ("queued", "failed", "cancelled") else "lost"  # type: ignore[return-value]

@@ -1,0 +1,240 @@
+"""Every state transition of a job, as short transactions on the jobs table.
+
+The table is the source of truth: a worker *claims* a queued job by a conditional UPDATE
+(exactly one claimant wins), holds a *lease* it renews while the solver runs, and finishes
+the job only while it still owns the lease.  The *reaper* requeues running jobs whose lease
+expired (their worker died) until ``max_attempts`` is reached, then fails them with the
+reason.  Nothing here knows how job ids travel to workers (see ``dispatch``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from service.db.models import ACTIVE_STATES, Graph, Job, JobEvent, PlanRow, TopologyRow, new_id, utcnow
+from service.documents import compress
+from service.jobs.validate import JobSpec
+
+
+def add_event(session: Session, job_id: str, kind: str, data: dict[str, Any]) -> None:
+    session.add(JobEvent(job_id=job_id, kind=kind, data=data))
+
+
+def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool, comparison_id: str | None = None,
+           idempotency_key: str | None = None, request_digest: str | None = None) -> Job:
+    """Insert a job (not committed).  With ``use_cache`` a finished identical plan is reused at once."""
+    job = Job(id=new_id("job"), project_id=project_id, comparison_id=comparison_id, graph_id=spec.graph_id,
+              topology_id=spec.topology_id, solver=spec.solver, objective=spec.objective, settings=spec.settings,
+              options=spec.options, time_limit_s=spec.time_limit_s, use_cache=use_cache, cache_key=spec.cache_key,
+              idempotency_key=idempotency_key, request_digest=request_digest, state="queued", attempts=0)
+    cached = None
+    if use_cache:
+        cached = session.scalar(select(PlanRow).where(PlanRow.project_id == project_id,
+                                                      PlanRow.cache_key == spec.cache_key)
+                                .order_by(PlanRow.created_at.desc()).limit(1))
+    if cached is not None:
+        now = utcnow()
+        job.state, job.cached, job.cached_from = "succeeded", True, cached.job_id
+        job.plan_id, job.plan_status = cached.id, cached.status
+        job.started_at = job.finished_at = now
+        job.progress = {"fraction": 1.0, "incumbent_s": cached.objective_s, "bound_s": cached.lower_bound_s,
+                        "message": f"reused the plan of job {cached.job_id}"}
+    session.add(job)
+    session.flush()
+    add_event(session, job.id, "state", {"status": job.state, "cached": job.cached})
+    return job
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a worker needs to run a claimed job."""
+
+    job_id: str
+    attempt: int
+    solver: str
+    objective: str
+    settings: dict[str, Any]
+    options: dict[str, Any]
+    time_limit_s: float
+    graph_body: bytes
+    topology_body: bytes
+
+
+def claim(session: Session, job_id: str, owner: str, lease_s: float) -> Claimed | None:
+    """Take a queued job (one claimant only); ``None`` if someone else has it or it is gone."""
+    now = utcnow()
+    won = session.execute(
+        update(Job).where(Job.id == job_id, Job.state == "queued", Job.cancel_requested.is_(False))
+        .values(state="running", lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s),
+                attempts=Job.attempts + 1, started_at=now, error=None)
+        .returning(Job.id).execution_options(synchronize_session=False)
+    ).first()
+    if won is None:
+        return None
+    job = session.get(Job, job_id)
+    assert job is not None
+    session.refresh(job)
+    graph = session.get(Graph, job.graph_id) if job.graph_id else None
+    topology = session.get(TopologyRow, job.topology_id) if job.topology_id else None
+    add_event(session, job_id, "state", {"status": "running", "attempt": job.attempts, "worker": owner})
+    if graph is None or topology is None:
+        _finish(session, job, "failed", error={"type": "not-found", "title": "Input deleted",
+                                               "detail": "the job's graph or topology no longer exists"})
+        return None
+    return Claimed(job.id, job.attempts, job.solver, job.objective, dict(job.settings), dict(job.options),
+                   job.time_limit_s, graph.body, topology.body)
+
+
+def heartbeat(session: Session, job_id: str, owner: str, lease_s: float, child_pid: int | None = None,
+              progress: dict[str, Any] | None = None) -> tuple[bool, bool]:
+    """Renew the lease (and record progress); returns (still the owner, cancel requested)."""
+    values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_s)}
+    if child_pid is not None:
+        values["child_pid"] = child_pid
+    if progress is not None:
+        values["progress"] = progress
+    row = session.execute(
+        update(Job).where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running").values(**values)
+        .returning(Job.cancel_requested).execution_options(synchronize_session=False)
+    ).first()
+    if row is None:
+        return False, False
+    if progress is not None:
+        add_event(session, job_id, "progress", progress)
+    return True, bool(row[0])
+
+
+def _owned(session: Session, job_id: str, owner: str) -> Job | None:
+    job = session.scalar(select(Job).where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
+                         .with_for_update())
+    return job
+
+
+def _finish(session: Session, job: Job, state: str, *, error: dict[str, Any] | None = None) -> None:
+    job.state, job.finished_at, job.error = state, utcnow(), error
+    job.lease_owner, job.lease_expires_at, job.child_pid = None, None, None
+    add_event(session, job.id, "state", {"status": state, "plan_status": job.plan_status, "error": error})
+
+
+def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any]) -> bool:
+    """Store the plan and mark the job succeeded, if ``owner`` still holds it."""
+    job = _owned(session, job_id, owner)
+    if job is None:
+        return False
+    metrics = plan_doc.get("metrics") or {}
+    plan = PlanRow(id=new_id("plan"), project_id=job.project_id, job_id=job.id, cache_key=job.cache_key,
+                   solver=str(plan_doc.get("solver", job.solver)), status=str(plan_doc.get("status", "unknown")),
+                   objective=job.objective, objective_s=_scalar(metrics.get("objective_s")),
+                   iteration_s=_scalar(metrics.get("iteration_s")), latency_s=_scalar(metrics.get("latency_s")),
+                   throughput_samples_per_s=_scalar(metrics.get("throughput_samples_per_s")),
+                   lower_bound_s=_scalar(plan_doc.get("lower_bound_s", metrics.get("lower_bound_s"))),
+                   efficiency=_scalar(metrics.get("efficiency")),
+                   peak_memory_bytes=_scalar(metrics.get("peak_memory_bytes")),
+                   solve_time_s=_scalar(plan_doc.get("solve_time_s")), body=compress(plan_doc))
+    session.add(plan)
+    session.flush()
+    job.plan_id, job.plan_status = plan.id, plan.status
+    job.progress = {**(job.progress or {}), "fraction": 1.0, "incumbent_s": plan.objective_s}
+    _finish(session, job, "succeeded")
+    return True
+
+
+def fail(session: Session, job_id: str, owner: str, error: dict[str, Any]) -> bool:
+    job = _owned(session, job_id, owner)
+    if job is None:
+        return False
+    _finish(session, job, "failed", error=error)
+    return True
+
+
+def cancel_running(session: Session, job_id: str, owner: str) -> bool:
+    job = _owned(session, job_id, owner)
+    if job is None:
+        return False
+    _finish(session, job, "cancelled")
+    return True
+
+
+def retry_or_fail(session: Session, job_id: str, owner: str, reason: str, max_attempts: int) -> str | None:
+    """After a lost solver process: requeue (``"queued"``) or fail once attempts are used up."""
+    job = _owned(session, job_id, owner)
+    if job is None:
+        return None
+    return _retry_or_fail(session, job, reason, max_attempts)
+
+
+def _retry_or_fail(session: Session, job: Job, reason: str, max_attempts: int) -> str:
+    if job.cancel_requested:
+        _finish(session, job, "cancelled")
+        return "cancelled"
+    if job.attempts >= max_attempts:
+        _finish(session, job, "failed", error={
+            "type": "worker-lost", "title": "Job failed after repeated worker loss",
+            "detail": f"{reason}; gave up after {job.attempts} attempt(s) (max_attempts={max_attempts})"})
+        return "failed"
+    job.state, job.lease_owner, job.lease_expires_at, job.child_pid = "queued", None, None, None
+    add_event(session, job.id, "state", {"status": "queued", "reason": reason, "attempts": job.attempts})
+    return "queued"
+
+
+def release(session: Session, job_id: str, owner: str) -> bool:
+    """Give a running job back to the queue without counting the attempt (clean shutdown)."""
+    job = _owned(session, job_id, owner)
+    if job is None:
+        return False
+    job.state, job.lease_owner, job.lease_expires_at, job.child_pid = "queued", None, None, None
+    job.attempts = max(0, job.attempts - 1)
+    add_event(session, job.id, "state", {"status": "queued", "reason": "the server shut down; requeued"})
+    return True
+
+
+def reap(session: Session, max_attempts: int) -> list[str]:
+    """Requeue (or fail) running jobs whose lease expired; returns the requeued ids."""
+    now = utcnow()
+    expired = list(session.scalars(
+        select(Job).where(Job.state == "running", Job.lease_expires_at < now).limit(1000).with_for_update()))
+    requeued = []
+    for job in expired:
+        reason = f"the lease of worker {job.lease_owner!r} expired (worker lost)"
+        if _retry_or_fail(session, job, reason, max_attempts) == "queued":
+            requeued.append(job.id)
+    return requeued
+
+
+def queued_ids(session: Session, limit: int = 1000) -> list[str]:
+    """Queued jobs, oldest first (used to re-dispatch after a restart)."""
+    return list(session.scalars(select(Job.id).where(Job.state == "queued").order_by(Job.id).limit(limit)))
+
+
+def request_cancel(session: Session, job: Job) -> None:
+    """Cancel a queued job now; ask the worker of a running job to stop it."""
+    if job.state == "queued":
+        won = session.execute(
+            update(Job).where(Job.id == job.id, Job.state == "queued")
+            .values(state="cancelled", finished_at=utcnow(), cancel_requested=True)
+            .returning(Job.id).execution_options(synchronize_session=False)).first()
+        if won is not None:
+            add_event(session, job.id, "state", {"status": "cancelled"})
+            session.refresh(job)
+            return
+        session.refresh(job)
+    if job.state in ACTIVE_STATES:
+        job.cancel_requested = True
+        add_event(session, job.id, "state", {"status": job.state, "cancel_requested": True})
+
+
+def _scalar(value: Any) -> float | None:
+    """A finite float from a metric (the maximum of a per-device list or mapping)."""
+    if isinstance(value, dict):
+        value = max(value.values(), default=None)
+    elif isinstance(value, list | tuple):
+        value = max(value, default=None)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)

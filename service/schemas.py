@@ -1,0 +1,198 @@
+"""Pydantic v2 schemas at the API boundary (requests and responses)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Objective = Literal["throughput", "latency"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list; pass ``next_cursor`` as ``cursor`` to get the next page."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class GraphOut(BaseModel):
+    id: str
+    digest: str
+    name: str
+    n_ops: int
+    n_edges: int
+    size_bytes: int = Field(description="size of the canonical JSON document")
+    created_at: datetime
+
+
+class TopologyOut(BaseModel):
+    id: str
+    digest: str
+    name: str
+    n_devices: int
+    n_hosts: int
+    size_bytes: int
+    created_at: datetime
+
+
+class GenerateTopologyIn(Strict):
+    kind: str = Field(description="generator kind, e.g. hierarchical, dgx1, mesh2d, torus3d")
+    params: dict[str, Any] = Field(default_factory=dict, description="generator parameters (seed, sizes ...)")
+
+
+class JobIn(Strict):
+    graph_id: str = Field(max_length=40)
+    topology_id: str = Field(max_length=40)
+    solver: str = Field(min_length=1, max_length=100)
+    objective: Objective = "throughput"
+    settings: dict[str, Any] = Field(default_factory=dict, description="problem settings (DESIGN §3)")
+    options: dict[str, Any] = Field(default_factory=dict, description="solver options (see GET /v1/solvers)")
+    time_limit_s: float | None = Field(None, gt=0, description="defaults to the server's default time limit")
+    cache: bool = Field(True, description="reuse a finished plan of an identical job")
+
+
+class ProgressOut(BaseModel):
+    fraction: float | None = None
+    incumbent_s: float | None = None
+    bound_s: float | None = None
+    message: str | None = None
+
+
+class ErrorOut(BaseModel):
+    type: str
+    title: str
+    detail: str
+    field: str | None = None
+    ref: str | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    status: JobState
+    graph_id: str | None
+    topology_id: str | None
+    comparison_id: str | None
+    solver: str
+    objective: str
+    settings: dict[str, Any]
+    options: dict[str, Any]
+    time_limit_s: float
+    cache: bool
+    cached: bool
+    cached_from: str | None
+    attempts: int
+    cancel_requested: bool
+    progress: ProgressOut | None
+    error: ErrorOut | None
+    plan_id: str | None
+    plan_status: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ComparisonIn(Strict):
+    graph_id: str = Field(max_length=40)
+    topology_id: str = Field(max_length=40)
+    solvers: list[str] = Field(min_length=1, max_length=64)
+    objective: Objective = "throughput"
+    settings: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="solver name -> its options")
+    time_limit_s: float | None = Field(None, gt=0)
+    cache: bool = True
+
+
+class ComparisonRow(BaseModel):
+    solver: str
+    job_id: str
+    job_status: JobState
+    plan_id: str | None
+    status: str | None = Field(description="the plan's status (optimal, feasible, infeasible, unknown)")
+    objective_s: float | None
+    iteration_s: float | None
+    latency_s: float | None
+    throughput_samples_per_s: float | None
+    lower_bound_s: float | None
+    efficiency: float | None
+    solve_time_s: float | None
+    peak_memory_bytes: float | None
+    error: ErrorOut | None
+
+
+class ComparisonOut(BaseModel):
+    id: str
+    graph_id: str | None
+    topology_id: str | None
+    objective: str
+    settings: dict[str, Any]
+    done: bool
+    best_solver: str | None
+    rows: list[ComparisonRow]
+    created_at: datetime
+
+
+class EvaluateIn(Strict):
+    graph_id: str = Field(max_length=40)
+    topology_id: str = Field(max_length=40)
+    objective: Objective = "throughput"
+    settings: dict[str, Any] = Field(default_factory=dict)
+    plan: dict[str, Any] = Field(description="a placer.plan/v1 document")
+    timeline: bool = False
+
+
+class EvaluateOut(BaseModel):
+    plan: dict[str, Any]
+    metrics: dict[str, Any]
+    timeline: list[Any] | None = None
+
+
+class PlanOut(BaseModel):
+    id: str
+    job_id: str | None
+    solver: str
+    status: str
+    objective: str | None
+    objective_s: float | None
+    lower_bound_s: float | None
+    efficiency: float | None
+    solve_time_s: float | None
+    created_at: datetime
+
+
+class SolverOut(BaseModel):
+    name: str
+    summary: str
+    objectives: list[str]
+    version: str
+    options_schema: dict[str, Any]
+    available: bool = True
+    unavailable_reason: str | None = None
+
+
+class ProblemOut(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    field: str | None = None
+    ref: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+class HealthOut(BaseModel):
+    status: str
+    database: str | None = None
+    revision: str | None = None
+    head: str | None = None
+    workers: int | None = None

@@ -1,0 +1,67 @@
+"""The service's one settings object, read from ``PLACER_*`` environment variables.
+
+Every variable is documented in ``docs/service.md``; the defaults run an embedded service
+(SQLite file in the working folder, a local worker pool) with nothing else to install.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "PLACER_"
+
+
+class Settings(BaseModel):
+    """Validated service configuration (field ``x`` <- environment ``PLACER_X``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    database_url: str = "sqlite:///./placer.db"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    workers: int = Field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)), ge=0, le=256)
+    auto_migrate: bool | None = None
+    default_time_limit_s: float = Field(60.0, gt=0)
+    max_time_limit_s: float = Field(3600.0, gt=0)
+    kill_grace_s: float = Field(5.0, ge=0)
+    lease_s: float = Field(30.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    reaper_interval_s: float = Field(5.0, gt=0)
+    max_request_bytes: int = Field(64 * 2**20, gt=0)
+    rate_limit_per_s: float = Field(100.0, ge=0)
+    rate_limit_burst: int = Field(400, ge=1)
+    progress_interval_s: float = Field(0.25, ge=0)
+    log_level: str = "info"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def migrate_on_start(self) -> bool:
+        """Upgrade the schema at start-up: on by default for the embedded SQLite database only."""
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Settings from ``PLACER_*`` variables (``env`` defaults to ``os.environ``) plus overrides.
+
+    An invalid value raises ``ValueError`` naming the variable.
+    """
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        key = ENV_PREFIX + name.upper()
+        if key in env and env[key] != "":
+            raw[name] = env[key]
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}: {err['msg']} (got {raw.get(name)!r})") from None
