@@ -1,0 +1,78 @@
+"""M-TOPO, DFS-TOPO and CPD-TOPO (Celeritas §4.2.2, §5.1.3, Algorithm 1)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+
+from solvers.celeritas import orders
+from solvers.model.graph import OpGraph
+from tests.strategies import dag_graphs
+
+
+def _lists(g: OpGraph) -> tuple[list[list[int]], list[list[int]]]:
+    return g.succ, g.pred
+
+
+@settings(max_examples=60, deadline=None)
+@given(dag_graphs(max_ops=14, edge_p=0.3))
+def test_every_order_is_topological(g: OpGraph) -> None:
+    succ, pred = _lists(g)
+    weights = g.fwd_s
+    comm = [[float(b) * 1e-6 for b in (g.edges[e].bytes for e in out)] for out in g.out_edges]
+    comm_in = [[float(g.edges[e].bytes) * 1e-6 for e in inn] for inn in g.in_edges]
+    for order in (orders.m_topo_order(succ, pred), orders.dfs_topo_order(succ, pred),
+                  orders.cpd_topo(succ, comm, pred, comm_in, weights)):
+        assert orders.is_topological(order, succ)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dag_graphs(max_ops=8, edge_p=0.4))
+def test_levels_are_longest_paths(g: OpGraph) -> None:
+    """tlevel (Eq. 2) and blevel (Eq. 3) against an enumeration of all paths."""
+    succ, pred = _lists(g)
+    w = g.fwd_s
+    c = {(int(s), int(d)): float(b) * 1e-6 for s, d, b in zip(g.edge_src, g.edge_dst, g.edge_bytes, strict=True)}
+    succ_c = [[c[(v, s)] for s in succ[v]] for v in range(g.n_ops)]
+    pred_c = [[c[(p, v)] for p in pred[v]] for v in range(g.n_ops)]
+    tlevel, blevel = orders.levels(succ, succ_c, pred, pred_c, w)
+
+    def paths_from(v: int) -> list[list[int]]:
+        return [[v]] + [[v, *rest] for s in succ[v] for rest in paths_from(s)]
+
+    def length(path: list[int]) -> float:
+        return sum(w[u] for u in path) + sum(c[(a, b)] for a, b in itertools.pairwise(path))
+
+    for v in range(g.n_ops):
+        down = max(length(p) for p in paths_from(v) if not succ[p[-1]])
+        assert abs(blevel[v] - down) < 1e-9
+        ups = [length(p) - w[v] for u in range(g.n_ops) for p in paths_from(u) if p[-1] == v and not pred[u]]
+        assert abs(tlevel[v] - max(ups)) < 1e-9
+
+
+def test_dfs_follows_a_path_where_m_topo_goes_breadth_first() -> None:
+    """Figure 3: two chains a0->a1->a2 and b0->b1->b2; DFS-TOPO keeps each chain together."""
+    succ = [[1], [2], [], [4], [5], []]
+    pred = [[], [0], [1], [], [3], [4]]
+    assert orders.m_topo_order(succ, pred).tolist() == [0, 3, 1, 4, 2, 5]
+    assert orders.dfs_topo_order(succ, pred).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_cpd_topo_takes_the_critical_child_first() -> None:
+    """Source 0 feeds a light child 1 and a heavy child 2: CPD-TOPO outputs 2 (larger cpath)
+    right after 0 and follows its path before coming back to 1 (Algorithm 1, lines 16–20)."""
+    succ = [[1, 2], [3], [4], [], []]
+    pred = [[], [0], [0], [1], [2]]
+    w = np.array([1.0, 1.0, 5.0, 1.0, 5.0])
+    zero = [[0.0] * len(s) for s in succ]
+    zero_in = [[0.0] * len(p) for p in pred]
+    assert orders.cpd_topo(succ, zero, pred, zero_in, w).tolist() == [0, 2, 4, 1, 3]
+
+
+def test_cpd_topo_starts_with_the_source_of_largest_cpath() -> None:
+    succ = [[2], [3], [], []]
+    pred = [[], [], [0], [1]]
+    cpath = np.array([2.0, 9.0, 2.0, 9.0])
+    assert orders.cpd_topo_order(succ, pred, cpath).tolist() == [1, 3, 0, 2]
