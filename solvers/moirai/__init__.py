@@ -1,0 +1,1 @@
+"""MOIRAI (Zhang et al.): operator-fusion coarsening and MILP device placement for latency."""

@@ -1,0 +1,172 @@
+"""CP-SAT back-end: the same placement problem with optional intervals and no-overlap.
+
+Per task and allowed device an optional interval (present iff the unit is there) shares the
+task's start and end; ``AddNoOverlap`` per device replaces the big-M rows of (6).  Per message
+and source device an optional interval of variable length on channel ``k' -> k''`` (present iff
+``u_{q k' k''}``) with ``AddNoOverlap`` per channel gives (8); the same order literals as the
+MILP's ``delta`` tie each channel's order to its sender's task order.  CP-SAT needs integers:
+times are in ticks of ``horizon / TICKS`` rounded *down*, so every real schedule maps to a
+feasible integer one and the proven bound (in ticks) is a valid lower bound on the real makespan;
+the solution is re-timed exactly by the caller.  Memory is in whole bytes (static and working
+memory rounded up, capacity down).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from solvers.model.errors import require
+from solvers.moirai.backends.result import BackendResult, Report
+from solvers.moirai.formulation import Formulation, fwd_before_bwd, order_key, precedes
+
+TICKS = 1_000_000
+
+
+def solve_cpsat(f: Formulation, time_limit_s: float, threads: int, seed: int, report: Report) -> BackendResult:
+    """Build and solve the CP-SAT model; values are returned in the formulation's units."""
+    cp: Any = require("ortools.sat.python.cp_model", "milp")
+    inst = f.inst
+    tick_s = f.horizon_s / TICKS  # seconds per tick
+    h = TICKS
+    m = cp.CpModel()
+    x = [{k: m.NewBoolVar(f"x{u}_{k}") for k in row} for u, row in enumerate(f.x)]
+    for row in x:
+        m.AddExactlyOne(row.values())
+    S = [m.NewIntVar(0, h, f"S{t}") for t in range(inst.n_tasks)]
+    C = [m.NewIntVar(0, h, f"C{t}") for t in range(inst.n_tasks)]
+    per_device: dict[int, list[Any]] = {}
+    for t in range(inst.n_tasks):
+        for k, lit in x[inst.task_unit[t]].items():
+            d = math.floor(float(inst.dur_s[t, k]) / tick_s)
+            per_device.setdefault(k, []).append(m.NewOptionalIntervalVar(S[t], d, C[t], lit, f"I{t}_{k}"))
+        for s, _ in inst.succ[t]:
+            m.Add(S[s] >= C[t])
+    for intervals in per_device.values():
+        m.AddNoOverlap(intervals)
+    _memory(m, f, x)
+    delta = {}
+    n = inst.n_units
+    for (i, j) in f.delta:  # d = 1: i first (training: forward i first, backward j' first)
+        d = delta[(i, j)] = m.NewBoolVar(f"d{i}_{j}")
+        ui, uj = inst.task_unit[i], inst.task_unit[j]
+        for k in x[ui].keys() & x[uj].keys():
+            m.Add(C[i] <= S[j]).OnlyEnforceIf([d, x[ui][k], x[uj][k]])
+            m.Add(C[j] <= S[i]).OnlyEnforceIf([d.Not(), x[ui][k], x[uj][k]])
+            if inst.training:
+                m.Add(C[n + j] <= S[n + i]).OnlyEnforceIf([d, x[ui][k], x[uj][k]])
+                m.Add(C[n + i] <= S[n + j]).OnlyEnforceIf([d.Not(), x[ui][k], x[uj][k]])
+    for i, bj in fwd_before_bwd(inst):
+        ui, uj = inst.task_unit[i], inst.task_unit[bj]
+        for k in x[ui].keys() & x[uj].keys():
+            m.Add(C[i] <= S[bj]).OnlyEnforceIf([x[ui][k], x[uj][k]])
+    _messages(m, f, x, S, C, delta, tick_s, h)
+    cmax = m.NewIntVar(0, h, "cmax")
+    for t in range(inst.n_tasks):
+        if not inst.succ[t]:
+            m.Add(cmax >= C[t])
+    m.Minimize(cmax)
+    _hint(m, f, x, S, C, cmax, tick_s)
+    solver = cp.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    solver.parameters.num_workers = max(1, threads)
+    solver.parameters.random_seed = seed
+    to_units = tick_s * f.scale
+
+    class _Progress(cp.CpSolverSolutionCallback):  # type: ignore[misc]
+        def on_solution_callback(self) -> None:
+            report(self.ObjectiveValue() * to_units, self.BestObjectiveBound() * to_units)
+
+    status = solver.Solve(m, _Progress())
+    if status == cp.INFEASIBLE:
+        return BackendResult("infeasible", message="CP-SAT proved the model infeasible")
+    if status not in (cp.OPTIMAL, cp.FEASIBLE):
+        return BackendResult("unknown", message=f"CP-SAT: {solver.StatusName(status)}")
+    values = [0.0] * len(f.model.names)
+    for u, row in enumerate(x):
+        for k, lit in row.items():
+            values[f.x[u][k]] = float(solver.Value(lit))
+    for t in range(inst.n_tasks):
+        values[f.S[t]] = solver.Value(S[t]) * to_units
+        values[f.C[t]] = solver.Value(C[t]) * to_units
+    values[f.cmax] = solver.Value(cmax) * to_units
+    bound = solver.BestObjectiveBound() * to_units
+    return BackendResult("optimal" if status == cp.OPTIMAL else "feasible", values,
+                         solver.ObjectiveValue() * to_units, bound, message=f"CP-SAT: {solver.StatusName(status)}")
+
+
+def _memory(m: Any, f: Formulation, x: list[dict[int, Any]]) -> None:
+    inst = f.inst
+    for k in range(inst.n_devices):
+        on_k = [(u, x[u][k]) for u in range(inst.n_units) if k in x[u]]
+        cap = math.floor(float(inst.cap_bytes[k]))
+        w = m.NewIntVar(0, max(cap, 0), f"W{k}")
+        m.Add(w + sum(math.ceil(float(inst.static_bytes[u])) * lit for u, lit in on_k) <= cap)
+        for u, lit in on_k:
+            m.Add(w >= math.ceil(float(inst.work_bytes[u]))).OnlyEnforceIf(lit)
+
+
+def _messages(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: list[Any],
+              delta: dict[tuple[int, int], Any], tick_s: float, h: int) -> None:
+    """(7) channel choice and duration, consumers waiting, (8) one message at a time per channel."""
+    inst = f.inst
+    channel: dict[tuple[int, int], list[Any]] = {}
+    lits: list[tuple[int, int, dict[int, Any], Any, Any]] = []  # task, dst, u, start, end
+    for q in f.messages:
+        a, k2, ua = q.task, q.dst, inst.task_unit[q.task]
+        z = m.NewBoolVar(f"z{a}_{k2}")
+        qs, qc, qt = m.NewIntVar(0, h, f"qS{a}_{k2}"), m.NewIntVar(0, h, f"qC{a}_{k2}"), m.NewIntVar(0, h, f"qT{a}_{k2}")
+        m.Add(qs >= C[a])
+        m.Add(qc == qs + qt)
+        for b, _ in q.consumers:
+            xb = x[inst.task_unit[b]][k2]
+            m.AddBoolOr([xb.Not(), z] + ([x[ua][k2]] if k2 in x[ua] else []))  # z >= x_b,k'' - x_a,k''
+            m.Add(S[b] >= qc).OnlyEnforceIf(xb)
+        for b in q.zero_consumers:
+            if k2 in x[inst.task_unit[b]]:
+                m.Add(S[b] >= qc).OnlyEnforceIf([x[inst.task_unit[b]][k2], z])
+        u = {}
+        for k1 in q.u:
+            u[k1] = m.NewBoolVar(f"u{a}_{k1}_{k2}")
+            m.AddBoolAnd([x[ua][k1], z]).OnlyEnforceIf(u[k1])
+            m.AddBoolOr([x[ua][k1].Not(), z.Not(), u[k1]])
+            for b, size in q.consumers:
+                p = math.floor(inst.comm_s(size, k1, k2) / tick_s)
+                m.Add(qt >= p).OnlyEnforceIf([x[ua][k1], x[inst.task_unit[b]][k2]])
+            channel.setdefault((k1, k2), []).append(m.NewOptionalIntervalVar(qs, qt, qc, u[k1], f"Q{a}_{k1}_{k2}"))
+        m.Add(sum(u.values()) == z)
+        lits.append((a, k2, u, qs, qc))
+    for intervals in channel.values():
+        m.AddNoOverlap(intervals)
+    for i, (a, k2, u, qs, qc) in enumerate(lits):
+        for c, k2b, ur, rs, rc in lits[i + 1:]:
+            if k2b != k2:
+                continue
+            for k1 in u.keys() & ur.keys():
+                both = [u[k1], ur[k1]]
+                if a == c or precedes(inst, a, c):
+                    m.Add(rs >= qc).OnlyEnforceIf(both)
+                elif precedes(inst, c, a):
+                    m.Add(qs >= rc).OnlyEnforceIf(both)
+                else:
+                    key, a_first = order_key(inst, a, c)
+                    d = delta[key]
+                    (fs, fc), (ss, sc) = ((qs, qc), (rs, rc)) if a_first else ((rs, rc), (qs, qc))
+                    m.Add(ss >= fc).OnlyEnforceIf([d, *both])
+                    m.Add(fs >= sc).OnlyEnforceIf([d.Not(), *both])
+
+
+def _hint(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: list[Any], cmax: Any,
+          tick_s: float) -> None:
+    """Hint placement and task times from the formulation's warm start (floored to ticks)."""
+    hint = f.model.hint
+    if not hint:
+        return
+    per_unit = f.scale * tick_s  # model units per tick
+    for u, row in enumerate(x):
+        for k, lit in row.items():
+            m.AddHint(lit, round(hint.get(f.x[u][k], 0.0)))
+    for t in range(f.inst.n_tasks):
+        m.AddHint(S[t], int(hint.get(f.S[t], 0.0) / per_unit))
+        m.AddHint(C[t], int(hint.get(f.C[t], 0.0) / per_unit))
+    m.AddHint(cmax, int(hint.get(f.cmax, 0.0) / per_unit))

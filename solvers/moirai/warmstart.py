@@ -1,0 +1,99 @@
+"""Warm start: a memory-aware list schedule and single-device plans, timed exactly.
+
+The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
+devices plus the mean transfer time of the heaviest path to a sink), and each unit's forward
+task goes to the allowed device, with room left, that finishes it earliest (transfers estimated
+without channel contention); a backward task runs on its forward's device.  Every candidate is
+timed by :func:`~solvers.moirai.schedule.replay` (in a training pass the list schedule orders the
+forward tasks and each device runs its backward tasks after them, reversed); the best one is the MILP's incumbent, the
+source of its hint and of the big-M horizon (docs/moirai.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from solvers.moirai.instance import Instance
+from solvers.moirai.schedule import Schedule, full_order, memory_fits, replay
+
+
+def upward_rank(inst: Instance) -> list[float]:
+    """Mean task time plus the heaviest mean-time path to a sink (HEFT's rank_u)."""
+    k = inst.n_devices
+    mean_dur = inst.dur_s.mean(axis=1)
+    off = [(a, b) for a in range(k) for b in range(k) if a != b]
+    rank = [0.0] * inst.n_tasks
+    for t in reversed(inst.topo):
+        best = 0.0
+        for s, size in inst.succ[t]:
+            comm = float(np.mean([inst.comm_s(size, a, b) for a, b in off])) if off else 0.0
+            best = max(best, comm + rank[s])
+        rank[t] = float(mean_dur[t]) + best
+    return rank
+
+
+def list_schedule(inst: Instance) -> Schedule | None:
+    """The HEFT-like list schedule (module doc), or ``None`` when some unit fits nowhere."""
+    rank = upward_rank(inst)
+    fwd = inst.n_units  # forward tasks are 0 .. n_units - 1
+    indeg = [len(p) for p in inst.pred]
+    ready = [(-rank[t], t) for t in range(fwd) if indeg[t] == 0]
+    heapq.heapify(ready)
+    device = [-1] * inst.n_units
+    used = np.zeros(inst.n_devices)
+    work = np.zeros(inst.n_devices)
+    free = np.zeros(inst.n_devices)
+    end = [0.0] * inst.n_tasks
+    order: dict[int, list[int]] = {}
+    while ready:
+        _, t = heapq.heappop(ready)
+        u = inst.task_unit[t]
+        if device[u] < 0:
+            best: tuple[float, int] | None = None
+            for k in range(inst.n_devices):
+                need = used[k] + inst.static_bytes[u] + max(work[k], inst.work_bytes[u])
+                if not inst.allowed[u, k] or need > inst.cap_bytes[k]:
+                    continue
+                finish = _start_on(inst, device, end, free, t, k) + float(inst.dur_s[t, k])
+                if best is None or finish < best[0]:
+                    best = (finish, k)
+            if best is None:
+                return None
+            device[u] = best[1]
+            used[best[1]] += inst.static_bytes[u]
+            work[best[1]] = max(work[best[1]], inst.work_bytes[u])
+        k = device[u]
+        end[t] = _start_on(inst, device, end, free, t, k) + float(inst.dur_s[t, k])
+        free[k] = end[t]
+        order.setdefault(k, []).append(t)
+        for s, _ in inst.succ[t]:
+            indeg[s] -= 1
+            if indeg[s] == 0 and s < fwd:
+                heapq.heappush(ready, (-rank[s], s))
+    return replay(inst, device, full_order(inst, order))
+
+
+def _start_on(inst: Instance, device: list[int], end: list[float], free: np.ndarray, t: int, k: int) -> float:
+    start = float(free[k])
+    sizes = {p: b for p in inst.pred[t] for s, b in inst.succ[p] if s == t}
+    for p in inst.pred[t]:
+        src = device[inst.task_unit[p]]
+        start = max(start, end[p] + inst.comm_s(sizes[p], src, k))
+    return start
+
+
+def single_device(inst: Instance, k: int) -> Schedule | None:
+    """Everything on device ``k`` in topological order, if it fits."""
+    device = [k] * inst.n_units
+    if not memory_fits(inst, device):
+        return None
+    return replay(inst, device, full_order(inst, {k: [t for t in inst.topo if t < inst.n_units]}))
+
+
+def warm_start(inst: Instance) -> Schedule | None:
+    """The best of the list schedule and the single-device plans (``None`` if none fits)."""
+    candidates = [list_schedule(inst)] + [single_device(inst, k) for k in range(inst.n_devices)]
+    found = [c for c in candidates if c is not None]
+    return min(found, key=lambda c: c.makespan_s) if found else None
