@@ -26,9 +26,11 @@ BUILTIN: dict[str, str] = {
     "single": "solvers.baselines.single:SingleSolver",
     # parmesan family
     "parmesan": "solvers.parmesan.solver:ParmesanSolver",
+    "pipedream": "solvers.baselines.pipedream:PipeDreamSolver",
     # rannc family
     "rannc": "solvers.rannc.solver:RanncSolver",
     # moirai family
+    "moirai": "solvers.moirai.solver:MoiraiSolver",
     # celeritas family and list-scheduling baselines
     "celeritas": "solvers.celeritas.solver:CeleritasSolver",
     "m-topo": "solvers.baselines.mtopo:MTopoSolver",
