@@ -8,10 +8,8 @@ import sys
 
 from service.settings import load_settings
 
-Subparsers = argparse._SubParsersAction  # type: ignore[type-arg]
 
-
-def register(sub: Subparsers) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the service's subcommands to the ``placer`` parser."""
     p = sub.add_parser("serve", help="run the API server with its local worker pool",
                        description="Run the Placer service. Configuration: PLACER_* environment variables "
