@@ -3,19 +3,21 @@
 Every bound holds for *every* plan :func:`~solvers.model.plan.resolve_plan` accepts, whatever
 its stages, replicas, micro-batch schedule or communication (docs/simulator.md gives the proofs).
 
-Throughput (iteration time with ``MB`` micro-batches), the total-work bound: a replica group
+The total-work bound (``MB`` micro-batches): a replica group
 runs its tasks one at a time, so the iteration lasts at least the group's compute.  With speeds
 only, op ``v`` on a group ``g`` of ``R`` devices takes ``max_d t_v / speed_d / R >= t_v / sum_g
 speed``; summing over groups gives ``MB * sum_v w_v / sum_d speed_d`` with ``w_v = fwd + bwd
 (+ fwd with recomputation)``.  With per-kind ``times`` overrides: ``MB * sum_v min_d w_dv / D``.
 
-Latency (makespan of ``MB`` micro-batches, default 1), the max of
-* the same work bound (backward only in a training pass), and
+Both objectives take the max of
+* the work bound (latency: ``MB`` defaults to 1, backward only in a training pass), and
 * the critical path of one micro-batch with zero communication, each op at its fastest possible
   group time: ``min_R (R-th smallest w_dv over devices) / R`` — a group of ``R`` replicas divides
   an op's time by ``R`` (Parmesan Eq. 3), so without this the bound would not hold for replicated
   groups.  In a training pass a path is its forward chain then its backward chain, so op ``v``
-  counts ``fwd + bwd`` (both run on the same group).
+  counts ``fwd + bwd`` (both run on the same group).  An iteration contains micro-batch 0's
+  forward and backward, so the bound holds for throughput too (it matters when device speeds
+  differ: with equal speeds it never exceeds the work bound).
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ def lower_bound_s(problem: Problem, micro_batches: int | None = None, *, recompu
     training = problem.training
     compute = ComputeModel(problem.graph, problem.topology)
     work = work_bound_s(problem, compute, micro_batches, training, recompute)
-    if throughput:
-        return work
     return max(work, critical_path_bound_s(problem, compute, training, recompute))
 
 

@@ -29,6 +29,9 @@ class ChannelTable:
         self.pairs: list[tuple[int, int]] = []
         self.free_s: list[float] = []  # free_s[c] = time channel c finishes its last transfer
         self.traffic_bytes: dict[tuple[int, int], float] = {}
+        # (src devices, dst devices, bytes) -> (transfers, per-pair (src, dst, share)): messages repeat
+        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...], float],
+                         tuple[Transfers, list[tuple[int, int, float]]]] = {}
 
     def channel(self, src: int, dst: int) -> int:
         """The id of channel ``src -> dst`` (device positions), created on first use."""
@@ -42,12 +45,17 @@ class ChannelTable:
     def message(self, src_devices: Sequence[int], dst_devices: Sequence[int], size_bytes: float,
                 copies: int) -> Transfers:
         """The transfers of one message; ``copies`` = times it is sent per iteration (for traffic)."""
-        out: Transfers = []
-        for a, b, share in transfer_pairs(src_devices, dst_devices, size_bytes):
-            out.append((self.channel(a, b), transfer_s(self.topology, a, b, share)))
+        key = (tuple(src_devices), tuple(dst_devices), size_bytes)
+        hit = self._memo.get(key)
+        if hit is None:
+            pairs = transfer_pairs(src_devices, dst_devices, size_bytes)
+            out = [(self.channel(a, b), transfer_s(self.topology, a, b, share)) for a, b, share in pairs]
+            hit = self._memo[key] = (out, pairs)
+        traffic = self.traffic_bytes
+        for a, b, share in hit[1]:
             if share > 0:
-                self.traffic_bytes[(a, b)] = self.traffic_bytes.get((a, b), 0.0) + share * copies
-        return out
+                traffic[(a, b)] = traffic.get((a, b), 0.0) + share * copies
+        return hit[0]
 
     def add_allreduce(self, ring: Sequence[int], param_bytes: float) -> None:
         """Record a ring all-reduce's traffic: ``2 (R-1)/R * P`` bytes on each ring hop."""

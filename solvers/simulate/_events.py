@@ -83,7 +83,7 @@ def run_tasks(tg: TaskGraph, channels: ChannelTable, label: Callable[[int], str]
     done = 0
     now = 0.0
     while True:
-        for g in sorted(pending):
+        for g in (sorted(pending) if len(pending) > 1 else pending):
             if busy[g]:
                 continue
             seq = sequences[g]

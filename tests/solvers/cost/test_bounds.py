@@ -87,3 +87,13 @@ def test_bound_below_simulated_latency(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
     m = simulate(problem, plan).metrics
     assert m["lower_bound_s"] <= m["objective_s"] * (1 + 1e-9) + 1e-12
+
+
+def test_critical_path_counts_for_throughput_with_mixed_speeds() -> None:
+    graph = OpGraph.build("chain", [Node(f"op{i}", "x", 1.0, 2.0) for i in range(3)],
+                          [Edge("op0", "op1"), Edge("op1", "op2")])
+    problem = Problem(graph, _topology([3.0, 1.0, 1.0]), "throughput", Settings(micro_batches=(1,)))
+    # work: 9 / 5; critical path: fastest group for w = 3 is the speed-3 device alone (or all three): 1.0 each
+    assert lower_bound_s(problem) == pytest.approx(3.0)
+    plan = Plan((Stage(tuple(graph.ids), ("d0",)),), micro_batches=1)
+    assert simulate(problem, plan).metrics["iteration_s"] == pytest.approx(3.0)

@@ -1,0 +1,98 @@
+"""Simulator speed targets (docs/benchmarks.md, "Simulator").
+
+``.venv/bin/python -m bench.bench_simulate`` prints the median of 5 runs of:
+
+* stage-level: S = 64 stages on 64 devices, MB = 64 micro-batches, 1F1B (target <= 0.2 s);
+* op-level: a 50k-op graph, 4 micro-batches, latency plan over 8 devices, training pass
+  (target <= 10 s), once with contiguous groups (what solvers produce) and once with a
+  round-robin placement (a message on almost every edge: the worst case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.problem import Problem, Settings
+from solvers.model.topology import Device, Link, Topology
+from solvers.simulate import simulate
+
+
+def layered_graph(n_ops: int, seed: int = 0) -> OpGraph:
+    """A transformer-like DAG: a chain with a skip edge every few ops (about 1.5 edges per op)."""
+    rng = random.Random(seed)
+    nodes = [Node(f"op{i}", "aten.mm", rng.uniform(1e-5, 1e-4), rng.uniform(2e-5, 2e-4), param_bytes=1e5,
+                  act_bytes=1e5) for i in range(n_ops)]
+    edges = [Edge(f"op{i}", f"op{i + 1}", 4e5) for i in range(n_ops - 1)]
+    edges += [Edge(f"op{i}", f"op{i + rng.randint(2, 6)}", 4e5) for i in range(0, n_ops - 6, 2)]
+    return OpGraph.build(f"layered-{n_ops}", nodes, edges)
+
+
+def cluster(n_devices: int, per_host: int = 8) -> Topology:
+    """Hosts of ``per_host`` devices: 100 GB/s inside a host, 10 GB/s between neighbouring hosts."""
+    devices = [Device(f"g{i}", "A100", f"h{i // per_host}", 1e15) for i in range(n_devices)]
+    links = [Link(f"g{i}", f"g{j}", 100e9, 2e-6) for i in range(n_devices) for j in range(i + 1, n_devices)
+             if i // per_host == j // per_host]
+    links += [Link(f"g{h * per_host}", f"g{(h + 1) * per_host}", 10e9, 2e-5)
+              for h in range(n_devices // per_host - 1)]
+    return Topology.from_links("cluster", devices, links)
+
+
+def _chunks(ids: list[str], parts: int) -> list[tuple[str, ...]]:
+    size = -(-len(ids) // parts)
+    return [tuple(ids[i:i + size]) for i in range(0, len(ids), size)]
+
+
+def stage_case(n_stages: int = 64, micro_batches: int = 64) -> tuple[Problem, Plan]:
+    graph = layered_graph(n_stages * 16)
+    problem = Problem(graph, cluster(n_stages), "throughput", Settings(micro_batches=(micro_batches,)))
+    order = [graph.ids[v] for v in graph.topo_order.tolist()]
+    stages = tuple(Stage(ops, (f"g{s}",)) for s, ops in enumerate(_chunks(order, n_stages)))
+    return problem, Plan(stages, micro_batches=micro_batches, schedule="1f1b")
+
+
+def op_case(n_ops: int = 50_000, n_devices: int = 8, micro_batches: int = 4,
+            round_robin: bool = False) -> tuple[Problem, Plan]:
+    graph = layered_graph(n_ops)
+    problem = Problem(graph, cluster(n_devices), "latency", Settings(pass_="training"))
+    order = [graph.ids[v] for v in graph.topo_order.tolist()]
+    groups = ([tuple(order[d::n_devices]) for d in range(n_devices)] if round_robin
+              else _chunks(order, n_devices))
+    stages = tuple(Stage(ops, (f"g{d}",)) for d, ops in enumerate(groups))
+    return problem, Plan(stages, micro_batches=micro_batches)
+
+
+def median_s(run: Callable[[], object], repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    problem, plan = stage_case()
+    rp = resolve_plan(problem, plan)
+    t = median_s(lambda: simulate(problem, rp), args.repeats)
+    print(f"stage-level S=64 MB=64 1F1B: median {t:.4f} s over {args.repeats} runs (target <= 0.2 s); "
+          f"iteration {simulate(problem, rp).metrics['iteration_s']:.4f} s")
+    for round_robin in (False, True):
+        problem, plan = op_case(round_robin=round_robin)
+        rp = resolve_plan(problem, plan)
+        t = median_s(lambda: simulate(problem, rp), args.repeats)  # noqa: B023
+        label = "round-robin" if round_robin else "contiguous"
+        print(f"op-level 50k ops MB=4 training, 8 devices, {label}: median {t:.3f} s over {args.repeats} runs "
+              f"(target <= 10 s); latency {simulate(problem, rp).metrics['latency_s']:.4f} s")
+
+
+if __name__ == "__main__":
+    main()
