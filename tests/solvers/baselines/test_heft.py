@@ -1,0 +1,75 @@
+"""HEFT (Topcuoglu, Hariri & Wu 2002): upward ranks of the paper's example, valid plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solvers.base import Budget, no_progress
+from solvers.baselines._listsched import latency_costs, op_task_graph
+from solvers.baselines.heft import HEFTOptions, HEFTSolver, upward_rank
+from solvers.celeritas.orders import is_topological
+from solvers.model.graph import Edge, KindTimes, Node, OpGraph
+from solvers.model.plan import resolve_plan
+from solvers.model.problem import Problem, Settings
+from solvers.model.topology import Device, Link, Topology
+from solvers.simulate import simulate
+from tests.solvers import contract_fixtures as fx
+
+# The HEFT paper's Fig. 2 example: computation cost per processor, communication cost per edge.
+W = {1: (14, 16, 9), 2: (13, 19, 18), 3: (11, 13, 19), 4: (13, 8, 17), 5: (12, 13, 10), 6: (13, 16, 9),
+     7: (7, 15, 11), 8: (5, 11, 14), 9: (18, 12, 20), 10: (21, 7, 16)}
+C = {(1, 2): 18, (1, 3): 12, (1, 4): 9, (1, 5): 11, (1, 6): 14, (2, 8): 19, (2, 9): 16, (3, 7): 23, (4, 8): 27,
+     (4, 9): 23, (5, 9): 13, (6, 8): 15, (7, 10): 17, (8, 10): 11, (9, 10): 13}
+RANK_U = [108.0, 77.0, 80.0, 80.0, 69.0, 63.333, 42.667, 35.667, 44.333, 14.667]  # the paper's Table
+
+
+def heft_example() -> Problem:
+    nodes = [Node(f"n{i}", "x", sum(w) / 3, 0.0, times={f"P{k + 1}": KindTimes(float(w[k]), 0.0) for k in range(3)})
+             for i, w in W.items()]
+    edges = [Edge(f"n{a}", f"n{b}", float(c)) for (a, b), c in C.items()]
+    devices = [Device(f"p{k}", f"P{k}", "h0", 1e18, 1.0) for k in (1, 2, 3)]
+    links = [Link(a.id, b.id, 1.0, 0.0) for i, a in enumerate(devices) for b in devices[i + 1:]]  # cost = bytes
+    return Problem(OpGraph.build("heft", nodes, edges), Topology.from_links("p3", devices, links), "latency",
+                   Settings())
+
+
+def _check(problem: Problem, plan: object) -> float:
+    resolve_plan(problem, plan)  # type: ignore[arg-type]
+    simulated = float(simulate(problem, plan).metrics["objective_s"])  # type: ignore[arg-type]
+    assert plan.claimed_objective_s == simulated  # type: ignore[attr-defined]
+    return simulated
+
+
+def test_upward_ranks_match_the_paper() -> None:
+    problem = heft_example()
+    rank = upward_rank(op_task_graph(problem), latency_costs(problem))
+    assert rank == pytest.approx(np.array(RANK_U), abs=1e-3)
+    order = sorted(range(10), key=lambda v: -rank[v])
+    assert is_topological(order, problem.graph.succ)
+
+
+@pytest.mark.parametrize("insertion", [True, False])
+def test_plans_are_valid_and_claims_simulated(insertion: bool) -> None:
+    for problem in (heft_example(), fx.latency_problem("training"), fx.larger_problem("latency", 20)):
+        plan = HEFTSolver().solve(problem, HEFTOptions(insertion=insertion), Budget(10.0), no_progress)
+        assert plan.status == "feasible"
+        _check(problem, plan)
+
+
+def test_heft_uses_the_fast_device_for_a_chain() -> None:
+    """Earliest finish: a chain goes to the fastest device (speed 1.5 in the fixture)."""
+    problem = fx.latency_problem("forward")
+    g = problem.graph
+    chain = OpGraph.build("chain", g.nodes[:3], [Edge(g.nodes[0].id, g.nodes[1].id, 4e6),
+                                                   Edge(g.nodes[1].id, g.nodes[2].id, 4e6)])
+    plan = HEFTSolver().solve(Problem(chain, problem.topology, "latency", Settings()), HEFTOptions(), Budget(5.0),
+                              no_progress)
+    assert [s.devices for s in plan.stages] == [("h0g1",)]
+
+
+def test_time_out_places_the_rest_quickly() -> None:
+    problem = fx.larger_problem("latency", 20)
+    plan = HEFTSolver().solve(problem, HEFTOptions(), Budget(0.0), no_progress)
+    assert plan.stats["timed_out"] and plan.notes
+    _check(problem, plan)

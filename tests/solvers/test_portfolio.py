@@ -1,0 +1,66 @@
+"""``auto``: every applicable solver within the budget; best simulated plan, best bound, summary."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from solvers import registry
+from solvers.model.errors import SolverFailure
+from solvers.model.plan import resolve_plan
+from solvers.portfolio import _choose, portfolio_names
+from solvers.run import solve
+from solvers.simulate import simulate
+from tests.solvers import contract_fixtures as fx
+
+
+def test_portfolio_grows_with_the_registry() -> None:
+    problem = fx.latency_problem("forward")
+    names = portfolio_names(problem)
+    expected = [n for n in registry.names() if n != "auto" and "latency" in registry.get_solver_class(n).objectives]
+    assert names == expected and {"celeritas", "heft", "m-sct"} <= set(names)
+    assert portfolio_names(problem, ("HEFT", "m-etf")) == ["heft", "m-etf"]
+
+
+@pytest.mark.parametrize("pass_", ["forward", "training"])
+def test_auto_returns_the_best_plan_of_the_portfolio(pass_: str) -> None:
+    problem = fx.latency_problem(pass_)
+    plan = solve(problem, "auto", {"solvers": ["celeritas", "heft", "m-etf", "m-topo"]}, time_limit_s=20.0)
+    resolve_plan(problem, plan)
+    simulated = simulate(problem, plan).metrics["objective_s"]
+    assert plan.claimed_objective_s == pytest.approx(simulated, rel=1e-9)
+    rows = plan.stats["portfolio"]
+    assert [r["name"] for r in rows] == ["celeritas", "heft", "m-etf", "m-topo"]
+    assert all(r["error"] is None and r["status"] == "feasible" for r in rows)
+    assert simulated == pytest.approx(min(r["objective_s"] for r in rows), rel=1e-12)
+    assert plan.stats["chosen"] in {r["name"] for r in rows}
+    assert plan.lower_bound_s is not None and plan.lower_bound_s <= simulated
+
+
+def test_auto_answers_throughput_and_honours_a_short_limit() -> None:
+    problem = fx.larger_problem("throughput", 30)
+    started = time.monotonic()
+    plan = solve(problem, "auto", time_limit_s=2.0)
+    assert time.monotonic() - started < 3.5
+    assert plan.solve_time_s is not None and plan.solve_time_s <= 3.0
+    if plan.stages:
+        resolve_plan(problem, plan)
+    assert {r["name"] for r in plan.stats["portfolio"]} == set(portfolio_names(problem))
+
+
+def test_choose_reports_errors_and_infeasible() -> None:
+    infeasible = solve(fx.infeasible_problem("latency"), "heft").to_document()
+    plan = _choose(["heft", "x"], {"heft": ("ok", infeasible, 0.1), "x": ("error", "SolverFailure: boom", 0.2)})
+    assert plan.status == "infeasible"
+    assert plan.stats["portfolio"][1]["error"] == "SolverFailure: boom"
+    with pytest.raises(SolverFailure, match="boom"):
+        _choose(["x"], {"x": ("error", "SolverFailure: boom", 0.2)})
+
+
+def test_a_bound_that_meets_the_objective_proves_optimality() -> None:
+    good = solve(fx.latency_problem("forward"), "heft").to_document()
+    objective = good["metrics"]["objective_s"]
+    proved = {**good, "lower_bound_s": objective, "solver": "y"}
+    plan = _choose(["heft", "y"], {"heft": ("ok", good, 0.1), "y": ("ok", proved, 0.1)})
+    assert plan.status == "optimal" and plan.lower_bound_s == objective
