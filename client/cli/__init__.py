@@ -35,7 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_params", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.params = extra
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:

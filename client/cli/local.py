@@ -108,8 +108,7 @@ def _register_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         p.add_argument("-o", "--output", help="output file (default: stdout)")
         p.add_argument("--help-params", action="store_true", help="list the kind's parameters")
         p.add_argument("--json", action="store_true")
-        p.add_argument("params", nargs=argparse.REMAINDER, help="--name value pairs for the generator")
-        p.set_defaults(func=cmd_generate, what=what)
+        p.set_defaults(func=cmd_generate, what=what, accepts_params=True)
         if what == "graph":
             _register_graph_tools(group)
 

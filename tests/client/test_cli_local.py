@@ -1,0 +1,142 @@
+"""The local CLI contract (issue: foundation): validate, import, generate, solve, simulate, solvers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from client.cli import main
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Path]:
+    topo, graph = tmp_path / "topo.json", tmp_path / "graph.json"
+    assert run(capsys, "topology", "generate", "hierarchical", "--nodes", "2", "--gpus-per-node", "2",
+               "-o", str(topo))[0] == 0
+    assert run(capsys, "graph", "generate", "transformer", "--layers", "2", "-o", str(graph))[0] == 0
+    return {"topo": topo, "graph": graph, "dir": tmp_path}
+
+
+def test_validate_ok_and_json(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "validate", str(files["graph"]), "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert info["format"] == "placer.opgraph/v1" and info["digest"].startswith("sha256:")
+
+
+def test_validate_names_the_bad_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "placer.opgraph/v1", "name": "g", "nodes": [
+        {"id": "a", "op": "x", "fwd_s": 1.0}, {"id": "b", "op": "x", "fwd_s": -1.0}], "edges": []}))
+    code, _, err = run(capsys, "validate", str(bad))
+    assert code == 2
+    assert "nodes[1].fwd_s" in err and "'b'" in err
+
+
+def test_validate_reports_cycle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "cycle.json"
+    bad.write_text(json.dumps({"format": "placer.opgraph/v1", "name": "g", "nodes": [
+        {"id": n, "op": "x", "fwd_s": 1.0} for n in "abc"], "edges": [
+        {"src": "a", "dst": "b"}, {"src": "b", "dst": "c"}, {"src": "c", "dst": "a"}]}))
+    code, _, err = run(capsys, "validate", str(bad), "--json")
+    assert code == 2
+    problem = json.loads(err)
+    assert "cycle" in problem["detail"] and problem["field"] == "edges"
+
+
+def test_unknown_format_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"format": "nope/v9"}))
+    code, _, err = run(capsys, "validate", str(bad))
+    assert code == 2 and "unknown document format" in err
+
+
+def test_solve_then_simulate_agree(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    plan = files["dir"] / "plan.json"
+    code, out, _ = run(capsys, "solve", "--solver", "even", "--graph", str(files["graph"]), "--topology",
+                       str(files["topo"]), "--stages", "2", "--micro-batches", "4", "-o", str(plan), "--json")
+    assert code == 0
+    solved = json.loads(out)
+    code, out, _ = run(capsys, "simulate", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
+                       "--plan", str(plan), "--json")
+    assert code == 0
+    metrics = json.loads(out)
+    for key in ("iteration_s", "throughput_samples_per_s", "latency_s", "stage_times_s", "bottleneck_stage_s",
+                "bubble_fraction", "peak_memory_bytes", "lower_bound_s", "efficiency"):
+        assert key in metrics
+    assert metrics["iteration_s"] == pytest.approx(solved["metrics"]["iteration_s"])
+    assert json.loads(plan.read_text())["metrics"]["iteration_s"] == pytest.approx(metrics["iteration_s"])
+    assert len(metrics["stage_times_s"]) == 2
+    assert metrics["bottleneck_stage_s"] == pytest.approx(max(metrics["stage_times_s"]))
+
+
+def test_hand_written_plan(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    graph = json.loads(files["graph"].read_text())
+    topo = json.loads(files["topo"].read_text())
+    ids = [n["id"] for n in graph["nodes"]]
+    half = len(ids) // 2
+    plan = files["dir"] / "mine.json"
+    plan.write_text(json.dumps({"format": "placer.plan/v1", "micro_batches": 4, "schedule": "gpipe", "stages": [
+        {"ops": ids[:half], "devices": [topo["devices"][0]["id"]]},
+        {"ops": ids[half:], "devices": [topo["devices"][1]["id"]]}]}))
+    assert run(capsys, "validate", str(plan), "--graph", str(files["graph"]), "--topology", str(files["topo"]))[0] == 0
+    code, out, _ = run(capsys, "simulate", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
+                       "--plan", str(plan), "--json")
+    assert code == 0 and json.loads(out)["schedule"] == "gpipe"
+
+
+def test_solve_unknown_solver_and_option(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["--graph", str(files["graph"]), "--topology", str(files["topo"]), "-o", str(files["dir"] / "p.json")]
+    code, _, err = run(capsys, "solve", "--solver", "nope", *common)
+    assert code == 2 and "even" in err
+    code, _, err = run(capsys, "solve", "--solver", "even", "--option", "bogus=1", *common)
+    assert code == 2 and "bogus" in err
+
+
+def test_latency_solve(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    plan = files["dir"] / "lat.json"
+    code, out, _ = run(capsys, "solve", "--solver", "single", "--objective", "latency", "--pass", "training",
+                       "--graph", str(files["graph"]), "--topology", str(files["topo"]), "-o", str(plan), "--json")
+    assert code == 0
+    assert json.loads(out)["metrics"]["latency_s"] > 0
+    assert json.loads(plan.read_text())["pass"] == "training"
+
+
+def test_generate_unknown_kind_and_param(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "topology", "generate", "nope", "-o", str(tmp_path / "t.json"))
+    assert code == 2 and "hierarchical" in err
+    code, _, err = run(capsys, "topology", "generate", "hierarchical", "--bogus", "1", "-o", str(tmp_path / "t.json"))
+    assert code == 2 and "--bogus" in err
+
+
+def test_generate_is_seeded(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for out in (a, b):
+        assert run(capsys, "topology", "generate", "uniform_dist", "--devices", "8", "--seed", "3", "-o", str(out))[0] == 0
+    assert a.read_text() == b.read_text()
+
+
+@pytest.mark.skipif(not (DATA / "pipedream").exists(), reason="shared data not present")
+def test_import_pipedream(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "resnet18.json"
+    code, _, _ = run(capsys, "import", "--from", "pipedream", str(DATA / "pipedream/profiles/resnet18/graph.txt"),
+                     "-o", str(out))
+    assert code == 0
+    assert run(capsys, "validate", str(out))[0] == 0
+
+
+def test_solvers_catalogue_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "solvers", "--json")
+    assert code == 0
+    names = {s["name"] for s in json.loads(out)}
+    assert {"even", "single"} <= names
