@@ -61,13 +61,16 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
 
     ``cap_bytes[s]`` / ``in_flight[s]``: usable memory and micro-batches in flight of stage
     ``s`` (0-based); ``allowed[r]``: whether a stage may have ``r`` replicas; ``prune``: the
-    ``d_min`` pruning of lines 30-33.  ``None`` when infeasible.
+    ``d_min`` pruning of lines 30-33 (off when ``allowed`` excludes some counts).  ``None``
+    when infeasible.
     """
     S, D, K = n_stages, n_devices, tables.n_blocks
     if S < 1 or S > K or S > D or tables.max_replicas + S - 1 < D:
         return None
     if allowed is None:
         allowed = np.ones(tables.max_replicas + 1, dtype=bool)
+    # d_min pruning assumes that more devices never hurt; a fixed replica count breaks that
+    prune = prune and bool(allowed[1:].all())
     # V[s, b, d]: best max-fwd + max-bwd of s stages holding blocks 1..b on d devices (inf: none)
     V = np.full((S + 1, K + 1, D + 1), np.inf)
     V[0, 0, 0] = 0.0

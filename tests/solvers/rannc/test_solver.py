@@ -1,0 +1,111 @@
+"""The ``rannc`` solver end to end: valid plans, settings honoured, profiler hook, allocation, budget."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from solvers.base import Budget, no_progress
+from solvers.generate import generate_graph, generate_topology
+from solvers.model.plan import resolve_plan
+from solvers.model.problem import Problem, Settings
+from solvers.rannc.allocate import allocate_devices, node_layout
+from solvers.rannc.profile import CostModelProfiler, StageCandidate, StageProfile
+from solvers.rannc.solver import RanncOptions, RanncSolver
+from solvers.run import solve
+from solvers.simulate import simulate
+from tests.solvers import contract_fixtures as fx
+
+
+def _bert(layers: int = 8) -> Problem:
+    g = generate_graph("transformer", layers=layers, hidden=512, heads=8, seq_len=128, micro_batch=4)
+    topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4, memory_gib=16.0)
+    return Problem(g, topo, "throughput", Settings(micro_batches=(4, 8)))
+
+
+def _check(problem: Problem, plan_stats: dict, plan) -> None:  # type: ignore[no-untyped-def,type-arg]
+    resolve_plan(problem, plan)
+    assert plan.claimed_objective_s == pytest.approx(simulate(problem, plan).metrics["objective_s"], rel=1e-9)
+    assert plan_stats["blocks"] <= 32
+
+
+def test_plan_is_valid_and_claim_is_simulated() -> None:
+    problem = _bert()
+    plan = solve(problem, "rannc", {"search": "exhaustive"})
+    assert plan.status == "feasible"
+    _check(problem, dict(plan.stats), plan)
+    assert sum(len(s.devices) for s in plan.stages) == problem.topology.n_devices
+    assert plan.micro_batches in (4, 8)
+
+
+def test_stages_and_replicas_settings_are_respected() -> None:
+    problem = _bert().with_settings(stages=4, replicas=2)
+    plan = solve(problem, "rannc")
+    assert len(plan.stages) == 4 and all(len(s.devices) == 2 for s in plan.stages)
+    problem = _bert().with_settings(stages=3)
+    plan = solve(problem, "rannc")
+    assert len(plan.stages) == 3
+    _check(problem, dict(plan.stats), plan)
+
+
+def test_power_of_two_micro_batches_and_auto_recompute() -> None:
+    problem = _bert().with_settings(stages=2)
+    plan = solve(problem, "rannc", {"micro_batches": "powers_of_two", "max_micro_batches": 16, "recompute": "auto"})
+    assert plan.micro_batches in (1, 2, 4, 8, 16)
+    assert plan.recompute is True  # RaNNC recomputes activations as soon as S > 1
+    assert plan.stats["dp_calls"] == 5  # Algorithm 2 stops after n = 1 node per copy: five micro-batch counts
+
+
+def test_exhaustive_is_no_worse_than_the_paper_search() -> None:
+    problem = _bert()
+    paper = solve(problem, "rannc")
+    full = solve(problem, "rannc", {"search": "exhaustive"})
+    assert full.claimed_objective_s / full.micro_batches <= paper.claimed_objective_s / paper.micro_batches + 1e-12
+
+
+def test_infeasible_when_nothing_fits() -> None:
+    plan = solve(fx.infeasible_problem("throughput"), "rannc")
+    assert plan.status == "infeasible" and not plan.stages
+
+
+class _Recorder:
+    """A measured-profile stand-in: the cost model, counting calls."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.inner = CostModelProfiler(problem, recompute=False)
+        self.calls = 0
+
+    def __call__(self, stage: StageCandidate) -> StageProfile:
+        self.calls += 1
+        assert stage.samples_per_replica == pytest.approx(8 / stage.replicas)
+        return self.inner(stage)
+
+
+def test_profiler_hook_replaces_the_cost_model() -> None:
+    problem = fx.throughput_problem()
+    recorder = _Recorder(problem)
+    plan = RanncSolver(profiler=recorder).solve(problem, RanncOptions(), Budget(10.0), no_progress)
+    assert recorder.calls > 0 and plan.status == "feasible"
+
+
+def test_allocation_keeps_each_pipeline_copy_inside_its_nodes() -> None:
+    topo = generate_topology("hierarchical", nodes=4, gpus_per_node=8)
+    layout = node_layout(topo)
+    stages = allocate_devices(layout, nodes_per_copy=1, copies=4, replicas=[3, 5])
+    assert [len(s) for s in stages] == [12, 20]
+    for j in range(4):  # copy j: replicas 3j..3j+2 of stage 0 and 5j..5j+4 of stage 1 on one host
+        hosts = {topo.devices[d].node for d in stages[0][3 * j:3 * j + 3] + stages[1][5 * j:5 * j + 5]}
+        assert len(hosts) == 1
+    two = allocate_devices(layout, nodes_per_copy=2, copies=2, replicas=[6, 10])
+    assert len({d for s in two for d in s}) == 32
+
+
+def test_time_limit_is_honoured() -> None:
+    g = generate_graph("transformer", layers=24, hidden=1024, heads=16, granularity="head")
+    problem = Problem(g, generate_topology("dgx1", boxes=4), "throughput", Settings(micro_batches=(8,)))
+    started = time.perf_counter()
+    plan = solve(problem, "rannc", {"search": "exhaustive"}, time_limit_s=2.0)
+    assert time.perf_counter() - started < 3.0
+    assert plan.status == "feasible"
+    resolve_plan(problem, plan)

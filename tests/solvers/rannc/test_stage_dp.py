@@ -1,0 +1,128 @@
+"""Algorithm 1 (RaNNC §III-C) against brute force over block boundaries and replica splits."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solvers.rannc.stage_dp import StageSolution, StageTables, form_stage_dp
+
+
+def _tables(block_fwd: list[float], block_bwd: list[float], params: list[float], acts: list[float],
+            out_bytes: list[float], max_r: int) -> StageTables:
+    """Stage (b', b] with r replicas: compute / r plus a transfer of block b's output / r."""
+    k = len(block_fwd)
+    shape = (max_r + 1, k + 1, k + 1)
+    f, b, fixed, kept = (np.full(shape, np.inf) for _ in range(4))
+    for r in range(1, max_r + 1):
+        for lo in range(k):
+            for hi in range(lo + 1, k + 1):
+                comm = out_bytes[hi - 1] / r
+                f[r, lo, hi] = sum(block_fwd[lo:hi]) / r + comm
+                b[r, lo, hi] = sum(block_bwd[lo:hi]) / r + comm
+                fixed[r, lo, hi] = sum(params[lo:hi])
+                kept[r, lo, hi] = sum(acts[lo:hi]) / r
+    return StageTables(f, b, fixed, kept)
+
+
+def _compositions(total: int, parts: int) -> list[tuple[int, ...]]:
+    return [tuple(np.diff((0, *cuts, total)).tolist())
+            for cuts in itertools.combinations(range(1, total), parts - 1)]
+
+
+def _evaluate(t: StageTables, bounds: tuple[int, ...], reps: tuple[int, ...], caps: np.ndarray,
+              in_flight: np.ndarray) -> float:
+    lo, fmax, bmax = 0, 0.0, 0.0
+    for s, (hi, r) in enumerate(zip(bounds, reps, strict=True)):
+        if t.mem_fixed_bytes[r, lo, hi] + in_flight[s] * t.mem_kept_bytes[r, lo, hi] > caps[s]:
+            return float("inf")
+        fmax, bmax = max(fmax, t.fwd_s[r, lo, hi]), max(bmax, t.bwd_s[r, lo, hi])
+        lo = hi
+    return fmax + bmax
+
+
+def _brute(t: StageTables, S: int, D: int, caps: np.ndarray, in_flight: np.ndarray) -> float:
+    best = float("inf")
+    for sizes in _compositions(t.n_blocks, S):
+        bounds = tuple(np.cumsum(sizes).tolist())
+        for reps in _compositions(D, S):
+            best = min(best, _evaluate(t, bounds, reps, caps, in_flight))
+    return best
+
+
+@st.composite
+def instances(draw: st.DrawFn, proportional: bool, memory: bool) -> tuple[StageTables, int, int, np.ndarray,
+                                                                          np.ndarray]:
+    k = draw(st.integers(1, 6))
+    S = draw(st.integers(1, min(k, 4)))
+    D = draw(st.integers(S, 6))
+    vals = st.sampled_from([0.5, 1.0, 2.0, 3.0, 5.0, 8.0])
+    fwd = [draw(vals) for _ in range(k)]
+    bwd = [2 * x for x in fwd] if proportional else [draw(vals) for _ in range(k)]
+    out = [0.0] * k if proportional else [draw(st.sampled_from([0.0, 0.5, 2.0])) for _ in range(k)]
+    params = [draw(vals) for _ in range(k)]
+    acts = [draw(vals) for _ in range(k)]
+    cap = draw(st.sampled_from([12.0, 20.0, 40.0])) if memory else np.inf
+    caps = np.full(S, cap)
+    in_flight = np.asarray([S - s for s in range(S)], dtype=np.int64)
+    return _tables(fwd, bwd, params, acts, out, D - S + 1), S, D, caps, in_flight
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(proportional=True, memory=True))
+def test_dp_equals_brute_force_when_backward_is_proportional(case: tuple) -> None:  # type: ignore[type-arg]
+    t, S, D, caps, in_flight = case
+    sol = form_stage_dp(t, S, D, caps, in_flight, prune=False)
+    best = _brute(t, S, D, caps, in_flight)
+    if not np.isfinite(best):
+        assert sol is None
+        return
+    assert sol is not None
+    assert sol.value_s == pytest.approx(best)
+    assert _evaluate(t, sol.bounds, sol.replicas, caps, in_flight) == pytest.approx(sol.value_s)
+    assert sum(sol.replicas) == D and sol.bounds[-1] == t.n_blocks
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(proportional=True, memory=False))
+def test_d_min_pruning_is_exact_without_memory_pressure(case: tuple) -> None:  # type: ignore[type-arg]
+    t, S, D, caps, in_flight = case
+    pruned = form_stage_dp(t, S, D, caps, in_flight, prune=True)
+    assert pruned is not None
+    assert pruned.value_s == pytest.approx(_brute(t, S, D, caps, in_flight))
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(proportional=False, memory=True), st.booleans())
+def test_dp_is_feasible_and_bounded_by_brute_force(case: tuple, prune: bool) -> None:  # type: ignore[type-arg]
+    """Separate forward / backward maxima: the DP keeps one pair per cell, so it may miss the optimum."""
+    t, S, D, caps, in_flight = case
+    sol = form_stage_dp(t, S, D, caps, in_flight, prune=prune)
+    best = _brute(t, S, D, caps, in_flight)
+    if not prune:
+        assert (sol is None) == (not np.isfinite(best))
+    if sol is not None:
+        assert isinstance(sol, StageSolution)
+        assert _evaluate(t, sol.bounds, sol.replicas, caps, in_flight) == pytest.approx(sol.value_s)
+        assert sol.value_s >= best - 1e-9
+        assert sol.value_s == pytest.approx(sol.fwd_max_s + sol.bwd_max_s)
+
+
+def test_fixed_replica_counts_are_respected() -> None:
+    t = _tables([1.0, 4.0, 1.0], [2.0, 8.0, 2.0], [0.0] * 3, [0.0] * 3, [0.0] * 3, 4)
+    allowed = np.zeros(5, dtype=bool)
+    allowed[2] = True
+    sol = form_stage_dp(t, 2, 4, np.full(2, np.inf), np.asarray([2, 1]), allowed)
+    assert sol is not None and sol.replicas == (2, 2)
+    free = form_stage_dp(t, 2, 4, np.full(2, np.inf), np.asarray([2, 1]))
+    assert free is not None and free.value_s <= sol.value_s
+
+
+def test_infeasible_memory_returns_none() -> None:
+    t = _tables([1.0, 1.0], [1.0, 1.0], [10.0, 10.0], [0.0, 0.0], [0.0, 0.0], 2)
+    assert form_stage_dp(t, 2, 2, np.full(2, 5.0), np.asarray([2, 1])) is None
+    assert form_stage_dp(t, 3, 3, np.full(3, 50.0), np.asarray([3, 2, 1])) is None  # more stages than blocks
