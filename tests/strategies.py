@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, Settings
 from solvers.model.topology import Device, Link, Topology
@@ -21,14 +21,23 @@ _times = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0])
 _sizes = st.sampled_from([0.0, 1e3, 1e6, 4e6])
 
 
+OVERRIDE_KIND = "fast"  # device kind for which random graphs may carry per-kind ``times``
+
+
 @st.composite
 def dag_graphs(draw: st.DrawFn, min_ops: int = 1, max_ops: int = 10, edge_p: float = 0.35,
-               with_params: bool = True) -> OpGraph:
-    """A random DAG: op ``op{i}`` may feed ``op{j}`` for ``i < j``; node records in shuffled order."""
+               with_params: bool = True, with_overrides: bool = True) -> OpGraph:
+    """A random DAG: op ``op{i}`` may feed ``op{j}`` for ``i < j``; node records in shuffled order.
+
+    With ``with_overrides`` some nodes carry ``times`` for device kind :data:`OVERRIDE_KIND`.
+    """
     n = draw(st.integers(min_ops, max_ops))
-    nodes = [Node(f"op{i}", "aten.x", draw(_times), draw(_times),
-                  param_bytes=draw(_sizes) if with_params else 0.0, act_bytes=draw(_sizes))
-             for i in range(n)]
+    nodes = []
+    for i in range(n):
+        override = with_overrides and draw(st.integers(0, 3)) == 0
+        times = {OVERRIDE_KIND: KindTimes(draw(_times), draw(_times))} if override else None
+        nodes.append(Node(f"op{i}", "aten.x", draw(_times), draw(_times), times=times,
+                          param_bytes=draw(_sizes) if with_params else 0.0, act_bytes=draw(_sizes)))
     edges = [Edge(f"op{i}", f"op{j}", draw(_sizes))
              for i in range(n) for j in range(i + 1, n) if draw(st.floats(0, 1)) < edge_p]
     perm = draw(st.permutations(range(n)))
@@ -36,11 +45,12 @@ def dag_graphs(draw: st.DrawFn, min_ops: int = 1, max_ops: int = 10, edge_p: flo
 
 
 @st.composite
-def topologies(draw: st.DrawFn, min_devices: int = 1, max_devices: int = 6) -> Topology:
-    """A random connected topology: a spanning chain plus random extra links, varied speeds."""
+def topologies(draw: st.DrawFn, min_devices: int = 1, max_devices: int = 6,
+               kinds: tuple[str, ...] = ("GPU", OVERRIDE_KIND)) -> Topology:
+    """A random connected topology: a spanning chain plus random extra links, varied speeds and kinds."""
     n = draw(st.integers(min_devices, max_devices))
-    devices = [Device(f"d{i}", "GPU", f"h{i // 2}", HUGE_MEMORY_BYTES, draw(st.sampled_from([0.5, 1.0, 2.0])))
-               for i in range(n)]
+    devices = [Device(f"d{i}", draw(st.sampled_from(kinds)), f"h{i // 2}", HUGE_MEMORY_BYTES,
+                      draw(st.sampled_from([0.5, 1.0, 2.0]))) for i in range(n)]
     bandwidth = st.sampled_from([1e6, 1e7, 1e9])
     latency = st.sampled_from([0.0, 1e-3, 0.1])
     links = [Link(f"d{i}", f"d{i + 1}", draw(bandwidth), draw(latency)) for i in range(n - 1)]

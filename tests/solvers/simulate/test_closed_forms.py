@@ -133,3 +133,14 @@ def test_hand_written_plan_document_simulates() -> None:
     # stage 0: F 2 s, B 4 s; stage 1: F 1 s, B 2 s (GPipe, MB = 2).  Stage 1: F0 [2, 3],
     # F1 [4, 5], B0 [5, 7], B1 [7, 9]; stage 0: B0 [7, 11], B1 [11, 15].
     assert m["iteration_s"] == pytest.approx(15.0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_empty_stage_takes_no_time(engine: str) -> None:
+    problem = Problem(chain_graph(2, 1.0, 2.0), line_topology(3), "throughput",
+                      Settings(micro_batches=(3,), schedule="gpipe", no_empty_stage=False))
+    plan = Plan((Stage(("op0",), ("d0",)), Stage((), ("d1",)), Stage(("op1",), ("d2",))),
+                micro_batches=3, schedule="gpipe")
+    m = simulate(problem, plan, engine=engine).metrics  # type: ignore[arg-type]
+    assert m["iteration_s"] == pytest.approx((3 + 1) * 3.0)
+    assert m["busy_s"]["d1"] == 0.0
