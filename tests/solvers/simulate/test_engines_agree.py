@@ -41,3 +41,14 @@ def test_timelines_agree(case: tuple[Problem, Plan]) -> None:
     assert stage is not None and op is not None
     key = lambda e: (e.resource, e.task, round(e.start_s, 9))  # noqa: E731
     assert sorted(map(key, stage)) == sorted(map(key, op))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(throughput_cases(max_ops=40, max_devices=8))
+def test_engines_agree_on_larger_plans(case: tuple[Problem, Plan]) -> None:
+    problem, plan = case
+    plan = plan.with_(micro_batches=plan.micro_batches + 3)
+    stage = simulate(problem, plan, engine="stage").metrics
+    op = simulate(problem, plan, engine="op").metrics
+    assert op["iteration_s"] == pytest.approx(stage["iteration_s"], rel=_REL)
+    assert op["latency_s"] == pytest.approx(stage["latency_s"], rel=_REL)
