@@ -33,6 +33,7 @@ from solvers.moirai.instance import Instance
 from solvers.moirai.schedule import Schedule
 
 HORIZON_UNITS = 1000.0
+TINY_UNITS = 1e-7  # transfer times under 1e-10 of the horizon are left out of the model
 Terms = Iterable[tuple[int, float]]
 
 
@@ -153,7 +154,7 @@ def build(inst: Instance, incumbent: Schedule | None) -> Formulation:
     if incumbent is not None:
         from solvers.moirai.hint import hint_from_schedule
 
-        m.hint.update(hint_from_schedule(f, incumbent))
+        m.hint.update({v: min(max(val, m.lb[v]), m.ub[v]) for v, val in hint_from_schedule(f, incumbent).items()})
     return f
 
 
@@ -192,6 +193,8 @@ def _message(inst: Instance, m: LinearModel, q: Message, x: list[dict[int, int]]
         m.row([(q.u[k1], 1.0), (v, -1.0)], ub=0.0)
         for b, size in q.consumers:
             p = inst.comm_s(size, k1, k2) * scale
+            if p < TINY_UNITS:  # below solver tolerances (engines drop such coefficients)
+                continue
             m.row([(q.T, 1.0), (v, -p), (x[inst.task_unit[b]][k2], -p)], -p)
     m.row([(q.z, 1.0)] + [(v, -1.0) for v in q.u.values()], 0.0, 0.0)
     m.row([(q.C, 1.0), (q.S, -1.0), (q.T, -1.0)], 0.0, 0.0)

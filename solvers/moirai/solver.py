@@ -31,6 +31,7 @@ from solvers.moirai.warmstart import warm_start
 OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
 BOUND_SAFETY = 1e-6  # proven bounds are shaved by this relative amount (solver tolerances)
 RESERVE_S = 0.4  # kept for decoding, expanding and simulating after the back-end
+HEURISTICS = ("heft", "celeritas")  # warm-start candidates, used when registered
 
 
 class MoiraiOptions(SolverOptions):
@@ -42,7 +43,8 @@ class MoiraiOptions(SolverOptions):
     fusion_rules: list[list[str]] | None = Field(
         None, description="fusion rules, each an ordered list of op types; default: docs/moirai.md")
     max_nodes: int = Field(40, ge=1, le=2000, description="node budget of the MILP's coarsened graph")
-    warm_start: bool = Field(True, description="start from the list schedule (hint, cut-off and big-M horizon)")
+    warm_start: bool = Field(True, description="start from the best heuristic plan (HEFT, Celeritas, list "
+                                               "schedule, single device): hint, cut-off and big-M horizon")
     solve_time_limit_s: float = Field(60.0, gt=0, description="cap on the back-end's time within the budget")
     threads: int = Field(1, ge=1, le=64, description="threads given to the back-end")
 
@@ -108,7 +110,7 @@ class MoiraiSolver:
         proof = _proved_infeasible(problem, inst)
         if proof is not None:
             return Plan(stages=(), status="infeasible", stats=stats, notes=(proof,))
-        incumbent = warm_start(inst) if options.warm_start else None
+        incumbent = warm_start(inst, HEURISTICS, budget.sub(0.15)) if options.warm_start else None
         if incumbent is not None:
             stats["warm_start_s"] = incumbent.makespan_s
             progress(ProgressEvent(0.05, incumbent.makespan_s, None, "warm start (list schedule)"))

@@ -1,6 +1,8 @@
 """Warm start: a memory-aware list schedule and single-device plans, timed exactly.
 
-The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
+Candidates: the plans of the registered heuristics ``heft`` and ``celeritas`` (each op's unit
+goes to the device holding most of its work; each device runs its units by decreasing upward
+rank), our own list schedule, and every single-device plan.  The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
 devices plus the mean transfer time of the heaviest path to a sink), and each unit's forward
 task goes to the allowed device, with room left, that finishes it earliest (transfers estimated
 without channel contention); a backward task runs on its forward's device.  Every candidate is
@@ -12,9 +14,13 @@ source of its hint and of the big-M horizon (docs/moirai.md).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import numpy as np
 
+from solvers.base import Budget, no_progress, parse_options
+from solvers.model.errors import PlacerError
+from solvers.model.plan import Plan
 from solvers.moirai.instance import Instance
 from solvers.moirai.schedule import Schedule, full_order, memory_fits, replay
 
@@ -92,8 +98,60 @@ def single_device(inst: Instance, k: int) -> Schedule | None:
     return replay(inst, device, full_order(inst, {k: [t for t in inst.topo if t < inst.n_units]}))
 
 
-def warm_start(inst: Instance) -> Schedule | None:
-    """The best of the list schedule and the single-device plans (``None`` if none fits)."""
-    candidates = [list_schedule(inst)] + [single_device(inst, k) for k in range(inst.n_devices)]
-    found = [c for c in candidates if c is not None]
-    return min(found, key=lambda c: c.makespan_s) if found else None
+def by_rank(inst: Instance, device_of_unit: Sequence[int]) -> Schedule | None:
+    """A placement run in decreasing upward rank on every device (ties: topological), if it fits."""
+    if not memory_fits(inst, device_of_unit):
+        return None
+    rank = upward_rank(inst)
+    pos = {t: i for i, t in enumerate(inst.topo)}
+    order: dict[int, list[int]] = {}
+    for t in sorted(range(inst.n_units), key=lambda t: (-rank[t], pos[t])):
+        order.setdefault(device_of_unit[t], []).append(t)
+    return replay(inst, device_of_unit, full_order(inst, order))
+
+
+def from_plan(inst: Instance, plan: Plan) -> Schedule | None:
+    """A heuristic's plan on the units: each unit where most of its reference work ran."""
+    g, topo = inst.problem.graph, inst.problem.topology
+    where: dict[int, int] = {}
+    for stage in plan.stages:
+        for op in stage.ops:
+            where[g.index[op]] = topo.index[stage.devices[0]]
+    if len(where) != g.n_ops:
+        return None
+    device = []
+    for ops in inst.grouping.groups:
+        work = np.zeros(inst.n_devices)
+        for v in ops:
+            work[where[v]] += g.fwd_s[v] + 1e-12
+        device.append(int(np.argmax(work)))
+    return by_rank(inst, device)
+
+
+def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budget) -> list[Schedule]:
+    """Run the registered heuristics among ``problem_solvers`` and map their plans onto the units."""
+    from solvers import registry
+
+    out = []
+    for name in problem_solvers:
+        if name not in registry.names() or budget.expired():
+            continue
+        cls = registry.get_solver_class(name)
+        try:
+            plan = cls().solve(inst.problem, parse_options(cls.options_type, {}, name), budget.sub(0.5), no_progress)
+        except PlacerError:
+            continue
+        if plan.status != "infeasible" and plan.stages:
+            sched = from_plan(inst, plan)
+            if sched is not None:
+                out.append(sched)
+    return out
+
+
+def warm_start(inst: Instance, heuristics: Sequence[str] = (), budget: Budget | None = None) -> Schedule | None:
+    """The best of the heuristics' plans, the list schedule and the single-device plans (``None``
+    if none fits)."""
+    candidates = heuristic_plans(heuristics, inst, budget or Budget(None)) if heuristics else []
+    candidates += [c for c in [list_schedule(inst)] + [single_device(inst, k) for k in range(inst.n_devices)]
+                   if c is not None]
+    return min(candidates, key=lambda c: c.makespan_s) if candidates else None

@@ -96,14 +96,16 @@ def solve_cpsat(f: Formulation, time_limit_s: float, threads: int, seed: int, re
 
 
 def _memory(m: Any, f: Formulation, x: list[dict[int, Any]]) -> None:
+    """(5) in whole bytes: the static bytes on ``k`` plus each present unit's working memory fit."""
     inst = f.inst
     for k in range(inst.n_devices):
         on_k = [(u, x[u][k]) for u in range(inst.n_units) if k in x[u]]
         cap = math.floor(float(inst.cap_bytes[k]))
-        w = m.NewIntVar(0, max(cap, 0), f"W{k}")
-        m.Add(w + sum(math.ceil(float(inst.static_bytes[u])) * lit for u, lit in on_k) <= cap)
+        total = sum(math.ceil(float(inst.static_bytes[u])) * lit for u, lit in on_k)
+        m.Add(total <= cap)
         for u, lit in on_k:
-            m.Add(w >= math.ceil(float(inst.work_bytes[u]))).OnlyEnforceIf(lit)
+            if inst.work_bytes[u] > 0:
+                m.Add(total <= cap - math.ceil(float(inst.work_bytes[u]))).OnlyEnforceIf(lit)
 
 
 def _messages(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: list[Any],
