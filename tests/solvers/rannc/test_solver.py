@@ -109,3 +109,14 @@ def test_time_limit_is_honoured() -> None:
     assert time.perf_counter() - started < 3.0
     assert plan.status == "feasible"
     resolve_plan(problem, plan)
+
+
+@pytest.mark.parametrize("kind", ["dgx1", "mesh2d", "torus3d", "random_blk_1", "moirai_inter"])
+def test_any_topology(kind: str) -> None:
+    topo = generate_topology(kind)
+    g = generate_graph("transformer", layers=4, hidden=256, heads=4, seq_len=128)
+    problem = Problem(g, topo, "throughput", Settings(micro_batches=(4,)))
+    plan = solve(problem, "rannc", {"search": "exhaustive", "blocks": 8}, time_limit_s=5.0)
+    assert plan.status == "feasible"
+    resolve_plan(problem, plan)
+    assert sum(len(s.devices) for s in plan.stages) <= topo.n_devices
