@@ -27,7 +27,7 @@ class _JobStates(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gauge = GaugeMetricFamily("placer_jobs", "Jobs by state (all projects)", labels=["state"])
         with self.db.session() as s:
-            counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).tuples().all())
+            counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
         for state in JOB_STATES:
             gauge.add_metric([state], counts.get(state, 0))
         yield gauge

@@ -23,7 +23,7 @@ GOOD_STATUSES = ("optimal", "feasible")
 
 def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
     rows = session.execute(select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id)
-                           .where(Job.comparison_id == cmp.id).order_by(Job.id)).tuples().all()
+                           .where(Job.comparison_id == cmp.id).order_by(Job.id)).all()
     table = []
     for job, plan in rows:
         out = job_out(job)

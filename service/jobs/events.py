@@ -23,7 +23,7 @@ def _fetch(db: Database, job_id: str, after: int) -> tuple[list[tuple[int, str, 
         state = s.scalar(select(Job.state).where(Job.id == job_id))
         rows = s.execute(select(JobEvent.seq, JobEvent.kind, JobEvent.data)
                          .where(JobEvent.job_id == job_id, JobEvent.seq > after)
-                         .order_by(JobEvent.seq).limit(500)).tuples().all()
+                         .order_by(JobEvent.seq).limit(500)).all()
     return list(rows), state
 
 

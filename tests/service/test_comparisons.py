@@ -1,0 +1,79 @@
+"""Comparisons: one job per solver and the table; ``plans:evaluate``; the solver catalogue."""
+
+from __future__ import annotations
+
+from tests.service.conftest import Api, assert_problem
+
+
+def test_comparison_table_of_several_solvers(api: Api) -> None:
+    gid, tid = api.graph(n_ops=30), api.topology()
+    r = api.post("/v1/comparisons", json={"graph_id": gid, "topology_id": tid, "solvers": ["even", "pipedream"],
+                                          "objective": "throughput", "settings": {"micro_batches": [4]},
+                                          "time_limit_s": 20})
+    assert r.status_code == 202, r.text
+    cid = r.json()["id"]
+    for _ in range(600):
+        table = api.get(f"/v1/comparisons/{cid}").json()
+        if table["done"]:
+            break
+        api.wait(table["rows"][0]["job_id"])
+    assert table["done"] and [row["solver"] for row in table["rows"]] == ["even", "pipedream"]
+    for row in table["rows"]:
+        assert row["job_status"] == "succeeded" and row["status"] in ("feasible", "optimal")
+        assert row["iteration_s"] > 0 and row["throughput_samples_per_s"] > 0 and row["solve_time_s"] >= 0
+        assert 0 < row["efficiency"] <= 1.0 + 1e-9 and row["peak_memory_bytes"] > 0
+    best = min(table["rows"], key=lambda row: row["objective_s"])
+    assert table["best_solver"] == best["solver"]
+    jobs = api.get(f"/v1/jobs?comparison_id={cid}").json()["items"]
+    assert len(jobs) == 2
+    assert cid in [c["id"] for c in api.get(f"/v1/comparisons?graph_id={gid}").json()["items"]]
+
+
+def test_comparison_bad_input_names_the_field(api: Api) -> None:
+    gid, tid = api.graph(), api.topology()
+    base = {"graph_id": gid, "topology_id": tid}
+    assert_problem(api.post("/v1/comparisons", json={**base, "solvers": ["even", "nope"]}), 422, field="solvers[1]")
+    assert_problem(api.post("/v1/comparisons", json={**base, "solvers": ["even"], "options": {"rannc": {}}}), 422,
+                   field="options.rannc")
+    assert_problem(api.post("/v1/comparisons", json={**base, "solvers": ["even"], "options": {"even": {"x": 1}}}),
+                   422, field="options.even.x")
+    assert_problem(api.post("/v1/comparisons", json={**base, "solvers": []}), 422, field="solvers")
+    assert_problem(api.get("/v1/comparisons/cmp_nope"), 404)
+
+
+def _one_stage_plan(api: Api, gid: str) -> dict[str, object]:
+    ops = [n["id"] for n in api.get(f"/v1/graphs/{gid}/document").json()["nodes"]]
+    return {"format": "placer.plan/v1", "stages": [{"ops": ops, "devices": ["gpu0"]}], "micro_batches": 2}
+
+
+def test_evaluate_scores_a_users_plan(api: Api) -> None:
+    gid, tid = api.graph(), api.topology()
+    body = {"graph_id": gid, "topology_id": tid, "plan": _one_stage_plan(api, gid), "timeline": True}
+    r = api.post("/v1/plans:evaluate", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["metrics"]["iteration_s"] > 0 and out["plan"]["metrics"] == out["metrics"]
+    assert out["plan"]["graph_digest"] == api.get(f"/v1/graphs/{gid}").json()["digest"]
+    assert out["timeline"] and {"resource", "task", "start_s", "end_s"} <= set(out["timeline"][0])
+
+
+def test_evaluate_rejects_bad_plans_with_4xx(api: Api) -> None:
+    gid = api.graph()
+    tiny = api.topology(memory_gib=1e-6)
+    plan = _one_stage_plan(api, gid)
+    body = assert_problem(api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tiny, "plan": plan}),
+                          422, slug="invalid-plan")
+    assert body["field"] == "stages[0]" and body["ref"] == "gpu0"
+    tid = api.topology()
+    bad = {**plan, "stages": [{"ops": ["ghost"], "devices": ["gpu0"]}]}
+    assert_problem(api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "plan": bad}), 422,
+                   field="stages[0].ops")
+    assert_problem(api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "plan": {}}), 422,
+                   field="format")
+
+
+def test_solver_catalogue_lists_option_schemas(api: Api) -> None:
+    solvers = {s["name"]: s for s in api.client.get("/v1/solvers").json()}
+    assert {"even", "single", "sleepy"} <= set(solvers)
+    assert solvers["sleepy"]["options_schema"]["properties"]["sleep_s"]["type"] == "number"
+    assert "latency" in solvers["single"]["objectives"]

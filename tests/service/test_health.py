@@ -1,0 +1,57 @@
+"""Health, readiness (database and migrations), Prometheus metrics, limits, OpenAPI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import load_settings
+from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
+
+
+def test_health_ready_and_metrics(api: Api) -> None:
+    assert api.client.get("/healthz").json()["status"] == "ok"
+    ready = api.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["revision"] == ready.json()["head"] is not None
+    gid, tid = api.graph(), api.topology()
+    api.wait(api.submit(gid, tid, "even")["id"])
+    text = api.client.get("/metrics").text
+    assert 'placer_jobs{state="succeeded"}' in text and 'placer_jobs{state="queued"}' in text
+    assert 'placer_job_duration_seconds_count{state="succeeded"}' in text
+    assert 'placer_http_request_duration_seconds_bucket{le="0.005",method="POST",route="/v1/jobs"' in text
+
+
+def test_readyz_reports_pending_migrations(tmp_path: Path) -> None:
+    app = create_app(load_settings({}, database_url=f"sqlite:///{tmp_path / 'empty.db'}", workers=0,
+                                   auto_migrate=False))
+    with TestClient(app) as client:
+        r = client.get("/readyz")
+        assert r.status_code == 503 and r.json()["status"] == "migrations pending" and r.json()["revision"] is None
+
+
+def test_docs_and_openapi(api: Api) -> None:
+    schema = api.client.get("/openapi.json").json()
+    assert "/v1/jobs" in schema["paths"] and "/v1/plans:evaluate" in schema["paths"]
+    err = schema["paths"]["/v1/jobs"]["post"]["responses"]["422"]["content"]
+    assert "application/problem+json" in err
+    assert api.client.get("/docs").status_code == 200
+    assert_problem(api.client.get("/v1/no-such-thing"), 404)
+    assert_problem(api.client.put("/v1/graphs"), 405)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_request_size_and_rate_limits(backend: str, tmp_path: Path) -> None:
+    with running_app(backend, tmp_path, workers=0, max_request_bytes=2000, rate_limit_per_s=1.0,
+                     rate_limit_burst=3) as (client, cfg):
+        api = new_api(client, cfg)
+        assert_problem(api.post("/v1/graphs", content=b"x" * 5000), 413, field="body")
+        big = b'{"format": "placer.opgraph/v1", "nodes": [' + b" " * 3000 + b"]}"
+        assert_problem(api.post("/v1/graphs", content=big, headers={"Content-Length": str(len(big))}), 413)
+        codes = [api.get("/v1/graphs").status_code for _ in range(6)]
+        assert codes[0] == 200 and 429 in codes
+        limited = api.get("/v1/graphs")
+        assert_problem(limited, 429, slug="rate-limited")
+        assert int(limited.headers["Retry-After"]) >= 1

@@ -1,0 +1,170 @@
+"""No job lost, none run twice: killed solver processes, hard time limits, one claimant,
+and a server killed mid-job that resumes the job after a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from service.db.engine import Database
+from service.db.models import Job, JobEvent
+from service.jobs import store
+from solvers.generate import generate_graph, generate_topology
+from tests.service.conftest import BACKENDS, PLUGINS, Api, database_url, new_api, running_app
+
+PLACER = str(Path(sys.executable).with_name("placer"))
+
+
+def _child_pid(api: Api, job_id: str, timeout_s: float = 20.0) -> int:
+    db = api.client.app.state.ctx.db  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with db.session() as s:
+            pid = s.scalar(select(Job.child_pid).where(Job.id == job_id))
+        if pid:
+            return int(pid)
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never reported its solver process")
+
+
+def _reasons(db: Database, job_id: str) -> list[str]:
+    with db.session() as s:
+        data = s.scalars(select(JobEvent.data).where(JobEvent.job_id == job_id).order_by(JobEvent.seq)).all()
+    return [str(d["reason"]) for d in data if "reason" in d]
+
+
+def test_killed_solver_process_is_retried_and_the_job_succeeds(api: Api) -> None:
+    gid, tid = api.graph(), api.topology()
+    job = api.submit(gid, tid, "sleepy", options={"sleep_s": 2.0})
+    os.kill(_child_pid(api, job["id"]), signal.SIGKILL)
+    done = api.wait(job["id"])
+    assert done["status"] == "succeeded" and done["attempts"] == 2 and done["plan_status"] == "feasible"
+    reasons = _reasons(api.client.app.state.ctx.db, job["id"])  # type: ignore[attr-defined]
+    assert any("killed by signal 9" in r for r in reasons), reasons
+
+
+def test_hard_wall_clock_kill_at_the_time_limit(api: Api) -> None:
+    gid, tid = api.graph(), api.topology()
+    started = time.monotonic()
+    job = api.submit(gid, tid, "sleepy", options={"sleep_s": 20.0, "ignore_budget": True}, time_limit_s=1.0)
+    done = api.wait(job["id"], timeout_s=15)
+    assert done["status"] == "failed" and done["error"]["type"] == "time-limit-exceeded"
+    assert done["error"]["field"] == "time_limit_s" and "killed" in done["error"]["detail"]
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attempts_are_bounded(backend: str, tmp_path: Path) -> None:
+    with running_app(backend, tmp_path, workers=1, max_attempts=1) as (client, cfg):
+        api = new_api(client, cfg)
+        job = api.submit(api.graph(), api.topology(), "sleepy", options={"sleep_s": 3.0})
+        os.kill(_child_pid(api, job["id"]), signal.SIGKILL)
+        done = api.wait(job["id"])
+        assert done["status"] == "failed" and done["error"]["type"] == "worker-lost"
+        assert "max_attempts=1" in done["error"]["detail"] and "signal 9" in done["error"]["detail"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exactly_one_claimant(backend: str, tmp_path: Path) -> None:
+    with running_app(backend, tmp_path, workers=0) as (client, cfg):
+        api = new_api(client, cfg)
+        job = api.submit(api.graph(), api.topology(), "even")
+        db: Database = client.app.state.ctx.db  # type: ignore[attr-defined]
+        wins: list[Any] = []
+        barrier = threading.Barrier(8)
+
+        def contend(i: int) -> None:
+            barrier.wait()
+            with db.session() as s:
+                wins.append(store.claim(s, job["id"], f"worker-{i}", 30.0))
+
+        threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(w is not None for w in wins) == 1
+        assert api.get(f"/v1/jobs/{job['id']}").json()["attempts"] == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_server(env: dict[str, str], url: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([PLACER, "serve"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(f"placer serve exited with {proc.returncode}")
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("placer serve did not become ready")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Path) -> None:
+    with database_url(backend, tmp_path) as db_url:
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "PLACER_DATABASE_URL": db_url, "PLACER_PORT": str(port), "PLACER_WORKERS": "1",
+               "PLACER_LEASE_S": "2", "PLACER_REAPER_INTERVAL_S": "0.5", "PLACER_AUTO_MIGRATE": "true",
+               "PLACER_RATE_LIMIT_PER_S": "0",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(PLUGINS), os.environ.get("PYTHONPATH")) if p)}
+        key = subprocess.run([PLACER, "keys", "create", "--project", "restart"], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        assert key.count("\n") == 1 and key.startswith("plc_")
+        headers = {"Authorization": f"Bearer {key.strip()}"}
+        server = _start_server(env, url)
+        try:
+            with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+                gid = http.post("/v1/graphs", json=generate_graph("random_dag", n_ops=20, seed=2).to_document())
+                tid = http.post("/v1/topologies", json=generate_topology("hierarchical", nodes=1).to_document())
+                job = http.post("/v1/jobs", json={"graph_id": gid.json()["id"], "topology_id": tid.json()["id"],
+                                                  "solver": "sleepy", "options": {"sleep_s": 3.0}}).json()
+                deadline = time.monotonic() + 20
+                while (http.get(f"/v1/jobs/{job['id']}").json().get("progress") or {}).get("fraction", 0) <= 0:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            os.killpg(server.pid, signal.SIGKILL)  # the server, its forkserver and the solver child
+            server.wait()
+            server = _start_server(env, url)
+            with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+                deadline = time.monotonic() + 60
+                while (done := http.get(f"/v1/jobs/{job['id']}").json())["status"] not in ("succeeded", "failed"):
+                    assert time.monotonic() < deadline, done
+                    time.sleep(0.1)
+                assert done["status"] == "succeeded" and done["attempts"] == 2, done
+                assert http.get(f"/v1/jobs/{job['id']}/plan").json()["format"] == "placer.plan/v1"
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        db = Database(db_url)
+        try:
+            assert any("lease" in r and "expired" in r for r in _reasons(db, job["id"]))
+        finally:
+            db.dispose()
