@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,23 @@ class OpGraph:
     def _validate_structure(self) -> None:
         if not self.nodes:
             raise InvalidGraph("nodes: the graph has no nodes", field="nodes")
+        index = {node.id: i for i, node in enumerate(self.nodes)}
+        n_edges = len(self.edges)
+        src = [index.get(e.src, -1) for e in self.edges]
+        dst = [index.get(e.dst, -1) for e in self.edges]
+        src_arr = np.fromiter(src, dtype=np.int64, count=n_edges)
+        dst_arr = np.fromiter(dst, dtype=np.int64, count=n_edges)
+        keys = src_arr * len(self.nodes) + dst_arr
+        if (len(index) != len(self.nodes) or (src_arr < 0).any() or (dst_arr < 0).any()
+                or (src_arr == dst_arr).any() or len(np.unique(keys)) != n_edges):
+            self._name_structure_fault()
+        self.__dict__["index"] = index
+        self.__dict__["edge_src"] = src_arr
+        self.__dict__["edge_dst"] = dst_arr
+        _ = self.topo_order  # raises on a cycle
+
+    def _name_structure_fault(self) -> None:
+        """Find the first duplicate id, unknown edge end, self-loop or duplicate edge and raise on it."""
         index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.id in index:
@@ -141,8 +159,6 @@ class OpGraph:
                     ref=edge.src,
                 )
             seen.add(key)
-        self.__dict__["index"] = index
-        _ = self.topo_order  # raises on a cycle
 
     # ---- lookups ------------------------------------------------------------------
     @cached_property
@@ -240,6 +256,9 @@ class OpGraph:
         """A deterministic topological order (Kahn, ties by node position)."""
         import heapq
 
+        if bool((self.edge_src < self.edge_dst).all()):
+            # Node order is already topological; Kahn with ties by position returns it unchanged.
+            return np.arange(len(self.nodes), dtype=np.int64)
         indeg = [len(p) for p in self.pred]
         ready = [i for i, d in enumerate(indeg) if d == 0]
         heapq.heapify(ready)
@@ -305,6 +324,65 @@ _INF = float("inf")
 def _fast_number(v: Any) -> bool:
     t = type(v)
     return (t is float and 0.0 <= v < _INF) or (t is int and v >= 0)
+
+
+def _column(values: list[Any]) -> list[float] | None:
+    """The values as floats if every one is an int or float, finite and >= 0 (as :func:`_fast_number`)."""
+    if not set(map(type, values)) <= {float, int}:
+        return None
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        return None
+    if not (np.isfinite(arr).all() and (arr >= 0).all()):
+        return None
+    out: list[float] = arr.tolist()
+    return out
+
+
+_BULK_NODE_KEYS = _NODE_KEYS - {"times", "attrs"}
+
+
+def _nodes_bulk(raw_nodes: list[Any]) -> list[Node] | None:
+    """All nodes at once, column by column; ``None`` when any node needs the per-node path."""
+    if not all(type(r) is dict for r in raw_nodes):
+        return None
+    if not set(chain.from_iterable(raw_nodes)) <= _BULK_NODE_KEYS:
+        return None
+    ids = [r.get("id") for r in raw_nodes]
+    ops = [r.get("op") for r in raw_nodes]
+    if not all(type(x) is str and x for x in ids) or not all(type(x) is str and x for x in ops):
+        return None
+    if any(r.get("fwd_s") is None for r in raw_nodes):
+        return None
+    floats: list[list[float]] = []
+    for key in _NUM_KEYS:
+        col = _column([r.get(key, 0.0) for r in raw_nodes])
+        if col is None:
+            return None
+        floats.append(col)
+    constant = [r.get("constant", False) for r in raw_nodes]
+    layer = [r.get("layer") for r in raw_nodes]
+    if not all(type(c) is bool for c in constant) or not all(x is None or type(x) is str for x in layer):
+        return None
+    return [Node(*row) for row in zip(ids, ops, *floats, constant, layer, strict=True)]
+
+
+def _edges_bulk(raw_edges: list[Any]) -> list[Edge] | None:
+    """All edges at once; ``None`` when any edge needs the per-edge path."""
+    if not all(type(r) is dict for r in raw_edges):
+        return None
+    if not set(chain.from_iterable(raw_edges)) <= _EDGE_KEYS:
+        return None
+    src = [r.get("src") for r in raw_edges]
+    dst = [r.get("dst") for r in raw_edges]
+    size = [r.get("bytes", 0.0) for r in raw_edges]
+    if not all(type(x) is str and x for x in src) or not all(type(x) is str and x for x in dst):
+        return None
+    sizes = _column(size)
+    if sizes is None:
+        return None
+    return [Edge(a, b, c) for a, b, c in zip(src, dst, sizes, strict=True)]
 
 
 def _node_fast(raw: Any) -> Node | None:
@@ -406,8 +484,12 @@ def graph_from_document(doc: Any) -> OpGraph:
     if len(raw_nodes) > MAX_GRAPH_NODES:
         raise InvalidGraph(f"nodes: {len(raw_nodes)} nodes exceed the limit of {MAX_GRAPH_NODES}", field="nodes")
     raw_edges = check.sequence(doc.get("edges", []), "edges", InvalidGraph)
-    nodes = [_node_fast(raw) or _node_from_dict(raw, i) for i, raw in enumerate(raw_nodes)]
-    edges = [_edge_fast(raw) or _edge_from_dict(raw, j) for j, raw in enumerate(raw_edges)]
+    nodes = _nodes_bulk(raw_nodes)
+    if nodes is None:
+        nodes = [_node_fast(raw) or _node_from_dict(raw, i) for i, raw in enumerate(raw_nodes)]
+    edges = _edges_bulk(raw_edges)
+    if edges is None:
+        edges = [_edge_fast(raw) or _edge_from_dict(raw, j) for j, raw in enumerate(raw_edges)]
     attrs = doc.get("attrs")
     if attrs is not None:
         attrs = dict(check.mapping(attrs, "attrs", InvalidGraph))

@@ -7,9 +7,11 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from solvers.model.errors import InvalidGraph
 from solvers.model.graph import GRAPH_FORMAT, Edge, Node, OpGraph, graph_from_document
+from tests.strategies import dag_graphs
 
 
 def doc(**extra: Any) -> dict[str, Any]:
@@ -213,3 +215,56 @@ def test_build_from_records_checks_structure() -> None:
         OpGraph.build("g", nodes, [Edge("x", "q")])
     g = OpGraph.build("g", nodes, [Edge("y", "x", 5.0)])
     assert g.topo_order.tolist() == [1, 0] and g.topo_position.tolist() == [1, 0]
+
+
+def _reference_topo_order(graph: OpGraph) -> list[int]:
+    """Kahn's algorithm, ties broken by node position (the documented order)."""
+    import heapq
+
+    indeg = [len(p) for p in graph.pred]
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(i)
+        for j in graph.succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, j)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(dag_graphs(max_ops=14))
+def test_topological_order_is_kahn_by_position(graph: OpGraph) -> None:
+    assert graph.topo_order.tolist() == _reference_topo_order(graph)
+    doc = graph.to_document()
+    # nodes written in topological order: the fast path must give the same order
+    order = graph.topo_order.tolist()
+    doc["nodes"] = [doc["nodes"][i] for i in order]
+    again = graph_from_document(doc)
+    assert again.topo_order.tolist() == list(range(graph.n_ops)) == _reference_topo_order(again)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dag_graphs(max_ops=10))
+def test_bulk_and_per_node_parsing_agree(graph: OpGraph) -> None:
+    doc = graph.to_document()
+    bulk = graph_from_document(doc)
+    slow_doc = copy.deepcopy(doc)
+    slow_doc["nodes"][0]["attrs"] = {"x": 1}  # one node with attrs sends every node through the checked path
+    slow = graph_from_document(slow_doc)
+    for a, b in zip(bulk.nodes[1:], slow.nodes[1:], strict=True):
+        assert a.to_dict() == b.to_dict()
+    assert [e.to_dict() for e in bulk.edges] == [e.to_dict() for e in slow.edges]
+    assert bulk.edge_src.tolist() == slow.edge_src.tolist()
+
+
+def test_integers_load_as_floats() -> None:
+    d = doc()
+    d["nodes"][0].update(fwd_s=3, param_bytes=10)
+    d["edges"][0]["bytes"] = 7
+    g = graph_from_document(d)
+    assert type(g.nodes[0].fwd_s) is float and g.nodes[0].param_bytes == 10.0
+    assert type(g.edges[0].bytes) is float
