@@ -4,9 +4,14 @@ Phase 1 cannot know which devices two stages will land on (§VI), so stage times
 reference device and one reference channel:
 
 * ``c_u(v)``: forward + backward time of op ``v`` on the *slowest* device (homogeneous GPUs are
-  the paper's assumption, footnote 1; the slowest keeps the estimate safe);
-* ``c_m(e)``: activation forward plus gradient backward over the *median* effective channel
-  (postal model of :mod:`solvers.cost.comm`: latency + bytes / bandwidth, both directions).
+  the paper's assumption, footnote 1; the slowest keeps the estimate safe), plus the forward
+  again when activations are recomputed (the simulator's rule);
+* ``c_m(e)``: activation forward plus gradient backward (postal model of
+  :mod:`solvers.cost.comm`: latency + bytes / bandwidth, both directions) over the reference
+  channel: the median over devices of each device's best channel.  Phase 2 places adjacent
+  stages on well-connected pairs, so the best channel, not the average pair, is what a stage
+  boundary costs after mapping (the median over all pairs would price every boundary at the
+  slowest tier of a hierarchy and skew the balance towards few, compute-heavy stages).
 
 Memory follows :func:`solvers.cost.memory.stage_memory_bytes` (Eq. 14 in recompute mode) in a
 vectorised form so the DP can test thousands of candidate stages at once.
@@ -42,17 +47,19 @@ class ReferenceCosts:
 
 
 def reference_costs(problem: Problem) -> ReferenceCosts:
-    """Eq. 3's ``c_u`` and ``c_m`` on the slowest device and the median channel."""
+    """Eq. 3's ``c_u`` and ``c_m`` on the slowest device and the reference channel."""
     g, topo = problem.graph, problem.topology
     compute = ComputeModel(g, topo)
     work = np.zeros(g.n_ops)
     for d in range(topo.n_devices):
-        work = np.maximum(work, compute.fwd_s(d) + compute.bwd_s(d))
+        fwd = compute.fwd_s(d)
+        work = np.maximum(work, fwd * (2.0 if problem.settings.recompute else 1.0) + compute.bwd_s(d))
     n = topo.n_devices
     if n > 1:
-        off = ~np.eye(n, dtype=bool)
-        bw = float(np.median(topo.bandwidth_Bps[off]))
-        lat = float(np.median(topo.latency_s[off]))
+        bw_off = np.where(np.eye(n, dtype=bool), 0.0, topo.bandwidth_Bps)
+        best = np.argmax(bw_off, axis=1)  # each device's best partner
+        bw = float(np.median(bw_off[np.arange(n), best]))
+        lat = float(np.median(topo.latency_s[np.arange(n), best]))
     else:
         bw, lat = float("inf"), 0.0
     ref = ReferenceCosts(work, np.zeros(0), bw, lat)

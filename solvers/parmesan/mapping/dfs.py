@@ -13,7 +13,8 @@ the instantiation (§V-A):
   known so far (bottleneck bandwidth, largest latency) is checked.
 
 Every feasible candidate device is evaluated at once with numpy; candidates are tried in order
-of the placed replica's own time.  The search stops at a deadline or a node limit and then
+of the placed replica's own time, one per class of twin devices, with lane / ring symmetry
+broken (:mod:`solvers.parmesan.mapping.symmetry`).  The search stops at a deadline or a node limit and then
 reports ``timeout`` (the target counts as "not found" without proof).
 """
 
@@ -28,6 +29,7 @@ import numpy.typing as npt
 
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.stage_graph import Channels, Mode, StageGraph
+from solvers.parmesan.mapping.symmetry import twin_classes
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -54,6 +56,8 @@ class SearchSpec:
     replicas: int
     channels: Channels
     n_devices: int
+    twin_class: IntArray
+    order_after: list[list[int]]
 
 
 def make_spec(sg: StageGraph, topo: Topology, mode: Mode) -> SearchSpec:
@@ -74,9 +78,16 @@ def make_spec(sg: StageGraph, topo: Topology, mode: Mode) -> SearchSpec:
     ring_prev = [depth[(s, i - 1)] if i > 0 else -1 for s, i in order]
     ring_first = [depth[(s, 0)] if i == r - 1 and r > 1 else -1 for s, i in order]
     compute = np.array([sg.compute_s[s] for s, _ in order], dtype=np.float64)
+    # order_after[x] = depths whose device the device of depth x must exceed (symmetry breaking)
+    order_after: list[list[int]] = [[] for _ in order]
+    for x, (s, i) in enumerate(order):
+        if mode == "m" and s == 0 and i > 0:
+            order_after[x] = [depth[(0, i - 1)]]
+        elif mode == "ar" and i > 0:
+            order_after[x] = [depth[(s, 0)]] + ([depth[(s, 1)]] if r >= 3 and i == r - 1 else [])
     return SearchSpec(mode, order, compute, nbrs, ring_prev, ring_first,
                       np.array([sg.param_bytes[s] for s, _ in order], dtype=np.float64), r,
-                      Channels.of(topo), topo.n_devices)
+                      Channels.of(topo), topo.n_devices, twin_classes(topo), order_after)
 
 
 @dataclass
@@ -100,6 +111,7 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
     ring_bw = np.full(n, np.inf)  # c^AR: bottleneck bandwidth of the ring hops placed up to depth x
     ring_lat = np.zeros(n)  # c^AR: largest latency of those hops
     ch = spec.channels
+    devices = np.arange(spec.n_devices)
     nodes = 0
 
     def frame(x: int) -> _Frame:
@@ -114,8 +126,12 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
         else:
             own, ok = _ring_times(spec, x, place, ring_bw, ring_lat, used)
             ok &= own <= target_s
+        for y in spec.order_after[x]:
+            ok &= devices > place[y]
         cands = np.flatnonzero(ok)
         cands = cands[np.argsort(own[cands], kind="stable")]
+        _, first = np.unique(spec.twin_class[cands], return_index=True)
+        cands = cands[np.sort(first)]  # one device per twin class, in the sorted order
         return _Frame(x, cands.astype(np.int64), own, 0, [])
 
     stack = [frame(0)]

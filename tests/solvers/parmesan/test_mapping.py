@@ -62,6 +62,41 @@ def test_mapping_equals_brute_force(seed: int, shape: tuple[int, int], mode: str
         assert result.objective_s <= mapping_objective_s(sg, topo, heuristic, mode) * (1 + 1e-12)  # type: ignore[arg-type]
 
 
+def hierarchy(n_hosts: int, per_host: int, seed: int) -> Topology:
+    """Hosts of identical GPUs (twin devices) with per-host intra bandwidth."""
+    from solvers.model.topology import Device
+
+    rng = np.random.default_rng(seed)
+    n = n_hosts * per_host
+    host = np.arange(n) // per_host
+    intra = rng.uniform(5e9, 2e10, n_hosts)
+    bw = np.where(host[:, None] == host[None, :], intra[host][:, None], 1e9)
+    devices = [Device(f"d{i}", "GPU", f"h{host[i]}") for i in range(n)]
+    return Topology.from_matrices("hier", devices, bw.tolist(), np.full((n, n), 1e-6).tolist())
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3), (6, 1), (3, 1)]),
+       mode=st.sampled_from(["m", "ar"]), hosts=st.sampled_from([(2, 3), (3, 2), (2, 2), (1, 6)]))
+def test_symmetry_breaking_keeps_exactness(seed: int, shape: tuple[int, int], mode: str,
+                                           hosts: tuple[int, int]) -> None:
+    s, r = shape
+    topo = hierarchy(*hosts, seed)
+    if s * r > topo.n_devices:
+        return
+    sg = random_stage_graph(seed, s, r, True)
+    result = map_stages(sg, topo, mode, deadline=time.monotonic() + 20, eps_rel=1e-9)  # type: ignore[arg-type]
+    assert result.objective_s == pytest.approx(brute_force(sg, topo, mode), rel=1e-6)
+
+
+def test_twin_classes_of_a_hierarchy() -> None:
+    from solvers.parmesan.mapping.symmetry import twin_classes
+
+    topo = hierarchy(3, 2, 0)
+    assert twin_classes(topo).tolist() == [0, 0, 2, 2, 4, 4]
+    assert twin_classes(random_topology(0, 5)).tolist() == [0, 1, 2, 3, 4]
+
+
 def test_timeout_returns_best_with_bound() -> None:
     topo = random_topology(5, 64)
     sg = random_stage_graph(5, 16, 4, True)
