@@ -45,7 +45,8 @@ _MEM_SLACK = 1e-9  # relative slack so float summation order never flips a fit a
 
 @dataclass(frozen=True)
 class TaskGraph:
-    """A DAG of tasks to place. ``pred[v]`` / ``pred_bytes[v]``: producers of ``v`` and the
+    """A DAG of tasks to place (read-only; the lists may be the graph's own).
+    ``pred[v]`` / ``pred_bytes[v]``: producers of ``v`` and the
     message size each sends to ``v``; ``dur_s[v, d]``: time of ``v`` on device ``d``;
     ``mem_add_bytes[v]``: additive memory, ``mem_work_bytes[v]``: working memory (max-combined);
     ``rank[v]``: position in a topological order (tie-breaks)."""
@@ -117,17 +118,11 @@ def op_task_graph(problem: Problem) -> TaskGraph:
     cols = [compute.fwd_s(d) + compute.bwd_s(d) if problem.training else compute.fwd_s(d)
             for d in range(topo.n_devices)]
     dur = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float64)
-    pred: list[list[int]] = [[] for _ in range(g.n_ops)]
-    pred_b: list[list[float]] = [[] for _ in range(g.n_ops)]
-    succ: list[list[int]] = [[] for _ in range(g.n_ops)]
-    succ_b: list[list[float]] = [[] for _ in range(g.n_ops)]
-    for s, t, b in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist(), strict=True):
-        pred[t].append(s)
-        pred_b[t].append(b)
-        succ[s].append(t)
-        succ_b[s].append(b)
+    sizes = g.edge_bytes.tolist()
+    pred_b = [[sizes[e] for e in ins] for ins in g.in_edges]  # aligned with g.pred (edge order)
+    succ_b = [[sizes[e] for e in outs] for outs in g.out_edges]  # aligned with g.succ
     add, work = op_memory_bytes(problem)
-    return TaskGraph(pred, pred_b, succ, succ_b, dur, add, work, np.asarray(g.topo_position, dtype=np.int64))
+    return TaskGraph(g.pred, pred_b, g.succ, succ_b, dur, add, work, np.asarray(g.topo_position, dtype=np.int64))
 
 
 def op_memory_bytes(problem: Problem) -> tuple[FloatArray, FloatArray]:

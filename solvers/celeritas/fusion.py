@@ -16,6 +16,7 @@ bound on the memory the cluster needs on a device.  The solver sets ``M`` to a f
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,7 @@ def optimal_breakpoints(src_pos: IntArray, dst_pos: IntArray, edge_cost_s: Float
     best = np.zeros(n + 1)  # best[j] = S(v_j): least cut of the first j nodes cut before position j
     back = np.zeros(n + 1, dtype=np.int64)  # back[j] = P(v_j): start of the last cluster [back[j], j)
     r_idx = np.arange(r_max + 1)
+    lim = limit.tolist()
     for j0 in range(1, n + 1, _BLOCK):
         j1 = min(n + 1, j0 + _BLOCK)
         base = max(0, j0 - r_max)
@@ -90,11 +92,13 @@ def optimal_breakpoints(src_pos: IntArray, dst_pos: IntArray, edge_cost_s: Float
         internal = np.cumsum(sheared, axis=1)
         cost = prefix_out[jj] - prefix_out[np.maximum(src_row, 0)] - internal
         for j in range(j0, j1):
-            rh = int(limit[j])
-            cand = best[j - rh:j][::-1] + cost[j - j0, 1:rh + 1]  # Eq. 6 for r = 1 .. rh
-            k = rh - 1 - int(np.argmin(cand[::-1]))  # ties: the larger cluster
-            best[j] = cand[k]
-            back[j] = j - (k + 1)
+            rh = lim[j]
+            # Eq. 6: cand[t] = S(j - r) + cost(j - r, j) for r = rh - t; the first minimum
+            # is the largest r, so ties go to the larger cluster
+            cand = best[j - rh:j] + cost[j - j0, rh:0:-1]
+            t = int(cand.argmin())
+            best[j] = cand[t]
+            back[j] = j - rh + t
     starts: list[int] = []
     j = n
     while j > 0:
@@ -162,6 +166,7 @@ def coarse_task_graph(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskG
 
 def ccr(tasks: TaskGraph, costs: LatencyCosts) -> float:
     """Communication-to-computation ratio, Eq. 1, with device-averaged times and costs."""
-    comm = sum(float(costs.mean_comm_s(np.asarray(b, dtype=np.float64)).sum()) for b in tasks.succ_bytes if b)
+    sizes = np.fromiter(itertools.chain.from_iterable(tasks.succ_bytes), dtype=np.float64)
+    comm = float(costs.mean_comm_s(sizes).sum())
     work = float(tasks.dur_s.mean(axis=1).sum())
     return comm / work if work > 0 else float("inf")

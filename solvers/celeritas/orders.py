@@ -52,30 +52,36 @@ def dfs_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]])
     return _checked(out, len(pred))
 
 
-def levels(succ: Sequence[Sequence[int]], succ_comm_s: Sequence[Sequence[float]],
-           pred: Sequence[Sequence[int]], pred_comm_s: Sequence[Sequence[float]],
-           weight_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+def levels(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[float]],
+           pred: Sequence[Sequence[int]], pred_bytes: Sequence[Sequence[float]], weight_s: FloatArray,
+           comm_fixed_s: float, comm_per_byte_s: float,
+           topo_order: IntArray | None = None) -> tuple[FloatArray, FloatArray]:
     """``tlevel`` (Eq. 2: longest path from a source to ``v``, excluding ``w_v``) and
-    ``blevel`` (Eq. 3: longest path from ``v`` to a sink, including ``w_v``), with node
-    weights ``weight_s`` and per-edge communication ``*_comm_s`` (aligned with the lists)."""
-    order = m_topo_order(succ, pred).tolist()
+    ``blevel`` (Eq. 3: longest path from ``v`` to a sink, including ``w_v``).
+
+    Node weights ``weight_s``; an edge of ``b > 0`` bytes costs ``c = comm_fixed_s +
+    b * comm_per_byte_s`` (an empty edge costs 0); ``*_bytes`` are aligned with ``succ`` /
+    ``pred``; ``topo_order``: any topological order (computed when not given).
+    """
+    order = (m_topo_order(succ, pred) if topo_order is None else topo_order).tolist()
     w = weight_s.tolist()
     n = len(pred)
     tlevel = [0.0] * n
     blevel = [0.0] * n
+    a, k = comm_fixed_s, comm_per_byte_s
     for v in order:
         best = 0.0
-        for p, c in zip(pred[v], pred_comm_s[v], strict=True):
-            t = tlevel[p] + w[p] + c
+        for p, b in zip(pred[v], pred_bytes[v], strict=True):
+            t = tlevel[p] + w[p] + (a + b * k if b > 0.0 else 0.0)
             if t > best:
                 best = t
         tlevel[v] = best
     for v in reversed(order):
         best = 0.0
-        for s, c in zip(succ[v], succ_comm_s[v], strict=True):
-            b = blevel[s] + c
-            if b > best:
-                best = b
+        for s, b in zip(succ[v], succ_bytes[v], strict=True):
+            t = blevel[s] + (a + b * k if b > 0.0 else 0.0)
+            if t > best:
+                best = t
         blevel[v] = best + w[v]
     return np.asarray(tlevel), np.asarray(blevel)
 
@@ -96,19 +102,23 @@ def cpd_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]],
     while queue:
         v = queue.popleft()
         out.append(v)
-        # increasing cpath; among equal cpath the lower index is pushed last, i.e. ends first
-        for s in sorted(succ[v], key=lambda u: (cp[u], -u)):
+        children = succ[v]
+        if len(children) > 1:
+            # increasing cpath; among equal cpath the lower index is pushed last, i.e. ends first
+            children = sorted(children, key=lambda u: (cp[u], -u))
+        for s in children:
             indeg[s] -= 1
             if indeg[s] == 0:
                 queue.appendleft(s)
     return _checked(out, len(pred))
 
 
-def cpd_topo(succ: Sequence[Sequence[int]], succ_comm_s: Sequence[Sequence[float]],
-             pred: Sequence[Sequence[int]], pred_comm_s: Sequence[Sequence[float]],
-             weight_s: FloatArray) -> IntArray:
+def cpd_topo(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[float]],
+             pred: Sequence[Sequence[int]], pred_bytes: Sequence[Sequence[float]], weight_s: FloatArray,
+             comm_fixed_s: float, comm_per_byte_s: float, topo_order: IntArray | None = None) -> IntArray:
     """CPD-TOPO with its levels computed from weights and edge costs (Algorithm 1, line 7)."""
-    tlevel, blevel = levels(succ, succ_comm_s, pred, pred_comm_s, weight_s)
+    tlevel, blevel = levels(succ, succ_bytes, pred, pred_bytes, weight_s, comm_fixed_s, comm_per_byte_s,
+                            topo_order)
     return cpd_topo_order(succ, pred, tlevel + blevel)
 
 

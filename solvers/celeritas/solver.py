@@ -53,22 +53,16 @@ class CeleritasOptions(SolverOptions):
     placement: Literal["adjusting", "order"] = "adjusting"
 
 
-def _comm_lists(tasks: TaskGraph, costs: LatencyCosts) -> tuple[list[list[float]], list[list[float]]]:
-    """Device-averaged message times aligned with ``succ`` and ``pred`` (Eq. 2–3's c)."""
-    f, lat, inv = costs.msg_factor, costs.mean_latency_s, costs.mean_inv_bandwidth_sPB
-    succ_c = [[f * (lat + b * inv) if b > 0 else 0.0 for b in sizes] for sizes in tasks.succ_bytes]
-    pred_c = [[f * (lat + b * inv) if b > 0 else 0.0 for b in sizes] for sizes in tasks.pred_bytes]
-    return succ_c, pred_c
-
-
 def task_order(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> IntArray:
     """The op or cluster order named ``kind`` (§4.2.2, Algorithm 1)."""
     if kind == "m-topo":
         return orders.m_topo_order(tasks.succ, tasks.pred)
     if kind == "dfs-topo":
         return orders.dfs_topo_order(tasks.succ, tasks.pred)
-    succ_c, pred_c = _comm_lists(tasks, costs)
-    return orders.cpd_topo(tasks.succ, succ_c, tasks.pred, pred_c, tasks.dur_s.mean(axis=1))
+    topo = np.argsort(tasks.rank, kind="stable")
+    f = costs.msg_factor
+    return orders.cpd_topo(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
+                           f * costs.mean_latency_s, f * costs.mean_inv_bandwidth_sPB, topo)
 
 
 class CeleritasSolver:

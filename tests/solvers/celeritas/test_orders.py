@@ -20,11 +20,10 @@ def _lists(g: OpGraph) -> tuple[list[list[int]], list[list[int]]]:
 @given(dag_graphs(max_ops=14, edge_p=0.3))
 def test_every_order_is_topological(g: OpGraph) -> None:
     succ, pred = _lists(g)
-    weights = g.fwd_s
-    comm = [[float(b) * 1e-6 for b in (g.edges[e].bytes for e in out)] for out in g.out_edges]
-    comm_in = [[float(g.edges[e].bytes) * 1e-6 for e in inn] for inn in g.in_edges]
+    out_b = [[g.edges[e].bytes for e in out] for out in g.out_edges]
+    in_b = [[g.edges[e].bytes for e in inn] for inn in g.in_edges]
     for order in (orders.m_topo_order(succ, pred), orders.dfs_topo_order(succ, pred),
-                  orders.cpd_topo(succ, comm, pred, comm_in, weights)):
+                  orders.cpd_topo(succ, out_b, pred, in_b, g.fwd_s, 1e-3, 1e-6)):
         assert orders.is_topological(order, succ)
 
 
@@ -34,10 +33,11 @@ def test_levels_are_longest_paths(g: OpGraph) -> None:
     """tlevel (Eq. 2) and blevel (Eq. 3) against an enumeration of all paths."""
     succ, pred = _lists(g)
     w = g.fwd_s
-    c = {(int(s), int(d)): float(b) * 1e-6 for s, d, b in zip(g.edge_src, g.edge_dst, g.edge_bytes, strict=True)}
-    succ_c = [[c[(v, s)] for s in succ[v]] for v in range(g.n_ops)]
-    pred_c = [[c[(p, v)] for p in pred[v]] for v in range(g.n_ops)]
-    tlevel, blevel = orders.levels(succ, succ_c, pred, pred_c, w)
+    size = {(int(s), int(d)): float(b) for s, d, b in zip(g.edge_src, g.edge_dst, g.edge_bytes, strict=True)}
+    c = {e: 1e-3 + b * 1e-6 if b > 0 else 0.0 for e, b in size.items()}
+    succ_b = [[size[(v, s)] for s in succ[v]] for v in range(g.n_ops)]
+    pred_b = [[size[(p, v)] for p in pred[v]] for v in range(g.n_ops)]
+    tlevel, blevel = orders.levels(succ, succ_b, pred, pred_b, w, 1e-3, 1e-6)
 
     def paths_from(v: int) -> list[list[int]]:
         return [[v]] + [[v, *rest] for s in succ[v] for rest in paths_from(s)]
@@ -68,7 +68,7 @@ def test_cpd_topo_takes_the_critical_child_first() -> None:
     w = np.array([1.0, 1.0, 5.0, 1.0, 5.0])
     zero = [[0.0] * len(s) for s in succ]
     zero_in = [[0.0] * len(p) for p in pred]
-    assert orders.cpd_topo(succ, zero, pred, zero_in, w).tolist() == [0, 2, 4, 1, 3]
+    assert orders.cpd_topo(succ, zero, pred, zero_in, w, 1.0, 1.0).tolist() == [0, 2, 4, 1, 3]
 
 
 def test_cpd_topo_starts_with_the_source_of_largest_cpath() -> None:

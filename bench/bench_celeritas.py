@@ -1,0 +1,135 @@
+"""Celeritas benchmarks (docs/benchmarks.md, "Celeritas").
+
+``.venv/bin/python -m bench.bench_celeritas`` prints two tables:
+
+1. Solve time of ``celeritas`` (and Order-Place) on seeded ``random_dag`` graphs of the paper's
+   sizes (3,810 / 6,332 / 25,463 / 36,352 ops, Table 2), training pass, 4 PCIe V100 (32 GiB),
+   memory scaled so the graph needs about 2.5 devices.  Median of ``--repeat`` runs of
+   ``solvers.run.solve`` (``solve_time_s``: the whole solver including the final simulation
+   that sets the claimed objective), the simulation alone, and the paper's Table 4 time for
+   the model of that size.  Target: <= 3 s at 36k ops.
+2. Table 3 style: simulated single-step (training pass) time of Celeritas, Order-Place,
+   m-TOPO, m-ETF, m-SCT, HEFT and ``even`` on the same 4 PCIe V100 for graphs that do not fit
+   one device: PipeDream's Inception-v3 profile scaled to batch 512 and GNMT-large scaled to
+   batch 2048 with the Standard Evaluation (``scale_graph``, one profile: proportional), and
+   a generated transformer (12 layers, hidden 2048, 16 heads, per-head ops, batch 256 x 128).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from solvers.baselines._listsched import op_memory_bytes
+from solvers.celeritas.estimate import scale_graph
+from solvers.generate import generate_graph
+from solvers.model.graph import OpGraph
+from solvers.model.importers.pipedream import import_pipedream
+from solvers.model.problem import Problem, Settings
+from solvers.model.topology import Device, Link, Topology
+from solvers.run import solve
+from solvers.simulate import simulate
+
+GiB = float(2**30)
+TARGET_S = 3.0
+# Table 2 sizes with the paper's Table 4 Celeritas placement time (seconds) of that model.
+PAPER_SIZES = {3810: ("Tensor Holography", 3.586), 6332: ("Inception_V3", 7.183), 25463: ("NMT", 59.418),
+               36352: ("Transformer", 95.304)}
+DATA = Path("/work/shared/data/pipedream/profiles")
+TABLE3_SOLVERS: list[tuple[str, str, dict[str, Any]]] = [
+    ("Celeritas", "celeritas", {}), ("Order-Place", "celeritas", {"placement": "order"}),
+    ("m-TOPO", "m-topo", {}), ("m-ETF", "m-etf", {}), ("m-SCT", "m-sct", {}), ("HEFT", "heft", {}),
+    ("even", "even", {}),
+]
+
+
+def pcie_v100(n: int = 4) -> Topology:
+    """The paper's testbed (§6.2.1): 4 V100 (32 GiB) on PCIe (12 GB/s, 10 us per message)."""
+    devices = [Device(f"gpu{i}", "V100", "server", 32 * GiB, 1.0) for i in range(n)]
+    links = [Link(a.id, b.id, 12e9, 1e-5) for i, a in enumerate(devices) for b in devices[i + 1:]]
+    return Topology.from_links("pcie-4xV100", devices, links)
+
+
+def _scale_memory(graph: OpGraph, topology: Topology, devices_needed: float) -> OpGraph:
+    """Scale every op's memory so that a training pass needs ``devices_needed`` devices."""
+    add, _ = op_memory_bytes(Problem(graph, topology, "latency", Settings(pass_="training")))
+    f = devices_needed * float(topology.memory_bytes[0]) / float(add.sum())
+    nodes = [dataclasses.replace(n, param_bytes=n.param_bytes * f, act_bytes=n.act_bytes * f,
+                                 mem_fwd_bytes=n.mem_fwd_bytes * f, mem_bwd_bytes=n.mem_bwd_bytes * f)
+             for n in graph.nodes]
+    return OpGraph.build(graph.name, nodes, graph.edges, graph.profiled_batch_size)
+
+
+def solve_times(repeat: int, sizes: list[int]) -> None:
+    topo = pcie_v100()
+    print("| ops | edges | clusters | solve_time_s (Celeritas) | of which final simulation | Order-Place | paper (model, s) | paper / ours |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n_ops in sizes:
+        g = generate_graph("random_dag", n_ops=n_ops, width=8, edge_prob=0.1, max_skip=2, bytes_max=1e7, seed=1)
+        problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", Settings(pass_="training"))
+        runs, sims, order_runs, clusters = [], [], [], 0
+        for _ in range(repeat):
+            plan = solve(problem, "celeritas")
+            runs.append(float(plan.solve_time_s or 0.0))
+            clusters = int(plan.stats["fused_nodes"])
+            started = time.perf_counter()
+            simulate(problem, plan)
+            sims.append(time.perf_counter() - started)
+            order_runs.append(float(solve(problem, "celeritas", {"placement": "order"}).solve_time_s or 0.0))
+        med = statistics.median(runs)
+        model, paper_s = PAPER_SIZES.get(n_ops, ("-", float("nan")))
+        print(f"| {n_ops:,} | {len(g.edges):,} | {clusters} | {med:.2f} | {statistics.median(sims):.2f} | "
+              f"{statistics.median(order_runs):.2f} | {model} {paper_s:.3f} | {paper_s / med:.1f}x |", flush=True)
+
+
+def table3_graphs() -> dict[str, OpGraph]:
+    """Graphs that need more than one 32 GiB V100 in a training pass (see the module doc)."""
+    inception = import_pipedream((DATA / "inception_v3" / "graph.txt").read_text(), "inception_v3")
+    gnmt = import_pipedream((DATA / "gnmt_large" / "graph.txt").read_text(), "gnmt_large")
+    transformer = generate_graph("transformer", layers=12, hidden=2048, heads=16, seq_len=128, micro_batch=256,
+                                 granularity="head", name="transformer-12x2048")
+    return {
+        "Inception-v3 (PipeDream profile, batch 128 -> 512)": scale_graph([inception], [128], 512),
+        "GNMT-large (PipeDream profile, batch 64 -> 2048)": scale_graph([gnmt], [64], 2048),
+        "Transformer (generated, 12 x 2048, 16 heads, batch 256)": transformer,
+    }
+
+
+def table3(time_limit_s: float) -> None:
+    topo = pcie_v100()
+    names = [label for label, _, _ in TABLE3_SOLVERS]
+    print("| model | ops | memory (GiB) | " + " | ".join(names) + " |")
+    print("|---|---|---|" + "---|" * len(names))
+    for model, graph in table3_graphs().items():
+        problem = Problem(graph, topo, "latency", Settings(pass_="training"))
+        need = float(op_memory_bytes(problem)[0].sum()) / GiB
+        cells = []
+        for _, solver, options in TABLE3_SOLVERS:
+            plan = solve(problem, solver, options, time_limit_s=time_limit_s)
+            if plan.status == "infeasible":
+                cells.append("OOM")
+            else:
+                cells.append(f"{plan.claimed_objective_s:.3f} ({len(plan.stages)} dev, {plan.solve_time_s:.2f} s)")
+        print(f"| {model} | {graph.n_ops:,} | {need:.1f} | " + " | ".join(cells) + " |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs="*", default=sorted(PAPER_SIZES))
+    parser.add_argument("--time-limit", type=float, default=120.0, help="per solver, Table 3")
+    parser.add_argument("--skip-table3", action="store_true")
+    args = parser.parse_args()
+    print(f"Celeritas solve time (target <= {TARGET_S} s at 36k ops)")
+    solve_times(args.repeat, args.sizes)
+    if not args.skip_table3:
+        print("\nTable 3: simulated training step time, seconds (devices used, solve time)")
+        table3(args.time_limit)
+
+
+if __name__ == "__main__":
+    main()
