@@ -154,9 +154,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_dot(args: argparse.Namespace) -> int:
-    from solvers.model.dot import to_dot
-
     from solvers.model.documents import load_graph, load_plan
+    from solvers.model.dot import to_dot
     from solvers.model.plan import resolve_plan
 
     graph = load_graph(args.file)
