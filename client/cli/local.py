@@ -114,6 +114,15 @@ def _register_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _register_graph_tools(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = group.add_parser("scale", help="estimate the graph at a large batch size from small-batch profiles "
+                                       "(Celeritas Standard Evaluation, per-node linear regression)")
+    p.add_argument("--profiles", nargs="+", required=True, help="profiles of the same model (placer.opgraph/v1)")
+    p.add_argument("--batch-sizes", nargs="+", type=int,
+                   help="the batch size of each profile (default: each profile's profiled_batch_size)")
+    p.add_argument("--batch", type=int, required=True, help="the target batch size")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_scale)
     p = group.add_parser("dot", help="export a graph (optionally with a plan's stages) as Graphviz DOT")
     p.add_argument("file")
     p.add_argument("--plan")
@@ -150,6 +159,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         json.dump(doc, sys.stdout)
         sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    from solvers.celeritas.estimate import scale_graph
+    from solvers.model.documents import load_graph, write_json
+
+    profiles = [load_graph(path) for path in args.profiles]
+    sizes = args.batch_sizes or [g.profiled_batch_size for g in profiles]
+    graph = scale_graph(profiles, sizes, args.batch)
+    write_json(graph.to_document(), args.output)
+    if args.json:
+        print_json({"output": args.output, "digest": graph.digest, "profiled_batch_size": graph.profiled_batch_size})
+    else:
+        print(f"wrote {args.output}: {graph.n_ops} ops at batch size {graph.profiled_batch_size}")
     return EXIT_OK
 
 

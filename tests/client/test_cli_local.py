@@ -140,3 +140,19 @@ def test_solvers_catalogue_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     names = {s["name"] for s in json.loads(out)}
     assert {"even", "single"} <= names
+
+
+def test_graph_scale_from_profiles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    paths = []
+    for mb in (1, 2, 4):
+        out = tmp_path / f"p{mb}.json"
+        assert run(capsys, "graph", "generate", "transformer", "--layers", "1", "--micro-batch", str(mb),
+                   "-o", str(out))[0] == 0
+        paths.append(out)
+    target = tmp_path / "big.json"
+    code, out, _ = run(capsys, "graph", "scale", "--profiles", *map(str, paths), "--batch", "16",
+                       "-o", str(target), "--json")
+    assert code == 0 and json.loads(out)["profiled_batch_size"] == 16
+    small = json.loads(paths[0].read_text())["nodes"]
+    big = json.loads(target.read_text())["nodes"]
+    assert sum(n["act_bytes"] for n in big) > 8 * sum(n["act_bytes"] for n in small)
