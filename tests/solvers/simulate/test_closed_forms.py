@@ -9,7 +9,7 @@ from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, Settings
 from solvers.simulate import simulate
-from tests.solvers.simulate.conftest import chain_graph, line_topology
+from tests.solvers.simulate.cases import chain_graph, line_topology
 
 ENGINES = ["stage", "op"]
 

@@ -13,7 +13,7 @@ from solvers.model.graph import Node, OpGraph
 from solvers.model.plan import Plan, Stage, resolve_plan
 from solvers.model.problem import Problem, Settings
 from solvers.simulate import SimulationResult, TimelineEntry, simulate
-from tests.solvers.simulate.conftest import chain_graph, line_topology
+from tests.solvers.simulate.cases import chain_graph, line_topology
 from tests.strategies import latency_cases, throughput_cases
 
 KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "latency_s", "stage_times_s",

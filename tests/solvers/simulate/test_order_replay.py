@@ -9,7 +9,7 @@ from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, Settings
 from solvers.simulate import simulate
-from tests.solvers.simulate.conftest import line_topology
+from tests.solvers.simulate.cases import line_topology
 
 
 def _problem(pass_: str) -> Problem:
