@@ -18,7 +18,7 @@ from solvers.model.topology import Device, Topology
 
 def hierarchical(*, nodes: int = 4, gpus_per_node: int = 4, intra_bandwidth_GBps: float = 11.0,
                  inter_bandwidth_GBps: float = 1.1, intra_latency_s: float = 5e-6,
-                 inter_latency_s: float = 5e-5, kind: str = "TitanV", memory_gib: float = 12.0,
+                 inter_latency_s: float = 5e-5, device: str = "TitanV", memory_gib: float = 12.0,
                  speed: float = 1.0) -> Topology:
     """Two-level hierarchy: nodes x GPUs, one intra-node and one inter-node bandwidth (Parmesan App. D-B)."""
     positive(nodes, "nodes")
@@ -30,7 +30,7 @@ def hierarchical(*, nodes: int = 4, gpus_per_node: int = 4, intra_bandwidth_GBps
     positive(inter_latency_s, "inter_latency_s", allow_zero=True)
     sizes = [gpus_per_node] * nodes
     host = host_blocks(sizes)
-    devices = gpus(block_hosts(sizes), kind, memory_gib, speed)
+    devices = gpus(block_hosts(sizes), device, memory_gib, speed)
     bw = two_level(host, intra_bandwidth_GBps * GB, inter_bandwidth_GBps * GB)
     lat = two_level(host, intra_latency_s, inter_latency_s)
     return matrix_topology(f"hierarchical-{nodes}x{gpus_per_node}", devices, bw, lat,
