@@ -66,8 +66,9 @@ def random_dag(*, n_ops: int = 100, width: int = 8, edge_prob: float = 0.3, max_
     for name, value in (("edge_prob", edge_prob), ("param_fraction", param_fraction)):
         if not 0.0 <= value <= 1.0:
             raise InvalidInput(f"parameter {name!r} must be in [0, 1], got {value!r}", field=name, ref=name)
-    for low, high in (("fwd_min_s", "fwd_max_s"), ("bytes_min", "bytes_max")):
-        if locals()[low] > locals()[high]:
+    for (low, low_value), (high, high_value) in ((("fwd_min_s", fwd_min_s), ("fwd_max_s", fwd_max_s)),
+                                                 (("bytes_min", bytes_min), ("bytes_max", bytes_max))):
+        if low_value > high_value:
             raise InvalidInput(f"parameter {low!r} must be <= {high!r}", field=low, ref=low)
     rng = np.random.default_rng(seed)
     sizes = _layer_sizes(rng, n_ops, width)

@@ -119,3 +119,21 @@ def test_graph_parameter_errors() -> None:
     with pytest.raises(InvalidInput, match="blocks"):
         generate_graph("cnn", blocks="3,x")
     assert "V100" in DEVICES
+
+
+def test_random_dag_range_order_is_checked() -> None:
+    with pytest.raises(InvalidInput, match="'fwd_min_s' must be <= 'fwd_max_s'"):
+        generate_graph("random_dag", fwd_min_s=1.0, fwd_max_s=0.5)
+    with pytest.raises(InvalidInput, match="'bytes_min' must be <= 'bytes_max'"):
+        generate_graph("random_dag", bytes_min=1e9)
+
+
+def test_efficiency_and_dtype_are_checked() -> None:
+    with pytest.raises(InvalidInput, match="'compute_efficiency' is a fraction"):
+        generate_graph("transformer", compute_efficiency=1.5)
+    with pytest.raises(InvalidInput, match="'dtype_bytes' must be one of 2, 4"):
+        generate_graph("cnn", dtype_bytes=8)
+    fp32 = generate_graph("transformer", layers=1, dtype_bytes=4)
+    fp16 = generate_graph("transformer", layers=1, dtype_bytes=2)
+    assert fp32.param_bytes.sum() == 2 * fp16.param_bytes.sum()
+    assert fp32.fwd_s.sum() > fp16.fwd_s.sum()
