@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from solvers.generate import generate_graph
-from solvers.generate.topologies import hierarchical
+from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import PlacerError
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, Settings
@@ -33,8 +32,9 @@ from solvers.run import solve
 
 def paper_cluster(nodes: int = 4) -> Topology:
     """RaNNC §IV-A: nodes of 8 V100 (32 GiB), 25 GB/s NVLink, 100 Gb/s InfiniBand between nodes."""
-    return hierarchical(nodes=nodes, gpus_per_node=8, intra_bandwidth_GBps=25.0, inter_bandwidth_GBps=12.5,
-                        intra_latency_s=5e-6, inter_latency_s=2e-5, kind="V100", memory_gib=32.0)
+    return generate_topology("hierarchical", nodes=nodes, gpus_per_node=8, intra_bandwidth_GBps=25.0,
+                             inter_bandwidth_GBps=12.5, intra_latency_s=5e-6, inter_latency_s=2e-5, device="V100",
+                             memory_gib=32.0)
 
 
 def bert(layers: int, hidden: int = 1024, micro_batch: int = 32) -> OpGraph:
@@ -51,9 +51,9 @@ def resnet(depth: int, width_factor: int, micro_batch: int) -> OpGraph:
                           name=f"resnet{depth}x{width_factor}")
 
 
-def time_case(layers: int, repeats: int) -> dict[str, Any]:
+def time_case(layers: int, hidden: int, repeats: int) -> dict[str, Any]:
     """Partition time of ``rannc`` (paper search) on BERT with ``layers`` layers."""
-    graph = bert(layers)
+    graph = bert(layers, hidden)
     problem = Problem(graph, paper_cluster(), "throughput", Settings(micro_batches=(8,), recompute=True))
     times, plan = [], None
     for _ in range(repeats):
@@ -62,9 +62,10 @@ def time_case(layers: int, repeats: int) -> dict[str, Any]:
         times.append(time.perf_counter() - started)
     assert plan is not None
     stats = dict(plan.stats)
-    return {"layers": layers, "ops": graph.n_ops, "atomic": atomic_subcomponents(graph).n_atomic,
+    return {"layers": layers, "hidden": hidden, "ops": graph.n_ops, "atomic": atomic_subcomponents(graph).n_atomic,
             "blocks": stats.get("blocks"), "median_s": statistics.median(times), "runs": len(times),
-            "blocks_s": stats.get("blocks_s"), "stages": stats.get("stages"), "replicas": stats.get("replicas"),
+            "atomic_s": stats.get("atomic_s"), "blocks_s": stats.get("blocks_s"), "search_s": stats.get("search_s"),
+            "stages": stats.get("stages"), "replicas": stats.get("replicas"),
             "status": plan.status}
 
 
@@ -121,6 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=("time", "quality", "all"), default="all")
     parser.add_argument("--layers", default="24,48,96,144,192,256")
+    parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=60.0, help="per solver run in the quality part")
     parser.add_argument("--quick", action="store_true", help="fewer quality cases")
@@ -129,7 +131,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     if args.part in ("time", "all"):
         for layers in (int(x) for x in args.layers.split(",")):
-            row = time_case(layers, args.repeats)
+            row = time_case(layers, args.hidden, args.repeats)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.part in ("quality", "all"):

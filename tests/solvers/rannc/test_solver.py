@@ -120,3 +120,22 @@ def test_any_topology(kind: str) -> None:
     assert plan.status == "feasible"
     resolve_plan(problem, plan)
     assert sum(len(s.devices) for s in plan.stages) <= topo.n_devices
+
+
+def test_cloned_constant_ops_land_in_their_earliest_stage() -> None:
+    from solvers.model.graph import Edge, Node, OpGraph
+
+    nodes = [Node("x", "input", 1e-3, 2e-3, act_bytes=1e6), Node("w", "parameter", 0.0, param_bytes=4e6),
+             Node("wt", "aten.t", 1e-4, 1e-4)]
+    edges = [Edge("w", "wt", 4e6)]
+    prev = "x"
+    for i in range(6):
+        nodes.append(Node(f"mm{i}", "aten.mm", 2e-3, 4e-3, act_bytes=1e6))
+        edges += [Edge(prev, f"mm{i}", 1e6), Edge("wt", f"mm{i}", 4e6)]  # one tied weight for every layer
+        prev = f"mm{i}"
+    g = OpGraph.build("tied", nodes, edges, profiled_batch_size=4)
+    problem = Problem(g, fx.two_node_topology(), "throughput", Settings(micro_batches=(4,), stages=3))
+    plan = solve(problem, "rannc")
+    assert plan.stats["cloned_ops"] == 2 and plan.stats["clones"] == 2 * 5
+    assert {"w", "wt"} <= set(plan.stages[0].ops)
+    resolve_plan(problem, plan)
