@@ -14,6 +14,7 @@ memory rounded up, capacity down).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from solvers.model.errors import require
@@ -60,13 +61,13 @@ def solve_cpsat(f: Formulation, time_limit_s: float, threads: int, seed: int, re
         ui, uj = inst.task_unit[i], inst.task_unit[bj]
         for k in x[ui].keys() & x[uj].keys():
             m.Add(C[i] <= S[bj]).OnlyEnforceIf([x[ui][k], x[uj][k]])
-    _messages(m, f, x, S, C, delta, tick_s, h)
+    msg_vars = _messages(m, f, x, S, C, delta, tick_s, h)
     cmax = m.NewIntVar(0, h, "cmax")
     for t in range(inst.n_tasks):
         if not inst.succ[t]:
             m.Add(cmax >= C[t])
     m.Minimize(cmax)
-    _hint(m, f, x, S, C, cmax, tick_s)
+    _hint(m, f, _Vars(x, S, C, delta, msg_vars, cmax), tick_s)
     solver = cp.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     solver.parameters.num_workers = max(1, threads)
@@ -80,8 +81,10 @@ def solve_cpsat(f: Formulation, time_limit_s: float, threads: int, seed: int, re
     status = solver.Solve(m, _Progress())
     if status == cp.INFEASIBLE:
         return BackendResult("infeasible", message="CP-SAT proved the model infeasible")
-    if status not in (cp.OPTIMAL, cp.FEASIBLE):
-        return BackendResult("unknown", message=f"CP-SAT: {solver.StatusName(status)}")
+    if status not in (cp.OPTIMAL, cp.FEASIBLE):  # no solution, but the bound is still proven
+        bound = solver.BestObjectiveBound()
+        return BackendResult("unknown", bound=None if math.isinf(bound) else bound * to_units,
+                             message=f"CP-SAT: {solver.StatusName(status)}")
     values = [0.0] * len(f.model.names)
     for u, row in enumerate(x):
         for k, lit in row.items():
@@ -109,11 +112,12 @@ def _memory(m: Any, f: Formulation, x: list[dict[int, Any]]) -> None:
 
 
 def _messages(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: list[Any],
-              delta: dict[tuple[int, int], Any], tick_s: float, h: int) -> None:
+              delta: dict[tuple[int, int], Any], tick_s: float, h: int) -> list[tuple[Any, Any, Any, Any, dict[int, Any]]]:
     """(7) channel choice and duration, consumers waiting, (8) one message at a time per channel."""
     inst = f.inst
     channel: dict[tuple[int, int], list[Any]] = {}
     lits: list[tuple[int, int, dict[int, Any], Any, Any]] = []  # task, dst, u, start, end
+    out: list[tuple[Any, Any, Any, Any, dict[int, Any]]] = []  # per f.messages: z, start, end, length, u
     for q in f.messages:
         a, k2, ua = q.task, q.dst, inst.task_unit[q.task]
         z = m.NewBoolVar(f"z{a}_{k2}")
@@ -138,6 +142,7 @@ def _messages(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: 
             channel.setdefault((k1, k2), []).append(m.NewOptionalIntervalVar(qs, qt, qc, u[k1], f"Q{a}_{k1}_{k2}"))
         m.Add(sum(u.values()) == z)
         lits.append((a, k2, u, qs, qc))
+        out.append((z, qs, qc, qt, u))
     for intervals in channel.values():
         m.AddNoOverlap(intervals)
     for i, (a, k2, u, qs, qc) in enumerate(lits):
@@ -156,19 +161,52 @@ def _messages(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: 
                     (fs, fc), (ss, sc) = ((qs, qc), (rs, rc)) if a_first else ((rs, rc), (qs, qc))
                     m.Add(ss >= fc).OnlyEnforceIf([d, *both])
                     m.Add(fs >= sc).OnlyEnforceIf([d.Not(), *both])
+    return out
 
 
-def _hint(m: Any, f: Formulation, x: list[dict[int, Any]], S: list[Any], C: list[Any], cmax: Any,
-          tick_s: float) -> None:
-    """Hint placement and task times from the formulation's warm start (floored to ticks)."""
+@dataclass
+class _Vars:
+    """The CP-SAT variables mirrored from the formulation (for the hint)."""
+
+    x: list[dict[int, Any]]
+    S: list[Any]
+    C: list[Any]
+    delta: dict[tuple[int, int], Any]
+    messages: list[tuple[Any, Any, Any, Any, dict[int, Any]]]
+    cmax: Any
+
+
+def _hint(m: Any, f: Formulation, v: _Vars, tick_s: float) -> None:
+    """Hint the warm start mapped to ticks: starts rounded down, lengths as in the model (floored),
+    ends = start + length; this integer schedule satisfies every constraint (module doc)."""
     hint = f.model.hint
     if not hint:
         return
-    per_unit = f.scale * tick_s  # model units per tick
-    for u, row in enumerate(x):
+    inst = f.inst
+    ticks = 1.0 / (f.scale * tick_s)  # ticks per model unit
+    device = [next((k for k, var in row.items() if hint.get(var, 0.0) > 0.5), -1) for row in f.x]
+    for u, row in enumerate(v.x):
         for k, lit in row.items():
-            m.AddHint(lit, round(hint.get(f.x[u][k], 0.0)))
-    for t in range(f.inst.n_tasks):
-        m.AddHint(S[t], int(hint.get(f.S[t], 0.0) / per_unit))
-        m.AddHint(C[t], int(hint.get(f.C[t], 0.0) / per_unit))
-    m.AddHint(cmax, int(hint.get(f.cmax, 0.0) / per_unit))
+            m.AddHint(lit, int(device[u] == k))
+    end = [0] * inst.n_tasks
+    for t in range(inst.n_tasks):
+        start = math.floor(hint.get(f.S[t], 0.0) * ticks)
+        k = device[inst.task_unit[t]]
+        end[t] = start + math.floor(float(inst.dur_s[t, k]) / tick_s)
+        m.AddHint(v.S[t], start)
+        m.AddHint(v.C[t], end[t])
+    for q, (z, qs, qc, qt, chan) in zip(f.messages, v.messages, strict=True):
+        active = hint.get(q.z, 0.0) > 0.5
+        k1 = device[inst.task_unit[q.task]]
+        length = max((math.floor(inst.comm_s(size, k1, q.dst) / tick_s) for b, size in q.consumers
+                      if device[inst.task_unit[b]] == q.dst), default=0) if active else 0
+        start = math.floor(hint.get(q.S, 0.0) * ticks) if active else end[q.task]
+        m.AddHint(z, int(active))
+        m.AddHint(qs, start)
+        m.AddHint(qt, length)
+        m.AddHint(qc, start + length)
+        for k, lit in chan.items():
+            m.AddHint(lit, int(active and k == k1))
+    for key, lit in v.delta.items():
+        m.AddHint(lit, int(hint.get(f.delta[key], 0.0) > 0.5))
+    m.AddHint(v.cmax, max((end[t] for t in range(inst.n_tasks) if not inst.succ[t]), default=0))

@@ -1,0 +1,108 @@
+"""MOIRAI benchmark: the paper's two testbeds (Table III) with Table IV-shaped transformer graphs.
+
+For every testbed x model: graph sizes before / after GCOF and after the node budget, the
+simulated latency of ``even``, ``m-sct``, ``heft`` and ``celeritas`` (where registered) and of
+``moirai`` on each back-end, with its solve time, status and proven gap (on the coarsened graph).
+
+    .venv/bin/python -m bench.bench_moirai [--time-limit 15] [--max-nodes 40] [--models gpt3-330m,...]
+        [--testbeds moirai_inter,moirai_intra] [--backends cp-sat,cbc,...] [--pass forward]
+
+The graphs are stand-ins: ``generate_graph("transformer")`` with Table IV's layer / hidden / head
+counts (GPT-3 causal, sequence 2048; Swin and AlphaFold2 as non-causal transformers with the
+sequence lengths below), fp32, batch 1 — not the real Swin or AlphaFold2 architectures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from solvers import registry
+from solvers.generate import generate_graph, generate_topology
+from solvers.model.errors import PlacerError
+from solvers.model.graph import OpGraph
+from solvers.model.problem import Problem, Settings
+from solvers.moirai.backends.result import BACKENDS
+from solvers.moirai.gcof import gcof
+from solvers.moirai.rules import FusionRules
+from solvers.run import solve
+
+# name -> generator parameters (layers, hidden, heads from MOIRAI Table IV)
+MODELS: dict[str, dict[str, Any]] = {
+    "gpt3-330m": dict(layers=24, hidden=1024, heads=16, seq_len=2048, causal=True),
+    "gpt3-1.3b": dict(layers=32, hidden=2048, heads=32, seq_len=2048, causal=True),
+    "gpt3-2.7b": dict(layers=32, hidden=2560, heads=32, seq_len=2048, causal=True),
+    "swin-1.8b": dict(layers=32, hidden=512, heads=16, seq_len=4096),
+    "alphafold2-87m": dict(layers=48, hidden=256, heads=8, seq_len=1024),
+}
+BASELINES = ("even", "m-sct", "heft", "celeritas")
+# MOIRAI Table V, placement generation time of MOIRAI on the coarsened graph (Gurobi)
+PAPER_TABLE_V = {"gpt3-330m": "1.04 min", "gpt3-1.3b": "6.88 min", "gpt3-2.7b": "8.51 min",
+                 "swin-1.8b": "1.64 min", "alphafold2-87m": "1.38 min"}
+
+
+def graph_of(model: str) -> OpGraph:
+    return generate_graph("transformer", micro_batch=1, dtype_bytes=4, name=model, **MODELS[model])
+
+
+def run_one(problem: Problem, solver: str, options: dict[str, Any], limit_s: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        plan = solve(problem, solver, options, time_limit_s=limit_s)
+    except PlacerError as exc:
+        return {"status": f"error: {exc}", "latency_s": None, "time_s": time.perf_counter() - started}
+    latency = plan.metrics["latency_s"] if plan.metrics else None
+    return {"status": plan.status, "latency_s": latency, "time_s": time.perf_counter() - started,
+            "stats": dict(plan.stats)}
+
+
+def fmt_ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1e3:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--time-limit", type=float, default=15.0)
+    ap.add_argument("--max-nodes", type=int, default=40)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--testbeds", default="moirai_inter,moirai_intra")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--pass", dest="pass_", default="forward", choices=("forward", "training"))
+    args = ap.parse_args()
+    backends = args.backends.split(",")
+    rules = FusionRules.parse(None)
+    print(f"time limit {args.time_limit} s, max_nodes {args.max_nodes}, pass {args.pass_}\n")
+    print("| testbed | model | ops | GCOF | MILP nodes | " + " | ".join(b for b in BASELINES) + " | "
+          + " | ".join(f"moirai/{b} (ms, s, status, gap)" for b in backends) + " |")
+    print("|" + "---|" * (5 + len(BASELINES) + len(backends)))
+    for testbed in args.testbeds.split(","):
+        topo = generate_topology(testbed)
+        for model in args.models.split(","):
+            graph = graph_of(model)
+            problem = Problem(graph, topo, "latency", Settings(pass_=args.pass_))
+            fused = gcof(graph, rules).n_units
+            cells = []
+            for name in BASELINES:
+                if name not in registry.names():
+                    cells.append("n/a")
+                    continue
+                r = run_one(problem, name, {}, args.time_limit)
+                cells.append(f"{fmt_ms(r['latency_s'])} ({r['time_s']:.1f} s)")
+            nodes = "—"
+            for backend in backends:
+                r = run_one(problem, "moirai", {"backend": backend, "max_nodes": args.max_nodes}, args.time_limit)
+                st = r.get("stats", {})
+                nodes = str(st.get("nodes_milp", nodes))
+                gap = st.get("gap")
+                gap_s = "—" if gap is None else f"{gap:.1%}"
+                cells.append(f"{fmt_ms(r['latency_s'])}, {r['time_s']:.1f}, {r['status']}/{st.get('backend_status')}, "
+                             f"{gap_s}")
+            print(f"| {testbed} | {model} | {graph.n_ops} | {fused} | {nodes} | " + " | ".join(cells) + " |",
+                  flush=True)
+    print("\nPaper, Table V (MOIRAI on coarsened graphs, Gurobi): "
+          + ", ".join(f"{m} {t}" for m, t in PAPER_TABLE_V.items()))
+
+
+if __name__ == "__main__":
+    main()
