@@ -57,6 +57,8 @@ class _Levels:
                 nbrs = ag.succ[a] if forward else ag.pred[a]
                 if any(x not in inside and gof[x] == u for x in nbrs):
                     return False
+            if lev > level and _cut_bytes(ag, atoms, gof, t) < _cut_bytes(ag, atoms, gof, u):
+                return False  # the move would add traffic between the coarser groups
             if not ag.fits(self.param[lev][t] + pc, self.act[lev][t] + ac, max(self.work[lev][t], wc)):
                 return False
         return True

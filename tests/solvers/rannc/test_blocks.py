@@ -47,6 +47,14 @@ def _check(problem: Problem, bp: BlockPartition, n_atomic: int) -> None:
             assert ag.fits(param[j], act[j], work[j])
 
 
+def _cut(bp: BlockPartition) -> float:
+    ag = bp.graph
+    block_of = np.empty(ag.n, dtype=np.int64)
+    for j, atoms in enumerate(bp.blocks):
+        block_of[atoms] = j
+    return float(ag.edge_bytes[block_of[ag.edge_src] != block_of[ag.edge_dst]].sum())
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_blocks_are_convex_ordered_and_fit(data: st.DataObject) -> None:
@@ -58,9 +66,13 @@ def test_blocks_are_convex_ordered_and_fit(data: st.DataObject) -> None:
     problem = Problem(g, _topology(memory), "throughput", Settings())
     atoms = atomic_subcomponents(g)
     k = data.draw(st.integers(1, 8))
-    refine = data.draw(st.booleans())
-    bp = partition_blocks(problem, atoms, k, recompute_possible=data.draw(st.booleans()), refine=refine)
+    recompute = data.draw(st.booleans())
+    bp = partition_blocks(problem, atoms, k, recompute_possible=recompute, refine=True)
     _check(problem, bp, atoms.n_atomic)
+    plain = partition_blocks(problem, atoms, k, recompute_possible=recompute, refine=False)
+    _check(problem, plain, atoms.n_atomic)
+    if bp.coarsened_groups <= k:  # no compaction: uncoarsening never adds traffic between blocks
+        assert _cut(bp) <= _cut(plain) * (1 + 1e-9)
     if memory == 1e18:
         assert bp.k == min(k, atoms.n_atomic)  # k is reachable without memory pressure
     else:
