@@ -77,6 +77,7 @@ class QualityCase:
     graph: OpGraph
     nodes: int
     micro_batches: int
+    topology: str = "paper"  # "paper": paper_cluster(nodes); "dgx1": `nodes` DGX-1 boxes over Ethernet
 
 
 def quality_cases(quick: bool) -> list[QualityCase]:
@@ -84,7 +85,8 @@ def quality_cases(quick: bool) -> list[QualityCase]:
     cases = [QualityCase("BERT 24x1024", bert(24), 4, 8), QualityCase("BERT 96x1024", bert(96), 4, 8)]
     if not quick:
         cases += [QualityCase("BERT 256x1024", bert(256), 4, 8), QualityCase("BERT 48x2048", bert(48, 2048), 4, 8),
-                  QualityCase("ResNet152x8 (32 GPUs)", resnet(152, 8, 64), 4, 8)]
+                  QualityCase("ResNet152x8 (32 GPUs)", resnet(152, 8, 64), 4, 8),
+                  QualityCase("BERT 96x1024, 4 DGX-1 over Ethernet", bert(96), 4, 8, "dgx1")]
     cases.append(QualityCase("ResNet152x8 (8 GPUs)", resnet(152, 8, 16), 1, 8))
     return cases
 
@@ -99,7 +101,8 @@ SOLVERS: list[tuple[str, str, dict[str, Any]]] = [
 
 
 def quality_row(case: QualityCase, label: str, solver: str, options: dict[str, Any], limit_s: float) -> dict[str, Any]:
-    problem = Problem(case.graph, paper_cluster(case.nodes), "throughput",
+    topo = paper_cluster(case.nodes) if case.topology == "paper" else generate_topology("dgx1", boxes=case.nodes)
+    problem = Problem(case.graph, topo, "throughput",
                       Settings(micro_batches=(case.micro_batches,), recompute=True))
     row: dict[str, Any] = {"case": case.name, "ops": case.graph.n_ops, "solver": label}
     if solver not in names():
