@@ -4,8 +4,9 @@
 
 * stage-level: S = 64 stages on 64 devices, MB = 64 micro-batches, 1F1B (target <= 0.2 s);
 * op-level: a 50k-op graph, 4 micro-batches, latency plan over 8 devices, training pass
-  (target <= 10 s), once with contiguous groups (what solvers produce) and once with a
-  round-robin placement (a message on almost every edge: the worst case).
+  (target <= 10 s), with contiguous groups (what solvers produce) and with a round-robin
+  placement (a message on almost every edge: the worst case) on a layered DAG, and with
+  contiguous groups on the generator's 50k-op ``random_dag`` (about 213k edges).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from solvers.generate import generate_graph
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage, resolve_plan
 from solvers.model.problem import Problem, Settings
@@ -57,8 +59,8 @@ def stage_case(n_stages: int = 64, micro_batches: int = 64) -> tuple[Problem, Pl
 
 
 def op_case(n_ops: int = 50_000, n_devices: int = 8, micro_batches: int = 4,
-            round_robin: bool = False) -> tuple[Problem, Plan]:
-    graph = layered_graph(n_ops)
+            round_robin: bool = False, generated: bool = False) -> tuple[Problem, Plan]:
+    graph = generate_graph("random_dag", n_ops=n_ops, seed=0) if generated else layered_graph(n_ops)
     problem = Problem(graph, cluster(n_devices), "latency", Settings(pass_="training"))
     order = [graph.ids[v] for v in graph.topo_order.tolist()]
     groups = ([tuple(order[d::n_devices]) for d in range(n_devices)] if round_robin
@@ -87,11 +89,12 @@ def main() -> None:
     wall, cpu = median_s(lambda: simulate(problem, rp), args.repeats)
     print(f"stage-level S=64 MB=64 1F1B: median {wall:.4f} s wall, {cpu:.4f} s CPU over {args.repeats} runs "
           f"(target <= 0.2 s); iteration {simulate(problem, rp).metrics['iteration_s']:.4f} s")
-    for round_robin in (False, True):
-        problem, plan = op_case(round_robin=round_robin)
+    for label, round_robin, generated in (("layered DAG, contiguous", False, False),
+                                          ("layered DAG, round-robin", True, False),
+                                          ("random_dag generator, contiguous", False, True)):
+        problem, plan = op_case(round_robin=round_robin, generated=generated)
         rp = resolve_plan(problem, plan)
         wall, cpu = median_s(lambda: simulate(problem, rp), args.repeats)  # noqa: B023
-        label = "round-robin" if round_robin else "contiguous"
         print(f"op-level 50k ops MB=4 training, 8 devices, {label}: median {wall:.3f} s wall, {cpu:.3f} s CPU "
               f"over {args.repeats} runs (target <= 10 s); latency {simulate(problem, rp).metrics['latency_s']:.4f} s")
 
