@@ -13,6 +13,9 @@
    one device: PipeDream's Inception-v3 profile scaled to batch 512 and GNMT-large scaled to
    batch 2048 with the Standard Evaluation (``scale_graph``, one profile: proportional), and
    a generated transformer (12 layers, hidden 2048, 16 heads, per-head ops, batch 256 x 128).
+3. Table 4 style: solve time and simulated step time of every list scheduler and Celeritas on
+   the random DAGs of the smaller paper sizes (``--table4-sizes``).
+4. ``--r-sweep``: Celeritas and Order-Place on the Table 3 graphs for R in 1 .. 200.
 """
 
 from __future__ import annotations
@@ -117,18 +120,57 @@ def table3(time_limit_s: float) -> None:
         print(f"| {model} | {graph.n_ops:,} | {need:.1f} | " + " | ".join(cells) + " |", flush=True)
 
 
+def table4(sizes: list[int], time_limit_s: float) -> None:
+    topo = pcie_v100()
+    names = [label for label, _, _ in TABLE3_SOLVERS]
+    print("| ops | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for n_ops in sizes:
+        g = generate_graph("random_dag", n_ops=n_ops, width=8, edge_prob=0.1, max_skip=2, bytes_max=1e7, seed=1)
+        problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", Settings(pass_="training"))
+        cells = []
+        for _, solver, options in TABLE3_SOLVERS:
+            plan = solve(problem, solver, options, time_limit_s=time_limit_s)
+            step = "OOM" if plan.status == "infeasible" else f"{plan.claimed_objective_s:.2f}"
+            cells.append(f"{plan.solve_time_s:.2f} s / {step}")
+        print(f"| {n_ops:,} | " + " | ".join(cells) + " |", flush=True)
+
+
+def r_sweep() -> None:
+    topo = pcie_v100()
+    ranges = [1, 2, 5, 10, 20, 50, 200]
+    print("| model | placement | " + " | ".join(f"R = {r}" for r in ranges) + " |")
+    print("|---|---|" + "---|" * len(ranges))
+    for model, graph in table3_graphs().items():
+        problem = Problem(graph, topo, "latency", Settings(pass_="training"))
+        for placement in ("adjusting", "order"):
+            cells = []
+            for r in ranges:
+                plan = solve(problem, "celeritas", {"exploration_range": r, "placement": placement})
+                cells.append(f"{plan.claimed_objective_s:.3f} ({plan.stats['fused_nodes']})")
+            print(f"| {model.split(' (')[0]} | {placement} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="*", default=sorted(PAPER_SIZES))
     parser.add_argument("--time-limit", type=float, default=120.0, help="per solver, Table 3")
     parser.add_argument("--skip-table3", action="store_true")
+    parser.add_argument("--table4-sizes", type=int, nargs="*", default=[3810, 6332])
+    parser.add_argument("--r-sweep", action="store_true")
     args = parser.parse_args()
     print(f"Celeritas solve time (target <= {TARGET_S} s at 36k ops)")
     solve_times(args.repeat, args.sizes)
     if not args.skip_table3:
         print("\nTable 3: simulated training step time, seconds (devices used, solve time)")
         table3(args.time_limit)
+    if args.table4_sizes:
+        print("\nTable 4: solve time / simulated training step time (seconds), random DAGs")
+        table4(args.table4_sizes, args.time_limit)
+    if args.r_sweep:
+        print("\nExploration range R: simulated training step time, seconds (clusters)")
+        r_sweep()
 
 
 if __name__ == "__main__":

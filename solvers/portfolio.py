@@ -92,7 +92,7 @@ class AutoSolver:
     def _sequential(problem: Problem, names: list[str], share_s: float, deadline: float,
                     progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
         results: dict[str, tuple[str, Any, float]] = {}
-        for k, name in enumerate(names):
+        for name in names:
             left = deadline - time.monotonic()
             if left <= 0.05:
                 results[name] = ("error", "not started: no time left", 0.0)
@@ -100,7 +100,7 @@ class AutoSolver:
             started = time.monotonic()
             kind, value = _run_one(problem, name, min(share_s, left))
             results[name] = (kind, value, time.monotonic() - started)
-            progress(ProgressEvent((k + 1) / len(names), message=f"{name}: {kind}"))
+            progress(_event(results, len(names), f"{name}: {kind}"))
         return results
 
     @staticmethod
@@ -131,7 +131,7 @@ class AutoSolver:
                 conn.close()
                 done.join(_KILL_GRACE_S)
                 results[name] = (kind, value, time.monotonic() - started)
-                progress(ProgressEvent(len(results) / len(names), message=f"{name}: {kind}"))
+                progress(_event(results, len(names), f"{name}: {kind}"))
             if time.monotonic() >= deadline:
                 for conn, (name, late, started) in running.items():
                     late.kill()
@@ -142,6 +142,14 @@ class AutoSolver:
         for name in pending:
             results[name] = ("error", "not started: no time left", 0.0)
         return results
+
+
+def _event(results: dict[str, tuple[str, Any, float]], total: int, message: str) -> ProgressEvent:
+    """Progress after a member finished: fraction done, best objective and bound so far."""
+    docs = [value for kind, value, _ in results.values() if kind == "ok"]
+    objectives = [d["metrics"]["objective_s"] for d in docs if d.get("metrics")]
+    bounds = [d["lower_bound_s"] for d in docs if d.get("lower_bound_s") is not None]
+    return ProgressEvent(len(results) / total, min(objectives, default=None), max(bounds, default=None), message)
 
 
 def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Plan:

@@ -64,3 +64,18 @@ def test_a_bound_that_meets_the_objective_proves_optimality() -> None:
     proved = {**good, "lower_bound_s": objective, "solver": "y"}
     plan = _choose(["heft", "y"], {"heft": ("ok", good, 0.1), "y": ("ok", proved, 0.1)})
     assert plan.status == "optimal" and plan.lower_bound_s == objective
+
+
+def test_sequential_mode_inside_a_daemon_process() -> None:
+    """A daemonic process may not fork: the members then run in-process, one after the other."""
+    from solvers.base import no_progress
+    from solvers.portfolio import AutoSolver
+
+    problem = fx.latency_problem("forward")
+    deadline = time.monotonic() + 10.0
+    results = AutoSolver._sequential(problem, ["heft", "m-topo"], 5.0, deadline, no_progress)
+    assert [results[n][0] for n in ("heft", "m-topo")] == ["ok", "ok"]
+    plan = _choose(["heft", "m-topo"], results)
+    assert plan.stats["chosen"] in ("heft", "m-topo")
+    late = AutoSolver._sequential(problem, ["heft"], 5.0, time.monotonic(), no_progress)
+    assert late["heft"][:2] == ("error", "not started: no time left")
