@@ -1,7 +1,8 @@
 """Map a partition with any mapper and turn it into a plan (used by ``parmesan`` and ``pipedream``).
 
 Mappers (option ``mapping``): ``parmesan`` (Alg. 1 + 2 with the instantiation chosen by the
-all-reduce/p2p ratio, or forced, or ``both`` = run both and keep the better simulated plan),
+all-reduce/p2p ratio, or forced, or ``both`` = run both and keep the better simulated plan;
+by default the CS / p2p-first starting mappings stay candidates, see :class:`MappingSettings`),
 ``consecutive`` (CS) and ``p2p`` (p2p-first).  Partitions and mappers combine freely, as in the
 paper's Tables I, II, V.
 """
@@ -29,13 +30,20 @@ Instantiation = Literal["auto", "m", "ar", "both"]
 
 @dataclass(frozen=True)
 class MappingSettings:
-    """How Alg. 1 runs: instantiation, tolerance, targets per round, worker processes, seed."""
+    """How Alg. 1 runs: instantiation, tolerance, targets per round, worker processes, seed.
+
+    ``ensemble_heuristics``: also simulate the CS and p2p-first mappings (Alg. 1's starting
+    upper bounds) and return whichever of all candidates simulates best — the instantiations
+    are surrogates of the simulated iteration, and the paper selects between them by the
+    simulator too (§VIII-C, Table VI).
+    """
 
     instantiation: Instantiation = "auto"
     epsilon_rel: float = 1e-3
     parallel_targets: int = 2
     workers: int = 1
     seed: int = 0
+    ensemble_heuristics: bool = True
 
 
 def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int) -> Plan:
@@ -93,6 +101,12 @@ def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas:
                  "mapping_lower_bound_s": result.lower_bound_s, "mapping_gap": result.gap,
                  **{f"mapping_{k}": v for k, v in result.stats.items() if k not in ("instantiation",)}}
         if best is None or value < best[0]:
-            best = (value, plan, stats)
+            best = (value, plan, {**stats, "mapping_chosen": f"alg1-{mode}"})
     assert best is not None
+    if settings.ensemble_heuristics:
+        for name in ("consecutive", "p2p"):
+            plan = build_plan(problem, stage_of, heuristic_place(name, n_stages, replicas), micro_batches)
+            value = simulated_s(problem, plan)
+            if value < best[0]:
+                best = (value, plan, {**best[2], "mapping_chosen": name})
     return best[1], best[0], best[2]

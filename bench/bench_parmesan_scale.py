@@ -1,0 +1,79 @@
+"""Parmesan solve time: BERT-48 on 4 x DGX-1, and mapping a 512-device (16 x 32) instance.
+
+``.venv/bin/python -m bench.bench_parmesan_scale [--repeats 3] [--map-limit 120]``
+
+1. The full ``parmesan`` flow (clustering for three alphas, DP, refinement, (S, R) search with
+   the simulator, Alg. 1 mapping) on a BERT-48-like op-level graph (Table VIII: 48 layers,
+   hidden 1024, 16 heads, sequence 512, micro-batch 8; per-head attention ops) onto 4 DGX-1
+   boxes (32 V100), micro-batches 4, recomputation on.  Paper: about 8 minutes per flow on
+   average; target here <= 30 s.
+2. Alg. 1 alone for S = 16, R = 32 (512 devices) on a random_blk_2 topology (32 nodes) and on an
+   8 x 8 x 8 3-D torus with the paper's look-up-table channels, both instantiations; the
+   partition comes from ``parmesan`` with the CS mapper.  Target <= 120 s; time, status and
+   gap (objective - proven lower bound) / objective are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from bench.bench_parmesan_mapping import lut_topology, semantic_fpn
+from solvers.generate import generate_graph, generate_topology
+from solvers.model.plan import resolve_plan
+from solvers.model.problem import Problem, Settings
+from solvers.parmesan.mapping.binary import map_stages
+from solvers.parmesan.mapping.stage_graph import stage_graph
+from solvers.run import solve
+
+
+def bert48_flow(repeats: int) -> None:
+    graph = generate_graph("transformer", layers=48, hidden=1024, heads=16, seq_len=512, micro_batch=8,
+                           granularity="head")
+    topo = generate_topology("dgx1", boxes=4)
+    problem = Problem(graph, topo, "throughput", Settings(micro_batches=(4,), recompute=True))
+    times = []
+    for _ in range(repeats):
+        started = time.monotonic()
+        plan = solve(problem, "parmesan")
+        times.append(time.monotonic() - started)
+    st = plan.stats
+    print(f"BERT-48 ({graph.n_ops} ops, {len(graph.edges)} edges) on 4 x DGX-1: median {statistics.median(times):.1f} s "
+          f"over {repeats} runs ({', '.join(f'{t:.1f}' for t in times)}); chose S={st['stages']} R={st['replicas']} "
+          f"alpha={st['alpha']} K={st['k']}; mapping {st.get('mapping_status')} gap {st.get('mapping_gap', 0):.4f}; "
+          f"iteration {plan.claimed_objective_s:.3f} s")
+
+
+def big_mapping(map_limit_s: float) -> None:
+    graph = semantic_fpn()
+    for name, topo in [("random_blk_2", generate_topology("random_blk_2", devices=512, nodes=32, seed=0)),
+                       ("torus3d 8x8x8 (lut)", lut_topology(generate_topology("torus3d", nx=8, ny=8, nz=8)))]:
+        problem = Problem(graph, topo, "throughput", Settings(stages=16, replicas=32, recompute=True))
+        plan = solve(problem, "parmesan", {"mapping": "consecutive"})
+        sg = stage_graph(problem, resolve_plan(problem, plan).stage_of, 16, 32)
+        for mode in ("m", "ar"):
+            started = time.monotonic()
+            res = map_stages(sg, topo, mode, deadline=started + map_limit_s)  # type: ignore[arg-type]
+            took = time.monotonic() - started
+            print(f"512 devices {name}, (16,32), c^{mode}: {took:.1f} s, status {res.status}, gap {res.gap:.3f}, "
+                  f"objective {res.objective_s:.4g} s, bound {res.lower_bound_s:.4g} s, "
+                  f"start {res.stats['initial_upper_bound_s']:.4g} s ({res.stats['upper_bound_from']}), "
+                  f"{res.stats['searches']} searches, {res.stats['search_nodes']} nodes, "
+                  f"{res.stats['timeouts']} timed out", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--map-limit", type=float, default=120.0)
+    parser.add_argument("--part", choices=["all", "bert48", "map512"], default="all")
+    args = parser.parse_args()
+    if args.part in ("all", "bert48"):
+        bert48_flow(args.repeats)
+    if args.part in ("all", "map512"):
+        big_mapping(args.map_limit)
+
+
+if __name__ == "__main__":
+    main()
