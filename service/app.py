@@ -73,6 +73,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     for path, ops in schema.get("paths", {}).items():
         for op in ops.values():
             responses = op.setdefault("responses", {})
+            if "requestBody" in op:
+                responses.setdefault("400", {"description": "the body could not be parsed"})
             if path.startswith("/v1") and path != "/v1/solvers":
                 for code, text in (("401", "missing or invalid API key"), ("429", "rate limit exceeded"),
                                    ("413", "request body too large"), ("422", "invalid input")):

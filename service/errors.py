@@ -121,13 +121,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+        slug = {400: "malformed-body", 404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        title = {400: "Malformed request body", 404: "Not found", 405: "Method not allowed"}.get(
+            exc.status_code, "HTTP error")
         detail = str(exc.detail) if exc.detail else title
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"no route {request.method} {request.url.path}"
-        return problem_response(exc.status_code, problem_body(exc.status_code, slug, title, detail, request.url.path),
-                                dict(exc.headers or {}))
+        field = "body" if exc.status_code == 400 else None
+        body = problem_body(exc.status_code, slug, title, detail, request.url.path, field=field)
+        return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

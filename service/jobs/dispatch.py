@@ -15,7 +15,7 @@ from typing import Protocol
 
 from service.db.engine import Database
 from service.jobs import store
-from service.jobs.runner import JobRunner
+from service.jobs.runner import JobRunner, warm_up
 from service.settings import Settings
 
 log = logging.getLogger("placer.jobs")
@@ -55,6 +55,7 @@ class LocalPool:
     def start(self) -> None:
         if self.workers == 0:
             return
+        warm_up()
         for i in range(self.workers):
             t = threading.Thread(target=self._work, name=f"placer-worker-{i}", daemon=True)
             t.start()

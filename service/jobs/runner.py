@@ -26,6 +26,13 @@ _MP = mp.get_context("forkserver")
 _MP.set_forkserver_preload(["service.jobs.child"])
 
 
+def warm_up() -> None:
+    """Start the forkserver (which preloads the solver library) before the first job needs it."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+
+
 def worker_id() -> str:
     """A name for this worker process: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"

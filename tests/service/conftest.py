@@ -27,7 +27,7 @@ from solvers import registry
 from solvers.generate import generate_graph, generate_topology
 
 with warnings.catch_warnings():  # starlette's notice about its httpx transport is not ours to act on
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
 PLUGINS = Path(__file__).parent / "plugins"
@@ -35,7 +35,7 @@ POSTGRES_URL = os.environ.get("PLACER_TEST_POSTGRES_URL", "postgresql+psycopg://
 BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
 FINAL = ("succeeded", "failed", "cancelled")
 TEST_SETTINGS: dict[str, Any] = {
-    "workers": 2, "lease_s": 2.0, "reaper_interval_s": 0.5, "kill_grace_s": 1.0, "max_time_limit_s": 120.0,
+    "workers": 2, "lease_s": 4.0, "reaper_interval_s": 0.5, "kill_grace_s": 1.0, "max_time_limit_s": 120.0,
     "default_time_limit_s": 30.0, "rate_limit_per_s": 0.0, "progress_interval_s": 0.1, "auto_migrate": True,
 }
 
