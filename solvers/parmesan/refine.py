@@ -158,6 +158,40 @@ def _positive(gain: tuple[int, float, float]) -> bool:
     return c > 1e-15
 
 
+def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, dist: IntArray, fixed: set[int],
+                     sizes: IntArray, n_stages: int, replicas: int) -> list[tuple[tuple[int, float, float], int, int]]:
+    """Valid boundary moves (op, target stage) with a positive gain tuple that keep the objective."""
+    current = part.objective_s(replicas)
+    cross = part.stage_of[g.edge_src] != part.stage_of[g.edge_dst]
+    boundary = np.unique(np.concatenate([g.edge_src[cross], g.edge_dst[cross]]))
+    moves: list[tuple[tuple[int, float, float], int, int]] = []
+    max_comp = float(part.comp_s.max())
+    for v in boundary.tolist():
+        s = int(part.stage_of[v])
+        if v in fixed or sizes[s] <= 1:
+            continue
+        for to in (s - 1, s + 1):
+            if to < 0 or to >= n_stages:
+                continue
+            if to > s and any(part.stage_of[w] <= s for w in g.succ[v]):
+                continue
+            if to < s and any(part.stage_of[w] >= s for w in g.pred[v]):
+                continue
+            d_gain, b_gain, dcomm = _move_deltas(g, costs, part, dist, v, to)
+            comp = part.comp_s.copy()
+            comp[s] -= costs.work_s[v]
+            comp[to] += costs.work_s[v]
+            comm = part.comm_s.copy()
+            for stage, delta in dcomm.items():
+                comm[stage] += delta
+            if float(((comp + comm) / replicas).max()) > current * (1 + 1e-12):
+                continue
+            gain = (d_gain, b_gain, max_comp - float(comp.max()))
+            if _positive(gain):
+                moves.append((gain, v, to))
+    return moves
+
+
 def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
            micro_batches: int, pinned_ops: Mapping[int, int] | None = None,
            max_steps: int = MAX_STEPS) -> tuple[IntArray, dict[str, float]]:
@@ -170,34 +204,7 @@ def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages
     sizes = np.bincount(part.stage_of, minlength=n_stages)
     steps = 0
     while steps < max_steps:
-        current = part.objective_s(replicas)
-        cross = part.stage_of[g.edge_src] != part.stage_of[g.edge_dst]
-        boundary = np.unique(np.concatenate([g.edge_src[cross], g.edge_dst[cross]]))
-        moves: list[tuple[tuple[int, float, float], int, int]] = []
-        max_comp = float(part.comp_s.max())
-        for v in boundary.tolist():
-            s = int(part.stage_of[v])
-            if v in fixed or sizes[s] <= 1:
-                continue
-            for to in (s - 1, s + 1):
-                if to < 0 or to >= n_stages:
-                    continue
-                if to > s and any(part.stage_of[w] <= s for w in g.succ[v]):
-                    continue
-                if to < s and any(part.stage_of[w] >= s for w in g.pred[v]):
-                    continue
-                d_gain, b_gain, dcomm = _move_deltas(g, costs, part, dist, v, to)
-                comp = part.comp_s.copy()
-                comp[s] -= costs.work_s[v]
-                comp[to] += costs.work_s[v]
-                comm = part.comm_s.copy()
-                for stage, delta in dcomm.items():
-                    comm[stage] += delta
-                if float(((comp + comm) / replicas).max()) > current * (1 + 1e-12):
-                    continue
-                gain = (d_gain, b_gain, max_comp - float(comp.max()))
-                if _positive(gain):
-                    moves.append((gain, v, to))
+        moves = _candidate_moves(g, costs, part, dist, fixed, sizes, n_stages, replicas)
         moves.sort(key=lambda m: (m[0], -m[1], -m[2]), reverse=True)
         chosen = None
         for _, v, to in moves:
