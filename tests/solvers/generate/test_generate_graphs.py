@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers.generate import GRAPH_KINDS, generate_graph
 from solvers.generate.devices import DEVICES, device_spec
@@ -137,3 +139,35 @@ def test_efficiency_and_dtype_are_checked() -> None:
     fp16 = generate_graph("transformer", layers=1, dtype_bytes=2)
     assert fp32.param_bytes.sum() == 2 * fp16.param_bytes.sum()
     assert fp32.fwd_s.sum() > fp16.fwd_s.sum()
+
+
+@settings(max_examples=25, deadline=None)
+@given(layers=st.integers(1, 4), heads=st.sampled_from([1, 2, 4]), head_dim=st.sampled_from([4, 8]),
+       seq_len=st.integers(1, 32), micro_batch=st.integers(1, 4), causal=st.booleans(),
+       granularity=st.sampled_from(["op", "head", "layer"]), dtype_bytes=st.sampled_from([2, 4]))
+def test_transformer_property(layers: int, heads: int, head_dim: int, seq_len: int, micro_batch: int,
+                              causal: bool, granularity: str, dtype_bytes: int) -> None:
+    g = generate_graph("transformer", layers=layers, hidden=heads * head_dim, heads=heads, seq_len=seq_len,
+                       micro_batch=micro_batch, vocab=64, causal=causal, granularity=granularity,
+                       dtype_bytes=dtype_bytes)
+    h = heads * head_dim
+    per_layer = (12 * h * h + 13 * h) * dtype_bytes  # qkv, proj, ffn (ffn_mult 4), two layer norms
+    embeddings = (64 * h + seq_len * h) * dtype_bytes + (0 if causal else 2 * h * dtype_bytes)
+    head = 64 * h * dtype_bytes + (2 * h * dtype_bytes if causal else 0)
+    assert g.param_bytes.sum() == pytest.approx(layers * per_layer + embeddings + head)
+    assert sum(1 for p in g.pred if not p) == (1 if granularity == "layer" else 2)
+    assert sum(1 for s in g.succ if not s) == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(n_ops=st.integers(1, 400), width=st.integers(1, 12), edge_prob=st.floats(0, 1), max_skip=st.integers(1, 4),
+       seed=st.integers(0, 2**31))
+def test_random_dag_property(n_ops: int, width: int, edge_prob: float, max_skip: int, seed: int) -> None:
+    g = generate_graph("random_dag", n_ops=n_ops, width=width, edge_prob=edge_prob, max_skip=max_skip, seed=seed)
+    assert g.n_ops == n_ops
+    assert (g.edge_src < g.edge_dst).all()  # layered: edges point forward in node order
+    layer = [int((n.layer or "block.0").split(".")[1]) for n in g.nodes]
+    assert all(0 < layer[d] - layer[s] <= max_skip for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist(),
+                                                                       strict=True))
+    assert all(g.pred[v] for v in range(n_ops) if layer[v] > 0)
+    assert (g.fwd_s >= 1e-4 * (1 - 1e-9)).all() and (g.fwd_s <= 1e-2 * (1 + 1e-9)).all()

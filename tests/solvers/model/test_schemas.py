@@ -10,14 +10,16 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
 
 from solvers.generate import GRAPH_KINDS, TOPOLOGY_KINDS, generate_graph, generate_topology
 from solvers.model.errors import InvalidInput
-from solvers.model.graph import graph_from_document
+from solvers.model.graph import OpGraph, graph_from_document
 from solvers.model.plan import Plan, Stage, plan_from_document, resolve_plan
 from solvers.model.problem import problem_from_spec
 from solvers.model.schemas import SCHEMA_NAMES, load_schema
-from solvers.model.topology import topology_from_document
+from solvers.model.topology import Topology, topology_from_document
+from tests.strategies import dag_graphs, topologies
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "data" / "examples"
 
@@ -213,3 +215,10 @@ def test_structural_rejections_agree(schema: str, base: Callable[[], dict[str, A
     with pytest.raises(InvalidInput):
         load(copy.deepcopy(doc))
     assert not schema_ok(schema, doc), f"schema accepts what the loader rejects: {label}"
+
+
+@settings(max_examples=30, deadline=None)
+@given(graph=dag_graphs(max_ops=8), topo=topologies(max_devices=5))
+def test_random_documents_validate(graph: OpGraph, topo: Topology) -> None:
+    validator("opgraph").validate(json.loads(json.dumps(graph.to_document())))
+    validator("topology").validate(json.loads(json.dumps(topo.to_document())))
