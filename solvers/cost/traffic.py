@@ -40,8 +40,9 @@ def group_traffic_bytes(graph: OpGraph, group_of: IntArray) -> dict[tuple[int, i
     return out
 
 
-def group_input_bytes(graph: OpGraph, group_of: IntArray) -> npt.NDArray[np.float64]:
-    """Per group: bytes of the tensors it receives from other groups (boundary inputs)."""
+def group_input_bytes(graph: OpGraph, group_of: IntArray, n_groups: int | None = None) -> npt.NDArray[np.float64]:
+    """Per group (``n_groups`` of them, default: up to the largest used): bytes of the tensors it
+    receives from other groups (boundary inputs)."""
     _, consumer_group, size = _remote_tensors(graph, group_of)
-    n_groups = int(group_of.max()) + 1
+    n_groups = int(group_of.max()) + 1 if n_groups is None else n_groups
     return np.bincount(consumer_group, weights=size, minlength=n_groups).astype(np.float64)

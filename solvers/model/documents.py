@@ -27,7 +27,7 @@ def read_json(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except OSError as exc:
+        except (OSError, EOFError) as exc:
             raise FormatError(f"{path}: invalid gzip data: {exc}", field="file", ref=str(path)) from None
     return parse_json(raw, str(path), max_bytes)
 

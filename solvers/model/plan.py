@@ -271,7 +271,7 @@ def _check_memory(problem: Problem, rp: ResolvedPlan) -> None:
 
     plan = rp.plan
     if problem.objective == "throughput":
-        inputs = group_input_bytes(problem.graph, rp.stage_of)
+        inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
         if problem.objective == "throughput":
             k = in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches)

@@ -1,7 +1,7 @@
 """The device topology ``placer.topology/v1`` (DESIGN §3).
 
 Devices and either ``links`` or full ``bandwidth_Bps`` / ``latency_s`` matrices.  A pair of
-devices with no direct link talks over the *widest path* (largest bottleneck bandwidth; among
+devices with a direct link uses it; a pair with no direct link talks over the *widest path* (largest bottleneck bandwidth; among
 those found, the smaller summed latency), as MOIRAI §III-C does.  A topology in which some
 device cannot reach another is rejected.
 """
@@ -128,7 +128,8 @@ class Topology:
     # ---- routing -------------------------------------------------------------------
     @cached_property
     def _routes(self) -> tuple[FloatMatrix, FloatMatrix]:
-        """Widest paths by a Floyd–Warshall sweep over (max bottleneck, then min latency)."""
+        """Routes of pairs without a direct link: widest paths by a Floyd–Warshall sweep over
+        (max bottleneck, then min latency).  Pairs with a direct link keep it."""
         bw = self.direct_bandwidth_Bps.copy()
         lat = np.where(bw > 0, self.direct_latency_s, np.inf)
         n = len(self.devices)
@@ -141,7 +142,8 @@ class Topology:
             if better.any():
                 bw = np.where(better, cand_bw, bw)
                 lat = np.where(better, cand_lat, lat)
-        return bw, lat
+        direct = self.direct_bandwidth_Bps > 0  # a direct link is used as it is (DESIGN §3)
+        return np.where(direct, self.direct_bandwidth_Bps, bw), np.where(direct, self.direct_latency_s, lat)
 
     @property
     def bandwidth_Bps(self) -> FloatMatrix:

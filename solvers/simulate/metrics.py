@@ -54,7 +54,7 @@ def peak_memory_bytes(problem: Problem, rp: ResolvedPlan) -> dict[str, float]:
     out: dict[str, float] = {}
     plan = rp.plan
     throughput = problem.objective == "throughput"
-    inputs = group_input_bytes(problem.graph, rp.stage_of) if throughput else None
+    inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages) if throughput else None
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
         if inputs is not None:
             k = in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches)

@@ -133,3 +133,15 @@ def test_dispatch_on_format(tmp_path: Path) -> None:
     assert parse_document(spec) == spec
     write_json(p.to_document(), tmp_path / "p.json")
     assert load_plan(tmp_path / "p.json").stages == p.stages
+
+
+def test_truncated_gzip_is_a_format_error(tmp_path: Path) -> None:
+    import gzip as _gzip
+
+    from solvers.model.documents import read_json
+    from solvers.model.errors import FormatError
+
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(_gzip.compress(b'{"format": "placer.opgraph/v1"}')[:-12])
+    with pytest.raises(FormatError, match="gzip"):
+        read_json(path)

@@ -77,6 +77,8 @@ def test_empty_stage() -> None:
     err = rejected(make_problem(), p)
     assert "empty" in err.message and err.field == "stages[1].ops"
     assert resolve_plan(make_problem(no_empty_stage=False), p).n_stages == 3
+    last_empty = plan(GOOD[0], GOOD[1], ([], ["g3"]))
+    assert resolve_plan(make_problem(no_empty_stage=False), last_empty).n_stages == 3
 
 
 def test_memory_over_capacity_names_the_device() -> None:

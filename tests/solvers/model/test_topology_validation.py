@@ -173,3 +173,12 @@ def test_missing_fields_and_empty() -> None:
 def test_routes_are_symmetric_for_symmetric_links() -> None:
     t = topology_from_document(links_doc())
     assert np.array_equal(t.bandwidth_Bps, t.bandwidth_Bps.T)
+
+
+def test_a_direct_link_is_used_even_when_a_wider_detour_exists() -> None:
+    doc = links_doc()
+    doc["links"].append({"src": "g0", "dst": "g2", "bandwidth_Bps": 1e8, "latency_s": 9e-6})
+    doc["links"][1]["bandwidth_Bps"] = 2e9  # g0 -> g1 -> g2 would give 1e9
+    t = topology_from_document(doc)
+    assert t.bandwidth_Bps[0, 2] == 1e8 and t.latency_s[0, 2] == pytest.approx(9e-6)
+    assert t.bandwidth_Bps[2, 0] == 1e8
