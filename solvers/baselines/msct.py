@@ -1,10 +1,10 @@
 """``m-sct``: Baechi's memory-constrained Small Communication Time placement (Jeon et al.,
 SoCC'20, §4.3; SCT: Hanen & Munier 1995).
 
-1. Favourite children from the SCT linear program (solved with OR-Tools GLOP; ``relaxation=
-   False`` solves it as an ILP with SCIP).  Variables: ``s_v`` start of op ``v``; ``x_e`` in
-   [0, 1] per edge ``e = (u, v)``, 0 meaning "v is u's favourite child" (no communication);
-   ``w`` the makespan.  Minimise ``w`` subject to
+1. Favourite children from the SCT linear program, solved through OR-Tools (HiGHS by default,
+   or GLOP; ``relaxation=False`` solves it as an ILP with SCIP).  Variables: ``s_v`` start of
+   op ``v``; ``x_e`` in [0, 1] per edge ``e = (u, v)``, 0 meaning "v is u's favourite child"
+   (no communication); ``w`` the makespan.  Minimise ``w`` subject to
    ``s_v >= s_u + p_u + c_e x_e`` (every edge), ``sum_{e out of u} x_e >= |succ(u)| - 1``
    (at most one favourite child), ``sum_{e into v} x_e >= |pred(v)| - 1`` (at most one
    favourite parent), ``w >= s_v + p_v`` (sinks).  ``p`` and ``c`` are device-averaged op
@@ -18,7 +18,7 @@ If the LP does not finish within its share of the budget (half of what remains, 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -48,15 +48,17 @@ IntArray = npt.NDArray[np.int64]
 class MSCTOptions(SolverOptions):
     """``relaxation``: solve the favourite-child LP (True, Baechi's default) or the ILP.
     ``threshold``: ``x_e`` below it marks a favourite child.  ``lp_time_limit_s``: cap on
-    the LP/ILP solve."""
+    the LP/ILP solve.  ``lp_solver``: the OR-Tools back-end of the LP (HiGHS is much faster
+    than GLOP on large graphs, docs/benchmarks.md)."""
 
     relaxation: bool = True
+    lp_solver: Literal["highs", "glop"] = "highs"
     threshold: float = Field(0.5, gt=0.0, le=0.5)
     lp_time_limit_s: float = Field(60.0, gt=0.0)
 
 
 def favourite_children(tasks: TaskGraph, costs: LatencyCosts, relaxation: bool, threshold: float,
-                       time_limit_s: float) -> tuple[IntArray | None, dict[str, Any]]:
+                       time_limit_s: float, lp_solver: str = "highs") -> tuple[IntArray | None, dict[str, Any]]:
     """The SCT program of the module doc; ``fav[u]`` = favourite child of ``u`` or -1
     (``None`` when the solver found no solution in time), and solve statistics."""
     sp = require("scipy.sparse", "milp")
@@ -111,10 +113,14 @@ def favourite_children(tasks: TaskGraph, costs: LatencyCosts, relaxation: bool, 
     if not relaxation:
         for j in range(n_edges):
             model.set_var_integrality(col_x + j, True)
-    solver = mbh.ModelSolverHelper("glop" if relaxation else "scip")
+    backend = lp_solver if relaxation else "scip"
+    solver = mbh.ModelSolverHelper(backend)
+    solver.enable_output(False)
+    if backend == "highs":
+        solver.set_solver_specific_parameters("output_flag=false")
     solver.set_time_limit_in_seconds(max(0.05, time_limit_s))
     solver.solve(model)
-    stats: dict[str, Any] = {"lp_rows": n_rows, "lp_columns": n + n_edges + 1,
+    stats: dict[str, Any] = {"lp_solver": backend, "lp_rows": n_rows, "lp_columns": n + n_edges + 1,
                              "lp_status": str(solver.status()).rsplit(".", 1)[-1]}
     if not solver.has_solution():
         return None, stats
@@ -141,7 +147,8 @@ class MSCTSolver:
         pins = check_latency_pins(problem)
         tasks, costs = op_task_graph(problem), latency_costs(problem)
         lp_limit = min(options.lp_time_limit_s, budget.remaining_s() * 0.5)
-        fav, stats = favourite_children(tasks, costs, options.relaxation, options.threshold, lp_limit)
+        fav, stats = favourite_children(tasks, costs, options.relaxation, options.threshold, lp_limit,
+                                        options.lp_solver)
         progress(ProgressEvent(0.4, message=f"favourite-child program: {stats['lp_status']}"))
         notes = [] if fav is not None else ["the favourite-child program found no solution in time: plain m-ETF"]
         sched = ListSchedule(tasks, costs, device_caps_bytes(problem))
