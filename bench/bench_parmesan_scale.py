@@ -11,6 +11,8 @@
    8 x 8 x 8 3-D torus with the paper's look-up-table channels, both instantiations; the
    partition comes from ``parmesan`` with the CS mapper.  Target <= 120 s; time, status and
    gap (objective - proven lower bound) / objective are printed.
+3. ``--part parallel``: Alg. 1 with one process and with two worker processes (two targets per
+   round) under the same 10 s limit, on three look-up-table instances.
 """
 
 from __future__ import annotations
@@ -63,16 +65,36 @@ def big_mapping(map_limit_s: float) -> None:
                   f"{res.stats['timeouts']} timed out", flush=True)
 
 
+def parallel_targets(limit_s: float) -> None:
+    """Alg. 1 with one process vs two worker processes (2 targets per round) under the same limit."""
+    from bench.bench_parmesan_mapping import topology
+
+    graph = semantic_fpn()
+    for kind, s, r in [("uniform_dist", 8, 8), ("random_blk_2", 16, 4), ("mesh2d", 4, 64)]:
+        topo = lut_topology(topology(kind, s * r))  # type: ignore[arg-type]
+        problem = Problem(graph, topo, "throughput", Settings(stages=s, replicas=r, recompute=True))
+        plan = solve(problem, "parmesan", {"mapping": "consecutive"})
+        sg = stage_graph(problem, resolve_plan(problem, plan).stage_of, s, r)
+        for workers in (1, 2):
+            started = time.monotonic()
+            res = map_stages(sg, topo, "m", deadline=started + limit_s, workers=workers, parallel_targets=2)
+            print(f"{kind} ({s},{r}) c^m workers={workers}: {time.monotonic() - started:.1f} s, {res.status}, "
+                  f"gap {res.gap:.4f}, objective {res.objective_s:.5g}, {res.stats['searches']} searches, "
+                  f"{res.stats['search_nodes']} nodes", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--map-limit", type=float, default=120.0)
-    parser.add_argument("--part", choices=["all", "bert48", "map512"], default="all")
+    parser.add_argument("--part", choices=["all", "bert48", "map512", "parallel"], default="all")
     args = parser.parse_args()
     if args.part in ("all", "bert48"):
         bert48_flow(args.repeats)
     if args.part in ("all", "map512"):
         big_mapping(args.map_limit)
+    if args.part in ("all", "parallel"):
+        parallel_targets(10.0)
 
 
 if __name__ == "__main__":

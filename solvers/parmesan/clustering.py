@@ -15,6 +15,7 @@ move behind the merged node), so the ranks stay valid.  A search that visits mor
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -60,6 +61,27 @@ class ClusterGraph:
         order = np.argsort(self.cluster_of, kind="stable")
         bounds = np.searchsorted(self.cluster_of[order], np.arange(self.k + 1))
         return [order[bounds[c]:bounds[c + 1]] for c in range(self.k)]
+
+
+def coarsen_further(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, k: int, alpha: float,
+                    param_cap_bytes: float, deadline: float = float("inf")) -> tuple[ClusterGraph, dict[str, int]]:
+    """Eq. 4 clustering continued on the hyper-operator graph itself (cheap: K nodes, not |V|)."""
+    from dataclasses import replace
+
+    from solvers.model.graph import Edge, Node, OpGraph
+
+    nodes = [Node(str(c), "cluster", float(cg.work_s[c]), 0.0, float(cg.param_bytes[c]), float(cg.act_bytes[c]),
+                  float(cg.working_bytes[c]), 0.0) for c in range(cg.k)]
+    edges = [Edge(str(a), str(b), float(m)) for a, b, m in zip(cg.src.tolist(), cg.dst.tolist(), cg.bytes.tolist(),
+                                                                strict=True)]
+    inner = Problem(OpGraph.build("clusters", nodes, edges), problem.topology, "throughput",
+                    replace(problem.settings, pinned={}))
+    inner_costs = ReferenceCosts(cg.work_s, cg.comm_s, costs.bandwidth_Bps, costs.latency_s)
+    pins = {c: p for c, p in enumerate(cg.stage_pin) if p is not None}
+    coarse, stats = cluster_ops(inner, inner_costs, k, alpha, param_cap_bytes, pins, deadline)
+    labels = coarse.cluster_of[cg.cluster_of]
+    op_pins = {v: p for v in range(problem.graph.n_ops) if (p := cg.stage_pin[int(cg.cluster_of[v])]) is not None}
+    return build_cluster_graph(problem, costs, labels, op_pins), stats
 
 
 def build_cluster_graph(problem: Problem, costs: ReferenceCosts, labels: IntArray,
@@ -177,11 +199,14 @@ def _merge(st: _State, u: int, v: int, desc: set[int]) -> None:
 
 
 def cluster_ops(problem: Problem, costs: ReferenceCosts, k: int, alpha: float, param_cap_bytes: float,
-                stage_pins: Mapping[int, int] | None = None) -> tuple[ClusterGraph, dict[str, int]]:
+                stage_pins: Mapping[int, int] | None = None,
+                deadline: float = float("inf")) -> tuple[ClusterGraph, dict[str, int]]:
     """Cluster the op graph to at most ``k`` hyper-operators with Eq. 4 (see module doc).
 
     ``param_cap_bytes``: the memory constraint, a hyper-operator's parameters with their
-    optimizer state must fit it.  Returns the graph and counters for ``plan.stats``.
+    optimizer state must fit it.  At ``deadline`` (monotonic clock) the greedy stops and the
+    remaining clusters are grouped into runs of the dynamic topological order (runs of a
+    topological order are convex), balanced by work.  Returns the graph and counters.
     """
     g = problem.graph
     n = g.n_ops
@@ -195,15 +220,21 @@ def cluster_ops(problem: Problem, costs: ReferenceCosts, k: int, alpha: float, p
         st.pred[d][s] = size
     members = [[v] for v in range(n)]
 
+    bw, lat = costs.bandwidth_Bps, costs.latency_s
+
     def cost(u: int, v: int) -> float:
-        comm = float(costs.comm_s(st.succ[u][v]))
+        size = st.succ[u][v]
+        comm = 2.0 * (lat + size / bw) if size > 0 else 0.0
         return st.work[u] + st.work[v] - alpha * comm
 
     heap = [(cost(u, v), u, v, 0, 0) for u in range(n) for v in st.succ[u]]
     heapq.heapify(heap)
     alive = n
-    stats = {"merges": 0, "rejected_convexity": 0, "rejected_memory": 0, "rejected_pins": 0}
+    stats = {"merges": 0, "rejected_convexity": 0, "rejected_memory": 0, "rejected_pins": 0, "truncated": 0}
     while alive > k and heap:
+        if stats["merges"] % 64 == 0 and time.monotonic() > deadline:
+            stats["truncated"] = 1
+            break
         _, u, v, vu, vv = heapq.heappop(heap)
         if st.version[u] != vu or st.version[v] != vv or v not in st.succ[u]:
             continue
@@ -227,7 +258,25 @@ def cluster_ops(problem: Problem, costs: ReferenceCosts, k: int, alpha: float, p
         for s in st.succ[u]:
             heapq.heappush(heap, (cost(u, s), u, s, ver, st.version[s]))
     labels = _labels_from_members(members, st.version, n)
+    if alive > k and stats["truncated"]:
+        labels = _runs(st, labels, k)
     return build_cluster_graph(problem, costs, labels, pins), stats
+
+
+def _runs(st: _State, labels: IntArray, k: int) -> IntArray:
+    """Group the alive clusters into about ``k`` runs of the topological order, balanced by work."""
+    alive = [c for c in st.order if c >= 0 and st.version[c] >= 0]
+    target = sum(st.work[c] for c in alive) / k
+    run_of: dict[int, int] = {}
+    run, acc, pin = 0, 0.0, None
+    for c in alive:
+        clash = st.pin[c] is not None and pin is not None and st.pin[c] != pin
+        if run_of and (acc >= target or clash):
+            run, acc, pin = run + 1, 0.0, None
+        run_of[c] = run
+        acc += st.work[c]
+        pin = st.pin[c] if st.pin[c] is not None else pin
+    return np.array([run_of[int(c)] for c in labels], dtype=np.int64)
 
 
 def _labels_from_members(members: list[list[int]], version: list[int], n: int) -> IntArray:

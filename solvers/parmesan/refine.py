@@ -18,6 +18,7 @@ the phase-1 objective; at most ``I = 100`` steps.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -194,7 +195,7 @@ def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, dist: I
 
 def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
            micro_batches: int, pinned_ops: Mapping[int, int] | None = None,
-           max_steps: int = MAX_STEPS) -> tuple[IntArray, dict[str, float]]:
+           max_steps: int = MAX_STEPS, deadline: float = float("inf")) -> tuple[IntArray, dict[str, float]]:
     """Refine ``stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``."""
     g = problem.graph
     part = Partition.of(g, costs, stage_of, n_stages)
@@ -203,7 +204,7 @@ def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages
     fixed = set((pinned_ops or {}).keys())
     sizes = np.bincount(part.stage_of, minlength=n_stages)
     steps = 0
-    while steps < max_steps:
+    while steps < max_steps and time.monotonic() < deadline:
         moves = _candidate_moves(g, costs, part, dist, fixed, sizes, n_stages, replicas)
         moves.sort(key=lambda m: (m[0], -m[1], -m[2]), reverse=True)
         chosen = None

@@ -13,6 +13,7 @@ recorded in the plan's stats — never an unbounded enumeration.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from solvers.base import Budget
 from solvers.cost.memory import capacity_bytes
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.parmesan.clustering import ClusterGraph, cluster_ops
+from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_further
 from solvers.parmesan.costs import ReferenceCosts
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
 from solvers.parmesan.fronted import enumerate_fronted
@@ -65,18 +66,24 @@ def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
 
 
 def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k: int, max_sets: int,
-                       max_pairs: int, stage_pins: dict[int, int]) -> tuple[ClusterGraph, Transitions, dict[str, Any]]:
-    """Cluster to ``k`` (fewer if the fronted-set or pair budget is exceeded) and build the DP pairs."""
+                       max_pairs: int, stage_pins: dict[int, int],
+                       deadline: float) -> tuple[ClusterGraph, Transitions, dict[str, Any]]:
+    """Cluster to ``k`` (fewer if the fronted-set or pair budget is exceeded) and build the DP pairs.
+
+    Past a budget the hyper-operator graph is clustered further (K reduced by a quarter) from
+    where it is, not from the op graph again.
+    """
     cap = min(capacity_bytes(problem, d) for d in range(problem.topology.n_devices))
     stats: dict[str, Any] = {"k_requested": k, "fronted_budget_exceeded": 0}
+    cg, cstats = cluster_ops(problem, costs, k, alpha, cap, stage_pins, deadline)
     while True:
-        cg, cstats = cluster_ops(problem, costs, k, alpha, cap, stage_pins)
         sets = enumerate_fronted(cg.k, cg.src, cg.dst, max_sets)
         tr = build_transitions(cg, sets, max_pairs) if sets is not None else None
         if tr is not None or cg.k <= 2:
             break
         stats["fronted_budget_exceeded"] += 1
-        k = max(2, (cg.k * 3) // 4)
+        cg, more = coarsen_further(problem, costs, cg, max(2, (cg.k * 3) // 4), alpha, cap, deadline)
+        cstats = {key: cstats.get(key, 0) + more.get(key, 0) for key in {*cstats, *more}}
     if tr is None:  # two clusters always have at most 4 fronted sets; only reached with tiny budgets
         raise ValueError("the DP budget is too small for a two-cluster graph")
     stats.update(cstats)
@@ -85,8 +92,8 @@ def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k:
 
 
 def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Transitions, n_stages: int,
-              replicas: int, micro_batches: int, stage_pins: dict[int, int],
-              refine_steps: int) -> tuple[IntArray, float, dict[str, Any]] | None:
+              replicas: int, micro_batches: int, stage_pins: dict[int, int], refine_steps: int,
+              deadline: float = float("inf")) -> tuple[IntArray, float, dict[str, Any]] | None:
     """DP then refinement for one configuration; ``None`` when no partition fits memory."""
     result = run_dp(problem, tr, n_stages, replicas, micro_batches)
     if result is None:
@@ -94,7 +101,7 @@ def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Tra
     cluster_stage = np.argmax(np.stack(result.stages), axis=0)
     stage_of = cluster_stage[cg.cluster_of].astype(np.int64)
     stage_of, rstats = refine(problem, costs, stage_of, n_stages, replicas, micro_batches, stage_pins,
-                              max_steps=refine_steps)
+                              max_steps=refine_steps, deadline=deadline)
     return stage_of, result.objective_s, dict(rstats)
 
 
@@ -124,14 +131,15 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
     for alpha in alphas:
         if best is not None and budget.expired():
             break
-        cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins)
+        deadline = time.monotonic() + budget.remaining_s()
+        cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins, deadline)
         explored["clusterings"].append({"alpha": alpha, **cstats})
         for n_stages, replicas in sr_candidates(problem, cg.k):
             for mb in problem.settings.micro_batches:
                 if best is not None and budget.expired():
                     break
                 explored["candidates"] += 1
-                found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps)
+                found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps, deadline)
                 if found is None:
                     explored["infeasible_candidates"] += 1
                     continue

@@ -56,3 +56,23 @@ def test_memory_cap_and_pins_limit_merges() -> None:
     cg, _ = cluster_ops(problem, costs, 1, 1.0, float("inf"), pins)
     assert cg.cluster_of[0] != cg.cluster_of[11]
     assert cg.stage_pin[int(cg.cluster_of[0])] == 0 and cg.stage_pin[int(cg.cluster_of[11])] == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=dag_seeds, n_ops=st.integers(6, 40), k=st.integers(2, 6))
+def test_truncated_and_further_coarsened_clusters_stay_convex(seed: int, n_ops: int, k: int) -> None:
+    from solvers.parmesan.clustering import coarsen_further
+
+    graph = random_dag(seed, n_ops, 0.2)
+    problem = problem_of(graph, random_topology(seed, 2))
+    costs = reference_costs(problem)
+    cg, stats = cluster_ops(problem, costs, k, 1.0, float("inf"), deadline=0.0)  # deadline already passed
+    if n_ops > k and len(graph.edges):
+        assert stats["truncated"] == 1 and cg.k <= 2 * k + 1
+    for m in cg.members():
+        assert _convex(graph, set(m.tolist()))
+    finer, _ = cluster_ops(problem, costs, n_ops, 1.0, float("inf"))
+    coarse, _ = coarsen_further(problem, costs, finer, k, 1.0, float("inf"))
+    assert coarse.k >= min(k, n_ops) and coarse.k <= finer.k
+    for m in coarse.members():
+        assert _convex(graph, set(m.tolist()))
