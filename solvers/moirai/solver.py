@@ -123,6 +123,11 @@ class MoiraiSolver:
         found = _decode(f, result)
         if found is not None and (best is None or found.makespan_s < best.makespan_s):
             best = found
+        if best is None and stats["coarsened"]:  # the units may be too big: list-schedule the ops
+            inst = build_instance(problem, identity_grouping(problem.graph))
+            best = warm_start(inst)
+            stats["fallback"] = "list schedule on the uncoarsened graph"
+            result = BackendResult("unknown", message=result.message)
         if best is None:
             note = "the MILP is infeasible" if result.status == "infeasible" else "no feasible placement found"
             return Plan(stages=(), status="infeasible", stats=stats, notes=(note,))
