@@ -14,6 +14,8 @@ stays acyclic (every group convex) with the same order.  docs/rannc.md explains 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -23,6 +25,40 @@ from solvers.rannc.groups import AtomicGraph
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    """Edges between a moving group ``c`` and the rest: ``other[i]`` is the atomic subcomponent
+    outside ``c``, ``size[i]`` the bytes, ``outgoing[i]`` whether the edge leaves ``c``."""
+
+    other: IntArray
+    size: FloatArray
+    outgoing: npt.NDArray[np.bool_]
+
+    def bytes_to(self, group_of: IntArray, group: int) -> float:
+        """Bytes between ``c`` and ``group`` (both directions)."""
+        return float(self.size[group_of[self.other] == group].sum())
+
+    def touches(self, group_of: IntArray, group: int, outgoing: bool) -> bool:
+        """Whether an edge leaves ``c`` for (``outgoing``) or enters ``c`` from ``group``."""
+        return bool(((group_of[self.other] == group) & (self.outgoing == outgoing)).any())
+
+
+def _boundary(ag: AtomicGraph, atoms: IntArray) -> _Boundary:
+    inside = set(atoms.tolist())
+    other: list[int] = []
+    size: list[float] = []
+    outgoing: list[bool] = []
+    for a in atoms.tolist():
+        for nbrs, out in ((ag.succ[a], True), (ag.pred[a], False)):
+            for x, b in nbrs.items():
+                if x not in inside:
+                    other.append(x)
+                    size.append(b)
+                    outgoing.append(out)
+    return _Boundary(np.asarray(other, dtype=np.int64), np.asarray(size, dtype=np.float64),
+                     np.asarray(outgoing, dtype=bool))
 
 
 class _Levels:
@@ -40,12 +76,14 @@ class _Levels:
             self.act.append(act)
             self.work.append(work)
 
-    def check(self, atoms: IntArray, t_atom: int, level: int, forward: bool) -> bool:
-        """Whether moving ``atoms`` to the group of ``t_atom`` at ``level`` and above keeps the rules."""
+    def _sizes(self, atoms: IntArray) -> tuple[float, float, float]:
         ag = self.ag
-        inside = set(atoms.tolist())
-        pc, ac = float(ag.param_bytes[atoms].sum()), float(ag.act_bytes[atoms].sum())
-        wc = float(ag.work_bytes[atoms].max())
+        return (float(ag.param_bytes[atoms].sum()), float(ag.act_bytes[atoms].sum()),
+                float(ag.work_bytes[atoms].max()))
+
+    def check(self, atoms: IntArray, edges: _Boundary, t_atom: int, level: int, forward: bool) -> bool:
+        """Whether moving ``atoms`` to the group of ``t_atom`` at ``level`` and above keeps the rules."""
+        pc, ac, wc = self._sizes(atoms)
         for lev in range(level, len(self.group_of)):
             gof = self.group_of[lev]
             u, t = int(gof[atoms[0]]), int(gof[t_atom])
@@ -53,21 +91,17 @@ class _Levels:
                 return True  # this level and the coarser ones already hold U and T together
             if t != (u + 1 if forward else u - 1):
                 return False
-            for a in atoms.tolist():
-                nbrs = ag.succ[a] if forward else ag.pred[a]
-                if any(x not in inside and gof[x] == u for x in nbrs):
-                    return False
-            if lev > level and _cut_bytes(ag, atoms, gof, t) < _cut_bytes(ag, atoms, gof, u):
+            if edges.touches(gof, u, outgoing=forward):
+                return False  # the rest of U would sit on both sides of c
+            if lev > level and edges.bytes_to(gof, t) < edges.bytes_to(gof, u):
                 return False  # the move would add traffic between the coarser groups
-            if not ag.fits(self.param[lev][t] + pc, self.act[lev][t] + ac, max(self.work[lev][t], wc)):
+            if not self.ag.fits(self.param[lev][t] + pc, self.act[lev][t] + ac, max(self.work[lev][t], wc)):
                 return False
         return True
 
     def apply(self, atoms: IntArray, t_atom: int, level: int) -> None:
         """Move ``atoms`` into the group of ``t_atom`` at ``level`` and every coarser level."""
-        ag = self.ag
-        pc, ac = float(ag.param_bytes[atoms].sum()), float(ag.act_bytes[atoms].sum())
-        wc = float(ag.work_bytes[atoms].max())
+        pc, ac, wc = self._sizes(atoms)
         for lev in range(level, len(self.group_of)):
             gof = self.group_of[lev]
             u, t = int(gof[atoms[0]]), int(gof[t_atom])
@@ -79,16 +113,6 @@ class _Levels:
             self.act[lev][u] -= ac
             self.act[lev][t] += ac
             self.work[lev][t] = max(self.work[lev][t], wc)
-
-
-def _cut_bytes(ag: AtomicGraph, atoms: IntArray, group_of: IntArray, target: int) -> float:
-    """Bytes between ``atoms`` and the atomic subcomponents of group ``target`` (both ways)."""
-    inside = set(atoms.tolist())
-    total = 0.0
-    for a in atoms.tolist():
-        for nbrs in (ag.succ[a], ag.pred[a]):
-            total += sum(size for x, size in nbrs.items() if x not in inside and group_of[x] == target)
-    return total
 
 
 def uncoarsen(ag: AtomicGraph, levels: list[IntArray], budget: Budget | None = None) -> tuple[list[IntArray], int]:
@@ -115,14 +139,16 @@ def uncoarsen(ag: AtomicGraph, levels: list[IntArray], budget: Budget | None = N
                 if lv.group_of[step + 1][atoms[0]] != lv.group_of[step + 1][members[other][0]]:
                     break  # a sibling already moved
                 u = int(lv.group_of[step + 1][atoms[0]])
-                stay = _cut_bytes(ag, atoms, lv.group_of[step], other)
+                edges = _boundary(ag, atoms)
+                stay = edges.bytes_to(lv.group_of[step], other)
                 for forward in (False, True):
                     t = u + 1 if forward else u - 1
                     if not 0 <= t < n_coarse:
                         continue
+                    if edges.bytes_to(lv.group_of[step + 1], t) <= stay:
+                        continue
                     t_atom = int(np.flatnonzero(lv.group_of[step + 1] == t)[0])
-                    gain = _cut_bytes(ag, atoms, lv.group_of[step + 1], t) - stay
-                    if gain > 0 and lv.check(atoms, t_atom, step + 1, forward):
+                    if lv.check(atoms, edges, t_atom, step + 1, forward):
                         lv.apply(atoms, t_atom, step + 1)
                         moves += 1
                         break
