@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service.api import comparisons, graphs, health, jobs, plans, topologies
 from service.api import solvers as solvers_api
-from service.auth import RateLimiter
+from service.auth import KeyCache, RateLimiter
 from service.db import migrate
 from service.db.engine import Database
 from service.deps import Context
@@ -34,10 +35,13 @@ def create_app(settings: Settings | None = None, dispatcher: Dispatcher | None =
     db = Database(cfg.database_url)
     metrics = Metrics(db)
     pool = dispatcher or LocalPool(db, cfg, on_finish=metrics.job_finished)
-    ctx = Context(cfg, db, pool, metrics, RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst))
+    ctx = Context(cfg, db, pool, metrics, RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst),
+                  KeyCache(cfg.key_cache_s))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # few threads for blocking handlers: many threads contending for the GIL inflate tail latency
+        anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.threads
         if cfg.migrate_on_start:
             migrate.upgrade(db.engine)
         pool.start()

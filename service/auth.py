@@ -40,19 +40,45 @@ def create_key(session: Session, project_name: str) -> str:
     return secret
 
 
-def project_for_key(session: Session, authorization: str | None) -> str:
-    """The project id of the bearer key in an ``Authorization`` header, or :class:`Unauthorized`."""
+def bearer_key_hash(authorization: str | None) -> str:
+    """The hash of the bearer key in an ``Authorization`` header, or :class:`Unauthorized`."""
     if not authorization:
         raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <key>'", field="Authorization")
     scheme, _, key = authorization.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthorized("the Authorization header must be 'Bearer <key>'", field="Authorization")
-    row = session.execute(
-        select(ApiKey.project_id, ApiKey.revoked_at).where(ApiKey.key_hash == hash_key(key.strip()))
-    ).first()
+    return hash_key(key.strip())
+
+
+def project_for_key_hash(session: Session, key_hash: str) -> str:
+    """The project id of a key, or :class:`Unauthorized`."""
+    row = session.execute(select(ApiKey.project_id, ApiKey.revoked_at).where(ApiKey.key_hash == key_hash)).first()
     if row is None or row.revoked_at is not None:
         raise Unauthorized("unknown or revoked API key", field="Authorization")
     return str(row.project_id)
+
+
+class KeyCache:
+    """Recently checked keys (hash -> project id) for ``ttl_s`` seconds, so that most requests
+    authenticate without a database round trip."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[str, float]] = {}
+
+    def get(self, key_hash: str) -> str | None:
+        hit = self._entries.get(key_hash)
+        if hit is None or hit[1] < time.monotonic():
+            return None
+        return hit[0]
+
+    def put(self, key_hash: str, project_id: str) -> None:
+        if self.ttl_s <= 0:
+            return
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[key_hash] = (project_id, time.monotonic() + self.ttl_s)
 
 
 class RateLimiter:

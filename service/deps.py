@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.auth import RateLimiter, project_for_key
+from service.auth import KeyCache, RateLimiter, bearer_key_hash, project_for_key_hash
 from service.db.engine import Database
 from service.settings import Settings
 
@@ -28,6 +29,7 @@ class Context:
     dispatcher: Dispatcher
     metrics: Metrics
     limiter: RateLimiter
+    keys: KeyCache
 
 
 def get_context(request: Request) -> Context:
@@ -38,21 +40,42 @@ def get_context(request: Request) -> Context:
 CtxDep = Annotated[Context, Depends(get_context)]
 
 
-def get_session(ctx: CtxDep) -> Iterator[Session]:
-    with ctx.db.session() as session:
+async def get_session(ctx: CtxDep, request: Request) -> AsyncIterator[Session]:
+    """A session for the request: read-only for GET and HEAD, read-write otherwise.
+
+    Handlers commit their writes themselves; what is left is ended here, on the event loop,
+    so that releasing a transaction never waits for a free worker thread.
+    """
+    read_only = request.method in ("GET", "HEAD")
+    session = (ctx.db.read_sessions if read_only else ctx.db.sessions)()
+    try:
         yield session
+        if session.in_transaction():
+            session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
 bearer = HTTPBearer(auto_error=False, description="an API key from `placer keys create --project NAME`")
 
 
-def get_project(ctx: CtxDep, session: SessionDep,
-                credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
-    """The project of the request's API key; rate-limited per project."""
-    header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
-    project_id = project_for_key(session, header)
-    session.commit()  # end the read transaction: SQLite serialises transactions, keep them short
+def _lookup_project(db: Database, key_hash: str) -> str:
+    with db.session(read_only=True) as s:
+        return project_for_key_hash(s, key_hash)
+
+
+async def get_project(ctx: CtxDep,
+                      credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+    """The project of the request's API key (cached for ``key_cache_s``); rate-limited per project."""
+    key_hash = bearer_key_hash(f"{credentials.scheme} {credentials.credentials}" if credentials else None)
+    project_id = ctx.keys.get(key_hash)
+    if project_id is None:
+        project_id = await run_in_threadpool(_lookup_project, ctx.db, key_hash)
+        ctx.keys.put(key_hash, project_id)
     ctx.limiter.check(project_id)
     return project_id
 

@@ -7,11 +7,14 @@ rebuilt from the upload, so that a download hands back exactly what solvers see.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from service.errors import PayloadTooLarge, UnsupportedMediaType
+from solvers.model.canonical import canonical_json
 from solvers.model.documents import parse_json
 from solvers.model.errors import FormatError
 from solvers.model.graph import OpGraph, graph_from_document
@@ -23,6 +26,22 @@ IMPORT_FORMATS = ("pipedream", "piper")
 def compress(doc: Any) -> bytes:
     """gzip of compact JSON (level 1: uploads are large, time matters more than ratio)."""
     return gzip.compress(json.dumps(doc, separators=(",", ":"), allow_nan=False).encode(), compresslevel=1, mtime=0)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A document in canonical form: its digest, its size and its gzip body for storage."""
+
+    digest: str
+    size_bytes: int
+    body: bytes
+
+
+def encode_canonical(doc: Any) -> Encoded:
+    """Serialise once for both the digest (:mod:`solvers.model.canonical`) and the stored body."""
+    text = canonical_json(doc).encode("ascii")
+    return Encoded("sha256:" + hashlib.sha256(text).hexdigest(), len(text),
+                   gzip.compress(text, compresslevel=1, mtime=0))
 
 
 def decompress(body: bytes) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TypeVar
 
 from sqlalchemy import func, select
@@ -10,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.models import ACTIVE_STATES, Graph, Job, TopologyRow, new_id
-from service.documents import compress
+from service.documents import encode_canonical
 from service.errors import Conflict
 from solvers.model.graph import OpGraph
 from solvers.model.topology import Topology
@@ -20,28 +19,25 @@ R = TypeVar("R", Graph, TopologyRow)
 
 def store_graph(session: Session, project_id: str, graph: OpGraph) -> tuple[Graph, bool]:
     """The stored row for ``graph`` (deduplicated by digest) and whether it was created now."""
-    digest = graph.digest
-    found = session.scalar(select(Graph).where(Graph.project_id == project_id, Graph.digest == digest))
+    enc = encode_canonical(graph.to_document())
+    found = session.scalar(select(Graph).where(Graph.project_id == project_id, Graph.digest == enc.digest))
     if found is not None:
         return found, False
-    doc = graph.to_document()
-    row = Graph(id=new_id("g"), project_id=project_id, digest=digest, name=graph.name[:500],
-                n_ops=graph.n_ops, n_edges=len(graph.edges), size_bytes=len(json.dumps(doc, separators=(",", ":"))),
-                body=compress(doc))
-    return _insert(session, row, Graph, project_id, digest)
+    row = Graph(id=new_id("g"), project_id=project_id, digest=enc.digest, name=graph.name[:500],
+                n_ops=graph.n_ops, n_edges=len(graph.edges), size_bytes=enc.size_bytes, body=enc.body)
+    return _insert(session, row, Graph, project_id, enc.digest)
 
 
 def store_topology(session: Session, project_id: str, topology: Topology) -> tuple[TopologyRow, bool]:
-    digest = topology.digest
+    enc = encode_canonical(topology.to_document())
     found = session.scalar(select(TopologyRow).where(TopologyRow.project_id == project_id,
-                                                     TopologyRow.digest == digest))
+                                                     TopologyRow.digest == enc.digest))
     if found is not None:
         return found, False
-    doc = topology.to_document()
-    row = TopologyRow(id=new_id("t"), project_id=project_id, digest=digest, name=topology.name[:500],
-                      n_devices=topology.n_devices, n_hosts=len(topology.hosts),
-                      size_bytes=len(json.dumps(doc, separators=(",", ":"))), body=compress(doc))
-    return _insert(session, row, TopologyRow, project_id, digest)
+    row = TopologyRow(id=new_id("t"), project_id=project_id, digest=enc.digest, name=topology.name[:500],
+                      n_devices=topology.n_devices, n_hosts=len(topology.hosts), size_bytes=enc.size_bytes,
+                      body=enc.body)
+    return _insert(session, row, TopologyRow, project_id, enc.digest)
 
 
 def _insert(session: Session, row: R, model: type[R], project_id: str, digest: str) -> tuple[R, bool]:

@@ -26,7 +26,7 @@ class _JobStates(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gauge = GaugeMetricFamily("placer_jobs", "Jobs by state (all projects)", labels=["state"])
-        with self.db.session() as s:
+        with self.db.session(read_only=True) as s:
             counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
         for state in JOB_STATES:
             gauge.add_metric([state], counts.get(state, 0))

@@ -34,6 +34,8 @@ class Settings(BaseModel):
     max_request_bytes: int = Field(64 * 2**20, gt=0)
     rate_limit_per_s: float = Field(100.0, ge=0)
     rate_limit_burst: int = Field(400, ge=1)
+    key_cache_s: float = Field(10.0, ge=0)
+    threads: int = Field(8, ge=1, le=256)
     progress_interval_s: float = Field(0.25, ge=0)
     log_level: str = "info"
 

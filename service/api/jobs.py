@@ -93,7 +93,11 @@ def list_jobs(session: SessionDep, project: ProjectDep,
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=errors())
-def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
+async def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
+    """One job: its status, progress, error and plan id.
+
+    The hottest read (clients poll it), answered on the event loop: one primary-key lookup.
+    """
     return job_out(get_owned(session, Job, job_id, project, "job"))
 
 

@@ -13,8 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 def make_engine(url: str) -> Engine:
     """An engine for ``url``.
 
-    SQLite runs in WAL mode with a busy timeout, foreign keys on, and ``BEGIN IMMEDIATE``
-    transactions so that concurrent writers wait for each other instead of failing.
+    SQLite runs in WAL mode with a busy timeout and foreign keys on.  Transactions that may
+    write start with ``BEGIN IMMEDIATE`` so that concurrent writers wait for each other instead
+    of failing; read-only ones (execution option ``placer_read_only``) start a deferred ``BEGIN``
+    and never block anyone.
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
@@ -39,21 +41,27 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = conn.get_execution_options().get("placer_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 class Database:
-    """An engine plus its session factory."""
+    """An engine plus its session factories (read-write and read-only)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.read_sessions = sessionmaker(self.engine.execution_options(placer_read_only=True),
+                                          expire_on_commit=False)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A session committed on success and rolled back on error."""
-        with self.sessions() as s:
+    def session(self, read_only: bool = False) -> Iterator[Session]:
+        """A session committed on success and rolled back on error.
+
+        ``read_only`` sessions must not write (on SQLite they do not take the write lock).
+        """
+        with (self.read_sessions if read_only else self.sessions)() as s:
             try:
                 yield s
                 s.commit()

@@ -100,7 +100,7 @@ class LocalPool:
         """One reaper pass: requeue expired leases, then dispatch every queued job."""
         with self.db.session() as s:
             store.reap(s, self.settings.max_attempts)
-        with self.db.session() as s:
+        with self.db.session(read_only=True) as s:
             ids = store.queued_ids(s)
         for job_id in ids:
             self.dispatch(job_id)

@@ -19,7 +19,8 @@ KEEPALIVE_S = 15.0
 
 
 def _fetch(db: Database, job_id: str, after: int) -> tuple[list[tuple[int, str, Any]], str | None]:
-    with db.session() as s:  # the state first: events committed with a final state are then visible
+    # the state first: the events committed together with a final state are then visible too
+    with db.session(read_only=True) as s:
         state = s.scalar(select(Job.state).where(Job.id == job_id))
         rows = s.execute(select(JobEvent.seq, JobEvent.kind, JobEvent.data)
                          .where(JobEvent.job_id == job_id, JobEvent.seq > after)
