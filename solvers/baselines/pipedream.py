@@ -46,6 +46,7 @@ class PipeDreamOptions(SolverOptions):
     parallel_targets: int = Field(default=2, ge=1, le=64)
     workers: int = Field(default=1, ge=1, le=64)
     ensemble_heuristics: bool = True
+    guard: bool = True
     mapping_time_limit_s: float = Field(default=60.0, gt=0)
 
 
@@ -176,7 +177,7 @@ class PipeDreamSolver:
         _, stage_of, s, r, mb, value_dp = best
         deadline = time.monotonic() + min(options.mapping_time_limit_s, max(0.0, budget.remaining_s() - 0.2))
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
-                                   options.workers, problem.settings.seed, options.ensemble_heuristics)
+                                   options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
         plan, value, mstats = map_partition(problem, stage_of, s, r, mb, options.mapping, settings, deadline)
         stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "micro_batches": mb,
                  "pipedream_dp_objective_s": value_dp, "candidates": len(cands), **mstats}

@@ -31,6 +31,7 @@ class ParmesanOptions(SolverOptions):
     parallel_targets: int = Field(default=2, ge=1, le=64)
     workers: int = Field(default=1, ge=1, le=64)
     ensemble_heuristics: bool = True
+    guard: bool = True
     mapping_time_limit_s: float = Field(default=60.0, gt=0)
     search_fraction: float = Field(default=0.5, gt=0, lt=1)
 
@@ -73,7 +74,7 @@ class ParmesanSolver:
         remaining = budget.remaining_s()
         deadline = time.monotonic() + min(options.mapping_time_limit_s, max(0.0, remaining - 0.2))
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
-                                   options.workers, problem.settings.seed, options.ensemble_heuristics)
+                                   options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
         plan, value, mstats = map_partition(problem, best.stage_of, best.n_stages, best.replicas,
                                             best.micro_batches, options.mapping, settings, deadline)
         notes: tuple[str, ...] = ()

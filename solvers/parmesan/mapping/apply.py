@@ -32,6 +32,9 @@ Instantiation = Literal["auto", "m", "ar", "both"]
 class MappingSettings:
     """How Alg. 1 runs: instantiation, tolerance, targets per round, worker processes, seed.
 
+    ``guard``: each instantiation is optimised with the other one kept within the better of CS
+    and p2p-first (:func:`~solvers.parmesan.mapping.binary.guard_cap_s`), so optimising
+    inter-stage traffic cannot scatter a stage's all-reduce ring, nor the reverse.
     ``ensemble_heuristics``: also simulate the CS and p2p-first mappings (Alg. 1's starting
     upper bounds) and return whichever of all candidates simulates best — the instantiations
     are surrogates of the simulated iteration, and the paper selects between them by the
@@ -44,6 +47,7 @@ class MappingSettings:
     workers: int = 1
     seed: int = 0
     ensemble_heuristics: bool = True
+    guard: bool = True
 
 
 def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int) -> Plan:
@@ -93,7 +97,7 @@ def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas:
         share = (deadline - time.monotonic()) / (len(modes) - k)
         result = map_stages(sg, problem.topology, mode, deadline=time.monotonic() + max(0.0, share),
                             eps_rel=settings.epsilon_rel, parallel_targets=settings.parallel_targets,
-                            workers=settings.workers, seed=settings.seed)
+                            workers=settings.workers, seed=settings.seed, guard=settings.guard)
         plan = build_plan(problem, stage_of, result.place, micro_batches)
         value = simulated_s(problem, plan)
         stats = {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": sg.allreduce_ratio(),

@@ -49,11 +49,15 @@ class MappingResult:
         return (self.objective_s - self.lower_bound_s) / self.objective_s if self.objective_s > 0 else 0.0
 
 
-def initial_upper_bound(sg: StageGraph, topo: Topology, mode: Mode, seed: int) -> tuple[IntArray, float, str]:
-    """``t_r0``: the best of CS, p2p-first and ``RANDOM_STARTS`` random mappings."""
+def initial_upper_bound(sg: StageGraph, topo: Topology, mode: Mode, seed: int,
+                        guard_s: float = float("inf")) -> tuple[IntArray, float, str]:
+    """``t_r0``: the best of CS, p2p-first and ``RANDOM_STARTS`` random mappings (within the guard)."""
     s, r, d = sg.n_stages, sg.replicas, topo.n_devices
     cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r))]
     cands += [(f"random{k}", random_mapping(s, r, d, seed + k)) for k in range(RANDOM_STARTS)]
+    other: Mode = "ar" if mode == "m" else "m"
+    if np.isfinite(guard_s):
+        cands = [(name, p) for name, p in cands if mapping_objective_s(sg, topo, p, other) <= guard_s]
     scored = [(mapping_objective_s(sg, topo, p, mode), k, name, p) for k, (name, p) in enumerate(cands)]
     value, _, name, place = min(scored, key=lambda t: (t[0], t[1]))
     return place, value, name
@@ -63,15 +67,30 @@ def _run(spec: SearchSpec, target: float, deadline: float, node_limit: int) -> t
     return search(spec, target, deadline, node_limit)
 
 
+def guard_cap_s(sg: StageGraph, topo: Topology, mode: Mode) -> float:
+    """The guard of an instantiation: the other instantiation's value of the better of CS and p2p-first."""
+    other: Mode = "ar" if mode == "m" else "m"
+    if (other == "ar" and sg.replicas <= 1) or (other == "m" and len(sg.src) == 0):
+        return float("inf")
+    heuristics = (consecutive_mapping(sg.n_stages, sg.replicas), p2p_mapping(sg.n_stages, sg.replicas))
+    return min(mapping_objective_s(sg, topo, p, other) for p in heuristics) * (1 + 1e-12)
+
+
 def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, eps_rel: float = 1e-3,
-               parallel_targets: int = 2, workers: int = 1, seed: int = 0,
+               parallel_targets: int = 2, workers: int = 1, seed: int = 0, guard: bool = False,
                node_limit: int = 2_000_000) -> MappingResult:
-    """Alg. 1 with batched targets; see the module doc."""
-    place, t_r, start_name = initial_upper_bound(sg, topo, mode, seed)
+    """Alg. 1 with batched targets; see the module doc.
+
+    ``guard``: solve Problem (5) for ``mode`` subject to every replica's time under the other
+    instantiation staying within the better of CS and p2p-first (:func:`guard_cap_s`).
+    """
+    cap = guard_cap_s(sg, topo, mode) if guard else float("inf")
+    place, t_r, start_name = initial_upper_bound(sg, topo, mode, seed, cap)
     t_l = min(lower_bound(sg, topo, mode), t_r)
-    spec = make_spec(sg, topo, mode)
+    spec = make_spec(sg, topo, mode, *((float("inf"), cap) if mode == "m" else (cap, float("inf"))))
     stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
-                             "rounds": 0, "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": mode}
+                             "rounds": 0, "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": mode,
+                             "guard_s": cap if np.isfinite(cap) else None}
     pool = None
     if workers > 1:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))

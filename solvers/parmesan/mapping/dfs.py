@@ -58,10 +58,20 @@ class SearchSpec:
     n_devices: int
     twin_class: IntArray
     order_after: list[list[int]]
+    m_cap_s: float = float("inf")
+    ar_cap_s: float = float("inf")
 
 
-def make_spec(sg: StageGraph, topo: Topology, mode: Mode) -> SearchSpec:
-    """Mapping order and checking schemes for an instantiation."""
+def make_spec(sg: StageGraph, topo: Topology, mode: Mode, m_cap_s: float = float("inf"),
+              ar_cap_s: float = float("inf")) -> SearchSpec:
+    """Mapping order and checking schemes for an instantiation.
+
+    ``m_cap_s`` / ``ar_cap_s``: the guard — every replica's time under the *other* instantiation
+    must stay within it (``inf``: no guard).  With a guard, lanes are no longer interchangeable
+    (ring order = lane order), so only rotations and reflections of all lanes together are
+    broken, on stage 0.
+    """
+    guarded = np.isfinite(m_cap_s) or np.isfinite(ar_cap_s)
     s_, r = sg.n_stages, sg.replicas
     if mode == "m":
         order = [(s, i) for i in range(r) for s in range(s_)]
@@ -69,7 +79,7 @@ def make_spec(sg: StageGraph, topo: Topology, mode: Mode) -> SearchSpec:
         order = [(s, i) for s in range(s_) for i in range(r)]
     depth = {node: x for x, node in enumerate(order)}
     nbrs: list[list[tuple[int, float]]] = [[] for _ in order]
-    if mode == "m":
+    if mode == "m" or np.isfinite(m_cap_s):
         for a, b, m in zip(sg.src.tolist(), sg.dst.tolist(), sg.bytes.tolist(), strict=True):
             for i in range(r):
                 xa, xb = depth[(a, i)], depth[(b, i)]
@@ -81,13 +91,17 @@ def make_spec(sg: StageGraph, topo: Topology, mode: Mode) -> SearchSpec:
     # order_after[x] = depths whose device the device of depth x must exceed (symmetry breaking)
     order_after: list[list[int]] = [[] for _ in order]
     for x, (s, i) in enumerate(order):
-        if mode == "m" and s == 0 and i > 0:
+        if guarded and s == 0 and i > 0:
+            order_after[x] = [depth[(0, 0)]] + ([depth[(0, 1)]] if r >= 3 and i == r - 1 else [])
+        elif guarded:
+            continue
+        elif mode == "m" and s == 0 and i > 0:
             order_after[x] = [depth[(0, i - 1)]]
         elif mode == "ar" and i > 0:
             order_after[x] = [depth[(s, 0)]] + ([depth[(s, 1)]] if r >= 3 and i == r - 1 else [])
     return SearchSpec(mode, order, compute, nbrs, ring_prev, ring_first,
                       np.array([sg.param_bytes[s] for s, _ in order], dtype=np.float64), r,
-                      Channels.of(topo), topo.n_devices, twin_classes(topo), order_after)
+                      Channels.of(topo), topo.n_devices, twin_classes(topo), order_after, m_cap_s, ar_cap_s)
 
 
 @dataclass
@@ -107,32 +121,38 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
     n = len(spec.order)
     place = np.full(n, -1, dtype=np.int64)
     used = np.zeros(spec.n_devices, dtype=bool)
-    partial = np.zeros(n)  # c^m: time so far of each placed replica; c^AR: unused
+    partial = np.zeros(n)  # c^m (objective or guard): time so far of each placed replica
     ring_bw = np.full(n, np.inf)  # c^AR: bottleneck bandwidth of the ring hops placed up to depth x
     ring_lat = np.zeros(n)  # c^AR: largest latency of those hops
     ch = spec.channels
     devices = np.arange(spec.n_devices)
     nodes = 0
 
+    limit_m = target_s if spec.mode == "m" else spec.m_cap_s
+    limit_ar = target_s if spec.mode == "ar" else spec.ar_cap_s
+    track_m, track_ar = bool(np.isfinite(limit_m)), bool(np.isfinite(limit_ar))
+
     def frame(x: int) -> _Frame:
-        if spec.mode == "m":
-            own = np.full(spec.n_devices, spec.compute_s[x])
-            ok = ~used
+        ok = ~used
+        own_m = np.full(spec.n_devices, spec.compute_s[x])
+        if track_m:
             for y, m in spec.nbrs[x]:
                 term = ch.lat_sym[:, place[y]] + m * ch.inv_bw_sym[:, place[y]]
-                own = own + term
-                ok &= partial[y] + term <= target_s
-            ok &= own <= target_s
-        else:
-            own, ok = _ring_times(spec, x, place, ring_bw, ring_lat, used)
-            ok &= own <= target_s
+                own_m = own_m + term
+                ok &= partial[y] + term <= limit_m
+            ok &= own_m <= limit_m
+        own = own_m
+        if track_ar:
+            own_ar = _ring_times(spec, x, place, ring_bw, ring_lat)
+            ok &= own_ar <= limit_ar
+            own = own_ar if spec.mode == "ar" else own_m
         for y in spec.order_after[x]:
             ok &= devices > place[y]
         cands = np.flatnonzero(ok)
         cands = cands[np.argsort(own[cands], kind="stable")]
         _, first = np.unique(spec.twin_class[cands], return_index=True)
         cands = cands[np.sort(first)]  # one device per twin class, in the sorted order
-        return _Frame(x, cands.astype(np.int64), own, 0, [])
+        return _Frame(x, cands.astype(np.int64), own_m, 0, [])
 
     stack = [frame(0)]
     while stack:
@@ -157,11 +177,11 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
         place[x] = d
         used[d] = True
         partial[x] = top.own[d]
-        if spec.mode == "m":
+        if track_m:
             for y, m in spec.nbrs[x]:
                 top.saved.append((y, float(partial[y])))
                 partial[y] += ch.lat_sym[d, place[y]] + m * ch.inv_bw_sym[d, place[y]]
-        else:
+        if track_ar:
             _ring_update(spec, x, d, place, ring_bw, ring_lat)
         if x == n - 1:
             return "found", place.copy(), nodes
@@ -169,22 +189,20 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
     return "exhausted", None, nodes
 
 
-def _ring_times(spec: SearchSpec, x: int, place: IntArray, ring_bw: FloatArray, ring_lat: FloatArray,
-                used: npt.NDArray[np.bool_]) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+def _ring_times(spec: SearchSpec, x: int, place: IntArray, ring_bw: FloatArray, ring_lat: FloatArray) -> FloatArray:
     """c^AR known after placing depth ``x`` on each device (Eq. 9 over the hops placed so far)."""
     r = spec.replicas
     ch = spec.channels
     prev = spec.ring_prev[x]
     if prev < 0 or spec.param_bytes[x] <= 0:
-        return np.full(spec.n_devices, spec.compute_s[x]), ~used
+        return np.full(spec.n_devices, spec.compute_s[x])
     bw = np.minimum(ring_bw[prev], ch.bandwidth_Bps[place[prev], :])
     lat = np.maximum(ring_lat[prev], ch.latency_s[place[prev], :])
     first = spec.ring_first[x]
     if first >= 0:
         bw = np.minimum(bw, ch.bandwidth_Bps[:, place[first]])
         lat = np.maximum(lat, ch.latency_s[:, place[first]])
-    own = spec.compute_s[x] + (2.0 * (r - 1) / r * spec.param_bytes[x] / bw + 2.0 * (r - 1) * lat)
-    return own, ~used
+    return np.asarray(spec.compute_s[x] + (2.0 * (r - 1) / r * spec.param_bytes[x] / bw + 2.0 * (r - 1) * lat))
 
 
 def _ring_update(spec: SearchSpec, x: int, d: int, place: IntArray, ring_bw: FloatArray,

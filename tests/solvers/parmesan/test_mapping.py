@@ -114,3 +114,25 @@ def test_parallel_workers_agree() -> None:
     one = map_stages(sg, topo, "m", deadline=time.monotonic() + 20, eps_rel=1e-9)
     two = map_stages(sg, topo, "m", deadline=time.monotonic() + 20, eps_rel=1e-9, workers=2, parallel_targets=2)
     assert one.objective_s == pytest.approx(two.objective_s, rel=1e-9)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3)]),
+       mode=st.sampled_from(["m", "ar"]), hier=st.booleans())
+def test_guarded_mapping_equals_constrained_brute_force(seed: int, shape: tuple[int, int], mode: str,
+                                                        hier: bool) -> None:
+    from solvers.parmesan.mapping.binary import guard_cap_s
+
+    s, r = shape
+    topo = hierarchy(2, 3, seed) if hier else random_topology(seed, 6)
+    sg = random_stage_graph(seed, s, r, True)
+    other = "ar" if mode == "m" else "m"
+    cap = guard_cap_s(sg, topo, mode)  # type: ignore[arg-type]
+    best = np.inf
+    for perm in itertools.permutations(range(topo.n_devices), s * r):
+        place = np.array(perm, dtype=np.int64).reshape(s, r)
+        if mapping_objective_s(sg, topo, place, other) <= cap:  # type: ignore[arg-type]
+            best = min(best, mapping_objective_s(sg, topo, place, mode))  # type: ignore[arg-type]
+    result = map_stages(sg, topo, mode, deadline=time.monotonic() + 20, eps_rel=1e-9, guard=True)  # type: ignore[arg-type]
+    assert result.objective_s == pytest.approx(best, rel=1e-6)
+    assert mapping_objective_s(sg, topo, result.place, other) <= cap  # type: ignore[arg-type]
