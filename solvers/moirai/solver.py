@@ -31,7 +31,7 @@ from solvers.moirai.warmstart import warm_start
 OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
 BOUND_SAFETY = 1e-6  # proven bounds are shaved by this relative amount (solver tolerances)
 RESERVE_S = 0.4  # kept for decoding, expanding and simulating after the back-end
-HEURISTICS = ("heft", "celeritas")  # warm-start candidates, used when registered
+HEURISTICS = ("heft", "celeritas", "m-sct")  # warm-start candidates, used when registered
 
 
 class MoiraiOptions(SolverOptions):
@@ -119,19 +119,18 @@ class MoiraiSolver:
                      horizon_s=f.horizon_s, prepare_s=time.perf_counter() - t0)
         result = self._run(f, options, budget, problem.settings.seed, progress)
         stats.update(backend_status=result.status, backend_message=result.message)
-        best = incumbent
         found = _decode(f, result)
-        if found is not None and (best is None or found.makespan_s < best.makespan_s):
-            best = found
-        if best is None and stats["coarsened"]:  # the units may be too big: list-schedule the ops
+        candidates = [c for c in (found, incumbent) if c is not None]
+        if not candidates and stats["coarsened"]:  # the units may be too big: list-schedule the ops
             inst = build_instance(problem, identity_grouping(problem.graph))
-            best = warm_start(inst)
+            fallback = warm_start(inst)
+            candidates = [fallback] if fallback is not None else []
             stats["fallback"] = "list schedule on the uncoarsened graph"
             result = BackendResult("unknown", message=result.message)
-        if best is None:
+        if not candidates:
             note = "the MILP is infeasible" if result.status == "infeasible" else "no feasible placement found"
             return Plan(stages=(), status="infeasible", stats=stats, notes=(note,))
-        return self._finish(problem, inst, f, result, best, stats)
+        return self._finish(problem, inst, f, result, candidates, stats)
 
     def _run(self, f: Formulation, options: MoiraiOptions, budget: Budget, seed: int,
              progress: ProgressCallback) -> BackendResult:
@@ -148,22 +147,27 @@ class MoiraiSolver:
         own = max(0.1, 0.85 * hard - 0.15)
         return run_backend(f, options.backend, own, hard, options.threads, seed, report)
 
-    def _finish(self, problem: Problem, inst: Instance, f: Formulation, result: BackendResult, best: Schedule,
-                stats: dict[str, object]) -> Plan:
+    def _finish(self, problem: Problem, inst: Instance, f: Formulation, result: BackendResult,
+                candidates: list[Schedule], stats: dict[str, object]) -> Plan:
+        """The candidate (back-end solution first, then warm start) the simulator scores best."""
         from solvers.simulate import simulate
 
+        scored = []
+        for i, sched in enumerate(candidates):
+            stages, order = _expand(problem, inst, sched)
+            plan = Plan(stages=stages, micro_batches=1, order=order)
+            scored.append((float(simulate(problem, plan).metrics["objective_s"]), i, plan, sched))
+        simulated, _, plan, best = min(scored, key=lambda c: (c[0], c[1]))
         exact = not stats["coarsened"]
         bound_s = None if result.bound is None else result.bound / f.scale * (1 - BOUND_SAFETY)
         gap = None if bound_s is None else max(0.0, (best.makespan_s - bound_s) / best.makespan_s)
         optimal = exact and result.status == "optimal" and gap is not None and gap <= OPTIMAL_GAP
-        stages, order = _expand(problem, inst, best)
-        plan = Plan(stages=stages, micro_batches=1, status="optimal" if optimal else "feasible", order=order,
-                    lower_bound_s=bound_s if exact else None)
-        simulated = float(simulate(problem, plan).metrics["objective_s"])
         stats.update(model_makespan_s=best.makespan_s, milp_objective_s=(
             None if result.objective is None else result.objective / f.scale), bound_s=bound_s, gap=gap,
-            bound_applies_to="problem" if exact else "coarsened graph")
-        return plan.with_(claimed_objective_s=simulated, stats=stats)
+            bound_applies_to="problem" if exact else "coarsened graph",
+            chosen="back-end solution" if best is candidates[0] and result.values is not None else "warm start")
+        return plan.with_(status="optimal" if optimal else "feasible", lower_bound_s=bound_s if exact else None,
+                          claimed_objective_s=simulated, stats=stats)
 
 
 def _coarsen(problem: Problem, options: MoiraiOptions) -> tuple[int, Grouping]:

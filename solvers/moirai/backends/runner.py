@@ -4,7 +4,8 @@ MILP engines overrun their own limits (presolve, root LP, CBC's subprocess under
 back-end runs in a forked child in its own process group; progress reports and the result come
 back over a pipe, and at ``hard_limit_s`` the whole group (CBC's process included) is killed
 with SIGKILL.  A killed back-end yields status ``unknown`` with the last reported incumbent and
-bound.
+bound.  Inside a daemonic process (which may not have children) the back-end runs in-process
+with only its own time limit.
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ def run_backend(f: Formulation, backend: str, limit_s: float, hard_limit_s: floa
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(f, backend, limit_s, threads, seed, send), daemon=True)
     deadline = time.monotonic() + hard_limit_s
-    proc.start()
+    try:
+        proc.start()
+    except AssertionError:  # a daemonic process may not fork children: run here, soft limit only
+        send.close()
+        recv.close()
+        return _dispatch(f, backend, limit_s, threads, seed, report)
     send.close()
     last: tuple[float | None, float | None] = (None, None)
     result: BackendResult | None = None
@@ -91,6 +97,7 @@ def run_backend(f: Formulation, backend: str, limit_s: float, hard_limit_s: floa
         proc.join(1.0)
         recv.close()
     if result is None:
-        return BackendResult("unknown", None, last[0], last[1],
-                             message=f"{backend} killed at the {hard_limit_s:.2f} s deadline")
+        died = proc.exitcode is not None and proc.exitcode != -signal.SIGKILL
+        why = f"exited with code {proc.exitcode}" if died else f"killed at the {hard_limit_s:.2f} s deadline"
+        return BackendResult("unknown", None, last[0], last[1], message=f"{backend} {why}")
     return result
