@@ -46,7 +46,7 @@ class PipeDreamOptions(SolverOptions):
     parallel_targets: int = Field(default=2, ge=1, le=64)
     workers: int = Field(default=1, ge=1, le=64)
     ensemble_heuristics: bool = True
-    guard: bool = True
+    guard: bool = False
     mapping_time_limit_s: float = Field(default=60.0, gt=0)
 
 

@@ -31,7 +31,7 @@ class ParmesanOptions(SolverOptions):
     parallel_targets: int = Field(default=2, ge=1, le=64)
     workers: int = Field(default=1, ge=1, le=64)
     ensemble_heuristics: bool = True
-    guard: bool = True
+    guard: bool = False
     mapping_time_limit_s: float = Field(default=60.0, gt=0)
     search_fraction: float = Field(default=0.5, gt=0, lt=1)
 

@@ -47,7 +47,7 @@ class MappingSettings:
     workers: int = 1
     seed: int = 0
     ensemble_heuristics: bool = True
-    guard: bool = True
+    guard: bool = False
 
 
 def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int) -> Plan:
