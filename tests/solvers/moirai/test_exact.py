@@ -52,3 +52,11 @@ def test_infeasible_memory_is_reported() -> None:
     problem = tiny_problem(2, 5, 3, True, 0.3)  # every op alone exceeds 0.3 GiB
     plan = solve(problem, "moirai", {"backend": "cbc"}, time_limit_s=10)
     assert plan.status == "infeasible" and not plan.stages and plan.notes
+
+
+def test_pinned_ops_stay_on_their_device() -> None:
+    problem = tiny_problem(1, 5, 3).with_settings(pinned={"v0": "d2", "v3": "d0"})
+    plan = solve(problem, "moirai", {"backend": "cp-sat", "fusion": False}, time_limit_s=10)
+    where = {op: stage.devices[0] for stage in plan.stages for op in stage.ops}
+    assert where["v0"] == "d2" and where["v3"] == "d0"
+    assert plan.status == "optimal"
