@@ -139,3 +139,24 @@ def test_cloned_constant_ops_land_in_their_earliest_stage() -> None:
     assert plan.stats["cloned_ops"] == 2 and plan.stats["clones"] == 2 * 5
     assert {"w", "wt"} <= set(plan.stages[0].ops)
     resolve_plan(problem, plan)
+
+
+def test_unequal_hosts_form_one_node_and_channel_estimate() -> None:
+    from solvers.model.topology import Device, Link, Topology
+    from solvers.rannc.profile import intra_node_channel
+
+    devices = [Device("a0", node="a"), Device("a1", node="a"), Device("b0", node="b")]
+    links = [Link("a0", "a1", 50e9, 1e-6), Link("a1", "b0", 5e9, 1e-5)]
+    topo = Topology.from_links("uneven", devices, links)
+    layout = node_layout(topo)
+    assert layout.n_nodes == 1 and sorted(layout.nodes[0]) == [0, 1, 2]
+    assert intra_node_channel(topo) == (50e9, 1e-6)  # the channel inside host "a" (footnote 3)
+
+
+def test_micro_batch_candidates() -> None:
+    from solvers.rannc.solver import micro_batch_candidates
+
+    problem = fx.throughput_problem().with_settings(micro_batches=(8, 2, 8))
+    assert micro_batch_candidates(problem, RanncOptions()) == [2, 8]
+    assert micro_batch_candidates(problem, RanncOptions(micro_batches="powers_of_two", max_micro_batches=8)) == [
+        1, 2, 4, 8]
