@@ -14,7 +14,7 @@ from service.schemas import HealthOut
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=HealthOut)
+@router.get("/healthz", response_model=HealthOut, response_model_exclude_none=True)
 def healthz() -> HealthOut:
     return HealthOut(status="ok")
 

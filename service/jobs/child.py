@@ -9,16 +9,51 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-import solvers.run  # noqa: F401  (preloaded by the forkserver)
+import solvers.run
+import solvers.simulate
+from service.documents import decompress
+from solvers import registry
 from solvers.base import ProgressEvent
 from solvers.model.errors import PlacerError
 
 PROGRESS_MIN_INTERVAL_S = 0.05
+MAIN_PATH_ENV = "PLACER_FORKSERVER_MAIN_PATH"
+
+
+def skip_main_reimport() -> None:
+    """In the forkserver: mark the parent's main module as loaded.
+
+    Each forked job process re-runs the parent's main script (``placer``, ``pytest`` ...) unless
+    the forkserver's ``__main__`` carries that path; CPython's forkserver is meant to import it
+    once but never receives the path.  Job processes need nothing from it (their target is
+    :func:`run`), so recording the path saves that import on every job.
+    """
+    main = sys.modules["__main__"]
+    path = os.environ.get(MAIN_PATH_ENV)
+    if path and getattr(main, "__file__", None) is None:
+        main.__file__ = path
+
+
+def preload() -> None:
+    """Import what every solve needs, once, in the forkserver (each job's process is a fork of it):
+    the simulator, the registry's table (entry points scanned once) and the solver classes."""
+    assert solvers.run and solvers.simulate
+    for name in registry.names():
+        try:
+            registry.get_solver_class(name)
+        except (ImportError, AttributeError, PlacerError):
+            continue  # reported when a job asks for it
+
+
+skip_main_reimport()
+preload()
 
 
 def jsonable(value: Any) -> Any:
@@ -50,7 +85,6 @@ def run(conn: Connection, payload: dict[str, Any]) -> None:
 
 
 def _solve(conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
-    from service.documents import decompress
     from solvers.model.graph import graph_from_document
     from solvers.model.problem import Problem, settings_from_dict
     from solvers.model.topology import topology_from_document

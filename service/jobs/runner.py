@@ -27,9 +27,16 @@ _MP.set_forkserver_preload(["service.jobs.child"])
 
 
 def warm_up() -> None:
-    """Start the forkserver (which preloads the solver library) before the first job needs it."""
-    from multiprocessing import forkserver
+    """Start the forkserver (which preloads the solver library) unless it runs already.
 
+    The path of this process's main module is handed over so that job processes do not
+    import it again (see :func:`service.jobs.child.skip_main_reimport`).
+    """
+    from multiprocessing import forkserver, spawn
+
+    main_path = spawn.get_preparation_data("placer").get("init_main_from_path")
+    if main_path:
+        os.environ[child.MAIN_PATH_ENV] = main_path
     forkserver.ensure_running()
 
 
@@ -81,6 +88,7 @@ class JobRunner:
         payload = {"graph_body": job.graph_body, "topology_body": job.topology_body, "objective": job.objective,
                    "settings": job.settings, "solver": job.solver, "options": job.options,
                    "time_limit_s": job.time_limit_s}
+        warm_up()
         proc = _MP.Process(target=child.run, args=(send, payload), name=f"placer-solve-{job.job_id}", daemon=True)
         proc.start()
         send.close()
