@@ -16,6 +16,8 @@ op)``; see :mod:`solvers.simulate._events`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from solvers.cost.comm import allreduce_s
@@ -106,7 +108,6 @@ def run_dataflow(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micr
     """Simulate a latency plan op by op; the makespan includes the training all-reduce."""
     channels = ChannelTable(problem.topology)
     tg = _op_task_graph(problem, rp, compute, channels, micro_batches)
-    log: list[TimelineEntry] | None = [] if timeline else None
     ids = problem.graph.ids
     n, block = tg.n_items, micro_batches * tg.n_items
 
@@ -116,11 +117,21 @@ def run_dataflow(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micr
     def transfer_label(sender: int, consumer: int) -> str:
         return f"{label(sender)} -> {label(consumer)}"
 
+    return run_iteration(problem, rp, tg, channels, label, transfer_label, allreduce=problem.training,
+                         timeline=timeline)
+
+
+def run_iteration(problem: Problem, rp: ResolvedPlan, tg: TaskGraph, channels: ChannelTable,
+                  label: Callable[[int], str], transfer_label: Callable[[int, int], str], *,
+                  allreduce: bool, timeline: bool) -> EngineRun:
+    """Run the tasks of ``tg`` (group = stage); when ``allreduce``, each replicated stage ends
+    with a ring all-reduce of its parameters (Parmesan Eq. 9).  Shared by both op-level engines."""
+    log: list[TimelineEntry] | None = [] if timeline else None
     last_end = run_tasks(tg, channels, label, log, transfer_label)
     makespan = 0.0
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
         tail = 0.0
-        if problem.training and len(devs) > 1:
+        if allreduce and len(devs) > 1:
             params = float(problem.graph.param_bytes[ops].sum())
             tail = allreduce_s(problem.topology, devs, params)
             channels.add_allreduce(devs, params)

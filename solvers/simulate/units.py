@@ -10,15 +10,14 @@ the stage-level engine, but everything here is derived op by op and timed by the
 
 from __future__ import annotations
 
-from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate._events import TaskGraph, run_tasks
-from solvers.simulate.dataflow import group_op_times
-from solvers.simulate.result import EngineRun, TimelineEntry
+from solvers.simulate._events import TaskGraph
+from solvers.simulate.dataflow import group_op_times, run_iteration
+from solvers.simulate.result import EngineRun
 from solvers.simulate.schedule import stage_task_order
 
 
@@ -78,7 +77,6 @@ def run_units(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_b
     """Simulate a throughput plan as pipeline units; the makespan includes the all-reduce if asked."""
     channels = ChannelTable(problem.topology)
     tg = _unit_task_graph(problem, rp, compute, channels, micro_batches)
-    log: list[TimelineEntry] | None = [] if timeline else None
     n, block = tg.n_items, micro_batches * tg.n_items
 
     def label(t: int) -> str:
@@ -87,16 +85,4 @@ def run_units(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_b
     def transfer_label(sender: int, consumer: int) -> str:
         return f"{label(sender)} s{sender % n}->s{consumer % n}"
 
-    last_end = run_tasks(tg, channels, label, log, transfer_label)
-    makespan = 0.0
-    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
-        tail = 0.0
-        if allreduce:
-            params = float(problem.graph.param_bytes[ops].sum())
-            tail = allreduce_s(problem.topology, devs, params)
-            channels.add_allreduce(devs, params)
-            if log is not None and tail > 0:
-                log.extend(TimelineEntry(problem.topology.devices[d].id, "allreduce", last_end[s],
-                                         last_end[s] + tail) for d in devs)
-        makespan = max(makespan, last_end[s] + tail)
-    return EngineRun(makespan, dict(channels.traffic_bytes), log)
+    return run_iteration(problem, rp, tg, channels, label, transfer_label, allreduce=allreduce, timeline=timeline)
