@@ -38,18 +38,9 @@ def m_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]]) -
 def dfs_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]]) -> IntArray:
     """DFS-TOPO (§4.2.2): like M-TOPO, but the children of the node just output that reach
     indegree 0 go to the *head* of the queue (first child first), so a path is followed
-    depth-first and neighbours stay adjacent in the order."""
-    indeg = [len(p) for p in pred]
-    queue = deque(v for v, k in enumerate(indeg) if k == 0)
-    out: list[int] = []
-    while queue:
-        v = queue.popleft()
-        out.append(v)
-        for s in sorted(succ[v], reverse=True):  # pushed last = lowest index ends at the head
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                queue.appendleft(s)
-    return _checked(out, len(pred))
+    depth-first and neighbours stay adjacent in the order.  This is :func:`cpd_topo_order` with
+    every ``cpath`` equal: sources by index, the lowest-index child first."""
+    return cpd_topo_order(succ, pred, np.zeros(len(pred)))
 
 
 def levels(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[float]],
