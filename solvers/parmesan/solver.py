@@ -69,7 +69,8 @@ class ParmesanSolver:
                                            search_budget)
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
-                        notes=("no partition into the searched (S, R) fits the devices' memory",))
+                        notes=("no partition into the searched (S, R) fits the devices' memory "
+                               "(or the graph has fewer hyper-operators than stages)",))
         progress(ProgressEvent(0.5, best.score_s, None, "mapping"))
         remaining = budget.remaining_s()
         deadline = time.monotonic() + min(options.mapping_time_limit_s, max(0.0, remaining - 0.2))
