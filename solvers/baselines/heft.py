@@ -24,7 +24,7 @@ from solvers.baselines._listsched import (
     complete_fast,
     device_caps_bytes,
     expired_every,
-    finish_latency_plan,
+    finish_schedule,
     infeasible_plan,
     latency_costs,
     obviously_infeasible,
@@ -93,6 +93,4 @@ class HEFTSolver:
             else:
                 sched.commit(v, best_d, ins)
         progress(ProgressEvent(0.9, sched.makespan_s()))
-        notes = ["time limit reached: the remaining ops were placed by the fast rule"] if timed_out else []
-        stats = {"best_effort_ops": sched.best_effort, "timed_out": timed_out, "insertion": ins}
-        return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible", stats=stats, notes=notes)
+        return finish_schedule(problem, sched, timed_out=timed_out, stats={"insertion": ins})

@@ -27,7 +27,7 @@ from solvers.baselines._listsched import (
     complete_fast,
     device_caps_bytes,
     expired_every,
-    finish_latency_plan,
+    finish_schedule,
     infeasible_plan,
     latency_costs,
     obviously_infeasible,
@@ -143,6 +143,4 @@ class METFSolver:
         sched = ListSchedule(op_task_graph(problem), latency_costs(problem), device_caps_bytes(problem))
         timed_out = etf_schedule(sched, pins, budget)
         progress(ProgressEvent(0.9, sched.makespan_s()))
-        notes = ["time limit reached: the remaining ops were placed by the fast rule"] if timed_out else []
-        stats = {"best_effort_ops": sched.best_effort, "timed_out": timed_out}
-        return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible", stats=stats, notes=notes)
+        return finish_schedule(problem, sched, timed_out=timed_out, stats={})

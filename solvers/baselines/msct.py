@@ -31,7 +31,7 @@ from solvers.baselines._listsched import (
     TaskGraph,
     check_latency_pins,
     device_caps_bytes,
-    finish_latency_plan,
+    finish_schedule,
     infeasible_plan,
     latency_costs,
     obviously_infeasible,
@@ -153,8 +153,5 @@ class MSCTSolver:
         notes = [] if fav is not None else ["the favourite-child program found no solution in time: plain m-ETF"]
         sched = ListSchedule(tasks, costs, device_caps_bytes(problem))
         timed_out = etf_schedule(sched, pins, budget, None if fav is None else fav.tolist())
-        if timed_out:
-            notes.append("time limit reached: the remaining ops were placed by the fast rule")
         progress(ProgressEvent(0.9, sched.makespan_s()))
-        stats.update(best_effort_ops=sched.best_effort, timed_out=timed_out)
-        return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible", stats=stats, notes=notes)
+        return finish_schedule(problem, sched, timed_out=timed_out, stats=stats, notes=notes)

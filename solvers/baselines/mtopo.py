@@ -19,7 +19,7 @@ from solvers.baselines._listsched import (
     complete_fast,
     device_caps_bytes,
     expired_every,
-    finish_latency_plan,
+    finish_schedule,
     infeasible_plan,
     latency_costs,
     obviously_infeasible,
@@ -74,6 +74,4 @@ class MTopoSolver:
             d = fitting[0] if fitting else sched.mem.most_free()
             sched.commit(v, d, False, best_effort=not fitting)
         progress(ProgressEvent(0.9, sched.makespan_s()))
-        notes = ["time limit reached: the remaining ops were placed by the fast rule"] if timed_out else []
-        stats = {"memory_share_bytes": share, "best_effort_ops": sched.best_effort, "timed_out": timed_out}
-        return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible", stats=stats, notes=notes)
+        return finish_schedule(problem, sched, timed_out=timed_out, stats={"memory_share_bytes": share})
