@@ -5,8 +5,10 @@ consecutive, p2p-first and a few random mappings.  Each round tries ``parallel_t
 that divide the interval evenly (§V-B enhancement); a target found lowers ``t_r`` to the found
 mapping's value, a target proven infeasible (search exhausted) raises ``t_l``, a target whose
 search hit its time slice proves nothing.  The loop ends when ``t_r - t_l <= eps * t_r``
-(optimal within ``eps``, Proposition 2), when a whole round proves nothing, or at the deadline;
-the best mapping found is returned with the proven lower bound.
+(optimal within ``eps``, Proposition 2), at the deadline, or when a round proves nothing and a
+last round with one target and all the remaining time proves nothing either; the best mapping
+found is returned with the proven lower bound.  Sequential targets each get their share of the
+half of the remaining time that a round may use.
 
 ``workers > 1`` runs a round's targets in a pool of forked processes (the DFS is pure Python,
 so threads would share one core); on a 2-core machine 2 workers is the useful maximum.
@@ -94,21 +96,25 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, e
     pool = None
     if workers > 1:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    stalled = False  # the last round proved nothing: one more round, one target, all the time left
     try:
         while t_r - t_l > eps_rel * t_r:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            k = max(1, parallel_targets)
+            k = 1 if stalled else max(1, parallel_targets)
+            share = 1.0 if stalled else 0.5
             targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
-            slice_deadline = time.monotonic() + max(0.02, remaining * (0.5 if pool else 0.5 / k))
             if pool is not None:
-                futures = [pool.submit(_run, spec, t, min(deadline, slice_deadline), node_limit) for t in targets]
+                until = min(deadline, time.monotonic() + max(0.02, remaining * share))
+                futures = [pool.submit(_run, spec, t, until, node_limit) for t in targets]
                 results = [f.result() for f in futures]
             else:
                 results = []
-                for t in targets:
-                    results.append(search(spec, t, min(deadline, slice_deadline), node_limit))
+                for j, t in enumerate(targets):  # each target gets its share of what is left
+                    left = deadline - time.monotonic()
+                    until = min(deadline, time.monotonic() + max(0.02, left * share / (k - j)))
+                    results.append(search(spec, t, until, node_limit))
                     if results[-1][0] == "found":
                         break  # larger targets are found too
             stats["rounds"] += 1
@@ -127,8 +133,9 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, e
                     progress = True
                 else:
                     stats["timeouts"] += 1
-            if not progress:
+            if not progress and stalled:
                 break
+            stalled = not progress
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
