@@ -30,6 +30,7 @@ from solvers.baselines._listsched import (
     obviously_infeasible,
     op_task_graph,
 )
+from solvers.celeritas.orders import b_level
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 
@@ -37,18 +38,11 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def upward_rank(tasks: TaskGraph, costs: LatencyCosts) -> FloatArray:
-    """``rank_u`` of every task (HEFT Eq. 8), computed sinks first."""
-    w = tasks.dur_s.mean(axis=1).tolist()
-    f, lat, inv = costs.msg_factor, costs.mean_latency_s, costs.mean_inv_bandwidth_sPB
-    rank = [0.0] * tasks.n
-    for v in sorted(range(tasks.n), key=lambda u: -int(tasks.rank[u])):
-        best = 0.0
-        for s, b in zip(tasks.succ[v], tasks.succ_bytes[v], strict=True):
-            t = rank[s] + (f * (lat + b * inv) if b > 0 else 0.0)
-            if t > best:
-                best = t
-        rank[v] = w[v] + best
-    return np.asarray(rank)
+    """``rank_u`` of every task (HEFT Eq. 8): the b-level (Celeritas Eq. 3) under device-averaged
+    op times and message times."""
+    f = costs.msg_factor
+    return b_level(tasks.succ, tasks.succ_bytes, tasks.dur_s.mean(axis=1), f * costs.mean_latency_s,
+                   f * costs.mean_inv_bandwidth_sPB, np.argsort(tasks.rank, kind="stable"))
 
 
 class HEFTOptions(SolverOptions):

@@ -54,27 +54,34 @@ def levels(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[float]],
     b * comm_per_byte_s`` (an empty edge costs 0); ``*_bytes`` are aligned with ``succ`` /
     ``pred``; ``topo_order``: any topological order (computed when not given).
     """
-    order = (m_topo_order(succ, pred) if topo_order is None else topo_order).tolist()
+    order = m_topo_order(succ, pred) if topo_order is None else topo_order
     w = weight_s.tolist()
-    n = len(pred)
-    tlevel = [0.0] * n
-    blevel = [0.0] * n
+    tlevel = [0.0] * len(pred)
     a, k = comm_fixed_s, comm_per_byte_s
-    for v in order:
+    for v in order.tolist():
         best = 0.0
         for p, b in zip(pred[v], pred_bytes[v], strict=True):
             t = tlevel[p] + w[p] + (a + b * k if b > 0.0 else 0.0)
             if t > best:
                 best = t
         tlevel[v] = best
-    for v in reversed(order):
+    return np.asarray(tlevel), b_level(succ, succ_bytes, weight_s, comm_fixed_s, comm_per_byte_s, order)
+
+
+def b_level(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[float]], weight_s: FloatArray,
+            comm_fixed_s: float, comm_per_byte_s: float, topo_order: IntArray) -> FloatArray:
+    """``blevel`` alone (Eq. 3; HEFT's upward rank ``rank_u``, Eq. 8), edge costs as in :func:`levels`."""
+    w = weight_s.tolist()
+    blevel = [0.0] * len(succ)
+    a, k = comm_fixed_s, comm_per_byte_s
+    for v in reversed(topo_order.tolist()):
         best = 0.0
         for s, b in zip(succ[v], succ_bytes[v], strict=True):
             t = blevel[s] + (a + b * k if b > 0.0 else 0.0)
             if t > best:
                 best = t
         blevel[v] = best + w[v]
-    return np.asarray(tlevel), np.asarray(blevel)
+    return np.asarray(blevel)
 
 
 def cpd_topo_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], cpath_s: FloatArray) -> IntArray:
