@@ -169,9 +169,6 @@ class MemoryTracker:
         free = [c - self.used_bytes(d) for d, c in enumerate(self.caps)]
         return int(np.argmax(free))
 
-    def over_capacity(self) -> list[int]:
-        return [d for d, c in enumerate(self.caps) if self.used_bytes(d) > c * (1.0 - _MEM_SLACK)]
-
 
 class ListSchedule:
     """Partial schedule: placed tasks, device timelines, channel queues, sent messages."""
