@@ -17,7 +17,7 @@ $(STAMP): $(VENV)/bin/python pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m client.demo
+	$(BIN)/placer serve --demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
