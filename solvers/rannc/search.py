@@ -10,7 +10,7 @@ Algorithm 2 does; ``search="exhaustive"`` goes through every ``(n, S, MB)`` with
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from solvers.base import Budget
 from solvers.cost.memory import in_flight_micro_batches
 from solvers.model.errors import InvalidPlan
-from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.rannc.allocate import NodeLayout, allocate_devices
 from solvers.rannc.blocks import BlockPartition
@@ -53,7 +53,6 @@ class SearchResult:
     dp_calls: int = 0
     simulated: int = 0
     rejected: int = 0
-    stats: dict[str, int] = field(default_factory=dict)
 
 
 class StageSearch:
@@ -190,7 +189,6 @@ class StageSearch:
                     continue
                 plan = self.to_plan(cand, sol)
                 try:
-                    resolve_plan(self.problem, plan)
                     objective_s = float(simulate(self.problem, plan).metrics["objective_s"])
                 except InvalidPlan:
                     result.rejected += 1
