@@ -12,7 +12,7 @@ from solvers.model.problem import Problem
 from solvers.rannc.atomic import AtomicPartition
 from solvers.rannc.coarsen import coarsen
 from solvers.rannc.compact import compact
-from solvers.rannc.groups import AtomicGraph, build_atomic_graph
+from solvers.rannc.groups import AtomicGraph, build_atomic_graph, group_members
 from solvers.rannc.uncoarsen import uncoarsen
 
 IntArray = npt.NDArray[np.int64]
@@ -46,10 +46,7 @@ def partition_blocks(problem: Problem, atoms: AtomicPartition, k: int, *, recomp
     top = levels[-1]
     coarsened = int(top.max()) + 1
     final = compact(ag, top, k) if coarsened > k else top
-    n_blocks = int(final.max()) + 1
-    order = np.argsort(final, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, np.diff(final[order]) != 0, True])
-    blocks = [np.asarray(order[bounds[i]:bounds[i + 1]], dtype=np.int64) for i in range(n_blocks)]
+    blocks = group_members(final)
     topo = problem.graph.topo_position
     block_ops = []
     for atoms_of_block in blocks:

@@ -115,6 +115,13 @@ def build_atomic_graph(problem: Problem, atoms: AtomicPartition, recompute_possi
     )
 
 
+def group_members(group_of: IntArray) -> list[IntArray]:
+    """``members[x]`` = the atomic subcomponents of group ``x`` (ids dense from 0), ascending."""
+    order = np.argsort(group_of, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(group_of[order]) != 0, True])
+    return [order[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+
 def topological_groups(n_groups: int, group_of: IntArray, ag: AtomicGraph, tie: FloatArray) -> list[int]:
     """A topological order of the groups of a partition (Kahn; ties by ``tie`` then id).
 

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from solvers.base import Budget
 from solvers.rannc.coarsen import level_aggregates
-from solvers.rannc.groups import AtomicGraph
+from solvers.rannc.groups import AtomicGraph, group_members
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -123,9 +123,7 @@ def uncoarsen(ag: AtomicGraph, levels: list[IntArray], budget: Budget | None = N
         if budget is not None and budget.expired():
             break
         fine, coarse = lv.group_of[step], lv.group_of[step + 1]
-        order = np.argsort(fine, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, np.diff(fine[order]) != 0, True])
-        members = [order[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+        members = group_members(fine)
         parent = np.asarray([coarse[m[0]] for m in members], dtype=np.int64)
         n_coarse = int(coarse.max()) + 1
         children: dict[int, list[int]] = {}
