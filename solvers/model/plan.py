@@ -230,7 +230,7 @@ def resolve_plan(problem: Problem, plan: Plan, *, check_memory: bool = True) -> 
             raise InvalidPlan(f"op {op!r} is pinned to device {target!r} but its stage runs on "
                               f"{list(plan.stages[s].devices)}", field="stages", ref=op)
     pos = g.topo_position
-    stage_ops = [np.sort(np.flatnonzero(stage_of == s)) for s in range(len(plan.stages))]
+    stage_ops = [np.flatnonzero(stage_of == s) for s in range(len(plan.stages))]
     stage_ops = [ops[np.argsort(pos[ops], kind="stable")] for ops in stage_ops]
     order = _resolve_order(problem, plan, stage_of, stage_devices)
     resolved = ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order)
