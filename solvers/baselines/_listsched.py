@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from solvers.base import Budget
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import capacity_bytes
+from solvers.cost.memory import capacity_bytes, param_bytes_factor
 from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Stage, Status
 from solvers.model.problem import Problem
@@ -128,8 +128,7 @@ def op_task_graph(problem: Problem) -> TaskGraph:
 def op_memory_bytes(problem: Problem) -> tuple[FloatArray, FloatArray]:
     """Per op: additive bytes (params x factor + activations) and working bytes (Eq. 14 peak)."""
     g = problem.graph
-    factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte if problem.training else 1.0
-    add = g.param_bytes * factor + g.act_bytes
+    add = g.param_bytes * param_bytes_factor(problem) + g.act_bytes
     work = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes)
     return np.asarray(add, dtype=np.float64), np.asarray(work, dtype=np.float64)
 

@@ -40,6 +40,11 @@ def capacity_bytes(problem: Problem, device: int, stage: int | None = None) -> f
     return cap
 
 
+def param_bytes_factor(problem: Problem) -> float:
+    """Bytes a latency plan holds per parameter byte: ``1 + optimizer`` in a training pass, else 1."""
+    return 1.0 + problem.settings.optimizer_bytes_per_param_byte if problem.training else 1.0
+
+
 def _working_bytes(problem: Problem, ops: IntArray) -> float:
     g = problem.graph
     if len(ops) == 0:
@@ -61,6 +66,5 @@ def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flig
 def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1) -> float:
     """Peak bytes on each device of a latency-plan group holding ``ops`` (see module doc)."""
     g = problem.graph
-    factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte if problem.training else 1.0
-    params = float(g.param_bytes[ops].sum()) * factor
+    params = float(g.param_bytes[ops].sum()) * param_bytes_factor(problem)
     return params + (float(g.act_bytes[ops].sum()) + _working_bytes(problem, ops)) / n_replicas
