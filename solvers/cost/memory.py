@@ -17,10 +17,16 @@ largest single-op working memory.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
+from solvers.cost.traffic import group_input_bytes
 from solvers.model.problem import Problem
+
+if TYPE_CHECKING:
+    from solvers.model.plan import ResolvedPlan
 
 IntArray = npt.NDArray[np.int64]
 
@@ -68,3 +74,16 @@ def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1) ->
     g = problem.graph
     params = float(g.param_bytes[ops].sum()) * param_bytes_factor(problem)
     return params + (float(g.act_bytes[ops].sum()) + _working_bytes(problem, ops)) / n_replicas
+
+
+def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
+    """Per stage: peak bytes on each of its devices (throughput or latency model, see module doc)."""
+    plan = rp.plan
+    if problem.objective != "throughput":
+        return [device_memory_bytes(problem, ops, len(devs)) for ops, devs in zip(rp.stage_ops, rp.stage_devices,
+                                                                                  strict=True)]
+    inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
+    return [stage_memory_bytes(problem, ops, len(devs),
+                               in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches),
+                               float(inputs[s]), plan.recompute)
+            for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True))]

@@ -266,18 +266,9 @@ def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,
 
 
 def _check_memory(problem: Problem, rp: ResolvedPlan) -> None:
-    from solvers.cost.memory import capacity_bytes, device_memory_bytes, in_flight_micro_batches, stage_memory_bytes
-    from solvers.cost.traffic import group_input_bytes
+    from solvers.cost.memory import capacity_bytes, plan_memory_bytes
 
-    plan = rp.plan
-    if problem.objective == "throughput":
-        inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
-    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
-        if problem.objective == "throughput":
-            k = in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches)
-            need = stage_memory_bytes(problem, ops, len(devs), k, float(inputs[s]), plan.recompute)
-        else:
-            need = device_memory_bytes(problem, ops, len(devs))
+    for s, (need, devs) in enumerate(zip(plan_memory_bytes(problem, rp), rp.stage_devices, strict=True)):
         for d in devs:
             cap = capacity_bytes(problem, d, s)
             if need > cap:

@@ -7,8 +7,8 @@ from typing import Any
 from solvers.cost.bounds import lower_bound_s
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import device_memory_bytes, in_flight_micro_batches, stage_memory_bytes
-from solvers.cost.traffic import group_input_bytes, group_traffic_bytes
+from solvers.cost.memory import plan_memory_bytes
+from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 
@@ -52,15 +52,7 @@ def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batc
 def peak_memory_bytes(problem: Problem, rp: ResolvedPlan) -> dict[str, float]:
     """Per used device: peak bytes from :mod:`solvers.cost.memory` (the model resolve_plan checks)."""
     out: dict[str, float] = {}
-    plan = rp.plan
-    throughput = problem.objective == "throughput"
-    inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages) if throughput else None
-    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
-        if inputs is not None:
-            k = in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches)
-            need = stage_memory_bytes(problem, ops, len(devs), k, float(inputs[s]), plan.recompute)
-        else:
-            need = device_memory_bytes(problem, ops, len(devs))
+    for need, devs in zip(plan_memory_bytes(problem, rp), rp.stage_devices, strict=True):
         for d in devs:
             out[problem.topology.devices[d].id] = need
     return out
