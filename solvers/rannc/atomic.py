@@ -95,14 +95,8 @@ def atomic_subcomponents(graph: OpGraph) -> AtomicPartition:
     order = graph.topo_order.tolist()
     n = graph.n_ops
     homes: list[list[int]] = [[] for _ in range(n)]
-    anchors: list[int] = []
-    for v in reversed(order):
-        if not constant[v]:
-            homes[v] = [len(anchors)]
-            anchors.append(v)
-    # anchors were found in reverse topological order: renumber so ids follow the topological order
+    anchors = [v for v in order if not constant[v]]  # subcomponent ids follow the topological order
     n_atomic = len(anchors)
-    anchors.reverse()
     for a, v in enumerate(anchors):
         homes[v] = [a]
     last = n_atomic - 1
