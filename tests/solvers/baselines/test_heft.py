@@ -10,11 +10,10 @@ from solvers.baselines._listsched import latency_costs, op_task_graph
 from solvers.baselines.heft import HEFTOptions, HEFTSolver, upward_rank
 from solvers.celeritas.orders import is_topological
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem, Settings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
 from tests.solvers import contract_fixtures as fx
+from tests.solvers.baselines._fixtures import check_plan
 
 # The HEFT paper's Fig. 2 example: computation cost per processor, communication cost per edge.
 W = {1: (14, 16, 9), 2: (13, 19, 18), 3: (11, 13, 19), 4: (13, 8, 17), 5: (12, 13, 10), 6: (13, 16, 9),
@@ -34,13 +33,6 @@ def heft_example() -> Problem:
                    Settings())
 
 
-def _check(problem: Problem, plan: object) -> float:
-    resolve_plan(problem, plan)  # type: ignore[arg-type]
-    simulated = float(simulate(problem, plan).metrics["objective_s"])  # type: ignore[arg-type]
-    assert plan.claimed_objective_s == simulated  # type: ignore[attr-defined]
-    return simulated
-
-
 def test_upward_ranks_match_the_paper() -> None:
     problem = heft_example()
     rank = upward_rank(op_task_graph(problem), latency_costs(problem))
@@ -53,8 +45,7 @@ def test_upward_ranks_match_the_paper() -> None:
 def test_plans_are_valid_and_claims_simulated(insertion: bool) -> None:
     for problem in (heft_example(), fx.latency_problem("training"), fx.larger_problem("latency", 20)):
         plan = HEFTSolver().solve(problem, HEFTOptions(insertion=insertion), Budget(10.0), no_progress)
-        assert plan.status == "feasible"
-        _check(problem, plan)
+        check_plan(problem, plan)
 
 
 def test_heft_uses_the_fast_device_for_a_chain() -> None:
@@ -72,4 +63,4 @@ def test_time_out_places_the_rest_quickly() -> None:
     problem = fx.larger_problem("latency", 20)
     plan = HEFTSolver().solve(problem, HEFTOptions(), Budget(0.0), no_progress)
     assert plan.stats["timed_out"] and plan.notes
-    _check(problem, plan)
+    check_plan(problem, plan)
