@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -69,8 +71,23 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def exit_with_server(conn: Connection) -> None:
+    """Exit as soon as the server's end of the pipe closes (the server died), so that a crashed
+    server leaves no solver running: a thread waits for the pipe's error condition."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLERR | select.POLLHUP)
+
+    def watch() -> None:
+        while not poller.poll():
+            continue
+        os._exit(3)
+
+    threading.Thread(target=watch, name="placer-server-watch", daemon=True).start()
+
+
 def run(conn: Connection, payload: dict[str, Any]) -> None:
     """Child entry point: ``payload`` holds the compressed documents and the job's parameters."""
+    exit_with_server(conn)
     try:
         plan = _solve(conn, payload)
         conn.send(("result", json.loads(json.dumps(jsonable(plan)))))

@@ -89,7 +89,7 @@ class JobRunner:
                    "settings": job.settings, "solver": job.solver, "options": job.options,
                    "time_limit_s": job.time_limit_s}
         warm_up()
-        proc = _MP.Process(target=child.run, args=(send, payload), name=f"placer-solve-{job.job_id}", daemon=True)
+        proc = _MP.Process(target=child.run, args=(send, payload), name=f"placer-solve-{job.job_id}")
         proc.start()
         send.close()
         watch = _Watch()

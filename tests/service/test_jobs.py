@@ -118,3 +118,10 @@ def test_plan_is_409_until_the_job_succeeds(api: Api) -> None:
     assert_problem(api.get(f"/v1/jobs/{job['id']}/plan"), 409, field="status")
     assert api.wait(job["id"])["status"] == "succeeded"
     assert api.get(f"/v1/jobs/{job['id']}/plan").status_code == 200
+
+
+def test_solvers_may_start_processes_of_their_own(api: Api) -> None:
+    gid, tid = api.graph(), api.topology()
+    job = api.submit(gid, tid, "sleepy", options={"sleep_s": 0.1, "child_process": True})
+    done = api.wait(job["id"])
+    assert done["status"] == "succeeded", done

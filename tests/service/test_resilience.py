@@ -98,6 +98,20 @@ def test_exactly_one_claimant(backend: str, tmp_path: Path) -> None:
         assert api.get(f"/v1/jobs/{job['id']}").json()["attempts"] == 1
 
 
+def _solver_pid(db: Database, job_id: str) -> int | None:
+    with db.session() as s:
+        return s.scalar(select(Job.child_pid).where(Job.id == job_id))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its reaper counts as gone
+        return stat.read().split(") ", 1)[1][0] != "Z"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -141,13 +155,20 @@ def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Pat
                 gid = http.post("/v1/graphs", json=generate_graph("random_dag", n_ops=20, seed=2).to_document())
                 tid = http.post("/v1/topologies", json=generate_topology("hierarchical", nodes=1).to_document())
                 job = http.post("/v1/jobs", json={"graph_id": gid.json()["id"], "topology_id": tid.json()["id"],
-                                                  "solver": "sleepy", "options": {"sleep_s": 3.0}}).json()
-                deadline = time.monotonic() + 20
-                while (http.get(f"/v1/jobs/{job['id']}").json().get("progress") or {}).get("fraction", 0) <= 0:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
-            os.killpg(server.pid, signal.SIGKILL)  # the server, its forkserver and the solver child
+                                                  "solver": "sleepy",
+                                                  "options": {"sleep_s": 5.0, "report_progress": False}}).json()
+            db = Database(db_url)
+            deadline = time.monotonic() + 20
+            while not (solver_pid := _solver_pid(db, job["id"])):  # running, and silent: no progress to write
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            db.dispose()
+            os.kill(server.pid, signal.SIGKILL)  # the server only: its solver process must follow it
             server.wait()
+            deadline = time.monotonic() + 2  # well before the solver would finish on its own
+            while _alive(solver_pid):
+                assert time.monotonic() < deadline, "the solver process outlived its server"
+                time.sleep(0.05)
             server = _start_server(env, url)
             with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
                 deadline = time.monotonic() + 60

@@ -2,11 +2,13 @@
 
 ``sleepy`` waits ``sleep_s`` in small steps, reporting progress, then puts every op on the
 first device (one stage).  With ``ignore_budget`` it overruns its time limit, so that the
-service's hard wall-clock kill can be tested.
+service's hard wall-clock kill can be tested; with ``child_process`` it starts a process of
+its own, as parallel back-ends do.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
@@ -19,6 +21,8 @@ STEPS = 20
 class SleepyOptions(SolverOptions):
     sleep_s: float = 1.0
     ignore_budget: bool = False
+    child_process: bool = False
+    report_progress: bool = True
 
 
 class SleepySolver:
@@ -33,6 +37,13 @@ class SleepySolver:
             if budget.expired() and not options.ignore_budget:
                 break
             time.sleep(options.sleep_s / STEPS)
-            progress(ProgressEvent((step + 1) / STEPS, None, None, f"step {step + 1} of {STEPS}"))
+            if options.report_progress:
+                progress(ProgressEvent((step + 1) / STEPS, None, None, f"step {step + 1} of {STEPS}"))
+        if options.child_process:  # back-ends may run work in processes of their own
+            proc = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0.01,))
+            proc.start()
+            proc.join()
+            if proc.exitcode != 0:
+                raise RuntimeError(f"the helper process exited with {proc.exitcode}")
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
         return Plan(stages=(stage,), micro_batches=problem.settings.micro_batches[0], status="feasible")
