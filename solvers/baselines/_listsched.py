@@ -156,6 +156,10 @@ class MemoryTracker:
     def fits(self, d: int, add: float, work: float) -> bool:
         return self.need_bytes(d, add, work) <= self.caps[d] * (1.0 - _MEM_SLACK)
 
+    def fit_limits_bytes(self) -> FloatArray:
+        """Per device: the bound :meth:`fits` compares the need with (for vectorised fit tests)."""
+        return np.asarray(self.caps) * (1.0 - _MEM_SLACK)
+
     def place(self, d: int, add: float, work: float) -> None:
         self.add_bytes[d] += add
         self.work_bytes[d] = max(self.work_bytes[d], work)

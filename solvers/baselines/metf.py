@@ -40,8 +40,6 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-_SLACK = 1.0 - 1e-9
-
 
 def etf_schedule(sched: ListSchedule, pins: Mapping[int, int], budget: Budget,
                  favourite_child: Sequence[int] | None = None) -> bool:
@@ -63,7 +61,7 @@ def etf_schedule(sched: ListSchedule, pins: Mapping[int, int], budget: Budget,
     s_work = np.zeros(n)
     s_forced = np.full(n, -1, dtype=np.int64)  # device the op must go to (pin, favourite parent) or -1
     s_pinned = np.zeros(n, dtype=bool)  # True: a pin (memory ignored), False: a favourite (only if it fits)
-    caps = np.asarray(sched.mem.caps) * _SLACK
+    caps = sched.mem.fit_limits_bytes()
     m = 0
 
     def push(v: int) -> None:
