@@ -42,7 +42,7 @@ def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
                          best_solver=best, rows=table, created_at=cmp.created_at)
 
 
-@router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors())
+@router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(501))
 def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, session: SessionDep,
                       project: ProjectDep) -> ComparisonOut:
     """Run several solvers on the same graph, topology, objective and settings."""

@@ -47,7 +47,7 @@ def _existing(session: Session, project: str, key: str, request_digest: str) -> 
     return job
 
 
-@router.post("/jobs", status_code=202, response_model=JobOut, responses=errors())
+@router.post("/jobs", status_code=202, response_model=JobOut, responses=errors(501))
 def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep, project: ProjectDep,
                idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> JobOut:
     """Submit a job: it is stored, then dispatched; a cached identical plan finishes it at once."""

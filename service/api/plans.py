@@ -11,12 +11,14 @@ from service.deps import ProjectDep, SessionDep
 from service.documents import decompress
 from service.jobs.child import jsonable
 from service.schemas import EvaluateIn, EvaluateOut
+from solvers.model.errors import InvalidPlan
 from solvers.model.graph import graph_from_document
 from solvers.model.plan import plan_from_document, resolve_plan
 from solvers.model.problem import Problem, settings_from_dict
 from solvers.model.topology import topology_from_document
 
 router = APIRouter(prefix="/v1", tags=["plans"])
+MAX_EVALUATE_MICRO_BATCHES = 4096  # the simulation runs inside the request: keep it bounded
 
 
 @router.post("/plans:evaluate", response_model=EvaluateOut, responses=errors())
@@ -30,6 +32,9 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
     problem = Problem(graph_from_document(decompress(graph.body)), topology_from_document(decompress(topology.body)),
                       body.objective, settings_from_dict(body.settings))
     plan = plan_from_document(body.plan)
+    if plan.micro_batches > MAX_EVALUATE_MICRO_BATCHES:
+        raise InvalidPlan(f"plan.micro_batches: {plan.micro_batches} exceeds the limit of {MAX_EVALUATE_MICRO_BATCHES} "
+                          "for an evaluation in the request", field="plan.micro_batches")
     resolve_plan(problem, plan)
     finished = finish_plan(problem, plan)
     timeline = None

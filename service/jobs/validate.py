@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from service.api._common import get_owned
 from service.db.models import Graph, TopologyRow
 from service.documents import decompress
+from service.errors import SolverUnavailable
 from service.settings import Settings
 from solvers import registry
 from solvers.base import parse_options
@@ -46,6 +47,9 @@ def validate_job(session: Session, cfg: Settings, project_id: str, *, graph_id: 
     except InvalidInput as exc:
         exc.field = solver_field
         raise
+    except (ImportError, AttributeError) as exc:  # a registered back-end that does not load here
+        raise SolverUnavailable(f"solver {solver!r} cannot be loaded on this server: {exc}", field=solver_field,
+                                ref=solver) from None
     if objective not in cls.objectives:
         raise NotApplicable(f"solver {cls.name!r} answers the {', '.join(cls.objectives)} objective, "
                             f"not {objective!r}", field="objective", ref=cls.name)

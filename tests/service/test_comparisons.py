@@ -70,6 +70,9 @@ def test_evaluate_rejects_bad_plans_with_4xx(api: Api) -> None:
                    field="stages[0].ops")
     assert_problem(api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "plan": {}}), 422,
                    field="format")
+    huge = {**plan, "micro_batches": 10**9}
+    assert_problem(api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "plan": huge}), 422,
+                   field="plan.micro_batches")
 
 
 def test_solver_catalogue_lists_option_schemas(api: Api) -> None:
@@ -77,3 +80,7 @@ def test_solver_catalogue_lists_option_schemas(api: Api) -> None:
     assert {"even", "single", "sleepy"} <= set(solvers)
     assert solvers["sleepy"]["options_schema"]["properties"]["sleep_s"]["type"] == "number"
     assert "latency" in solvers["single"]["objectives"]
+    assert not solvers["broken"]["available"] and "NoSuchSolver" in solvers["broken"]["unavailable_reason"]
+    gid, tid = api.graph(), api.topology()
+    r = api.post("/v1/jobs", json={"graph_id": gid, "topology_id": tid, "solver": "broken"})
+    assert_problem(r, 501, field="solver", slug="solver-unavailable")
