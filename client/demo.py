@@ -10,20 +10,17 @@ import sys
 from collections.abc import Sequence
 
 from client.cli._output import format_seconds, format_table
-from solvers import registry
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import PlacerError
 from solvers.model.problem import Problem, Settings
+from solvers.portfolio import portfolio_names
 from solvers.run import solve
 
 
 def compare(problem: Problem, time_limit_s: float) -> list[tuple[object, ...]]:
-    """Solve ``problem`` with every solver answering its objective; one table row each."""
+    """Solve ``problem`` with every solver answering its objective (the portfolio's members); one row each."""
     rows: list[tuple[object, ...]] = []
-    for name in registry.names():
-        cls = registry.get_solver_class(name)
-        if problem.objective not in cls.objectives or name == "auto":
-            continue
+    for name in portfolio_names(problem):
         try:
             plan = solve(problem, name, time_limit_s=time_limit_s)
         except PlacerError as exc:
