@@ -66,6 +66,7 @@ def initial_upper_bound(sg: StageGraph, topo: Topology, mode: Mode, seed: int,
 
 
 def _run(spec: SearchSpec, target: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
+    """A pool task: one inner search (module-level so it can be pickled)."""
     return search(spec, target, deadline, node_limit)
 
 
@@ -76,6 +77,28 @@ def guard_cap_s(sg: StageGraph, topo: Topology, mode: Mode) -> float:
         return float("inf")
     heuristics = (consecutive_mapping(sg.n_stages, sg.replicas), p2p_mapping(sg.n_stages, sg.replicas))
     return min(mapping_objective_s(sg, topo, p, other) for p in heuristics) * (1 + 1e-12)
+
+
+Result = tuple[Outcome, IntArray | None, int]
+
+
+def _run_round(spec: SearchSpec, targets: list[float], share: float, deadline: float, node_limit: int,
+               pool: ProcessPoolExecutor | None) -> list[Result]:
+    """One round of inner searches: in the pool together, or one after another (ascending targets,
+    each with its share of what is left; stop at the first found, larger targets are found too)."""
+    remaining = deadline - time.monotonic()
+    if pool is not None:
+        until = min(deadline, time.monotonic() + max(0.02, remaining * share))
+        futures = [pool.submit(_run, spec, t, until, node_limit) for t in targets]
+        return [f.result() for f in futures]
+    results: list[Result] = []
+    for j, t in enumerate(targets):
+        left = deadline - time.monotonic()
+        until = min(deadline, time.monotonic() + max(0.02, left * share / (len(targets) - j)))
+        results.append(search(spec, t, until, node_limit))
+        if results[-1][0] == "found":
+            break
+    return results
 
 
 def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, eps_rel: float = 1e-3,
@@ -105,18 +128,7 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, e
             k = 1 if stalled else max(1, parallel_targets)
             share = 1.0 if stalled else 0.5
             targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
-            if pool is not None:
-                until = min(deadline, time.monotonic() + max(0.02, remaining * share))
-                futures = [pool.submit(_run, spec, t, until, node_limit) for t in targets]
-                results = [f.result() for f in futures]
-            else:
-                results = []
-                for j, t in enumerate(targets):  # each target gets its share of what is left
-                    left = deadline - time.monotonic()
-                    until = min(deadline, time.monotonic() + max(0.02, left * share / (k - j)))
-                    results.append(search(spec, t, until, node_limit))
-                    if results[-1][0] == "found":
-                        break  # larger targets are found too
+            results = _run_round(spec, targets, share, deadline, node_limit, pool)
             stats["rounds"] += 1
             progress = False
             for t, (outcome, by_depth, nodes) in zip(targets, results, strict=False):
