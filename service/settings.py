@@ -12,7 +12,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from solvers.model.errors import InvalidInput
+
 ENV_PREFIX = "PLACER_"
+
+
+class InvalidSettings(InvalidInput):
+    """A ``PLACER_*`` variable (or a command-line override) has an invalid value."""
+
+    type_slug = "invalid-settings"
+    title = "Invalid service settings"
 
 
 class Settings(BaseModel):
@@ -52,7 +61,7 @@ class Settings(BaseModel):
 def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Settings from ``PLACER_*`` variables (``env`` defaults to ``os.environ``) plus overrides.
 
-    An invalid value raises ``ValueError`` naming the variable.
+    An invalid value raises :class:`InvalidSettings` naming the variable.
     """
     env = os.environ if env is None else env
     raw: dict[str, Any] = {}
@@ -66,4 +75,5 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     except ValidationError as exc:
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"
-        raise ValueError(f"{ENV_PREFIX}{name.upper()}: {err['msg']} (got {raw.get(name)!r})") from None
+        var = ENV_PREFIX + name.upper()
+        raise InvalidSettings(f"{var}: {err['msg']} (got {raw.get(name)!r})", field=var) from None

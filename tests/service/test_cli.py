@@ -1,0 +1,42 @@
+"""The service's commands (`placer migrate`, `placer keys create`) and its settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from service.db.engine import Database
+from service.db.models import ApiKey
+from service.settings import InvalidSettings, load_settings
+from tests.service.test_resilience import PLACER
+
+
+def test_settings_from_the_environment() -> None:
+    cfg = load_settings({"PLACER_WORKERS": "3", "PLACER_DATABASE_URL": "postgresql+psycopg://u@h/db",
+                         "PLACER_MAX_REQUEST_BYTES": "1024"}, port=9000)
+    assert (cfg.workers, cfg.port, cfg.max_request_bytes) == (3, 9000, 1024)
+    assert not cfg.is_sqlite and not cfg.migrate_on_start
+    assert load_settings({}).migrate_on_start and load_settings({}).database_url == "sqlite:///./placer.db"
+    with pytest.raises(InvalidSettings) as err:
+        load_settings({"PLACER_LEASE_S": "-1"})
+    assert err.value.field == "PLACER_LEASE_S"
+
+
+def test_migrate_and_keys_create(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    env = {**os.environ, "PLACER_DATABASE_URL": url}
+    migrated = subprocess.run([PLACER, "migrate"], env=env, capture_output=True, text=True, check=True)
+    assert "revision 0001" in migrated.stderr and migrated.stdout == ""
+    out = subprocess.run([PLACER, "keys", "create", "--project", "team-a"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.startswith("plc_") and out.count("\n") == 1 and " " not in out.strip()
+    db = Database(url)
+    with db.session() as s:
+        assert s.scalar(select(func.count()).select_from(ApiKey)) == 1
+    db.dispose()
+    bad = subprocess.run([PLACER, "serve"], env={**env, "PLACER_PORT": "eighty"}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "PLACER_PORT" in bad.stderr
