@@ -38,10 +38,10 @@ async def upload_graph(request: Request, response: Response, ctx: CtxDep, sessio
                        content_encoding: Annotated[str | None, Header(include_in_schema=False)] = None) -> GraphOut:
     """Upload an operator graph; an identical upload returns the stored one (same id and digest)."""
     limit = ctx.settings.max_request_bytes
-    raw = decode_body(await request.body(), content_encoding, limit)
+    body = await request.body()
 
-    def work() -> tuple[GraphOut, bool]:
-        graph = parse_graph(raw, format, limit, name)
+    def work() -> tuple[GraphOut, bool]:  # CPU-bound: off the event loop
+        graph = parse_graph(decode_body(body, content_encoding, limit), format, limit, name)
         row, created = store_graph(session, project, graph)
         session.commit()
         return graph_out(row), created

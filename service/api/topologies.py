@@ -35,10 +35,11 @@ async def upload_topology(request: Request, response: Response, ctx: CtxDep, ses
                           ) -> TopologyOut:
     """Upload a ``placer.topology/v1`` document; an identical upload returns the stored one."""
     limit = ctx.settings.max_request_bytes
-    raw = decode_body(await request.body(), content_encoding, limit)
+    body = await request.body()
 
-    def work() -> tuple[TopologyOut, bool]:
-        row, created = store_topology(session, project, parse_topology(raw, limit))
+    def work() -> tuple[TopologyOut, bool]:  # CPU-bound: off the event loop
+        row, created = store_topology(session, project, parse_topology(decode_body(body, content_encoding, limit),
+                                                                        limit))
         session.commit()
         return topology_out(row), created
 
