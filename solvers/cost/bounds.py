@@ -31,19 +31,22 @@ from solvers.model.problem import Problem
 FloatArray = npt.NDArray[np.float64]
 
 
-def lower_bound_s(problem: Problem, micro_batches: int | None = None, *, recompute: bool | None = None) -> float:
+def lower_bound_s(problem: Problem, micro_batches: int | None = None, *, recompute: bool | None = None,
+                  compute: ComputeModel | None = None) -> float:
     """A proven lower bound on the objective of any valid plan (see the module doc).
 
     ``micro_batches``: the plan's micro-batch count (default: the first candidate of the
     settings for throughput, 1 for latency).  ``recompute``: whether the plan recomputes
-    activations (default: the problem's setting).
+    activations (default: the problem's setting).  ``compute``: the problem's compute model,
+    when the caller has one.
     """
     throughput = problem.objective == "throughput"
     if micro_batches is None:
         micro_batches = problem.settings.micro_batches[0] if throughput else 1
     recompute = problem.settings.recompute if recompute is None else recompute
     training = problem.training
-    compute = ComputeModel(problem.graph, problem.topology)
+    if compute is None:
+        compute = ComputeModel(problem.graph, problem.topology)
     work = work_bound_s(problem, compute, micro_batches, training, recompute)
     return max(work, critical_path_bound_s(problem, compute, training, recompute))
 

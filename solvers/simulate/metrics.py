@@ -68,7 +68,7 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
     busy = busy_s(problem, rp, compute, mb)
     used = len(busy)
     bubble = 1.0 - sum(busy.values()) / (used * iteration_s) if iteration_s > 0 and used else 0.0
-    bound = lower_bound_s(problem, mb, recompute=plan.recompute)
+    bound = lower_bound_s(problem, mb, recompute=plan.recompute, compute=compute)
     ids = [d.id for d in problem.topology.devices]
     samples = mb * problem.graph.profiled_batch_size
     return {
