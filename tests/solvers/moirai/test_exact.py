@@ -43,7 +43,7 @@ def test_optimum_equals_brute_force(case: int, backend: str) -> None:
 
 
 def test_memory_binds_in_the_memory_case() -> None:
-    problem, best_s = _case(len(INSTANCES) - 1)
+    _, best_s = _case(len(INSTANCES) - 1)
     unconstrained = tiny_problem(*INSTANCES[-1][:4], memory_gib=64.0)
     assert brute_force_latency_s(unconstrained) < best_s
 
