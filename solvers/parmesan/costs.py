@@ -66,6 +66,25 @@ def reference_costs(problem: Problem) -> ReferenceCosts:
     return ReferenceCosts(work, ref.comm_s(g.edge_bytes), bw, lat)
 
 
+def allreduce_terms(problem: Problem, replicas: int, micro_batches: int) -> tuple[float, float]:
+    """Optional phase-1 all-reduce term per stage, amortised over the micro-batches of an iteration.
+
+    Eq. 9 over a reference ring: the median over devices of the channel to each device's
+    ``R - 1``-th best partner (a ring of R well-connected devices), i.e. ``(2 (R-1)/R / (B MB),
+    2 (R-1) lat / MB)`` as (seconds per parameter byte, fixed seconds).  Zero when ``R = 1``.
+    """
+    topo = problem.topology
+    n = topo.n_devices
+    if replicas <= 1 or n <= 1:
+        return 0.0, 0.0
+    bw = np.where(np.eye(n, dtype=bool), 0.0, topo.bandwidth_Bps)
+    order = np.argsort(-bw, axis=1)[:, : replicas - 1]
+    partner = order[:, -1]  # the (R-1)-th best partner of every device
+    b = float(np.median(bw[np.arange(n), partner]))
+    lat = float(np.median(topo.latency_s[np.arange(n), partner]))
+    return 2.0 * (replicas - 1) / replicas / (b * micro_batches), 2.0 * (replicas - 1) * lat / micro_batches
+
+
 def stage_capacity_bytes(problem: Problem, stage: int) -> float:
     """Smallest usable memory over all devices for pipeline stage ``stage`` (any device may host it)."""
     return min(capacity_bytes(problem, d, stage) for d in range(problem.topology.n_devices))

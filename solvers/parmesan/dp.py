@@ -119,8 +119,13 @@ class DPResult:
     stage_s: list[float]
 
 
-def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micro_batches: int) -> DPResult | None:
-    """Eq. 13 for ``n_stages`` stages of ``replicas`` devices; ``None`` when no partition fits."""
+def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micro_batches: int,
+           allreduce: tuple[float, float] = (0.0, 0.0)) -> DPResult | None:
+    """Eq. 13 for ``n_stages`` stages of ``replicas`` devices; ``None`` when no partition fits.
+
+    ``allreduce`` = (seconds per parameter byte, fixed seconds) added to a stage holding
+    parameters — the optional all-reduce term (not in Eq. 3; see :mod:`solvers.parmesan.search`).
+    """
     n = len(tr.sets)
     owner = np.repeat(np.arange(n), np.diff(tr.start))
     nonempty = np.flatnonzero(np.diff(tr.start) > 0)
@@ -132,7 +137,10 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
     for s in range(n_stages):
         mem = stage_memory_vec(problem, tr.param_bytes, kept, tr.working_bytes, replicas, n_stages, s,
                                micro_batches)
-        stage_t = np.where(mem <= stage_capacity_bytes(problem, s), tr.base_s / replicas, np.inf)
+        stage_t = tr.base_s / replicas
+        if allreduce[0] > 0 or allreduce[1] > 0:
+            stage_t = stage_t + np.where(tr.param_bytes > 0, allreduce[0] * tr.param_bytes + allreduce[1], 0.0)
+        stage_t = np.where(mem <= stage_capacity_bytes(problem, s), stage_t, np.inf)
         if len(tr.pin_clusters):
             need = tr.pin_stage == s
             ok = tr.pinned[:, need].all(axis=1) & ~tr.pinned[:, ~need].any(axis=1)

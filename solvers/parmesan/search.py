@@ -26,7 +26,7 @@ from solvers.cost.memory import capacity_bytes
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_further
-from solvers.parmesan.costs import ReferenceCosts
+from solvers.parmesan.costs import ReferenceCosts, allreduce_terms
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
 from solvers.parmesan.fronted import enumerate_fronted
 from solvers.parmesan.mapping.apply import Mapper, build_plan, heuristic_place, simulated_s
@@ -93,9 +93,14 @@ def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k:
 
 def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Transitions, n_stages: int,
               replicas: int, micro_batches: int, stage_pins: dict[int, int], refine_steps: int,
-              deadline: float = float("inf")) -> tuple[IntArray, float, dict[str, Any]] | None:
-    """DP then refinement for one configuration; ``None`` when no partition fits memory."""
-    result = run_dp(problem, tr, n_stages, replicas, micro_batches)
+              deadline: float = float("inf"), with_allreduce: bool = False) -> tuple[IntArray, float, dict[str, Any]] | None:
+    """DP then refinement for one configuration; ``None`` when no partition fits memory.
+
+    ``with_allreduce``: the DP's stage time also holds the amortised all-reduce of the stage's
+    parameters (:func:`~solvers.parmesan.costs.allreduce_terms`; not in the paper's Eq. 3).
+    """
+    terms = allreduce_terms(problem, replicas, micro_batches) if with_allreduce else (0.0, 0.0)
+    result = run_dp(problem, tr, n_stages, replicas, micro_batches, terms)
     if result is None:
         return None
     cluster_stage = np.argmax(np.stack(result.stages), axis=0)
@@ -123,8 +128,9 @@ def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mi
 
 def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[float], k: int,
                       max_sets: int, max_pairs: int, refine_steps: int, mapper: Mapper,
-                      budget: Budget) -> tuple[Candidate | None, dict[str, Any]]:
-    """Appendix B: the best simulated (alpha, S, R, MB) candidate, and what was explored."""
+                      budget: Budget, allreduce_variants: tuple[bool, ...] = (False,),
+                      ) -> tuple[Candidate | None, dict[str, Any]]:
+    """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored."""
     stage_pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, int)}
     best: Candidate | None = None
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
@@ -135,11 +141,14 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
         cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins, deadline)
         explored["clusterings"].append({"alpha": alpha, **cstats})
         for n_stages, replicas in sr_candidates(problem, cg.k):
-            for mb in problem.settings.micro_batches:
+            for mb, with_ar in ((m, a) for m in problem.settings.micro_batches for a in allreduce_variants):
                 if best is not None and budget.expired():
                     break
+                if with_ar and replicas == 1 and len(allreduce_variants) > 1:
+                    continue  # no all-reduce: the same DP as without the term
                 explored["candidates"] += 1
-                found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps, deadline)
+                found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps, deadline,
+                                  with_ar)
                 if found is None:
                     explored["infeasible_candidates"] += 1
                     continue
@@ -150,5 +159,5 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                     continue
                 if best is None or value < best.score_s:
                     best = Candidate(alpha, n_stages, replicas, mb, stage_of, dp_s, value, plan,
-                                     {**rstats, **cstats})
+                                     {**rstats, **cstats, "allreduce_in_partition": with_ar})
     return best, explored

@@ -32,8 +32,12 @@ class ParmesanOptions(SolverOptions):
     workers: int = Field(default=1, ge=1, le=64)
     ensemble_heuristics: bool = True
     guard: bool = False
+    allreduce_in_partition: Literal["off", "candidate", "on"] = "off"
     mapping_time_limit_s: float = Field(default=60.0, gt=0)
     search_fraction: float = Field(default=0.5, gt=0, lt=1)
+
+
+_AR_VARIANTS = {"off": (False,), "candidate": (False, True), "on": (True,)}
 
 
 def check_pins(problem: Problem, solver: str) -> None:
@@ -66,7 +70,7 @@ class ParmesanSolver:
         progress(ProgressEvent(0.0, None, None, "partitioning"))
         best, explored = search_partitions(problem, costs, options.alphas, k, options.max_fronted_sets,
                                            options.max_dp_pairs, options.refine_steps, options.mapping,
-                                           search_budget)
+                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition])
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "

@@ -92,3 +92,28 @@ def _count_orders(graph: OpGraph) -> int:
             if count > 1:
                 return count
     return count
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=dag_seeds, n_ops=st.integers(3, 7), n_stages=st.integers(1, 3))
+def test_dp_with_allreduce_term_equals_brute_force(seed: int, n_ops: int, n_stages: int) -> None:
+    graph = random_dag(seed, n_ops, 0.3)
+    problem = problem_of(graph, random_topology(seed, 4))
+    cg = _identity_clusters(problem)
+    sets = enumerate_fronted(cg.k, cg.src, cg.dst, 10_000)
+    assert sets is not None
+    tr = build_transitions(cg, sets, 10**7)
+    assert tr is not None
+    per_byte, fixed = 1e-9, 1e-4
+    result = run_dp(problem, tr, n_stages, 2, 4, (per_byte, fixed))
+    best = np.inf
+    for labels in itertools.product(range(n_stages), repeat=cg.k):
+        lab = np.array(labels)
+        if (lab[cg.src] > lab[cg.dst]).any() or len(set(labels)) < n_stages:
+            continue
+        worst = 0.0
+        for s in range(n_stages):
+            params = float(cg.param_bytes[lab == s].sum())
+            worst = max(worst, stage_base_s(cg, lab == s) / 2 + (per_byte * params + fixed if params > 0 else 0.0))
+        best = min(best, worst)
+    assert result is not None and result.objective_s == pytest.approx(best, rel=1e-9)

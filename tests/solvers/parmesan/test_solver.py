@@ -86,3 +86,11 @@ def test_time_limit_is_honoured_on_a_large_graph() -> None:
     assert time.monotonic() - started < 4.0
     resolve_plan(problem, plan)
     assert plan.status == "feasible"
+
+
+def test_allreduce_term_as_a_candidate() -> None:
+    problem = fx.throughput_problem().with_settings(stages=2, replicas=2)
+    plan = solve(problem, "parmesan", {"allreduce_in_partition": "candidate"}, time_limit_s=10)
+    resolve_plan(problem, plan)
+    assert plan.stats["allreduce_in_partition"] in (True, False)
+    assert plan.stats["candidates"] == 2 * 3  # three alphas, with and without the term
