@@ -39,15 +39,17 @@ IntArray = npt.NDArray[np.int64]
 class PipeDreamOptions(SolverOptions):
     """Options of ``pipedream`` (docs/parmesan.md)."""
 
-    mapping: Literal["consecutive", "p2p", "parmesan"] = "consecutive"
-    instantiation: Literal["auto", "m", "ar", "both"] = "auto"
-    max_layers: int = Field(default=96, ge=1, le=1024)
-    epsilon_rel: float = Field(default=1e-3, gt=0, lt=1)
-    parallel_targets: int = Field(default=2, ge=1, le=64)
-    workers: int = Field(default=1, ge=1, le=64)
-    ensemble_heuristics: bool = True
-    guard: bool = False
-    mapping_time_limit_s: float = Field(default=60.0, gt=0)
+    mapping: Literal["consecutive", "p2p", "parmesan"] = Field(
+        default="consecutive", description="device mapper: consecutive (CS), p2p-first or Parmesan's Alg. 1 + 2")
+    instantiation: Literal["auto", "m", "ar", "both"] = Field(
+        default="auto", description="Parmesan mapping's stage time (mapping=parmesan)")
+    max_layers: int = Field(default=96, ge=1, le=1024, description="layers of the chain after merging op runs")
+    epsilon_rel: float = Field(default=1e-3, gt=0, lt=1, description="Alg. 1 stops within this relative gap")
+    parallel_targets: int = Field(default=2, ge=1, le=64, description="targets per Alg. 1 round")
+    workers: int = Field(default=1, ge=1, le=64, description="processes running a round's targets")
+    ensemble_heuristics: bool = Field(default=True, description="keep CS / p2p-first if they simulate better")
+    guard: bool = Field(default=False, description="keep the other instantiation within the best heuristic")
+    mapping_time_limit_s: float = Field(default=60.0, gt=0, description="cap on the mapping time")
 
 
 def _ring_min_bw(problem: Problem, devices: list[int]) -> float:

@@ -20,21 +20,25 @@ from solvers.parmesan.search import search_partitions
 class ParmesanOptions(SolverOptions):
     """Options of ``parmesan`` (defaults and their reasons: docs/parmesan.md)."""
 
-    mapping: Literal["parmesan", "consecutive", "p2p"] = "parmesan"
-    instantiation: Literal["auto", "m", "ar", "both"] = "auto"
+    mapping: Literal["parmesan", "consecutive", "p2p"] = Field(
+        default="parmesan", description="device mapper: Alg. 1 + 2, consecutive (CS) or p2p-first")
+    instantiation: Literal["auto", "m", "ar", "both"] = Field(
+        default="auto", description="stage time of the mapping: by the all-reduce/p2p ratio, c^m, c^AR, or both")
     clusters: int | None = Field(default=None, ge=2, le=512, description="K; default max(32, 4 * max S)")
-    alphas: tuple[float, ...] = Field(default=(0.01, 1.0, 100.0), min_length=1)
-    max_fronted_sets: int = Field(default=3000, ge=4)
-    max_dp_pairs: int = Field(default=1_500_000, ge=16)
-    refine_steps: int = Field(default=100, ge=0)
-    epsilon_rel: float = Field(default=1e-3, gt=0, lt=1)
-    parallel_targets: int = Field(default=2, ge=1, le=64)
-    workers: int = Field(default=1, ge=1, le=64)
-    ensemble_heuristics: bool = True
-    guard: bool = False
-    allreduce_in_partition: Literal["off", "candidate", "on"] = "off"
-    mapping_time_limit_s: float = Field(default=60.0, gt=0)
-    search_fraction: float = Field(default=0.5, gt=0, lt=1)
+    alphas: tuple[float, ...] = Field(default=(0.01, 1.0, 100.0), min_length=1,
+                                      description="Eq. 4 weights tried; the simulator picks")
+    max_fronted_sets: int = Field(default=3000, ge=4, description="fronted-subgraph budget before coarsening")
+    max_dp_pairs: int = Field(default=1_500_000, ge=16, description="DP transition budget before coarsening")
+    refine_steps: int = Field(default=100, ge=0, description="I, the refinement step limit")
+    epsilon_rel: float = Field(default=1e-3, gt=0, lt=1, description="Alg. 1 stops within this relative gap")
+    parallel_targets: int = Field(default=2, ge=1, le=64, description="targets per Alg. 1 round")
+    workers: int = Field(default=1, ge=1, le=64, description="processes running a round's targets")
+    ensemble_heuristics: bool = Field(default=True, description="keep CS / p2p-first if they simulate better")
+    guard: bool = Field(default=False, description="keep the other instantiation within the best heuristic")
+    allreduce_in_partition: Literal["off", "candidate", "on"] = Field(
+        default="off", description="amortised all-reduce in the DP stage time (not in the paper)")
+    mapping_time_limit_s: float = Field(default=60.0, gt=0, description="cap on the mapping time")
+    search_fraction: float = Field(default=0.5, gt=0, lt=1, description="share of the time limit for partitioning")
 
 
 _AR_VARIANTS = {"off": (False,), "candidate": (False, True), "on": (True,)}
