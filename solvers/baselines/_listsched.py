@@ -261,6 +261,11 @@ class ListSchedule:
             self.best_effort += 1
         return start
 
+    def commit_forced(self, v: int, d: int, insertion: bool) -> float:
+        """:meth:`commit` of ``v`` on ``d`` whether or not it fits (a pin, a last resort):
+        counted best effort when it does not."""
+        return self.commit(v, d, insertion, best_effort=not self.fits(v, d))
+
     def makespan_s(self) -> float:
         return max(self.free_s, default=0.0)
 
@@ -273,14 +278,14 @@ def complete_fast(sched: ListSchedule, remaining: Sequence[int], pins: Mapping[i
         if sched.device[v] >= 0:
             continue
         if v in pins:
-            sched.commit(v, pins[v], False, not sched.fits(v, pins[v]))
+            sched.commit_forced(v, pins[v], False)
             continue
         preds = sched.tasks.pred[v]
         d = sched.device[max(preds, key=lambda p: sched.finish_s[p])] if preds else 0
         if not sched.fits(v, d):
             fitting = [e for e in range(sched.n_devices) if sched.fits(v, e)]
             d = min(fitting, key=lambda e: sched.free_s[e]) if fitting else sched.mem.most_free()
-        sched.commit(v, d, False, not sched.fits(v, d))
+        sched.commit_forced(v, d, False)
 
 
 def expired_every(budget: Budget, step: int, every: int = 64) -> bool:

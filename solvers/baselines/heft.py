@@ -74,7 +74,7 @@ class HEFTSolver:
                 timed_out = True
                 break
             if v in pins:
-                sched.commit(v, pins[v], ins, not sched.fits(v, pins[v]))
+                sched.commit_forced(v, pins[v], ins)
                 continue
             best, best_d = float("inf"), -1
             for d in range(sched.n_devices):

@@ -88,7 +88,7 @@ def etf_schedule(sched: ListSchedule, pins: Mapping[int, int], budget: Budget,
             sched.commit(v, pins.get(v, sched.mem.most_free()), False, best_effort=True)
         else:
             v = int(s_op[slot])
-            sched.commit(v, d, False, best_effort=not sched.fits(v, d))
+            sched.commit_forced(v, d, False)
         m -= 1
         for a in (arr, s_op, s_add, s_work, s_forced, s_pinned):
             a[slot] = a[m]

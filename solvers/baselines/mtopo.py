@@ -62,7 +62,7 @@ class MTopoSolver:
                 timed_out = True
                 break
             if v in pins:
-                sched.commit(v, pins[v], False, not sched.fits(v, pins[v]))
+                sched.commit_forced(v, pins[v], False)
                 continue
             add, work = float(tasks.mem_add_bytes[v]), float(tasks.mem_work_bytes[v])
             while current < n_dev - 1 and sched.mem.need_bytes(current, add, work) > limits[current]:

@@ -30,8 +30,7 @@ def order_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, cap
     current = 0
     for v in order:
         if v in pins:
-            d = pins[v]
-            sched.commit(v, d, True, not sched.fits(v, d))
+            sched.commit_forced(v, pins[v], True)
             continue
         while current < sched.n_devices and not sched.fits(v, current):
             current += 1
@@ -67,7 +66,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     for v in order:
         if v in pins:
             prev = pins[v]
-            sched.commit(v, prev, True, not sched.fits(v, prev))
+            sched.commit_forced(v, prev, True)
             continue
         est = [sched.est_s(v, d, True) if sched.fits(v, d) else _INF for d in range(n_dev)]
         # ties on EST (e.g. every device idle) go to the device that finishes v first
