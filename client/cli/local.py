@@ -137,7 +137,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from solvers.model.documents import write_json
 
     kinds = generate.TOPOLOGY_KINDS if args.what == "topology" else generate.GRAPH_KINDS
-    func = kinds.get(args.kind)
+    func = kinds.get(args.kind.lower())
     if func is None:
         raise InvalidInput(f"unknown {args.what} kind {args.kind!r}; valid kinds: {', '.join(sorted(kinds))}",
                            field="kind", ref=args.kind)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -21,21 +22,28 @@ def read_json(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """Read a JSON file (optionally gzip-compressed), refusing files over ``max_bytes``."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)
     except OSError as exc:
         raise FormatError(f"{path}: cannot read: {exc.strerror}", field="file", ref=str(path)) from None
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise FormatError(f"{path}: invalid gzip data: {exc}", field="file", ref=str(path)) from None
+        raw = _gunzip(raw, path, max_bytes)
     return parse_json(raw, str(path), max_bytes)
+
+
+def _gunzip(data: bytes, path: Path, max_bytes: int) -> bytes:
+    """Decompress at most ``max_bytes + 1`` bytes, so a small file cannot expand without bound."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            return fh.read(max_bytes + 1)
+    except (OSError, EOFError) as exc:
+        raise FormatError(f"{path}: invalid gzip data: {exc}", field="file", ref=str(path)) from None
 
 
 def parse_json(raw: bytes | str, where: str = "document", max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """Parse JSON text, naming the line and column of a syntax error."""
     if len(raw) > max_bytes:
-        raise FormatError(f"{where}: {len(raw)} bytes exceed the limit of {max_bytes} bytes", field="file")
+        raise FormatError(f"{where}: the document is larger than the limit of {max_bytes} bytes", field="file")
     if not raw or not raw.strip():
         raise FormatError(f"{where}: the document is empty", field="file")
     try:

@@ -106,7 +106,7 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="empty"):
         read_json(tmp_path / "empty.json")
     (tmp_path / "big.json").write_text("[" + "1," * 100 + "1]")
-    with pytest.raises(FormatError, match="exceed the limit"):
+    with pytest.raises(FormatError, match="larger than the limit"):
         read_json(tmp_path / "big.json", max_bytes=50)
     with pytest.raises(FormatError, match="not UTF-8"):
         parse_json(b'{"a": "\xff"}')
@@ -145,3 +145,19 @@ def test_truncated_gzip_is_a_format_error(tmp_path: Path) -> None:
     path.write_bytes(_gzip.compress(b'{"format": "placer.opgraph/v1"}')[:-12])
     with pytest.raises(FormatError, match="gzip"):
         read_json(path)
+
+
+def test_gzip_that_expands_past_the_limit_is_refused(tmp_path: Path) -> None:
+    import gzip as _gzip
+
+    from solvers.model.documents import read_json
+    from solvers.model.errors import FormatError
+
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(_gzip.compress(b" " * 2_000_000))
+    with pytest.raises(FormatError, match="larger than the limit"):
+        read_json(path, max_bytes=1_000_000)
+    plain = tmp_path / "big.json"
+    plain.write_bytes(b" " * 2_000_000)
+    with pytest.raises(FormatError, match="larger than the limit"):
+        read_json(plain, max_bytes=1_000_000)
