@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import Select
-from sqlalchemy.orm import Session
 
-from service.errors import NotFound
+from service.db.owned import get_owned
 
-M = TypeVar("M")
+__all__ = ["ERRORS", "MAX_PAGE", "errors", "get_owned", "next_cursor", "paginate"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text} for code, text in (
@@ -28,14 +27,6 @@ def errors(*extra: int) -> dict[int | str, dict[str, Any]]:
     for code in extra:
         out[code] = {"description": texts.get(code, "error")}
     return out
-
-
-def get_owned(session: Session, model: type[M], obj_id: str, project_id: str, what: str, field: str = "id") -> M:
-    """The row ``obj_id`` of ``model`` if it belongs to ``project_id``; else 404 naming the id."""
-    row = session.get(model, obj_id)
-    if row is None or getattr(row, "project_id", None) != project_id:
-        raise NotFound(f"{what} {obj_id!r} not found", field=field, ref=obj_id)
-    return row
 
 
 def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:

@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.api._common import get_owned
 from service.db.models import Graph, TopologyRow
+from service.db.owned import get_owned
 from service.documents import decompress
 from service.errors import SolverUnavailable
 from service.settings import Settings

@@ -1,0 +1,19 @@
+"""Rows by id, scoped to the caller's project: another project's ids are "not found"."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlalchemy.orm import Session
+
+from service.errors import NotFound
+
+M = TypeVar("M")
+
+
+def get_owned(session: Session, model: type[M], obj_id: str, project_id: str, what: str, field: str = "id") -> M:
+    """The row ``obj_id`` of ``model`` if it belongs to ``project_id``; else 404 naming the id."""
+    row = session.get(model, obj_id)
+    if row is None or getattr(row, "project_id", None) != project_id:
+        raise NotFound(f"{what} {obj_id!r} not found", field=field, ref=obj_id)
+    return row
