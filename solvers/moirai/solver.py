@@ -113,7 +113,7 @@ class MoiraiSolver:
         incumbent = warm_start(inst, HEURISTICS, budget.sub(0.15)) if options.warm_start else None
         if incumbent is not None:
             stats["warm_start_s"] = incumbent.makespan_s
-            progress(ProgressEvent(0.05, incumbent.makespan_s, None, "warm start (list schedule)"))
+            progress(ProgressEvent(0.05, incumbent.makespan_s, None, "warm start"))
         f = build(inst, incumbent)
         stats.update(variables=len(f.model.names), rows=len(f.model.rows), messages=len(f.messages),
                      horizon_s=f.horizon_s, prepare_s=time.perf_counter() - t0)
@@ -128,9 +128,13 @@ class MoiraiSolver:
             stats["fallback"] = "list schedule on the uncoarsened graph"
             result = BackendResult("unknown", message=result.message)
         if not candidates:
-            note = "the MILP is infeasible" if result.status == "infeasible" else "no feasible placement found"
+            proved = result.status == "infeasible" and not stats["coarsened"]
+            note = ("the MILP proves that no placement fits in memory" if proved else
+                    "no memory-feasible placement found (not proven infeasible)")
             return Plan(stages=(), status="infeasible", stats=stats, notes=(note,))
-        return self._finish(problem, inst, f, result, candidates, stats)
+        plan = self._finish(problem, inst, f, result, candidates, stats)
+        progress(ProgressEvent(1.0, plan.claimed_objective_s, plan.lower_bound_s, "done"))
+        return plan
 
     def _run(self, f: Formulation, options: MoiraiOptions, budget: Budget, seed: int,
              progress: ProgressCallback) -> BackendResult:
