@@ -17,11 +17,22 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from service.app import create_app
 from service.db.engine import Database
 from service.db.models import Job, JobEvent
 from service.jobs import store
+from service.settings import load_settings
 from solvers.generate import generate_graph, generate_topology
-from tests.service.conftest import BACKENDS, PLUGINS, Api, database_url, new_api, running_app
+from tests.service.conftest import (
+    BACKENDS,
+    PLUGINS,
+    TEST_SETTINGS,
+    Api,
+    TestClient,
+    database_url,
+    new_api,
+    running_app,
+)
 
 PLACER = str(Path(sys.executable).with_name("placer"))
 
@@ -187,5 +198,24 @@ def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Pat
         db = Database(db_url)
         try:
             assert any("lease" in r and "expired" in r for r in _reasons(db, job["id"]))
+        finally:
+            db.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_clean_shutdown_puts_running_jobs_back_in_the_queue(backend: str, tmp_path: Path) -> None:
+    with database_url(backend, tmp_path) as url:
+        app = create_app(load_settings({}, database_url=url, **{**TEST_SETTINGS, "workers": 1}))
+        with TestClient(app) as client:
+            api = new_api(client, app.state.ctx.settings)
+            job = api.submit(api.graph(), api.topology(), "sleepy", options={"sleep_s": 10.0})
+            pid = _child_pid(api, job["id"])
+        assert not _alive(pid)
+        db = Database(url)
+        try:
+            with db.session() as s:
+                row = s.get(Job, job["id"])
+                assert row is not None and row.state == "queued" and row.attempts == 0 and row.lease_owner is None
+            assert any("shut down" in r for r in _reasons(db, job["id"]))
         finally:
             db.dispose()
