@@ -37,6 +37,9 @@ def _dispatch(f: Formulation, backend: str, limit_s: float, threads: int, seed: 
 
 def _child(f: Formulation, backend: str, limit_s: float, threads: int, seed: int, conn: Any) -> None:
     os.setpgid(0, 0)
+    quiet = os.open(os.devnull, os.O_WRONLY)  # engines print banners and logs on fd 1 / 2
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
 
     def report(incumbent: float | None, bound: float | None) -> None:
         conn.send(("progress", incumbent, bound))
