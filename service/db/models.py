@@ -204,6 +204,7 @@ class JobEvent(Base):
     __table_args__ = (Index("ix_job_events_job_seq", "job_id", "seq"),)
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(20))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -22,8 +22,10 @@ from service.documents import compress
 from service.jobs.validate import JobSpec
 
 
-def add_event(session: Session, job_id: str, kind: str, data: dict[str, Any]) -> None:
-    session.add(JobEvent(job_id=job_id, kind=kind, data=data))
+def add_event(session: Session, job: Job | tuple[str, str], kind: str, data: dict[str, Any]) -> None:
+    """Append to a job's event log; ``job`` is the row or its (id, project id)."""
+    job_id, project_id = (job.id, job.project_id) if isinstance(job, Job) else job
+    session.add(JobEvent(job_id=job_id, project_id=project_id, kind=kind, data=data))
 
 
 def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool, comparison_id: str | None = None,
@@ -47,7 +49,7 @@ def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool,
                         "message": f"reused the plan of job {cached.job_id}"}
     session.add(job)
     session.flush()
-    add_event(session, job.id, "state", {"status": job.state, "cached": job.cached})
+    add_event(session, job, "state", {"status": job.state, "cached": job.cached})
     return job
 
 
@@ -82,7 +84,7 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float) -> Claimed 
     session.refresh(job)
     graph = session.get(Graph, job.graph_id) if job.graph_id else None
     topology = session.get(TopologyRow, job.topology_id) if job.topology_id else None
-    add_event(session, job_id, "state", {"status": "running", "attempt": job.attempts, "worker": owner})
+    add_event(session, job, "state", {"status": "running", "attempt": job.attempts, "worker": owner})
     if graph is None or topology is None:
         _finish(session, job, "failed", error={"type": "not-found", "title": "Input deleted",
                                                "detail": "the job's graph or topology no longer exists"})
@@ -101,12 +103,12 @@ def heartbeat(session: Session, job_id: str, owner: str, lease_s: float, child_p
         values["progress"] = progress
     row = session.execute(
         update(Job).where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running").values(**values)
-        .returning(Job.cancel_requested).execution_options(synchronize_session=False)
+        .returning(Job.cancel_requested, Job.project_id).execution_options(synchronize_session=False)
     ).first()
     if row is None:
         return False, False
     if progress is not None:
-        add_event(session, job_id, "progress", progress)
+        add_event(session, (job_id, row[1]), "progress", progress)
     return True, bool(row[0])
 
 
@@ -119,7 +121,7 @@ def _owned(session: Session, job_id: str, owner: str) -> Job | None:
 def _finish(session: Session, job: Job, state: str, *, error: dict[str, Any] | None = None) -> None:
     job.state, job.finished_at, job.error = state, utcnow(), error
     job.lease_owner, job.lease_expires_at, job.child_pid = None, None, None
-    add_event(session, job.id, "state", {"status": state, "plan_status": job.plan_status, "error": error})
+    add_event(session, job, "state", {"status": state, "plan_status": job.plan_status, "error": error})
 
 
 def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any]) -> bool:
@@ -179,7 +181,7 @@ def _retry_or_fail(session: Session, job: Job, reason: str, max_attempts: int) -
             "detail": f"{reason}; gave up after {job.attempts} attempt(s) (max_attempts={max_attempts})"})
         return "failed"
     job.state, job.lease_owner, job.lease_expires_at, job.child_pid = "queued", None, None, None
-    add_event(session, job.id, "state", {"status": "queued", "reason": reason, "attempts": job.attempts})
+    add_event(session, job, "state", {"status": "queued", "reason": reason, "attempts": job.attempts})
     return "queued"
 
 
@@ -190,7 +192,7 @@ def release(session: Session, job_id: str, owner: str) -> bool:
         return False
     job.state, job.lease_owner, job.lease_expires_at, job.child_pid = "queued", None, None, None
     job.attempts = max(0, job.attempts - 1)
-    add_event(session, job.id, "state", {"status": "queued", "reason": "the server shut down; requeued"})
+    add_event(session, job, "state", {"status": "queued", "reason": "the server shut down; requeued"})
     return True
 
 
@@ -220,13 +222,13 @@ def request_cancel(session: Session, job: Job) -> None:
             .values(state="cancelled", finished_at=utcnow(), cancel_requested=True)
             .returning(Job.id).execution_options(synchronize_session=False)).first()
         if won is not None:
-            add_event(session, job.id, "state", {"status": "cancelled"})
+            add_event(session, job, "state", {"status": "cancelled"})
             session.refresh(job)
             return
         session.refresh(job)
     if job.state in ACTIVE_STATES:
         job.cancel_requested = True
-        add_event(session, job.id, "state", {"status": job.state, "cancel_requested": True})
+        add_event(session, job, "state", {"status": job.state, "cancel_requested": True})
 
 
 def _scalar(value: Any) -> float | None:
