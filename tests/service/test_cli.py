@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.db.engine import Database
+from service.db.migrate import head_revision
 from service.db.models import ApiKey
 from service.settings import InvalidSettings, load_settings
 from tests.service.test_resilience import PLACER
@@ -30,7 +31,7 @@ def test_migrate_and_keys_create(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     env = {**os.environ, "PLACER_DATABASE_URL": url}
     migrated = subprocess.run([PLACER, "migrate"], env=env, capture_output=True, text=True, check=True)
-    assert "revision 0001" in migrated.stderr and migrated.stdout == ""
+    assert f"revision {head_revision()}" in migrated.stderr and migrated.stdout == ""
     out = subprocess.run([PLACER, "keys", "create", "--project", "team-a"], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith("plc_") and out.count("\n") == 1 and " " not in out.strip()
