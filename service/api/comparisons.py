@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
@@ -15,6 +16,7 @@ from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
 from service.jobs.validate import validate_job
 from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
+from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["comparisons"])
@@ -42,10 +44,26 @@ def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
                          best_solver=best, rows=table, created_at=cmp.created_at)
 
 
+def _existing(session: Session, project: str, key: str, request_digest: str) -> Comparison | None:
+    cmp = session.scalar(select(Comparison).where(Comparison.project_id == project,
+                                                  Comparison.idempotency_key == key))
+    if cmp is not None and cmp.request_digest != request_digest:
+        raise InvalidInput("Idempotency-Key: the key was already used with a different request",
+                           field="Idempotency-Key", ref=key)
+    return cmp
+
+
 @router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(501))
 def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, session: SessionDep,
-                      project: ProjectDep) -> ComparisonOut:
-    """Run several solvers on the same graph, topology, objective and settings."""
+                      project: ProjectDep,
+                      idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> ComparisonOut:
+    """Run several solvers on the same graph, topology, objective and settings.
+
+    With an ``Idempotency-Key`` a repeated request returns the comparison it first created.
+    """
+    request_digest = digest(body.model_dump(mode="json"))
+    if idempotency_key and (found := _existing(session, project, idempotency_key, request_digest)):
+        return comparison_out(session, found)
     unknown = sorted(set(body.options) - set(body.solvers))
     if unknown:
         raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
@@ -58,11 +76,19 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
                           solver_field=f"solvers[{i}]", options_field=f"options.{name}")
              for i, name in enumerate(body.solvers)]
     cmp = Comparison(id=new_id("cmp"), project_id=project, graph_id=specs[0].graph_id,
-                     topology_id=specs[0].topology_id, objective=body.objective, settings=specs[0].settings)
-    session.add(cmp)
-    session.flush()
-    jobs = [store.submit(session, project, spec, use_cache=body.cache, comparison_id=cmp.id) for spec in specs]
-    session.commit()
+                     topology_id=specs[0].topology_id, objective=body.objective, settings=specs[0].settings,
+                     idempotency_key=idempotency_key, request_digest=request_digest)
+    try:
+        session.add(cmp)
+        session.flush()
+        jobs = [store.submit(session, project, spec, use_cache=body.cache, comparison_id=cmp.id) for spec in specs]
+        session.commit()
+    except IntegrityError:  # a concurrent request with the same Idempotency-Key won
+        session.rollback()
+        found = _existing(session, project, idempotency_key or "", request_digest)
+        if found is None:
+            raise
+        return comparison_out(session, found)
     for job in jobs:
         if job.state == "queued":
             ctx.dispatcher.dispatch(job.id)

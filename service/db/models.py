@@ -120,12 +120,15 @@ class TopologyRow(_Document, Base):
 
 class Comparison(Base):
     __tablename__ = "comparisons"
+    __table_args__ = (UniqueConstraint("project_id", "idempotency_key"),)
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
     graph_id: Mapped[str | None] = mapped_column(ForeignKey("graphs.id", ondelete="SET NULL"))
     topology_id: Mapped[str | None] = mapped_column(ForeignKey("topologies.id", ondelete="SET NULL"))
     objective: Mapped[str] = mapped_column(String(20))
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    request_digest: Mapped[str | None] = mapped_column(String(80))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

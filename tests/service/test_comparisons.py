@@ -29,6 +29,17 @@ def test_comparison_table_of_several_solvers(api: Api) -> None:
     assert cid in [c["id"] for c in api.get(f"/v1/comparisons?graph_id={gid}").json()["items"]]
 
 
+def test_comparison_idempotency_key(api: Api) -> None:
+    gid, tid = api.graph(), api.topology()
+    body = {"graph_id": gid, "topology_id": tid, "solvers": ["even", "pipedream"]}
+    first = api.post("/v1/comparisons", json=body, headers={"Idempotency-Key": "cmp-1"}).json()
+    again = api.post("/v1/comparisons", json=body, headers={"Idempotency-Key": "cmp-1"}).json()
+    assert again["id"] == first["id"] and len(api.get(f"/v1/jobs?graph_id={gid}").json()["items"]) == 2
+    other = {**body, "solvers": ["even"]}
+    assert_problem(api.post("/v1/comparisons", json=other, headers={"Idempotency-Key": "cmp-1"}), 422,
+                   field="Idempotency-Key")
+
+
 def test_comparison_bad_input_names_the_field(api: Api) -> None:
     gid, tid = api.graph(), api.topology()
     base = {"graph_id": gid, "topology_id": tid}
