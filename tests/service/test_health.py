@@ -44,7 +44,7 @@ def test_docs_and_openapi(api: Api) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_request_size_and_rate_limits(backend: str, tmp_path: Path) -> None:
-    with running_app(backend, tmp_path, workers=0, max_request_bytes=2000, rate_limit_per_s=1.0,
+    with running_app(backend, tmp_path, workers=0, max_request_bytes=2000, rate_limit_per_s=0.1,
                      rate_limit_burst=3) as (client, cfg):
         api = new_api(client, cfg)
         assert_problem(api.post("/v1/graphs", content=b"x" * 5000), 413, field="body")

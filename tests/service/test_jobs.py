@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from tests.service.conftest import Api, assert_problem
+import pytest
+
+from service.jobs import store
+from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 
 
 def _sse(text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -82,7 +86,7 @@ def test_infeasible_memory_is_a_plan_status_not_an_error(api: Api) -> None:
     assert api.get(f"/v1/jobs/{done['id']}/plan").json()["status"] == "infeasible"
 
 
-def test_cancel_queued_and_running_jobs(api: Api) -> None:
+def test_cancel_a_running_job(api: Api) -> None:
     gid, tid = api.graph(), api.topology()
     running = api.submit(gid, tid, "sleepy", options={"sleep_s": 5.0})
     api.wait(running["id"], until=("running",))
@@ -125,3 +129,15 @@ def test_solvers_may_start_processes_of_their_own(api: Api) -> None:
     job = api.submit(gid, tid, "sleepy", options={"sleep_s": 0.1, "child_process": True})
     done = api.wait(job["id"])
     assert done["status"] == "succeeded", done
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancel_a_queued_job(backend: str, tmp_path: Path) -> None:
+    with running_app(backend, tmp_path, workers=0) as (client, cfg):  # no workers: the job stays queued
+        api = new_api(client, cfg)
+        job = api.submit(api.graph(), api.topology(), "even")
+        r = api.post(f"/v1/jobs/{job['id']}:cancel")
+        assert r.status_code == 202 and r.json()["status"] == "cancelled" and r.json()["finished_at"]
+        with client.app.state.ctx.db.session() as s:  # type: ignore[attr-defined]
+            assert store.claim(s, job["id"], "late-worker", 30.0) is None
+        assert api.get(f"/v1/jobs/{job['id']}").json()["attempts"] == 0
