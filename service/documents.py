@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.errors import PayloadTooLarge, UnsupportedMediaType
-from solvers.model.canonical import canonical_json
+from solvers.model.canonical import canonical_bytes
 from solvers.model.documents import parse_json
 from solvers.model.errors import FormatError
 from solvers.model.graph import OpGraph, graph_from_document
@@ -39,7 +39,7 @@ class Encoded:
 
 def encode_canonical(doc: Any) -> Encoded:
     """Serialise once for both the digest (:mod:`solvers.model.canonical`) and the stored body."""
-    text = canonical_json(doc).encode("ascii")
+    text = canonical_bytes(doc)
     return Encoded("sha256:" + hashlib.sha256(text).hexdigest(), len(text),
                    gzip.compress(text, compresslevel=1, mtime=0))
 

@@ -161,3 +161,9 @@ def test_gzip_that_expands_past_the_limit_is_refused(tmp_path: Path) -> None:
     plain.write_bytes(b" " * 2_000_000)
     with pytest.raises(FormatError, match="larger than the limit"):
         read_json(plain, max_bytes=1_000_000)
+
+
+def test_canonical_form_handles_integers_beyond_64_bits() -> None:
+    big = {"options": {"n": 2**70}, "a": 1}
+    assert canonical_json(big) == '{"a":1,"options":{"n":1180591620717411303424}}'
+    assert digest(big) == digest({"a": 1, "options": {"n": 2**70}})
