@@ -16,6 +16,7 @@ from service.db.models import FINAL_STATES, Job, JobEvent
 
 POLL_S = 0.2
 KEEPALIVE_S = 15.0
+MAX_SEQ = 2**31 - 1  # ``job_events.seq`` is a 32-bit INTEGER on PostgreSQL
 
 
 def _fetch(db: Database, job_id: str, after: int) -> tuple[list[tuple[int, str, Any]], str | None]:
@@ -47,5 +48,6 @@ async def _events(db: Database, job_id: str, after: int) -> AsyncIterator[str]:
 
 
 def event_stream(db: Database, job_id: str, after: int) -> StreamingResponse:
-    return StreamingResponse(_events(db, job_id, after), media_type="text/event-stream",
+    """The job's events after event id ``after`` (a larger id than any column value means none)."""
+    return StreamingResponse(_events(db, job_id, min(after, MAX_SEQ)), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

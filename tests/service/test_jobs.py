@@ -116,6 +116,13 @@ def test_progress_as_server_sent_events(api: Api) -> None:
     assert len(resumed) == 2 and resumed[-1][0] == "end"
 
 
+def test_events_after_an_id_beyond_the_column_range_is_just_the_end(api: Api) -> None:
+    job = api.wait(api.submit(api.graph(), api.topology(), "even")["id"])
+    for query, headers in (("?after=99999999999999999999999", {}), ("", {"Last-Event-ID": "99999999999999999999"})):
+        r = api.get(f"/v1/jobs/{job['id']}/events{query}", headers=headers)
+        assert r.status_code == 200 and _sse(r.text) == [("end", {"status": "succeeded"})]
+
+
 def test_plan_is_409_until_the_job_succeeds(api: Api) -> None:
     gid, tid = api.graph(), api.topology()
     job = api.submit(gid, tid, "sleepy", options={"sleep_s": 1.0})
