@@ -91,8 +91,9 @@ def _hosts(problem: Problem) -> list[list[int]]:
     return [[d for d, dev in enumerate(topo.devices) if dev.node == h] for h in topo.hosts]
 
 
-def _hierarchical_plan(problem: Problem, chain: LayerChain, micro_batches: int) -> tuple[Plan, dict[str, Any]] | None:
-    """PipeDream's own flow on a uniform host hierarchy; ``None`` when hosts differ in size."""
+def _hierarchical_groups(problem: Problem, chain: LayerChain) -> tuple[float, list[Group], list[list[int]]] | None:
+    """PipeDream's own DP on a uniform host hierarchy: its value, the groups and the device units
+    they are placed on; ``None`` when hosts differ in size."""
     hosts = _hosts(problem)
     sizes = {len(h) for h in hosts}
     if len(sizes) != 1:
@@ -108,7 +109,7 @@ def _hierarchical_plan(problem: Problem, chain: LayerChain, micro_batches: int) 
     else:
         units = hosts
         value, groups = hierarchical_dp(chain, (per, b1), (len(hosts), b2))
-    return _place_groups(problem, chain, groups, units, micro_batches), {"pipedream_dp_objective_s": value}
+    return value, groups, units
 
 
 def _place_groups(problem: Problem, chain: LayerChain, groups: list[Group], units: list[list[int]],
@@ -145,13 +146,14 @@ class PipeDreamSolver:
         chain = layer_chain(problem, options.max_layers)
         fixed = problem.settings.stages is not None or problem.settings.replicas is not None
         best: tuple[float, Plan, dict[str, Any]] | None = None
-        if not fixed and options.mapping == "consecutive":
+        hierarchy = _hierarchical_groups(problem, chain) if not fixed and options.mapping == "consecutive" else None
+        if hierarchy is not None:  # the DP does not depend on the micro-batch count: one run serves all
+            value_dp, groups, units = hierarchy
             for mb in problem.settings.micro_batches:
-                found = _hierarchical_plan(problem, chain, mb)
-                if found is not None:
-                    value = simulated_s(problem, found[0])
-                    if np.isfinite(value) and (best is None or value < best[0]):
-                        best = (value, found[0], {"mode": "hierarchical", **found[1]})
+                plan = _place_groups(problem, chain, groups, units, mb)
+                value = simulated_s(problem, plan)
+                if np.isfinite(value) and (best is None or value < best[0]):
+                    best = (value, plan, {"mode": "hierarchical", "pipedream_dp_objective_s": value_dp})
             if best is not None:
                 return best[1].with_(claimed_objective_s=best[0], stats={**best[2], "layers": chain.n_layers})
         return self._flat(problem, options, chain, budget, progress)
