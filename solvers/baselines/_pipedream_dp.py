@@ -93,8 +93,8 @@ def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float) -> tuple
     t = np.full((n, n, m_k + 1), np.inf)  # t[i, j, m] = T^k(i..j, m)
     a = np.full((n, n, m_k + 1), np.inf)  # a[i, j, m] = A^k(i..j, m)
     split: dict[tuple[int, int, int], tuple[int, int]] = {}  # (i, j, m) -> (s, m') when split
+    w = cw[None, 1:] - cw[:-1, None]  # W(i..j)
     for m in range(1, m_k + 1):
-        w = cw[None, 1:] - cw[:-1, None]  # W(i..j)
         t[:, :, m] = np.maximum(a_lower, 2.0 * (m - 1) * w / bw) / m
     comm = 2.0 * chain.cut_bytes / bw  # comm[s] for a split after layer s
     for length in range(1, n + 1):
