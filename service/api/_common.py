@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from fastapi import Response
 from sqlalchemy import Select
 
 from service.db.owned import get_owned
+from service.documents import decompress
 
-__all__ = ["ERRORS", "MAX_PAGE", "errors", "get_owned", "next_cursor", "paginate"]
+__all__ = ["ERRORS", "MAX_PAGE", "document_response", "errors", "get_owned", "next_cursor", "paginate"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text} for code, text in (
@@ -34,6 +37,13 @@ def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) 
     if cursor:
         stmt = stmt.where(id_column < cursor)
     return stmt.order_by(id_column.desc()).limit(limit + 1)
+
+
+def document_response(body: bytes, accept_encoding: str | None) -> Response:
+    """A stored (gzip) document: sent as stored when the client accepts gzip, else as compact JSON."""
+    if accept_encoding and "gzip" in accept_encoding.lower():
+        return Response(body, media_type="application/json", headers={"Content-Encoding": "gzip"})
+    return Response(json.dumps(decompress(body), separators=(",", ":")), media_type="application/json")
 
 
 def next_cursor(rows: list[Any], limit: int) -> tuple[list[Any], str | None]:

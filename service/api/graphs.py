@@ -8,10 +8,10 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
-from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
+from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
 from service.db.models import Graph, Job
 from service.deps import CtxDep, ProjectDep, SessionDep
-from service.documents import decode_body, decompress, parse_graph
+from service.documents import decode_body, parse_graph
 from service.inputs import refuse_if_in_use, store_graph
 from service.schemas import GraphOut, Page
 
@@ -91,11 +91,3 @@ def delete_graph(graph_id: str, session: SessionDep, project: ProjectDep) -> Res
     session.delete(row)
     session.commit()
     return Response(status_code=204)
-
-
-def document_response(body: bytes, accept_encoding: str | None) -> Response:
-    if accept_encoding and "gzip" in accept_encoding.lower():
-        return Response(body, media_type="application/json", headers={"Content-Encoding": "gzip"})
-    import json
-
-    return Response(json.dumps(decompress(body), separators=(",", ":")), media_type="application/json")

@@ -9,10 +9,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
+from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
 from service.db.models import Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
-from service.documents import decompress
 from service.errors import Conflict
 from service.jobs import store
 from service.jobs.events import event_stream
@@ -134,10 +133,4 @@ def get_job_plan(job_id: str, session: SessionDep, project: ProjectDep) -> Respo
         why = f": {job.error.get('detail')}" if job.error else ""
         raise Conflict(f"job {job_id!r} is {job.state} and has no plan{why}", field="status", ref=job_id)
     plan = get_owned(session, PlanRow, job.plan_id, project, "plan")
-    return plan_response(plan.body)
-
-
-def plan_response(body: bytes) -> Response:
-    import json
-
-    return Response(json.dumps(decompress(body), separators=(",", ":")), media_type="application/json")
+    return document_response(plan.body, None)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from service.api._common import errors, get_owned
-from service.api.jobs import PLAN_RESPONSE, plan_response
+from service.api._common import document_response, errors, get_owned
+from service.api.jobs import PLAN_RESPONSE
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.deps import ProjectDep, SessionDep
 from service.documents import decompress
@@ -47,4 +47,4 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
 @router.get("/plans/{plan_id}", responses={**errors(), **PLAN_RESPONSE})
 def get_plan(plan_id: str, session: SessionDep, project: ProjectDep) -> Response:
     """A stored ``placer.plan/v1`` document."""
-    return plan_response(get_owned(session, PlanRow, plan_id, project, "plan").body)
+    return document_response(get_owned(session, PlanRow, plan_id, project, "plan").body, None)

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
-from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
-from service.api.graphs import document_response
+from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
 from service.db.models import Job, TopologyRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.documents import decode_body, parse_topology
