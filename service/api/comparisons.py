@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.api._common import MAX_PAGE, errors, get_owned, next_cursor, paginate
+from service.api._common import errors, get_owned, next_cursor, paginate
 from service.api.jobs import job_out
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow, new_id
 from service.deps import CtxDep, ProjectDep, SessionDep
@@ -107,8 +107,7 @@ def list_comparisons(session: SessionDep, project: ProjectDep,
         stmt = stmt.where(Comparison.graph_id == graph_id)
     if topology_id is not None:
         stmt = stmt.where(Comparison.topology_id == topology_id)
-    rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Comparison.id, cursor, min(limit, MAX_PAGE)))),
-                            limit)
+    rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Comparison.id, cursor, limit))), limit)
     return Page[ComparisonOut](items=[comparison_out(session, c) for c in rows], next_cursor=nxt)
 
 
