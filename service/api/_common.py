@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Response
-from sqlalchemy import Select
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
 
+from service.db.models import Comparison, Job
 from service.db.owned import get_owned
 from service.documents import decompress
+from solvers.model.errors import InvalidInput
 
-__all__ = ["ERRORS", "MAX_PAGE", "document_response", "errors", "get_owned", "next_cursor", "paginate"]
+__all__ = ["ERRORS", "MAX_PAGE", "document_response", "errors", "get_owned", "idempotent_existing", "next_cursor",
+           "paginate"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text} for code, text in (
@@ -20,6 +24,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (429, "rate limit exceeded"))
 }
 MAX_PAGE = 500
+Idempotent = TypeVar("Idempotent", Job, Comparison)
 
 
 def errors(*extra: int) -> dict[int | str, dict[str, Any]]:
@@ -30,6 +35,16 @@ def errors(*extra: int) -> dict[int | str, dict[str, Any]]:
     for code in extra:
         out[code] = {"description": texts.get(code, "error")}
     return out
+
+
+def idempotent_existing(session: Session, model: type[Idempotent], project: str, key: str,
+                        request_digest: str) -> Idempotent | None:
+    """The job / comparison created earlier with ``Idempotency-Key: key``; 422 if the key came with another request."""
+    found = session.scalar(select(model).where(model.project_id == project, model.idempotency_key == key))
+    if found is not None and found.request_digest != request_digest:
+        raise InvalidInput("Idempotency-Key: the key was already used with a different request",
+                           field="Idempotency-Key", ref=key)
+    return found
 
 
 def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.api._common import errors, get_owned, next_cursor, paginate
+from service.api._common import errors, get_owned, idempotent_existing, next_cursor, paginate
 from service.api.jobs import job_out
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow, new_id
 from service.deps import CtxDep, ProjectDep, SessionDep
@@ -44,15 +44,6 @@ def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
                          best_solver=best, rows=table, created_at=cmp.created_at)
 
 
-def _existing(session: Session, project: str, key: str, request_digest: str) -> Comparison | None:
-    cmp = session.scalar(select(Comparison).where(Comparison.project_id == project,
-                                                  Comparison.idempotency_key == key))
-    if cmp is not None and cmp.request_digest != request_digest:
-        raise InvalidInput("Idempotency-Key: the key was already used with a different request",
-                           field="Idempotency-Key", ref=key)
-    return cmp
-
-
 @router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(501))
 def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, session: SessionDep,
                       project: ProjectDep,
@@ -62,7 +53,7 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
     With an ``Idempotency-Key`` a repeated request returns the comparison it first created.
     """
     request_digest = digest(body.model_dump(mode="json"))
-    if idempotency_key and (found := _existing(session, project, idempotency_key, request_digest)):
+    if idempotency_key and (found := idempotent_existing(session, Comparison, project, idempotency_key, request_digest)):
         return comparison_out(session, found)
     unknown = sorted(set(body.options) - set(body.solvers))
     if unknown:
@@ -85,7 +76,7 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
         session.commit()
     except IntegrityError:  # a concurrent request with the same Idempotency-Key won
         session.rollback()
-        found = _existing(session, project, idempotency_key or "", request_digest)
+        found = idempotent_existing(session, Comparison, project, idempotency_key or "", request_digest)
         if found is None:
             raise
         return comparison_out(session, found)

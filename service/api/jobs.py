@@ -7,9 +7,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
-from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
+from service.api._common import (
+    MAX_PAGE,
+    document_response,
+    errors,
+    get_owned,
+    idempotent_existing,
+    next_cursor,
+    paginate,
+)
 from service.db.models import Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.errors import Conflict
@@ -18,7 +25,6 @@ from service.jobs.events import event_stream
 from service.jobs.validate import validate_job
 from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
 from solvers.model.canonical import digest
-from solvers.model.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
@@ -38,20 +44,12 @@ def job_out(job: Job) -> JobOut:
                   started_at=job.started_at, finished_at=job.finished_at)
 
 
-def _existing(session: Session, project: str, key: str, request_digest: str) -> Job | None:
-    job = session.scalar(select(Job).where(Job.project_id == project, Job.idempotency_key == key))
-    if job is not None and job.request_digest != request_digest:
-        raise InvalidInput("Idempotency-Key: the key was already used with a different request",
-                           field="Idempotency-Key", ref=key)
-    return job
-
-
 @router.post("/jobs", status_code=202, response_model=JobOut, responses=errors(501))
 def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep, project: ProjectDep,
                idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> JobOut:
     """Submit a job: it is stored, then dispatched; a cached identical plan finishes it at once."""
     request_digest = digest(body.model_dump(mode="json"))
-    if idempotency_key and (found := _existing(session, project, idempotency_key, request_digest)):
+    if idempotency_key and (found := idempotent_existing(session, Job, project, idempotency_key, request_digest)):
         return job_out(found)
     spec = validate_job(session, ctx.settings, project, graph_id=body.graph_id, topology_id=body.topology_id,
                         solver=body.solver, objective=body.objective, settings=body.settings, options=body.options,
@@ -62,7 +60,7 @@ def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep
         session.commit()
     except IntegrityError:  # a concurrent request with the same Idempotency-Key won
         session.rollback()
-        found = _existing(session, project, idempotency_key or "", request_digest)
+        found = idempotent_existing(session, Job, project, idempotency_key or "", request_digest)
         if found is None:
             raise
         return job_out(found)
