@@ -129,6 +129,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, PlacerError):  # raised while FastAPI read the body (the size limit)
+            return placer_error_response(exc.__cause__, request.url.path)
         slug = {400: "malformed-body", 404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
         title = {400: "Malformed request body", 404: "Not found", 405: "Method not allowed"}.get(
             exc.status_code, "HTTP error")

@@ -55,3 +55,10 @@ def test_request_size_and_rate_limits(backend: str, tmp_path: Path) -> None:
         limited = api.get("/v1/graphs")
         assert_problem(limited, 429, slug="rate-limited")
         assert int(limited.headers["Retry-After"]) >= 1
+
+
+def test_streamed_body_over_the_limit_is_413_on_a_json_route(tmp_path: Path) -> None:
+    with running_app("sqlite", tmp_path, workers=0, max_request_bytes=2000) as (client, cfg):
+        api = new_api(client, cfg)
+        chunks = iter([b'{"graph_id": "', b"x" * 3000, b'"}'])  # no Content-Length: caught while streaming
+        assert_problem(api.post("/v1/jobs", content=chunks), 413, field="body")
