@@ -119,7 +119,7 @@ async def job_events(job_id: str, ctx: CtxDep, session: SessionDep, project: Pro
     """Progress of a job as Server-Sent Events (resumable with ``Last-Event-ID``)."""
     get_owned(session, Job, job_id, project, "job")
     session.commit()  # the stream polls in its own transactions
-    start = after if after is not None else (int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
+    start = after if after is not None else (int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0)
     return event_stream(ctx.db, job_id, start)
 
 
