@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solvers import registry
 from solvers.base import Budget, ProgressCallback, no_progress, parse_options
 from solvers.model.errors import NotApplicable
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+
+if TYPE_CHECKING:
+    from solvers.simulate import SimulationResult
 
 
 def check_applicable(problem: Problem, solver: str) -> None:
@@ -46,8 +49,11 @@ def solve(problem: Problem, solver: str, options: Mapping[str, Any] | None = Non
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
 
 
-def finish_plan(problem: Problem, plan: Plan) -> Plan:
-    """Stamp the problem's digests on a plan and attach the simulator's metrics."""
+def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = None) -> Plan:
+    """Stamp the problem's digests on a plan and attach the simulator's metrics.
+
+    ``result``: the plan's simulation when the caller already has it (simulated otherwise).
+    """
     from solvers.simulate import simulate
 
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
@@ -55,7 +61,8 @@ def finish_plan(problem: Problem, plan: Plan) -> Plan:
                       topology_digest=problem.topology.digest, problem_digest=problem.digest)
     if plan.status == "infeasible" and not plan.stages:
         return plan
-    result = simulate(problem, plan)
+    if result is None:
+        result = simulate(problem, plan)
     bound = result.metrics.get("lower_bound_s")
     if plan.lower_bound_s is not None and bound is not None:
         bound = max(bound, plan.lower_bound_s)

@@ -35,11 +35,9 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
     if plan.micro_batches > MAX_EVALUATE_MICRO_BATCHES:
         raise InvalidPlan(f"plan.micro_batches: {plan.micro_batches} exceeds the limit of {MAX_EVALUATE_MICRO_BATCHES} "
                           "for an evaluation in the request", field="plan.micro_batches")
-    resolve_plan(problem, plan)
-    finished = finish_plan(problem, plan)
-    timeline = None
-    if body.timeline:
-        timeline = [t.to_dict() for t in simulate(problem, plan, timeline=True).timeline or []]
+    result = simulate(problem, resolve_plan(problem, plan), timeline=body.timeline)
+    finished = finish_plan(problem, plan, result)
+    timeline = [t.to_dict() for t in result.timeline or []] if body.timeline else None
     doc = jsonable(finished.to_document())
     return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline)
 
