@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports bench clean services
+.PHONY: run test fuzz lint typecheck imports bench clean services
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Placer needs Python 3.11)"; exit 1; }
@@ -30,6 +30,10 @@ imports: $(STAMP)
 
 test: $(STAMP) lint typecheck imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Property tests with random examples, ten times as many (profile `fuzz`, tests/conftest.py).
+fuzz: $(STAMP)
+	PLACER_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider tests/solvers $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all

@@ -5,7 +5,7 @@
 1. Solve time of ``celeritas`` (and Order-Place) on seeded ``random_dag`` graphs of the paper's
    sizes (3,810 / 6,332 / 25,463 / 36,352 ops, Table 2), training pass, 4 PCIe V100 (32 GiB),
    memory scaled so the graph needs about 2.5 devices.  Median of ``--repeat`` runs of
-   ``solvers.run.solve`` (``solve_time_s``: the whole solver including the final simulation
+   ``solvers.solving.solve`` (``solve_time_s``: the whole solver including the final simulation
    that sets the claimed objective), the simulation alone, and the paper's Table 4 time for
    the model of that size.  Target: <= 3 s at 36k ops.
 2. Table 3 style: simulated single-step (training pass) time of Celeritas, Order-Place,
@@ -27,15 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from solvers.baselines._listsched import op_memory_bytes
 from solvers.celeritas.estimate import scale_graph
 from solvers.generate import generate_graph
+from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.importers.pipedream import import_pipedream
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.run import solve
 from solvers.simulate import simulate
+from solvers.solving import solve
 
 GiB = float(2**30)
 TARGET_S = 3.0
@@ -59,7 +59,7 @@ def pcie_v100(n: int = 4) -> Topology:
 
 def _scale_memory(graph: OpGraph, topology: Topology, devices_needed: float) -> OpGraph:
     """Scale every op's memory so that a training pass needs ``devices_needed`` devices."""
-    add, _ = op_memory_bytes(Problem(graph, topology, "latency", Settings(pass_="training")))
+    add, _ = op_memory_bytes(Problem(graph, topology, "latency", ProblemSettings(pass_="training")))
     f = devices_needed * float(topology.memory_bytes[0]) / float(add.sum())
     nodes = [dataclasses.replace(n, param_bytes=n.param_bytes * f, act_bytes=n.act_bytes * f,
                                  mem_fwd_bytes=n.mem_fwd_bytes * f, mem_bwd_bytes=n.mem_bwd_bytes * f)
@@ -73,7 +73,7 @@ def solve_times(repeat: int, sizes: list[int]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for n_ops in sizes:
         g = generate_graph("random_dag", n_ops=n_ops, width=8, edge_prob=0.1, max_skip=2, bytes_max=1e7, seed=1)
-        problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", Settings(pass_="training"))
+        problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", ProblemSettings(pass_="training"))
         runs, sims, order_runs, clusters = [], [], [], 0
         for _ in range(repeat):
             plan = solve(problem, "celeritas")
@@ -108,7 +108,7 @@ def table3(time_limit_s: float) -> None:
     print("| model | ops | memory (GiB) | " + " | ".join(names) + " |")
     print("|---|---|---|" + "---|" * len(names))
     for model, graph in table3_graphs().items():
-        problem = Problem(graph, topo, "latency", Settings(pass_="training"))
+        problem = Problem(graph, topo, "latency", ProblemSettings(pass_="training"))
         need = float(op_memory_bytes(problem)[0].sum()) / GiB
         cells = []
         for _, solver, options in TABLE3_SOLVERS:
@@ -130,7 +130,7 @@ def table4(sizes: list[int], time_limit_s: float) -> None:
     print("|---|" + "---|" * len(names))
     for n_ops in sizes:
         g = generate_graph("random_dag", n_ops=n_ops, width=8, edge_prob=0.1, max_skip=2, bytes_max=1e7, seed=1)
-        problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", Settings(pass_="training"))
+        problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", ProblemSettings(pass_="training"))
         cells = []
         for _, solver, options in TABLE4_SOLVERS:
             plan = solve(problem, solver, options, time_limit_s=time_limit_s)
@@ -145,7 +145,7 @@ def r_sweep() -> None:
     print("| model | placement | " + " | ".join(f"R = {r}" for r in ranges) + " |")
     print("|---|---|" + "---|" * len(ranges))
     for model, graph in table3_graphs().items():
-        problem = Problem(graph, topo, "latency", Settings(pass_="training"))
+        problem = Problem(graph, topo, "latency", ProblemSettings(pass_="training"))
         for placement in ("adjusting", "order"):
             cells = []
             for r in ranges:

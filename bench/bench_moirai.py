@@ -29,11 +29,11 @@ from solvers import registry
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import PlacerError
 from solvers.model.graph import OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.moirai.backends.result import BACKENDS
 from solvers.moirai.gcof import gcof
 from solvers.moirai.rules import FusionRules
-from solvers.run import solve
+from solvers.solving import solve
 
 # name -> generator parameters (layers, hidden, heads from MOIRAI Table IV)
 MODELS: dict[str, dict[str, Any]] = {
@@ -78,7 +78,7 @@ def exact(args: argparse.Namespace, backends: list[str]) -> None:
         topo = generate_topology(testbed)
         for n in (int(x) for x in args.sizes.split(",")):
             graph = generate_graph("random_dag", n_ops=n, width=4, seed=n, bytes_max=1e9)
-            problem = Problem(graph, topo, "latency", Settings(pass_=args.pass_))
+            problem = Problem(graph, topo, "latency", ProblemSettings(pass_=args.pass_))
             cells = []
             for backend in backends:
                 r = run_one(problem, "moirai", {"backend": backend, "fusion": False, "max_nodes": n},
@@ -114,7 +114,7 @@ def main() -> None:
         topo = generate_topology(testbed)
         for model in args.models.split(","):
             graph = graph_of(model)
-            problem = Problem(graph, topo, "latency", Settings(pass_=args.pass_))
+            problem = Problem(graph, topo, "latency", ProblemSettings(pass_=args.pass_))
             fused = gcof(graph, rules).n_units
             cells = []
             for name in BASELINES:

@@ -23,10 +23,10 @@ from typing import Any
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import OpGraph
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.apply import MappingSettings, map_partition
-from solvers.run import solve
+from solvers.solving import solve
 
 GRID = [(4, 16), (8, 8), (16, 4), (4, 64), (8, 32), (16, 16), (4, 128), (8, 64), (16, 32)]
 # Parmesan Table III (speedup over CS) and Table VI (over the better of CS / p2p); None = "-"
@@ -69,7 +69,7 @@ def topology(kind: str, devices: int) -> Topology | None:
 
 
 def run_case(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: float, guard: bool = True) -> dict[str, Any]:
-    problem = Problem(graph, topo, "throughput", Settings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
     started = time.monotonic()
     cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=60)
     stage_of = resolve_plan(problem, cs).stage_of

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from solvers.generate import generate_topology
 from solvers.model.importers import import_pipedream
-from solvers.model.problem import Problem, Settings
-from solvers.run import solve
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.solving import solve
 
 DEFAULT_DATA = Path("/work/shared/data/pipedream")
 
@@ -31,7 +31,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for path in sorted(args.data.glob("profiles/*/graph.txt")):
         graph = import_pipedream(path.read_text(), path.parent.name)
-        problem = Problem(graph, topo, "throughput", Settings(recompute=True))
+        problem = Problem(graph, topo, "throughput", ProblemSettings(recompute=True))
         out = []
         for solver in ("pipedream", "parmesan"):
             started = time.monotonic()

@@ -24,17 +24,17 @@ import time
 from bench.bench_parmesan_mapping import semantic_fpn
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.parmesan.mapping.binary import map_stages
 from solvers.parmesan.mapping.stage_graph import stage_graph
-from solvers.run import solve
+from solvers.solving import solve
 
 
 def bert48_flow(repeats: int) -> None:
     graph = generate_graph("transformer", layers=48, hidden=1024, heads=16, seq_len=512, micro_batch=8,
                            granularity="head")
     topo = generate_topology("dgx1", boxes=4)
-    problem = Problem(graph, topo, "throughput", Settings(micro_batches=(4,), recompute=True))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(4,), recompute=True))
     times = []
     for _ in range(repeats):
         started = time.monotonic()
@@ -51,7 +51,7 @@ def big_mapping(map_limit_s: float) -> None:
     graph = semantic_fpn()
     for name, topo in [("random_blk_2", generate_topology("random_blk_2", devices=512, nodes=32, seed=0)),
                        ("torus3d 8x8x8", generate_topology("torus3d", nx=8, ny=8, nz=8))]:
-        problem = Problem(graph, topo, "throughput", Settings(stages=16, replicas=32, recompute=True))
+        problem = Problem(graph, topo, "throughput", ProblemSettings(stages=16, replicas=32, recompute=True))
         plan = solve(problem, "parmesan", {"mapping": "consecutive"})
         sg = stage_graph(problem, resolve_plan(problem, plan).stage_of, 16, 32)
         for mode in ("m", "ar"):
@@ -73,7 +73,7 @@ def parallel_targets(limit_s: float) -> None:
     for kind, s, r in [("uniform_dist", 8, 8), ("random_blk_2", 16, 4), ("mesh2d", 4, 64)]:
         topo = topology(kind, s * r)
         assert topo is not None
-        problem = Problem(graph, topo, "throughput", Settings(stages=s, replicas=r, recompute=True))
+        problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True))
         plan = solve(problem, "parmesan", {"mapping": "consecutive"})
         sg = stage_graph(problem, resolve_plan(problem, plan).stage_of, s, r)
         for workers in (1, 2):

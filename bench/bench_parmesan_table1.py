@@ -24,8 +24,8 @@ import time
 
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.problem import Problem, Settings
-from solvers.run import solve
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.solving import solve
 
 PAPER = {  # Table I: PipeDream + our map, Parmesan; PipeDream + CS = 1.0x
     "ResNet-152": {(4, 4): (7.6, 8.1), (8, 2): (2.4, 2.6), (16, 1): (1.0, 1.2)},
@@ -75,7 +75,7 @@ def main() -> None:
     for name, graph in models().items():
         for s, r in [(4, 4), (8, 2), (16, 1)]:
             problem = Problem(graph, topo, "throughput",
-                              Settings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
+                              ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
             base = solve(problem, "pipedream", {"mapping": "consecutive"}).claimed_objective_s
             p2p = solve(problem, "pipedream", {"mapping": "p2p"}).claimed_objective_s
             pd_ours = solve(problem, "pipedream", {"mapping": "parmesan", **map_opts}).claimed_objective_s

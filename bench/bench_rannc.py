@@ -23,11 +23,11 @@ from typing import Any
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import PlacerError
 from solvers.model.graph import OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
 from solvers.rannc.atomic import atomic_subcomponents
 from solvers.registry import names
-from solvers.run import solve
+from solvers.solving import solve
 
 
 def paper_cluster(nodes: int = 4) -> Topology:
@@ -54,7 +54,7 @@ def resnet(depth: int, width_factor: int, micro_batch: int) -> OpGraph:
 def time_case(layers: int, hidden: int, repeats: int) -> dict[str, Any]:
     """Partition time of ``rannc`` (paper search) on BERT with ``layers`` layers."""
     graph = bert(layers, hidden)
-    problem = Problem(graph, paper_cluster(), "throughput", Settings(micro_batches=(8,), recompute=True))
+    problem = Problem(graph, paper_cluster(), "throughput", ProblemSettings(micro_batches=(8,), recompute=True))
     times, plan = [], None
     for _ in range(repeats):
         started = time.perf_counter()
@@ -103,7 +103,7 @@ SOLVERS: list[tuple[str, str, dict[str, Any]]] = [
 def quality_row(case: QualityCase, label: str, solver: str, options: dict[str, Any], limit_s: float) -> dict[str, Any]:
     topo = paper_cluster(case.nodes) if case.topology == "paper" else generate_topology("dgx1", boxes=case.nodes)
     problem = Problem(case.graph, topo, "throughput",
-                      Settings(micro_batches=(case.micro_batches,), recompute=True))
+                      ProblemSettings(micro_batches=(case.micro_batches,), recompute=True))
     row: dict[str, Any] = {"case": case.name, "ops": case.graph.n_ops, "solver": label}
     if solver not in names():
         return {**row, "status": "not registered"}

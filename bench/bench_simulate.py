@@ -20,7 +20,7 @@ from collections.abc import Callable
 from solvers.generate import generate_graph
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage, resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
 
@@ -52,7 +52,7 @@ def _chunks(ids: list[str], parts: int) -> list[tuple[str, ...]]:
 
 def stage_case(n_stages: int = 64, micro_batches: int = 64) -> tuple[Problem, Plan]:
     graph = layered_graph(n_stages * 16)
-    problem = Problem(graph, cluster(n_stages), "throughput", Settings(micro_batches=(micro_batches,)))
+    problem = Problem(graph, cluster(n_stages), "throughput", ProblemSettings(micro_batches=(micro_batches,)))
     order = [graph.ids[v] for v in graph.topo_order.tolist()]
     stages = tuple(Stage(ops, (f"g{s}",)) for s, ops in enumerate(_chunks(order, n_stages)))
     return problem, Plan(stages, micro_batches=micro_batches, schedule="1f1b")
@@ -61,7 +61,7 @@ def stage_case(n_stages: int = 64, micro_batches: int = 64) -> tuple[Problem, Pl
 def op_case(n_ops: int = 50_000, n_devices: int = 8, micro_batches: int = 4,
             round_robin: bool = False, generated: bool = False) -> tuple[Problem, Plan]:
     graph = generate_graph("random_dag", n_ops=n_ops, seed=0) if generated else layered_graph(n_ops)
-    problem = Problem(graph, cluster(n_devices), "latency", Settings(pass_="training"))
+    problem = Problem(graph, cluster(n_devices), "latency", ProblemSettings(pass_="training"))
     order = [graph.ids[v] for v in graph.topo_order.tolist()]
     groups = ([tuple(order[d::n_devices]) for d in range(n_devices)] if round_robin
               else _chunks(order, n_devices))

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from client.cli._output import format_seconds, format_table
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import PlacerError
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.portfolio import portfolio_names
-from solvers.run import solve
+from solvers.solving import solve
 
 
 def compare(problem: Problem, time_limit_s: float) -> list[tuple[object, ...]]:
@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"graph {graph.name!r}: {graph.n_ops} ops; topology {topology.name!r}: {topology.n_devices} devices")
     headers = ["solver", "status", "objective", "samples/s", "efficiency", "solve time", "stages"]
     for objective in ("throughput", "latency"):
-        problem = Problem(graph, topology, objective, Settings(micro_batches=(8,), pass_="training"))  # type: ignore[arg-type]
+        problem = Problem(graph, topology, objective, ProblemSettings(micro_batches=(8,), pass_="training"))  # type: ignore[arg-type]
         print(f"\n{objective} objective")
         print(format_table(headers, compare(problem, args.time_limit)))
     return 0

@@ -6,15 +6,15 @@ from logging.config import fileConfig
 
 from alembic import context
 
+from service.config import load_config
 from service.db.engine import make_engine
 from service.db.models import Base
-from service.settings import load_settings
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
-url = config.attributes.get("database_url") or load_settings().database_url
+url = config.attributes.get("database_url") or load_config().database_url
 
 
 def run_migrations_offline() -> None:

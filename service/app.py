@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from service.api import comparisons, graphs, health, jobs, plans, topologies
 from service.api import solvers as solvers_api
 from service.auth import KeyCache, RateLimiter
+from service.config import ServiceConfig, load_config
 from service.db import migrate
 from service.db.engine import Database
 from service.deps import Context
@@ -22,16 +23,15 @@ from service.jobs.dispatch import Dispatcher, LocalPool
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.schemas import ProblemOut
-from service.settings import Settings, load_settings
 
 log = logging.getLogger("placer.service")
 API_VERSION = "1"
 
 
-def create_app(settings: Settings | None = None, dispatcher: Dispatcher | None = None) -> FastAPI:
+def create_app(settings: ServiceConfig | None = None, dispatcher: Dispatcher | None = None) -> FastAPI:
     """Build the app.  The database is migrated (embedded SQLite by default) and the local pool
     started when the app starts, and stopped when it stops."""
-    cfg = settings or load_settings()
+    cfg = settings or load_config()
     db = Database(cfg.database_url)
     metrics = Metrics(db)
     pool = dispatcher or LocalPool(db, cfg, on_finish=metrics.job_finished)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.settings import load_settings
+from service.config import load_config
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,7 +34,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from service.db import migrate
     from service.db.engine import Database
 
-    cfg = load_settings()
+    cfg = load_config()
     db = Database(cfg.database_url)
     try:
         migrate.upgrade(db.engine)
@@ -50,7 +50,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     from service.db import migrate
     from service.db.engine import Database
 
-    cfg = load_settings()
+    cfg = load_config()
     db = Database(cfg.database_url)
     try:
         if cfg.migrate_on_start:
@@ -68,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from service.app import create_app
 
-    cfg = load_settings(host=args.host, port=args.port, workers=args.workers)
+    cfg = load_config(host=args.host, port=args.port, workers=args.workers)
     url = f"http://{cfg.host}:{cfg.port}"
     if args.demo:
         _seed_demo(cfg, url)
@@ -79,12 +79,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _seed_demo(cfg: object, url: str) -> None:
+    from service.config import ServiceConfig
     from service.db import migrate
     from service.db.engine import Database
     from service.demo import seed_demo
-    from service.settings import Settings
 
-    assert isinstance(cfg, Settings)
+    assert isinstance(cfg, ServiceConfig)
     db = Database(cfg.database_url)
     try:
         migrate.upgrade(db.engine)

@@ -9,11 +9,11 @@ from sqlalchemy.orm import Session
 
 from service.api.solvers import catalogue
 from service.auth import create_key, ensure_project
+from service.config import ServiceConfig
 from service.db.models import Comparison, new_id
 from service.inputs import store_graph, store_topology
 from service.jobs import store
 from service.jobs.validate import validate_job
-from service.settings import Settings
 from solvers.generate import generate_graph, generate_topology
 
 DEMO_PROJECT = "demo"
@@ -29,7 +29,7 @@ class Demo:
     solvers: tuple[str, ...]
 
 
-def seed_demo(session: Session, settings: Settings) -> Demo:
+def seed_demo(session: Session, settings: ServiceConfig) -> Demo:
     """Create (or reuse) the demo inputs and submit a comparison; the pool runs it at start-up.
 
     Identical inputs deduplicate and finished plans are reused from the cache, so running the

@@ -12,8 +12,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from service.auth import KeyCache, RateLimiter, bearer_key_hash, project_for_key_hash
+from service.config import ServiceConfig
 from service.db.engine import Database
-from service.settings import Settings
 
 if TYPE_CHECKING:
     from service.jobs.dispatch import Dispatcher
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class Context:
     """Everything a request handler may need, built once per app."""
 
-    settings: Settings
+    settings: ServiceConfig
     db: Database
     dispatcher: Dispatcher
     metrics: Metrics

@@ -52,7 +52,7 @@ def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> li
 
 def _run_one(problem: Problem, name: str, time_limit_s: float) -> tuple[str, Any]:
     """One portfolio member: ("ok", plan document) or ("error", message)."""
-    from solvers.run import solve
+    from solvers.solving import solve
 
     try:
         return "ok", solve(problem, name, time_limit_s=time_limit_s).to_document()

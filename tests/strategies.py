@@ -6,14 +6,24 @@ strategies here rather than writing private ones.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import strategies as st
 
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
+
+PROFILE = os.environ.get("PLACER_HYPOTHESIS_PROFILE", "ci")  # "ci" (derandomized) or "fuzz" (random)
+FUZZ_FACTOR = 10
+
+
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` in the ``ci`` profile, ten times that in ``fuzz``."""
+    return n * FUZZ_FACTOR if PROFILE == "fuzz" else n
+
 
 HUGE_MEMORY_BYTES = 1e18  # devices big enough that memory never decides in property tests
 
@@ -98,7 +108,7 @@ def throughput_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 6) -
     mb = draw(st.integers(1, 5))
     schedule = draw(st.sampled_from(["gpipe", "1f1b"]))
     recompute = draw(st.booleans())
-    problem = Problem(graph, topo, "throughput", Settings(micro_batches=(mb,), schedule=schedule))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(mb,), schedule=schedule))
     plan = Plan(tuple(Stage(tuple(ops), tuple(devs)) for ops, devs in zip(stages, groups, strict=True)),
                 micro_batches=mb, schedule=schedule, recompute=recompute)
     return problem, plan
@@ -117,5 +127,5 @@ def latency_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 5,
     used = sorted(set(owner))
     stages = tuple(Stage(tuple(graph.nodes[v].id for v in range(graph.n_ops) if owner[v] == g), tuple(groups[g]))
                    for g in used)
-    problem = Problem(graph, topo, "latency", Settings(pass_=pass_))
+    problem = Problem(graph, topo, "latency", ProblemSettings(pass_=pass_))
     return problem, Plan(stages, micro_batches=draw(st.integers(1, 2)))

@@ -276,7 +276,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 def cmd_solve(args: argparse.Namespace) -> int:
     from solvers.base import ProgressEvent
     from solvers.model.documents import write_json
-    from solvers.run import solve
+    from solvers.solving import solve
 
     problem = _problem(args)
     show = not args.quiet and sys.stderr.isatty()

@@ -18,8 +18,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-import solvers.run
 import solvers.simulate
+import solvers.solving
 from service.documents import decompress
 from solvers import registry
 from solvers.base import ProgressEvent
@@ -46,7 +46,7 @@ def skip_main_reimport() -> None:
 def preload() -> None:
     """Import what every solve needs, once, in the forkserver (each job's process is a fork of it):
     the simulator, the registry's table (entry points scanned once) and the solver classes."""
-    assert solvers.run and solvers.simulate
+    assert solvers.solving and solvers.simulate
     for name in registry.names():
         try:
             registry.get_solver_class(name)
@@ -105,7 +105,7 @@ def _solve(conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
     from solvers.model.graph import graph_from_document
     from solvers.model.problem import Problem, settings_from_dict
     from solvers.model.topology import topology_from_document
-    from solvers.run import solve
+    from solvers.solving import solve
 
     problem = Problem(graph_from_document(decompress(payload["graph_body"])),
                       topology_from_document(decompress(payload["topology_body"])),

@@ -13,10 +13,10 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from service.config import ServiceConfig
 from service.db.engine import Database
 from service.jobs import store
 from service.jobs.runner import JobRunner, warm_up
-from service.settings import Settings
 
 log = logging.getLogger("placer.jobs")
 
@@ -40,7 +40,7 @@ class LocalPool:
     restart).  With ``workers=0`` nothing runs here: jobs wait for another worker.
     """
 
-    def __init__(self, db: Database, settings: Settings,
+    def __init__(self, db: Database, settings: ServiceConfig,
                  on_finish: Callable[[str, float], None] | None = None) -> None:
         self.db = db
         self.settings = settings

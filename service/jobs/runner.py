@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
+from service.config import ServiceConfig
 from service.db.engine import Database
 from service.jobs import child, store
-from service.settings import Settings
 
 log = logging.getLogger("placer.jobs")
 Outcome = Literal["not-claimed", "succeeded", "failed", "cancelled", "queued", "lost", "released"]
@@ -63,7 +63,7 @@ class _Watch:
 class JobRunner:
     """Executes jobs by id; ``stop`` asks running jobs to be released back to the queue."""
 
-    def __init__(self, db: Database, settings: Settings, owner: str | None = None,
+    def __init__(self, db: Database, settings: ServiceConfig, owner: str | None = None,
                  on_finish: Any = None) -> None:
         self.db = db
         self.settings = settings

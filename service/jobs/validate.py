@@ -7,11 +7,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.config import ServiceConfig
 from service.db.models import Graph, TopologyRow
 from service.db.owned import get_owned
 from service.documents import decompress
 from service.errors import SolverUnavailable
-from service.settings import Settings
 from solvers import registry
 from solvers.base import parse_options
 from solvers.model.canonical import digest
@@ -35,7 +35,7 @@ class JobSpec:
     cache_key: str
 
 
-def validate_job(session: Session, cfg: Settings, project_id: str, *, graph_id: str, topology_id: str,
+def validate_job(session: Session, cfg: ServiceConfig, project_id: str, *, graph_id: str, topology_id: str,
                  solver: str, objective: str, settings: dict[str, Any], options: dict[str, Any],
                  time_limit_s: float | None, solver_field: str = "solver", options_field: str = "options",
                  ) -> JobSpec:

@@ -21,13 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.model.problem import Problem
 from solvers.parmesan.costs import reference_costs
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)

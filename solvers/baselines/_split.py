@@ -7,9 +7,8 @@ non-empty chunks so that the heaviest chunk is as light as possible.
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
+from solvers.arrays import FloatArray
 
 
 def _greedy_cuts(weights: FloatArray, cap: float) -> list[int]:

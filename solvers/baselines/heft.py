@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines._listsched import (
+from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
     TaskGraph,
@@ -30,11 +30,9 @@ from solvers.baselines._listsched import (
     obviously_infeasible,
     op_task_graph,
 )
-from solvers.celeritas.orders import b_level
+from solvers.listsched.orders import b_level
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def upward_rank(tasks: TaskGraph, costs: LatencyCosts) -> FloatArray:

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines._listsched import (
+from solvers.listsched import (
     ListSchedule,
     check_latency_pins,
     complete_fast,
@@ -35,10 +35,6 @@ from solvers.baselines._listsched import (
 )
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 def etf_schedule(sched: ListSchedule, pins: Mapping[int, int], budget: Budget,

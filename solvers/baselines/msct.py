@@ -24,8 +24,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
+from solvers.arrays import IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines._listsched import (
+from solvers.baselines.metf import etf_schedule
+from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
     TaskGraph,
@@ -37,12 +39,9 @@ from solvers.baselines._listsched import (
     obviously_infeasible,
     op_task_graph,
 )
-from solvers.baselines.metf import etf_schedule
 from solvers.model.errors import require
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-
-IntArray = npt.NDArray[np.int64]
 
 
 class MSCTOptions(SolverOptions):

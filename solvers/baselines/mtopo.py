@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines._listsched import (
+from solvers.listsched import (
     ListSchedule,
     check_latency_pins,
     complete_fast,
@@ -25,7 +25,7 @@ from solvers.baselines._listsched import (
     obviously_infeasible,
     op_task_graph,
 )
-from solvers.celeritas.orders import m_topo_order
+from solvers.listsched.orders import m_topo_order
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 

@@ -19,9 +19,9 @@ import time
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import Field
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.baselines._pipedream_dp import Group, LayerChain, flat_dp, hierarchical_dp, layer_chain
 from solvers.model.errors import InvalidProblem
@@ -31,9 +31,6 @@ from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
 from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
 from solvers.parmesan.mapping.heuristics import consecutive_mapping
 from solvers.parmesan.search import sr_candidates
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 class PipeDreamOptions(SolverOptions):

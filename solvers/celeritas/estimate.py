@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.model.errors import InvalidGraph, InvalidInput
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 
-FloatArray = npt.NDArray[np.float64]
 _NODE_FIELDS = ("fwd_s", "bwd_s", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes")
 
 

@@ -20,15 +20,12 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-from solvers.baselines._listsched import LatencyCosts, TaskGraph
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.cost.traffic import group_traffic_bytes
+from solvers.listsched import LatencyCosts, TaskGraph
 from solvers.model.graph import OpGraph
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 _BLOCK = 2048  # rows of the cost band built at a time (memory O(_BLOCK * R))
 
 

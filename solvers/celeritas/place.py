@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-from solvers.baselines._listsched import LatencyCosts, ListSchedule, TaskGraph
+from solvers.arrays import FloatArray, IntArray
+from solvers.listsched import LatencyCosts, ListSchedule, TaskGraph
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 _INF = float("inf")
 
 

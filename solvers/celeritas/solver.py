@@ -20,8 +20,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
+from solvers.arrays import IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines._listsched import (
+from solvers.celeritas import orders
+from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
+from solvers.celeritas.place import adjusting_place, expand_schedule, order_place
+from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
     TaskGraph,
@@ -33,13 +37,9 @@ from solvers.baselines._listsched import (
     obviously_infeasible,
     op_task_graph,
 )
-from solvers.celeritas import orders
-from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
-from solvers.celeritas.place import adjusting_place, expand_schedule, order_place
+from solvers.listsched.orders import m_topo_order
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-
-IntArray = orders.IntArray
 
 
 class CeleritasOptions(SolverOptions):
@@ -56,12 +56,12 @@ class CeleritasOptions(SolverOptions):
 def task_order(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> IntArray:
     """The op or cluster order named ``kind`` (§4.2.2, Algorithm 1)."""
     if kind == "m-topo":
-        return orders.m_topo_order(tasks.succ, tasks.pred)
+        return m_topo_order(tasks.succ, tasks.pred)
     if kind == "dfs-topo":
         return orders.dfs_topo_order(tasks.succ, tasks.pred)
     topo = np.argsort(tasks.rank, kind="stable")
     f = costs.msg_factor
-    return orders.cpd_topo(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
+    return orders.cpd_topo_order(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
                            f * costs.mean_latency_s, f * costs.mean_inv_bandwidth_sPB, topo)
 
 

@@ -23,12 +23,10 @@ Both objectives take the max of
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.cost.compute import ComputeModel
 from solvers.model.problem import Problem
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def lower_bound_s(problem: Problem, micro_batches: int | None = None, *, recompute: bool | None = None,

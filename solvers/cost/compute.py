@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.model.graph import OpGraph
 from solvers.model.topology import Topology
-
-FloatArray = npt.NDArray[np.float64]
 
 
 class ComputeModel:

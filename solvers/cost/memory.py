@@ -20,15 +20,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.problem import Problem
 
 if TYPE_CHECKING:
     from solvers.model.plan import ResolvedPlan
 
-IntArray = npt.NDArray[np.int64]
 
 
 def in_flight_micro_batches(schedule: str, n_stages: int, stage: int, micro_batches: int) -> int:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.model.graph import OpGraph
-
-IntArray = npt.NDArray[np.int64]
 
 
 def _remote_tensors(graph: OpGraph, group_of: IntArray) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidGraph
@@ -30,8 +31,6 @@ _NODE_KEYS = frozenset(
 _EDGE_KEYS = frozenset({"src", "dst", "bytes"})
 _GRAPH_KEYS = frozenset({"format", "name", "profiled_batch_size", "nodes", "edges", "attrs"})
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)

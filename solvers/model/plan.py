@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.model import _check as check
 from solvers.model.errors import InvalidPlan
 from solvers.model.problem import SCHEDULES, Problem
@@ -20,7 +20,6 @@ from solvers.model.problem import SCHEDULES, Problem
 PLAN_FORMAT = "placer.plan/v1"
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
-IntArray = npt.NDArray[np.int64]
 
 _PLAN_KEYS = frozenset(
     {"format", "solver", "solver_version", "options", "objective", "pass", "graph_digest", "topology_digest",

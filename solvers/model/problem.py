@@ -31,7 +31,7 @@ DEFAULT_MICRO_BATCHES = 4
 
 
 @dataclass(frozen=True)
-class Settings:
+class ProblemSettings:
     """Problem settings.  Every field has a documented default (docs/formats.md).
 
     ``micro_batches``: candidate micro-batch counts per iteration (throughput; a solver picks
@@ -64,13 +64,13 @@ class Settings:
         return out
 
 
-_SETTINGS_KEYS = frozenset(Settings().to_dict())
+_SETTINGS_KEYS = frozenset(ProblemSettings().to_dict())
 
 
-def settings_from_dict(raw: Mapping[str, Any] | None, where: str = "settings") -> Settings:
+def settings_from_dict(raw: Mapping[str, Any] | None, where: str = "settings") -> ProblemSettings:
     """Validate a settings mapping (JSON names; unknown keys rejected)."""
     if raw is None:
-        return Settings()
+        return ProblemSettings()
     raw = check.mapping(raw, where, InvalidProblem)
     check.known_keys(raw, _SETTINGS_KEYS, where, InvalidProblem)
     kw: dict[str, Any] = {}
@@ -120,7 +120,7 @@ def settings_from_dict(raw: Mapping[str, Any] | None, where: str = "settings") -
             check.number(v, f"{where}.stage_memory_caps_bytes.{k}", InvalidProblem)
             for k, v in caps.items()
         }
-    return Settings(**kw)
+    return ProblemSettings(**kw)
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,7 +130,7 @@ class Problem:
     graph: OpGraph
     topology: Topology
     objective: Objective = "throughput"
-    settings: Settings = field(default_factory=Settings)
+    settings: ProblemSettings = field(default_factory=ProblemSettings)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

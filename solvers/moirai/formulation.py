@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from solvers.moirai.instance import Instance
-from solvers.moirai.schedule import Schedule
+from solvers.moirai.schedule import TimedSchedule
 
 HORIZON_UNITS = 1000.0
 TINY_UNITS = 1e-7  # transfer times under 1e-10 of the horizon are left out of the model
@@ -96,7 +96,7 @@ class Formulation:
     cmax: int
 
 
-def horizon_s(inst: Instance, incumbent: Schedule | None) -> float:
+def horizon_s(inst: Instance, incumbent: TimedSchedule | None) -> float:
     """Big-M horizon: the incumbent's makespan, else a serial bound on any ASAP schedule."""
     if incumbent is not None and incumbent.makespan_s > 0:
         return incumbent.makespan_s
@@ -122,7 +122,7 @@ def messages_of(inst: Instance) -> list[Message]:
     return out
 
 
-def build(inst: Instance, incumbent: Schedule | None) -> Formulation:
+def build(inst: Instance, incumbent: TimedSchedule | None) -> Formulation:
     """Build the MILP (module doc) with the incumbent as hint and cut-off."""
     m = LinearModel()
     hz = horizon_s(inst, incumbent)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from solvers.moirai.formulation import Formulation
-from solvers.moirai.schedule import Schedule
+from solvers.moirai.schedule import TimedSchedule
 
 
-def hint_from_schedule(f: Formulation, sched: Schedule) -> dict[int, float]:
+def hint_from_schedule(f: Formulation, sched: TimedSchedule) -> dict[int, float]:
     """Values of every variable of ``f`` that reproduce ``sched`` (feasible for the model)."""
     inst, sc = f.inst, f.scale
     out: dict[int, float] = {}

@@ -26,13 +26,12 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.cost.comm import transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes
 from solvers.model.problem import Problem
 from solvers.moirai.gcof import Grouping
-
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, eq=False)

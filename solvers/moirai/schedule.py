@@ -19,7 +19,7 @@ from solvers.moirai.instance import Instance
 
 
 @dataclass(frozen=True)
-class Schedule:
+class TimedSchedule:
     """Start / end of every task; ``messages[(task, slot, consumer device)] = (start, end)``."""
 
     device_of_unit: tuple[int, ...]
@@ -47,7 +47,7 @@ def slot_messages(inst: Instance, device_of_unit: Sequence[int], task: int) -> l
     return out
 
 
-def replay(inst: Instance, device_of_unit: Sequence[int], order: Mapping[int, Sequence[int]]) -> Schedule:
+def replay(inst: Instance, device_of_unit: Sequence[int], order: Mapping[int, Sequence[int]]) -> TimedSchedule:
     """Time the schedule (module doc); raises :class:`SolverFailure` on an order that deadlocks."""
     n = inst.n_tasks
     start = [0.0] * n
@@ -86,7 +86,7 @@ def replay(inst: Instance, device_of_unit: Sequence[int], order: Mapping[int, Se
                 progressed = True
         if not progressed and left:
             raise SolverFailure("moirai: the per-device task order contradicts the dependencies")
-    return Schedule(tuple(device_of_unit), {k: list(v) for k, v in order.items()}, tuple(start), tuple(end),
+    return TimedSchedule(tuple(device_of_unit), {k: list(v) for k, v in order.items()}, tuple(start), tuple(end),
                     messages, max(end) if end else 0.0)
 
 

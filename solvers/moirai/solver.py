@@ -25,7 +25,7 @@ from solvers.moirai.formulation import Formulation, build
 from solvers.moirai.gcof import Grouping, gcof, identity_grouping, make_grouping
 from solvers.moirai.instance import Instance, build_instance
 from solvers.moirai.rules import FusionRules
-from solvers.moirai.schedule import Schedule, memory_fits, order_by_start, replay
+from solvers.moirai.schedule import TimedSchedule, memory_fits, order_by_start, replay
 from solvers.moirai.warmstart import warm_start
 
 OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
@@ -49,7 +49,7 @@ class MoiraiOptions(SolverOptions):
     threads: int = Field(1, ge=1, le=64, description="threads given to the back-end")
 
 
-def _expand(problem: Problem, inst: Instance, sched: Schedule) -> tuple[tuple[Stage, ...], dict[str, tuple[str, ...]]]:
+def _expand(problem: Problem, inst: Instance, sched: TimedSchedule) -> tuple[tuple[Stage, ...], dict[str, tuple[str, ...]]]:
     """One stage per used device; ``order`` = its forward tasks' ops in scheduled order."""
     g, topo = problem.graph, problem.topology
     stages, order = [], {}
@@ -63,7 +63,7 @@ def _expand(problem: Problem, inst: Instance, sched: Schedule) -> tuple[tuple[St
     return tuple(stages), order
 
 
-def _decode(f: Formulation, result: BackendResult) -> Schedule | None:
+def _decode(f: Formulation, result: BackendResult) -> TimedSchedule | None:
     """The back-end's placement and start order, re-timed exactly; ``None`` if unusable."""
     if result.values is None:
         return None
@@ -152,7 +152,7 @@ class MoiraiSolver:
         return run_backend(f, options.backend, own, hard, options.threads, seed, report)
 
     def _finish(self, problem: Problem, inst: Instance, f: Formulation, result: BackendResult,
-                candidates: list[Schedule], stats: dict[str, object]) -> Plan:
+                candidates: list[TimedSchedule], stats: dict[str, object]) -> Plan:
         """The candidate (back-end solution first, then warm start) the simulator scores best."""
         from solvers.simulate import simulate
 

@@ -22,7 +22,7 @@ from solvers.base import Budget, no_progress, parse_options
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.moirai.instance import Instance
-from solvers.moirai.schedule import Schedule, full_order, memory_fits, replay
+from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, replay
 
 
 def upward_rank(inst: Instance) -> list[float]:
@@ -40,7 +40,7 @@ def upward_rank(inst: Instance) -> list[float]:
     return rank
 
 
-def list_schedule(inst: Instance) -> Schedule | None:
+def list_schedule(inst: Instance) -> TimedSchedule | None:
     """The HEFT-like list schedule (module doc), or ``None`` when some unit fits nowhere."""
     rank = upward_rank(inst)
     fwd = inst.n_units  # forward tasks are 0 .. n_units - 1
@@ -90,7 +90,7 @@ def _start_on(inst: Instance, device: list[int], end: list[float], free: np.ndar
     return start
 
 
-def single_device(inst: Instance, k: int) -> Schedule | None:
+def single_device(inst: Instance, k: int) -> TimedSchedule | None:
     """Everything on device ``k`` in topological order, if it fits."""
     device = [k] * inst.n_units
     if not memory_fits(inst, device):
@@ -98,7 +98,7 @@ def single_device(inst: Instance, k: int) -> Schedule | None:
     return replay(inst, device, full_order(inst, {k: [t for t in inst.topo if t < inst.n_units]}))
 
 
-def by_rank(inst: Instance, device_of_unit: Sequence[int]) -> Schedule | None:
+def by_rank(inst: Instance, device_of_unit: Sequence[int]) -> TimedSchedule | None:
     """A placement run in decreasing upward rank on every device (ties: topological), if it fits."""
     if not memory_fits(inst, device_of_unit):
         return None
@@ -110,7 +110,7 @@ def by_rank(inst: Instance, device_of_unit: Sequence[int]) -> Schedule | None:
     return replay(inst, device_of_unit, full_order(inst, order))
 
 
-def from_plan(inst: Instance, plan: Plan) -> Schedule | None:
+def from_plan(inst: Instance, plan: Plan) -> TimedSchedule | None:
     """A heuristic's plan on the units: each unit where most of its reference work ran."""
     g, topo = inst.problem.graph, inst.problem.topology
     where: dict[int, int] = {}
@@ -128,7 +128,7 @@ def from_plan(inst: Instance, plan: Plan) -> Schedule | None:
     return by_rank(inst, device)
 
 
-def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budget) -> list[Schedule]:
+def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budget) -> list[TimedSchedule]:
     """Run the registered heuristics among ``problem_solvers`` and map their plans onto the units."""
     from solvers import registry
 
@@ -148,7 +148,7 @@ def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budg
     return out
 
 
-def warm_start(inst: Instance, heuristics: Sequence[str] = (), budget: Budget | None = None) -> Schedule | None:
+def warm_start(inst: Instance, heuristics: Sequence[str] = (), budget: Budget | None = None) -> TimedSchedule | None:
     """The best of the heuristics' plans, the list schedule and the single-device plans (``None``
     if none fits)."""
     candidates = heuristic_plans(heuristics, inst, budget or Budget(None)) if heuristics else []

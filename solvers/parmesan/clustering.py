@@ -20,14 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.problem import Problem
 from solvers.parmesan.costs import ReferenceCosts
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 VISIT_LIMIT = 4096
 
 

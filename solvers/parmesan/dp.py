@@ -20,12 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.model.problem import Problem
 from solvers.parmesan.clustering import ClusterGraph
 from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 BoolMatrix = npt.NDArray[np.bool_]
 
 

@@ -24,16 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.cost.memory import in_flight_micro_batches, stage_memory_bytes
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem
 from solvers.parmesan.costs import ReferenceCosts, stage_capacity_bytes
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 MAX_STEPS = 100
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.base import Budget
 from solvers.cost.memory import capacity_bytes
 from solvers.model.plan import Plan
@@ -32,11 +32,9 @@ from solvers.parmesan.fronted import enumerate_fronted
 from solvers.parmesan.mapping.apply import Mapper, build_plan, heuristic_place, simulated_s
 from solvers.parmesan.refine import refine
 
-IntArray = npt.NDArray[np.int64]
-
 
 @dataclass
-class Candidate:
+class Configuration:
     """One searched configuration with its partition and its proxy-mapped simulated objective."""
 
     alpha: float
@@ -129,10 +127,10 @@ def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mi
 def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[float], k: int,
                       max_sets: int, max_pairs: int, refine_steps: int, mapper: Mapper,
                       budget: Budget, allreduce_variants: tuple[bool, ...] = (False,),
-                      ) -> tuple[Candidate | None, dict[str, Any]]:
+                      ) -> tuple[Configuration | None, dict[str, Any]]:
     """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored."""
     stage_pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, int)}
-    best: Candidate | None = None
+    best: Configuration | None = None
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
     for alpha in alphas:
         if best is not None and budget.expired():
@@ -158,6 +156,6 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                     explored["infeasible_candidates"] += 1
                     continue
                 if best is None or value < best.score_s:
-                    best = Candidate(alpha, n_stages, replicas, mb, stage_of, dp_s, value, plan,
+                    best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, value, plan,
                                      {**rstats, **cstats, "allreduce_in_partition": with_ar})
     return best, explored

@@ -12,12 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import BoolArray, IntArray
 from solvers.model.graph import OpGraph
-
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 # Source ops that produce a value without reading the model input (parameters, buffers,
 # literals, shape-only factories).  Used only when the graph gives no ``constant`` flag at all.

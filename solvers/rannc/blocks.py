@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.base import Budget
 from solvers.model.problem import Problem
 from solvers.rannc.atomic import AtomicPartition
@@ -14,8 +14,6 @@ from solvers.rannc.coarsen import coarsen
 from solvers.rannc.compact import compact
 from solvers.rannc.groups import AtomicGraph, build_atomic_graph, group_members
 from solvers.rannc.uncoarsen import uncoarsen
-
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget
 from solvers.rannc.groups import AtomicGraph, topological_groups
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass
@@ -32,10 +29,10 @@ class _LiveLevel:
     groups (``-1`` marks a hole left by a merge); ``pos[x]`` = index of x in ``order``.
     """
 
-    comp: FloatArray
-    param: FloatArray
-    act: FloatArray
-    work: FloatArray
+    comp_s: FloatArray
+    param_bytes: FloatArray
+    act_bytes: FloatArray
+    work_bytes: FloatArray
     succ: list[dict[int, float]]
     pred: list[dict[int, float]]
     order: list[int]
@@ -44,16 +41,16 @@ class _LiveLevel:
 
 def level_aggregates(ag: AtomicGraph, group_of: IntArray, n: int) -> tuple[FloatArray, ...]:
     """(computation time, parameter bytes, activation bytes, working bytes) per group."""
-    comp = np.bincount(group_of, weights=ag.comp_s, minlength=n).astype(np.float64)
-    param = np.bincount(group_of, weights=ag.param_bytes, minlength=n).astype(np.float64)
-    act = np.bincount(group_of, weights=ag.act_bytes, minlength=n).astype(np.float64)
-    work = np.zeros(n)
-    np.maximum.at(work, group_of, ag.work_bytes)
-    return comp, param, act, work
+    comp_s = np.bincount(group_of, weights=ag.comp_s, minlength=n).astype(np.float64)
+    param_bytes = np.bincount(group_of, weights=ag.param_bytes, minlength=n).astype(np.float64)
+    act_bytes = np.bincount(group_of, weights=ag.act_bytes, minlength=n).astype(np.float64)
+    work_bytes = np.zeros(n)
+    np.maximum.at(work_bytes, group_of, ag.work_bytes)
+    return comp_s, param_bytes, act_bytes, work_bytes
 
 
 def _live(ag: AtomicGraph, group_of: IntArray, n: int) -> _LiveLevel:
-    comp, param, act, work = level_aggregates(ag, group_of, n)
+    comp_s, param_bytes, act_bytes, work_bytes = level_aggregates(ag, group_of, n)
     succ: list[dict[int, float]] = [{} for _ in range(n)]
     pred: list[dict[int, float]] = [{} for _ in range(n)]
     for a, b, size in zip(group_of[ag.edge_src].tolist(), group_of[ag.edge_dst].tolist(), ag.edge_bytes.tolist(),
@@ -62,7 +59,7 @@ def _live(ag: AtomicGraph, group_of: IntArray, n: int) -> _LiveLevel:
             succ[a][b] = succ[a].get(b, 0.0) + size
             pred[b][a] = pred[b].get(a, 0.0) + size
     order = list(range(n))  # ids are already topologically ordered
-    return _LiveLevel(comp, param, act, work, succ, pred, order, list(range(n)))
+    return _LiveLevel(comp_s, param_bytes, act_bytes, work_bytes, succ, pred, order, list(range(n)))
 
 
 def _window_descendants(lv: _LiveLevel, first: int, second: int) -> set[int] | None:
@@ -86,9 +83,9 @@ def _window_descendants(lv: _LiveLevel, first: int, second: int) -> set[int] | N
 
 def _merge(lv: _LiveLevel, first: int, second: int, desc: set[int]) -> None:
     """Contract the edge ``first -> second`` into ``first`` and repair the topological order."""
-    for arr in (lv.comp, lv.param, lv.act):
+    for arr in (lv.comp_s, lv.param_bytes, lv.act_bytes):
         arr[first] += arr[second]
-    lv.work[first] = max(lv.work[first], lv.work[second])
+    lv.work_bytes[first] = max(lv.work_bytes[first], lv.work_bytes[second])
     for z, size in lv.succ[second].items():
         lv.pred[z].pop(second, None)
         lv.succ[first][z] = lv.succ[first].get(z, 0.0) + size
@@ -112,11 +109,11 @@ def _merge(lv: _LiveLevel, first: int, second: int, desc: set[int]) -> None:
 
 def _try_merge(ag: AtomicGraph, lv: _LiveLevel, v: int, done: list[bool]) -> tuple[int, int] | None:
     """Merge ``v`` with its best adjacent partner (§III-B rules); (kept id, removed id) or ``None``."""
-    cands = [(lv.comp[w], w, True) for w in lv.succ[v] if not done[w]]
-    cands += [(lv.comp[w], w, False) for w in lv.pred[v] if not done[w]]
+    cands = [(lv.comp_s[w], w, True) for w in lv.succ[v] if not done[w]]
+    cands += [(lv.comp_s[w], w, False) for w in lv.pred[v] if not done[w]]
     cands.sort()
     for _, w, forward in cands:
-        if not ag.fits(lv.param[v] + lv.param[w], lv.act[v] + lv.act[w], max(lv.work[v], lv.work[w])):
+        if not ag.fits(lv.param_bytes[v] + lv.param_bytes[w], lv.act_bytes[v] + lv.act_bytes[w], max(lv.work_bytes[v], lv.work_bytes[w])):
             continue
         first, second = (v, w) if forward else (w, v)
         desc = _window_descendants(lv, first, second)
@@ -133,7 +130,7 @@ def coarsen_level(ag: AtomicGraph, group_of: IntArray, n: int, k: int) -> tuple[
     done = [False] * n
     rep = list(range(n))  # rep[x] = the live group that x was merged into (x itself if none)
     alive = n
-    for v in sorted(range(n), key=lambda x: (lv.comp[x], x)):
+    for v in sorted(range(n), key=lambda x: (lv.comp_s[x], x)):
         if alive <= k:
             break
         if done[v]:

@@ -10,12 +10,10 @@ merges nothing (then ``k`` is not reachable under the memory rule).
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.rannc.coarsen import level_aggregates
 from solvers.rannc.groups import AtomicGraph
-
-IntArray = npt.NDArray[np.int64]
 
 
 def compact(ag: AtomicGraph, group_of: IntArray, k: int) -> IntArray:

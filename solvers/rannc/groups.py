@@ -11,16 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes
 from solvers.model.errors import SolverFailure
 from solvers.model.problem import Problem
 from solvers.rannc.atomic import AtomicPartition
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 def reference_times(problem: Problem) -> tuple[FloatArray, FloatArray]:

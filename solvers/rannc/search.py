@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.base import Budget
 from solvers.cost.memory import in_flight_micro_batches
 from solvers.model.errors import InvalidPlan
@@ -26,11 +26,9 @@ from solvers.rannc.groups import reference_capacity_bytes
 from solvers.rannc.profile import RangeTable, StageCandidate, StageProfiler, intra_node_channel
 from solvers.rannc.stage_dp import StageSolution, StageTables, form_stage_dp
 
-FloatArray = npt.NDArray[np.float64]
-
 
 @dataclass(frozen=True)
-class Candidate:
+class SearchPoint:
     """One Algorithm 1 call: ``nodes`` per copy, ``copies``, ``stages``, ``micro_batches``."""
 
     nodes: int
@@ -48,7 +46,7 @@ class SearchResult:
     plan: Plan | None = None
     objective_s: float = float("inf")
     per_sample_s: float = float("inf")
-    chosen: Candidate | None = None
+    chosen: SearchPoint | None = None
     solution: StageSolution | None = None
     dp_calls: int = 0
     simulated: int = 0
@@ -115,7 +113,7 @@ class StageSearch:
         counts = [1 << i for i in range(n_nodes.bit_length()) if (1 << i) <= n_nodes]
         return counts if counts[-1] == n_nodes else [*counts, n_nodes]
 
-    def candidates_by_stage(self) -> Iterator[list[Candidate]]:
+    def candidates_by_stage(self) -> Iterator[list[SearchPoint]]:
         """Algorithm 2's loops; each yielded list shares ``(n, S)`` and spans the micro-batches."""
         s = self.problem.settings
         per_node = self.layout.devices_per_node
@@ -137,9 +135,9 @@ class StageSearch:
                     break
                 tried.add(n_stages)
                 used = n_stages * fixed if fixed else devices
-                yield [Candidate(n, copies, n_stages, mb, used, fixed) for mb in self.micro_batches]
+                yield [SearchPoint(n, copies, n_stages, mb, used, fixed) for mb in self.micro_batches]
 
-    def solve_candidate(self, cand: Candidate) -> StageSolution | None:
+    def solve_candidate(self, cand: SearchPoint) -> StageSolution | None:
         """Algorithm 1 for one candidate."""
         problem = self.problem
         recompute = self.recompute_for(cand.stages)
@@ -154,7 +152,7 @@ class StageSearch:
             allowed[cand.fixed_replicas] = True
         return form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune)
 
-    def to_plan(self, cand: Candidate, sol: StageSolution) -> Plan:
+    def to_plan(self, cand: SearchPoint, sol: StageSolution) -> Plan:
         """Stages of ops (a cloned op in its earliest stage) on allocated devices."""
         g, topo = self.problem.graph, self.problem.topology
         placed = np.zeros(g.n_ops, dtype=bool)

@@ -14,11 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
+from solvers.arrays import BoolArray, FloatArray, IntArray
 
 
 @dataclass(frozen=True)

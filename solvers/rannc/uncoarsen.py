@@ -19,12 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget
 from solvers.rannc.coarsen import level_aggregates
 from solvers.rannc.groups import AtomicGraph, group_members
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -67,14 +65,14 @@ class _Levels:
     def __init__(self, ag: AtomicGraph, levels: list[IntArray]) -> None:
         self.ag = ag
         self.group_of = [lv.copy() for lv in levels]
-        self.param: list[FloatArray] = []
-        self.act: list[FloatArray] = []
-        self.work: list[FloatArray] = []
+        self.param_bytes: list[FloatArray] = []
+        self.act_bytes: list[FloatArray] = []
+        self.work_bytes: list[FloatArray] = []
         for lv in self.group_of:
             _, param, act, work = level_aggregates(ag, lv, int(lv.max()) + 1)
-            self.param.append(param)
-            self.act.append(act)
-            self.work.append(work)
+            self.param_bytes.append(param)
+            self.act_bytes.append(act)
+            self.work_bytes.append(work)
 
     def _sizes(self, atoms: IntArray) -> tuple[float, float, float]:
         ag = self.ag
@@ -95,7 +93,7 @@ class _Levels:
                 return False  # the rest of U would sit on both sides of c
             if lev > level and edges.bytes_to(gof, t) < edges.bytes_to(gof, u):
                 return False  # the move would add traffic between the coarser groups
-            if not self.ag.fits(self.param[lev][t] + pc, self.act[lev][t] + ac, max(self.work[lev][t], wc)):
+            if not self.ag.fits(self.param_bytes[lev][t] + pc, self.act_bytes[lev][t] + ac, max(self.work_bytes[lev][t], wc)):
                 return False
         return True
 
@@ -108,11 +106,11 @@ class _Levels:
             if t == u:
                 break
             gof[atoms] = t
-            self.param[lev][u] -= pc
-            self.param[lev][t] += pc
-            self.act[lev][u] -= ac
-            self.act[lev][t] += ac
-            self.work[lev][t] = max(self.work[lev][t], wc)
+            self.param_bytes[lev][u] -= pc
+            self.param_bytes[lev][t] += pc
+            self.act_bytes[lev][u] -= ac
+            self.act_bytes[lev][t] += ac
+            self.work_bytes[lev][t] = max(self.work_bytes[lev][t], wc)
 
 
 def uncoarsen(ag: AtomicGraph, levels: list[IntArray], budget: Budget | None = None) -> tuple[list[IntArray], int]:

@@ -24,7 +24,7 @@ from solvers.simulate.result import TimelineEntry
 
 
 @dataclass
-class TaskGraph:
+class EventGraph:
     """Templates of a block-structured task set (see the module doc for the indexing)."""
 
     n_items: int
@@ -40,7 +40,7 @@ class TaskGraph:
     sequences: list[list[int] | None] = field(default_factory=list)  # sequences[g] = fixed task order
 
 
-def run_tasks(tg: TaskGraph, channels: ChannelTable, label: Callable[[int], str] | None = None,
+def run_tasks(tg: EventGraph, channels: ChannelTable, label: Callable[[int], str] | None = None,
               log: list[TimelineEntry] | None = None,
               transfer_label: Callable[[int, int], str] | None = None) -> list[float]:
     """Simulate every task; return ``last_end[g]``, the end of group ``g``'s last task.
@@ -155,7 +155,7 @@ def run_tasks(tg: TaskGraph, channels: ChannelTable, label: Callable[[int], str]
     return last_end
 
 
-def _deadlock(tg: TaskGraph, pointer: list[int], label: Callable[[int], str] | None) -> None:
+def _deadlock(tg: EventGraph, pointer: list[int], label: Callable[[int], str] | None) -> None:
     for g, seq in enumerate(tg.sequences):
         if seq is not None and pointer[g] < len(seq):
             t = seq[pointer[g]]

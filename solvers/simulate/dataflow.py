@@ -25,7 +25,7 @@ from solvers.cost.compute import ComputeModel
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate._events import TaskGraph, run_tasks
+from solvers.simulate._events import EventGraph, run_tasks
 from solvers.simulate.result import EngineRun, TimelineEntry
 
 
@@ -40,7 +40,7 @@ def group_op_times(rp: ResolvedPlan, compute: ComputeModel, n_ops: int) -> tuple
 
 
 def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channels: ChannelTable,
-                   micro_batches: int) -> TaskGraph:
+                   micro_batches: int) -> EventGraph:
     g = problem.graph
     n = g.n_ops
     training = problem.training
@@ -82,7 +82,7 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     pos = g.topo_position.tolist()
     priority = pos + ([n - 1 - p for p in pos] if training else [])
     sequences = _sequences(rp, n, micro_batches, training)
-    return TaskGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
+    return EventGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
                      n_inputs, priority, sequences)
 
 
@@ -121,7 +121,7 @@ def run_dataflow(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micr
                          timeline=timeline)
 
 
-def run_iteration(problem: Problem, rp: ResolvedPlan, tg: TaskGraph, channels: ChannelTable,
+def run_iteration(problem: Problem, rp: ResolvedPlan, tg: EventGraph, channels: ChannelTable,
                   label: Callable[[int], str], transfer_label: Callable[[int, int], str], *,
                   allreduce: bool, timeline: bool) -> EngineRun:
     """Run the tasks of ``tg`` (group = stage); when ``allreduce``, each replicated stage ends

@@ -15,7 +15,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate._events import TaskGraph
+from solvers.simulate._events import EventGraph
 from solvers.simulate.dataflow import group_op_times, run_iteration
 from solvers.simulate.result import EngineRun
 from solvers.simulate.schedule import stage_task_order
@@ -43,7 +43,7 @@ def _stage_pair_bytes(problem: Problem, rp: ResolvedPlan) -> dict[tuple[int, int
 
 
 def _unit_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channels: ChannelTable,
-                     micro_batches: int) -> TaskGraph:
+                     micro_batches: int) -> EventGraph:
     n = rp.n_stages
     block = micro_batches * n
     fwd_op, bwd_op = group_op_times(rp, compute, problem.graph.n_ops)
@@ -68,7 +68,7 @@ def _unit_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, 
     sequences: list[list[int] | None] = [
         [(p * micro_batches + m) * n + s for p, m in stage_task_order(rp.plan.schedule, n, s, micro_batches)]
         for s in range(n)]
-    return TaskGraph(n, 2, micro_batches, list(range(n)), devs, fwd_unit + bwd_unit, local, messages, n_inputs,
+    return EventGraph(n, 2, micro_batches, list(range(n)), devs, fwd_unit + bwd_unit, local, messages, n_inputs,
                      [0] * (2 * n), sequences)
 
 

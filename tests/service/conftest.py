@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from service.app import create_app
 from service.auth import create_key
-from service.settings import Settings, load_settings
+from service.config import ServiceConfig, load_config
 from solvers import registry
 from solvers.generate import generate_graph, generate_topology
 
@@ -75,9 +75,9 @@ def database_url(backend: str, folder: Path) -> Iterator[str]:
 
 
 @contextmanager
-def running_app(backend: str, folder: Path, **overrides: Any) -> Iterator[tuple[TestClient, Settings]]:
+def running_app(backend: str, folder: Path, **overrides: Any) -> Iterator[tuple[TestClient, ServiceConfig]]:
     with database_url(backend, folder) as url:
-        cfg = load_settings({}, database_url=url, **{**TEST_SETTINGS, **overrides})
+        cfg = load_config({}, database_url=url, **{**TEST_SETTINGS, **overrides})
         app = create_app(cfg)
         with TestClient(app) as client:
             yield client, cfg
@@ -86,7 +86,7 @@ def running_app(backend: str, folder: Path, **overrides: Any) -> Iterator[tuple[
 class Api:
     """A test client bound to one project's key, with helpers for inputs and jobs."""
 
-    def __init__(self, client: TestClient, settings: Settings, key: str) -> None:
+    def __init__(self, client: TestClient, settings: ServiceConfig, key: str) -> None:
         self.client = client
         self.settings = settings
         self.key = key
@@ -134,7 +134,7 @@ class Api:
             time.sleep(0.05)
 
 
-def new_api(client: TestClient, settings: Settings, project: str | None = None) -> Api:
+def new_api(client: TestClient, settings: ServiceConfig, project: str | None = None) -> Api:
     db = client.app.state.ctx.db  # type: ignore[attr-defined]
     with db.session() as s:
         key = create_key(s, project or f"test-{os.urandom(6).hex()}")
@@ -143,25 +143,25 @@ def new_api(client: TestClient, settings: Settings, project: str | None = None) 
 
 @pytest.fixture(scope="package", params=BACKENDS)
 def backend_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                ) -> Iterator[tuple[str, TestClient, Settings]]:
+                ) -> Iterator[tuple[str, TestClient, ServiceConfig]]:
     with running_app(request.param, tmp_path_factory.mktemp(request.param)) as (client, cfg):
         yield request.param, client, cfg
 
 
 @pytest.fixture
-def backend(backend_app: tuple[str, TestClient, Settings]) -> str:
+def backend(backend_app: tuple[str, TestClient, ServiceConfig]) -> str:
     return backend_app[0]
 
 
 @pytest.fixture
-def api(backend_app: tuple[str, TestClient, Settings]) -> Api:
+def api(backend_app: tuple[str, TestClient, ServiceConfig]) -> Api:
     """A fresh project on the shared app of the current backend."""
     _, client, cfg = backend_app
     return new_api(client, cfg)
 
 
 @pytest.fixture
-def other_api(backend_app: tuple[str, TestClient, Settings]) -> Api:
+def other_api(backend_app: tuple[str, TestClient, ServiceConfig]) -> Api:
     """A second, unrelated project on the same app."""
     _, client, cfg = backend_app
     return new_api(client, cfg)

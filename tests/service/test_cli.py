@@ -9,21 +9,21 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from service.config import InvalidSettings, load_config
 from service.db.engine import Database
 from service.db.migrate import head_revision
 from service.db.models import ApiKey
-from service.settings import InvalidSettings, load_settings
 from tests.service.test_resilience import PLACER
 
 
 def test_settings_from_the_environment() -> None:
-    cfg = load_settings({"PLACER_WORKERS": "3", "PLACER_DATABASE_URL": "postgresql+psycopg://u@h/db",
+    cfg = load_config({"PLACER_WORKERS": "3", "PLACER_DATABASE_URL": "postgresql+psycopg://u@h/db",
                          "PLACER_MAX_REQUEST_BYTES": "1024"}, port=9000)
     assert (cfg.workers, cfg.port, cfg.max_request_bytes) == (3, 9000, 1024)
     assert not cfg.is_sqlite and not cfg.migrate_on_start
-    assert load_settings({}).migrate_on_start and load_settings({}).database_url == "sqlite:///./placer.db"
+    assert load_config({}).migrate_on_start and load_config({}).database_url == "sqlite:///./placer.db"
     with pytest.raises(InvalidSettings) as err:
-        load_settings({"PLACER_LEASE_S": "-1"})
+        load_config({"PLACER_LEASE_S": "-1"})
     assert err.value.field == "PLACER_LEASE_S"
 
 

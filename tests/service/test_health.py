@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.settings import load_settings
+from service.config import load_config
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 
 
@@ -25,7 +25,7 @@ def test_health_ready_and_metrics(api: Api) -> None:
 
 
 def test_readyz_reports_pending_migrations(tmp_path: Path) -> None:
-    app = create_app(load_settings({}, database_url=f"sqlite:///{tmp_path / 'empty.db'}", workers=0,
+    app = create_app(load_config({}, database_url=f"sqlite:///{tmp_path / 'empty.db'}", workers=0,
                                    auto_migrate=False))
     with TestClient(app) as client:
         r = client.get("/readyz")

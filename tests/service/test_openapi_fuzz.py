@@ -18,8 +18,8 @@ from schemathesis.checks import (
 
 from service.app import create_app
 from service.auth import create_key
+from service.config import load_config
 from service.db import migrate
-from service.settings import load_settings
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
@@ -27,7 +27,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 def _app() -> Any:
     """The app on a migrated SQLite file (no workers: submitted jobs stay queued) and its key."""
     folder = Path(tempfile.mkdtemp(prefix="placer-fuzz-"))
-    app = create_app(load_settings({}, database_url=f"sqlite:///{folder / 'fuzz.db'}", workers=0,
+    app = create_app(load_config({}, database_url=f"sqlite:///{folder / 'fuzz.db'}", workers=0,
                                    rate_limit_per_s=0, max_request_bytes=2**20))
     migrate.upgrade(app.state.ctx.db.engine)
     with app.state.ctx.db.session() as s:

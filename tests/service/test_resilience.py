@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import select
 
 from service.app import create_app
+from service.config import load_config
 from service.db.engine import Database
 from service.db.models import Job, JobEvent
 from service.jobs import store
-from service.settings import load_settings
 from solvers.generate import generate_graph, generate_topology
 from tests.service.conftest import (
     BACKENDS,
@@ -205,7 +205,7 @@ def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Pat
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_clean_shutdown_puts_running_jobs_back_in_the_queue(backend: str, tmp_path: Path) -> None:
     with database_url(backend, tmp_path) as url:
-        app = create_app(load_settings({}, database_url=url, **{**TEST_SETTINGS, "workers": 1}))
+        app = create_app(load_config({}, database_url=url, **{**TEST_SETTINGS, "workers": 1}))
         with TestClient(app) as client:
             api = new_api(client, app.state.ctx.settings)
             job = api.submit(api.graph(), api.topology(), "sleepy", options={"sleep_s": 10.0})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 
 GiB = float(2**30)
@@ -45,23 +45,23 @@ def two_node_topology(gpus_per_node: int = 2, memory_bytes: float = 16 * GiB,
 
 def throughput_problem(seed: int = 0) -> Problem:
     return Problem(diamond_graph(), two_node_topology(), "throughput",
-                   Settings(micro_batches=(4,), seed=seed))
+                   ProblemSettings(micro_batches=(4,), seed=seed))
 
 
 def latency_problem(pass_: str = "forward", seed: int = 0) -> Problem:
     topo = two_node_topology(speeds=(1.0, 1.5, 0.8, 1.0))
-    return Problem(diamond_graph(), topo, "latency", Settings(pass_=pass_, seed=seed))  # type: ignore[arg-type]
+    return Problem(diamond_graph(), topo, "latency", ProblemSettings(pass_=pass_, seed=seed))  # type: ignore[arg-type]
 
 
 def infeasible_problem(objective: str) -> Problem:
     """Parameters far larger than any device's memory: nothing can fit."""
     graph = diamond_graph(param_bytes=4 * GiB)
     topo = two_node_topology(memory_bytes=1 * GiB)
-    return Problem(graph, topo, objective, Settings())  # type: ignore[arg-type]
+    return Problem(graph, topo, objective, ProblemSettings())  # type: ignore[arg-type]
 
 
 def larger_problem(objective: str, n_layers: int = 60) -> Problem:
     """Big enough that exact solvers cannot finish within a short time limit."""
     graph = diamond_graph(n_layers)
     topo = two_node_topology(gpus_per_node=4)
-    return Problem(graph, topo, objective, Settings())  # type: ignore[arg-type]
+    return Problem(graph, topo, objective, ProblemSettings())  # type: ignore[arg-type]

@@ -10,8 +10,8 @@ from solvers import registry
 from solvers.model.errors import SolverFailure
 from solvers.model.plan import resolve_plan
 from solvers.portfolio import _choose, portfolio_names
-from solvers.run import solve
 from solvers.simulate import simulate
+from solvers.solving import solve
 from tests.solvers import contract_fixtures as fx
 
 

@@ -8,7 +8,7 @@ import pytest
 from solvers import registry
 from solvers.base import parse_options
 from solvers.model.errors import InvalidOptions, NotApplicable, UnknownSolver
-from solvers.run import solve
+from solvers.solving import solve
 from tests.solvers import contract_fixtures as fx
 
 

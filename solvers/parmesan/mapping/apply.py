@@ -13,9 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-import numpy.typing as npt
-
+from solvers.arrays import IntArray
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
@@ -23,7 +21,6 @@ from solvers.parmesan.mapping.binary import map_stages
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
 from solvers.parmesan.mapping.stage_graph import Mode, stage_graph
 
-IntArray = npt.NDArray[np.int64]
 Mapper = Literal["parmesan", "consecutive", "p2p"]
 Instantiation = Literal["auto", "m", "ar", "both"]
 

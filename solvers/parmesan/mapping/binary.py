@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.bounds import lower_bound
 from solvers.parmesan.mapping.dfs import Outcome, SearchSpec, make_spec, placement_array, search
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
 from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 
-IntArray = npt.NDArray[np.int64]
 RANDOM_STARTS = 4
 
 

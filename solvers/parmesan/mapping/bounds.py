@@ -13,12 +13,10 @@ possibly have on the best device (Proposition 1), computed by sorting:
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.stage_graph import Channels, Mode, StageGraph
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def _off_diagonal_sorted(matrix: FloatArray, descending: bool = False) -> FloatArray:

@@ -25,14 +25,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.stage_graph import Channels, Mode, StageGraph
 from solvers.parmesan.mapping.symmetry import twin_classes
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 Outcome = Literal["found", "exhausted", "timeout"]
 
 

@@ -10,9 +10,8 @@
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-IntArray = npt.NDArray[np.int64]
+from solvers.arrays import IntArray
 
 
 def consecutive_mapping(n_stages: int, replicas: int) -> IntArray:

@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.cost.comm import allreduce_s
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
 from solvers.parmesan.costs import reference_costs
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 Mode = Literal["m", "ar"]
 
 

@@ -14,11 +14,9 @@
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import IntArray
 from solvers.model.topology import Topology
-
-IntArray = npt.NDArray[np.int64]
 
 
 def _twins(topo: Topology, a: int, b: int) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
 
@@ -28,7 +28,7 @@ def chain(n_ops: int, bytes_: float, fwd_s: float = 1e-3, param_bytes: float = 0
 
 
 def problem(graph: OpGraph, topology: Topology, pass_: str = "forward", **settings: object) -> Problem:
-    return Problem(graph, topology, "latency", Settings(pass_=pass_, **settings))  # type: ignore[arg-type]
+    return Problem(graph, topology, "latency", ProblemSettings(pass_=pass_, **settings))  # type: ignore[arg-type]
 
 
 def check_plan(problem: Problem, plan: Plan) -> float:

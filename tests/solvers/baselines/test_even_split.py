@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.baselines._split import balanced_chunks
+from tests.strategies import examples
 
 
 def brute_force_bottleneck(weights: list[float], k: int) -> float:
@@ -18,7 +19,7 @@ def brute_force_bottleneck(weights: list[float], k: int) -> float:
     return best
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.floats(0.0, 10.0), min_size=1, max_size=9), st.integers(1, 6))
 def test_balanced_chunks_is_optimal_and_exact(weights: list[float], k: int) -> None:
     arr = np.asarray(weights, dtype=np.float64)

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from solvers.base import Budget, no_progress
-from solvers.baselines._listsched import latency_costs, op_task_graph
 from solvers.baselines.heft import HEFTOptions, HEFTSolver, upward_rank
-from solvers.celeritas.orders import is_topological
+from solvers.listsched import latency_costs, op_task_graph
+from solvers.listsched.orders import is_topological
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from tests.solvers import contract_fixtures as fx
 from tests.solvers.baselines._fixtures import check_plan
@@ -30,7 +30,7 @@ def heft_example() -> Problem:
     devices = [Device(f"p{k}", f"P{k}", "h0", 1e18, 1.0) for k in (1, 2, 3)]
     links = [Link(a.id, b.id, 1.0, 0.0) for i, a in enumerate(devices) for b in devices[i + 1:]]  # cost = bytes
     return Problem(OpGraph.build("heft", nodes, edges), Topology.from_links("p3", devices, links), "latency",
-                   Settings())
+                   ProblemSettings())
 
 
 def test_upward_ranks_match_the_paper() -> None:
@@ -54,7 +54,7 @@ def test_heft_uses_the_fast_device_for_a_chain() -> None:
     g = problem.graph
     chain = OpGraph.build("chain", g.nodes[:3], [Edge(g.nodes[0].id, g.nodes[1].id, 4e6),
                                                    Edge(g.nodes[1].id, g.nodes[2].id, 4e6)])
-    plan = HEFTSolver().solve(Problem(chain, problem.topology, "latency", Settings()), HEFTOptions(), Budget(5.0),
+    plan = HEFTSolver().solve(Problem(chain, problem.topology, "latency", ProblemSettings()), HEFTOptions(), Budget(5.0),
                               no_progress)
     assert [s.devices for s in plan.stages] == [("h0g1",)]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 
 from solvers.base import Budget, no_progress
-from solvers.baselines._listsched import latency_costs, op_task_graph
 from solvers.baselines.msct import MSCTOptions, MSCTSolver, favourite_children
+from solvers.listsched import latency_costs, op_task_graph
 from solvers.model.graph import OpGraph
 from tests.solvers import contract_fixtures as fx
 from tests.solvers.baselines._fixtures import chain, check_plan, devices_used, pcie, problem
-from tests.strategies import dag_graphs, topologies
+from tests.strategies import dag_graphs, examples, topologies
 
 
 def test_chain_children_are_all_favourites() -> None:
@@ -23,7 +23,7 @@ def test_chain_children_are_all_favourites() -> None:
     assert devices_used(plan) == 1
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(dag_graphs(min_ops=2, max_ops=12, edge_p=0.35), topologies(min_devices=2, max_devices=3))
 def test_at_most_one_favourite_child_and_parent(g: OpGraph, topo: object) -> None:
     p = problem(g, topo)  # type: ignore[arg-type]

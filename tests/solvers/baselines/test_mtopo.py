@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from solvers.base import Budget, no_progress
 from solvers.baselines.mtopo import MTopoOptions, MTopoSolver
-from solvers.celeritas.orders import m_topo_order
+from solvers.listsched.orders import m_topo_order
 from tests.solvers import contract_fixtures as fx
 from tests.solvers.baselines._fixtures import GiB, chain, check_plan, independent, pcie, problem
 

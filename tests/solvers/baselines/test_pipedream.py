@@ -13,9 +13,10 @@ from solvers.baselines._pipedream_dp import LayerChain, flat_dp, hierarchical_dp
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import InvalidProblem
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
-from solvers.run import solve
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.solving import solve
 from tests.solvers import contract_fixtures as fx
+from tests.strategies import examples
 
 
 def _chain(seed: int, n: int) -> LayerChain:
@@ -45,7 +46,7 @@ def _brute_single_level(chain: LayerChain, m: int, bw: float) -> float:
     return float(best)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 6), m=st.integers(1, 4))
 def test_single_level_dp_equals_brute_force(seed: int, n: int, m: int) -> None:
     chain = _chain(seed, n)
@@ -72,7 +73,7 @@ def test_flat_dp_equals_brute_force() -> None:
 
 def test_layer_chain_respects_layers_and_limit() -> None:
     graph = generate_graph("transformer", layers=4, hidden=256, heads=4, seq_len=64)
-    problem = Problem(graph, fx.two_node_topology(), "throughput", Settings())
+    problem = Problem(graph, fx.two_node_topology(), "throughput", ProblemSettings())
     chain = layer_chain(problem, 1000)
     order = graph.topo_order
     assert (np.diff(chain.layer_of[order]) >= 0).all()  # contiguous along the order
@@ -85,7 +86,7 @@ def test_layer_chain_respects_layers_and_limit() -> None:
 def test_hierarchical_plan_on_two_hosts() -> None:
     graph = generate_graph("cnn", blocks="2,2,2,2", micro_batch=16)
     topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
-    problem = Problem(graph, topo, "throughput", Settings(recompute=True))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(recompute=True))
     plan = solve(problem, "pipedream", time_limit_s=20)
     resolve_plan(problem, plan)
     assert plan.stats["mode"] == "hierarchical"

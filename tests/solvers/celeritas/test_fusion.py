@@ -6,14 +6,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.baselines._listsched import latency_costs, op_task_graph
 from solvers.celeritas.fusion import ccr, coarse_task_graph, fuse, optimal_breakpoints
-from solvers.celeritas.orders import is_topological, m_topo_order
 from solvers.celeritas.solver import task_order
+from solvers.listsched import latency_costs, op_task_graph
+from solvers.listsched.orders import is_topological, m_topo_order
 from solvers.model.graph import OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from tests.solvers import contract_fixtures as fx
-from tests.strategies import dag_graphs, topologies
+from tests.strategies import dag_graphs, examples, topologies
 
 
 def _brute_force(n: int, src: np.ndarray, dst: np.ndarray, c: np.ndarray, mem: np.ndarray, r_max: int,
@@ -47,7 +47,7 @@ def sequences(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, np.ndarray,
     return n, src, dst, c, mem, r_max, cap, single
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(sequences())
 def test_breakpoint_dp_equals_brute_force(case: tuple) -> None:
     n, src, dst, c, mem, r_max, cap, single = case
@@ -79,12 +79,12 @@ def test_long_sequences_cross_dp_blocks(monkeypatch: object) -> None:
     assert got[0].tolist() == expected[0].tolist() and abs(got[1] - expected[1]) < 1e-9
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(min_ops=2, max_ops=25, edge_p=0.25), topologies(min_devices=2, max_devices=3),
        st.integers(1, 6), st.sampled_from(["cpd-topo", "dfs-topo", "m-topo"]))
 def test_fused_graph_is_a_dag(g: OpGraph, topo: object, r_max: int, kind: str) -> None:
     """Lemma 2: clusters contiguous in a topological order give an acyclic coarse graph."""
-    problem = Problem(g, topo, "latency", Settings())  # type: ignore[arg-type]
+    problem = Problem(g, topo, "latency", ProblemSettings())  # type: ignore[arg-type]
     tasks, costs = op_task_graph(problem), latency_costs(problem)
     seq = task_order(tasks, costs, kind)
     fusion = fuse(g, seq, costs.mean_comm_s(g.edge_bytes), tasks.mem_add_bytes, r_max, float("inf"))

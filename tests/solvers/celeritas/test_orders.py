@@ -8,26 +8,27 @@ import numpy as np
 from hypothesis import given, settings
 
 from solvers.celeritas import orders
+from solvers.listsched.orders import is_topological, levels, m_topo_order
 from solvers.model.graph import OpGraph
-from tests.strategies import dag_graphs
+from tests.strategies import dag_graphs, examples
 
 
 def _lists(g: OpGraph) -> tuple[list[list[int]], list[list[int]]]:
     return g.succ, g.pred
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(dag_graphs(max_ops=14, edge_p=0.3))
 def test_every_order_is_topological(g: OpGraph) -> None:
     succ, pred = _lists(g)
     out_b = [[g.edges[e].bytes for e in out] for out in g.out_edges]
     in_b = [[g.edges[e].bytes for e in inn] for inn in g.in_edges]
-    for order in (orders.m_topo_order(succ, pred), orders.dfs_topo_order(succ, pred),
-                  orders.cpd_topo(succ, out_b, pred, in_b, g.fwd_s, 1e-3, 1e-6)):
-        assert orders.is_topological(order, succ)
+    for order in (m_topo_order(succ, pred), orders.dfs_topo_order(succ, pred),
+                  orders.cpd_topo_order(succ, out_b, pred, in_b, g.fwd_s, 1e-3, 1e-6)):
+        assert is_topological(order, succ)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(max_ops=8, edge_p=0.4))
 def test_levels_are_longest_paths(g: OpGraph) -> None:
     """tlevel (Eq. 2) and blevel (Eq. 3) against an enumeration of all paths."""
@@ -37,7 +38,7 @@ def test_levels_are_longest_paths(g: OpGraph) -> None:
     c = {e: 1e-3 + b * 1e-6 if b > 0 else 0.0 for e, b in size.items()}
     succ_b = [[size[(v, s)] for s in succ[v]] for v in range(g.n_ops)]
     pred_b = [[size[(p, v)] for p in pred[v]] for v in range(g.n_ops)]
-    tlevel, blevel = orders.levels(succ, succ_b, pred, pred_b, w, 1e-3, 1e-6)
+    tlevel, blevel = levels(succ, succ_b, pred, pred_b, w, 1e-3, 1e-6)
 
     def paths_from(v: int) -> list[list[int]]:
         return [[v]] + [[v, *rest] for s in succ[v] for rest in paths_from(s)]
@@ -56,7 +57,7 @@ def test_dfs_follows_a_path_where_m_topo_goes_breadth_first() -> None:
     """Figure 3: two chains a0->a1->a2 and b0->b1->b2; DFS-TOPO keeps each chain together."""
     succ = [[1], [2], [], [4], [5], []]
     pred = [[], [0], [1], [], [3], [4]]
-    assert orders.m_topo_order(succ, pred).tolist() == [0, 3, 1, 4, 2, 5]
+    assert m_topo_order(succ, pred).tolist() == [0, 3, 1, 4, 2, 5]
     assert orders.dfs_topo_order(succ, pred).tolist() == [0, 1, 2, 3, 4, 5]
 
 
@@ -68,11 +69,11 @@ def test_cpd_topo_takes_the_critical_child_first() -> None:
     w = np.array([1.0, 1.0, 5.0, 1.0, 5.0])
     zero = [[0.0] * len(s) for s in succ]
     zero_in = [[0.0] * len(p) for p in pred]
-    assert orders.cpd_topo(succ, zero, pred, zero_in, w, 1.0, 1.0).tolist() == [0, 2, 4, 1, 3]
+    assert orders.cpd_topo_order(succ, zero, pred, zero_in, w, 1.0, 1.0).tolist() == [0, 2, 4, 1, 3]
 
 
 def test_cpd_topo_starts_with_the_source_of_largest_cpath() -> None:
     succ = [[2], [3], [], []]
     pred = [[], [], [0], [1]]
     cpath = np.array([2.0, 9.0, 2.0, 9.0])
-    assert orders.cpd_topo_order(succ, pred, cpath).tolist() == [1, 3, 0, 2]
+    assert orders.cpath_first_order(succ, pred, cpath).tolist() == [1, 3, 0, 2]

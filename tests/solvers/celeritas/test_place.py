@@ -17,10 +17,10 @@ from solvers.base import Budget, no_progress
 from solvers.celeritas.solver import CeleritasOptions, CeleritasSolver
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
-from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs
+from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs, examples
 
 GiB = float(2**30)
 
@@ -45,10 +45,10 @@ def _free_messages(g: OpGraph) -> OpGraph:
     return OpGraph.build(g.name, g.nodes, edges, g.profiled_batch_size)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(min_ops=2, max_ops=16, edge_p=0.2), st.integers(2, 4), st.integers(1, 5))
 def test_adjusting_never_worse_than_order_place(g: OpGraph, n_devices: int, r_max: int) -> None:
-    problem = Problem(_free_messages(g), _uniform_topology(n_devices), "latency", Settings(pass_="forward"))
+    problem = Problem(_free_messages(g), _uniform_topology(n_devices), "latency", ProblemSettings(pass_="forward"))
     adjusting, _ = _solve(problem, placement="adjusting", exploration_range=r_max)
     ordered, plan = _solve(problem, placement="order", exploration_range=r_max)
     assert plan.stats["devices_used"] == 1  # type: ignore[attr-defined]
@@ -74,7 +74,7 @@ def test_adjusting_spreads_independent_branches() -> None:
     """Cheap messages, heavy branches: Adjusting Placement uses the idle devices and beats
     Order-Place, in inference and in a training pass (§6.4.1, the Transformer row)."""
     for pass_ in ("forward", "training"):
-        problem = Problem(_fork_join(4, 5, 1e3), _uniform_topology(4), "latency", Settings(pass_=pass_))  # type: ignore[arg-type]
+        problem = Problem(_fork_join(4, 5, 1e3), _uniform_topology(4), "latency", ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
         adjusting, plan = _solve(problem, placement="adjusting", exploration_range=5)
         ordered, _ = _solve(problem, placement="order", exploration_range=5)
         assert plan.stats["devices_used"] == 4  # type: ignore[attr-defined]
@@ -83,7 +83,7 @@ def test_adjusting_spreads_independent_branches() -> None:
 
 def test_expensive_messages_keep_the_chain_together() -> None:
     """Eq. 9: a move needs an EST gain above back_cost; with huge tensors nothing moves."""
-    problem = Problem(_fork_join(3, 4, 4e9), _uniform_topology(3, bandwidth_Bps=1e9), "latency", Settings())
+    problem = Problem(_fork_join(3, 4, 4e9), _uniform_topology(3, bandwidth_Bps=1e9), "latency", ProblemSettings())
     _, plan = _solve(problem, placement="adjusting", exploration_range=1)
     assert plan.stats["devices_used"] == 1  # type: ignore[attr-defined]
 
@@ -91,7 +91,7 @@ def test_expensive_messages_keep_the_chain_together() -> None:
 def test_memory_spreads_the_graph_and_is_respected() -> None:
     """Each branch holds 3 GiB of parameters (x4 with Adam in training); 8 GiB devices."""
     g = _fork_join(4, 3, 1e6, param_bytes=1 * GiB / 3)
-    problem = Problem(g, _uniform_topology(4, memory_bytes=8 * GiB), "latency", Settings(pass_="training"))
+    problem = Problem(g, _uniform_topology(4, memory_bytes=8 * GiB), "latency", ProblemSettings(pass_="training"))
     for placement in ("adjusting", "order"):
         _, plan = _solve(problem, placement=placement, exploration_range=3)
         assert plan.stats["devices_used"] >= 2  # type: ignore[attr-defined]
@@ -103,7 +103,7 @@ def test_best_effort_is_flagged_and_never_returned_as_a_valid_plan() -> None:
     nodes = [Node(f"op{i}", "x", 1e-3, param_bytes=0.6 * GiB) for i in range(3)]
     edges = [Edge("op0", "op1", 1e3), Edge("op1", "op2", 1e3)]
     problem = Problem(OpGraph.build("big", nodes, edges), _uniform_topology(2, memory_bytes=1 * GiB), "latency",
-                      Settings(pass_="forward"))
+                      ProblemSettings(pass_="forward"))
     plan = CeleritasSolver().solve(problem, CeleritasOptions(), Budget(10.0), no_progress)
     assert plan.status == "infeasible" and not plan.stages
     assert plan.stats["best_effort_nodes"] >= 1
@@ -113,14 +113,14 @@ def test_best_effort_is_flagged_and_never_returned_as_a_valid_plan() -> None:
 def test_pins_are_honoured() -> None:
     g = _fork_join(2, 3, 1e3)
     pins = {"b0.1": "d2", "b1.2": "d0"}
-    problem = Problem(g, _uniform_topology(3), "latency", Settings(pinned=pins))
+    problem = Problem(g, _uniform_topology(3), "latency", ProblemSettings(pinned=pins))
     _, plan = _solve(problem)
     where = {op: s.devices[0] for s in plan.stages for op in s.ops}  # type: ignore[attr-defined]
     assert all(where[op] == dev for op, dev in pins.items())
 
 
 def test_stats_report_table_2_columns() -> None:
-    problem = Problem(_fork_join(4, 10, 1e6), _uniform_topology(4), "latency", Settings())
+    problem = Problem(_fork_join(4, 10, 1e6), _uniform_topology(4), "latency", ProblemSettings())
     _, plan = _solve(problem, exploration_range=4)
     stats = plan.stats  # type: ignore[attr-defined]
     assert stats["original_nodes"] == 42 and stats["fused_nodes"] < 42

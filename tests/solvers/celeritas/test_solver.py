@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.baselines._listsched import op_memory_bytes
+from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.run import solve
 from solvers.simulate import simulate
-from tests.strategies import dag_graphs, topologies
+from solvers.solving import solve
+from tests.strategies import dag_graphs, examples, topologies
 
 SOLVERS = [("celeritas", {}), ("celeritas", {"placement": "order", "exploration_range": 3}),
            ("celeritas", {"order": "dfs-topo", "exploration_range": 2}), ("m-topo", {}), ("m-etf", {}),
@@ -27,17 +27,17 @@ def _with_memory(topo: Topology, memory_bytes: list[float]) -> Topology:
     return Topology.from_links(topo.name, devices, topo.links or ())
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(dag_graphs(min_ops=2, max_ops=14, edge_p=0.3), topologies(min_devices=1, max_devices=4),
        st.lists(st.floats(0.2, 1.5), min_size=4, max_size=4), st.sampled_from(["forward", "training"]))
 def test_valid_plan_or_infeasible(g: OpGraph, topo: Topology, shares: list[float], pass_: str) -> None:
     """Each device holds a random share of the whole graph's memory: every solver returns a plan
     that fits and claims what the simulator says, or reports the problem infeasible."""
-    probe = Problem(g, topo, "latency", Settings(pass_=pass_))  # type: ignore[arg-type]
+    probe = Problem(g, topo, "latency", ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
     add, work = op_memory_bytes(probe)
     need = float(add.sum() + work.max()) or 1.0
     problem = Problem(g, _with_memory(topo, [need * s for s in shares]), "latency",
-                      Settings(pass_=pass_))  # type: ignore[arg-type]
+                      ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
     for name, options in SOLVERS:
         plan = solve(problem, name, options, time_limit_s=10.0)
         if plan.status == "infeasible":

@@ -9,10 +9,10 @@ from solvers.cost.bounds import critical_path_bound_s, fastest_group_s, lower_bo
 from solvers.cost.compute import ComputeModel
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
-from tests.strategies import latency_cases, throughput_cases
+from tests.strategies import examples, latency_cases, throughput_cases
 
 
 def _topology(speeds: list[float], kinds: list[str] | None = None) -> Topology:
@@ -28,7 +28,7 @@ def _diamond() -> OpGraph:
 
 
 def test_throughput_work_bound_uses_total_speed() -> None:
-    problem = Problem(_diamond(), _topology([1.0, 2.0, 1.0]), "throughput", Settings(micro_batches=(3,)))
+    problem = Problem(_diamond(), _topology([1.0, 2.0, 1.0]), "throughput", ProblemSettings(micro_batches=(3,)))
     total = 3.0 + 5.0 + 2.0 + 4.0
     assert lower_bound_s(problem) == pytest.approx(3 * total / 4.0)
     assert lower_bound_s(problem, 5) == pytest.approx(5 * total / 4.0)
@@ -38,7 +38,7 @@ def test_throughput_work_bound_uses_total_speed() -> None:
 def test_overrides_use_fastest_device_per_op() -> None:
     nodes = [Node("a", "x", 2.0, 2.0, times={"fast": KindTimes(0.5, 0.5)}), Node("b", "x", 1.0, 1.0)]
     graph = OpGraph.build("g", nodes, [Edge("a", "b")])
-    problem = Problem(graph, _topology([1.0, 1.0], ["slow", "fast"]), "throughput", Settings(micro_batches=(2,)))
+    problem = Problem(graph, _topology([1.0, 1.0], ["slow", "fast"]), "throughput", ProblemSettings(micro_batches=(2,)))
     # op a: fastest 1.0 (override on "fast"); op b: 2.0 everywhere; D = 2
     assert lower_bound_s(problem) == pytest.approx(2 * (1.0 + 2.0) / 2)
 
@@ -47,7 +47,7 @@ def test_latency_bound_is_critical_path_or_work() -> None:
     graph = _diamond()
     one = Problem(graph, _topology([1.0]), "latency")
     assert lower_bound_s(one) == pytest.approx(8.0)  # work on one device = 1 + 4 + 1 + 2
-    two = Problem(graph, _topology([1.0, 1.0]), "latency", Settings(pass_="training"))
+    two = Problem(graph, _topology([1.0, 1.0]), "latency", ProblemSettings(pass_="training"))
     # work: 14 / 2 = 7; critical path a-b-d with fwd+bwd halved by 2 replicas: (3 + 5 + 4) / 2 = 6
     assert lower_bound_s(two) == pytest.approx(7.0)
     compute = ComputeModel(graph, two.topology)
@@ -66,13 +66,13 @@ def test_fastest_group_time_mixes_speeds() -> None:
 
 def test_bound_is_tight_for_one_stage_per_device_without_communication() -> None:
     graph = OpGraph.build("pair", [Node("a", "x", 1.0, 1.0), Node("b", "x", 1.0, 1.0)], [])
-    problem = Problem(graph, _topology([1.0, 1.0]), "throughput", Settings(micro_batches=(4,)))
+    problem = Problem(graph, _topology([1.0, 1.0]), "throughput", ProblemSettings(micro_batches=(4,)))
     plan = Plan((Stage(("a",), ("d0",)), Stage(("b",), ("d1",))), micro_batches=4)
     m = simulate(problem, plan).metrics
     assert m["lower_bound_s"] == pytest.approx(m["iteration_s"]) and m["efficiency"] == pytest.approx(1.0)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(throughput_cases())
 def test_bound_below_simulated_throughput(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
@@ -81,7 +81,7 @@ def test_bound_below_simulated_throughput(case: tuple[Problem, Plan]) -> None:
     assert 0.0 <= m["efficiency"] <= 1.0 + 1e-9
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(latency_cases())
 def test_bound_below_simulated_latency(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
@@ -92,7 +92,7 @@ def test_bound_below_simulated_latency(case: tuple[Problem, Plan]) -> None:
 def test_critical_path_counts_for_throughput_with_mixed_speeds() -> None:
     graph = OpGraph.build("chain", [Node(f"op{i}", "x", 1.0, 2.0) for i in range(3)],
                           [Edge("op0", "op1"), Edge("op1", "op2")])
-    problem = Problem(graph, _topology([3.0, 1.0, 1.0]), "throughput", Settings(micro_batches=(1,)))
+    problem = Problem(graph, _topology([3.0, 1.0, 1.0]), "throughput", ProblemSettings(micro_batches=(1,)))
     # work: 9 / 5; critical path: fastest group for w = 3 is the speed-3 device alone (or all three): 1.0 each
     assert lower_bound_s(problem) == pytest.approx(3.0)
     plan = Plan((Stage(tuple(graph.ids), ("d0",)),), micro_batches=1)

@@ -10,7 +10,7 @@ from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, device_memory_bytes, in_flight_micro_batches, stage_memory_bytes
 from solvers.cost.traffic import group_input_bytes, group_traffic_bytes
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 
 
@@ -73,7 +73,7 @@ def test_traffic_sends_a_tensor_once_per_group_at_its_largest_size() -> None:
 
 
 def test_stage_memory_with_and_without_recompute() -> None:
-    problem = Problem(_graph(), _topology(), "throughput", Settings(optimizer_bytes_per_param_byte=3.0))
+    problem = Problem(_graph(), _topology(), "throughput", ProblemSettings(optimizer_bytes_per_param_byte=3.0))
     ops = np.array([0, 1])
     # params 16 * 4 = 64; activations 2 in flight * 8 = 16; working max 9; / R = 2
     assert stage_memory_bytes(problem, ops, 2, 2, 5.0) == pytest.approx(64 + (16 + 9) / 2)
@@ -85,11 +85,11 @@ def test_stage_memory_with_and_without_recompute() -> None:
 
 def test_device_memory_and_capacity() -> None:
     forward = Problem(_graph(), _topology(), "latency")
-    training = Problem(_graph(), _topology(), "latency", Settings(pass_="training"))
+    training = Problem(_graph(), _topology(), "latency", ProblemSettings(pass_="training"))
     ops = np.array([0, 2])
     assert device_memory_bytes(forward, ops) == pytest.approx(10 + 4 + 7)
     assert device_memory_bytes(training, ops) == pytest.approx(40 + 4 + 7)
     capped = Problem(_graph(), _topology(), "throughput",
-                     Settings(memory_headroom=0.25, stage_memory_caps_bytes={1: 50.0}))
+                     ProblemSettings(memory_headroom=0.25, stage_memory_caps_bytes={1: 50.0}))
     assert capacity_bytes(capped, 0) == 75.0
     assert capacity_bytes(capped, 0, stage=1) == 50.0

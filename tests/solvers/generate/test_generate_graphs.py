@@ -12,6 +12,7 @@ from solvers.generate import GRAPH_KINDS, generate_graph
 from solvers.generate.devices import DEVICES, device_spec
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import graph_from_document
+from tests.strategies import examples
 
 
 @pytest.mark.parametrize("kind", sorted(GRAPH_KINDS))
@@ -141,7 +142,7 @@ def test_efficiency_and_dtype_are_checked() -> None:
     assert fp32.fwd_s.sum() > fp16.fwd_s.sum()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(layers=st.integers(1, 4), heads=st.sampled_from([1, 2, 4]), head_dim=st.sampled_from([4, 8]),
        seq_len=st.integers(1, 32), micro_batch=st.integers(1, 4), causal=st.booleans(),
        granularity=st.sampled_from(["op", "head", "layer"]), dtype_bytes=st.sampled_from([2, 4]))
@@ -159,7 +160,7 @@ def test_transformer_property(layers: int, heads: int, head_dim: int, seq_len: i
     assert sum(1 for s in g.succ if not s) == 1
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(n_ops=st.integers(1, 400), width=st.integers(1, 12), edge_prob=st.floats(0, 1), max_skip=st.integers(1, 4),
        seed=st.integers(0, 2**31))
 def test_random_dag_property(n_ops: int, width: int, edge_prob: float, max_skip: int, seed: int) -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
-from solvers.run import solve
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.solving import solve
 
 
 @pytest.mark.parametrize(("topology", "graph", "params"), [
@@ -17,7 +17,7 @@ from solvers.run import solve
 ])
 def test_even_baseline_plans_generated_problems(topology: str, graph: str, params: dict[str, object]) -> None:
     problem = Problem(generate_graph(graph, **params), generate_topology(topology), "throughput",
-                      Settings(micro_batches=(4,)))
+                      ProblemSettings(micro_batches=(4,)))
     plan = solve(problem, "even", {}, time_limit_s=20)
     assert plan.status == "feasible"
     resolve_plan(problem, plan)

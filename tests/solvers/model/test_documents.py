@@ -25,7 +25,7 @@ from solvers.model.errors import FormatError
 from solvers.model.graph import OpGraph, graph_from_document
 from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.topology import Topology, topology_from_document
-from tests.strategies import dag_graphs, topologies
+from tests.strategies import dag_graphs, examples, topologies
 
 
 def test_digest_ignores_key_order_and_whitespace() -> None:
@@ -51,7 +51,7 @@ def test_digest_is_stable_across_a_file_round_trip(tmp_path: Path) -> None:
     assert load_graph(tmp_path / "g2.json").digest == g.digest
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(max_ops=12))
 def test_graph_document_round_trip(graph: OpGraph) -> None:
     doc = graph.to_document()
@@ -60,7 +60,7 @@ def test_graph_document_round_trip(graph: OpGraph) -> None:
     assert again.topo_order.tolist() == graph.topo_order.tolist()
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(topologies(max_devices=6))
 def test_topology_document_round_trip(topo: Topology) -> None:
     doc = topo.to_document()

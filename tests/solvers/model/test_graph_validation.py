@@ -11,7 +11,7 @@ from hypothesis import given, settings
 
 from solvers.model.errors import InvalidGraph
 from solvers.model.graph import GRAPH_FORMAT, Edge, Node, OpGraph, graph_from_document
-from tests.strategies import dag_graphs
+from tests.strategies import dag_graphs, examples
 
 
 def doc(**extra: Any) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def _reference_topo_order(graph: OpGraph) -> list[int]:
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(dag_graphs(max_ops=14))
 def test_topological_order_is_kahn_by_position(graph: OpGraph) -> None:
     assert graph.topo_order.tolist() == _reference_topo_order(graph)
@@ -247,7 +247,7 @@ def test_topological_order_is_kahn_by_position(graph: OpGraph) -> None:
     assert again.topo_order.tolist() == list(range(graph.n_ops)) == _reference_topo_order(again)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(max_ops=10))
 def test_bulk_and_per_node_parsing_agree(graph: OpGraph) -> None:
     doc = graph.to_document()

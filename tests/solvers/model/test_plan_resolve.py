@@ -9,7 +9,7 @@ import pytest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import PLAN_FORMAT, Plan, Stage, plan_from_document, resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 
 GiB = float(2**30)
@@ -22,7 +22,7 @@ def make_problem(objective: str = "throughput", memory: float = 8 * GiB, **setti
     g = OpGraph.build("g", nodes, edges)
     devices = [Device(f"g{i}", memory_bytes=memory) for i in range(4)]
     t = Topology.from_links("t", devices, [Link(f"g{i}", f"g{i + 1}", 1e9) for i in range(3)])
-    return Problem(g, t, objective, Settings(**settings))  # type: ignore[arg-type]
+    return Problem(g, t, objective, ProblemSettings(**settings))  # type: ignore[arg-type]
 
 
 def plan(*stages: tuple[list[str], list[str]], **kw: Any) -> Plan:

@@ -8,7 +8,7 @@ import pytest
 
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.problem import Problem, Settings, problem_from_spec, settings_from_dict
+from solvers.model.problem import Problem, ProblemSettings, problem_from_spec, settings_from_dict
 from solvers.model.topology import Device, Link, Topology
 
 
@@ -22,7 +22,7 @@ def parts() -> tuple[OpGraph, Topology]:
 
 def test_defaults() -> None:
     s = settings_from_dict(None)
-    assert s == Settings() and s.micro_batches == (4,) and s.schedule == "1f1b" and s.pass_ == "forward"
+    assert s == ProblemSettings() and s.micro_batches == (4,) and s.schedule == "1f1b" and s.pass_ == "forward"
     assert s.optimizer_bytes_per_param_byte == 3.0 and s.no_empty_stage and s.seed == 0
 
 
@@ -69,11 +69,11 @@ def test_problem_checks_objective_pins_and_sizes(parts: tuple[OpGraph, Topology]
     with pytest.raises(InvalidProblem, match="objective"):
         Problem(g, t, "speed")  # type: ignore[arg-type]
     with pytest.raises(InvalidProblem, match="unknown op 'zz'"):
-        Problem(g, t, settings=Settings(pinned={"zz": 0}))
+        Problem(g, t, settings=ProblemSettings(pinned={"zz": 0}))
     with pytest.raises(InvalidProblem, match="unknown device 'd9'"):
-        Problem(g, t, settings=Settings(pinned={"a": "d9"}))
+        Problem(g, t, settings=ProblemSettings(pinned={"a": "d9"}))
     with pytest.raises(InvalidProblem, match="exceeds the 2 devices"):
-        Problem(g, t, settings=Settings(stages=2, replicas=2))
+        Problem(g, t, settings=ProblemSettings(stages=2, replicas=2))
 
 
 def test_problem_from_spec_and_training_flag(parts: tuple[OpGraph, Topology]) -> None:

@@ -19,7 +19,7 @@ from solvers.model.plan import Plan, Stage, plan_from_document, resolve_plan
 from solvers.model.problem import problem_from_spec
 from solvers.model.schemas import SCHEMA_NAMES, load_schema
 from solvers.model.topology import Topology, topology_from_document
-from tests.strategies import dag_graphs, topologies
+from tests.strategies import dag_graphs, examples, topologies
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "data" / "examples"
 
@@ -217,7 +217,7 @@ def test_structural_rejections_agree(schema: str, base: Callable[[], dict[str, A
     assert not schema_ok(schema, doc), f"schema accepts what the loader rejects: {label}"
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(graph=dag_graphs(max_ops=8), topo=topologies(max_devices=5))
 def test_random_documents_validate(graph: OpGraph, topo: Topology) -> None:
     validator("opgraph").validate(json.loads(json.dumps(graph.to_document())))

@@ -11,6 +11,7 @@ from solvers.model.graph import Edge, Node, OpGraph
 from solvers.moirai.coarsen_budget import coarsen_to_budget
 from solvers.moirai.gcof import Grouping, gcof, identity_grouping
 from solvers.moirai.rules import FusionRules, canonical_type
+from tests.strategies import examples
 
 TYPES = ["aten.convolution", "aten.batch_norm", "aten.relu", "aten.add", "aten.mm", "aten.gelu"]
 
@@ -94,7 +95,7 @@ def dags(draw: st.DrawFn) -> OpGraph:
     return _graph([(f"v{i}", t) for i, t in enumerate(types)], edges)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(dags())
 def test_gcof_gives_an_acyclic_partition_of_rule_runs(graph: OpGraph) -> None:
     rules = FusionRules.parse(None)
@@ -105,7 +106,7 @@ def test_gcof_gives_an_acyclic_partition_of_rule_runs(graph: OpGraph) -> None:
             assert rules.is_rule(tuple(label.split("∘")))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(dags(), st.integers(1, 10))
 def test_budget_coarsening_is_acyclic_and_within_budget(graph: OpGraph, budget: int) -> None:
     grouping = coarsen_to_budget(graph, identity_grouping(graph), budget)

@@ -15,9 +15,10 @@ from solvers.moirai.rules import FusionRules
 from solvers.moirai.schedule import full_order, replay
 from solvers.simulate import simulate
 from tests.solvers.moirai.tiny import plan_of, tiny_problem
+from tests.strategies import examples
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.integers(0, 10_000), st.booleans(), st.randoms(use_true_random=False))
 def test_replay_equals_the_simulator(seed: int, training: bool, rnd: random.Random) -> None:
     problem = tiny_problem(seed, n_ops=6, n_dev=3, training=training, memory_gib=64.0)

@@ -14,8 +14,8 @@ from solvers.moirai.formulation import Formulation, build
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import build_instance
 from solvers.moirai.warmstart import warm_start
-from solvers.run import solve
 from solvers.simulate import simulate
+from solvers.solving import solve
 from tests.solvers.moirai.tiny import tiny_problem
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
 
 
@@ -30,7 +30,7 @@ def tiny_problem(seed: int, n_ops: int = 5, n_dev: int = 3, training: bool = Fal
     lat = rng.uniform(1e-5, 2e-4, size=(n_dev, n_dev))
     topo = Topology.from_matrices(f"tiny{seed}", devices, bw.tolist(), lat.tolist())
     return Problem(OpGraph.build(f"tiny{seed}", nodes, edges), topo, "latency",
-                   Settings(pass_="training" if training else "forward"))
+                   ProblemSettings(pass_="training" if training else "forward"))
 
 
 def linear_extensions(graph: OpGraph) -> list[list[int]]:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
 
 GiB = float(2**30)
@@ -33,7 +33,7 @@ def random_topology(seed: int, n_devices: int, memory_bytes: float = 16 * GiB) -
 
 
 def problem_of(graph: OpGraph, topo: Topology, **settings: object) -> Problem:
-    return Problem(graph, topo, "throughput", Settings(**settings))  # type: ignore[arg-type]
+    return Problem(graph, topo, "throughput", ProblemSettings(**settings))  # type: ignore[arg-type]
 
 
 dag_seeds = st.integers(min_value=0, max_value=10_000)

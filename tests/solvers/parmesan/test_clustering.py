@@ -10,6 +10,7 @@ from solvers.model.graph import OpGraph
 from solvers.parmesan.clustering import cluster_ops
 from solvers.parmesan.costs import reference_costs
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
+from tests.strategies import examples
 
 
 def _convex(graph: OpGraph, members: set[int]) -> bool:
@@ -28,7 +29,7 @@ def _convex(graph: OpGraph, members: set[int]) -> bool:
     return True
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=dag_seeds, n_ops=st.integers(4, 40), k=st.integers(1, 10), alpha=st.sampled_from([0.01, 1.0, 100.0]))
 def test_clusters_are_convex_and_reach_k(seed: int, n_ops: int, k: int, alpha: float) -> None:
     graph = random_dag(seed, n_ops, 0.2)
@@ -58,7 +59,7 @@ def test_memory_cap_and_pins_limit_merges() -> None:
     assert cg.stage_pin[int(cg.cluster_of[0])] == 0 and cg.stage_pin[int(cg.cluster_of[11])] == 1
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(seed=dag_seeds, n_ops=st.integers(6, 40), k=st.integers(2, 6))
 def test_truncated_and_further_coarsened_clusters_stay_convex(seed: int, n_ops: int, k: int) -> None:
     from solvers.parmesan.clustering import coarsen_further

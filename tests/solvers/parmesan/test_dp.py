@@ -15,6 +15,7 @@ from solvers.parmesan.costs import reference_costs
 from solvers.parmesan.dp import build_transitions, run_dp, stage_base_s
 from solvers.parmesan.fronted import enumerate_fronted
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
+from tests.strategies import examples
 
 
 def _identity_clusters(problem) -> ClusterGraph:  # type: ignore[no-untyped-def]
@@ -34,7 +35,7 @@ def _brute_force(cg: ClusterGraph, n_stages: int, replicas: int) -> float:
     return float(best)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=dag_seeds, n_ops=st.integers(3, 8), n_stages=st.integers(1, 3), edge_prob=st.sampled_from([0.15, 0.4]))
 def test_dp_equals_brute_force(seed: int, n_ops: int, n_stages: int, edge_prob: float) -> None:
     graph = random_dag(seed, n_ops, edge_prob)
@@ -94,7 +95,7 @@ def _count_orders(graph: OpGraph) -> int:
     return count
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(seed=dag_seeds, n_ops=st.integers(3, 7), n_stages=st.integers(1, 3))
 def test_dp_with_allreduce_term_equals_brute_force(seed: int, n_ops: int, n_stages: int) -> None:
     graph = random_dag(seed, n_ops, 0.3)

@@ -16,6 +16,7 @@ from solvers.parmesan.mapping.bounds import lower_bound
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
 from solvers.parmesan.mapping.stage_graph import StageGraph, mapping_objective_s
 from tests.solvers.parmesan.strategies import random_topology
+from tests.strategies import examples
 
 
 def random_stage_graph(seed: int, n_stages: int, replicas: int, skip: bool) -> StageGraph:
@@ -42,7 +43,7 @@ def brute_force(sg: StageGraph, topo: Topology, mode: str) -> float:
 SHAPES = [(2, 2), (3, 2), (2, 3), (4, 1), (3, 1), (5, 1), (6, 1)]
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from(SHAPES), mode=st.sampled_from(["m", "ar"]),
        extra=st.integers(0, 1), skip=st.booleans())
 def test_mapping_equals_brute_force(seed: int, shape: tuple[int, int], mode: str, extra: int, skip: bool) -> None:
@@ -75,7 +76,7 @@ def hierarchy(n_hosts: int, per_host: int, seed: int) -> Topology:
     return Topology.from_matrices("hier", devices, bw.tolist(), np.full((n, n), 1e-6).tolist())
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3), (6, 1), (3, 1)]),
        mode=st.sampled_from(["m", "ar"]), hosts=st.sampled_from([(2, 3), (3, 2), (2, 2), (1, 6)]))
 def test_symmetry_breaking_keeps_exactness(seed: int, shape: tuple[int, int], mode: str,
@@ -116,7 +117,7 @@ def test_parallel_workers_agree() -> None:
     assert one.objective_s == pytest.approx(two.objective_s, rel=1e-9)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3)]),
        mode=st.sampled_from(["m", "ar"]), hier=st.booleans())
 def test_guarded_mapping_equals_constrained_brute_force(seed: int, shape: tuple[int, int], mode: str,

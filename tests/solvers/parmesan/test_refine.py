@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 from solvers.parmesan.costs import reference_costs
 from solvers.parmesan.refine import Partition, articulation_points, refine
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
+from tests.strategies import examples
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=dag_seeds, n_ops=st.integers(4, 30), n_stages=st.integers(2, 4))
 def test_refinement_never_worsens(seed: int, n_ops: int, n_stages: int) -> None:
     graph = random_dag(seed, n_ops, 0.25)

@@ -10,9 +10,9 @@ from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
-from solvers.run import solve
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.simulate import simulate
+from solvers.solving import solve
 from tests.solvers import contract_fixtures as fx
 
 
@@ -40,7 +40,7 @@ def test_mappers_combine_with_the_partition(mapping: str) -> None:
 def test_parmesan_mapping_not_worse_than_cs_on_a_hierarchy() -> None:
     graph = generate_graph("cnn", blocks="2,2,2,2", micro_batch=16)
     topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
-    problem = Problem(graph, topo, "throughput", Settings(stages=4, replicas=2, recompute=True))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=4, replicas=2, recompute=True))
     ours = solve(problem, "parmesan", {"instantiation": "both"}, time_limit_s=20)
     cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=20)
     assert ours.stats["stages"] == 4
@@ -67,7 +67,7 @@ def test_fronted_budget_coarsens_instead_of_hanging() -> None:
     nodes.append(Node("sink", "op", 1e-4))
     edges = [Edge("src", f"b{i}", 1e5) for i in range(14)] + [Edge(f"b{i}", "sink", 1e5) for i in range(14)]
     graph = OpGraph.build("fan", nodes, edges)
-    problem = Problem(graph, fx.two_node_topology(), "throughput", Settings(stages=2, replicas=1))
+    problem = Problem(graph, fx.two_node_topology(), "throughput", ProblemSettings(stages=2, replicas=1))
     started = time.monotonic()
     plan = solve(problem, "parmesan", {"clusters": 16, "max_fronted_sets": 200}, time_limit_s=10)
     assert time.monotonic() - started < 10
@@ -80,7 +80,7 @@ def test_fronted_budget_coarsens_instead_of_hanging() -> None:
 def test_time_limit_is_honoured_on_a_large_graph() -> None:
     graph = generate_graph("transformer", layers=8, hidden=512, heads=8, seq_len=128, granularity="head")
     topo = generate_topology("uniform_dist", devices=16, seed=1)
-    problem = Problem(graph, topo, "throughput", Settings(micro_batches=(4, 8)))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(4, 8)))
     started = time.monotonic()
     plan = solve(problem, "parmesan", {"epsilon_rel": 1e-9}, time_limit_s=3)
     assert time.monotonic() - started < 4.0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.rannc.atomic import atomic_subcomponents, constant_flags
-from tests.strategies import dag_graphs
+from tests.strategies import dag_graphs, examples
 
 
 def _graph(nodes: list[Node], edges: list[tuple[str, str]]) -> OpGraph:
@@ -62,7 +62,7 @@ def test_all_constant_graph_falls_back_to_one_op_per_subcomponent() -> None:
     assert atoms.n_atomic == 2 and atoms.n_clones == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_atomic_properties(data: st.DataObject) -> None:
     base = data.draw(dag_graphs(min_ops=1, max_ops=14, edge_p=0.3))

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from solvers.generate import generate_graph
 from solvers.model.graph import OpGraph
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.rannc.atomic import atomic_subcomponents
 from solvers.rannc.blocks import BlockPartition, partition_blocks
 from solvers.rannc.coarsen import level_aggregates
-from tests.strategies import dag_graphs
+from tests.strategies import dag_graphs, examples
 
 
 def _topology(memory_bytes: float) -> Topology:
@@ -55,7 +55,7 @@ def _cut(bp: BlockPartition) -> float:
     return float(ag.edge_bytes[block_of[ag.edge_src] != block_of[ag.edge_dst]].sum())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_blocks_are_convex_ordered_and_fit(data: st.DataObject) -> None:
     base = data.draw(dag_graphs(min_ops=1, max_ops=25, edge_p=0.25))
@@ -63,7 +63,7 @@ def test_blocks_are_convex_ordered_and_fit(data: st.DataObject) -> None:
     g = OpGraph.build("g", [replace(n, constant=f and i % 3 == 0) for i, (n, f) in
                             enumerate(zip(base.nodes, flags, strict=True))], list(base.edges))
     memory = data.draw(st.sampled_from([1e7, 3e7, 1e18]))
-    problem = Problem(g, _topology(memory), "throughput", Settings())
+    problem = Problem(g, _topology(memory), "throughput", ProblemSettings())
     atoms = atomic_subcomponents(g)
     k = data.draw(st.integers(1, 8))
     recompute = data.draw(st.booleans())
@@ -81,7 +81,7 @@ def test_blocks_are_convex_ordered_and_fit(data: st.DataObject) -> None:
 
 def test_transformer_blocks_reach_k_and_refine() -> None:
     g = generate_graph("transformer", layers=8, hidden=256, heads=4, seq_len=128, granularity="head")
-    problem = Problem(g, _topology(32 * 2**30), "throughput", Settings())
+    problem = Problem(g, _topology(32 * 2**30), "throughput", ProblemSettings())
     atoms = atomic_subcomponents(g)
     bp = partition_blocks(problem, atoms, 16, recompute_possible=False)
     _check(problem, bp, atoms.n_atomic)
@@ -96,7 +96,7 @@ def test_memory_stops_merging() -> None:
     g = generate_graph("transformer", layers=4, hidden=256, heads=4, seq_len=128)
     atoms = atomic_subcomponents(g)
     per_layer_bytes = float(g.param_bytes.sum()) / 4 * 4  # params + optimizer state of one layer
-    problem = Problem(g, _topology(per_layer_bytes), "throughput", Settings())
+    problem = Problem(g, _topology(per_layer_bytes), "throughput", ProblemSettings())
     bp = partition_blocks(problem, atoms, 1, recompute_possible=True)
     _check(problem, bp, atoms.n_atomic)
     assert bp.k > 1  # one block cannot hold the whole model

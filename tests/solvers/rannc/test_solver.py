@@ -9,19 +9,19 @@ import pytest
 from solvers.base import Budget, no_progress
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.rannc.allocate import allocate_devices, node_layout
 from solvers.rannc.profile import CostModelProfiler, StageCandidate, StageProfile
 from solvers.rannc.solver import RanncOptions, RanncSolver
-from solvers.run import solve
 from solvers.simulate import simulate
+from solvers.solving import solve
 from tests.solvers import contract_fixtures as fx
 
 
 def _bert(layers: int = 8) -> Problem:
     g = generate_graph("transformer", layers=layers, hidden=512, heads=8, seq_len=128, micro_batch=4)
     topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4, memory_gib=16.0)
-    return Problem(g, topo, "throughput", Settings(micro_batches=(4, 8)))
+    return Problem(g, topo, "throughput", ProblemSettings(micro_batches=(4, 8)))
 
 
 def _check(problem: Problem, plan_stats: dict, plan) -> None:  # type: ignore[no-untyped-def,type-arg]
@@ -103,7 +103,7 @@ def test_allocation_keeps_each_pipeline_copy_inside_its_nodes() -> None:
 
 def test_time_limit_is_honoured() -> None:
     g = generate_graph("transformer", layers=24, hidden=1024, heads=16, granularity="head")
-    problem = Problem(g, generate_topology("dgx1", boxes=4), "throughput", Settings(micro_batches=(8,)))
+    problem = Problem(g, generate_topology("dgx1", boxes=4), "throughput", ProblemSettings(micro_batches=(8,)))
     started = time.perf_counter()
     plan = solve(problem, "rannc", {"search": "exhaustive"}, time_limit_s=2.0)
     assert time.perf_counter() - started < 3.0
@@ -115,7 +115,7 @@ def test_time_limit_is_honoured() -> None:
 def test_any_topology(kind: str) -> None:
     topo = generate_topology(kind)
     g = generate_graph("transformer", layers=4, hidden=256, heads=4, seq_len=128)
-    problem = Problem(g, topo, "throughput", Settings(micro_batches=(4,)))
+    problem = Problem(g, topo, "throughput", ProblemSettings(micro_batches=(4,)))
     plan = solve(problem, "rannc", {"search": "exhaustive", "blocks": 8}, time_limit_s=5.0)
     assert plan.status == "feasible"
     resolve_plan(problem, plan)
@@ -134,7 +134,7 @@ def test_cloned_constant_ops_land_in_their_earliest_stage() -> None:
         edges += [Edge(prev, f"mm{i}", 1e6), Edge("wt", f"mm{i}", 4e6)]  # one tied weight for every layer
         prev = f"mm{i}"
     g = OpGraph.build("tied", nodes, edges, profiled_batch_size=4)
-    problem = Problem(g, fx.two_node_topology(), "throughput", Settings(micro_batches=(4,), stages=3))
+    problem = Problem(g, fx.two_node_topology(), "throughput", ProblemSettings(micro_batches=(4,), stages=3))
     plan = solve(problem, "rannc")
     assert plan.stats["cloned_ops"] == 2 and plan.stats["clones"] == 2 * 5
     assert {"w", "wt"} <= set(plan.stages[0].ops)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.rannc.stage_dp import StageSolution, StageTables, form_stage_dp
+from tests.strategies import examples
 
 
 def _tables(block_fwd: list[float], block_bwd: list[float], params: list[float], acts: list[float],
@@ -72,7 +73,7 @@ def instances(draw: st.DrawFn, proportional: bool, memory: bool) -> tuple[StageT
     return _tables(fwd, bwd, params, acts, out, D - S + 1), S, D, caps, in_flight
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(instances(proportional=True, memory=True))
 def test_dp_equals_brute_force_when_backward_is_proportional(case: tuple) -> None:  # type: ignore[type-arg]
     t, S, D, caps, in_flight = case
@@ -87,7 +88,7 @@ def test_dp_equals_brute_force_when_backward_is_proportional(case: tuple) -> Non
     assert sum(sol.replicas) == D and sol.bounds[-1] == t.n_blocks
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(instances(proportional=True, memory=False))
 def test_d_min_pruning_is_exact_without_memory_pressure(case: tuple) -> None:  # type: ignore[type-arg]
     t, S, D, caps, in_flight = case
@@ -96,7 +97,7 @@ def test_d_min_pruning_is_exact_without_memory_pressure(case: tuple) -> None:  #
     assert pruned.value_s == pytest.approx(_brute(t, S, D, caps, in_flight))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(instances(proportional=False, memory=True), st.booleans())
 def test_dp_is_feasible_and_bounded_by_brute_force(case: tuple, prune: bool) -> None:  # type: ignore[type-arg]
     """Separate forward / backward maxima: the DP keeps one pair per cell, so it may miss the optimum."""

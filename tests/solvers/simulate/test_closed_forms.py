@@ -7,7 +7,7 @@ import pytest
 from solvers.cost.comm import allreduce_s
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage, plan_from_document
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.simulate import simulate
 from tests.solvers.simulate.cases import chain_graph, line_topology
 
@@ -25,7 +25,7 @@ def _pipeline_plan(n_stages: int, micro_batches: int, schedule: str) -> Plan:
 def test_equal_stages_no_communication(engine: str, schedule: str, n_stages: int, micro_batches: int) -> None:
     t_f, t_b = 1.25, 2.5
     problem = Problem(chain_graph(n_stages, t_f, t_b), line_topology(n_stages), "throughput",
-                      Settings(micro_batches=(micro_batches,), schedule=schedule))  # type: ignore[arg-type]
+                      ProblemSettings(micro_batches=(micro_batches,), schedule=schedule))  # type: ignore[arg-type]
     m = simulate(problem, _pipeline_plan(n_stages, micro_batches, schedule), engine=engine).metrics  # type: ignore[arg-type]
     assert m["iteration_s"] == pytest.approx((micro_batches + n_stages - 1) * (t_f + t_b), rel=1e-12)
     assert m["latency_s"] == pytest.approx(n_stages * (t_f + t_b), rel=1e-12)
@@ -37,7 +37,7 @@ def test_equal_stages_no_communication(engine: str, schedule: str, n_stages: int
 @pytest.mark.parametrize("engine", ENGINES)
 def test_single_device_runs_everything_in_sequence(engine: str) -> None:
     graph = chain_graph(5, 0.5, 1.0)
-    problem = Problem(graph, line_topology(2), "throughput", Settings(micro_batches=(3,)))
+    problem = Problem(graph, line_topology(2), "throughput", ProblemSettings(micro_batches=(3,)))
     plan = Plan((Stage(tuple(graph.ids), ("d1",)),), micro_batches=3)
     m = simulate(problem, plan, engine=engine).metrics  # type: ignore[arg-type]
     assert m["iteration_s"] == pytest.approx(3 * 5 * 1.5)
@@ -49,7 +49,7 @@ def test_single_device_latency_forward_and_training() -> None:
     graph = chain_graph(4, 0.5, 1.0)
     plan = Plan((Stage(tuple(graph.ids), ("d0",)),))
     fwd = simulate(Problem(graph, line_topology(1), "latency"), plan).metrics
-    train = simulate(Problem(graph, line_topology(1), "latency", Settings(pass_="training")), plan).metrics
+    train = simulate(Problem(graph, line_topology(1), "latency", ProblemSettings(pass_="training")), plan).metrics
     assert fwd["latency_s"] == pytest.approx(2.0)
     assert fwd["objective_s"] == fwd["latency_s"] == fwd["iteration_s"]
     assert train["latency_s"] == pytest.approx(6.0)
@@ -59,7 +59,7 @@ def test_single_device_latency_forward_and_training() -> None:
 def test_two_device_chain_known_transfer(pass_: str) -> None:
     bw, lat, size = 1e9, 1e-3, 5e8  # transfer = 1e-3 + 0.5 s
     graph = chain_graph(2, 1.0, 2.0, edge_bytes=size)
-    problem = Problem(graph, line_topology(2, bw, lat), "latency", Settings(pass_=pass_))  # type: ignore[arg-type]
+    problem = Problem(graph, line_topology(2, bw, lat), "latency", ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
     plan = Plan((Stage(("op0",), ("d0",)), Stage(("op1",), ("d1",))))
     m = simulate(problem, plan, timeline=True).metrics
     transfer = lat + size / bw
@@ -74,7 +74,7 @@ def test_two_device_chain_known_transfer(pass_: str) -> None:
 def test_two_stage_pipeline_with_transfer(engine: str) -> None:
     bw, size, mb = 1e9, 2.5e8, 3  # transfer 0.25 s < stage time: no queueing
     problem = Problem(chain_graph(2, 1.0, 2.0, edge_bytes=size), line_topology(2, bw), "throughput",
-                      Settings(micro_batches=(mb,), schedule="gpipe"))
+                      ProblemSettings(micro_batches=(mb,), schedule="gpipe"))
     m = simulate(problem, _pipeline_plan(2, mb, "gpipe"), engine=engine).metrics  # type: ignore[arg-type]
     # stage 1 forwards end at 1.25 + 1 + m; its backwards run back to back from 1.25 + 3;
     # stage 0's last backward waits for the last gradient (+0.25) and then runs 2 s.
@@ -86,7 +86,7 @@ def test_two_stage_pipeline_with_transfer(engine: str) -> None:
 def test_allreduce_term_ends_the_iteration(engine: str) -> None:
     bw, lat, params = 1e9, 1e-3, 4e8
     graph = chain_graph(2, 1.0, 2.0, param_bytes=params / 2)
-    problem = Problem(graph, line_topology(2, bw, lat), "throughput", Settings(micro_batches=(4,)))
+    problem = Problem(graph, line_topology(2, bw, lat), "throughput", ProblemSettings(micro_batches=(4,)))
     plan = Plan((Stage(tuple(graph.ids), ("d0", "d1")),), micro_batches=4)
     m = simulate(problem, plan, engine=engine).metrics  # type: ignore[arg-type]
     ring = allreduce_s(problem.topology, [0, 1], params)
@@ -115,7 +115,7 @@ def test_contention_in_a_pipeline(engine: str) -> None:
     # forward 0.5 s per stage, transfer 2 s: micro-batch m's activation arrives at 0.5 + 2 (m + 1).
     mb = 4
     problem = Problem(chain_graph(2, 0.5, 0.0, edge_bytes=2e9), line_topology(2, 1e9), "throughput",
-                      Settings(micro_batches=(mb,), schedule="gpipe"))
+                      ProblemSettings(micro_batches=(mb,), schedule="gpipe"))
     result = simulate(problem, _pipeline_plan(2, mb, "gpipe"), engine=engine, timeline=True)  # type: ignore[arg-type]
     assert result.timeline is not None
     starts = sorted(e.start_s for e in result.timeline if e.resource == "d1" and e.task.startswith("F"))
@@ -124,7 +124,7 @@ def test_contention_in_a_pipeline(engine: str) -> None:
 
 def test_hand_written_plan_document_simulates() -> None:
     graph = chain_graph(3)
-    problem = Problem(graph, line_topology(2), "throughput", Settings(micro_batches=(2,)))
+    problem = Problem(graph, line_topology(2), "throughput", ProblemSettings(micro_batches=(2,)))
     plan = plan_from_document({"format": "placer.plan/v1", "micro_batches": 2, "schedule": "gpipe",
                                "stages": [{"ops": ["op0", "op1"], "devices": ["d0"]},
                                           {"ops": ["op2"], "devices": ["d1"]}]})
@@ -138,7 +138,7 @@ def test_hand_written_plan_document_simulates() -> None:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_empty_stage_takes_no_time(engine: str) -> None:
     problem = Problem(chain_graph(2, 1.0, 2.0), line_topology(3), "throughput",
-                      Settings(micro_batches=(3,), schedule="gpipe", no_empty_stage=False))
+                      ProblemSettings(micro_batches=(3,), schedule="gpipe", no_empty_stage=False))
     plan = Plan((Stage(("op0",), ("d0",)), Stage((), ("d1",)), Stage(("op1",), ("d2",))),
                 micro_batches=3, schedule="gpipe")
     m = simulate(problem, plan, engine=engine).metrics  # type: ignore[arg-type]

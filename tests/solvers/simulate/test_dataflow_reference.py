@@ -16,7 +16,7 @@ from solvers.cost.compute import ComputeModel
 from solvers.model.plan import Plan, resolve_plan
 from solvers.model.problem import Problem
 from solvers.simulate import simulate
-from tests.strategies import latency_cases
+from tests.strategies import examples, latency_cases
 
 
 def _reference_latency(problem: Problem, plan: Plan) -> float:
@@ -108,14 +108,14 @@ def ordered_latency_cases(draw: st.DrawFn) -> tuple[Problem, Plan]:
     return problem, plan.with_(order=order)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ordered_latency_cases())
 def test_ordered_dataflow_matches_reference(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
     assert simulate(problem, plan).metrics["latency_s"] == pytest.approx(_reference_latency(problem, plan), rel=1e-9)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(latency_cases())
 def test_replaying_the_list_schedule_reproduces_it(case: tuple[Problem, Plan]) -> None:
     problem, plan = case

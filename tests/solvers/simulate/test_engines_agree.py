@@ -8,12 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.simulate import simulate
-from tests.strategies import throughput_cases
+from tests.strategies import examples, throughput_cases
 
 _REL = 1e-9
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(throughput_cases())
 def test_stage_and_op_engines_agree_on_throughput_plans(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
@@ -32,7 +32,7 @@ def test_stage_and_op_engines_agree_on_throughput_plans(case: tuple[Problem, Pla
         assert op[key] == stage[key], key
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(throughput_cases())
 def test_timelines_agree(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
@@ -43,7 +43,7 @@ def test_timelines_agree(case: tuple[Problem, Plan]) -> None:
     assert sorted(map(key, stage)) == sorted(map(key, op))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(throughput_cases(max_ops=40, max_devices=8))
 def test_engines_agree_on_larger_plans(case: tuple[Problem, Plan]) -> None:
     problem, plan = case

@@ -11,10 +11,10 @@ from solvers.cost.memory import device_memory_bytes, stage_memory_bytes
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Node, OpGraph
 from solvers.model.plan import Plan, Stage, resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.simulate import SimulationResult, TimelineEntry, simulate
 from tests.solvers.simulate.cases import chain_graph, line_topology
-from tests.strategies import latency_cases, throughput_cases
+from tests.strategies import examples, latency_cases, throughput_cases
 
 KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "latency_s", "stage_times_s",
         "bottleneck_stage_s", "bubble_fraction", "peak_memory_bytes", "busy_s", "bytes_per_channel",
@@ -24,7 +24,7 @@ KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "lat
 def _throughput() -> tuple[Problem, Plan]:
     nodes = [Node(f"op{i}", "x", 1.0, 2.0, param_bytes=1e6, act_bytes=2e6, mem_fwd_bytes=3e5) for i in range(4)]
     graph = OpGraph.build("g", nodes, [], profiled_batch_size=8)
-    problem = Problem(graph, line_topology(3), "throughput", Settings(micro_batches=(4,)))
+    problem = Problem(graph, line_topology(3), "throughput", ProblemSettings(micro_batches=(4,)))
     plan = Plan((Stage(("op0", "op1"), ("d0",)), Stage(("op2", "op3"), ("d1", "d2"))), micro_batches=4)
     return problem, plan
 
@@ -90,14 +90,14 @@ def test_timeline_entries() -> None:
 
 def test_latency_plan_objective_is_latency() -> None:
     problem, plan = _throughput()
-    latency = Problem(problem.graph, problem.topology, "latency", Settings(pass_="training"))
+    latency = Problem(problem.graph, problem.topology, "latency", ProblemSettings(pass_="training"))
     m = simulate(latency, plan.with_(micro_batches=1)).metrics
     assert m["objective_s"] == m["latency_s"] == m["iteration_s"]
     # group 1 (two replicas) ends with an all-reduce of 2e6 bytes in a training pass
     assert m["bytes_per_channel"] == {"d1->d2": pytest.approx(2e6), "d2->d1": pytest.approx(2e6)}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(throughput_cases())
 def test_simulation_is_deterministic_and_json(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
@@ -108,7 +108,7 @@ def test_simulation_is_deterministic_and_json(case: tuple[Problem, Plan]) -> Non
     json.dumps(first.metrics, allow_nan=False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(latency_cases())
 def test_latency_metrics_sane(case: tuple[Problem, Plan]) -> None:
     problem, plan = case

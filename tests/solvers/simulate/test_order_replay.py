@@ -7,7 +7,7 @@ import pytest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.simulate import simulate
 from tests.solvers.simulate.cases import line_topology
 
@@ -16,7 +16,7 @@ def _problem(pass_: str) -> Problem:
     # a -> b across devices (0.5 s transfer); c is independent and shares d0 with a.
     nodes = [Node("a", "x", 1.0, 1.0), Node("b", "x", 1.0, 2.0), Node("c", "x", 1.0, 1.0)]
     graph = OpGraph.build("three", nodes, [Edge("a", "b", 5e8)])
-    return Problem(graph, line_topology(2, 1e9), "latency", Settings(pass_=pass_))  # type: ignore[arg-type]
+    return Problem(graph, line_topology(2, 1e9), "latency", ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
 
 
 def _plan(order: dict[str, tuple[str, ...]] | None) -> Plan:

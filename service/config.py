@@ -24,7 +24,7 @@ class InvalidSettings(InvalidInput):
     title = "Invalid service settings"
 
 
-class Settings(BaseModel):
+class ServiceConfig(BaseModel):
     """Validated service configuration (field ``x`` <- environment ``PLACER_X``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,20 +58,20 @@ class Settings(BaseModel):
         return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
 
 
-def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Settings from ``PLACER_*`` variables (``env`` defaults to ``os.environ``) plus overrides.
+def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> ServiceConfig:
+    """ServiceConfig from ``PLACER_*`` variables (``env`` defaults to ``os.environ``) plus overrides.
 
     An invalid value raises :class:`InvalidSettings` naming the variable.
     """
     env = os.environ if env is None else env
     raw: dict[str, Any] = {}
-    for name in Settings.model_fields:
+    for name in ServiceConfig.model_fields:
         key = ENV_PREFIX + name.upper()
         if key in env and env[key] != "":
             raw[name] = env[key]
     raw.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return Settings.model_validate(raw)
+        return ServiceConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"

@@ -1,0 +1,83 @@
+"""Turning a list schedule into a latency plan whose claim is the simulator's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from solvers.listsched.schedule import ListSchedule
+from solvers.listsched.tasks import device_caps_bytes, op_memory_bytes
+from solvers.model.plan import Plan, Stage, Status
+from solvers.model.problem import Problem
+
+
+def infeasible_plan(problem: Problem, reason: str, stats: Mapping[str, Any] | None = None) -> Plan:
+    return Plan(stages=(), status="infeasible", schedule=problem.settings.schedule,
+                notes=(reason,), stats=dict(stats or {}))
+
+
+def obviously_infeasible(problem: Problem) -> str | None:
+    """A reason when no placement can fit: one op larger than every device, or too little
+    memory in total; ``None`` otherwise."""
+    add, work = op_memory_bytes(problem)
+    caps = device_caps_bytes(problem)
+    single = add + work
+    worst = int(np.argmax(single))
+    if single[worst] > caps.max():
+        return (f"op {problem.graph.nodes[worst].id!r} needs {single[worst] / 2**30:.3f} GiB, more than any "
+                f"device holds ({caps.max() / 2**30:.3f} GiB)")
+    if add.sum() > caps.sum():
+        return (f"the graph needs at least {add.sum() / 2**30:.3f} GiB, the devices hold "
+                f"{caps.sum() / 2**30:.3f} GiB together")
+    return None
+
+
+TIMED_OUT_NOTE = "time limit reached: the remaining ops were placed by the fast rule"
+
+
+def finish_schedule(problem: Problem, sched: ListSchedule, *, timed_out: bool, stats: Mapping[str, Any],
+                    notes: Sequence[str] = ()) -> Plan:
+    """:func:`finish_latency_plan` of an op-level schedule, with its best-effort count and
+    whether the time limit cut it short (then :func:`complete_fast` placed the rest)."""
+    return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible",
+                               stats={**stats, "best_effort_ops": sched.best_effort, "timed_out": timed_out},
+                               notes=[*notes, TIMED_OUT_NOTE] if timed_out else notes)
+
+
+def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Sequence[float], *,
+                        status: Status, stats: Mapping[str, Any], notes: Sequence[str] = ()) -> Plan:
+    """Turn a placement + start times into a latency plan, or an infeasible one when the
+    placement exceeds some device's memory (best effort failed); the claim is simulated."""
+    from solvers.cost.memory import device_memory_bytes
+    from solvers.simulate import simulate
+
+    g, topo = problem.graph, problem.topology
+    dev = np.asarray(device_of, dtype=np.int64)
+    caps = device_caps_bytes(problem)
+    over = []
+    for d in range(topo.n_devices):
+        ops = np.flatnonzero(dev == d)
+        if len(ops) and device_memory_bytes(problem, ops) > caps[d]:
+            over.append(topo.devices[d].id)
+    if over:
+        return infeasible_plan(problem, f"best-effort placement exceeds the memory of {', '.join(over)}",
+                               {**stats, "over_capacity_devices": over})
+    start = np.asarray(start_s, dtype=np.float64)
+    pos = g.topo_position
+    stages: list[Stage] = []
+    order: dict[str, tuple[str, ...]] = {}
+    for d in range(topo.n_devices):
+        ops = np.flatnonzero(dev == d)
+        if not len(ops):
+            continue
+        ops = ops[np.lexsort((pos[ops], start[ops]))]
+        ids = tuple(g.nodes[int(v)].id for v in ops)
+        stages.append(Stage(ids, (topo.devices[d].id,)))
+        order[topo.devices[d].id] = ids
+    plan = Plan(stages=tuple(stages), micro_batches=1, schedule=problem.settings.schedule, status=status,
+                order=order, stats=dict(stats), notes=tuple(notes))
+    objective_s = float(simulate(problem, plan).metrics["objective_s"])
+    return plan.with_(claimed_objective_s=objective_s,
+                      stats={**plan.stats, "devices_used": len(stages)})
