@@ -22,11 +22,11 @@ from typing import Any
 
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import OpGraph
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.apply import MappingSettings, map_partition
 from solvers.solving import solve
+from solvers.validity import resolve_plan
 
 GRID = [(4, 16), (8, 8), (16, 4), (4, 64), (8, 32), (16, 16), (4, 128), (8, 64), (16, 32)]
 # Parmesan Table III (speedup over CS) and Table VI (over the better of CS / p2p); None = "-"

@@ -19,10 +19,11 @@ from collections.abc import Callable
 
 from solvers.generate import generate_graph
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
+from solvers.validity import resolve_plan
 
 
 def layered_graph(n_ops: int, seed: int = 0) -> OpGraph:

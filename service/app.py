@@ -28,10 +28,10 @@ log = logging.getLogger("placer.service")
 API_VERSION = "1"
 
 
-def create_app(settings: ServiceConfig | None = None, dispatcher: Dispatcher | None = None) -> FastAPI:
+def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | None = None) -> FastAPI:
     """Build the app.  The database is migrated (embedded SQLite by default) and the local pool
     started when the app starts, and stopped when it stops."""
-    cfg = settings or load_config()
+    cfg = config or load_config()
     db = Database(cfg.database_url)
     metrics = Metrics(db)
     pool = dispatcher or LocalPool(db, cfg, on_finish=metrics.job_finished)

@@ -10,7 +10,6 @@ from sqlalchemy.orm import Session
 from service.api.solvers import catalogue
 from service.auth import create_key, ensure_project
 from service.config import ServiceConfig
-from service.db.models import Comparison, new_id
 from service.inputs import store_graph, store_topology
 from service.jobs import store
 from service.jobs.validate import validate_job
@@ -29,7 +28,7 @@ class Demo:
     solvers: tuple[str, ...]
 
 
-def seed_demo(session: Session, settings: ServiceConfig) -> Demo:
+def seed_demo(session: Session, config: ServiceConfig) -> Demo:
     """Create (or reuse) the demo inputs and submit a comparison; the pool runs it at start-up.
 
     Identical inputs deduplicate and finished plans are reused from the cache, so running the
@@ -41,15 +40,10 @@ def seed_demo(session: Session, settings: ServiceConfig) -> Demo:
                                                                name="demo-transformer-4L"))
     topology, _ = store_topology(session, project_id, generate_topology("hierarchical", nodes=2, gpus_per_node=4))
     names = tuple(s.name for s in catalogue() if s.available and "throughput" in s.objectives)
-    limit = min(DEMO_TIME_LIMIT_S, settings.max_time_limit_s)
-    specs = [validate_job(session, settings, project_id, graph_id=graph.id, topology_id=topology.id, solver=name,
+    limit = min(DEMO_TIME_LIMIT_S, config.max_time_limit_s)
+    specs = [validate_job(session, config, project_id, graph_id=graph.id, topology_id=topology.id, solver=name,
                           objective="throughput", settings={"micro_batches": [8]}, options={}, time_limit_s=limit)
              for name in names]
-    cmp = Comparison(id=new_id("cmp"), project_id=project_id, graph_id=graph.id, topology_id=topology.id,
-                     objective="throughput", settings=specs[0].settings if specs else {})
-    session.add(cmp)
-    session.flush()
-    for spec in specs:
-        store.submit(session, project_id, spec, use_cache=True, comparison_id=cmp.id)
+    cmp, _ = store.create_comparison(session, project_id, specs, "throughput", use_cache=True)
     session.commit()
     return Demo(key, graph.id, topology.id, cmp.id, names)

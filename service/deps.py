@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class Context:
     """Everything a request handler may need, built once per app."""
 
-    settings: ServiceConfig
+    config: ServiceConfig
     db: Database
     dispatcher: Dispatcher
     metrics: Metrics

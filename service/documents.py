@@ -11,13 +11,14 @@ import hashlib
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from service.errors import PayloadTooLarge, UnsupportedMediaType
 from solvers.model.canonical import canonical_bytes
 from solvers.model.documents import parse_json
 from solvers.model.errors import FormatError
 from solvers.model.graph import OpGraph, graph_from_document
+from solvers.model.problem import Objective, Problem, ProblemSettings, settings_from_dict
 from solvers.model.topology import Topology, topology_from_document
 
 IMPORT_FORMATS = ("pipedream", "piper")
@@ -46,6 +47,13 @@ def encode_canonical(doc: Any) -> Encoded:
 
 def decompress(body: bytes) -> Any:
     return json.loads(gzip.decompress(body))
+
+
+def load_problem(graph_body: bytes, topology_body: bytes, objective: str,
+                 settings: ProblemSettings | dict[str, Any]) -> Problem:
+    """The problem of a job or an evaluation, rebuilt from the stored (gzip) documents."""
+    return Problem(graph_from_document(decompress(graph_body)), topology_from_document(decompress(topology_body)),
+                   cast(Objective, objective), settings_from_dict(settings))
 
 
 def decode_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> bytes:

@@ -53,14 +53,6 @@ class UnsupportedMediaType(PlacerError):
     http_status = 415
 
 
-class SolverUnavailable(PlacerError):
-    """A registered solver whose code cannot be loaded on this server."""
-
-    type_slug = "solver-unavailable"
-    title = "Solver unavailable"
-    http_status = 501
-
-
 class RateLimited(PlacerError):
     type_slug = "rate-limited"
     title = "Too many requests"

@@ -7,6 +7,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from solvers.model.settings import ProblemSettings
+
 T = TypeVar("T")
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Objective = Literal["throughput", "latency"]
@@ -53,7 +55,7 @@ class JobIn(Strict):
     topology_id: str = Field(max_length=40)
     solver: str = Field(min_length=1, max_length=100)
     objective: Objective = "throughput"
-    settings: dict[str, Any] = Field(default_factory=dict, description="problem settings (DESIGN §3)")
+    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
     options: dict[str, Any] = Field(default_factory=dict, description="solver options (see GET /v1/solvers)")
     time_limit_s: float | None = Field(None, gt=0, description="defaults to the server's default time limit")
     cache: bool = Field(True, description="reuse a finished plan of an identical job")
@@ -82,7 +84,7 @@ class JobOut(BaseModel):
     comparison_id: str | None
     solver: str
     objective: str
-    settings: dict[str, Any]
+    settings: ProblemSettings
     options: dict[str, Any]
     time_limit_s: float
     cache: bool
@@ -104,7 +106,7 @@ class ComparisonIn(Strict):
     topology_id: str = Field(max_length=40)
     solvers: list[str] = Field(min_length=1, max_length=64)
     objective: Objective = "throughput"
-    settings: dict[str, Any] = Field(default_factory=dict)
+    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="solver name -> its options")
     time_limit_s: float | None = Field(None, gt=0)
     cache: bool = True
@@ -132,7 +134,7 @@ class ComparisonOut(BaseModel):
     graph_id: str | None
     topology_id: str | None
     objective: str
-    settings: dict[str, Any]
+    settings: ProblemSettings
     done: bool
     best_solver: str | None
     rows: list[ComparisonRow]
@@ -143,7 +145,7 @@ class EvaluateIn(Strict):
     graph_id: str = Field(max_length=40)
     topology_id: str = Field(max_length=40)
     objective: Objective = "throughput"
-    settings: dict[str, Any] = Field(default_factory=dict)
+    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
     plan: dict[str, Any] = Field(description="a placer.plan/v1 document")
     timeline: bool = False
 

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from solvers.base import Solver
-from solvers.model.errors import UnknownSolver
+from solvers.model.errors import NotApplicable, PlacerError, SolverUnavailable, UnknownSolver
 
 ENTRY_POINT_GROUP = "placer.solvers"
 
@@ -57,9 +57,16 @@ class SolverInfo:
                 "version": self.version, "options_schema": self.options_schema}
 
 
-def _load(path: str) -> type[Solver]:
+def _load(name: str, path: str) -> type[Solver]:
+    """Import a back-end's class; a module or extra that is missing here is :class:`SolverUnavailable`."""
     module, _, attr = path.partition(":")
-    cls = getattr(importlib.import_module(module), attr)
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except PlacerError:
+        raise
+    except (ImportError, AttributeError) as exc:
+        raise SolverUnavailable(f"solver {name!r} cannot be loaded here: {type(exc).__name__}: {exc}",
+                                field="solver", ref=name) from None
     return cls  # type: ignore[no-any-return]
 
 
@@ -77,18 +84,31 @@ def names() -> list[str]:
 
 
 def get_solver_class(name: str) -> type[Solver]:
-    """The solver class for ``name`` (case-insensitive)."""
+    """The solver class for ``name`` (case-insensitive).
+
+    Raises :class:`UnknownSolver` (listing the valid names) or :class:`SolverUnavailable`
+    (registered, but its code or an extra is missing here).
+    """
     key = name.strip().lower()
     path = _table().get(key)
     if path is None:
         raise UnknownSolver(f"unknown solver {name!r}; valid solvers: {', '.join(names())}",
                             field="solver", ref=name)
-    return _load(path)
+    return _load(key, path)
 
 
-def get_solver(name: str) -> Solver:
-    """A fresh instance of the solver called ``name``."""
-    return get_solver_class(name)()
+def solver_for(name: str, objective: str) -> type[Solver]:
+    """The solver class for ``name``, checked to answer ``objective``.
+
+    Raises what :func:`get_solver_class` raises, and :class:`NotApplicable` when the solver
+    does not answer the objective.
+    """
+    cls = get_solver_class(name)
+    if objective not in cls.objectives:
+        raise NotApplicable(
+            f"solver {cls.name!r} answers the {', '.join(cls.objectives)} objective, not {objective!r}",
+            field="objective", ref=cls.name)
+    return cls
 
 
 def info(name: str) -> SolverInfo:

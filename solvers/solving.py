@@ -13,21 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from solvers import registry
 from solvers.base import Budget, ProgressCallback, no_progress, parse_options
-from solvers.model.errors import NotApplicable
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 
 if TYPE_CHECKING:
     from solvers.simulate import SimulationResult
-
-
-def check_applicable(problem: Problem, solver: str) -> None:
-    """Raise :class:`NotApplicable` if ``solver`` does not answer the problem's objective."""
-    cls = registry.get_solver_class(solver)
-    if problem.objective not in cls.objectives:
-        raise NotApplicable(
-            f"solver {cls.name!r} answers the {', '.join(cls.objectives)} objective, not {problem.objective!r}",
-            field="objective", ref=cls.name)
 
 
 def solve(problem: Problem, solver: str, options: Mapping[str, Any] | None = None, *,
@@ -37,8 +27,7 @@ def solve(problem: Problem, solver: str, options: Mapping[str, Any] | None = Non
     ``time_limit_s`` overrides ``problem.settings.time_limit_s``.  Bad options, an unknown
     solver or a solver that does not answer the objective raise before any work is done.
     """
-    cls = registry.get_solver_class(solver)
-    check_applicable(problem, solver)
+    cls = registry.solver_for(solver, problem.objective)
     opts = parse_options(cls.options_type, options, cls.name)
     limit = time_limit_s if time_limit_s is not None else problem.settings.time_limit_s
     budget = Budget(limit)

@@ -38,8 +38,9 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 def cmd_validate(args: argparse.Namespace) -> int:
     from solvers.model.documents import parse_document, read_json
     from solvers.model.graph import OpGraph
-    from solvers.model.plan import Plan, resolve_plan
+    from solvers.model.plan import Plan
     from solvers.model.topology import Topology
+    from solvers.validity import resolve_plan
 
     obj = parse_document(read_json(args.file))
     info: dict[str, Any] = {"ok": True, "file": args.file}
@@ -180,7 +181,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
 def cmd_dot(args: argparse.Namespace) -> int:
     from solvers.model.documents import load_graph, load_plan
     from solvers.model.dot import to_dot
-    from solvers.model.plan import resolve_plan
+    from solvers.validity import resolve_plan
 
     graph = load_graph(args.file)
     resolved = None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import Response
 from sqlalchemy import Select, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.models import Comparison, Job
@@ -14,8 +16,8 @@ from service.db.owned import get_owned
 from service.documents import decompress
 from solvers.model.errors import InvalidInput
 
-__all__ = ["ERRORS", "MAX_PAGE", "document_response", "errors", "get_owned", "idempotent_existing", "next_cursor",
-           "paginate"]
+__all__ = ["ERRORS", "MAX_PAGE", "create_once", "document_response", "errors", "get_owned", "idempotent_existing",
+           "next_cursor", "paginate"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text} for code, text in (
@@ -45,6 +47,28 @@ def idempotent_existing(session: Session, model: type[Idempotent], project: str,
         raise InvalidInput("Idempotency-Key: the key was already used with a different request",
                            field="Idempotency-Key", ref=key)
     return found
+
+
+def create_once(session: Session, model: type[Idempotent], project: str, key: str | None, request_digest: str,
+                create: Callable[[], Idempotent]) -> tuple[Idempotent, bool]:
+    """Create a job or comparison and commit it, at most once per ``Idempotency-Key``.
+
+    Returns ``(row, created)``: the row made by ``create`` (then committed), or the one an
+    earlier request with the same key and body created, including a concurrent request whose
+    insert won the key's unique constraint while this one was creating.
+    """
+    if key and (found := idempotent_existing(session, model, project, key, request_digest)):
+        return found, False
+    try:
+        row = create()
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        found = idempotent_existing(session, model, project, key or "", request_digest)
+        if found is None:
+            raise
+        return found, False
+    return row, True
 
 
 def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:

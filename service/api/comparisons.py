@@ -6,12 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.api._common import errors, get_owned, idempotent_existing, next_cursor, paginate
+from service.api._common import create_once, errors, get_owned, next_cursor, paginate
 from service.api.jobs import job_out
-from service.db.models import FINAL_STATES, Comparison, Job, PlanRow, new_id
+from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
 from service.jobs.validate import validate_job
@@ -52,35 +51,30 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
 
     With an ``Idempotency-Key`` a repeated request returns the comparison it first created.
     """
-    request_digest = digest(body.model_dump(mode="json"))
-    if idempotency_key and (found := idempotent_existing(session, Comparison, project, idempotency_key, request_digest)):
-        return comparison_out(session, found)
-    unknown = sorted(set(body.options) - set(body.solvers))
-    if unknown:
-        raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
-                           field=f"options.{unknown[0]}", ref=unknown[0])
-    if len({s.lower() for s in body.solvers}) != len(body.solvers):
-        raise InvalidInput("solvers: a solver is listed twice", field="solvers")
-    specs = [validate_job(session, ctx.settings, project, graph_id=body.graph_id, topology_id=body.topology_id,
-                          solver=name, objective=body.objective, settings=body.settings,
-                          options=body.options.get(name, {}), time_limit_s=body.time_limit_s,
-                          solver_field=f"solvers[{i}]", options_field=f"options.{name}")
-             for i, name in enumerate(body.solvers)]
-    cmp = Comparison(id=new_id("cmp"), project_id=project, graph_id=specs[0].graph_id,
-                     topology_id=specs[0].topology_id, objective=body.objective, settings=specs[0].settings,
-                     idempotency_key=idempotency_key, request_digest=request_digest)
-    try:
-        session.add(cmp)
-        session.flush()
-        jobs = [store.submit(session, project, spec, use_cache=body.cache, comparison_id=cmp.id) for spec in specs]
-        session.commit()
-    except IntegrityError:  # a concurrent request with the same Idempotency-Key won
-        session.rollback()
-        found = idempotent_existing(session, Comparison, project, idempotency_key or "", request_digest)
-        if found is None:
-            raise
-        return comparison_out(session, found)
-    for job in jobs:
+    request_digest = digest(body.model_dump(mode="json", by_alias=True))
+    created_jobs: list[Job] = []
+
+    def create() -> Comparison:
+        unknown = sorted(set(body.options) - set(body.solvers))
+        if unknown:
+            raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
+                               field=f"options.{unknown[0]}", ref=unknown[0])
+        if len({s.lower() for s in body.solvers}) != len(body.solvers):
+            raise InvalidInput("solvers: a solver is listed twice", field="solvers")
+        specs = [validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
+                              solver=name, objective=body.objective, settings=body.settings,
+                              options=body.options.get(name, {}), time_limit_s=body.time_limit_s,
+                              solver_field=f"solvers[{i}]", options_field=f"options.{name}")
+                 for i, name in enumerate(body.solvers)]
+        cmp, jobs = store.create_comparison(session, project, specs, body.objective, use_cache=body.cache,
+                                            idempotency_key=idempotency_key, request_digest=request_digest)
+        created_jobs.extend(jobs)
+        return cmp
+
+    cmp, created = create_once(session, Comparison, project, idempotency_key, request_digest, create)
+    if not created:
+        return comparison_out(session, cmp)
+    for job in created_jobs:
         if job.state == "queued":
             ctx.dispatcher.dispatch(job.id)
     response.headers["Location"] = f"/v1/comparisons/{cmp.id}"

@@ -37,7 +37,7 @@ async def upload_graph(request: Request, response: Response, ctx: CtxDep, sessio
                        = None,
                        content_encoding: Annotated[str | None, Header(include_in_schema=False)] = None) -> GraphOut:
     """Upload an operator graph; an identical upload returns the stored one (same id and digest)."""
-    limit = ctx.settings.max_request_bytes
+    limit = ctx.config.max_request_bytes
     body = await request.body()
 
     def work() -> tuple[GraphOut, bool]:  # CPU-bound: off the event loop

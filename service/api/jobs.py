@@ -6,14 +6,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from service.api._common import (
     MAX_PAGE,
+    create_once,
     document_response,
     errors,
     get_owned,
-    idempotent_existing,
     next_cursor,
     paginate,
 )
@@ -48,22 +47,18 @@ def job_out(job: Job) -> JobOut:
 def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep, project: ProjectDep,
                idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> JobOut:
     """Submit a job: it is stored, then dispatched; a cached identical plan finishes it at once."""
-    request_digest = digest(body.model_dump(mode="json"))
-    if idempotency_key and (found := idempotent_existing(session, Job, project, idempotency_key, request_digest)):
-        return job_out(found)
-    spec = validate_job(session, ctx.settings, project, graph_id=body.graph_id, topology_id=body.topology_id,
-                        solver=body.solver, objective=body.objective, settings=body.settings, options=body.options,
-                        time_limit_s=body.time_limit_s)
-    try:
-        job = store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
-                           request_digest=request_digest)
-        session.commit()
-    except IntegrityError:  # a concurrent request with the same Idempotency-Key won
-        session.rollback()
-        found = idempotent_existing(session, Job, project, idempotency_key or "", request_digest)
-        if found is None:
-            raise
-        return job_out(found)
+    request_digest = digest(body.model_dump(mode="json", by_alias=True))
+
+    def create() -> Job:
+        spec = validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
+                            solver=body.solver, objective=body.objective, settings=body.settings,
+                            options=body.options, time_limit_s=body.time_limit_s)
+        return store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
+                            request_digest=request_digest)
+
+    job, created = create_once(session, Job, project, idempotency_key, request_digest, create)
+    if not created:
+        return job_out(job)
     if job.state == "queued":
         ctx.dispatcher.dispatch(job.id)
     response.headers["Location"] = f"/v1/jobs/{job.id}"

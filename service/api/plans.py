@@ -8,14 +8,12 @@ from service.api._common import document_response, errors, get_owned
 from service.api.jobs import PLAN_RESPONSE
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.deps import ProjectDep, SessionDep
-from service.documents import decompress
-from service.jobs.child import jsonable
+from service.documents import load_problem
 from service.schemas import EvaluateIn, EvaluateOut
+from solvers.model.canonical import plain_json
 from solvers.model.errors import InvalidPlan
-from solvers.model.graph import graph_from_document
-from solvers.model.plan import plan_from_document, resolve_plan
-from solvers.model.problem import Problem, settings_from_dict
-from solvers.model.topology import topology_from_document
+from solvers.model.plan import plan_from_document
+from solvers.validity import resolve_plan
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 MAX_EVALUATE_MICRO_BATCHES = 4096  # the simulation runs inside the request: keep it bounded
@@ -29,8 +27,7 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
 
     graph = get_owned(session, Graph, body.graph_id, project, "graph", field="graph_id")
     topology = get_owned(session, TopologyRow, body.topology_id, project, "topology", field="topology_id")
-    problem = Problem(graph_from_document(decompress(graph.body)), topology_from_document(decompress(topology.body)),
-                      body.objective, settings_from_dict(body.settings))
+    problem = load_problem(graph.body, topology.body, body.objective, body.settings)
     plan = plan_from_document(body.plan)
     if plan.micro_batches > MAX_EVALUATE_MICRO_BATCHES:
         raise InvalidPlan(f"plan.micro_batches: {plan.micro_batches} exceeds the limit of {MAX_EVALUATE_MICRO_BATCHES} "
@@ -38,7 +35,7 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
     result = simulate(problem, resolve_plan(problem, plan), timeline=body.timeline)
     finished = finish_plan(problem, plan, result)
     timeline = [t.to_dict() for t in result.timeline or []] if body.timeline else None
-    doc = jsonable(finished.to_document())
+    doc = plain_json(finished.to_document())
     return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline)
 
 

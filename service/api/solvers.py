@@ -17,7 +17,7 @@ def catalogue() -> list[SolverOut]:
     for name in registry.names():
         try:
             info = registry.info(name)
-        except (ImportError, AttributeError, PlacerError) as exc:
+        except PlacerError as exc:
             out.append(SolverOut(name=name, summary="", objectives=[], version="", options_schema={},
                                  available=False, unavailable_reason=str(exc)))
             continue

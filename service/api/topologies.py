@@ -33,7 +33,7 @@ async def upload_topology(request: Request, response: Response, ctx: CtxDep, ses
                           content_encoding: Annotated[str | None, Header(include_in_schema=False)] = None,
                           ) -> TopologyOut:
     """Upload a ``placer.topology/v1`` document; an identical upload returns the stored one."""
-    limit = ctx.settings.max_request_bytes
+    limit = ctx.config.max_request_bytes
     body = await request.body()
 
     def work() -> tuple[TopologyOut, bool]:  # CPU-bound: off the event loop

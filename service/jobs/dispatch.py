@@ -40,12 +40,12 @@ class LocalPool:
     restart).  With ``workers=0`` nothing runs here: jobs wait for another worker.
     """
 
-    def __init__(self, db: Database, settings: ServiceConfig,
+    def __init__(self, db: Database, config: ServiceConfig,
                  on_finish: Callable[[str, float], None] | None = None) -> None:
         self.db = db
-        self.settings = settings
-        self.workers = settings.workers
-        self.runner = JobRunner(db, settings, on_finish=on_finish)
+        self.config = config
+        self.workers = config.workers
+        self.runner = JobRunner(db, config, on_finish=on_finish)
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._pending: set[str] = set()
         self._lock = threading.Lock()
@@ -99,7 +99,7 @@ class LocalPool:
     def reap_once(self) -> None:
         """One reaper pass: requeue expired leases, then dispatch every queued job."""
         with self.db.session() as s:
-            store.reap(s, self.settings.max_attempts)
+            store.reap(s, self.config.max_attempts)
         with self.db.session(read_only=True) as s:
             ids = store.queued_ids(s)
         for job_id in ids:
@@ -111,4 +111,4 @@ class LocalPool:
                 self.reap_once()
             except Exception:
                 log.exception("reaper pass failed")
-            self._stop.wait(self.settings.reaper_interval_s)
+            self._stop.wait(self.config.reaper_interval_s)

@@ -19,11 +19,12 @@ from typing import Any, Literal
 from service.config import ServiceConfig
 from service.db.engine import Database
 from service.jobs import child, store
+from service.jobs.claimed import Claimed
 
 log = logging.getLogger("placer.jobs")
 Outcome = Literal["not-claimed", "succeeded", "failed", "cancelled", "queued", "lost", "released"]
 _MP = mp.get_context("forkserver")
-_MP.set_forkserver_preload(["service.jobs.child"])
+_MP.set_forkserver_preload(["service.jobs.preload"])
 
 
 def warm_up() -> None:
@@ -63,17 +64,17 @@ class _Watch:
 class JobRunner:
     """Executes jobs by id; ``stop`` asks running jobs to be released back to the queue."""
 
-    def __init__(self, db: Database, settings: ServiceConfig, owner: str | None = None,
+    def __init__(self, db: Database, config: ServiceConfig, owner: str | None = None,
                  on_finish: Any = None) -> None:
         self.db = db
-        self.settings = settings
+        self.config = config
         self.owner = owner or worker_id()
         self.stopping = threading.Event()
         self.on_finish = on_finish  # callable(state, duration_s) for metrics
 
     def run(self, job_id: str) -> Outcome:
         with self.db.session() as s:
-            claimed = store.claim(s, job_id, self.owner, self.settings.lease_s)
+            claimed = store.claim(s, job_id, self.owner, self.config.lease_s)
         if claimed is None:
             return "not-claimed"
         started = time.monotonic()
@@ -83,13 +84,10 @@ class JobRunner:
             self.on_finish(outcome, time.monotonic() - started)
         return outcome
 
-    def _supervise(self, job: store.Claimed) -> _Watch:
+    def _supervise(self, job: Claimed) -> _Watch:
         recv, send = _MP.Pipe(duplex=False)
-        payload = {"graph_body": job.graph_body, "topology_body": job.topology_body, "objective": job.objective,
-                   "settings": job.settings, "solver": job.solver, "options": job.options,
-                   "time_limit_s": job.time_limit_s}
         warm_up()
-        proc = _MP.Process(target=child.run, args=(send, payload), name=f"placer-solve-{job.job_id}")
+        proc = _MP.Process(target=child.run, args=(send, job), name=f"placer-solve-{job.job_id}")
         proc.start()
         send.close()
         watch = _Watch()
@@ -103,8 +101,8 @@ class JobRunner:
             watch.exitcode = proc.exitcode
         return watch
 
-    def _watch(self, job: store.Claimed, proc: Any, recv: Connection, watch: _Watch) -> None:
-        cfg = self.settings
+    def _watch(self, job: Claimed, proc: Any, recv: Connection, watch: _Watch) -> None:
+        cfg = self.config
         now = time.monotonic()
         deadline = now + job.time_limit_s + cfg.kill_grace_s
         beat_every = min(1.0, cfg.lease_s / 3)
@@ -149,8 +147,8 @@ class JobRunner:
                     watch.cancelled = True
                     return
 
-    def _finish(self, job: store.Claimed, watch: _Watch) -> Outcome:
-        cfg = self.settings
+    def _finish(self, job: Claimed, watch: _Watch) -> Outcome:
+        cfg = self.config
         with self.db.session() as s:
             if watch.progress_dirty and not watch.lost:
                 store.heartbeat(s, job.job_id, self.owner, cfg.lease_s, progress=watch.progress)

@@ -10,15 +10,15 @@ reason.  Nothing here knows how job ids travel to workers (see ``dispatch``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.db.models import ACTIVE_STATES, Graph, Job, JobEvent, PlanRow, TopologyRow, new_id, utcnow
+from service.db.models import ACTIVE_STATES, Comparison, Graph, Job, JobEvent, PlanRow, TopologyRow, new_id, utcnow
 from service.documents import compress
+from service.jobs.claimed import Claimed
 from service.jobs.validate import JobSpec
 
 
@@ -53,19 +53,19 @@ def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool,
     return job
 
 
-@dataclass(frozen=True)
-class Claimed:
-    """What a worker needs to run a claimed job."""
-
-    job_id: str
-    attempt: int
-    solver: str
-    objective: str
-    settings: dict[str, Any]
-    options: dict[str, Any]
-    time_limit_s: float
-    graph_body: bytes
-    topology_body: bytes
+def create_comparison(session: Session, project_id: str, specs: list[JobSpec], objective: str, *, use_cache: bool,
+                      idempotency_key: str | None = None, request_digest: str | None = None,
+                      ) -> tuple[Comparison, list[Job]]:
+    """Insert a comparison and one job per validated spec (not committed); the specs share the
+    graph, topology and settings (the first one's are recorded on the comparison)."""
+    first = specs[0]
+    cmp = Comparison(id=new_id("cmp"), project_id=project_id, graph_id=first.graph_id, topology_id=first.topology_id,
+                     objective=objective, settings=first.settings, idempotency_key=idempotency_key,
+                     request_digest=request_digest)
+    session.add(cmp)
+    session.flush()
+    jobs = [submit(session, project_id, spec, use_cache=use_cache, comparison_id=cmp.id) for spec in specs]
+    return cmp, jobs
 
 
 def claim(session: Session, job_id: str, owner: str, lease_s: float) -> Claimed | None:

@@ -2,7 +2,7 @@
 
 from solvers.model.errors import PlacerError
 from solvers.model.graph import Edge, Node, OpGraph, graph_from_document
-from solvers.model.plan import Plan, ResolvedPlan, Stage, plan_from_document, resolve_plan
+from solvers.model.plan import Plan, ResolvedPlan, Stage, plan_from_document, resolve_structure
 from solvers.model.problem import Problem, ProblemSettings, problem_from_spec, settings_from_dict
 from solvers.model.topology import Device, Link, Topology, topology_from_document
 
@@ -22,7 +22,7 @@ __all__ = [
     "graph_from_document",
     "plan_from_document",
     "problem_from_spec",
-    "resolve_plan",
+    "resolve_structure",
     "settings_from_dict",
     "topology_from_document",
 ]

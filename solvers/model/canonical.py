@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import orjson
@@ -34,3 +35,17 @@ def canonical_json(doc: Any) -> str:
 def digest(doc: Any) -> str:
     """``sha256:<hex>`` of the canonical form."""
     return "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
+
+
+def plain_json(value: Any) -> Any:
+    """Plain JSON values: numpy scalars and arrays converted, non-finite floats -> ``None``,
+    mapping keys as strings (what a document sent over a pipe or an HTTP response may hold)."""
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_json(v) for v in value]
+    if hasattr(value, "tolist"):
+        return plain_json(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -103,6 +103,14 @@ class MissingExtra(PlacerError):
         self.extra = extra
 
 
+class SolverUnavailable(PlacerError):
+    """A registered solver whose code cannot be loaded here (a module or an extra is missing)."""
+
+    type_slug = "solver-unavailable"
+    title = "Solver unavailable"
+    http_status = 501
+
+
 class SolverFailure(PlacerError):
     """A solver broke (a bug or a back-end crash), as opposed to an infeasible result."""
 

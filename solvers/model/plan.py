@@ -173,13 +173,14 @@ class ResolvedPlan:
         return len(self.stage_ops)
 
 
-def resolve_plan(problem: Problem, plan: Plan, *, check_memory: bool = True) -> ResolvedPlan:
-    """Check a plan against a problem and return its index form.
+def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
+    """Check a plan's structure against a problem and return its index form.
 
     Rejects (``InvalidPlan`` naming the op, device or stage): unknown or missing ops, an op in
     two stages, unknown devices, a device used twice, an empty stage when not allowed,
-    dependencies pointing backwards in a throughput plan, pins not honoured, an ``order``
-    inconsistent with the stages, and (``check_memory``) a device over its memory.
+    dependencies pointing backwards in a throughput plan, pins not honoured, and an ``order``
+    inconsistent with the stages.  Memory is the cost model's: :func:`solvers.validity.resolve_plan`
+    checks both.
     """
     g, topo = problem.graph, problem.topology
     if plan.status == "infeasible" and not plan.stages:
@@ -232,10 +233,7 @@ def resolve_plan(problem: Problem, plan: Plan, *, check_memory: bool = True) -> 
     stage_ops = [np.flatnonzero(stage_of == s) for s in range(len(plan.stages))]
     stage_ops = [ops[np.argsort(pos[ops], kind="stable")] for ops in stage_ops]
     order = _resolve_order(problem, plan, stage_of, stage_devices)
-    resolved = ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order)
-    if check_memory:
-        _check_memory(problem, resolved)
-    return resolved
+    return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order)
 
 
 def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,
@@ -262,16 +260,3 @@ def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,
                               field=f"order.{dev}", ref=dev)
         out[d] = idx
     return out
-
-
-def _check_memory(problem: Problem, rp: ResolvedPlan) -> None:
-    from solvers.cost.memory import capacity_bytes, plan_memory_bytes
-
-    for s, (need, devs) in enumerate(zip(plan_memory_bytes(problem, rp), rp.stage_devices, strict=True)):
-        for d in devs:
-            cap = capacity_bytes(problem, d, s)
-            if need > cap:
-                dev = problem.topology.devices[d].id
-                raise InvalidPlan(
-                    f"stages[{s}]: needs {need / 2**30:.3f} GiB on device {dev!r}, which has "
-                    f"{cap / 2**30:.3f} GiB usable", field=f"stages[{s}]", ref=dev)

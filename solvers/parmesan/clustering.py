@@ -64,7 +64,6 @@ class ClusterGraph:
 def coarsen_further(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, k: int, alpha: float,
                     param_cap_bytes: float, deadline: float = float("inf")) -> tuple[ClusterGraph, dict[str, int]]:
     """Eq. 4 clustering continued on the hyper-operator graph itself (cheap: K nodes, not |V|)."""
-    from dataclasses import replace
 
     from solvers.model.graph import Edge, Node, OpGraph
 
@@ -73,7 +72,7 @@ def coarsen_further(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, k
     edges = [Edge(str(a), str(b), float(m)) for a, b, m in zip(cg.src.tolist(), cg.dst.tolist(), cg.bytes.tolist(),
                                                                 strict=True)]
     inner = Problem(OpGraph.build("clusters", nodes, edges), problem.topology, "throughput",
-                    replace(problem.settings, pinned={}))
+                    problem.settings.model_copy(update={"pinned": {}}))
     inner_costs = ReferenceCosts(cg.work_s, cg.comm_s, costs.bandwidth_Bps, costs.latency_s)
     pins = {c: p for c, p in enumerate(cg.stage_pin) if p is not None}
     coarse, stats = cluster_ops(inner, inner_costs, k, alpha, param_cap_bytes, pins, deadline)

@@ -11,13 +11,14 @@ from typing import Literal
 
 from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidPlan
-from solvers.model.plan import Plan, ResolvedPlan, resolve_plan
+from solvers.model.plan import Plan, ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulate.dataflow import run_dataflow
 from solvers.simulate.metrics import build_metrics
 from solvers.simulate.result import SimulationResult, TimelineEntry
 from solvers.simulate.stage import run_stage_engine
 from solvers.simulate.units import run_units
+from solvers.validity import resolve_plan
 
 Engine = Literal["auto", "stage", "op"]
 ENGINES: tuple[str, ...] = ("auto", "stage", "op")

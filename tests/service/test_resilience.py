@@ -207,7 +207,7 @@ def test_clean_shutdown_puts_running_jobs_back_in_the_queue(backend: str, tmp_pa
     with database_url(backend, tmp_path) as url:
         app = create_app(load_config({}, database_url=url, **{**TEST_SETTINGS, "workers": 1}))
         with TestClient(app) as client:
-            api = new_api(client, app.state.ctx.settings)
+            api = new_api(client, app.state.ctx.config)
             job = api.submit(api.graph(), api.topology(), "sleepy", options={"sleep_s": 10.0})
             pid = _child_pid(api, job["id"])
         assert not _alive(pid)

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from solvers import registry
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem
 from solvers.simulate import simulate
 from solvers.solving import solve
+from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx
 
 # Solvers that run other solvers need more time than the rest for the same checks.

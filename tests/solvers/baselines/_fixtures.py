@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import Plan, resolve_plan
+from solvers.model.plan import Plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
+from solvers.validity import resolve_plan
 
 GiB = float(2**30)
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from solvers.baselines._pipedream_dp import LayerChain, flat_dp, hierarchical_dp, layer_chain
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import InvalidProblem
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.solving import solve
+from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx
 from tests.strategies import examples
 

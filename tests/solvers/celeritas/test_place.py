@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from solvers.base import Budget, no_progress
 from solvers.celeritas.solver import CeleritasOptions, CeleritasSolver
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
+from solvers.validity import resolve_plan
 from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs, examples
 
 GiB = float(2**30)

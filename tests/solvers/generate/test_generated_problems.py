@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from solvers.generate import generate_graph, generate_topology
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.solving import solve
+from solvers.validity import resolve_plan
 
 
 @pytest.mark.parametrize(("topology", "graph", "params"), [

@@ -9,9 +9,10 @@ import pytest
 
 from solvers.model.dot import to_dot
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.topology import Device, Link, Topology
+from solvers.validity import resolve_plan
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data"
 

@@ -8,9 +8,10 @@ import pytest
 
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import PLAN_FORMAT, Plan, Stage, plan_from_document, resolve_plan
+from solvers.model.plan import PLAN_FORMAT, Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
+from solvers.validity import resolve_plan
 
 GiB = float(2**30)
 

@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from solvers.generate import GRAPH_KINDS, TOPOLOGY_KINDS, generate_graph, generate_topology
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph, graph_from_document
-from solvers.model.plan import Plan, Stage, plan_from_document, resolve_plan
+from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import problem_from_spec
-from solvers.model.schemas import SCHEMA_NAMES, load_schema
+from solvers.model.schemas import SCHEMA_NAMES, generated_problem_schema, load_schema
 from solvers.model.topology import Topology, topology_from_document
+from solvers.validity import resolve_plan
 from tests.strategies import dag_graphs, examples, topologies
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "data" / "examples"
@@ -36,6 +37,12 @@ def schema_ok(name: str, doc: Any) -> bool:
 def test_schemas_are_valid_draft_2020_12(name: str) -> None:
     jsonschema.Draft202012Validator.check_schema(load_schema(name))
     assert load_schema(name)["properties"]["format"]["const"] == f"placer.{name}/v1"
+
+
+def test_problem_settings_schema_is_generated_from_the_code() -> None:
+    """One definition of the settings: the checked-in schema is what the code generates
+    (``python -m solvers.model.schemas`` rewrites it after a change to ``ProblemSettings``)."""
+    assert load_schema("problem") == generated_problem_schema()
 
 
 @pytest.mark.parametrize("kind", sorted(GRAPH_KINDS))

@@ -8,7 +8,6 @@ from functools import cache
 import pytest
 
 from solvers.base import ProgressEvent
-from solvers.model.plan import resolve_plan
 from solvers.moirai.backends.runner import run_backend
 from solvers.moirai.formulation import Formulation, build
 from solvers.moirai.gcof import identity_grouping
@@ -16,6 +15,7 @@ from solvers.moirai.instance import build_instance
 from solvers.moirai.warmstart import warm_start
 from solvers.simulate import simulate
 from solvers.solving import solve
+from solvers.validity import resolve_plan
 from tests.solvers.moirai.tiny import tiny_problem
 
 

@@ -8,13 +8,13 @@ import pytest
 
 from solvers.base import Budget, no_progress
 from solvers.generate import generate_graph, generate_topology
-from solvers.model.plan import resolve_plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.rannc.allocate import allocate_devices, node_layout
 from solvers.rannc.profile import CostModelProfiler, StageCandidate, StageProfile
 from solvers.rannc.solver import RanncOptions, RanncSolver
 from solvers.simulate import simulate
 from solvers.solving import solve
+from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx
 
 

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from solvers.cost.memory import device_memory_bytes, stage_memory_bytes
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Node, OpGraph
-from solvers.model.plan import Plan, Stage, resolve_plan
+from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.simulate import SimulationResult, TimelineEntry, simulate
+from solvers.validity import resolve_plan
 from tests.solvers.simulate.cases import chain_graph, line_topology
 from tests.strategies import examples, latency_cases, throughput_cases
 

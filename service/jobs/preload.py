@@ -1,0 +1,27 @@
+"""What the forkserver imports once at its start, so that each job's process (a fork of it)
+starts warm: the simulator, the registry's table (entry points scanned once) and every solver
+class that loads.  Only the forkserver imports this module (see ``service.jobs.runner``); its
+import does the work on purpose.
+"""
+
+from __future__ import annotations
+
+import service.jobs.child
+import solvers.simulate
+import solvers.solving
+from solvers import registry
+from solvers.model.errors import PlacerError
+
+
+def preload() -> None:
+    """Load every solver class that loads here; one that does not is reported when a job asks for it."""
+    assert service.jobs.child and solvers.simulate and solvers.solving
+    for name in registry.names():
+        try:
+            registry.get_solver_class(name)
+        except PlacerError:
+            continue
+
+
+service.jobs.child.skip_main_reimport()
+preload()

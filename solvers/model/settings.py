@@ -1,0 +1,157 @@
+"""Problem settings, defined once (DESIGN §3).
+
+:class:`ProblemSettings` is the single definition of every setting: its type, bounds, default
+and description.  The library validates with it (:func:`settings_from_dict`), the HTTP API uses
+it as the ``settings`` member of its request and response models (so the OpenAPI schema lists
+every setting), and the ``settings`` part of the ``placer.problem/v1`` JSON Schema is generated
+from it (:func:`settings_json_schema`; a test keeps the checked-in schema equal to it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+
+from solvers.model.errors import InvalidProblem
+
+Objective = Literal["throughput", "latency"]
+Schedule = Literal["1f1b", "gpipe"]
+Pass = Literal["forward", "training"]
+OBJECTIVES: tuple[str, ...] = ("throughput", "latency")
+SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
+PASSES: tuple[str, ...] = ("forward", "training")
+
+DEFAULT_MICRO_BATCHES = 4
+
+
+def _integral(value: Any) -> Any:
+    """Integers, and floats with an integral value; never booleans or strings."""
+    if isinstance(value, bool | str):
+        raise ValueError(f"must be an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _real(value: Any) -> Any:
+    """Finite real numbers; never booleans or strings."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"must be finite, got {value!r}")
+    return value
+
+
+def _strict_bool(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    """``micro_batches`` may be a single count or a list of candidates."""
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _pin_target(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"must be a device id or a stage index, got {value!r}")
+    return value
+
+
+Count = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+Seed = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+NonNegative = Annotated[float, Field(ge=0.0), BeforeValidator(_real)]
+Positive = Annotated[float, Field(gt=0.0), BeforeValidator(_real)]
+Fraction = Annotated[float, Field(ge=0.0, lt=1.0), BeforeValidator(_real)]
+Flag = Annotated[bool, BeforeValidator(_strict_bool)]
+PinTarget = Annotated[str | int, BeforeValidator(_pin_target)]
+MicroBatches = Annotated[
+    tuple[Count, ...], BeforeValidator(_one_or_many), Field(min_length=1),
+    WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1},
+                              {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}}]}),
+]
+StageIndex = Annotated[int, Field(ge=0), BeforeValidator(lambda k: int(k) if isinstance(k, str) and k.isdigit() else k)]
+
+
+class ProblemSettings(BaseModel):
+    """Problem settings.  Every field has a documented default (docs/formats.md).
+
+    ``micro_batches``: candidate micro-batch counts per iteration (throughput; a solver picks
+    one, the first is the default).  ``stages`` / ``replicas``: fix S and R, or ``None`` to let
+    the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
+    ``stage_memory_caps_bytes``: stage index -> cap per device of that stage.
+    ``memory_headroom``: fraction of every device's memory kept free.  In JSON, ``pass_`` is
+    spelled ``pass``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, title="ProblemSettings")
+
+    micro_batches: MicroBatches = Field(
+        (DEFAULT_MICRO_BATCHES,), description="Candidate micro-batch counts per iteration (the first is the default).")
+    schedule: Schedule = Field("1f1b", description="Pipeline schedule of a throughput plan.")
+    pass_: Pass = Field("forward", alias="pass",
+                        description="Latency objective: inference (forward) or forward + backward (training).")
+    recompute: Flag = Field(False, description="Activation recomputation (keep only stage-boundary inputs).")
+    optimizer_bytes_per_param_byte: NonNegative = Field(
+        3.0, description="Gradient + optimizer state bytes per parameter byte (3: Adam moments + gradient).")
+    memory_headroom: Fraction = Field(
+        0.0, description="Fraction of every device's memory kept free.")
+    stages: Count | None = Field(None, description="Fix the number of pipeline stages (null: the solver chooses).")
+    replicas: Count | None = Field(None, description="Fix the replicas per stage (null: the solver chooses).")
+    pinned: dict[str, PinTarget] = Field(
+        default_factory=dict, description="Op id -> device id (string) or stage index (integer).")
+    stage_memory_caps_bytes: dict[StageIndex, NonNegative] = Field(
+        default_factory=dict, description="Stage index -> memory cap per device of that stage, in bytes.",
+        json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}})
+    no_empty_stage: Flag = Field(True, description="Every stage holds at least one op.")
+    time_limit_s: Positive | None = Field(None, description="Wall-clock limit of the solve (null: none).")
+    seed: Seed = Field(0, description="Seed of every random choice; the same seed gives the same plan.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical JSON form (``pass`` spelled as in JSON, keys of mappings sorted)."""
+        out = self.model_dump(mode="json", by_alias=True)
+        out["pinned"] = dict(sorted(self.pinned.items()))
+        out["stage_memory_caps_bytes"] = {str(k): v for k, v in sorted(self.stage_memory_caps_bytes.items())}
+        return out
+
+
+def _field_path(where: str, loc: tuple[int | str, ...]) -> str:
+    """``settings.pinned.a`` from a validation location (list positions and key markers dropped)."""
+    parts = [str(p) for p in loc if not isinstance(p, int) and p != "[key]"]
+    return ".".join([where, *parts]) if where else ".".join(parts)
+
+
+def settings_from_dict(raw: Mapping[str, Any] | None, where: str = "settings") -> ProblemSettings:
+    """Validate a settings mapping (JSON names; unknown keys rejected).
+
+    Raises :class:`~solvers.model.errors.InvalidProblem` whose ``field`` names the setting
+    (``settings.micro_batches``, ``settings.pinned.<op>`` ...).
+    """
+    if raw is None:
+        return ProblemSettings()
+    if isinstance(raw, ProblemSettings):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise InvalidProblem(f"{where}: must be an object, got {type(raw).__name__}", field=where)
+    try:
+        return ProblemSettings.model_validate(dict(raw))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field_path(where, tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(f.alias or name for name, f in ProblemSettings.model_fields.items()))
+            why = f"unknown field (allowed: {allowed})"
+        else:
+            why = str(err["msg"]).removeprefix("Value error, ")
+        raise InvalidProblem(f"{field}: {why}", field=field) from None
+
+
+def settings_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the ``settings`` object (draft 2020-12), generated from :class:`ProblemSettings`."""
+    schema = ProblemSettings.model_json_schema(by_alias=True, mode="validation")
+    schema.pop("title", None)
+    return schema
