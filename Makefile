@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy solvers
+	$(BIN)/mypy solvers service client
 
 imports: $(STAMP)
 	$(BIN)/lint-imports

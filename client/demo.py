@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"graph {graph.name!r}: {graph.n_ops} ops; topology {topology.name!r}: {topology.n_devices} devices")
     headers = ["solver", "status", "objective", "samples/s", "efficiency", "solve time", "stages"]
     for objective in ("throughput", "latency"):
-        problem = Problem(graph, topology, objective, ProblemSettings(micro_batches=(8,), pass_="training"))  # type: ignore[arg-type]
+        problem = Problem(graph, topology, objective, ProblemSettings(micro_batches=(8,), pass_="training"))
         print(f"\n{objective} objective")
         print(format_table(headers, compare(problem, args.time_limit)))
     return 0

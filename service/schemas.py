@@ -156,19 +156,6 @@ class EvaluateOut(BaseModel):
     timeline: list[Any] | None = None
 
 
-class PlanOut(BaseModel):
-    id: str
-    job_id: str | None
-    solver: str
-    status: str
-    objective: str | None
-    objective_s: float | None
-    lower_bound_s: float | None
-    efficiency: float | None
-    solve_time_s: float | None
-    created_at: datetime
-
-
 class SolverOut(BaseModel):
     name: str
     summary: str

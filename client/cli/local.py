@@ -6,11 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from client.cli._output import EXIT_FAILED, EXIT_OK, format_seconds, format_table, print_json
 from client.cli._params import describe_params, parse_params
 from solvers.model.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from solvers.model.plan import Plan
+    from solvers.model.problem import Problem
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -188,9 +192,9 @@ def cmd_dot(args: argparse.Namespace) -> int:
     if args.plan:
         if not args.topology:
             raise InvalidInput("--plan needs --topology", field="topology")
-        ns = argparse.Namespace(graph=args.file, topology=args.topology, objective=args.objective, pass_=None)
         plan = load_plan(args.plan)
-        resolved = resolve_plan(_problem(ns, plan), plan, check_memory=False)
+        resolved = resolve_plan(_load_problem(args.file, args.topology, args.objective, {}, plan), plan,
+                                check_memory=False)
     text = to_dot(graph, resolved)
     if args.output:
         Path(args.output).write_text(text)
@@ -247,18 +251,24 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
-def _problem(args: argparse.Namespace, plan: Any = None) -> Any:
-    from solvers.model.documents import load_graph, load_topology
-    from solvers.model.problem import Problem, settings_from_dict
+def _problem(args: argparse.Namespace, plan: Plan | None = None) -> Problem:
+    """The problem named by ``--graph``, ``--topology``, ``--objective`` and the settings flags."""
+    return _load_problem(args.graph, args.topology, args.objective, _settings(args), plan)
 
-    if not args.graph or not args.topology:
-        raise InvalidInput("--graph and --topology are both needed", field="graph" if not args.graph else "topology")
-    graph, topology = load_graph(args.graph), load_topology(args.topology)
-    settings = _settings(args)
-    objective = args.objective or (plan.objective if plan is not None and plan.objective else "throughput")
+
+def _load_problem(graph_path: str | None, topology_path: str | None, objective: str | None,
+                  settings: dict[str, Any], plan: Plan | None = None) -> Problem:
+    """Load the documents and build the problem; a plan supplies the objective and pass it was made for."""
+    from solvers.model.documents import load_graph, load_topology
+    from solvers.model.problem import Objective, Problem, settings_from_dict
+
+    if not graph_path or not topology_path:
+        raise InvalidInput("--graph and --topology are both needed", field="graph" if not graph_path else "topology")
+    graph, topology = load_graph(graph_path), load_topology(topology_path)
+    chosen = objective or (plan.objective if plan is not None and plan.objective else "throughput")
     if plan is not None and "pass" not in settings and plan.pass_:
-        settings["pass"] = plan.pass_
-    return Problem(graph, topology, objective, settings_from_dict(settings))
+        settings = {**settings, "pass": plan.pass_}
+    return Problem(graph, topology, cast(Objective, chosen), settings_from_dict(settings))
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -328,14 +338,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     problem = _problem(args, plan)
     result = simulate(problem, plan, timeline=bool(args.timeline), engine=args.engine)
     if args.timeline:
-        rows = [{"resource": e.resource, "task": e.task, "start_s": e.start_s, "end_s": e.end_s}
-                for e in result.timeline or []]
-        Path(args.timeline).write_text(json.dumps(rows))
+        entries = [{"resource": e.resource, "task": e.task, "start_s": e.start_s, "end_s": e.end_s}
+                   for e in result.timeline or []]
+        Path(args.timeline).write_text(json.dumps(entries))
     m = result.metrics
     if args.json:
         print_json(m)
         return EXIT_OK
-    rows = [(k, m[k]) for k in ("objective_s", "iteration_s", "latency_s", "throughput_samples_per_s",
+    rows: list[tuple[str, Any]] = [(k, m[k]) for k in ("objective_s", "iteration_s", "latency_s", "throughput_samples_per_s",
                                 "bottleneck_stage_s", "bubble_fraction", "lower_bound_s", "efficiency")]
     print(format_table(["metric", "value"], rows))
     return EXIT_OK

@@ -125,7 +125,7 @@ def _field_path(where: str, loc: tuple[int | str, ...]) -> str:
     return ".".join([where, *parts]) if where else ".".join(parts)
 
 
-def settings_from_dict(raw: Mapping[str, Any] | None, where: str = "settings") -> ProblemSettings:
+def settings_from_dict(raw: ProblemSettings | Mapping[str, Any] | None, where: str = "settings") -> ProblemSettings:
     """Validate a settings mapping (JSON names; unknown keys rejected).
 
     Raises :class:`~solvers.model.errors.InvalidProblem` whose ``field`` names the setting

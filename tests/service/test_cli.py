@@ -13,7 +13,7 @@ from service.config import InvalidSettings, load_config
 from service.db.engine import Database
 from service.db.migrate import head_revision
 from service.db.models import ApiKey
-from tests.service.test_resilience import PLACER
+from tests.service.jobs.test_resilience import PLACER
 
 
 def test_settings_from_the_environment() -> None:
