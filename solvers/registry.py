@@ -79,7 +79,29 @@ def _table() -> dict[str, str]:
 
 
 def names() -> list[str]:
-    """Registered solver names, sorted."""
+    """The registered solver names, built-in and from the ``placer.solvers`` entry points.
+
+    Exported as ``solvers.solver_names``.  No solver module is imported.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    names : list of str
+        Lower-case names, sorted; each is a valid ``solver`` for :func:`~solvers.solving.solve`.
+
+    Raises
+    ------
+    None
+
+    Examples
+    --------
+    >>> from solvers import solver_names
+    >>> "auto" in solver_names() and "parmesan" in solver_names()
+    True
+    """
     return sorted(_table())
 
 
@@ -118,5 +140,29 @@ def info(name: str) -> SolverInfo:
 
 
 def catalogue() -> list[SolverInfo]:
-    """Every registered solver with its summary, objectives and options schema."""
+    """Every registered solver with its summary, objectives, version and options schema.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    catalogue : list of SolverInfo
+        Sorted by name.  ``objectives`` says which problems a solver answers (``throughput``,
+        ``latency``); ``options_schema`` is the JSON Schema of its options.
+
+    Raises
+    ------
+    UnknownSolver, ImportError
+        A registered back-end cannot be loaded (each entry imports its solver's module).
+
+    Examples
+    --------
+    >>> from solvers import catalogue
+    >>> [info.name for info in catalogue() if "latency" in info.objectives][:3]
+    ['auto', 'celeritas', 'even']
+    >>> next(info for info in catalogue() if info.name == "auto").options_schema["properties"]["workers"]["anyOf"][0]
+    {'minimum': 1, 'type': 'integer'}
+    """
     return [info(n) for n in names()]

@@ -20,12 +20,58 @@ if TYPE_CHECKING:
     from solvers.simulate import SimulationResult
 
 
-def solve(problem: Problem, solver: str, options: Mapping[str, Any] | None = None, *,
+def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | None = None, *,
           time_limit_s: float | None = None, progress: ProgressCallback | None = None) -> Plan:
-    """Solve ``problem`` with the named solver and return the finished, simulated plan.
+    """Solve a placement problem and return the finished, simulated plan.
 
-    ``time_limit_s`` overrides ``problem.settings.time_limit_s``.  Bad options, an unknown
-    solver or a solver that does not answer the objective raise before any work is done.
+    Parameters
+    ----------
+    problem : Problem
+        The graph, the topology, the objective (``"throughput"`` or ``"latency"``) and the
+        settings (:class:`~solvers.model.problem.ProblemSettings`).
+    solver : str, optional (default ``"auto"``)
+        A name from :func:`~solvers.registry.names` (case-insensitive).  ``"auto"`` runs every
+        registered solver that answers the objective in parallel within the time limit and
+        keeps the plan with the best simulated objective and the best proven lower bound.
+    options : mapping, optional
+        The solver's typed options (its ``options_schema`` in :func:`~solvers.registry.catalogue`);
+        unknown keys and bad values are refused.
+    time_limit_s : float, optional
+        Wall-clock budget in seconds; overrides ``problem.settings.time_limit_s``.  ``None``
+        there as well: the solver's own default (``auto``: 60 s).
+    progress : callable, optional
+        Called with :class:`~solvers.base.ProgressEvent` reports while the solver runs.
+
+    Returns
+    -------
+    plan : Plan
+        ``status`` is ``optimal`` only with a proof, ``feasible`` otherwise, or ``infeasible``
+        (a status, not an exception).  ``metrics`` come from the simulator, never from the
+        solver; the plan carries the digests of the graph, topology and problem.
+
+    Raises
+    ------
+    UnknownSolver
+        ``solver`` is not registered (the message lists the valid names).
+    NotApplicable
+        The solver does not answer ``problem.objective``.
+    InvalidInput
+        ``options`` do not fit the solver's options schema.
+
+    All three are :class:`~solvers.model.errors.PlacerError` and raise before any work is done.
+
+    Examples
+    --------
+    >>> from solvers import Problem, generate_graph, generate_topology, solve
+    >>> graph = generate_graph("transformer", layers=2)
+    >>> topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+    >>> plan = solve(Problem(graph, topology), "even")
+    >>> plan.solver, plan.status, len(plan.stages)
+    ('even', 'feasible', 2)
+    >>> plan.metrics["objective_s"] > 0
+    True
+    >>> solve(Problem(graph, topology, "latency"), time_limit_s=10).status in ("optimal", "feasible")
+    True
     """
     cls = registry.solver_for(solver, problem.objective)
     opts = parse_options(cls.options_type, options, cls.name)

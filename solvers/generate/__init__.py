@@ -42,12 +42,76 @@ GRAPH_KINDS: dict[str, Callable[..., OpGraph]] = {
 
 
 def generate_topology(kind: str, **params: Any) -> Topology:
-    """Generate a topology of ``kind``; unknown kinds or parameters raise ``InvalidInput``."""
+    """Generate a topology of a named kind (docs/generators.md).
+
+    Parameters
+    ----------
+    kind : str
+        A key of :data:`TOPOLOGY_KINDS` (case-insensitive): ``hierarchical``, ``dgx1``,
+        ``mesh2d``, ``torus3d``, ``random_blk_1``, ``moirai_inter`` ...
+    **params
+        The kind's keyword parameters (:func:`parameter_types` lists them with their types and
+        defaults); text values are converted (``"4"`` -> 4), dashes read as underscores.
+
+    Returns
+    -------
+    topology : Topology
+        Deterministic: the same parameters (``seed`` included) give the same topology.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown kind or parameter, or a value of the wrong type or range (the message names it).
+
+    Examples
+    --------
+    >>> from solvers import generate_topology
+    >>> topology = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
+    >>> topology.n_devices, topology.devices[0].id
+    (8, 'gpu0')
+    >>> generate_topology("hierarchical", gpus=4)
+    Traceback (most recent call last):
+    ...
+    solvers.model.errors.InvalidInput: topology 'hierarchical': unknown parameter 'gpus' (valid: ...)
+    """
     return call_generator("topology", TOPOLOGY_KINDS, kind, params)
 
 
 def generate_graph(kind: str, **params: Any) -> OpGraph:
-    """Generate an op graph of ``kind``; unknown kinds or parameters raise ``InvalidInput``."""
+    """Generate an operator graph of a named kind (docs/generators.md).
+
+    Parameters
+    ----------
+    kind : str
+        A key of :data:`GRAPH_KINDS` (case-insensitive): ``transformer``, ``cnn`` or
+        ``random_dag``.
+    **params
+        The kind's keyword parameters (:func:`parameter_types` lists them with their types and
+        defaults); text values are converted (``"4"`` -> 4), dashes read as underscores.
+
+    Returns
+    -------
+    graph : OpGraph
+        Deterministic: the same parameters (``seed`` included) give the same graph.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown kind or parameter, or a value of the wrong type or range (the message names it).
+
+    Examples
+    --------
+    >>> from solvers import generate_graph
+    >>> graph = generate_graph("transformer", layers=2)
+    >>> graph.n_ops, len(graph.edges)
+    (31, 36)
+    >>> generate_graph("random_dag", n_ops="100", seed=3).n_ops
+    100
+    >>> generate_graph("lstm")
+    Traceback (most recent call last):
+    ...
+    solvers.model.errors.InvalidInput: unknown graph kind 'lstm' (valid: cnn, random_dag, transformer)
+    """
     return call_generator("graph", GRAPH_KINDS, kind, params)
 
 

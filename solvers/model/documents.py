@@ -19,7 +19,33 @@ KNOWN_FORMATS = (GRAPH_FORMAT, TOPOLOGY_FORMAT, PLAN_FORMAT, PROBLEM_FORMAT)
 
 
 def read_json(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """Read a JSON file (optionally gzip-compressed), refusing files over ``max_bytes``."""
+    """Read a JSON file, plain or gzip-compressed, without validating it as a document.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; gzip data is recognised by its magic bytes, whatever the name.
+    max_bytes : int, optional
+        Files (or decompressed data) larger than this are refused (default 512 MiB).
+
+    Returns
+    -------
+    document : Any
+        The parsed JSON value.
+
+    Raises
+    ------
+    FormatError
+        The file cannot be read, is empty, too large, not UTF-8, or not JSON (the message
+        names the line and column).
+
+    Examples
+    --------
+    >>> from solvers import generate_topology, read_json, write_json
+    >>> write_json(generate_topology("dgx1"), "dgx1.json.gz")
+    >>> read_json("dgx1.json.gz")["format"]
+    'placer.topology/v1'
+    """
     path = Path(path)
     try:
         with path.open("rb") as fh:
@@ -65,7 +91,37 @@ def document_format(doc: Any) -> str:
 
 
 def parse_document(doc: Any) -> OpGraph | Topology | Plan | dict[str, Any]:
-    """Validate a document of any known format (a problem spec is returned as a mapping)."""
+    """Validate a document of any known format, dispatching on its ``format`` field.
+
+    Parameters
+    ----------
+    doc : Any
+        A parsed JSON document (e.g. from :func:`read_json`).
+
+    Returns
+    -------
+    obj : OpGraph, Topology, Plan or dict
+        The validated object; a ``placer.problem/v1`` spec is returned as a mapping (it names
+        its graph and topology by digest).
+
+    Raises
+    ------
+    FormatError
+        ``format`` is missing or unknown.
+    InvalidGraph, InvalidTopology, InvalidPlan
+        The document breaks its format; the message names the node, edge or field at fault.
+
+    Examples
+    --------
+    >>> from solvers import parse_document
+    >>> doc = {"format": "placer.opgraph/v1", "nodes": [{"id": "a", "op": "matmul", "fwd_s": 0.001}]}
+    >>> parse_document(doc).n_ops
+    1
+    >>> parse_document({"format": "placer.opgraph/v1", "nodes": [{"id": "a", "op": "matmul"}]})
+    Traceback (most recent call last):
+    ...
+    solvers.model.errors.InvalidGraph: nodes[0].fwd_s: missing
+    """
     fmt = document_format(doc)
     if fmt == GRAPH_FORMAT:
         return graph_from_document(doc)
@@ -77,19 +133,133 @@ def parse_document(doc: Any) -> OpGraph | Topology | Plan | dict[str, Any]:
 
 
 def load_graph(path: str | Path) -> OpGraph:
+    """Read and validate a ``placer.opgraph/v1`` file (docs/formats.md).
+
+    Parameters
+    ----------
+    path : str or Path
+        A JSON file, plain or gzip-compressed.
+
+    Returns
+    -------
+    graph : OpGraph
+        The validated, immutable operator DAG.
+
+    Raises
+    ------
+    FormatError
+        The file cannot be read or is not JSON.
+    InvalidGraph
+        The document is not a valid graph (duplicate id, unknown edge end, cycle, bad number
+        ...); the message names the node, edge or field.
+
+    Examples
+    --------
+    >>> from solvers import generate_graph, load_graph, write_json
+    >>> write_json(generate_graph("transformer", layers=2), "bert.json")
+    >>> graph = load_graph("bert.json")
+    >>> graph.n_ops, graph.nodes[0].id
+    (31, 'embeddings.word_embeddings')
+    """
     return graph_from_document(read_json(path))
 
 
 def load_topology(path: str | Path) -> Topology:
+    """Read and validate a ``placer.topology/v1`` file (docs/formats.md).
+
+    Parameters
+    ----------
+    path : str or Path
+        A JSON file, plain or gzip-compressed.
+
+    Returns
+    -------
+    topology : Topology
+        The validated, connected topology, with widest-path routes for pairs without a link.
+
+    Raises
+    ------
+    FormatError
+        The file cannot be read or is not JSON.
+    InvalidTopology
+        The document is not a valid topology (duplicate device, unknown link end, a device
+        that cannot reach another ...); the message names the device, link or field.
+
+    Examples
+    --------
+    >>> from solvers import generate_topology, load_topology, write_json
+    >>> write_json(generate_topology("hierarchical", nodes=2, gpus_per_node=4), "topo.json")
+    >>> topology = load_topology("topo.json")
+    >>> topology.n_devices, topology.hosts
+    (8, ['node0', 'node1'])
+    """
     return topology_from_document(read_json(path))
 
 
 def load_plan(path: str | Path) -> Plan:
+    """Read and validate a ``placer.plan/v1`` file (docs/formats.md).
+
+    The plan is checked on its own; :func:`~solvers.simulate.simulate` checks it against a
+    problem (every op placed once, devices known, memory).
+
+    Parameters
+    ----------
+    path : str or Path
+        A JSON file, plain or gzip-compressed.
+
+    Returns
+    -------
+    plan : Plan
+
+    Raises
+    ------
+    FormatError
+        The file cannot be read or is not JSON.
+    InvalidPlan
+        The document is not a valid plan; the message names the field.
+
+    Examples
+    --------
+    >>> from solvers import Problem, generate_graph, generate_topology, load_plan, solve, write_json
+    >>> problem = Problem(generate_graph("transformer", layers=2), generate_topology("dgx1"))
+    >>> write_json(solve(problem, "even"), "plan.json")
+    >>> load_plan("plan.json").solver
+    'even'
+    """
     return plan_from_document(read_json(path))
 
 
 def write_json(doc: Any, path: str | Path) -> None:
-    """Write a document as indented JSON (gzip when the name ends in ``.gz``)."""
+    """Write a document as indented JSON (gzip-compressed when the name ends in ``.gz``).
+
+    Parameters
+    ----------
+    doc : OpGraph, Topology, Plan or JSON value
+        An object with a ``to_document()`` method is written as its document.
+    path : str or Path
+        The file to write (replaced if it exists).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        The document holds NaN or an infinity (not JSON).
+    OSError
+        The file cannot be written.
+
+    Examples
+    --------
+    >>> from solvers import generate_graph, load_graph, write_json
+    >>> graph = generate_graph("cnn", blocks="1,1")
+    >>> write_json(graph, "cnn.json.gz")
+    >>> load_graph("cnn.json.gz").digest == graph.digest
+    True
+    """
+    if hasattr(doc, "to_document"):
+        doc = doc.to_document()
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
     path = Path(path)
     if path.suffix == ".gz":

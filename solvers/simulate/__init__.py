@@ -28,11 +28,47 @@ __all__ = ["ENGINES", "SimulationResult", "TimelineEntry", "simulate"]
 
 def simulate(problem: Problem, plan: Plan | ResolvedPlan, *, timeline: bool = False,
              engine: Engine = "auto") -> SimulationResult:
-    """Score ``plan`` on ``problem``: metrics (and the timeline when ``timeline`` is true).
+    """Score ``plan`` on ``problem`` with the one simulator (docs/simulator.md).
 
-    ``engine``: ``"stage"`` (throughput plans only), ``"op"`` (any plan), ``"auto"`` (stage-level
-    for throughput, op-level for latency).  A ``Plan`` is validated first (:func:`resolve_plan`,
-    memory included); invalid plans raise :class:`~solvers.model.errors.InvalidPlan`.
+    Parameters
+    ----------
+    problem : Problem
+        The graph, topology, objective and settings the plan answers.
+    plan : Plan or ResolvedPlan
+        A ``Plan`` is validated against the problem first (:func:`resolve_plan`: every op
+        placed once, devices known, pipeline order, memory).
+    timeline : bool, optional (default False)
+        Also return every task's start and end on its device or channel.
+    engine : {"auto", "stage", "op"}, optional (default ``"auto"``)
+        ``"stage"``: the stage-level pipeline engine (throughput plans only); ``"op"``: the
+        op-level dataflow engine (any plan); ``"auto"``: stage-level for throughput,
+        op-level for latency.
+
+    Returns
+    -------
+    result : SimulationResult
+        ``metrics`` (``objective_s``, ``iteration_s``, ``latency_s``,
+        ``throughput_samples_per_s``, ``lower_bound_s``, ``efficiency`` ...) and, with
+        ``timeline``, the list of :class:`TimelineEntry`.
+
+    Raises
+    ------
+    InvalidPlan
+        The plan does not fit the problem (the message names the op, device or stage), or
+        ``engine`` does not fit the objective.
+
+    Examples
+    --------
+    >>> from solvers import Plan, Problem, generate_graph, generate_topology, simulate
+    >>> from solvers.model.plan import Stage
+    >>> graph = generate_graph("random_dag", n_ops=6, seed=1)
+    >>> topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+    >>> plan = Plan((Stage(tuple(graph.ids), ("gpu0",)),), micro_batches=1)
+    >>> result = simulate(Problem(graph, topology, "latency"), plan, timeline=True)
+    >>> result.metrics["latency_s"] == sum(node.fwd_s for node in graph.nodes)
+    True
+    >>> sorted({entry.resource for entry in result.timeline})
+    ['gpu0']
     """
     if engine not in ENGINES:
         raise InvalidPlan(f"engine: must be one of {', '.join(ENGINES)}, got {engine!r}", field="engine")
