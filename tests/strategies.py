@@ -129,3 +129,80 @@ def latency_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 5,
                    for g in used)
     problem = Problem(graph, topo, "latency", ProblemSettings(pass_=pass_))
     return problem, Plan(stages, micro_batches=draw(st.integers(1, 2)))
+
+
+# ---- documents with every optional field (networkx and GraphML round trips) ---------------------
+xml_text = st.text(st.characters(min_codepoint=0x20, blacklist_categories=("Cs",), blacklist_characters="\ufffe\uffff"),
+                   min_size=1, max_size=8)
+"""Non-empty text that XML can carry (no control characters)."""
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+"""Any JSON value (what a document's ``attrs`` may hold)."""
+
+_attrs = st.none() | st.dictionaries(st.text(max_size=5), json_values, min_size=1, max_size=3)
+_numbers = st.floats(0.0, 1e12, allow_nan=False) | st.sampled_from([0.0, 1e-9, 1e18])
+
+
+@st.composite
+def full_graphs(draw: st.DrawFn, max_ops: int = 8, ids: st.SearchStrategy[str] = xml_text) -> OpGraph:
+    """A random DAG using every field of ``placer.opgraph/v1``: ids of any text, ``layer``,
+    ``constant``, per-kind ``times`` for several kinds, nested ``attrs`` on nodes and on the graph,
+    and edges in an order that is not grouped by source."""
+    names = draw(st.lists(ids, min_size=1, max_size=max_ops, unique=True))
+    nodes = []
+    for op_id in names:
+        kinds = draw(st.lists(xml_text, max_size=3, unique=True))
+        times = {k: KindTimes(draw(_numbers), draw(_numbers)) for k in kinds} or None
+        nodes.append(Node(op_id, draw(xml_text), draw(_numbers), draw(_numbers), draw(_numbers), draw(_numbers),
+                          draw(_numbers), draw(_numbers), draw(st.booleans()), draw(st.none() | st.just("") | xml_text),
+                          times, draw(_attrs)))
+    pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names)) if draw(st.booleans())]
+    pairs = draw(st.permutations(pairs))
+    edges = [Edge(names[i], names[j], draw(_numbers)) for i, j in pairs]
+    perm = draw(st.permutations(range(len(nodes))))
+    return OpGraph.build(draw(xml_text), [nodes[i] for i in perm], edges, draw(st.integers(1, 512)),
+                         draw(_attrs))
+
+
+def _devices(draw: st.DrawFn, n: int) -> list[Device]:
+    return [Device(f"d{i}", draw(xml_text), draw(xml_text), draw(_numbers), draw(st.sampled_from([0.5, 1.0, 3.0])),
+                   draw(_attrs)) for i in range(n)]
+
+
+@st.composite
+def asymmetric_topologies(draw: st.DrawFn, max_devices: int = 6) -> Topology:
+    """A connected topology of links in any order, some one-way with different figures each way
+    (a one-way ring keeps it connected), with ``attrs`` on devices and topology."""
+    n = draw(st.integers(1, max_devices))
+    bandwidth = st.sampled_from([1e6, 2.5e9, 1e11])
+    latency = st.sampled_from([0.0, 1e-6, 0.25])
+    links = []
+    if n > 1:
+        ring_bidirectional = draw(st.booleans())
+        links = [Link(f"d{i}", f"d{(i + 1) % n}", draw(bandwidth), draw(latency), ring_bidirectional)
+                 for i in range(n - 1 if ring_bidirectional else n)]
+        used = {(link.src, link.dst) for link in links} | {(link.dst, link.src) for link in links if link.bidirectional}
+        for i in range(n):
+            for j in range(n):
+                if i != j and (f"d{i}", f"d{j}") not in used and draw(st.booleans()):
+                    both = (f"d{j}", f"d{i}") not in used and draw(st.booleans())
+                    links.append(Link(f"d{i}", f"d{j}", draw(bandwidth), draw(latency), both))
+                    used |= {(f"d{i}", f"d{j}")} | ({(f"d{j}", f"d{i}")} if both else set())
+    links = draw(st.permutations(links))
+    return Topology.from_links(draw(xml_text), _devices(draw, n), links, draw(_attrs))
+
+
+@st.composite
+def matrix_topologies(draw: st.DrawFn, max_devices: int = 5) -> Topology:
+    """A topology given as asymmetric bandwidth and latency matrices (a one-way ring keeps it
+    connected), with latency entries also where a pair has no channel."""
+    n = draw(st.integers(1, max_devices))
+    ring = {(i, (i + 1) % n) for i in range(n)}
+    bw = [[0.0 if i == j else draw(st.sampled_from([1e6, 3e9] if (i, j) in ring else [0.0, 1e6, 3e9]))
+           for j in range(n)] for i in range(n)]
+    lat = [[0.0 if i == j else draw(st.sampled_from([0.0, 1e-5, 0.5])) for j in range(n)] for i in range(n)]
+    return Topology.from_matrices(draw(xml_text), _devices(draw, n), bw, lat, draw(_attrs))

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +20,9 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidGraph
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 GRAPH_FORMAT = "placer.opgraph/v1"
 MAX_GRAPH_NODES = 2_000_000
@@ -301,6 +304,97 @@ class OpGraph:
     @cached_property
     def digest(self) -> str:
         return _digest(self.to_document())
+
+    # ---- networkx ------------------------------------------------------------------
+    def to_networkx(self) -> nx.DiGraph:
+        """This graph as a ``networkx.DiGraph`` (attribute names in docs/formats.md).
+
+        Parameters
+        ----------
+        None
+
+        Returns
+        -------
+        g : networkx.DiGraph
+            Nodes are op ids, in the graph's order, with the node fields of
+            ``placer.opgraph/v1`` as attributes (``op``, ``fwd_s``, ``bwd_s``, ``param_bytes``,
+            ``act_bytes``, ``mem_fwd_bytes``, ``mem_bwd_bytes``, ``constant``, and ``layer``,
+            ``times``, ``attrs`` where set).  Edges carry ``bytes`` and ``position`` (the
+            edge's index in the document).  ``g.graph`` holds ``format``, ``name``,
+            ``profiled_batch_size`` and ``attrs`` (where set).
+
+        Raises
+        ------
+        None
+
+        Examples
+        --------
+        >>> import networkx as nx
+        >>> from solvers import generate_graph
+        >>> graph = generate_graph("transformer", layers=2)
+        >>> g = graph.to_networkx()
+        >>> g.nodes["embeddings.word_embeddings"]["op"], g.graph["profiled_batch_size"]
+        ('aten.embedding', 8)
+        >>> nx.dag_longest_path_length(g, weight="bytes") > 0
+        True
+        """
+        from solvers.model.interop import graph_to_networkx
+
+        return graph_to_networkx(self)
+
+    @classmethod
+    def from_networkx(cls, g: nx.DiGraph, *, name: str | None = None,
+                      profiled_batch_size: int | None = None) -> OpGraph:
+        """Build and validate a graph from a ``networkx.DiGraph`` (the inverse of :meth:`to_networkx`).
+
+        Parameters
+        ----------
+        g : networkx.DiGraph
+            Node keys are op ids (strings); node attributes are the node fields of
+            ``placer.opgraph/v1`` (``fwd_s`` and ``op`` required, the rest defaulted as in a
+            document); edge attributes ``bytes`` and, optionally, ``position`` (edges are put
+            in ``position`` order, those without one last, in networkx's order).  ``g.graph``
+            may give ``name``, ``profiled_batch_size`` and ``attrs``.  Any other attribute is
+            refused: put other data under ``attrs``.
+        name : str, optional
+            Overrides ``g.graph["name"]`` (default ``"graph"``).
+        profiled_batch_size : int, optional
+            Overrides ``g.graph["profiled_batch_size"]`` (default 1).
+
+        Returns
+        -------
+        graph : OpGraph
+            For a graph made by :meth:`to_networkx`, the same document and digest as the original.
+
+        Raises
+        ------
+        InvalidGraph
+            ``g`` is undirected or a multigraph, an id is not a string, an attribute is
+            unknown, or the graph is not a valid op graph (a cycle, a bad number ...); the
+            message names the op or edge.
+
+        Examples
+        --------
+        >>> import networkx as nx
+        >>> from solvers import OpGraph
+        >>> g = nx.DiGraph(name="tiny")
+        >>> g.add_node("x", op="matmul", fwd_s=0.002, param_bytes=4096.0)
+        >>> g.add_node("y", op="relu", fwd_s=0.0005)
+        >>> g.add_edge("x", "y", bytes=1024.0)
+        >>> graph = OpGraph.from_networkx(g)
+        >>> graph.ids, graph.edge_bytes.tolist()
+        (['x', 'y'], [1024.0])
+        >>> OpGraph.from_networkx(graph.to_networkx()).digest == graph.digest
+        True
+        >>> g.add_edge("y", "x")
+        >>> OpGraph.from_networkx(g)
+        Traceback (most recent call last):
+        ...
+        solvers.model.errors.InvalidGraph: edges: the graph has a cycle: ...
+        """
+        from solvers.model.interop import graph_from_networkx
+
+        return graph_from_networkx(g, name=name, profiled_batch_size=profiled_batch_size)
 
     def to_document(self) -> dict[str, Any]:
         """The ``placer.opgraph/v1`` document of this graph."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +19,9 @@ import numpy.typing as npt
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidTopology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 TOPOLOGY_FORMAT = "placer.topology/v1"
 MAX_DEVICES = 16_384
@@ -192,6 +195,91 @@ class Topology:
     @cached_property
     def digest(self) -> str:
         return _digest(self.to_document())
+
+    # ---- networkx ------------------------------------------------------------------
+    def to_networkx(self) -> nx.DiGraph:
+        """This topology as a ``networkx.DiGraph`` (attribute names in docs/formats.md).
+
+        Parameters
+        ----------
+        None
+
+        Returns
+        -------
+        g : networkx.DiGraph
+            Nodes are device ids, in the topology's order, with ``kind``, ``node`` (the host),
+            ``memory_bytes``, ``speed`` and ``attrs`` (where set).  Each link is one edge
+            ``src -> dst`` with ``bandwidth_Bps``, ``latency_s``, ``bidirectional`` and
+            ``position`` (its index in ``links``); a bidirectional link is not repeated
+            backwards.  A topology given as matrices has ``g.graph["matrices"] = True`` and one
+            edge per ordered pair with a direct channel (or a latency entry), carrying
+            ``bandwidth_Bps`` and ``latency_s``.  ``g.graph`` holds ``format``, ``name`` and
+            ``attrs`` (where set).
+
+        Raises
+        ------
+        None
+
+        Examples
+        --------
+        >>> from solvers import generate_topology
+        >>> g = generate_topology("hierarchical", nodes=2, gpus_per_node=2).to_networkx()
+        >>> g.nodes["gpu0"]["node"], g.graph["matrices"], g.number_of_edges()
+        ('node0', True, 12)
+        >>> g.edges["gpu0", "gpu1"]["bandwidth_Bps"]
+        11000000000.0
+        """
+        from solvers.model.interop import topology_to_networkx
+
+        return topology_to_networkx(self)
+
+    @classmethod
+    def from_networkx(cls, g: nx.Graph, *, name: str | None = None) -> Topology:
+        """Build and validate a topology from a networkx graph (the inverse of :meth:`to_networkx`).
+
+        Parameters
+        ----------
+        g : networkx.DiGraph or networkx.Graph
+            Node keys are device ids (strings) with the device fields of
+            ``placer.topology/v1`` as attributes (``memory_bytes`` required).  Each edge is a
+            link with ``bandwidth_Bps`` and optionally ``latency_s``, ``bidirectional`` and
+            ``position`` (links are put in ``position`` order, those without one last).  An
+            edge of a ``DiGraph`` is one direction unless ``bidirectional`` is true; an edge of
+            an undirected ``Graph`` is bidirectional.  With ``g.graph["matrices"]`` true the
+            edges fill the bandwidth and latency matrices instead.  Any other attribute is
+            refused: put other data under ``attrs``.
+        name : str, optional
+            Overrides ``g.graph["name"]`` (default ``"topology"``).
+
+        Returns
+        -------
+        topology : Topology
+            For a graph made by :meth:`to_networkx`, the same document and digest as the original.
+
+        Raises
+        ------
+        InvalidTopology
+            ``g`` is a multigraph, an id is not a string, an attribute is unknown, or the
+            topology is not valid (two links one way, a device that cannot reach another ...);
+            the message names the device or link.
+
+        Examples
+        --------
+        >>> import networkx as nx
+        >>> from solvers import Topology
+        >>> g = nx.Graph(name="pair")
+        >>> g.add_node("a", kind="A100", memory_bytes=80e9)
+        >>> g.add_node("b", kind="A100", memory_bytes=80e9)
+        >>> g.add_edge("a", "b", bandwidth_Bps=300e9, latency_s=2e-6)
+        >>> topology = Topology.from_networkx(g)
+        >>> topology.bandwidth_Bps[1, 0]
+        np.float64(300000000000.0)
+        >>> Topology.from_networkx(topology.to_networkx()).digest == topology.digest
+        True
+        """
+        from solvers.model.interop import topology_from_networkx
+
+        return topology_from_networkx(g, name=name)
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"format": TOPOLOGY_FORMAT, "name": self.name,
