@@ -70,11 +70,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _register_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("import", help="convert another tool's profile into a placer.opgraph/v1 document")
-    p.add_argument("--from", dest="source", choices=("pipedream", "piper"), required=True)
+    p = sub.add_parser("import", help="convert another tool's profile (or a GraphML file) into a placer document")
+    p.add_argument("--from", dest="source", choices=("pipedream", "piper", "graphml"), required=True)
     p.add_argument("file")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--name", help="graph name (default: the file's folder or stem)")
+    p.add_argument("--name", help="graph name (default: the file's folder or stem; GraphML: its own name)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_import)
 
@@ -83,6 +83,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from solvers.model.documents import read_json, write_json
 
     path = Path(args.file)
+    if args.source == "graphml":
+        return _import_graphml(args)
     name = args.name or (path.parent.name if path.name == "graph.txt" else path.stem)
     if args.source == "pipedream":
         from solvers.model.importers.pipedream import import_pipedream
@@ -103,6 +105,28 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _import_graphml(args: argparse.Namespace) -> int:
+    from solvers.model.documents import write_json
+    from solvers.model.graph import OpGraph, graph_from_document
+    from solvers.model.graphml import read_graphml
+    from solvers.model.topology import topology_from_document
+
+    obj = read_graphml(args.file)
+    if args.name:
+        doc = {**obj.to_document(), "name": args.name}
+        obj = graph_from_document(doc) if isinstance(obj, OpGraph) else topology_from_document(doc)
+    write_json(obj, args.output)
+    if isinstance(obj, OpGraph):
+        info = {"output": args.output, "name": obj.name, "nodes": obj.n_ops, "edges": len(obj.edges),
+                "digest": obj.digest}
+        summary = f"{obj.n_ops} nodes, {len(obj.edges)} edges"
+    else:
+        info = {"output": args.output, "name": obj.name, "devices": obj.n_devices, "digest": obj.digest}
+        summary = f"topology, {obj.n_devices} devices"
+    print_json(info) if args.json else print(f"wrote {args.output}: {summary}")
+    return EXIT_OK
+
+
 # ---- generators ---------------------------------------------------------------------------
 def _register_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for what in ("topology", "graph"):
@@ -114,6 +138,10 @@ def _register_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         p.add_argument("--help-params", action="store_true", help="list the kind's parameters")
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=cmd_generate, what=what, accepts_params=True)
+        p = group.add_parser("graphml", help=f"export a {what} as GraphML (networkx, yEd, Gephi ...)")
+        p.add_argument("file", help=f"a placer.{'opgraph' if what == 'graph' else 'topology'}/v1 document")
+        p.add_argument("-o", "--output", help="output file (default: stdout)")
+        p.set_defaults(func=cmd_graphml, what=what, json=False)
         if what == "graph":
             _register_graph_tools(group)
 
@@ -198,6 +226,19 @@ def cmd_dot(args: argparse.Namespace) -> int:
     text = to_dot(graph, resolved)
     if args.output:
         Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_graphml(args: argparse.Namespace) -> int:
+    from solvers.model.documents import load_graph, load_topology
+    from solvers.model.graphml import to_graphml
+
+    obj = load_graph(args.file) if args.what == "graph" else load_topology(args.file)
+    text = to_graphml(obj)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return EXIT_OK

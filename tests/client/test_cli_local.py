@@ -156,3 +156,32 @@ def test_graph_scale_from_profiles(capsys: pytest.CaptureFixture[str], tmp_path:
     small = json.loads(paths[0].read_text())["nodes"]
     big = json.loads(target.read_text())["nodes"]
     assert sum(n["act_bytes"] for n in big) > 8 * sum(n["act_bytes"] for n in small)
+
+
+@pytest.mark.parametrize("what", ["graph", "topology"])
+def test_graphml_export_then_import_is_exact(files: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                                             what: str) -> None:
+    source = files["graph" if what == "graph" else "topo"]
+    exported, back = files["dir"] / f"{what}.graphml", files["dir"] / f"{what}.back.json"
+    assert run(capsys, what, "graphml", str(source), "-o", str(exported))[0] == 0
+    code, out, _ = run(capsys, "import", "--from", "graphml", str(exported), "-o", str(back), "--json")
+    assert code == 0
+    assert json.loads(back.read_text()) == json.loads(source.read_text())
+    _, validated, _ = run(capsys, "validate", str(source), "--json")
+    assert json.loads(out)["digest"] == json.loads(validated)["digest"]
+
+
+def test_graphml_to_stdout_and_renamed_import(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, text, _ = run(capsys, "graph", "graphml", str(files["graph"]))
+    assert code == 0 and text.startswith("<graphml")
+    exported, back = files["dir"] / "g.graphml", files["dir"] / "g.json"
+    exported.write_text(text)
+    code, out, _ = run(capsys, "import", "--from", "graphml", str(exported), "-o", str(back), "--name", "renamed")
+    assert code == 0 and "nodes" in out and json.loads(back.read_text())["name"] == "renamed"
+
+
+def test_graphml_import_of_a_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.graphml"
+    bad.write_text("<graphml><graph")
+    code, _, err = run(capsys, "import", "--from", "graphml", str(bad), "-o", str(tmp_path / "out.json"))
+    assert code == 2 and "invalid GraphML" in err
