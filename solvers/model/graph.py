@@ -288,17 +288,14 @@ class OpGraph:
         return pos
 
     def _find_cycle(self, remaining: set[int]) -> list[int]:
-        """Walk predecessors inside the unsorted remainder until a node repeats."""
-        start = min(remaining)
-        seen: dict[int, int] = {}
-        path: list[int] = []
-        node = start
-        while node not in seen:
-            seen[node] = len(path)
-            path.append(node)
-            node = next(p for p in self.pred[node] if p in remaining)
-        cycle = path[seen[node]:]
-        cycle.reverse()  # predecessors were followed; report in edge direction
+        """A cycle among the ops the topological sort left over, closed (first == last), in edge
+        direction: networkx's ``find_cycle`` on the leftover subgraph (only for the error message)."""
+        import networkx as nx
+
+        sub = nx.DiGraph()
+        sub.add_edges_from((s, d) for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist(), strict=True)
+                           if s in remaining and d in remaining)
+        cycle = [u for u, _ in nx.find_cycle(sub)]
         return [*cycle, cycle[0]]
 
     @cached_property

@@ -7,7 +7,8 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from solvers.model.errors import InvalidGraph
 from solvers.model.graph import GRAPH_FORMAT, Edge, Node, OpGraph, graph_from_document
@@ -65,6 +66,19 @@ def test_cycle_off_the_first_node_is_named_exactly() -> None:
     err = rejected(d)
     assert _same_cycle(_cycle_of(err.message), ["c", "d"])
     assert err.ref in ("c", "d")
+
+
+@settings(max_examples=examples(100))
+@given(dag_graphs(min_ops=2), st.data())
+def test_the_reported_cycle_is_a_cycle_of_the_graph(graph: OpGraph, data: st.DataObject) -> None:
+    assume(graph.edges)
+    d = graph.to_document()
+    back = data.draw(st.sampled_from(d["edges"]))
+    d["edges"].append({"src": back["dst"], "dst": back["src"]})  # closes a cycle through that edge
+    cycle = _cycle_of(rejected(d).message)
+    edges = {(e["src"], e["dst"]) for e in d["edges"]}
+    assert len(cycle) >= 3 and cycle[0] == cycle[-1] and len(set(cycle[:-1])) == len(cycle) - 1
+    assert all(pair in edges for pair in zip(cycle, cycle[1:], strict=False))
 
 
 def test_duplicate_node_id() -> None:
