@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from typing import Any
 
@@ -78,7 +79,7 @@ def test_the_reported_cycle_is_a_cycle_of_the_graph(graph: OpGraph, data: st.Dat
     cycle = _cycle_of(rejected(d).message)
     edges = {(e["src"], e["dst"]) for e in d["edges"]}
     assert len(cycle) >= 3 and cycle[0] == cycle[-1] and len(set(cycle[:-1])) == len(cycle) - 1
-    assert all(pair in edges for pair in zip(cycle, cycle[1:], strict=False))
+    assert all(pair in edges for pair in itertools.pairwise(cycle))
 
 
 def test_duplicate_node_id() -> None:
