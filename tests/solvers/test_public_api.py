@@ -73,3 +73,14 @@ def test_python_md_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     result = doctest.testfile(str(ROOT / "docs" / "python.md"), module_relative=False, optionflags=FLAGS,
                               verbose=False, report=True)
     assert result.attempted > 20 and result.failed == 0
+
+
+def test_readme_library_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ROOT / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert blocks and "from solvers import" in blocks[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    status = capsys.readouterr().out.split()[0]
+    assert status in ("optimal", "feasible")
