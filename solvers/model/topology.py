@@ -135,7 +135,7 @@ class Topology:
         (max bottleneck, then min latency).  Pairs with a direct link keep it.
 
         Hand-written: networkx has no widest-path routine; the numpy sweep routes 576 devices in
-        0.46 s (``bench.bench_graph_algorithms``)."""
+        0.49 s (``bench.bench_graph_algorithms``)."""
         bw = self.direct_bandwidth_Bps.copy()
         lat = np.where(bw > 0, self.direct_latency_s, np.inf)
         n = len(self.devices)
