@@ -122,7 +122,9 @@ def group_members(group_of: IntArray) -> list[IntArray]:
 def topological_groups(n_groups: int, group_of: IntArray, ag: AtomicGraph, tie: FloatArray) -> list[int]:
     """A topological order of the groups of a partition (Kahn; ties by ``tie`` then id).
 
-    The quotient must be acyclic; the block phase keeps it so.
+    The quotient must be acyclic; the block phase keeps it so.  Hand-written for speed: it sorts
+    every atomic subcomponent (27k for BERT 256 x 2048), and the same sort takes 20 ms on 50k
+    nodes, networkx's ``lexicographical_topological_sort`` 371 ms (``bench.bench_graph_algorithms``).
     """
     import heapq
 
