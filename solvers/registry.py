@@ -160,8 +160,8 @@ def catalogue() -> list[SolverInfo]:
     Examples
     --------
     >>> from solvers import catalogue
-    >>> [info.name for info in catalogue() if "latency" in info.objectives][:3]
-    ['auto', 'celeritas', 'even']
+    >>> {"celeritas", "moirai", "auto"} <= {info.name for info in catalogue() if "latency" in info.objectives}
+    True
     >>> next(info for info in catalogue() if info.name == "auto").options_schema["properties"]["workers"]["anyOf"][0]
     {'minimum': 1, 'type': 'integer'}
     """
