@@ -53,6 +53,7 @@ class ExportedOps:
     ops: list[OpRecord]
     model_param_bytes: int
     unread_params: list[str]
+    module_types: dict[str, str]
 
 
 def export_model(built: BuiltModel) -> ExportedProgram:
@@ -153,7 +154,18 @@ def collect_ops(built: BuiltModel, program: ExportedProgram) -> ExportedOps:
     unread = _attribute_unread(records, params, owner)
     _mark_constant(nodes, records, kinds)
     model_bytes = sum(p.numel() * p.element_size() for p in built.module.parameters())
-    return ExportedOps(program, records, model_bytes, unread)
+    return ExportedOps(program, records, model_bytes, unread, module_types(nodes))
+
+
+def module_types(nodes: Iterable[torch.fx.Node]) -> dict[str, str]:
+    """Module path -> class name, for every module on some node's stack."""
+    out: dict[str, str] = {}
+    for node in nodes:
+        for path, kind in (node.meta.get("nn_module_stack") or {}).values():
+            if path and path not in out:
+                name = kind if isinstance(kind, str) else getattr(kind, "__qualname__", str(kind))
+                out[path] = name.rsplit(".", 1)[-1]
+    return out
 
 
 def _read_bytes(src: torch.fx.Node, dst: torch.fx.Node) -> int:
@@ -192,8 +204,6 @@ def _mark_constant(nodes: Iterable[torch.fx.Node], records: list[OpRecord],
                    kinds: dict[str, tuple[InputKind, str | None]]) -> None:
     varying: set[str] = set()
     for node, rec in zip(nodes, records, strict=True):
-        if node.op == "placeholder":
-            varying.add(node.name)
-        elif any(a.name in varying for a in node.all_input_nodes):
+        if node.op == "placeholder" or any(a.name in varying for a in node.all_input_nodes):
             varying.add(node.name)
         rec.constant = node.name not in varying

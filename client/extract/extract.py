@@ -81,6 +81,7 @@ def graph_attrs(built: BuiltModel, exported: ExportedOps, spec: DeviceSpec) -> d
                      "bandwidth_Bps": spec.bandwidth_Bps, "rule": "roofline"},
         "model_param_bytes": exported.model_param_bytes,
         "unread_params": exported.unread_params,
+        "module_types": exported.module_types,
         "granularity": "op",
     }
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,11 +31,13 @@ def load_callable(spec: str) -> Callable[..., Any]:
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr:
         raise InvalidInput(f"SPEC {spec!r}: expected package.module:callable", field="spec", ref=spec)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules in the current folder import
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:
         raise InvalidInput(f"SPEC {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
-                           "(is its folder on PYTHONPATH, and is it installed?)", field="spec", ref=spec) from None
+                           "(is it in the current folder or on PYTHONPATH?)", field="spec", ref=spec) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise InvalidInput(f"SPEC {spec!r}: module {module_name!r} has no attribute {attr!r}",
