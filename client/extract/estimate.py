@@ -85,11 +85,11 @@ class OpCost:
         return fwd, bwd
 
 
-class _BytesMode(TorchDispatchMode):
+class _BytesMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Sums the bytes each non-view ATen op reads and writes."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.total = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

@@ -73,7 +73,7 @@ def _t5(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
 
     cfg = T5Config(vocab_size=p["vocab"], d_model=p["hidden"], num_layers=p["layers"], num_heads=p["heads"],
                    d_kv=p["hidden"] // p["heads"], d_ff=p["intermediate"] or 4 * p["hidden"], use_cache=False,
-                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)  # type: ignore[call-arg]
     return T5Model(cfg), [_ids(p), _ids(p, "decoder_input_ids")]
 
 

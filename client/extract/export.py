@@ -103,7 +103,7 @@ def op_name(node: torch.fx.Node) -> str:
         return "getitem"
     target = node.target
     if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"higher_order.{target.name()}"
+        return f"higher_order.{target.name()}"  # type: ignore[no-untyped-call]
     if isinstance(target, torch._ops.OperatorBase):
         return str(target)
     return str(getattr(target, "__qualname__", target))

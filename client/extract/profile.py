@@ -83,7 +83,7 @@ def training_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tenso
     if not floats:
         raise InvalidInput("profile: the model has no floating-point output that needs a gradient", field="spec")
     loss = torch.stack([t.float().mean() for t in floats]).sum()
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]
     module.zero_grad(set_to_none=True)
 
 
