@@ -4,7 +4,7 @@ An op is a ``call_function`` node of the exported program's graph (the ATen trai
 user input placeholder (``op: "input"``).  **Its id is the FX node name**, which
 ``torch.export`` derives from the model's code alone: the same model and input shapes give the
 same names, so a launcher that re-exports the model finds every op again by name
-(:func:`fx_nodes_by_id`).
+(:func:`fx_nodes_by_id`); the unlifted ``program.module()`` keeps the same node names.
 
 - ``op``: the ATen target (``aten.linear.default``), ``getitem`` for a tuple element, the
   higher-order operator's name otherwise.

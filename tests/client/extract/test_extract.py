@@ -41,12 +41,26 @@ def test_extract_example(name: str, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert graph.param_bytes.sum() == real_param_bytes(source) == graph.attrs["model_param_bytes"]
     assert graph.profiled_batch_size == 2
     assert (graph.fwd_s > 0).any() and (graph.bwd_s > 0).any() and graph.act_bytes.sum() > 0
-    assert graph.attrs["versions"]["torch"] == torch.__version__.split("+")[0] or graph.attrs["versions"]["torch"]
+    assert graph.attrs["versions"]["torch"] == torch.__version__
     again = extract(source)
     assert again.digest == graph.digest
     # the launcher's path: rebuild from attrs, re-export, find every op id as an FX node
     program = export_model(build(source, device="meta"))
     assert list(fx_nodes_by_id(program)) == graph.ids
+    assert set(graph.ids) <= {n.name for n in program.module().graph.nodes}  # the unlifted module too
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("llama", {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "seq": 16, "vocab": 500}),
+    ("t5", {"layers": 1, "hidden": 64, "heads": 4, "intermediate": 128, "seq": 16, "vocab": 500}),
+    ("swin", {"depths": (1, 1), "heads": (2, 4), "hidden": 32, "image": 32, "window": 4}),
+])
+def test_other_examples(name: str, params: dict[str, Any]) -> None:
+    source = example_source(name, params, 2)
+    graph = extract(source)
+    assert graph.param_bytes.sum() == real_param_bytes(source)
+    assert not [n.id for n in graph.nodes if (n.attrs or {}).get("not_counted")]
+    assert graph.n_ops > 20 and (graph.bwd_s > 0).any() and graph.act_bytes.sum() > 0
 
 
 def test_gpt2_tied_embedding_counted_once() -> None:
