@@ -27,7 +27,7 @@ def extract(source: Mapping[str, Any], device_kind: str = "H100", name: str | No
     built = build(source, device="meta")
     exported = collect_ops(built, export_model(built))
     costs = count_ops(exported)
-    return assemble(built, exported, costs, spec, name or _default_name(source))
+    return assemble(built, exported, costs, spec, name or default_name(source))
 
 
 def count_ops(exported: ExportedOps) -> dict[str, OpCost]:
@@ -86,5 +86,5 @@ def graph_attrs(built: BuiltModel, exported: ExportedOps, spec: DeviceSpec) -> d
     }
 
 
-def _default_name(source: Mapping[str, Any]) -> str:
+def default_name(source: Mapping[str, Any]) -> str:
     return str(source.get("example") or str(source.get("spec", "model")).rpartition(":")[2] or "model")

@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves
 from client.extract.build import build
 from client.extract.estimate import device_spec
 from client.extract.export import collect_ops, export_model
-from client.extract.extract import assemble, count_ops
+from client.extract.extract import assemble, count_ops, default_name
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import KindTimes, Node, OpGraph
 
@@ -170,7 +170,7 @@ def profile(source: Mapping[str, Any], device: str = "cpu", repeats: int = 5, wa
     built = build(source, device=device)
     exported = collect_ops(built, export_model(built))
     estimated = assemble(built, exported, count_ops(exported), device_spec("cpu" if kind == "cpu" else "H100"),
-                         name or str(source.get("example") or "model"))
+                         name or default_name(source))
     module = exported.program.module()
     inputs = built.inputs
     for _ in range(warmup):
