@@ -34,7 +34,7 @@ from torch.profiler import ProfilerActivity, record_function
 from torch.utils._pytree import tree_leaves
 
 from client.extract.build import build
-from client.extract.estimate import device_spec
+from client.extract.estimate import DEVICES, device_spec
 from client.extract.export import collect_ops, export_model
 from client.extract.extract import assemble, count_ops, default_name
 from solvers.model.errors import InvalidInput
@@ -169,8 +169,8 @@ def profile(source: Mapping[str, Any], device: str = "cpu", repeats: int = 5, wa
     kind = local_kind(device)
     built = build(source, device=device)
     exported = collect_ops(built, export_model(built))
-    estimated = assemble(built, exported, count_ops(exported), device_spec("cpu" if kind == "cpu" else "H100"),
-                         name or default_name(source))
+    spec = device_spec(kind if kind in DEVICES else "H100")  # the estimate kept in attrs.estimate_s
+    estimated = assemble(built, exported, count_ops(exported), spec, name or default_name(source))
     module = exported.program.module()
     inputs = built.inputs
     for _ in range(warmup):

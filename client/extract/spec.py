@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from client.extract.source import InputSpec, make_inputs, with_batch
+from client.extract.source import InputSpec, dtype_name, make_inputs, with_batch
 from solvers.model.errors import InvalidInput
 
 
@@ -70,7 +70,7 @@ def call_spec(spec: str, inputs: Sequence[InputSpec] | None, batch: int | None,
                            "describe them with --input NAME=SHAPE[:DTYPE]", field="input", ref=spec)
     named = _named(spec, module, given)
     if batch is not None and not takes_batch:
-        specs = [InputSpec(k, tuple(v.shape), _dtype(v)) for k, v in named.items()]
+        specs = [InputSpec(k, tuple(v.shape), dtype_name(v.dtype)) for k, v in named.items()]
         return module, make_inputs(with_batch(specs, batch), seed=seed)
     return module, named
 
@@ -109,9 +109,3 @@ def _named(spec: str, module: torch.nn.Module, given: Any) -> dict[str, torch.Te
             raise InvalidInput(f"SPEC {spec!r}: input {key!r} is {type(value).__name__}, not a tensor",
                                field="spec", ref=spec)
     return named
-
-
-def _dtype(t: torch.Tensor) -> str:
-    from client.extract.source import dtype_name
-
-    return dtype_name(t.dtype)
