@@ -60,8 +60,8 @@ def call_spec(spec: str, inputs: Sequence[InputSpec] | None, batch: int | None,
     try:
         result = func(**kwargs)
     except Exception as exc:
-        raise InvalidInput(f"SPEC {spec!r}: the callable raised {type(exc).__name__}: {exc}",
-                           field="spec", ref=spec) from None
+        raise InvalidInput(f"SPEC {spec!r}: the callable raised {type(exc).__name__}: {exc} (call it in Python "
+                           "to see the traceback)", field="spec", ref=spec) from None
     module, given = (result, None) if isinstance(result, torch.nn.Module) else _split(spec, result)
     if inputs:
         return module, make_inputs(with_batch(inputs, batch), seed=seed)
