@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from client.cli import local
+from client.cli import local, torch_cmds
 from client.cli._output import report_error
 
 ENTRY_POINT_GROUP = "placer.cli"
-LOCAL_GROUPS = (local,)
+LOCAL_GROUPS = (local, torch_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:

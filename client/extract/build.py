@@ -1,0 +1,57 @@
+"""One record rebuilds the model: the ``source`` that ``placer extract`` writes into ``attrs``.
+
+``{"example": "bert", "params": {...}, "batch": 8, "seed": 0}`` or
+``{"spec": "pkg.mod:make", "inputs": [{"name": ..., "shape": [...], "dtype": ...}] | null,
+"batch": 8 | null, "seed": 0}``.  :func:`build` returns the same module (same weights for the same
+seed and device kind) and the same inputs every time; ``device="meta"`` builds shapes only (no
+memory, no initialisation cost), which is all extraction needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from client.extract.examples import build_example, example_params
+from client.extract.source import BuiltModel, InputSpec, make_inputs, with_batch
+from client.extract.spec import call_spec
+from solvers.model.errors import InvalidInput
+
+
+def example_source(name: str, params: Mapping[str, Any], batch: int | None, seed: int = 0) -> dict[str, Any]:
+    full = example_params(name, params)
+    return {"example": name, "params": {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()},
+            "batch": batch or 1, "seed": seed}
+
+
+def spec_source(spec: str, inputs: Sequence[InputSpec], batch: int | None, seed: int = 0) -> dict[str, Any]:
+    return {"spec": spec, "inputs": [s.to_dict() for s in inputs] or None, "batch": batch, "seed": seed}
+
+
+def build(source: Mapping[str, Any], device: str = "cpu") -> BuiltModel:
+    """The module (in training mode) and keyword inputs that ``source`` describes, on ``device``."""
+    seed = int(source.get("seed", 0))
+    batch = source.get("batch")
+    torch.manual_seed(seed)
+    if "example" in source:
+        params = example_params(str(source["example"]), source.get("params") or {})
+        try:
+            with torch.device(device):
+                module, specs = build_example(str(source["example"]), params)
+        except InvalidInput:
+            raise
+        except Exception as exc:
+            raise InvalidInput(f"example {source['example']!r} with {dict(source.get('params') or {})}: "
+                               f"{type(exc).__name__}: {exc}", field="param") from None
+        inputs = make_inputs(with_batch(specs, int(batch or 1)), seed=seed)
+    elif "spec" in source:
+        raw_inputs = source.get("inputs") or []
+        module, inputs = call_spec(str(source["spec"]), [InputSpec.from_dict(s) for s in raw_inputs],
+                                   None if batch is None else int(batch), seed)
+    else:
+        raise InvalidInput("source: needs 'example' or 'spec'", field="source")
+    module = module.to(device).train()
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    return BuiltModel(module, inputs, dict(source))

@@ -1,0 +1,196 @@
+"""``placer profile``: measured forward and backward time and peak memory per op.
+
+The exported program (:mod:`client.extract.export`, the same op ids as ``placer extract``) runs
+node by node in an ``torch.fx.Interpreter`` that wraps every node in a
+``torch.profiler.record_function`` range named ``placer.op::<id>``; a training step is that
+forward, a scalar loss (the mean of every floating-point output, summed) and ``backward()``.
+
+- forward time of an op: its range's CPU time (``--device cpu``) or the time of the device
+  kernels launched inside it (``--device cuda``);
+- backward time: autograd gives each backward function the sequence number of the forward ATen
+  op that created it; the ``autograd::engine::evaluate_function`` events with the sequence
+  numbers of an op's forward ATen calls are that op's backward (gradient accumulation into the
+  parameters has no forward op and is left out);
+- memory (``profile_memory``): the bytes the op's forward range allocates and does not free
+  before it ends (``mem_fwd_bytes``: its outputs and what autograd keeps), and the same for its
+  largest backward function (``mem_bwd_bytes``); allocations freed inside the op are not seen,
+  so this is the memory an op leaves behind, a lower bound of its peak;
+- ``warmup`` steps run first and are not recorded; each figure is the median over ``repeats``
+  profiled steps.  Between them, a whole step of the unlifted module runs without profiler or
+  interpreter; the median is ``attrs.profile.step_s``, to compare with the sum of the op times.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, record_function
+from torch.utils._pytree import tree_leaves
+
+from client.extract.build import build
+from client.extract.estimate import DEVICES, device_spec
+from client.extract.export import collect_ops, export_model
+from client.extract.extract import assemble, count_ops, default_name
+from solvers.model.errors import InvalidInput
+from solvers.model.graph import KindTimes, Node, OpGraph
+
+PREFIX = "placer.op::"
+_BACKWARD = "autograd::engine::evaluate_function"
+
+
+class _Ranges(torch.fx.Interpreter):
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op != "call_function":
+            return super().run_node(n)
+        with record_function(PREFIX + n.name):
+            return super().run_node(n)
+
+
+@dataclass
+class StepProfile:
+    """One profiled training step, in seconds and bytes per op id."""
+
+    fwd_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    bwd_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    mem_fwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    mem_bwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+def local_kind(device: str) -> str:
+    """The device kind name used by ``--device-kind`` and topologies: H100, A100, V100, cpu or the CUDA name."""
+    if device == "cpu":
+        return "cpu"
+    name = torch.cuda.get_device_name(torch.device(device))
+    return next((k for k in ("H100", "A100", "V100") if k in name), name)
+
+
+def training_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], interpreter: bool) -> None:
+    """Forward, loss (sum of the means of the floating-point outputs), backward; node by node in
+    an interpreter with one profiler range per op, or as the unlifted module's own code."""
+    if interpreter:
+        names = [n.name for n in module.graph.nodes if n.op == "placeholder"]
+        values = list(inputs.values())
+        out = _Ranges(module).run(*[inputs.get(p, values[i]) for i, p in enumerate(names)])
+    else:
+        out = module(**inputs)
+    floats = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    if not floats:
+        raise InvalidInput("profile: the model has no floating-point output that needs a gradient", field="spec")
+    loss = torch.stack([t.float().mean() for t in floats]).sum()
+    loss.backward()  # type: ignore[no-untyped-call]
+    module.zero_grad(set_to_none=True)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], device: str, repeats: int,
+              warmup: int = 1) -> float:
+    """Median wall time of a whole training step (no profiler, no interpreter)."""
+    times = []
+    for i in range(warmup + repeats):
+        _sync(device)
+        start = time.perf_counter()
+        training_step(module, inputs, interpreter=False)
+        _sync(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def profile_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], device: str) -> StepProfile:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+        training_step(module, inputs, interpreter=True)
+        _sync(device)
+    return parse_events(list(prof.events()), cuda=device.startswith("cuda"))
+
+
+def parse_events(events: Sequence[Any], cuda: bool) -> StepProfile:
+    """Per-op forward/backward times and memory from the profiler's function events."""
+    step = StepProfile()
+    seq_owner: dict[int, str] = {}
+    # An ATen call that records no autograd function reports the next sequence number, so the
+    # last call (in time) with a number is the one that created the backward function.
+    for e in sorted(events, key=lambda e: e.time_range.start):
+        if e.name.startswith(PREFIX):
+            op = e.name[len(PREFIX):]
+            step.fwd_s[op] += _duration_us(e, cuda) * 1e-6
+            step.mem_fwd[op] = max(step.mem_fwd[op], _allocated(e, cuda))
+        elif e.sequence_nr >= 0 and not e.name.startswith(_BACKWARD):
+            owner = _enclosing_op(e)
+            if owner is not None:
+                seq_owner[e.sequence_nr] = owner
+    for e in events:
+        if e.name.startswith(_BACKWARD) and e.sequence_nr in seq_owner:
+            op = seq_owner[e.sequence_nr]
+            step.bwd_s[op] += _duration_us(e, cuda) * 1e-6
+            step.mem_bwd[op] = max(step.mem_bwd[op], _allocated(e, cuda))
+    return step
+
+
+def _enclosing_op(e: Any) -> str | None:
+    parent = e.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(PREFIX):
+            return str(parent.name[len(PREFIX):])
+        parent = parent.cpu_parent
+    return None
+
+
+def _duration_us(e: Any, cuda: bool) -> float:
+    return float(e.device_time_total if cuda else e.cpu_time_total)
+
+
+def _allocated(e: Any, cuda: bool) -> float:
+    """Bytes allocated minus bytes freed inside the event (its children included), at least 0."""
+    return float(max(0, e.device_memory_usage if cuda else e.cpu_memory_usage))
+
+
+def _median(steps: Sequence[StepProfile], name: str, op: str) -> float:
+    return float(statistics.median(getattr(s, name).get(op, 0.0) for s in steps))
+
+
+def profile(source: Mapping[str, Any], device: str = "cpu", repeats: int = 5, warmup: int = 2,
+            name: str | None = None) -> OpGraph:
+    """The extracted graph of ``source`` with measured per-op times and memory on ``device``."""
+    if repeats < 1 or warmup < 0:
+        raise InvalidInput("--repeats must be >= 1 and --warmup >= 0", field="repeats")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidInput(f"--device {device}: CUDA is not available on this machine", field="device")
+    kind = local_kind(device)
+    built = build(source, device=device)
+    exported = collect_ops(built, export_model(built))
+    spec = device_spec(kind if kind in DEVICES else "H100")  # the estimate kept in attrs.estimate_s
+    estimated = assemble(built, exported, count_ops(exported), spec, name or default_name(source))
+    module = exported.program.module()
+    inputs = built.inputs
+    for _ in range(warmup):
+        training_step(module, inputs, interpreter=True)
+    steps, whole = [], []
+    for _ in range(repeats):  # interleaved, so that a busy machine slows both alike
+        steps.append(profile_step(module, inputs, device))
+        whole.append(time_step(module, inputs, device, repeats=1, warmup=0))
+    step_s = statistics.median(whole)
+    nodes = [_measured(n, steps, kind) for n in estimated.nodes]
+    attrs = {**estimated.attrs, "profile": {
+        "device": device, "device_kind": kind, "repeats": repeats, "warmup": warmup, "step_s": step_s,
+        "ops_sum_s": sum(n.fwd_s + n.bwd_s for n in nodes), "torch_threads": torch.get_num_threads()}}
+    return OpGraph.build(estimated.name, nodes, estimated.edges, estimated.profiled_batch_size, attrs)
+
+
+def _measured(node: Node, steps: Sequence[StepProfile], kind: str) -> Node:
+    fwd, bwd = _median(steps, "fwd_s", node.id), _median(steps, "bwd_s", node.id)
+    attrs = dict(node.attrs or {})
+    attrs["estimate_s"] = [node.fwd_s, node.bwd_s]
+    return Node(node.id, node.op, fwd, bwd, node.param_bytes, node.act_bytes,
+                _median(steps, "mem_fwd", node.id), _median(steps, "mem_bwd", node.id), node.constant, node.layer,
+                {kind: KindTimes(fwd, bwd)}, attrs)

@@ -1,0 +1,50 @@
+"""placer profile on CPU: positive per-op times that add up to a whole training step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from client.cli import main
+from client.extract.build import example_source
+from client.extract.profile import profile
+from solvers.model.documents import load_graph
+
+SMALL = {"layers": 2, "hidden": 256, "heads": 4, "seq": 128, "vocab": 1000}
+
+
+@pytest.fixture
+def one_thread() -> object:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # two cores shared with other work: one thread keeps the timings steady
+    yield None
+    torch.set_num_threads(before)
+
+
+def test_profile_times_add_up(one_thread: object) -> None:
+    graph = profile(example_source("bert", SMALL, 8), repeats=7, warmup=2)
+    ops = [n for n in graph.nodes if n.op != "input"]
+    assert all(n.fwd_s > 0 for n in ops)
+    linears = [n for n in ops if n.op == "aten.linear.default"]
+    assert linears and all(n.bwd_s > 0 for n in linears)
+    assert all(n.times and n.times["cpu"].fwd_s == n.fwd_s for n in ops)
+    step_s = graph.attrs["profile"]["step_s"]
+    total = float(graph.fwd_s.sum() + graph.bwd_s.sum())
+    assert abs(total - step_s) <= 0.3 * step_s, (total, step_s)
+    assert max(n.mem_fwd_bytes for n in linears) >= 8 * 128 * 256 * 4  # a linear's output at least
+
+
+def test_profile_several_batches_feed_graph_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  one_thread: object) -> None:
+    out = tmp_path / "p.json"
+    params = ["layers=1", "hidden=64", "heads=4", "seq=16", "vocab=500"]
+    assert main(["profile", "--example", "bert", "--param", *params, "--batch", "1", "2",
+                 "--repeats", "2", "--warmup", "1", "-o", str(out)]) == 0
+    one, two = load_graph(tmp_path / "p.b1.json"), load_graph(tmp_path / "p.b2.json")
+    assert one.ids == two.ids and (one.profiled_batch_size, two.profiled_batch_size) == (1, 2)
+    scaled = tmp_path / "s.json"
+    assert main(["graph", "scale", "--profiles", str(tmp_path / "p.b1.json"), str(tmp_path / "p.b2.json"),
+                 "--batch", "8", "-o", str(scaled)]) == 0
+    assert load_graph(scaled).profiled_batch_size == 8
