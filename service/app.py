@@ -11,6 +11,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from service import dashboard
 from service.api import comparisons, graphs, health, jobs, plans, topologies
 from service.api import solvers as solvers_api
 from service.auth import KeyCache, RateLimiter
@@ -60,6 +61,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     for module in (graphs, topologies, jobs, comparisons, plans, solvers_api, health):
         app.include_router(module.router)
     install_error_handlers(app)
+    dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

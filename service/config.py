@@ -47,6 +47,7 @@ class ServiceConfig(BaseModel):
     threads: int = Field(8, ge=1, le=256)
     progress_interval_s: float = Field(0.25, ge=0)
     log_level: str = "info"
+    session_secret: str = Field("", description="signs dashboard session cookies; empty: a random secret per process")
 
     @property
     def is_sqlite(self) -> bool:

@@ -1,0 +1,29 @@
+"""The web dashboard served at ``/`` by ``placer serve`` (docs/dashboard.md): server-rendered
+pages over the API's own queries, signed in with an API key, scoped to its project."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from service.dashboard.pages import comparisons, graphs, jobs, plans, signin, topologies
+from service.dashboard.render import HERE
+from service.dashboard.session import new_secret
+
+
+class _Assets(StaticFiles):
+    """Versioned asset files: their names change with their content, so they are cached for a year."""
+
+    def file_response(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+
+def mount(app: FastAPI, session_secret: str) -> None:
+    """Add the dashboard's pages and assets to ``app``."""
+    app.state.dashboard_secret = new_secret(session_secret)
+    for module in (signin, graphs, topologies, jobs, comparisons, plans):
+        app.include_router(module.router)
+    app.mount("/static", _Assets(directory=HERE / "static"), name="static")

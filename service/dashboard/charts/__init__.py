@@ -1,0 +1,1 @@
+"""Server-rendered SVG charts (no script, no external resources)."""

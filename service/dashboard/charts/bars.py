@@ -1,0 +1,105 @@
+"""Horizontal bar charts: the objective per solver against the lower bound, compute and
+communication per stage, peak memory per device against its capacity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from markupsafe import Markup
+
+from service.dashboard.charts.svg import GRID, INK, KIND_COLORS, MUTED, esc, stage_color, svg, x_axis
+from service.dashboard.plan_view import DeviceMemory, StageBar
+from service.schemas import ComparisonRow
+
+WIDTH = 760.0
+LABEL_W = 130.0
+BAR_H = 20.0
+GAP = 6.0
+BEST = "#2f7d4f"
+BOUND = "#c4574f"
+
+
+def objective_chart(rows: Sequence[ComparisonRow], best: str | None, objective: str) -> Markup:
+    """One bar per solver with a plan (its objective, seconds), and the tightest lower bound as a line."""
+    shown = [r for r in rows if r.objective_s is not None and r.status in ("optimal", "feasible")]
+    bounds = [r.lower_bound_s for r in rows if r.lower_bound_s is not None]
+    bound = max(bounds) if bounds else None
+    span = max([r.objective_s or 0.0 for r in shown] + [bound or 0.0]) * 1.08 or 1.0
+    plot_w = WIDTH - LABEL_W - 70
+    label = f"{'iteration time' if objective == 'throughput' else 'latency'} per solver (lower is better)"
+    top = 8.0
+    height = max(1, len(shown)) * (BAR_H + GAP)
+    body = x_axis(LABEL_W, plot_w, top, height, span, "seconds")
+    y = top + GAP / 2
+    for r in shown:
+        w = (r.objective_s or 0.0) / span * plot_w
+        color = BEST if r.solver == best else KIND_COLORS["forward"]
+        body.append(f'<text x="{LABEL_W - 6:.0f}" y="{y + BAR_H * 0.7:.1f}" text-anchor="end" fill="{INK}">'
+                    f'{esc(r.solver)}</text>'
+                    f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{max(w, 0.5):.1f}" height="{BAR_H:.0f}" '
+                    f'fill="{color}"><title>{esc(r.solver)}: {(r.objective_s or 0) * 1e3:.4g} ms</title></rect>'
+                    f'<text x="{LABEL_W + w + 4:.1f}" y="{y + BAR_H * 0.7:.1f}" fill="{MUTED}">'
+                    f'{(r.objective_s or 0) * 1e3:.4g} ms{" (best)" if r.solver == best else ""}</text>')
+        y += BAR_H + GAP
+    if not shown:
+        body.append(f'<text x="{LABEL_W:.0f}" y="{top + 16:.0f}" fill="{MUTED}">no plan yet</text>')
+    if bound is not None:
+        x = LABEL_W + bound / span * plot_w
+        body.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{top + height:.1f}" stroke="{BOUND}" '
+                    f'stroke-width="2" stroke-dasharray="5 3"/>'
+                    f'<text x="{x + 4:.1f}" y="{top + height - 4:.1f}" fill="{BOUND}">lower bound '
+                    f'{bound * 1e3:.4g} ms</text>')
+    return svg(WIDTH, top + height + 36, body, label)
+
+
+def stage_chart(stages: Sequence[StageBar]) -> Markup:
+    """Compute and communication per stage and micro-batch, stacked."""
+    span = max((s.compute_s + s.comm_s for s in stages), default=0.0) * 1.05 or 1.0
+    plot_w = WIDTH - LABEL_W - 20
+    top = 22.0
+    height = max(1, len(stages)) * (BAR_H + GAP)
+    body = [f'<rect x="{LABEL_W:.0f}" y="4" width="10" height="10" fill="{KIND_COLORS["forward"]}"/>'
+            f'<text x="{LABEL_W + 14:.0f}" y="13" fill="{MUTED}">compute</text>'
+            f'<rect x="{LABEL_W + 90:.0f}" y="4" width="10" height="10" fill="{KIND_COLORS["transfer"]}"/>'
+            f'<text x="{LABEL_W + 104:.0f}" y="13" fill="{MUTED}">communication</text>']
+    body += x_axis(LABEL_W, plot_w, top, height, span, "seconds per micro-batch")
+    y = top + GAP / 2
+    for s in stages:
+        wc = s.compute_s / span * plot_w
+        wm = s.comm_s / span * plot_w
+        body.append(f'<text x="{LABEL_W - 6:.0f}" y="{y + BAR_H * 0.7:.1f}" text-anchor="end" fill="{INK}">'
+                    f'stage {s.stage} ({len(s.devices)}×)</text>'
+                    f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{wc:.2f}" height="{BAR_H:.0f}" '
+                    f'fill="{KIND_COLORS["forward"]}"><title>stage {s.stage} compute {s.compute_s * 1e3:.4g} ms'
+                    f'</title></rect>'
+                    f'<rect x="{LABEL_W + wc:.2f}" y="{y:.1f}" width="{wm:.2f}" height="{BAR_H:.0f}" '
+                    f'fill="{KIND_COLORS["transfer"]}"><title>stage {s.stage} communication '
+                    f'{s.comm_s * 1e3:.4g} ms</title></rect>')
+        y += BAR_H + GAP
+    return svg(WIDTH, top + height + 36, body, "compute and communication per stage")
+
+
+def memory_chart(devices: Sequence[DeviceMemory]) -> Markup:
+    """Peak memory per device (coloured by stage) against its usable capacity (outline)."""
+    span = max([d.capacity_bytes for d in devices] + [d.peak_bytes for d in devices] + [1.0])
+    plot_w = WIDTH - LABEL_W - 90
+    top = 6.0
+    bar_h = 14.0
+    y = top
+    body = []
+    for d in devices:
+        cap_w = d.capacity_bytes / span * plot_w
+        use_w = d.peak_bytes / span * plot_w
+        over = d.capacity_bytes and d.peak_bytes > d.capacity_bytes
+        pct = f"{d.peak_bytes / d.capacity_bytes * 100:.0f} %" if d.capacity_bytes else ""
+        body.append(f'<text x="{LABEL_W - 6:.0f}" y="{y + bar_h * 0.8:.1f}" text-anchor="end" fill="{INK}">'
+                    f'{esc(d.device)}</text>'
+                    f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{cap_w:.1f}" height="{bar_h:.0f}" fill="#f3f4f6" '
+                    f'stroke="{GRID}"/>'
+                    f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{use_w:.1f}" height="{bar_h:.0f}" '
+                    f'fill="{BOUND if over else stage_color(d.stage)}"><title>{esc(d.device)}: '
+                    f'{d.peak_bytes / 2**30:.3g} GiB of {d.capacity_bytes / 2**30:.3g} GiB</title></rect>'
+                    f'<text x="{LABEL_W + max(cap_w, use_w) + 6:.1f}" y="{y + bar_h * 0.8:.1f}" fill="{MUTED}">'
+                    f'{d.peak_bytes / 2**30:.3g} / {d.capacity_bytes / 2**30:.3g} GiB {pct}</text>')
+        y += bar_h + 4
+    return svg(WIDTH, y + 6, body, "peak memory per device against capacity")

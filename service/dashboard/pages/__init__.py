@@ -1,0 +1,1 @@
+"""The dashboard's routes, one module per page family."""

@@ -1,0 +1,133 @@
+"""Comparison pages: the list, the form that starts one, and the live comparison table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.api.comparisons import comparison_out, create_comparison, list_comparisons
+from service.api.solvers import catalogue
+from service.dashboard.charts.bars import objective_chart
+from service.dashboard.pages.common import PAGE_SIZE, CursorQ, ViewerDep, json_object, page_router, text_field
+from service.dashboard.render import page
+from service.db.models import Comparison, Graph, TopologyRow
+from service.db.owned import get_owned
+from service.deps import CtxDep, SessionDep
+from service.schemas import ComparisonIn, ComparisonOut
+from solvers.model.errors import InvalidInput, PlacerError
+
+router = page_router()
+CHOICES = 200  # graphs / topologies offered in the form's lists (newest first)
+
+
+@router.get("/comparisons")
+def comparisons_list(viewer: ViewerDep, session: SessionDep, cursor: CursorQ = None) -> Response:
+    listed = list_comparisons(session=session, project=viewer.project_id, graph_id=None, topology_id=None,
+                              cursor=cursor, limit=PAGE_SIZE)
+    return page("comparisons.html", viewer, items=listed.items, next_cursor=listed.next_cursor, cursor=cursor,
+                names=_names(session, viewer.project_id, listed.items))
+
+
+def _names(session: Session, project: str, items: list[ComparisonOut]) -> dict[str, str]:
+    ids = {i.graph_id for i in items if i.graph_id} | {i.topology_id for i in items if i.topology_id}
+    out: dict[str, str] = {}
+    for model in (Graph, TopologyRow):
+        out.update({r.id: r.name for r in session.execute(select(model.id, model.name).where(
+            model.project_id == project, model.id.in_(ids)))})
+    return out
+
+
+def _form_context(session: Session, project: str, values: dict[str, Any]) -> dict[str, Any]:
+    graphs = session.execute(select(Graph.id, Graph.name, Graph.n_ops).where(Graph.project_id == project)
+                             .order_by(Graph.id.desc()).limit(CHOICES)).all()
+    topologies = session.execute(select(TopologyRow.id, TopologyRow.name, TopologyRow.n_devices)
+                                 .where(TopologyRow.project_id == project)
+                                 .order_by(TopologyRow.id.desc()).limit(CHOICES)).all()
+    solvers = [s for s in catalogue() if s.available]
+    return {"graphs": graphs, "topologies": topologies, "solvers": solvers, "values": values}
+
+
+@router.get("/comparisons/new")
+def comparison_form(request: Request, viewer: ViewerDep, session: SessionDep) -> Response:
+    values = {"graph_id": request.query_params.get("graph_id", ""),
+              "topology_id": request.query_params.get("topology_id", ""), "objective": "throughput",
+              "pass": "forward", "micro_batches": "8", "time_limit_s": "10", "solvers": [], "options": {}}
+    return page("comparison_new.html", viewer, **_form_context(session, viewer.project_id, values), error=None)
+
+
+def _comparison_in(values: dict[str, Any]) -> ComparisonIn:
+    """The API's request model from the form's values (errors name the field)."""
+    try:
+        micro = [int(x) for x in str(values["micro_batches"]).replace(",", " ").split()]
+    except ValueError:
+        raise InvalidInput("micro_batches: whole numbers separated by commas, e.g. 4, 8", field="micro_batches") \
+            from None
+    options = {name: json_object(values["options"].get(name, ""), f"options.{name}") for name in values["solvers"]}
+    settings: dict[str, Any] = {"pass": values["pass"]}
+    if micro:
+        settings["micro_batches"] = micro
+    limit = values["time_limit_s"]
+    try:
+        return ComparisonIn.model_validate({
+            "graph_id": values["graph_id"], "topology_id": values["topology_id"], "solvers": values["solvers"],
+            "objective": values["objective"], "settings": settings, "time_limit_s": float(limit) if limit else None,
+            "options": {k: v for k, v in options.items() if v}})
+    except (ValidationError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "form"
+            raise InvalidInput(f"{field}: {err['msg']}", field=field) from None
+        raise InvalidInput("time_limit_s: must be a number of seconds", field="time_limit_s") from None
+
+
+@router.post("/comparisons")
+async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await request.form()
+    fields = {k: v for k, v in form.items()}
+    solvers = [s for s in form.getlist("solvers") if isinstance(s, str)]
+    values: dict[str, Any] = {
+        "graph_id": text_field(fields, "graph_id"), "topology_id": text_field(fields, "topology_id"),
+        "objective": text_field(fields, "objective", "throughput"), "pass": text_field(fields, "pass", "forward"),
+        "micro_batches": text_field(fields, "micro_batches"), "time_limit_s": text_field(fields, "time_limit_s"),
+        "solvers": solvers, "options": {k[len("options."):]: text_field(fields, k) for k in fields
+                                        if k.startswith("options.")}}
+
+    def create() -> str:
+        out = create_comparison(body=_comparison_in(values), response=Response(), ctx=ctx, session=session,
+                                project=viewer.project_id, idempotency_key=None)
+        return out.id
+
+    try:
+        if not solvers:
+            raise InvalidInput("solvers: choose at least one solver", field="solvers")
+        comparison_id = await run_in_threadpool(create)
+    except PlacerError as exc:
+        session.rollback()
+        context = await run_in_threadpool(_form_context, session, viewer.project_id, values)
+        return page("comparison_new.html", viewer, status_code=int(getattr(exc, "http_status", 422)), **context,
+                    error=exc.message)
+    return RedirectResponse(f"/comparisons/{comparison_id}", status_code=303)
+
+
+def _comparison_context(session: Session, project: str, comparison_id: str) -> dict[str, Any]:
+    out = comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))
+    names = _names(session, project, [out])
+    return {"cmp": out, "names": names, "chart": objective_chart(out.rows, out.best_solver, out.objective),
+            "plans": [r for r in out.rows if r.plan_id]}
+
+
+@router.get("/comparisons/{comparison_id}")
+def comparison_page(comparison_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    return page("comparison.html", viewer, **_comparison_context(session, viewer.project_id, comparison_id))
+
+
+@router.get("/comparisons/{comparison_id}/live")
+def comparison_live(comparison_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """The table and chart alone, refreshed by the page until every job has finished."""
+    return page("_comparison_live.html", viewer, **_comparison_context(session, viewer.project_id, comparison_id))

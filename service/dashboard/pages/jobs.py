@@ -1,0 +1,56 @@
+"""Job pages: the list with live status, a job's progress (its event stream) and its plan."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Header, Query, Response
+from sqlalchemy.orm import Session
+
+from service.api.jobs import job_out, list_jobs
+from service.dashboard.pages.common import PAGE_SIZE, CursorQ, ViewerDep, page_router
+from service.dashboard.render import page
+from service.db.models import Job
+from service.db.owned import get_owned
+from service.deps import CtxDep, SessionDep
+from service.jobs.events import event_stream
+from service.schemas import JobState
+
+router = page_router()
+
+
+def _list_context(session: Session, project: str, cursor: str | None, status: str | None) -> dict[str, Any]:
+    listed = list_jobs(session=session, project=project, status=status, solver=None,  # type: ignore[arg-type]
+                       graph_id=None, topology_id=None, comparison_id=None, cursor=cursor, limit=PAGE_SIZE)
+    live = any(j.status in ("queued", "running") for j in listed.items)
+    return {"jobs": listed.items, "next_cursor": listed.next_cursor, "cursor": cursor, "status": status or "",
+            "live": live, "states": ("queued", "running", "succeeded", "failed", "cancelled")}
+
+
+@router.get("/jobs")
+def jobs_list(viewer: ViewerDep, session: SessionDep, cursor: CursorQ = None,
+              status: Annotated[JobState | None, Query()] = None) -> Response:
+    return page("jobs.html", viewer, **_list_context(session, viewer.project_id, cursor, status))
+
+
+@router.get("/jobs/rows")
+def jobs_rows(viewer: ViewerDep, session: SessionDep, cursor: CursorQ = None,
+              status: Annotated[JobState | None, Query()] = None) -> Response:
+    """The list's table alone, for the page's live refresh."""
+    return page("_jobs_table.html", viewer, **_list_context(session, viewer.project_id, cursor, status))
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    job = job_out(get_owned(session, Job, job_id, viewer.project_id, "job"))
+    return page("job.html", viewer, job=job, live=job.status in ("queued", "running"))
+
+
+@router.get("/jobs/{job_id}/events")
+async def job_events(job_id: str, viewer: ViewerDep, ctx: CtxDep, session: SessionDep,
+                     last_event_id: Annotated[str | None, Header(max_length=20)] = None) -> Response:
+    """The job's event stream (the API's), for the page's EventSource (signed in by cookie)."""
+    get_owned(session, Job, job_id, viewer.project_id, "job")
+    session.commit()
+    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0
+    return event_stream(ctx.db, job_id, start)

@@ -1,0 +1,92 @@
+"""A plan's page (timeline, stages, memory, mapping, options), the diff of two plans, and the
+downloads: the plan document and the simulated timeline as a Chrome trace."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import Query, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.dashboard.charts.bars import memory_chart, stage_chart
+from service.dashboard.charts.gantt import gantt
+from service.dashboard.charts.topology import mapping_chart
+from service.dashboard.pages.common import ViewerDep, page_router
+from service.dashboard.plan_view import PlanContext, chrome_trace, device_memory, load_plan, plan_diff, stage_bars
+from service.dashboard.plan_view import timeline as plan_timeline
+from service.dashboard.render import SECURITY_HEADERS, page
+from service.db.models import Job, PlanRow
+from service.db.owned import get_owned
+from service.deps import SessionDep
+
+router = page_router()
+IdQ = Annotated[str, Query(max_length=40)]
+
+
+def _siblings(session: Session, ctx: PlanContext, project: str) -> list[tuple[str, str]]:
+    """(plan id, solver) of the other plans of the same comparison, for the diff form."""
+    if ctx.job is None or ctx.job.comparison_id is None:
+        return []
+    rows = session.execute(select(Job.plan_id, Job.solver).where(
+        Job.project_id == project, Job.comparison_id == ctx.job.comparison_id, Job.plan_id.is_not(None),
+        Job.plan_id != ctx.row.id).order_by(Job.id)).all()
+    return [(str(r.plan_id), str(r.solver)) for r in rows]
+
+
+def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
+    """The plan page's HTML (also what ``bench/bench_dashboard.py`` times)."""
+    ctx = load_plan(session, get_owned(session, PlanRow, plan_id, viewer.project_id, "plan"))
+    entries = plan_timeline(ctx)
+    charts: dict[str, Any] = {}
+    if ctx.problem is not None and ctx.plan.stages:
+        order = [d.id for d in ctx.problem.topology.devices]
+        stage_of = {d: k for k, st in enumerate(ctx.plan.stages) for d in st.devices}
+        charts["mapping"] = mapping_chart(ctx.problem.topology, stage_of, [len(s.ops) for s in ctx.plan.stages])
+        if entries:
+            charts["gantt"] = gantt(entries, order, f"simulated timeline of one iteration, {len(entries)} intervals")
+    bars = stage_bars(ctx)
+    memory = device_memory(ctx)
+    if bars and ctx.plan.metrics:
+        charts["stages"] = stage_chart(bars)
+    if memory:
+        charts["memory"] = memory_chart(memory)
+    return page("plan.html", viewer, ctx=ctx, plan=ctx.plan, metrics=ctx.plan.metrics or {}, charts=charts,
+                bars=bars, n_entries=len(entries), siblings=_siblings(session, ctx, viewer.project_id),
+                settings=ctx.job.settings if ctx.job else {}, options_json=json.dumps(ctx.plan.options, indent=2,
+                                                                                      sort_keys=True))
+
+
+@router.get("/plans/diff")
+def plans_diff(viewer: ViewerDep, session: SessionDep, a: IdQ, b: IdQ) -> Response:
+    """Which ops sit on other devices in plan ``b`` than in plan ``a``."""
+    pa = load_plan(session, get_owned(session, PlanRow, a, viewer.project_id, "plan", field="a"))
+    pb = load_plan(session, get_owned(session, PlanRow, b, viewer.project_id, "plan", field="b"))
+    moved = plan_diff(pa.plan, pb.plan)
+    n_ops = sum(len(s.ops) for s in pa.plan.stages)
+    return page("plan_diff.html", viewer, a=pa, b=pb, moved=moved, n_ops=n_ops)
+
+
+@router.get("/plans/{plan_id}")
+def plan_page(plan_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    return render_plan(session, viewer, plan_id)
+
+
+def _download(body: Any, filename: str) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json",
+                    headers={**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@router.get("/plans/{plan_id}/plan.json")
+def plan_download(plan_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """The stored ``placer.plan/v1`` document."""
+    row = get_owned(session, PlanRow, plan_id, viewer.project_id, "plan")
+    return _download(load_plan(session, row).doc, f"{plan_id}.plan.json")
+
+
+@router.get("/plans/{plan_id}/trace.json")
+def trace_download(plan_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """The simulated timeline in the Trace Event Format (chrome://tracing, Perfetto)."""
+    ctx = load_plan(session, get_owned(session, PlanRow, plan_id, viewer.project_id, "plan"))
+    return _download(chrome_trace(ctx, plan_timeline(ctx)), f"{plan_id}.trace.json")

@@ -1,0 +1,86 @@
+"""Topology pages: the list, upload and generation, a topology's devices and bandwidth heat map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse
+from sqlalchemy.orm import Session
+
+from service.api.topologies import generate_topology, list_topologies
+from service.dashboard.charts.topology import MAX_HEATMAP_DEVICES, bandwidth_heatmap
+from service.dashboard.pages.common import (
+    CursorQ,
+    PAGE_SIZE,
+    ViewerDep,
+    file_field,
+    form_fields,
+    json_object,
+    page_router,
+    text_field,
+)
+from service.dashboard.render import page
+from service.db.models import TopologyRow
+from service.db.owned import get_owned
+from service.deps import CtxDep, SessionDep
+from service.documents import decode_body, decompress, parse_topology
+from service.inputs import store_topology
+from solvers.generate import TOPOLOGY_KINDS
+from solvers.model.errors import PlacerError
+from solvers.model.topology import topology_from_document
+
+router = page_router()
+
+
+def _list_context(session: Session, project: str, cursor: str | None) -> dict[str, Any]:
+    listed = list_topologies(session=session, project=project, name=None, digest=None, min_devices=None,
+                             cursor=cursor, limit=PAGE_SIZE)
+    return {"rows": listed.items, "next_cursor": listed.next_cursor, "cursor": cursor, "kinds": sorted(TOPOLOGY_KINDS)}
+
+
+@router.get("/topologies")
+def topologies_list(viewer: ViewerDep, session: SessionDep, cursor: CursorQ = None) -> Response:
+    return page("topologies.html", viewer, **_list_context(session, viewer.project_id, cursor), error=None)
+
+
+@router.get("/topologies/{topology_id}")
+def topology_page(topology_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    row = get_owned(session, TopologyRow, topology_id, viewer.project_id, "topology")
+    topology = topology_from_document(decompress(row.body))
+    return page("topology.html", viewer, topology_row=row, topology=topology, heatmap=bandwidth_heatmap(topology),
+                heatmap_cap=MAX_HEATMAP_DEVICES)
+
+
+async def _store(request: Request, ctx: CtxDep, session: Session, viewer: ViewerDep) -> str:
+    form = await form_fields(request)
+    if text_field(form, "action") == "generate":
+        kind = text_field(form, "kind")
+        params = json_object(text_field(form, "params"), "params")
+
+        def make() -> str:
+            row, _ = store_topology(session, viewer.project_id, generate_topology(kind, params))
+            session.commit()
+            return row.id
+        return await run_in_threadpool(make)
+    raw, _ = await file_field(form, "file")
+    limit = ctx.config.max_request_bytes
+
+    def upload() -> str:
+        row, _ = store_topology(session, viewer.project_id, parse_topology(decode_body(raw, None, limit), limit))
+        session.commit()
+        return row.id
+    return await run_in_threadpool(upload)
+
+
+@router.post("/topologies")
+async def topologies_create(request: Request, ctx: CtxDep, session: SessionDep, viewer: ViewerDep) -> Response:
+    try:
+        topology_id = await _store(request, ctx, session, viewer)
+    except PlacerError as exc:
+        session.rollback()
+        context = await run_in_threadpool(_list_context, session, viewer.project_id, None)
+        return page("topologies.html", viewer, status_code=int(getattr(exc, "http_status", 422)), **context,
+                    error=exc.message)
+    return RedirectResponse(f"/topologies/{topology_id}", status_code=303)
