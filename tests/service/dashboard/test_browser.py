@@ -1,0 +1,222 @@
+"""The dashboard in Debian's Chromium: the user flow from sign-in to the plan's downloads,
+project isolation, escaping, CSRF, and labelled, keyboard-reachable controls."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from solvers.generate import generate_graph, generate_topology
+from tests.service.dashboard.conftest import Server, sign_in
+
+pytestmark = pytest.mark.browser
+FAST_SOLVERS = ("even", "parmesan", "pipedream", "rannc")
+SCRIPT_NAME = "<script>alert(1)</script>"
+visited: dict[str, list[str]] = {"alpha": []}  # pages of project alpha, for the isolation and a11y tests
+
+
+def _shot(page: Any, shots: Path, name: str) -> None:
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    visited["alpha"].append(page.url)
+
+
+def _upload_graph(page: Any, doc: dict[str, Any], filename: str) -> None:
+    page.goto("/graphs")
+    page.set_input_files("#graph-file", files=[{"name": filename, "mimeType": "application/json",
+                                                  "buffer": json.dumps(doc).encode()}])
+    page.click("form.upload button[type=submit]")
+    page.wait_for_url(re.compile(r"/graphs/g_"))
+
+
+def _drop_topology(page: Any, doc: dict[str, Any]) -> None:
+    """Drag and drop a topology file onto the upload zone, then submit."""
+    page.goto("/topologies")
+    page.evaluate("""(text) => {
+        const dt = new DataTransfer();
+        dt.items.add(new File([text], "cluster.json", {type: "application/json"}));
+        const zone = document.querySelector("[data-drop]");
+        zone.dispatchEvent(new DragEvent("dragover", {dataTransfer: dt, bubbles: true, cancelable: true}));
+        zone.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""", json.dumps(doc))
+    assert page.eval_on_selector("#topology-file", "e => e.files.length") == 1
+    page.click("form.upload button[type=submit]")
+    page.wait_for_url(re.compile(r"/topologies/t_"))
+
+
+def test_user_flow(browser: Any, server: Server, shots: Path) -> None:
+    context, page = sign_in(browser, server, "alpha")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    _upload_graph(page, generate_graph("transformer", layers=2, hidden=512, heads=8, name="bert-2L").to_document(),
+                  "bert.json")
+    assert page.locator("h1").inner_text() == "bert-2L"
+    _shot(page, shots, "graph")
+    _drop_topology(page, generate_topology("hierarchical", nodes=2, gpus_per_node=2).to_document())
+    assert page.locator("figure.chart-box svg rect").count() > 16  # the bandwidth heat map
+    _shot(page, shots, "topology")
+    for name, url in (("graphs", "/graphs"), ("topologies", "/topologies")):
+        page.goto(url)
+        _shot(page, shots, name)
+
+    page.goto("/comparisons/new")
+    for solver in (*FAST_SOLVERS, "sleepy"):
+        page.check(f"#solver-{solver}")
+    page.fill("input[name='options.sleepy']", '{"sleep_s": 2.0}')
+    page.fill("#time_limit_s", "5")
+    page.fill("#micro_batches", "4")
+    _shot(page, shots, "comparison_new")
+    page.click("form.card button[type=submit]")
+    page.wait_for_url(re.compile(r"/comparisons/cmp_"))
+    comparison_url = page.url
+    page.evaluate("window.__sameDocument = true")
+    assert page.get_attribute("[data-done]", "data-done") == "false"  # sleepy runs for 2 s at least
+
+    job_page = context.new_page()  # the sleepy job's page follows the job's event stream
+    sleepy_job = page.locator("tr[data-solver=sleepy] a").first.get_attribute("href")
+    job_page.goto(sleepy_job)
+    _shot(job_page, shots, "job_running")
+
+    page.wait_for_selector("tr[data-solver=even] .badge.succeeded", timeout=30_000)
+    assert page.get_attribute("[data-done]", "data-done") == "false"  # rows fill in before the last job ends
+    page.wait_for_selector("[data-done=true]", timeout=45_000)
+    assert page.evaluate("window.__sameDocument") is True  # filled in live, not by navigation
+    assert page.locator("table.compare tbody tr").count() == 5
+    assert page.locator("tr.best .best-badge").count() == 1
+    assert page.locator("figure.chart-box svg rect").count() >= 4
+    _shot(page, shots, "comparison")
+
+    job_page.wait_for_selector("[data-job-status].succeeded", timeout=30_000)
+    assert job_page.locator("progress[data-job-progress]").get_attribute("value") == "1.0"
+    _shot(job_page, shots, "job")
+    job_page.close()
+    page.goto("/jobs")
+    _shot(page, shots, "jobs")
+    page.goto("/comparisons")
+    _shot(page, shots, "comparisons")
+
+    page.goto(comparison_url)
+    page.click("tr.best td:nth-child(3) a")
+    page.wait_for_url(re.compile(r"/plans/plan_"))
+    assert page.locator("svg[aria-label^='simulated timeline']").count() == 1
+    assert page.locator("svg[aria-label^='simulated timeline'] rect").count() > 10
+    _shot(page, shots, "plan")
+    with page.expect_download() as info:
+        page.click("text=Download plan JSON")
+    plan_doc = json.loads(Path(info.value.path()).read_text())
+    assert plan_doc["format"] == "placer.plan/v1"
+    with page.expect_download() as info:
+        page.click("text=Download Chrome trace")
+    trace = json.loads(Path(info.value.path()).read_text())
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert complete and all({"name", "ts", "dur", "pid", "tid"} <= set(e) for e in complete)
+    assert max(e["ts"] + e["dur"] for e in complete) == pytest.approx(plan_doc["metrics"]["iteration_s"] * 1e6,
+                                                                       rel=1e-6)
+    page.click("form.inline button[type=submit]")  # the diff with another plan of the comparison
+    page.wait_for_url(re.compile(r"/plans/diff"))
+    assert "ops sit on other devices" in page.inner_text("main")
+    _shot(page, shots, "plan_diff")
+    assert dialogs == []
+    context.close()
+
+
+def test_another_projects_objects_answer_404(browser: Any, server: Server, shots: Path) -> None:
+    urls = [u for u in visited["alpha"] if re.search(r"/(graphs|topologies|jobs|comparisons|plans)/\w+_", u)]
+    assert len(urls) >= 5, "runs after test_user_flow"
+    context, page = sign_in(browser, server, "beta")
+    for url in urls:
+        response = page.goto(url)
+        assert response is not None and response.status == 404, url
+        assert "not found" in page.inner_text("main")
+    _shot(page, shots, "not_found")
+    page.goto("/graphs")
+    assert "bert-2L" not in page.inner_text("main")
+    context.close()
+
+
+def test_graph_name_is_escaped(browser: Any, server: Server, shots: Path) -> None:
+    context, page = sign_in(browser, server, "beta")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    _upload_graph(page, {**generate_graph("random_dag", n_ops=3, seed=1).to_document(), "name": SCRIPT_NAME}, "evil.json")
+    assert page.locator("h1").inner_text() == SCRIPT_NAME
+    page.goto("/graphs")
+    assert page.locator("td a", has_text=SCRIPT_NAME).count() == 1
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.content()
+    assert page.locator("main script").count() == 0
+    assert dialogs == []
+    context.close()
+
+
+def test_forms_without_the_csrf_token_are_refused(browser: Any, server: Server) -> None:
+    context, page = sign_in(browser, server, "beta")
+    page.goto("/graphs")
+    token = page.get_attribute("input[name=csrf]", "value")
+    form = {"action": "generate", "kind": "random_dag", "params": '{"n_ops": 4}'}
+    for bad in ({}, {"csrf": "0" * 64}):
+        r = context.request.post(server.url + "/graphs", form={**form, **bad}, max_redirects=0)
+        assert r.status == 403, r.text()
+    r = context.request.post(server.url + "/comparisons", form={"graph_id": "x"}, max_redirects=0)
+    assert r.status == 403
+    r = context.request.post(server.url + "/signout", form={}, max_redirects=0)
+    assert r.status == 403
+    r = context.request.post(server.url + "/graphs", form={**form, "csrf": token}, max_redirects=0)
+    assert r.status == 303  # the same form with the session's token is accepted
+    anonymous = browser.new_context(base_url=server.url)
+    r = anonymous.request.post(server.url + "/signin", form={"api_key": server.keys["beta"]}, max_redirects=0)
+    assert r.status == 403
+    anonymous.close()
+    context.close()
+
+
+LABEL_CHECK = """() => {
+  const named = (el) => {
+    if (el.getAttribute("aria-label") || el.getAttribute("aria-labelledby") || el.closest("label")) return true;
+    if (el.id && document.querySelector(`label[for="${CSS.escape(el.id)}"]`)) return true;
+    if (el.tagName === "BUTTON" || el.tagName === "A") return el.innerText.trim().length > 0;
+    return false;
+  };
+  return [...document.querySelectorAll("input:not([type=hidden]), select, textarea, button, a[href]")]
+    .filter((el) => !named(el)).map((el) => el.outerHTML.slice(0, 120));
+}"""
+
+
+def _tab_reaches(page: Any, selectors: list[str], presses: int = 80) -> list[str]:
+    """Press Tab from the top of the page; the selectors that never got the focus."""
+    page.focus("body")
+    missing = set(selectors)
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        for sel in list(missing):
+            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", sel):
+                missing.discard(sel)
+        if not missing:
+            break
+    return sorted(missing)
+
+
+def test_pages_have_labelled_controls_and_work_from_the_keyboard(browser: Any, server: Server,
+                                                                 shots: Path) -> None:
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    page.goto("/signin")
+    _shot(page, shots, "signin")
+    assert page.evaluate(LABEL_CHECK) == []
+    assert _tab_reaches(page, ["#api_key", "button[type=submit]"]) == []
+    page.focus("#api_key")
+    page.keyboard.type(server.keys["alpha"])
+    page.keyboard.press("Enter")  # signing in needs no mouse
+    page.wait_for_url(lambda u: "/signin" not in u)
+    main_controls = {"/graphs": ["#graph-file", "#graph-kind", "form.upload button"],
+                     "/topologies": ["#topology-file", "#topology-kind"],
+                     "/comparisons/new": ["#graph_id", "#topology_id", "#solver-even", "#time_limit_s"],
+                     "/jobs": ["#status"]}
+    for url in [*main_controls, *visited["alpha"]]:
+        page.goto(url)
+        assert page.evaluate(LABEL_CHECK) == [], url
+        if url in main_controls:
+            assert _tab_reaches(page, ["a.skip", "header nav a", *main_controls[url]], presses=140) == [], url
+    context.close()
