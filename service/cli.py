@@ -72,7 +72,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = f"http://{cfg.host}:{cfg.port}"
     if args.demo:
         _seed_demo(cfg, url)
-    print(f"Placer service on {url}  (API docs: {url}/docs, database: {cfg.database_url})", file=sys.stderr,
+    print(f"Placer service on {url}  (dashboard: {url}/, API docs: {url}/docs, database: {cfg.database_url})",
+          file=sys.stderr,
           flush=True)
     uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level=cfg.log_level)
     return 0
@@ -93,6 +94,7 @@ def _seed_demo(cfg: object, url: str) -> None:
     finally:
         db.dispose()
     print(f"\nPlacer demo: {url}\n"
+          f"  dashboard:                 {url}/  (sign in with the key below)\n"
           f"  API key (project 'demo'):  {demo.key}\n"
           f"  comparison of {', '.join(demo.solvers)}:\n"
           f"    curl -H 'Authorization: Bearer {demo.key}' {url}/v1/comparisons/{demo.comparison_id}\n"

@@ -36,10 +36,10 @@ def fmt_s(value: float | None) -> str:
         return "–"
     a = abs(value)
     if a >= 1.0 or a == 0.0:
-        return f"{value:.3g} s" if a < 1000 else f"{value:,.0f} s"
+        return f"{_sig3(value)} s" if a < 1000 else f"{value:,.0f} s"
     if a >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} µs"
+        return f"{_sig3(value * 1e3)} ms"
+    return f"{_sig3(value * 1e6)} µs"
 
 
 def fmt_bytes(value: float | None) -> str:
@@ -48,8 +48,13 @@ def fmt_bytes(value: float | None) -> str:
         return "–"
     for unit, size in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
         if abs(value) >= size:
-            return f"{value / size:.3g} {unit}"
+            return f"{_sig3(value / size)} {unit}"
     return f"{value:.0f} B"
+
+
+def _sig3(value: float) -> str:
+    """Three significant digits, never in exponent notation (1023 stays 1023)."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def fmt_bps(value: float | None) -> str:
@@ -61,7 +66,7 @@ def fmt_bps(value: float | None) -> str:
 def fmt_num(value: float | None, digits: int = 3) -> str:
     if value is None or not math.isfinite(value):
         return "–"
-    return f"{value:,.{digits}g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return f"{value:,.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
 
 
 def fmt_pct(value: float | None) -> str:

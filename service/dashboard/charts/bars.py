@@ -12,6 +12,7 @@ from service.dashboard.plan_view import DeviceMemory, StageBar
 from service.schemas import ComparisonRow
 
 WIDTH = 760.0
+SMALL_WIDTH = 560.0  # the stage and memory charts sit side by side
 LABEL_W = 130.0
 BAR_H = 20.0
 GAP = 6.0
@@ -27,9 +28,9 @@ def objective_chart(rows: Sequence[ComparisonRow], best: str | None, objective: 
     span = max([r.objective_s or 0.0 for r in shown] + [bound or 0.0]) * 1.08 or 1.0
     plot_w = WIDTH - LABEL_W - 70
     label = f"{'iteration time' if objective == 'throughput' else 'latency'} per solver (lower is better)"
-    top = 8.0
+    top = 22.0
     height = max(1, len(shown)) * (BAR_H + GAP)
-    body = x_axis(LABEL_W, plot_w, top, height, span, "seconds")
+    body = x_axis(LABEL_W, plot_w, top, height, span)
     y = top + GAP / 2
     for r in shown:
         w = (r.objective_s or 0.0) / span * plot_w
@@ -47,15 +48,15 @@ def objective_chart(rows: Sequence[ComparisonRow], best: str | None, objective: 
         x = LABEL_W + bound / span * plot_w
         body.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{top + height:.1f}" stroke="{BOUND}" '
                     f'stroke-width="2" stroke-dasharray="5 3"/>'
-                    f'<text x="{x + 4:.1f}" y="{top + height - 4:.1f}" fill="{BOUND}">lower bound '
+                    f'<text x="{x:.1f}" y="{top - 6:.1f}" text-anchor="middle" fill="{BOUND}">lower bound '
                     f'{bound * 1e3:.4g} ms</text>')
-    return svg(WIDTH, top + height + 36, body, label)
+    return svg(WIDTH, top + height + 22, body, label)
 
 
 def stage_chart(stages: Sequence[StageBar]) -> Markup:
     """Compute and communication per stage and micro-batch, stacked."""
     span = max((s.compute_s + s.comm_s for s in stages), default=0.0) * 1.05 or 1.0
-    plot_w = WIDTH - LABEL_W - 20
+    plot_w = SMALL_WIDTH - LABEL_W - 20
     top = 22.0
     height = max(1, len(stages)) * (BAR_H + GAP)
     body = [f'<rect x="{LABEL_W:.0f}" y="4" width="10" height="10" fill="{KIND_COLORS["forward"]}"/>'
@@ -76,13 +77,14 @@ def stage_chart(stages: Sequence[StageBar]) -> Markup:
                     f'fill="{KIND_COLORS["transfer"]}"><title>stage {s.stage} communication '
                     f'{s.comm_s * 1e3:.4g} ms</title></rect>')
         y += BAR_H + GAP
-    return svg(WIDTH, top + height + 36, body, "compute and communication per stage")
+    return svg(SMALL_WIDTH, top + height + 36, body, "compute and communication per stage")
 
 
 def memory_chart(devices: Sequence[DeviceMemory]) -> Markup:
     """Peak memory per device (coloured by stage) against its usable capacity (outline)."""
     span = max([d.capacity_bytes for d in devices] + [d.peak_bytes for d in devices] + [1.0])
-    plot_w = WIDTH - LABEL_W - 90
+    label_w = 70.0
+    plot_w = SMALL_WIDTH - label_w - 150
     top = 6.0
     bar_h = 14.0
     y = top
@@ -92,14 +94,14 @@ def memory_chart(devices: Sequence[DeviceMemory]) -> Markup:
         use_w = d.peak_bytes / span * plot_w
         over = d.capacity_bytes and d.peak_bytes > d.capacity_bytes
         pct = f"{d.peak_bytes / d.capacity_bytes * 100:.0f} %" if d.capacity_bytes else ""
-        body.append(f'<text x="{LABEL_W - 6:.0f}" y="{y + bar_h * 0.8:.1f}" text-anchor="end" fill="{INK}">'
+        body.append(f'<text x="{label_w - 6:.0f}" y="{y + bar_h * 0.8:.1f}" text-anchor="end" fill="{INK}">'
                     f'{esc(d.device)}</text>'
-                    f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{cap_w:.1f}" height="{bar_h:.0f}" fill="#f3f4f6" '
+                    f'<rect x="{label_w:.0f}" y="{y:.1f}" width="{cap_w:.1f}" height="{bar_h:.0f}" fill="#f3f4f6" '
                     f'stroke="{GRID}"/>'
-                    f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{use_w:.1f}" height="{bar_h:.0f}" '
+                    f'<rect x="{label_w:.0f}" y="{y:.1f}" width="{use_w:.1f}" height="{bar_h:.0f}" '
                     f'fill="{BOUND if over else stage_color(d.stage)}"><title>{esc(d.device)}: '
                     f'{d.peak_bytes / 2**30:.3g} GiB of {d.capacity_bytes / 2**30:.3g} GiB</title></rect>'
-                    f'<text x="{LABEL_W + max(cap_w, use_w) + 6:.1f}" y="{y + bar_h * 0.8:.1f}" fill="{MUTED}">'
+                    f'<text x="{label_w + plot_w + 8:.1f}" y="{y + bar_h * 0.8:.1f}" fill="{MUTED}">'
                     f'{d.peak_bytes / 2**30:.3g} / {d.capacity_bytes / 2**30:.3g} GiB {pct}</text>')
         y += bar_h + 4
-    return svg(WIDTH, y + 6, body, "peak memory per device against capacity")
+    return svg(SMALL_WIDTH, y + 6, body, "peak memory per device against capacity")

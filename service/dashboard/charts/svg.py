@@ -46,7 +46,7 @@ def time_label(t_s: float, step_s: float) -> str:
 def svg(width: float, height: float, body: list[str], label: str) -> Markup:
     """An accessible SVG element (``role="img"`` with its title)."""
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" '
-            f'width="100%" role="img" aria-label="{esc(label)}" class="chart" '
+            f'width="{width:.0f}" height="{height:.0f}" role="img" aria-label="{esc(label)}" class="chart" '
             f'font-family="system-ui, sans-serif" font-size="11"><title>{esc(label)}</title>')
     return Markup(head + "".join(body) + "</svg>")
 

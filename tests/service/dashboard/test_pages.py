@@ -1,0 +1,122 @@
+"""Dashboard pages through the ASGI app (no browser): sign-in, the cookie, CSRF, isolation,
+escaping and the downloads, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+from service.dashboard.session import SESSION_COOKIE
+from tests.service.conftest import Api
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+
+def browser_for(api: Api) -> TestClient:
+    """A client with its own cookie jar on the running app."""
+    return TestClient(api.client.app, base_url="http://testserver")
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match, html[:500]
+    return match.group(1)
+
+
+def signed_in(api: Api) -> tuple[TestClient, str]:
+    web = browser_for(api)
+    form = web.get("/signin?next=/graphs")
+    r = web.post("/signin", data={"csrf": csrf_of(form.text), "api_key": api.key, "next": "/graphs"},
+                 follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/graphs", r.text
+    page = web.get("/graphs")
+    assert page.status_code == 200
+    return web, csrf_of(page.text)
+
+
+def test_pages_need_a_session(api: Api) -> None:
+    web = browser_for(api)
+    r = web.get("/graphs?cursor=g_1", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/signin?next=%2Fgraphs%3Fcursor%3Dg_1"
+
+
+def test_session_cookie_is_httponly_strict_and_holds_no_key(api: Api) -> None:
+    web = browser_for(api)
+    form = web.get("/signin")
+    r = web.post("/signin", data={"csrf": csrf_of(form.text), "api_key": api.key}, follow_redirects=False)
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith(SESSION_COOKIE + "="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert api.key not in cookie and api.key[4:20] not in cookie
+    tampered = cookie.split(";")[0].split("=", 1)[1][:-2] + "00"
+    other = browser_for(api)
+    other.cookies.set(SESSION_COOKIE, tampered)
+    assert other.get("/graphs", follow_redirects=False).status_code == 303
+
+
+def test_wrong_key_and_foreign_next_are_refused(api: Api) -> None:
+    web = browser_for(api)
+    form = web.get("/signin")
+    r = web.post("/signin", data={"csrf": csrf_of(form.text), "api_key": "plc_wrong"}, follow_redirects=False)
+    assert r.status_code == 401 and "unknown or revoked API key" in r.text
+    r = web.post("/signin", data={"csrf": csrf_of(r.text), "api_key": api.key, "next": "//evil.example/x"},
+                 follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/"
+
+
+def test_forms_need_the_sessions_csrf_token(api: Api, other_api: Api) -> None:
+    web, token = signed_in(api)
+    _, other_token = signed_in(other_api)
+    form = {"action": "generate", "kind": "random_dag", "params": '{"n_ops": 5}'}
+    assert web.post("/graphs", data=form, follow_redirects=False).status_code == 403
+    assert web.post("/graphs", data={**form, "csrf": other_token}, follow_redirects=False).status_code == 403
+    r = web.post("/graphs", data={**form, "csrf": token}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/graphs/g_")
+
+
+def test_another_projects_pages_and_downloads_answer_404(api: Api, other_api: Api) -> None:
+    graph_id, topology_id = api.graph(), api.topology()
+    job = api.wait(api.submit(graph_id, topology_id, "even")["id"])
+    web, _ = signed_in(other_api)
+    for url in (f"/graphs/{graph_id}", f"/topologies/{topology_id}", f"/jobs/{job['id']}",
+                f"/jobs/{job['id']}/events", f"/plans/{job['plan_id']}", f"/plans/{job['plan_id']}/plan.json",
+                f"/plans/{job['plan_id']}/trace.json", f"/plans/diff?a={job['plan_id']}&b={job['plan_id']}"):
+        r = web.get(url)
+        assert r.status_code == 404, url
+        assert r.headers["content-type"].startswith("text/html") and "not found" in r.text
+    own, _ = signed_in(api)
+    assert own.get(f"/plans/{job['plan_id']}").status_code == 200
+
+
+def test_names_are_escaped(api: Api) -> None:
+    doc: dict[str, Any] = {"format": "placer.opgraph/v1", "name": "<script>alert(1)</script>",
+                           "nodes": [{"id": "<b>x</b>", "op": "a&b", "fwd_s": 1e-3, "layer": "<i>"}], "edges": []}
+    r = api.post("/v1/graphs", json=doc)
+    web, _ = signed_in(api)
+    page = web.get(f"/graphs/{r.json()['id']}").text
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "<script>alert" not in web.get("/graphs").text
+
+
+def test_comparison_page_and_chrome_trace(api: Api) -> None:
+    graph_id, topology_id = api.graph(n_ops=30), api.topology()
+    r = api.post("/v1/comparisons", json={"graph_id": graph_id, "topology_id": topology_id,
+                                          "solvers": ["even", "pipedream"], "time_limit_s": 10})
+    cmp_id = r.json()["id"]
+    for row in r.json()["rows"]:
+        api.wait(row["job_id"])
+    web, _ = signed_in(api)
+    page = web.get(f"/comparisons/{cmp_id}")
+    assert page.status_code == 200 and 'data-done="true"' in page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'self'")
+    plan_id = re.findall(r'href="/plans/(plan_\w+)"', page.text)[0]
+    trace = web.get(f"/plans/{plan_id}/trace.json")
+    assert trace.headers["content-disposition"] == f'attachment; filename="{plan_id}.trace.json"'
+    events = trace.json()["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert complete and all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
+    named = {e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {e["tid"] for e in complete} <= named
