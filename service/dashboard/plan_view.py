@@ -7,16 +7,18 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
 from service.db.models import Graph, Job, PlanRow, TopologyRow
 from service.documents import decompress, load_problem
+from solvers.model.canonical import digest
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
 from solvers.simulate import TimelineEntry, simulate
 
+V = TypeVar("V")
 TRACE_PID_DEVICES = 1
 TRACE_PID_CHANNELS = 2
 
@@ -50,29 +52,34 @@ class DeviceMemory:
     capacity_bytes: float
 
 
-class _Cache:
-    """Simulated timelines by plan id (plans never change), a few at a time."""
+class _Cache(Generic[V]):
+    """A few recent values by key (stored documents never change, so nothing goes stale)."""
 
     def __init__(self, size: int = 16) -> None:
         self.size = size
-        self._items: OrderedDict[str, list[TimelineEntry]] = OrderedDict()
+        self._items: OrderedDict[str, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> list[TimelineEntry] | None:
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def get(self, key: str) -> V | None:
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
             return hit
 
-    def put(self, key: str, value: list[TimelineEntry]) -> None:
+    def put(self, key: str, value: V) -> None:
         with self._lock:
             self._items[key] = value
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 
 
-TIMELINES = _Cache()
+TIMELINES: _Cache[list[TimelineEntry]] = _Cache()  # by plan id
+PROBLEMS: _Cache[Problem] = _Cache(8)  # by graph, topology, objective and settings: the plans of a comparison share one
 
 
 def load_plan(session: Session, row: PlanRow) -> PlanContext:
@@ -82,10 +89,13 @@ def load_plan(session: Session, row: PlanRow) -> PlanContext:
     job = session.get(Job, row.job_id) if row.job_id else None
     problem = None
     if job is not None and job.graph_id and job.topology_id:
-        graph = session.get(Graph, job.graph_id)
-        topology = session.get(TopologyRow, job.topology_id)
+        key = digest([job.graph_id, job.topology_id, job.objective, job.settings])
+        problem = PROBLEMS.get(key)
+        graph = session.get(Graph, job.graph_id) if problem is None else None
+        topology = session.get(TopologyRow, job.topology_id) if problem is None else None
         if graph is not None and topology is not None:
             problem = load_problem(graph.body, topology.body, job.objective, job.settings)
+            PROBLEMS.put(key, problem)
     return PlanContext(row, doc, plan, job, problem)
 
 

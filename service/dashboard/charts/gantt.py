@@ -56,6 +56,8 @@ def _row(name: str, items: list[TimelineEntry], y: float, h: float, scale: float
     out = [f'<g><text x="{LABEL_W - 6:.0f}" y="{y + h * 0.7:.1f}" text-anchor="end" fill="{color}">'
            f'{esc(name)}</text>']
     channel = "->" in name
+    where = esc(name)
+    top, bar_h = f"{y + 2:.1f}", f"{h - 4:.1f}"
     last_x = -1.0
     for e in sorted(items, key=lambda e: e.start_s):
         x = LABEL_W + e.start_s * scale
@@ -63,10 +65,9 @@ def _row(name: str, items: list[TimelineEntry], y: float, h: float, scale: float
         if x + w <= last_x + 0.1:
             continue  # hidden under the previous rectangle at this zoom
         last_x = x + w
-        kind = "transfer" if channel else category(e.task)
-        out.append(f'<rect x="{x:.2f}" y="{y + 2:.1f}" width="{w:.2f}" height="{h - 4:.1f}" '
-                   f'fill="{KIND_COLORS[kind]}"><title>{esc(e.task)} on {esc(name)}: '
-                   f'{(e.start_s * 1e3):.4g}–{(e.end_s * 1e3):.4g} ms</title></rect>')
+        color = KIND_COLORS["transfer" if channel else category(e.task)]
+        out.append(f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{bar_h}" fill="{color}"><title>'
+                   f'{esc(e.task)} on {where}: {(e.start_s * 1e3):.4g}–{(e.end_s * 1e3):.4g} ms</title></rect>')
     out.append("</g>")
     return "".join(out)
 

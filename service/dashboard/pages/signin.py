@@ -59,10 +59,10 @@ async def signin_submit(request: Request, ctx: CtxDep) -> Response:
         value = await sign_in(ctx, secret, text_field(form, "api_key"))
     except Unauthorized as exc:
         fresh = secrets.token_hex(16)
-        response = page("signin.html", None, status_code=401, csrf=csrf_token(secret, fresh, "signin"),
-                        next=target, error=exc.message)
-        _cookie(response, request, PRE_COOKIE, fresh, 3600)
-        return response
+        refused = page("signin.html", None, status_code=401, csrf=csrf_token(secret, fresh, "signin"),
+                       next=target, error=exc.message)
+        _cookie(refused, request, PRE_COOKIE, fresh, 3600)
+        return refused
     response = RedirectResponse(target, status_code=303)
     _cookie(response, request, SESSION_COOKIE, value, SESSION_S)
     response.delete_cookie(PRE_COOKIE, path="/")

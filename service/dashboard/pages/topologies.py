@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from service.api.topologies import generate_topology, list_topologies
 from service.dashboard.charts.topology import MAX_HEATMAP_DEVICES, bandwidth_heatmap
 from service.dashboard.pages.common import (
-    CursorQ,
     PAGE_SIZE,
+    CursorQ,
     ViewerDep,
     file_field,
     form_fields,
