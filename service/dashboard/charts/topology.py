@@ -28,7 +28,7 @@ def bandwidth_heatmap(topology: Topology) -> Markup:
     n = min(topology.n_devices, MAX_HEATMAP_DEVICES)
     bw = topology.bandwidth_Bps
     ids = [d.id for d in topology.devices[:n]]
-    cell = max(4.0, min(28.0, 560.0 / max(n, 1)))
+    cell = max(4.0, min(44.0, 640.0 / max(n, 1)))
     label_w = 70.0 if cell >= 10 else 0.0
     values = [float(bw[i][j]) for i in range(n) for j in range(n) if i != j and bw[i][j] > 0]
     lo, hi = (min(values), max(values)) if values else (1.0, 1.0)
