@@ -119,6 +119,7 @@ class PageRoute(APIRoute):
                 response.headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
                 return response
             except PlacerError as exc:
-                return error_page(int(getattr(exc, "http_status", 400)), exc.title, exc.message)
+                viewer = getattr(request.state, "viewer", None)
+                return error_page(int(getattr(exc, "http_status", 400)), exc.title, exc.message, viewer)
 
         return run

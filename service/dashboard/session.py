@@ -148,6 +148,7 @@ async def current_viewer(request: Request) -> Viewer:
         raise SignInRequired
     ctx.limiter.check(project_id)
     viewer = Viewer(project_id, data["m"], csrf_token(secret, data["n"]))
+    request.state.viewer = viewer  # error pages keep the signed-in header
     if request.method == "POST":
         await verify_form_csrf(request, viewer.csrf)
     return viewer

@@ -120,3 +120,15 @@ def test_comparison_page_and_chrome_trace(api: Api) -> None:
     assert complete and all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
     named = {e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {e["tid"] for e in complete} <= named
+
+
+def test_lists_paginate(api: Api) -> None:
+    for seed in range(23):
+        api.graph(n_ops=4, seed=seed)
+    web, _ = signed_in(api)
+    first = web.get("/graphs").text
+    assert first.count('<tr><td><a href="/graphs/') == 20
+    cursor = re.search(r'href="\?cursor=(g_\w+)">Next page', first)
+    assert cursor, first[-2000:]
+    second = web.get(f"/graphs?cursor={cursor.group(1)}").text
+    assert second.count('<tr><td><a href="/graphs/') == 3 and "Next page" not in second
