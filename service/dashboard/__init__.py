@@ -3,8 +3,12 @@ pages over the API's own queries, signed in with an API key, scoped to its proje
 
 from __future__ import annotations
 
+import os
+
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.types import Scope
 
 from service.dashboard.pages import comparisons, graphs, jobs, plans, signin, topologies
 from service.dashboard.render import HERE
@@ -14,8 +18,9 @@ from service.dashboard.session import new_secret
 class _Assets(StaticFiles):
     """Versioned asset files: their names change with their content, so they are cached for a year."""
 
-    def file_response(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        response = super().file_response(*args, **kwargs)
+    def file_response(self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Scope,
+                      status_code: int = 200) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
         response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response

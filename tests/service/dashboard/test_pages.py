@@ -132,3 +132,20 @@ def test_lists_paginate(api: Api) -> None:
     assert cursor, first[-2000:]
     second = web.get(f"/graphs?cursor={cursor.group(1)}").text
     assert second.count('<tr><td><a href="/graphs/') == 3 and "Next page" not in second
+
+
+def test_sign_out_ends_the_session(api: Api) -> None:
+    web, token = signed_in(api)
+    r = web.post("/signout", data={"csrf": token}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/signin"
+    assert web.get("/graphs", follow_redirects=False).status_code == 303
+
+
+def test_assets_are_versioned_and_cached(api: Api) -> None:
+    web, _ = signed_in(api)
+    html = web.get("/graphs").text
+    assets = re.findall(r'(?:href|src)="(/static/[^"]+)"', html)
+    assert sorted(assets) == ["/static/placer-1.css", "/static/placer-1.js"]
+    for url in assets:
+        r = web.get(url)
+        assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
