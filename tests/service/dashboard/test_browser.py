@@ -65,7 +65,7 @@ def test_user_flow(browser: Any, server: Server, shots: Path) -> None:
     page.goto("/comparisons/new")
     for solver in (*FAST_SOLVERS, "sleepy"):
         page.check(f"#solver-{solver}")
-    page.fill("input[name='options.sleepy']", '{"sleep_s": 2.0}')
+    page.fill("input[name='options.sleepy']", '{"sleep_s": 3.0}')
     page.fill("#time_limit_s", "5")
     page.fill("#micro_batches", "4")
     _shot(page, shots, "comparison_new")
@@ -73,7 +73,7 @@ def test_user_flow(browser: Any, server: Server, shots: Path) -> None:
     page.wait_for_url(re.compile(r"/comparisons/cmp_"))
     comparison_url = page.url
     page.evaluate("window.__sameDocument = true")
-    assert page.get_attribute("[data-done]", "data-done") == "false"  # sleepy runs for 2 s at least
+    assert page.get_attribute("[data-done]", "data-done") == "false"  # sleepy runs for 3 s at least
 
     job_page = context.new_page()  # the sleepy job's page follows the job's event stream
     sleepy_job = page.locator("tr[data-solver=sleepy] a").first.get_attribute("href")
