@@ -11,7 +11,7 @@ from service.dashboard.charts.svg import GRID, INK, KIND_COLORS, MUTED, esc, sta
 from service.dashboard.plan_view import DeviceMemory, StageBar
 from service.schemas import ComparisonRow
 
-WIDTH = 760.0
+WIDTH = 1100.0
 SMALL_WIDTH = 560.0  # the stage and memory charts sit side by side
 LABEL_W = 130.0
 BAR_H = 20.0
