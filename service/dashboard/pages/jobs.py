@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from service.api.jobs import job_out, list_jobs
 from service.dashboard.pages.common import PAGE_SIZE, CursorQ, ViewerDep, page_router
 from service.dashboard.render import page
-from service.db.models import Job
+from service.db.models import Job, PlanRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, SessionDep
 from service.jobs.events import event_stream
@@ -43,7 +43,8 @@ def jobs_rows(viewer: ViewerDep, session: SessionDep, cursor: CursorQ = None,
 @router.get("/jobs/{job_id}")
 def job_page(job_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
     job = job_out(get_owned(session, Job, job_id, viewer.project_id, "job"))
-    return page("job.html", viewer, job=job, live=job.status in ("queued", "running"))
+    plan = get_owned(session, PlanRow, job.plan_id, viewer.project_id, "plan") if job.plan_id else None
+    return page("job.html", viewer, job=job, plan=plan, live=job.status in ("queued", "running"))
 
 
 @router.get("/jobs/{job_id}/events")
