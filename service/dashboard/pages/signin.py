@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Annotated
 
@@ -27,9 +28,12 @@ from service.errors import Unauthorized
 router = page_router()
 
 
+LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%?=&+-]*")
+
+
 def _safe_next(target: str | None) -> str:
-    """Only paths of this site (no scheme, no host, no ``//``)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Only paths of this site: no scheme, no host, no ``//``, no character a browser would drop."""
+    if not target or not LOCAL_PATH.fullmatch(target):
         return "/"
     return target
 

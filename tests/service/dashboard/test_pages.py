@@ -61,9 +61,12 @@ def test_wrong_key_and_foreign_next_are_refused(api: Api) -> None:
     form = web.get("/signin")
     r = web.post("/signin", data={"csrf": csrf_of(form.text), "api_key": "plc_wrong"}, follow_redirects=False)
     assert r.status_code == 401 and "unknown or revoked API key" in r.text
-    r = web.post("/signin", data={"csrf": csrf_of(r.text), "api_key": api.key, "next": "//evil.example/x"},
-                 follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/"
+    for target in ("//evil.example/x", "/\t/evil.example", "/\\evil.example", "https://evil.example"):
+        web = browser_for(api)
+        form = web.get("/signin")
+        r = web.post("/signin", data={"csrf": csrf_of(form.text), "api_key": api.key, "next": target},
+                     follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/", target
 
 
 def test_forms_need_the_sessions_csrf_token(api: Api, other_api: Api) -> None:
