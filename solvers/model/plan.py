@@ -6,6 +6,7 @@ A hand-written plan holding only ``format``, ``stages`` (``ops``, ``devices``),
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -64,6 +65,13 @@ class Plan:
     stats: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        for key in ("claimed_objective_s", "lower_bound_s", "solve_time_s"):
+            check_finite(getattr(self, key), key)
+        check_finite(self.stats, "stats")
+        check_finite(self.metrics, "metrics")
+        check_finite(self.options, "options")
+
     def with_(self, **changes: Any) -> Plan:
         return replace(self, **changes)
 
@@ -88,6 +96,24 @@ class Plan:
         if self.notes:
             doc["notes"] = list(self.notes)
         return doc
+
+
+def check_finite(value: Any, path: str) -> None:
+    """Raise :class:`InvalidPlan` naming ``path`` if ``value`` holds a NaN or an infinity.
+
+    A plan document is JSON (RFC 8259 has no NaN or infinity), so every number a solver
+    reports (stats, metrics, objective, bound, options) must be finite; an undefined
+    quantity is ``None``.
+    """
+    if isinstance(value, float | np.floating):
+        if not math.isfinite(float(value)):
+            raise InvalidPlan(f"{path}: must be a finite number or null, got {float(value)!r}", field=path)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            check_finite(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_finite(item, f"{path}[{i}]")
 
 
 def plan_from_document(doc: Any) -> Plan:

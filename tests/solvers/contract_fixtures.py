@@ -65,3 +65,15 @@ def larger_problem(objective: str, n_layers: int = 60) -> Problem:
     graph = diamond_graph(n_layers)
     topo = two_node_topology(gpus_per_node=4)
     return Problem(graph, topo, objective, ProblemSettings())  # type: ignore[arg-type]
+
+
+def one_stage_problem() -> Problem:
+    """Throughput with one stage replicated on every device: no stage-to-stage traffic at all."""
+    return Problem(diamond_graph(), two_node_topology(), "throughput",
+                   ProblemSettings(micro_batches=(4,), stages=1, replicas=4))
+
+
+def one_device_problem(objective: str) -> Problem:
+    """A topology of a single device: one stage, no communication of any kind."""
+    topo = Topology.from_links("one-device", [Device("g0", "V100", "h0", 16 * GiB, 1.0)], [])
+    return Problem(diamond_graph(), topo, objective, ProblemSettings())  # type: ignore[arg-type]

@@ -6,12 +6,14 @@ deterministic for a seed, infeasible fixtures reported as ``infeasible``.
 
 from __future__ import annotations
 
+import json
 import time
 
+import orjson
 import pytest
 
 from solvers import registry
-from solvers.model.plan import Plan
+from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
 from solvers.simulate import simulate
 from solvers.solving import solve
@@ -100,3 +102,21 @@ def test_time_limit_is_honoured(solver: str, objective: str) -> None:
     assert plan.status in ("optimal", "feasible", "unknown", "infeasible")
     if plan.stages:
         resolve_plan(problem, plan)
+
+
+def _degenerate_problems(objective: str) -> list[Problem]:
+    one_device = fx.one_device_problem(objective)
+    return [fx.one_stage_problem(), one_device] if objective == "throughput" else [one_device]
+
+
+@pytest.mark.parametrize(("solver", "objective"), CASES)
+def test_document_is_json_on_one_stage_and_one_device(solver: str, objective: str) -> None:
+    """No stat, metric or number of a plan is NaN or infinite (issue: a one-stage plan's ratio was inf)."""
+    for problem in _degenerate_problems(objective):
+        plan = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
+        doc = plan.to_document()
+        text = json.dumps(doc, allow_nan=False)
+        assert orjson.loads(orjson.dumps(doc)) == json.loads(text)
+        assert plan_from_document(json.loads(text)).to_document() == doc
+        if plan.stages:
+            resolve_plan(problem, plan)

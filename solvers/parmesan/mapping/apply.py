@@ -9,6 +9,7 @@ paper's Tables I, II, V.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -70,6 +71,11 @@ def simulated_s(problem: Problem, plan: Plan) -> float:
         return float("inf")
 
 
+def _finite_or_none(value: float) -> float | None:
+    """A ratio for the plan's stats: ``None`` where it is undefined (no inter-stage bytes)."""
+    return value if math.isfinite(value) else None
+
+
 def heuristic_place(mapper: Mapper, n_stages: int, replicas: int) -> IntArray:
     """CS or p2p-first placement."""
     return consecutive_mapping(n_stages, replicas) if mapper == "consecutive" else p2p_mapping(n_stages, replicas)
@@ -97,7 +103,7 @@ def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas:
                             workers=settings.workers, seed=settings.seed, guard=settings.guard)
         plan = build_plan(problem, stage_of, result.place, micro_batches)
         value = simulated_s(problem, plan)
-        stats = {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": sg.allreduce_ratio(),
+        stats = {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": _finite_or_none(sg.allreduce_ratio()),
                  "mapping_status": result.status, "mapping_objective_s": result.objective_s,
                  "mapping_lower_bound_s": result.lower_bound_s, "mapping_gap": result.gap,
                  **{f"mapping_{k}": v for k, v in result.stats.items() if k not in ("instantiation",)}}

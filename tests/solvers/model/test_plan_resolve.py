@@ -156,3 +156,20 @@ def test_plan_structure_rejections(extra: dict[str, Any], field: str) -> None:
 def test_infeasible_plan_document_may_have_no_stages() -> None:
     p = plan_from_document({"format": PLAN_FORMAT, "status": "infeasible", "stages": []})
     assert p.status == "infeasible" and p.stages == ()
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_numbers_are_rejected_naming_the_field(bad: float) -> None:
+    stage = Stage(("a",), ("d0",))
+    with pytest.raises(InvalidPlan, match=r"stats\.mapping\.ratio") as err:
+        Plan(stages=(stage,), stats={"mapping": {"ratio": bad}})
+    assert err.value.field == "stats.mapping.ratio"
+    with pytest.raises(InvalidPlan, match=r"stats\.rows\[1\]"):
+        Plan(stages=(stage,), stats={"rows": [1.0, bad]})
+    with pytest.raises(InvalidPlan, match="claimed_objective_s"):
+        Plan(stages=(stage,), claimed_objective_s=bad)
+    doc = Plan(stages=(stage,)).to_document()
+    doc["stats"] = {"ratio": bad}
+    with pytest.raises(InvalidPlan, match=r"stats\.ratio"):
+        plan_from_document(doc)
+    assert Plan(stages=(stage,), stats={"ratio": None}).stats["ratio"] is None
