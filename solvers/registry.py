@@ -27,6 +27,8 @@ BUILTIN: dict[str, str] = {
     # parmesan family
     "parmesan": "solvers.parmesan.solver:ParmesanSolver",
     "pipedream": "solvers.baselines.pipedream:PipeDreamSolver",
+    # exact contiguous partition (Tarnawski et al.)
+    "exact": "solvers.exact.solver:ExactSolver",
     # rannc family
     "rannc": "solvers.rannc.solver:RanncSolver",
     # moirai family

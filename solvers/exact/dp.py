@@ -1,0 +1,208 @@
+"""The max-load DP over ideals (Tarnawski et al., NeurIPS 2020, §4: throughput maximisation).
+
+For ``S`` stages of ``R`` replicas, with ``t(I \\ I')`` the stage time of
+:mod:`solvers.exact.stage_model` (``+inf`` when the stage does not fit memory at its index)::
+
+    T[0][∅] = 0,   T[0][I] = +inf for I ≠ ∅
+    T[s][I] = min_{I' ⊊ I ideal} max(T[s-1][I'], t_{s-1}(I \\ I'))        s = 1 .. S
+
+``T[s][I]`` = the smallest bottleneck of the first ``s`` stages when they hold exactly the ops
+of ideal ``I``; the answer is ``T[S][V]`` and the stages are read back from the argmins.
+Stages are non-empty (``I' ⊊ I``).
+
+Pruning (a branch-and-bound on an incumbent ``UB``, the warm start's bottleneck in the same
+model, which the optimum cannot exceed): a stage with ``W(U)/R > UB`` is never built, so for
+each ``I`` only the ideals ``I'`` with ``W(I') >= W(I) - R·UB`` are candidates (found by a
+binary search on the ideals sorted by work, then a packed-bit subset test); a pair whose full
+stage time exceeds ``UB`` is dropped; and ``T[s][I]`` is only kept where the work left after
+``I`` fits the remaining ``S - s`` stages (``W(V) - W(I) <= (S - s)·R·UB``) and the work of ``I``
+fits ``s`` stages.  None of these removes an optimal chain.
+
+Cost: building the pairs is ``O(N · (c·w + c·(|V| + |E|)))`` for ``N`` ideals, ``c`` candidates
+per ideal and ``w`` 64-bit words per ideal (the ``|V| + |E|`` factor only with traffic); the DP
+itself is ``O(S · P · log P)`` for ``P`` pairs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from solvers.exact.ideals import Ideals, subsets_among
+from solvers.exact.stage_model import StageModel
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolMatrix = npt.NDArray[np.bool_]
+_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Every kept transition ``I' -> I`` (stage ``U = I \\ I'``), grouped by ``I`` ascending.
+
+    Per pair ``p``: ``prev[p]`` = ``I'`` (int32), ``time_s[p]`` = stage time,
+    ``fixed_bytes[p]`` = ``P(U)·(1 + opt) + work_mem(U) / R``, ``kept_bytes[p]`` = ``kept(U) / R``
+    (memory at stage index ``s``: ``fixed + k_s · kept``; both ``None`` when no stage can exceed
+    the memory).  Group ``j`` holds pairs ``starts[j] .. starts[j+1] - 1``, all with ``I = heads[j]``.
+    """
+
+    prev: npt.NDArray[np.int32]
+    heads: IntArray
+    starts: IntArray
+    time_s: FloatArray
+    fixed_bytes: FloatArray | None
+    kept_bytes: FloatArray | None
+
+    @property
+    def count(self) -> int:
+        return len(self.prev)
+
+
+@dataclass(frozen=True)
+class DPResult:
+    """The optimum ``bottleneck_s``, the chain of ideals ``chain`` (``∅ = chain[0] ⊂ ... ⊂ V``) and
+    each stage's time ``stage_times_s`` in the DP's model."""
+
+    bottleneck_s: float
+    chain: list[int]
+    stage_times_s: list[float]
+
+
+def ideal_sums(ideals: Ideals, values: FloatArray, chunk: int = 4096) -> FloatArray:
+    """``out[i]`` = sum of ``values`` over the ops of ideal ``i``."""
+    out = np.empty(ideals.count)
+    for a in range(0, ideals.count, chunk):
+        rows = np.arange(a, min(a + chunk, ideals.count))
+        out[rows] = ideals.members(rows) @ values
+    return out
+
+
+def _traffic_bytes(model: StageModel, inside: npt.NDArray[np.bool_], prev: BoolMatrix) -> tuple[FloatArray, FloatArray]:
+    """(forward bytes out of, backward bytes into) each stage ``inside \\ prev[r]`` (stage_model doc)."""
+    src, dst, size = model.src, model.dst, model.edge_bytes
+    leave = inside[src] & ~inside[dst] & (size > 0)
+    within = inside[src] & inside[dst] & (size > 0)
+    out = np.zeros(len(prev))
+    into = np.zeros(len(prev))
+    for mask, forward in ((leave, True), (within, False)):
+        if not mask.any():
+            continue
+        s, d, b = src[mask], dst[mask], size[mask]
+        ind = ~prev[:, s] if forward else prev[:, s] & ~prev[:, d]
+        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        per_producer = np.maximum.reduceat(ind * b, starts, axis=1)
+        if forward:
+            out = per_producer.sum(axis=1)
+        else:
+            into = per_producer.sum(axis=1)
+    return out, into
+
+
+def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas: int, upper_s: float,
+                max_pairs: int, deadline: float = float("inf"), with_memory: bool = True) -> Pairs | None:
+    """Every transition whose stage time is at most ``upper_s``; ``None`` past ``max_pairs`` or
+    the ``deadline`` (monotonic clock)."""
+    acts = ideal_sums(ideals, model.act_bytes)
+    params = ideal_sums(ideals, model.param_bytes)
+    by_work = np.argsort(work_s, kind="stable")
+    sorted_work = work_s[by_work]
+    limit = upper_s * (1 + _TOL) + 1e-15
+    traffic = model.has_traffic
+    needs_bytes = bool((model.edge_bytes > 0).any()) and (traffic or model.recompute)
+    parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray, FloatArray]] = []
+    heads: list[int] = []
+    empty = np.zeros(0)
+    total = 0
+    for i in range(1, ideals.count):
+        if i % 256 == 0 and time.monotonic() > deadline:
+            return None
+        lo = np.searchsorted(sorted_work, work_s[i] - replicas * limit, side="left")
+        hi = np.searchsorted(sorted_work, work_s[i], side="right")
+        cands = by_work[lo:hi]
+        cands = np.sort(cands[ideals.size[cands] < ideals.size[i]])
+        cands = subsets_among(ideals, i, cands)
+        if len(cands) == 0:
+            continue
+        comp_s = (work_s[i] - work_s[cands]) / replicas
+        inside = ideals.members(np.array([i]))[0]
+        prev = ideals.members(cands)
+        stage = inside[None, :] & ~prev
+        working = (stage * model.working_bytes).max(axis=1)
+        time_s = comp_s
+        in_b = np.zeros(len(cands))
+        if needs_bytes:
+            out_b, in_b = _traffic_bytes(model, inside, prev)
+            if traffic:
+                time_s = comp_s + model.message_s(out_b, replicas)
+                if model.training:
+                    time_s = time_s + model.message_s(in_b, replicas)
+        kept = in_b if model.recompute else acts[i] - acts[cands]
+        keep = time_s <= limit
+        cands = cands[keep]
+        if len(cands) == 0:
+            continue
+        parts.append((cands.astype(np.int32), time_s[keep],
+                      (params[i] - params[cands]) + working[keep] / replicas if with_memory else empty,
+                      kept[keep] / replicas if with_memory else empty))
+        heads.append(i)
+        total += len(cands)
+        if total > max_pairs:
+            return None
+    sizes = np.array([len(p[0]) for p in parts], dtype=np.int64)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    return Pairs(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int32),
+                 np.array(heads, dtype=np.int64), starts,
+                 np.concatenate([p[1] for p in parts]) if parts else empty,
+                 np.concatenate([p[2] for p in parts]) if parts and with_memory else None,
+                 np.concatenate([p[3] for p in parts]) if parts and with_memory else None)
+
+
+def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, replicas: int, upper_s: float,
+           capacity_bytes: FloatArray, in_flight: IntArray) -> DPResult | None:
+    """The recurrence of the module doc; ``None`` when no chain of ``n_stages`` stages is feasible."""
+    if pairs.count == 0:
+        return None
+    full = n_ideals - 1
+    limit = replicas * (upper_s * (1 + _TOL) + 1e-15)
+    total = work_s[full]
+    starts, heads = pairs.starts, pairs.heads
+    counts = np.diff(np.r_[starts, pairs.count])
+    table = np.full(n_ideals, np.inf)
+    table[0] = 0.0
+    choice: list[IntArray] = []  # choice[s-1][i] = pair chosen for T[s][i] (-1: none)
+    for s in range(1, n_stages + 1):
+        value = np.maximum(table[pairs.prev], pairs.time_s)
+        if pairs.fixed_bytes is not None and pairs.kept_bytes is not None:
+            fits = pairs.fixed_bytes + in_flight[s - 1] * pairs.kept_bytes <= capacity_bytes[s - 1]
+            value = np.where(fits, value, np.inf)
+        best = np.minimum.reduceat(value, starts)
+        at_best = np.where(value == np.repeat(best, counts), np.arange(pairs.count), pairs.count)
+        first = np.minimum.reduceat(at_best, starts)
+        table = np.full(n_ideals, np.inf)
+        table[heads] = best
+        reachable = (work_s <= s * limit) & (total - work_s <= (n_stages - s) * limit)
+        table[~reachable] = np.inf
+        pick = np.full(n_ideals, -1, dtype=np.int64)
+        pick[heads] = first
+        choice.append(pick)
+    if not np.isfinite(table[full]):
+        return None
+    chain = [full]
+    times: list[float] = []
+    for s in range(n_stages, 0, -1):
+        p = int(choice[s - 1][chain[-1]])
+        times.append(float(pairs.time_s[p]))
+        chain.append(int(pairs.prev[p]))
+    chain.reverse()
+    times.reverse()
+    return DPResult(float(table[full]), chain, times)
+
+
+def stage_of_chain(ideals: Ideals, chain: list[int]) -> IntArray:
+    """Op -> stage index of a chain of ideals (stage ``s`` = ``chain[s+1] \\ chain[s]``)."""
+    members = ideals.members(np.array(chain, dtype=np.int64))
+    return np.asarray(members.shape[0] - 1 - members.sum(axis=0), dtype=np.int64)

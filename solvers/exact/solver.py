@@ -1,0 +1,217 @@
+"""The ``exact`` back-end: the optimal contiguous partition by the DP over ideals (Tarnawski et al.,
+NeurIPS 2020, §4), then the consecutive device mapping.  Objective: throughput.
+
+For every candidate ``(S, R)`` (the settings' values, else Parmesan's Appendix B list:
+:func:`solvers.parmesan.search.sr_candidates`) the DP of :mod:`solvers.exact.dp` finds the
+contiguous partition into ``S`` stages of ``R`` replicas with the smallest bottleneck stage time
+(:mod:`solvers.exact.stage_model`), warm-started by ``even``'s split; each partition is placed
+consecutively (stage ``s`` on devices ``s·R .. s·R + R - 1``) for every micro-batch count and
+simulated, and the best simulated plan is returned.
+
+What is proven, and the status (docs/exact.md): ``stats.bottleneck_lower_bound_s`` of the chosen
+``(S, R)`` is a lower bound on the simulated ``bottleneck_stage_s`` of every contiguous plan with
+``S`` stages of ``R`` replicas that fits memory; ``stats.bottleneck_optimal`` says the returned
+plan reaches it.  The simulated iteration time is not what the DP minimises, so the status is
+``feasible`` unless the simulator's own lower bound meets the plan (then ``optimal``).  When the
+ideals, the DP pairs or the time exceed the budget for some candidate, that candidate is
+answered by ``even``'s split and the status is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.baselines.even import even_plan
+from solvers.exact.dp import DPResult, build_pairs, ideal_sums, run_dp, stage_of_chain
+from solvers.exact.ideals import Ideals, enumerate_ideals
+from solvers.exact.stage_model import (
+    StageModel,
+    in_flight,
+    partition_memory_bytes,
+    partition_times_s,
+    stage_capacities_bytes,
+    stage_model,
+)
+from solvers.model.errors import InvalidPlan, InvalidProblem
+from solvers.model.plan import Plan, Status
+from solvers.model.problem import Problem
+from solvers.parmesan.mapping.apply import build_plan
+from solvers.parmesan.mapping.heuristics import consecutive_mapping
+from solvers.parmesan.search import sr_candidates
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class ExactOptions(SolverOptions):
+    """Options of ``exact`` (docs/exact.md)."""
+
+    max_ideals: int = Field(default=50_000, ge=2, description="ideal budget: past it the DP is not run")
+    max_pairs: int = Field(default=12_000_000, ge=1, description="DP transition budget per (S, R)")
+
+
+@dataclass
+class _Best:
+    """The best simulated candidate so far and what is known about it."""
+
+    objective_s: float = float("inf")
+    plan: Plan | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
+    """Op position -> stage index of a plan."""
+    out = np.zeros(problem.graph.n_ops, dtype=np.int64)
+    for s, stage in enumerate(plan.stages):
+        out[[problem.graph.index[op] for op in stage.ops]] = s
+    return out
+
+
+def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
+    from solvers.simulate import simulate
+
+    try:
+        return dict(simulate(problem, plan).metrics)
+    except InvalidPlan:
+        return None
+
+
+def _warm_start(problem: Problem, model: StageModel, n_stages: int, replicas: int, mb: int,
+                capacity: FloatArray) -> tuple[IntArray, float]:
+    """``even``'s split for (S, R) and its bottleneck in the DP model (``inf`` if it does not fit)."""
+    stage_of = stage_of_plan(problem, even_plan(problem, n_stages, replicas, mb))
+    if int(stage_of.max()) + 1 < n_stages:
+        return stage_of, float("inf")
+    memory = partition_memory_bytes(model, stage_of, n_stages, replicas, in_flight(problem, n_stages, mb))
+    if (memory > capacity).any():
+        return stage_of, float("inf")
+    return stage_of, float(partition_times_s(model, stage_of, n_stages, replicas).max())
+
+
+def _memory_binds(model: StageModel, capacity: FloatArray, replicas: int, n_stages: int,
+                  micro_batches: tuple[int, ...]) -> bool:
+    """Whether some stage could exceed its memory (the whole graph on one stage, every in-flight
+    micro-batch, every tensor kept, would not)."""
+    kept = max(float(model.act_bytes.sum()), float(model.edge_bytes.sum()))
+    need = float(model.param_bytes.sum()) + (max(micro_batches) * kept + float(model.working_bytes.max(initial=0.0))) / replicas
+    return need > float(capacity.min())
+
+
+def _bounds(model: StageModel, n_stages: int, replicas: int, upper_s: float) -> list[float]:
+    """Incumbent bounds tried in turn, growing from the trivial lower bound to the warm start's.
+
+    A DP whose stages are capped at ``B`` finds the optimum whenever the optimum is at most ``B``
+    (every chain of bottleneck <= B survives the cap), and it has fewer pairs the smaller ``B``
+    is, so small caps are tried first; the last is the warm start's bottleneck (or no cap).
+    """
+    lower = max(float(model.work_s.max()) / replicas, float(model.work_s.sum()) / (n_stages * replicas))
+    steps = [lower * (1 + f) for f in (0.005, 0.02, 0.06, 0.15)] if lower > 0 else []
+    return [b for b in steps if b < upper_s] + [upper_s]
+
+
+class ExactSolver:
+    name: ClassVar[str] = "exact"
+    summary: ClassVar[str] = ("Optimal contiguous partition (min bottleneck stage) by DP over the graph's ideals, "
+                              "consecutive mapping (Tarnawski et al.)")
+    objectives: ClassVar[tuple[str, ...]] = ("throughput",)
+    options_type: ClassVar[type[SolverOptions]] = ExactOptions
+    version: ClassVar[str] = "1"
+
+    def solve(self, problem: Problem, options: ExactOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        if problem.settings.pinned:
+            op = next(iter(problem.settings.pinned))
+            raise InvalidProblem(f"settings.pinned.{op}: solver 'exact' does not take pins",
+                                 field=f"settings.pinned.{op}", ref=op)
+        started = time.perf_counter()
+        ideals = enumerate_ideals(problem.graph, options.max_ideals)
+        enum_s = time.perf_counter() - started
+        model = stage_model(problem)
+        configs = sr_candidates(problem, problem.graph.n_ops)
+        best = _Best()
+        over_budget: list[str] = []
+        pairs_total = 0
+        for k, (n_stages, replicas) in enumerate(configs):
+            if best.plan is not None and budget.expired():
+                over_budget.append(f"{n_stages}x{replicas}: time")
+                continue
+            found = self._config(problem, options, model, ideals, n_stages, replicas, budget, best)
+            if isinstance(found, str):
+                over_budget.append(f"{n_stages}x{replicas}: {found}")
+            else:
+                pairs_total += found
+            progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None))
+        stats = {"ideals": ideals.count if ideals is not None else None, "max_ideals": options.max_ideals,
+                 "ideals_time_s": enum_s, "dp_pairs": pairs_total, "configs": len(configs),
+                 "configs_over_budget": over_budget, "exact": not over_budget, **best.stats}
+        if best.plan is None:
+            return Plan(stages=(), status="infeasible", stats=stats,
+                        notes=("no contiguous partition into the searched (S, R) fits the devices' memory",))
+        status: Status = "unknown" if over_budget else "feasible"
+        lower = best.stats.get("simulator_lower_bound_s")
+        if not over_budget and lower is not None and lower >= best.objective_s * (1 - 1e-9):
+            status = "optimal"
+        notes = (f"budget exceeded for {len(over_budget)} of {len(configs)} (S, R): even's split answers "
+                 "those",) if over_budget else ()
+        return best.plan.with_(status=status, claimed_objective_s=best.objective_s, stats=stats, notes=notes)
+
+    @staticmethod
+    def _config(problem: Problem, options: ExactOptions, model: StageModel, ideals: Ideals | None,
+                n_stages: int, replicas: int, budget: Budget, best: _Best) -> int | str:
+        """Solve one (S, R) for every micro-batch count; the pairs built, or why it fell back."""
+        capacity = stage_capacities_bytes(problem, n_stages)
+        mbs = problem.settings.micro_batches
+        warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]
+        upper = max(w[1] for w in warm)
+        results: list[DPResult | None] = [None] * len(mbs)
+        reason: str | None = "ideals" if ideals is None else None
+        pairs = None
+        work = ideal_sums(ideals, model.work_s) if ideals is not None else None
+        if ideals is not None and work is not None and n_stages <= problem.graph.n_ops:
+            pairs = None
+            for bound in _bounds(model, n_stages, replicas, upper):
+                deadline = time.monotonic() + budget.remaining_s()
+                pairs = build_pairs(ideals, model, work, replicas, bound, options.max_pairs, deadline,
+                                    with_memory=_memory_binds(model, capacity, replicas, n_stages, mbs))
+                if pairs is None:
+                    break
+                results = [run_dp(pairs, ideals.count, work, n_stages, replicas, bound, capacity,
+                                  in_flight(problem, n_stages, mb)) for mb in mbs]
+                if bound >= upper or all(r is not None for r in results):
+                    break
+            reason = "pairs or time" if pairs is None else None
+        for k, (mb, (warm_of, _)) in enumerate(zip(mbs, warm, strict=True)):
+            result = results[k] if pairs is not None else None
+            if ideals is not None and result is not None:
+                _consider(problem, stage_of_chain(ideals, result.chain), n_stages, replicas, mb,
+                          result.bottleneck_s, best)
+            else:
+                _consider(problem, warm_of, n_stages, replicas, mb, None, best)
+        return reason if reason is not None else (pairs.count if pairs is not None else 0)
+
+
+def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mb: int,
+              dp_bottleneck_s: float | None, best: _Best) -> None:
+    """Simulate one candidate partition (consecutive mapping) and keep it if it is the best."""
+    if int(stage_of.max()) + 1 != n_stages:
+        return
+    plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb)
+    metrics = _simulate(problem, plan)
+    if metrics is None or not metrics["objective_s"] < best.objective_s:
+        return
+    simulated_b = float(metrics["bottleneck_stage_s"])
+    best.objective_s = float(metrics["objective_s"])
+    best.plan = plan
+    best.stats = {
+        "stages": n_stages, "replicas": replicas, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",
+        "bottleneck_lower_bound_s": dp_bottleneck_s,
+        "simulated_bottleneck_s": simulated_b,
+        "bottleneck_optimal": bool(dp_bottleneck_s is not None and simulated_b <= dp_bottleneck_s * (1 + 1e-9) + 1e-15),
+        "simulator_lower_bound_s": metrics.get("lower_bound_s"),
+    }
