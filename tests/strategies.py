@@ -206,3 +206,25 @@ def matrix_topologies(draw: st.DrawFn, max_devices: int = 5) -> Topology:
            for j in range(n)] for i in range(n)]
     lat = [[0.0 if i == j else draw(st.sampled_from([0.0, 1e-5, 0.5])) for j in range(n)] for i in range(n)]
     return Topology.from_matrices(draw(xml_text), _devices(draw, n), bw, lat, draw(_attrs))
+
+
+@st.composite
+def partition_problems(draw: st.DrawFn, max_ops: int = 7, max_stages: int = 3, max_replicas: int = 2,
+                       zero_bytes: bool = False) -> Problem:
+    """A throughput problem with fixed ``S`` stages of ``R`` replicas on ``S x R`` identical devices
+    joined by identical channels; memory sometimes binds (the exact DP's home ground)."""
+    graph = draw(dag_graphs(min_ops=1, max_ops=max_ops, with_overrides=False))
+    if zero_bytes:
+        graph = OpGraph.build(graph.name, list(graph.nodes), [Edge(e.src, e.dst, 0.0) for e in graph.edges],
+                              profiled_batch_size=graph.profiled_batch_size)
+    n_stages = draw(st.integers(1, min(max_stages, graph.n_ops)))
+    replicas = draw(st.integers(1, max_replicas))
+    memory = draw(st.sampled_from([HUGE_MEMORY_BYTES, 2e7, 6e7]))
+    devices = [Device(f"d{i}", "GPU", f"h{i}", memory) for i in range(n_stages * replicas)]
+    bandwidth, latency = draw(st.sampled_from([1e6, 1e9])), draw(st.sampled_from([0.0, 1e-3]))
+    links = [Link(a.id, b.id, bandwidth, latency) for i, a in enumerate(devices) for b in devices[i + 1:]]
+    topo = Topology.from_links("identical", devices, links)
+    settings = Settings(micro_batches=(draw(st.integers(1, 4)),), stages=n_stages, replicas=replicas,
+                        schedule=draw(st.sampled_from(["gpipe", "1f1b"])), recompute=draw(st.booleans()),
+                        memory_headroom=0.0)
+    return Problem(graph, topo, "throughput", settings)

@@ -1,0 +1,118 @@
+"""The ``exact`` solver against brute force over every contiguous partition, and its honesty."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from solvers import registry
+from solvers.exact.ideals import enumerate_ideals
+from solvers.exact.stage_model import (
+    in_flight,
+    partition_memory_bytes,
+    partition_times_s,
+    stage_capacities_bytes,
+    stage_model,
+)
+from solvers.model.graph import OpGraph
+from solvers.model.plan import resolve_plan
+from solvers.model.problem import Problem
+from solvers.run import solve
+from solvers.simulate import simulate
+from tests.solvers import contract_fixtures as fx
+from tests.strategies import dag_graphs, partition_problems
+
+
+def _contiguous_partitions(g: OpGraph, n_stages: int) -> list[np.ndarray]:
+    """Every op -> stage map whose edges never go back and whose stages are all non-empty."""
+    out = []
+    for labels in itertools.product(range(n_stages), repeat=g.n_ops):
+        stage_of = np.array(labels, dtype=np.int64)
+        if len(set(labels)) == n_stages and (stage_of[g.edge_src] <= stage_of[g.edge_dst]).all():
+            out.append(stage_of)
+    return out
+
+
+def _brute_force_bottleneck_s(problem: Problem) -> float:
+    s, r, mb = problem.settings.stages, problem.settings.replicas, problem.settings.micro_batches[0]
+    assert s is not None and r is not None
+    model = stage_model(problem)
+    cap = stage_capacities_bytes(problem, s)
+    best = float("inf")
+    for stage_of in _contiguous_partitions(problem.graph, s):
+        if (partition_memory_bytes(model, stage_of, s, r, in_flight(problem, s, mb)) <= cap).all():
+            best = min(best, float(partition_times_s(model, stage_of, s, r).max()))
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(dag_graphs(min_ops=0 + 1, max_ops=9, with_overrides=False))
+def test_ideals_are_exactly_the_downward_closed_sets(g: OpGraph) -> None:
+    ideals = enumerate_ideals(g, 10**6)
+    assert ideals is not None
+    members = ideals.members(np.arange(ideals.count))
+    found = {tuple(row) for row in members.tolist()}
+    closed = set()
+    for bits in itertools.product((False, True), repeat=g.n_ops):
+        mask = np.array(bits)
+        if not (mask[g.edge_dst] & ~mask[g.edge_src]).any():
+            closed.add(tuple(bits))
+    assert found == closed and len(found) == ideals.count
+    assert (np.diff(ideals.size) >= 0).all() and ideals.size[0] == 0 and ideals.size[-1] == g.n_ops
+    assert enumerate_ideals(g, ideals.count - 1) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(partition_problems())
+def test_dp_equals_brute_force_over_contiguous_partitions(problem: Problem) -> None:
+    expected = _brute_force_bottleneck_s(problem)
+    plan = solve(problem, "exact")
+    if not np.isfinite(expected):
+        assert plan.status == "infeasible"
+        return
+    assert plan.status in ("feasible", "optimal")
+    assert plan.stats["exact"] is True
+    assert plan.stats["bottleneck_lower_bound_s"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    resolve_plan(problem, plan)
+    assert plan.claimed_objective_s == pytest.approx(simulate(problem, plan).metrics["objective_s"], rel=1e-9)
+    # the DP's stage time never exceeds the simulator's: its optimum bounds the plan's bottleneck
+    assert plan.stats["simulated_bottleneck_s"] >= expected * (1 - 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(partition_problems(zero_bytes=True))
+def test_compute_only_plan_reaches_the_bound(problem: Problem) -> None:
+    plan = solve(problem, "exact")
+    if plan.status == "infeasible":
+        assert not np.isfinite(_brute_force_bottleneck_s(problem))
+        return
+    assert plan.stats["bottleneck_optimal"] is True
+    assert plan.metrics is not None
+    assert plan.metrics["bottleneck_stage_s"] == pytest.approx(plan.stats["bottleneck_lower_bound_s"], rel=1e-9)
+
+
+def test_ideal_budget_exceeded_is_unknown_with_even_split() -> None:
+    problem = fx.throughput_problem()
+    plan = solve(problem, "exact", {"max_ideals": 3})
+    assert plan.status == "unknown"
+    assert plan.stats["exact"] is False and plan.stats["ideals"] is None
+    assert plan.stats["partition"] == "even" and plan.stats["bottleneck_optimal"] is False
+    assert plan.notes and "budget" in plan.notes[0]
+    resolve_plan(problem, plan)
+    even = solve(problem, "even")
+    assert plan.claimed_objective_s is not None and even.claimed_objective_s is not None
+    assert plan.claimed_objective_s <= even.claimed_objective_s * (1 + 1e-9)
+
+
+def test_pair_budget_exceeded_is_unknown() -> None:
+    plan = solve(fx.throughput_problem(), "exact", {"max_pairs": 1})
+    assert plan.status == "unknown" and plan.stats["configs_over_budget"]
+
+
+def test_registered_for_throughput_only() -> None:
+    cls = registry.get_solver_class("exact")
+    assert cls.objectives == ("throughput",)
+    assert "exact" in registry.names()
