@@ -161,9 +161,10 @@ def coarse_task_graph(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskG
                      np.arange(k, dtype=np.int64))
 
 
-def ccr(tasks: TaskGraph, costs: LatencyCosts) -> float:
-    """Communication-to-computation ratio, Eq. 1, with device-averaged times and costs."""
+def ccr(tasks: TaskGraph, costs: LatencyCosts) -> float | None:
+    """Communication-to-computation ratio, Eq. 1, with device-averaged times and costs
+    (``None`` when there is no computation: the ratio is undefined)."""
     sizes = np.fromiter(itertools.chain.from_iterable(tasks.succ_bytes), dtype=np.float64)
     comm = float(costs.mean_comm_s(sizes).sum())
     work = float(tasks.dur_s.mean(axis=1).sum())
-    return comm / work if work > 0 else float("inf")
+    return comm / work if work > 0 else None
