@@ -29,7 +29,7 @@ from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_furth
 from solvers.parmesan.costs import ReferenceCosts, allreduce_terms
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
 from solvers.parmesan.fronted import enumerate_fronted
-from solvers.parmesan.mapping.apply import Mapper, build_plan, heuristic_place, simulated_s
+from solvers.parmesan.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
 from solvers.parmesan.refine import refine
 
 
@@ -44,6 +44,7 @@ class Configuration:
     stage_of: IntArray
     dp_objective_s: float
     score_s: float
+    bottleneck_s: float
     plan: Plan
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -109,15 +110,15 @@ def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Tra
 
 
 def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
-          mapper: Mapper) -> tuple[float, Plan]:
-    """Simulated objective under the cheap mapper(s) used to rank candidates."""
+          mapper: Mapper) -> tuple[tuple[float, float], Plan]:
+    """Simulated (objective, bottleneck) under the cheap mapper(s) used to rank candidates."""
     mappers: Iterable[Mapper] = ("consecutive", "p2p") if mapper == "parmesan" else (mapper,)
-    best: tuple[float, Plan] | None = None
+    best: tuple[tuple[float, float], Plan] | None = None
     for m in mappers:
         plan = build_plan(problem, stage_of, heuristic_place(m, n_stages, replicas), micro_batches)
-        value = simulated_s(problem, plan)
-        if best is None or value < best[0]:
-            best = (value, plan)
+        key = simulated_key(problem, plan)
+        if best is None or better(key, best[0]):
+            best = (key, plan)
         if replicas == 1:
             break  # p2p-first equals CS
     assert best is not None
@@ -132,12 +133,19 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
     stage_pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, int)}
     best: Configuration | None = None
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
+    clusterings: list[tuple[float, IntArray]] = []
+    if not (costs.edge_comm_s > 0).any():
+        alphas = list(alphas)[:1]  # Eq. 4 without communication does not depend on alpha
     for alpha in alphas:
         if best is not None and budget.expired():
             break
         deadline = time.monotonic() + budget.remaining_s()
         cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins, deadline)
-        explored["clusterings"].append({"alpha": alpha, **cstats})
+        same = next((a for a, seen in clusterings if np.array_equal(seen, cg.cluster_of)), None)
+        explored["clusterings"].append({"alpha": alpha, **cstats, "same_as_alpha": same})
+        if same is not None:
+            continue  # the same hyper-operator graph gives the same candidates (e.g. no traffic)
+        clusterings.append((alpha, cg.cluster_of))
         for n_stages, replicas in sr_candidates(problem, cg.k):
             for mb, with_ar in ((m, a) for m in problem.settings.micro_batches for a in allreduce_variants):
                 if best is not None and budget.expired():
@@ -151,11 +159,11 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                     explored["infeasible_candidates"] += 1
                     continue
                 stage_of, dp_s, rstats = found
-                value, plan = score(problem, stage_of, n_stages, replicas, mb, mapper)
-                if not np.isfinite(value):
+                key, plan = score(problem, stage_of, n_stages, replicas, mb, mapper)
+                if not np.isfinite(key[0]):
                     explored["infeasible_candidates"] += 1
                     continue
-                if best is None or value < best.score_s:
-                    best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, value, plan,
+                if better(key, (best.score_s, best.bottleneck_s) if best is not None else None):
+                    best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], plan,
                                      {**rstats, **cstats, "allreduce_in_partition": with_ar})
     return best, explored

@@ -4,16 +4,17 @@ then optimal device mapping (Parmesan §IV, §V, Appendix B).  Objective: throug
 from __future__ import annotations
 
 import time
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import Field
 
-from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.model.errors import InvalidProblem
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions, no_progress
+from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.parmesan.costs import reference_costs
-from solvers.parmesan.mapping.apply import MappingSettings, map_partition
+from solvers.parmesan.mapping.apply import MappingSettings, better, map_partition, simulated_key
 from solvers.parmesan.search import search_partitions
 
 
@@ -24,7 +25,8 @@ class ParmesanOptions(SolverOptions):
         default="parmesan", description="device mapper: Alg. 1 + 2, consecutive (CS) or p2p-first")
     instantiation: Literal["auto", "m", "ar", "both"] = Field(
         default="auto", description="stage time of the mapping: by the all-reduce/p2p ratio, c^m, c^AR, or both")
-    clusters: int | None = Field(default=None, ge=2, le=512, description="K; default max(32, 4 * max S)")
+    clusters: int | None = Field(default=None, ge=2, le=512,
+                                 description="K; default: the largest the DP budget allows (from |V| down)")
     alphas: tuple[float, ...] = Field(default=(0.01, 1.0, 100.0), min_length=1,
                                       description="Eq. 4 weights tried; the simulator picks")
     max_fronted_sets: int = Field(default=3000, ge=4, description="fronted-subgraph budget before coarsening")
@@ -38,6 +40,8 @@ class ParmesanOptions(SolverOptions):
     allreduce_in_partition: Literal["off", "candidate", "on"] = Field(
         default="off", description="amortised all-reduce in the DP stage time (not in the paper)")
     mapping_time_limit_s: float = Field(default=60.0, gt=0, description="cap on the mapping time")
+    baseline_guard: bool = Field(default=True, description="also simulate even's and pipedream's plans and keep "
+                                 "the best (stats.partition_source); not in the paper")
     search_fraction: float = Field(default=0.5, gt=0, lt=1, description="share of the time limit for partitioning")
 
 
@@ -53,7 +57,13 @@ def check_pins(problem: Problem, solver: str) -> None:
 
 
 def default_clusters(problem: Problem) -> int:
-    """K >> S (§IV-B): four times the largest stage count searched, at least 32, at most |V|."""
+    """K >> S (§IV-B): start from K = |V| (no clustering loss, Fig. 5a); the fronted-set and
+    DP-pair budgets then cluster further, K reduced by a quarter at a time, until the DP fits."""
+    return max(2, problem.graph.n_ops)
+
+
+def fixed_clusters(problem: Problem) -> int:
+    """The fixed K of earlier versions: four times the largest stage count searched, at least 32."""
     s_max = problem.settings.stages or problem.topology.n_devices // (problem.settings.replicas or 1)
     return max(2, min(problem.graph.n_ops, max(32, 4 * min(s_max, 32))))
 
@@ -92,6 +102,43 @@ class ParmesanSolver:
                      "clustered further (see stats.clusterings)",)
         stats = {**explored, "alpha": best.alpha, "stages": best.n_stages, "replicas": best.replicas,
                  "micro_batches": best.micro_batches, "dp_objective_s": best.dp_objective_s,
-                 "proxy_mapping_objective_s": best.score_s, **best.stats, **mstats}
+                 "proxy_mapping_objective_s": best.score_s, **best.stats, **mstats, "partition_source": "parmesan"}
+        if options.baseline_guard:
+            plan, value, stats = _guard(problem, plan, value, stats, budget)
         progress(ProgressEvent(1.0, value, None, "done"))
         return plan.with_(claimed_objective_s=value, stats=stats, notes=notes)
+
+
+def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
+           budget: Budget) -> tuple[Plan, float, dict[str, Any]]:
+    """The safety net: ``even``'s and ``pipedream``'s plans, simulated; the best of the three.
+
+    Ranked by (objective, bottleneck stage) (:func:`~solvers.parmesan.mapping.apply.better`).
+    ``stats.partition_source`` names the winner, ``stats.guard_objectives_s`` what each scored.
+    """
+    from solvers.baselines.even import EvenOptions, EvenSolver
+    from solvers.baselines.pipedream import PipeDreamOptions, PipeDreamSolver
+
+    best_key = simulated_key(problem, plan)
+    best: tuple[Plan, str] = (plan, "parmesan")
+    scores: dict[str, float | None] = {"parmesan": value}
+    for name in ("even", "pipedream"):
+        if budget.expired() or (name == "pipedream" and problem.settings.pinned):
+            continue
+        try:
+            if name == "even":
+                other = EvenSolver().solve(problem, EvenOptions(), budget.sub(0.5), no_progress)
+            else:
+                other = PipeDreamSolver().solve(problem, PipeDreamOptions(), budget.sub(0.5), no_progress)
+        except PlacerError:
+            continue
+        key = simulated_key(problem, other) if other.stages else (float("inf"), float("inf"))
+        scores[name] = key[0] if np.isfinite(key[0]) else None
+        if better(key, best_key):
+            best_key, best = key, (other, name)
+    chosen, source = best
+    if source == "parmesan":
+        return plan, value, {**stats, "guard_objectives_s": scores}
+    out = Plan(stages=chosen.stages, micro_batches=chosen.micro_batches, schedule=chosen.schedule,
+               recompute=chosen.recompute, status="feasible")
+    return out, best_key[0], {**stats, "partition_source": source, "guard_objectives_s": scores}

@@ -63,12 +63,32 @@ def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batc
 
 def simulated_s(problem: Problem, plan: Plan) -> float:
     """The simulator's objective of a plan, ``inf`` when the plan is invalid (memory)."""
+    return simulated_key(problem, plan)[0]
+
+
+def simulated_key(problem: Problem, plan: Plan) -> tuple[float, float]:
+    """(objective, bottleneck stage time) from the simulator, ``(inf, inf)`` for an invalid plan.
+
+    Plans are ranked by the objective, ties broken by the bottleneck stage (:func:`better`):
+    with one micro-batch every split of a compute-only pipeline has the same iteration time, and
+    the bottleneck is what more micro-batches would pay.
+    """
     from solvers.simulate import simulate
 
     try:
-        return float(simulate(problem, plan).metrics["objective_s"])
+        metrics = simulate(problem, plan).metrics
     except InvalidPlan:
-        return float("inf")
+        return float("inf"), float("inf")
+    return float(metrics["objective_s"]), float(metrics["bottleneck_stage_s"])
+
+
+def better(a: tuple[float, float], b: tuple[float, float] | None, rel: float = 1e-12) -> bool:
+    """Whether key ``a`` beats ``b``: a smaller objective, or the same and a smaller bottleneck."""
+    if b is None:
+        return bool(np.isfinite(a[0]))
+    if a[0] < b[0] * (1 - rel):
+        return True
+    return a[0] <= b[0] * (1 + rel) and a[1] < b[1] * (1 - rel)
 
 
 def _finite_or_none(value: float) -> float | None:
