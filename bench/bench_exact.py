@@ -82,12 +82,13 @@ def main() -> None:
         ex = result["exact"][0]
         print(f"{name}: ops {graph.n_ops}, ideals {ex.stats['ideals']}, "
               + ", ".join(f"{s} {b * 1e3:.3f} ms ({t:.2f} s)" for s, (_, b, t) in result.items()), flush=True)
-    print("\n| graph | ops | ideals | exact solve s | exact status | bottleneck optimal |")
-    print("|---|---|---|---|---|---|")
+    print("\n| graph | ops | ideals | ideals s | DP pairs | exact solve s | exact status | bottleneck optimal |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, n_ops, result in rows:
         plan, _, t = result["exact"]
-        print(f"| {name} | {n_ops} | {plan.stats['ideals'] or '> ' + str(plan.stats['max_ideals'])} | {t:.2f} | "
-              f"{plan.status} | {plan.stats['bottleneck_optimal']} |")
+        ideals = plan.stats["ideals"] or f"> {plan.stats['max_ideals']}"
+        print(f"| {name} | {n_ops} | {ideals} | {plan.stats['ideals_time_s']:.2f} | {plan.stats['dp_pairs']} | "
+              f"{t:.2f} | {plan.status} | {plan.stats['bottleneck_optimal']} |")
     print("\n| graph | parmesan ms | even ms | pipedream ms | exact ms | parmesan / exact |")
     print("|---|---|---|---|---|---|")
     for name, _, result in rows:

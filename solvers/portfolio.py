@@ -2,8 +2,8 @@
 
 The solvers run in parallel child processes (``workers``, default one per core), each with an
 equal share of the budget (``limit x workers / solvers``, never more than what is left) and
-killed at the deadline.  The answer is the plan with the smallest simulated objective (ties:
-solver name), the largest proven lower bound among all the plans, and a per-solver summary in
+killed at the deadline.  The answer is the plan with the smallest simulated objective (ties, within
+a relative 1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among all the plans, and a per-solver summary in
 ``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
 plan's, upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
 portfolio as soon as they are registered.  Inside a daemonic process (which may not fork
@@ -177,7 +177,10 @@ def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Pla
                         stats={"portfolio": summary})
         errors = "; ".join(f"{r['name']}: {r['error']}" for r in summary if r["error"])
         raise SolverFailure(f"auto: no solver returned a plan ({errors})")
-    chosen = min(placed, key=lambda n: (float(placed[n].metrics["objective_s"]), n))  # type: ignore[index]
+    objective = {n: float(p.metrics["objective_s"]) for n, p in placed.items()}  # type: ignore[index]
+    top = min(objective.values())
+    tied = [n for n in placed if objective[n] <= top * (1 + 1e-9)]
+    chosen = min(tied, key=lambda n: (float((placed[n].metrics or {}).get("bottleneck_stage_s") or 0.0), n))
     best = placed[chosen]
     objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
     status = best.status

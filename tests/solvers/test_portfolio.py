@@ -79,3 +79,20 @@ def test_sequential_mode_inside_a_daemon_process() -> None:
     assert plan.stats["chosen"] in ("heft", "m-topo")
     late = AutoSolver._sequential(problem, ["heft"], 5.0, time.monotonic(), no_progress)
     assert late["heft"][:2] == ("error", "not started: no time left")
+
+
+def test_auto_includes_exact_and_breaks_objective_ties_by_the_bottleneck() -> None:
+    """Compute-only, one micro-batch: every split has the same iteration time; the oracle's
+    bottleneck stage is the smallest, so ``auto`` keeps a plan with that bottleneck."""
+    from tests.solvers.parmesan.strategies import compute_only_problem, random_dag
+
+    problem = compute_only_problem(random_dag(1, 8, 0.6), n_devices=3, n_stages=3)  # even: 1.3 % behind
+    assert "exact" in portfolio_names(problem)
+    plan = solve(problem, "auto", {"solvers": ["even", "exact"]}, time_limit_s=20.0)
+    exact = solve(problem, "exact")
+    assert plan.metrics is not None and exact.metrics is not None
+    even = solve(problem, "even")
+    assert even.metrics is not None and even.metrics["objective_s"] == pytest.approx(exact.metrics["objective_s"])
+    assert even.metrics["bottleneck_stage_s"] > exact.metrics["bottleneck_stage_s"] * 1.01
+    assert plan.metrics["bottleneck_stage_s"] == pytest.approx(exact.metrics["bottleneck_stage_s"], rel=1e-12)
+    assert plan.stats["chosen"] == "exact"
