@@ -105,17 +105,14 @@ def _traffic_bytes(model: StageModel, inside: npt.NDArray[np.bool_], prev: BoolM
 def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas: int, upper_s: float,
                 max_pairs: int, deadline: float = float("inf"), with_memory: bool = True) -> Pairs | None:
     """Every transition whose stage time is at most ``upper_s``; ``None`` past ``max_pairs`` or
-    the ``deadline`` (monotonic clock)."""
-    acts = ideal_sums(ideals, model.act_bytes)
-    params = ideal_sums(ideals, model.param_bytes)
+    the ``deadline`` (monotonic clock).  ``with_memory=False``: no stage can exceed memory, the
+    memory columns are skipped."""
+    sums = _IdealSums(ideal_sums(ideals, model.act_bytes), ideal_sums(ideals, model.param_bytes))
     by_work = np.argsort(work_s, kind="stable")
     sorted_work = work_s[by_work]
     limit = upper_s * (1 + _TOL) + 1e-15
-    traffic = model.has_traffic
-    needs_bytes = bool((model.edge_bytes > 0).any()) and (traffic or model.recompute)
-    parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray, FloatArray]] = []
+    parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray | None, FloatArray | None]] = []
     heads: list[int] = []
-    empty = np.zeros(0)
     total = 0
     for i in range(1, ideals.count):
         if i % 256 == 0 and time.monotonic() > deadline:
@@ -123,42 +120,66 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
         lo = np.searchsorted(sorted_work, work_s[i] - replicas * limit, side="left")
         hi = np.searchsorted(sorted_work, work_s[i], side="right")
         cands = by_work[lo:hi]
-        cands = np.sort(cands[ideals.size[cands] < ideals.size[i]])
-        cands = subsets_among(ideals, i, cands)
+        cands = subsets_among(ideals, i, np.sort(cands[ideals.size[cands] < ideals.size[i]]))
         if len(cands) == 0:
             continue
-        comp_s = (work_s[i] - work_s[cands]) / replicas
-        inside = ideals.members(np.array([i]))[0]
-        prev = ideals.members(cands)
-        stage = inside[None, :] & ~prev
-        working = (stage * model.working_bytes).max(axis=1)
-        time_s = comp_s
-        in_b = np.zeros(len(cands))
-        if needs_bytes:
-            out_b, in_b = _traffic_bytes(model, inside, prev)
-            if traffic:
-                time_s = comp_s + model.message_s(out_b, replicas)
-                if model.training:
-                    time_s = time_s + model.message_s(in_b, replicas)
-        kept = in_b if model.recompute else acts[i] - acts[cands]
+        time_s, fixed, kept = _stage_terms(ideals, model, work_s, sums, i, cands, replicas, with_memory)
         keep = time_s <= limit
-        cands = cands[keep]
-        if len(cands) == 0:
+        if not keep.any():
             continue
-        parts.append((cands.astype(np.int32), time_s[keep],
-                      (params[i] - params[cands]) + working[keep] / replicas if with_memory else empty,
-                      kept[keep] / replicas if with_memory else empty))
+        parts.append((cands[keep].astype(np.int32), time_s[keep], None if fixed is None else fixed[keep],
+                      None if kept is None else kept[keep]))
         heads.append(i)
-        total += len(cands)
+        total += int(keep.sum())
         if total > max_pairs:
             return None
+    return _concat(parts, heads, with_memory)
+
+
+@dataclass(frozen=True)
+class _IdealSums:
+    """Activation and parameter bytes summed over each ideal (stages are differences of these)."""
+
+    act_bytes: FloatArray
+    param_bytes: FloatArray
+
+
+def _stage_terms(ideals: Ideals, model: StageModel, work_s: FloatArray, sums: _IdealSums, i: int,
+                 cands: IntArray, replicas: int, with_memory: bool
+                 ) -> tuple[FloatArray, FloatArray | None, FloatArray | None]:
+    """(stage time, fixed memory, kept memory per in-flight micro-batch) of ``I_i \\ I_c`` per candidate."""
+    time_s = (work_s[i] - work_s[cands]) / replicas
+    traffic = model.has_traffic
+    if not traffic and not with_memory:
+        return time_s, None, None  # compute only: the bit matrices are not needed
+    inside = ideals.members(np.array([i]))[0]
+    prev = ideals.members(cands)
+    in_b = np.zeros(len(cands))
+    if (model.edge_bytes > 0).any() and (traffic or model.recompute):
+        out_b, in_b = _traffic_bytes(model, inside, prev)
+        if traffic:
+            time_s = time_s + model.message_s(out_b, replicas)
+            if model.training:
+                time_s = time_s + model.message_s(in_b, replicas)
+    if not with_memory:
+        return time_s, None, None
+    working = ((inside[None, :] & ~prev) * model.working_bytes).max(axis=1)
+    kept = in_b if model.recompute else sums.act_bytes[i] - sums.act_bytes[cands]
+    return time_s, sums.param_bytes[i] - sums.param_bytes[cands] + working / replicas, kept / replicas
+
+
+def _concat(parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray | None, FloatArray | None]],
+            heads: list[int], with_memory: bool) -> Pairs:
+    empty = np.zeros(0)
     sizes = np.array([len(p[0]) for p in parts], dtype=np.int64)
     starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    fixed = [p[2] for p in parts if p[2] is not None]
+    kept = [p[3] for p in parts if p[3] is not None]
     return Pairs(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int32),
                  np.array(heads, dtype=np.int64), starts,
                  np.concatenate([p[1] for p in parts]) if parts else empty,
-                 np.concatenate([p[2] for p in parts]) if parts and with_memory else None,
-                 np.concatenate([p[3] for p in parts]) if parts and with_memory else None)
+                 (np.concatenate(fixed) if fixed else empty) if with_memory else None,
+                 (np.concatenate(kept) if kept else empty) if with_memory else None)
 
 
 def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, replicas: int, upper_s: float,
@@ -184,8 +205,9 @@ def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, repli
         first = np.minimum.reduceat(at_best, starts)
         table = np.full(n_ideals, np.inf)
         table[heads] = best
-        reachable = (work_s <= s * limit) & (total - work_s <= (n_stages - s) * limit)
-        table[~reachable] = np.inf
+        if np.isfinite(limit):  # (no incumbent: nothing to prune, and 0 * inf is NaN)
+            reachable = (work_s <= s * limit) & (total - work_s <= (n_stages - s) * limit)
+            table[~reachable] = np.inf
         pick = np.full(n_ideals, -1, dtype=np.int64)
         pick[heads] = first
         choice.append(pick)

@@ -112,7 +112,7 @@ def _bounds(model: StageModel, n_stages: int, replicas: int, upper_s: float) -> 
     is, so small caps are tried first; the last is the warm start's bottleneck (or no cap).
     """
     lower = max(float(model.work_s.max()) / replicas, float(model.work_s.sum()) / (n_stages * replicas))
-    steps = [lower * (1 + f) for f in (0.005, 0.02, 0.06, 0.15)] if lower > 0 else []
+    steps = [lower * (1 + f) for f in (0.01, 0.04, 0.16)] if lower > 0 else []
     return [b for b in steps if b < upper_s] + [upper_s]
 
 
