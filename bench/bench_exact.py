@@ -23,9 +23,9 @@ from solvers.generate import generate_graph
 from solvers.model.graph import Edge, OpGraph
 from solvers.model.importers import import_pipedream
 from solvers.model.importers.piper import import_piper
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.run import solve
+from solvers.solving import solve
 
 PIPER = Path("/work/shared/data/piper")
 PIPEDREAM = Path("/work/shared/data/pipedream")
@@ -48,7 +48,7 @@ def six_devices() -> Topology:
 def compute_only_problem(graph: OpGraph) -> Problem:
     """Issue 13's setting: compute only, no memory limit, 6 devices, 6 stages, 1 micro-batch."""
     return Problem(compute_only(graph), six_devices(), "throughput",
-                   Settings(stages=6, replicas=1, micro_batches=(1,)))
+                   ProblemSettings(stages=6, replicas=1, micro_batches=(1,)))
 
 
 def graphs(piper: Path, pipedream: Path) -> Iterator[tuple[str, OpGraph]]:

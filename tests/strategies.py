@@ -224,7 +224,7 @@ def partition_problems(draw: st.DrawFn, max_ops: int = 7, max_stages: int = 3, m
     bandwidth, latency = draw(st.sampled_from([1e6, 1e9])), draw(st.sampled_from([0.0, 1e-3]))
     links = [Link(a.id, b.id, bandwidth, latency) for i, a in enumerate(devices) for b in devices[i + 1:]]
     topo = Topology.from_links("identical", devices, links)
-    settings = Settings(micro_batches=(draw(st.integers(1, 4)),), stages=n_stages, replicas=replicas,
+    settings = ProblemSettings(micro_batches=(draw(st.integers(1, 4)),), stages=n_stages, replicas=replicas,
                         schedule=draw(st.sampled_from(["gpipe", "1f1b"])), recompute=draw(st.booleans()),
                         memory_headroom=0.0)
     return Problem(graph, topo, "throughput", settings)

@@ -31,12 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.exact.ideals import Ideals, subsets_among
 from solvers.exact.stage_model import StageModel
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolMatrix = npt.NDArray[np.bool_]
+BoolMatrix = BoolArray
 _TOL = 1e-9
 
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from solvers.arrays import BoolArray, IntArray
 from solvers.model.graph import OpGraph
 
-IntArray = npt.NDArray[np.int64]
 WordArray = npt.NDArray[np.uint64]
-BoolMatrix = npt.NDArray[np.bool_]
+BoolMatrix = BoolArray
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import Field
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.baselines.even import even_plan
 from solvers.exact.dp import DPResult, build_pairs, ideal_sums, run_dp, stage_of_chain
@@ -45,9 +45,6 @@ from solvers.model.problem import Problem
 from solvers.parmesan.mapping.apply import build_plan
 from solvers.parmesan.mapping.heuristics import consecutive_mapping
 from solvers.parmesan.search import sr_candidates
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 class ExactOptions(SolverOptions):

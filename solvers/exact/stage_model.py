@@ -28,14 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from solvers.arrays import FloatArray, IntArray
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, in_flight_micro_batches
 from solvers.model.problem import Problem
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ class ParmesanOptions(SolverOptions):
     search_fraction: float = Field(default=0.5, gt=0, lt=1, description="share of the time limit for partitioning")
 
 
+_GUARD_MIN_S = 0.05
 _AR_VARIANTS = {"off": (False,), "candidate": (False, True), "on": (True,)}
 
 
@@ -123,13 +124,16 @@ def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
     best: tuple[Plan, str] = (plan, "parmesan")
     scores: dict[str, float | None] = {"parmesan": value}
     for name in ("even", "pipedream"):
-        if budget.expired() or (name == "pipedream" and problem.settings.pinned):
+        if name == "pipedream" and problem.settings.pinned:
             continue
+        # both take milliseconds; they run even when the search used the whole budget (each
+        # stops after its first candidate once its own budget is spent)
+        share = Budget(max(_GUARD_MIN_S, budget.remaining_s() / 2))
         try:
             if name == "even":
-                other = EvenSolver().solve(problem, EvenOptions(), budget.sub(0.5), no_progress)
+                other = EvenSolver().solve(problem, EvenOptions(), share, no_progress)
             else:
-                other = PipeDreamSolver().solve(problem, PipeDreamOptions(), budget.sub(0.5), no_progress)
+                other = PipeDreamSolver().solve(problem, PipeDreamOptions(), share, no_progress)
         except PlacerError:
             continue
         key = simulated_key(problem, other) if other.stages else (float("inf"), float("inf"))

@@ -85,7 +85,7 @@ def simulated_key(problem: Problem, plan: Plan) -> tuple[float, float]:
 def better(a: tuple[float, float], b: tuple[float, float] | None, rel: float = 1e-12) -> bool:
     """Whether key ``a`` beats ``b``: a smaller objective, or the same and a smaller bottleneck."""
     if b is None:
-        return bool(np.isfinite(a[0]))
+        return math.isfinite(a[0])
     if a[0] < b[0] * (1 - rel):
         return True
     return a[0] <= b[0] * (1 + rel) and a[1] < b[1] * (1 - rel)

@@ -18,11 +18,11 @@ from solvers.exact.stage_model import (
     stage_model,
 )
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import resolve_plan
-from solvers.model.problem import Problem, Settings
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.run import solve
 from solvers.simulate import simulate
+from solvers.solving import solve
+from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx
 from tests.strategies import dag_graphs, partition_problems
 
@@ -77,7 +77,7 @@ def _no_incumbent_case() -> Problem:
     topo = Topology.from_links("t", devices, [Link(a.id, b.id, 1e6, 1e-3) for i, a in enumerate(devices)
                                               for b in devices[i + 1:]])
     return Problem(OpGraph.build("r", nodes, edges), topo, "throughput",
-                   Settings(micro_batches=(1,), schedule="gpipe", stages=3, replicas=1))
+                   ProblemSettings(micro_batches=(1,), schedule="gpipe", stages=3, replicas=1))
 
 
 @settings(max_examples=60, deadline=None)

@@ -19,7 +19,7 @@ from solvers.generate import generate_graph
 from solvers.model.graph import OpGraph
 from solvers.model.importers import import_pipedream, import_piper
 from solvers.model.problem import Problem
-from solvers.run import solve
+from solvers.solving import solve
 from tests.solvers.parmesan.strategies import compute_only_problem
 from tests.strategies import partition_problems
 
