@@ -24,7 +24,7 @@ from solvers.simulate import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx
-from tests.strategies import dag_graphs, partition_problems
+from tests.strategies import dag_graphs, examples, partition_problems
 
 
 def _contiguous_partitions(g: OpGraph, n_stages: int) -> list[np.ndarray]:
@@ -49,7 +49,7 @@ def _brute_force_bottleneck_s(problem: Problem) -> float:
     return best
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(min_ops=0 + 1, max_ops=9, with_overrides=False))
 def test_ideals_are_exactly_the_downward_closed_sets(g: OpGraph) -> None:
     ideals = enumerate_ideals(g, 10**6)
@@ -80,7 +80,7 @@ def _no_incumbent_case() -> Problem:
                    ProblemSettings(micro_batches=(1,), schedule="gpipe", stages=3, replicas=1))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(partition_problems())
 @example(_no_incumbent_case())
 def test_dp_equals_brute_force_over_contiguous_partitions(problem: Problem) -> None:
@@ -98,7 +98,7 @@ def test_dp_equals_brute_force_over_contiguous_partitions(problem: Problem) -> N
     assert plan.stats["simulated_bottleneck_s"] >= expected * (1 - 1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(partition_problems(zero_bytes=True))
 def test_compute_only_plan_reaches_the_bound(problem: Problem) -> None:
     plan = solve(problem, "exact")

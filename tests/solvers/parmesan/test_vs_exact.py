@@ -21,7 +21,7 @@ from solvers.model.importers import import_pipedream, import_piper
 from solvers.model.problem import Problem
 from solvers.solving import solve
 from tests.solvers.parmesan.strategies import compute_only_problem
-from tests.strategies import partition_problems
+from tests.strategies import examples, partition_problems
 
 _ROOT = Path(__file__).resolve().parents[3]
 DATA = next((p for p in (_ROOT / "shared" / "data", _ROOT.parent / "shared" / "data",
@@ -82,7 +82,7 @@ def test_piper_resnet_regression() -> None:
     assert stats["partition_source"] == "parmesan"
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(partition_problems(max_ops=7, zero_bytes=True))
 def test_parmesan_matches_the_oracle_on_small_random_graphs(problem: Problem) -> None:
     exact = solve(problem, "exact")
