@@ -65,19 +65,26 @@ def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
 
 
 def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k: int, max_sets: int,
-                       max_pairs: int, stage_pins: dict[int, int],
-                       deadline: float) -> tuple[ClusterGraph, Transitions, dict[str, Any]]:
+                       max_pairs: int, stage_pins: dict[int, int], deadline: float,
+                       cache: dict[bytes, Transitions | None] | None = None,
+                       ) -> tuple[ClusterGraph, Transitions, dict[str, Any]]:
     """Cluster to ``k`` (fewer if the fronted-set or pair budget is exceeded) and build the DP pairs.
 
     Past a budget the hyper-operator graph is clustered further (K reduced by a quarter) from
-    where it is, not from the op graph again.
+    where it is, not from the op graph again.  ``cache`` (op -> cluster map -> transitions, or
+    ``None`` past the budget) spares rebuilding what an earlier alpha already built: without
+    traffic, or when K needs no merge, every alpha gives the same graph.
     """
+    cache = {} if cache is None else cache
     cap = min(capacity_bytes(problem, d) for d in range(problem.topology.n_devices))
     stats: dict[str, Any] = {"k_requested": k, "fronted_budget_exceeded": 0}
     cg, cstats = cluster_ops(problem, costs, k, alpha, cap, stage_pins, deadline)
     while True:
-        sets = enumerate_fronted(cg.k, cg.src, cg.dst, max_sets)
-        tr = build_transitions(cg, sets, max_pairs) if sets is not None else None
+        key = cg.cluster_of.tobytes()
+        if key not in cache:
+            sets = enumerate_fronted(cg.k, cg.src, cg.dst, max_sets)
+            cache[key] = build_transitions(cg, sets, max_pairs) if sets is not None else None
+        tr = cache[key]
         if tr is not None or cg.k <= 2:
             break
         stats["fronted_budget_exceeded"] += 1
@@ -134,13 +141,15 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
     best: Configuration | None = None
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
     clusterings: list[tuple[float, IntArray]] = []
+    built: dict[bytes, Transitions | None] = {}
     if not (costs.edge_comm_s > 0).any():
         alphas = list(alphas)[:1]  # Eq. 4 without communication does not depend on alpha
     for alpha in alphas:
         if best is not None and budget.expired():
             break
         deadline = time.monotonic() + budget.remaining_s()
-        cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins, deadline)
+        cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins, deadline,
+                                            built)
         same = next((a for a, seen in clusterings if np.array_equal(seen, cg.cluster_of)), None)
         explored["clusterings"].append({"alpha": alpha, **cstats, "same_as_alpha": same})
         if same is not None:
