@@ -9,7 +9,8 @@ stages that follow the dependencies is a chain of ideals ``∅ = I_0 ⊂ I_1 ⊂
 Enumeration is breadth first by size: an ideal of size ``k + 1`` is an ideal of size ``k``
 plus one op whose predecessors are all in it (its *frontier*).  Each ideal keeps its frontier,
 so producing a child costs ``O(frontier + out-degree)``, not ``O(|V|)``; duplicates (the same
-set reached by adding its frontier ops in different orders) are merged by a hash set.  The
+set reached by adding its frontier ops in different orders) are merged by a hash set
+(:func:`solvers.parmesan.fronted.down_sets`, shared with Parmesan's fronted subgraphs).  The
 number of ideals is ``O(|V|^w)`` for a graph of width ``w`` (its largest antichain): small for
 chains of blocks, exponential for wide graphs, hence the budget.
 """
@@ -23,6 +24,7 @@ import numpy.typing as npt
 
 from solvers.arrays import BoolArray, IntArray
 from solvers.model.graph import OpGraph
+from solvers.parmesan.fronted import down_sets
 
 WordArray = npt.NDArray[np.uint64]
 BoolMatrix = BoolArray
@@ -53,32 +55,14 @@ class Ideals:
 
 
 def enumerate_ideals(graph: OpGraph, max_ideals: int) -> Ideals | None:
-    """All ideals of ``graph``, or ``None`` as soon as there are more than ``max_ideals``."""
-    n = graph.n_ops
-    pred_mask = [0] * n
-    for v in range(n):
-        for u in graph.pred[v]:
-            pred_mask[v] |= 1 << u
-    succ = graph.succ
-    level: dict[int, tuple[int, ...]] = {0: tuple(v for v in range(n) if pred_mask[v] == 0)}
-    found: list[int] = [0]
-    sizes: list[int] = [0]
-    for k in range(n):
-        nxt: dict[int, tuple[int, ...]] = {}
-        for ideal, frontier in level.items():
-            for v in frontier:
-                child = ideal | (1 << v)
-                if child in nxt:
-                    continue
-                opened = tuple(w for w in succ[v] if pred_mask[w] & ~child == 0)
-                nxt[child] = tuple(x for x in frontier if x != v) + opened
-        if len(found) + len(nxt) > max_ideals:
-            return None
-        keys = sorted(nxt)
-        found.extend(keys)
-        sizes.extend([k + 1] * len(keys))
-        level = nxt
-    return Ideals(n, _pack(found, n), np.array(sizes, dtype=np.int64))
+    """All ideals of ``graph``, or ``None`` as soon as there are more than ``max_ideals``
+    (the frontier enumeration of :func:`solvers.parmesan.fronted.down_sets`: Parmesan's fronted
+    subgraphs, Definition 2, are the same sets)."""
+    found = down_sets(graph.n_ops, graph.edge_src, graph.edge_dst, max_ideals)
+    if found is None:
+        return None
+    sizes = np.array([m.bit_count() for m in found], dtype=np.int64)
+    return Ideals(graph.n_ops, _pack(found, graph.n_ops), sizes)
 
 
 def _pack(ideals: list[int], n_ops: int) -> WordArray:

@@ -22,33 +22,48 @@ def predecessor_masks(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.in
     return masks
 
 
-def enumerate_fronted(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64],
-                      max_sets: int) -> BoolMatrix | None:
-    """All down-closed subsets of the DAG on nodes ``0..k-1`` with edges ``src -> dst``.
+def down_sets(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], max_sets: int) -> list[int] | None:
+    """Every down-closed subset of the DAG on nodes ``0..k-1`` as a bitmask, or ``None`` past
+    ``max_sets``; sorted by size, then by bitmask (the empty set first, the full set last).
 
-    Returns a boolean matrix, one row per set (``row[c]``: node ``c`` is in the set), sorted by
-    size, the empty set first and the full set last; ``None`` when there are more than
-    ``max_sets`` sets.  Level by level: a set of size ``n + 1`` is a set of size ``n`` plus one
-    node all of whose predecessors it holds.
+    Level by level: a set of size ``n + 1`` is a set of size ``n`` plus one node of its
+    *frontier* (nodes outside it whose predecessors it holds).  Each set carries its frontier,
+    so a child costs ``O(frontier + out-degree)`` rather than ``O(k)``; a child reached twice
+    (its frontier nodes added in another order) is kept once.
     """
     preds = predecessor_masks(k, src, dst)
-    level: set[int] = {0}
+    succ: list[list[int]] = [[] for _ in range(k)]
+    for a, b in zip(src.tolist(), dst.tolist(), strict=True):
+        succ[a].append(b)
+    level: dict[int, tuple[int, ...]] = {0: tuple(c for c in range(k) if preds[c] == 0)}
     found: list[int] = [0]
     for _ in range(k):
-        nxt: set[int] = set()
-        for mask in level:
-            for c in range(k):
-                bit = 1 << c
-                if not mask & bit and preds[c] & ~mask == 0:
-                    nxt.add(mask | bit)
+        nxt: dict[int, tuple[int, ...]] = {}
+        for mask, frontier in level.items():
+            for c in frontier:
+                child = mask | (1 << c)
+                if child in nxt:
+                    continue
+                opened = tuple(w for w in succ[c] if preds[w] & ~child == 0)
+                nxt[child] = tuple(x for x in frontier if x != c) + opened
         if len(found) + len(nxt) > max_sets:
             return None
-        ordered = sorted(nxt)
-        found.extend(ordered)
-        level = set(ordered)
-    out = np.zeros((len(found), k), dtype=bool)
-    for i, mask in enumerate(found):
-        for c in range(k):
-            if mask >> c & 1:
-                out[i, c] = True
-    return out
+        found.extend(sorted(nxt))
+        level = nxt
+    return found
+
+
+def masks_to_rows(masks: list[int], k: int) -> BoolMatrix:
+    """Bitmasks -> boolean matrix, ``row[c]`` = node ``c`` is in the set."""
+    n_bytes = max(1, (k + 7) // 8)
+    raw = np.frombuffer(b"".join(m.to_bytes(n_bytes, "little") for m in masks), dtype=np.uint8)
+    bits = np.unpackbits(raw.reshape(len(masks), n_bytes), axis=1, bitorder="little")
+    return bits[:, :k].astype(bool)
+
+
+def enumerate_fronted(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64],
+                      max_sets: int) -> BoolMatrix | None:
+    """All down-closed subsets (:func:`down_sets`) as a boolean matrix, one row per set
+    (``row[c]``: node ``c`` is in the set); ``None`` when there are more than ``max_sets``."""
+    masks = down_sets(k, src, dst, max_sets)
+    return None if masks is None else masks_to_rows(masks, k)

@@ -30,7 +30,7 @@ class ParmesanOptions(SolverOptions):
     alphas: tuple[float, ...] = Field(default=(0.01, 1.0, 100.0), min_length=1,
                                       description="Eq. 4 weights tried; the simulator picks")
     max_fronted_sets: int = Field(default=3000, ge=4, description="fronted-subgraph budget before coarsening")
-    max_dp_pairs: int = Field(default=400_000, ge=16, description="DP transition budget before coarsening")
+    max_dp_pairs: int = Field(default=250_000, ge=16, description="DP transition budget before coarsening")
     refine_steps: int = Field(default=100, ge=0, description="I, the refinement step limit")
     epsilon_rel: float = Field(default=1e-3, gt=0, lt=1, description="Alg. 1 stops within this relative gap")
     parallel_targets: int = Field(default=2, ge=1, le=64, description="targets per Alg. 1 round")
