@@ -52,20 +52,30 @@ KEYS = ([f"piper/{p.stem}" for p in PIPER] + [f"pipedream/{p.parent.name}" for p
 def _bottleneck_s(problem: Problem, solver: str, options: dict[str, object] | None = None) -> tuple[float, dict]:
     plan = solve(problem, solver, options, time_limit_s=LIMIT_S)
     assert plan.metrics is not None
-    return float(plan.metrics["bottleneck_stage_s"]), dict(plan.stats)
+    return float(plan.metrics["bottleneck_stage_s"]), {**plan.stats, "objective_s": plan.metrics["objective_s"]}
+
+
+def _not_behind(a: tuple[float, dict], b: tuple[float, dict]) -> bool:
+    """Plan ``a`` is at least as good as ``b``: a smaller iteration time, or the same and a
+    bottleneck stage no larger (with one micro-batch iteration times mostly tie)."""
+    (a_b, a_s), (b_b, b_s) = a, b
+    if a_s["objective_s"] < b_s["objective_s"] * (1 - 1e-9):
+        return True
+    return a_s["objective_s"] <= b_s["objective_s"] * (1 + 1e-9) and a_b <= b_b * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("key", KEYS)
 def test_parmesan_never_behind_even_pipedream_and_near_the_oracle(key: str) -> None:
     problem = compute_only_problem(_graph(key))
-    parmesan, stats = _bottleneck_s(problem, "parmesan")
-    even, _ = _bottleneck_s(problem, "even")
-    pipedream, _ = _bottleneck_s(problem, "pipedream")
+    found = _bottleneck_s(problem, "parmesan")
+    parmesan, stats = found
+    even, pipedream = _bottleneck_s(problem, "even"), _bottleneck_s(problem, "pipedream")
     exact, oracle = _bottleneck_s(problem, "exact", ORACLE)
-    assert parmesan <= even * (1 + 1e-9)
-    assert parmesan <= pipedream * (1 + 1e-9)
+    assert _not_behind(found, even)
+    assert _not_behind(found, pipedream)
+    even_b, pipedream_b = even[0], pipedream[0]
     if oracle["bottleneck_optimal"]:
-        assert exact <= min(parmesan, even, pipedream) * (1 + 1e-9)
+        assert exact <= min(parmesan, even_b, pipedream_b) * (1 + 1e-9)
         assert parmesan <= exact * 1.01
         # the fix, not the safety net: Parmesan's own partition reaches the optimum here
         assert stats["partition_source"] == "parmesan"
