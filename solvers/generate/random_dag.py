@@ -53,8 +53,10 @@ def _edges(rng: np.random.Generator, sizes: list[int], edge_prob: float, max_ski
 def random_dag(*, n_ops: int = 100, width: int = 8, edge_prob: float = 0.3, max_skip: int = 2,
                fwd_min_s: float = 1e-4, fwd_max_s: float = 1e-2, bwd_ratio: float = 2.0,
                bytes_min: float = 1e5, bytes_max: float = 1e8, param_max_bytes: float = 1e7,
-               param_fraction: float = 0.5, micro_batch: int = 1, seed: int = 0) -> OpGraph:
-    """Random layered DAG with log-uniform op times, parameter and tensor sizes."""
+               param_fraction: float = 0.5, micro_batch: int = 1, communication: bool = True,
+               seed: int = 0) -> OpGraph:
+    """Random layered DAG with log-uniform op times, parameter and tensor sizes; with
+    ``communication=False`` the edges carry no bytes (classic task graphs without communication)."""
     positive(n_ops, "n_ops")
     positive(width, "width")
     positive(max_skip, "max_skip")
@@ -83,6 +85,6 @@ def random_dag(*, n_ops: int = 100, width: int = 8, edge_prob: float = 0.3, max_
         for layer, (lo, n) in enumerate(zip(np.cumsum([0, *sizes[:-1]]).tolist(), sizes, strict=True))
         for i in range(lo, lo + n)
     ]
-    edges = [Edge(ids[s], ids[d], float(out[s])) for s, d in zip(src, dst, strict=True)]
+    edges = [Edge(ids[s], ids[d], float(out[s]) if communication else 0.0) for s, d in zip(src, dst, strict=True)]
     attrs = {"generator": "random_dag", "seed": seed, "layers": len(sizes)}
     return OpGraph.build(f"random_dag-{n_ops}-s{seed}", nodes, edges, micro_batch, attrs)

@@ -19,12 +19,15 @@ Work of an op = its forward (plus backward in a training pass) time on the refer
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from solvers.model.graph import OpGraph
-from solvers.moirai.gcof import Grouping, make_grouping
+from solvers.model.problem import Problem
+from solvers.moirai.gcof import Grouping, gcof, identity_grouping, make_grouping
+from solvers.moirai.rules import FusionRules
 
 
 class _Quotient:
@@ -143,3 +146,31 @@ def _interval_cuts(work: list[float], parts: int) -> list[tuple[int, int]]:
             cuts.append(i)
     cuts.append(n)
     return [(cuts[k], cuts[k + 1]) for k in range(len(cuts) - 1)]
+
+
+def coarsen_problem(problem: Problem, fusion: bool, fusion_rules: list[list[str]] | None,
+                    max_nodes: int) -> tuple[int, Grouping]:
+    """GCOF (when ``fusion``), then the node budget, then pins; returns the GCOF size and the units."""
+    g = problem.graph
+    grouping = gcof(g, FusionRules.parse(fusion_rules)) if fusion else identity_grouping(g)
+    fused = grouping.n_units
+    grouping = coarsen_to_budget(g, grouping, max_nodes, problem.settings.pass_ == "training")
+    return fused, _respect_pins(problem, grouping)
+
+
+def _respect_pins(problem: Problem, grouping: Grouping) -> Grouping:
+    """Split units that hold ops pinned to different devices back into single ops."""
+    pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, str)}
+    if not pins:
+        return grouping
+    groups: list[Sequence[int]] = []
+    labels: list[str] = []
+    for ops, label in zip(grouping.groups, grouping.labels, strict=True):
+        if len({pins[v] for v in ops if v in pins}) > 1:
+            groups += [(v,) for v in ops]
+            labels += [problem.graph.nodes[v].op for v in ops]
+        else:
+            groups.append(ops)
+            labels.append(label)
+    return make_grouping(problem.graph, [list(g) for g in groups], labels)
+

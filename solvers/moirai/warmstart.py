@@ -1,8 +1,9 @@
 """Warm start: a memory-aware list schedule and single-device plans, timed exactly.
 
-Candidates: the plans of the registered heuristics ``heft`` and ``celeritas`` (each op's unit
-goes to the device holding most of its work; each device runs its units by decreasing upward
-rank), our own list schedule, and every single-device plan.  The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
+Candidates: the plans of the registered heuristics (on the uncoarsened graph with their own
+per-device order; on units, each unit goes to the device holding most of its ops' work and each
+device runs its units by decreasing upward rank), our own list schedule, and every single-device
+plan.  The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
 devices plus the mean transfer time of the heaviest path to a sink), and each unit's forward
 task goes to the allowed device, with room left, that finishes it earliest (transfers estimated
 without channel contention); a backward task runs on its forward's device.  Every candidate is
@@ -128,6 +129,26 @@ def from_plan(inst: Instance, plan: Plan) -> TimedSchedule | None:
     return by_rank(inst, device)
 
 
+def schedule_from_plan(inst: Instance, plan: Plan) -> TimedSchedule | None:
+    """A plan on the uncoarsened instance with its own per-device ``order`` (units = ops), timed
+    exactly; falls back to :func:`from_plan` when the plan has no usable order."""
+    g, topo = inst.problem.graph, inst.problem.topology
+    if inst.n_units != g.n_ops or not plan.order or any(len(s.devices) != 1 for s in plan.stages):
+        return from_plan(inst, plan)
+    unit = inst.grouping.unit_of(g.n_ops)
+    device = [-1] * g.n_ops
+    for stage in plan.stages:
+        for op in stage.ops:
+            device[unit[g.index[op]]] = topo.index[stage.devices[0]]
+    order = {topo.index[dev]: [unit[g.index[op]] for op in ops] for dev, ops in plan.order.items() if ops}
+    if min(device) < 0 or not memory_fits(inst, device) or sum(map(len, order.values())) != g.n_ops:
+        return from_plan(inst, plan)
+    try:
+        return replay(inst, device, full_order(inst, order))
+    except PlacerError:  # an order that deadlocks: keep the placement, rank order
+        return from_plan(inst, plan)
+
+
 def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budget) -> list[TimedSchedule]:
     """Run the registered heuristics among ``problem_solvers`` and map their plans onto the units."""
     from solvers import registry
@@ -142,7 +163,7 @@ def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budg
         except PlacerError:
             continue
         if plan.status != "infeasible" and plan.stages:
-            sched = from_plan(inst, plan)
+            sched = schedule_from_plan(inst, plan)
             if sched is not None:
                 out.append(sched)
     return out

@@ -1,0 +1,242 @@
+"""The steps of one ``moirai`` solve on the uncoarsened graph (docs/moirai.md "Pipeline").
+
+1. warm start: the registered list schedulers and our own, each timed exactly on the ops;
+2. when the graph has at most ``max_nodes`` ops: the §III-D MILP on the chosen back-end (only
+   when there is communication; without it the window model below is already exact), then the
+   window model over the whole graph — both prove bounds on the graph itself;
+3. with ``coarse_milp`` on a larger graph: the paper's pipeline (GCOF, node budget, MILP) as one
+   more candidate, expanded back to the ops;
+4. window search (:mod:`~solvers.moirai.lns`) until the deadline or the bound is met.
+
+The incumbent is always an exactly timed schedule of the ops, so the returned plan is never
+worse than the best list schedule; the bound is the largest of the graph's lower bound
+(:func:`~solvers.cost.bounds.lower_bound_s`) and the bounds proven on the uncoarsened graph.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from solvers.base import Budget, ProgressCallback, ProgressEvent, no_progress, parse_options
+from solvers.cost.bounds import lower_bound_s
+from solvers.model.errors import PlacerError
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem
+from solvers.moirai.backends.result import BackendResult
+from solvers.moirai.backends.runner import run_backend
+from solvers.moirai.coarsen_budget import coarsen_problem
+from solvers.moirai.formulation import Formulation, build
+from solvers.moirai.instance import Instance, build_instance
+from solvers.moirai.lns import window_search
+from solvers.moirai.options import MoiraiOptions
+from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, order_by_start, replay
+from solvers.moirai.warmstart import by_rank, list_schedule, schedule_from_plan, single_device
+from solvers.moirai.window import solve_window
+
+OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
+BOUND_SAFETY = 1e-6  # proven bounds are shaved by this relative amount (solver tolerances)
+RESERVE_S = 0.4  # kept for expanding and simulating at the end
+
+
+class Run:
+    """One solve's state: the incumbent schedule of the ops, the proven bound, the stats."""
+
+    def __init__(self, problem: Problem, options: MoiraiOptions, fine: Instance, budget: Budget,
+                 progress: ProgressCallback) -> None:
+        self.problem, self.options, self.fine, self.progress = problem, options, fine, progress
+        self.started = time.monotonic()
+        span = min(budget.remaining_s() - RESERVE_S, options.solve_time_limit_s)
+        self.deadline = self.started + max(0.0, span)
+        self.best: TimedSchedule | None = None
+        self.bound_s = lower_bound_s(problem)
+        self.stats: dict[str, Any] = {"nodes_original": problem.graph.n_ops, "backend": options.backend,
+                                      "graph_lower_bound_s": self.bound_s, "coarsened": False}
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def offer(self, sched: TimedSchedule | None, source: str) -> bool:
+        """Keep ``sched`` when it beats the incumbent; report progress."""
+        if sched is None or (self.best is not None and sched.makespan_s >= self.best.makespan_s * (1 - 1e-12)):
+            return False
+        self.best = sched
+        self.stats["chosen"] = source
+        self.event(source)
+        return True
+
+    def prove(self, bound_s: float | None) -> None:
+        if bound_s is not None:
+            self.bound_s = max(self.bound_s, bound_s * (1 - BOUND_SAFETY))
+
+    def proven(self) -> bool:
+        return self.best is not None and self.best.makespan_s * (1 - OPTIMAL_GAP) <= self.bound_s
+
+    def event(self, message: str) -> None:
+        span = max(1e-9, self.deadline - self.started)
+        frac = min(0.95, 0.05 + 0.9 * (time.monotonic() - self.started) / span)
+        self.progress(ProgressEvent(frac, None if self.best is None else self.best.makespan_s, self.bound_s, message))
+
+    # --- steps -------------------------------------------------------------------------------
+    def warm(self, heuristics: tuple[str, ...]) -> None:
+        """Step 1: every registered heuristic and our own list / single-device schedules."""
+        from solvers import registry
+
+        found: dict[str, float] = {}
+        for name in heuristics:
+            if name not in registry.names() or self.left_s() <= 0:
+                continue
+            cls = registry.get_solver_class(name)
+            sub = Budget(max(0.1, 0.1 * self.left_s()))
+            try:
+                plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
+            except PlacerError:
+                continue
+            if plan.status != "infeasible" and plan.stages:
+                sched = schedule_from_plan(self.fine, plan)
+                if sched is not None:
+                    found[name] = sched.makespan_s
+                    self.offer(sched, name)
+        own = [("list schedule", list_schedule(self.fine))]
+        own += [(f"single device {k}", single_device(self.fine, k)) for k in range(self.fine.n_devices)]
+        for name, sched in own:
+            if sched is not None:
+                found[name] = sched.makespan_s
+                self.offer(sched, name)
+        self.stats["warm_start"] = found
+        if self.best is not None:
+            self.stats["warm_start_s"] = self.best.makespan_s
+
+    def exact_milp(self, share: float) -> None:
+        """Step 2a: the §III-D formulation of the whole graph on the chosen back-end."""
+        f = build(self.fine, self.best)
+        result = self._backend(f, share)
+        self.stats.update(variables=len(f.model.names), rows=len(f.model.rows), messages=len(f.messages),
+                          backend_status=result.status, backend_message=result.message,
+                          milp_objective_s=None if result.objective is None else result.objective / f.scale)
+        self.offer(_decode(f, result), "MILP")
+        if result.bound is not None:
+            self.prove(result.bound / f.scale)
+
+    def whole_window(self, share: float) -> None:
+        """Step 2b: the window model with every unit free (exact without communication)."""
+        limit = share * self.left_s()
+        if limit < 0.2 or self.best is None:
+            return
+        result = solve_window(self.fine, self.best, range(self.fine.n_units), self.best.makespan_s, limit,
+                              self.problem.settings.seed, self.options.threads, self.bound_s)
+        self.stats["whole_model_status"] = result.status
+        self.offer(result.schedule, "whole-graph model")
+        self.prove(result.bound_s)
+
+    def coarse_milp(self, share: float) -> None:
+        """Step 3: GCOF + node budget + the MILP on the units, expanded back to the ops."""
+        o = self.options
+        fused, grouping = coarsen_problem(self.problem, o.fusion, o.fusion_rules, o.max_nodes)
+        coarse = build_instance(self.problem, grouping)
+        self.stats.update(nodes_fused=fused, nodes_milp=coarse.n_units)
+        assert self.best is not None
+        unit = self.fine.grouping.unit_of(self.problem.graph.n_ops)
+        seed_sched = by_rank(coarse, [self.best.device_of_unit[unit[ops[0]]] for ops in grouping.groups])
+        f = build(coarse, seed_sched)
+        result = self._backend(f, share)
+        self.stats.update(coarse_backend_status=result.status, coarse_backend_message=result.message)
+        self.offer(_refine(self.fine, coarse, _decode(f, result)), "coarse MILP")
+
+    def search(self) -> None:
+        """Step 4: window search on the ops until the deadline or the bound."""
+        if self.best is None:
+            return
+        best, stats = window_search(self.fine, self.best, self.deadline, self.options.window_nodes,
+                                    self.options.window_time_s, self.bound_s, self.problem.settings.seed,
+                                    self.options.threads, self._improved)
+        self.offer(best, "window search")
+        self.stats.update(windows=stats.windows, windows_improved=stats.improved, largest_window=stats.largest_window)
+
+    def _improved(self, sched: TimedSchedule) -> None:
+        self.offer(sched, "window search")
+
+    def _backend(self, f: Formulation, share: float) -> BackendResult:
+        hard = share * self.left_s()
+        if hard < 0.2:
+            return BackendResult("unknown", message="no time left for the back-end")
+        started = time.monotonic()
+
+        def report(incumbent: float | None, bound: float | None) -> None:
+            frac = min(0.95, 0.05 + 0.9 * (time.monotonic() - self.started) / max(1e-9, self.deadline - self.started))
+            self.progress(ProgressEvent(frac, None if incumbent is None else incumbent / f.scale,
+                                        None if bound is None else bound / f.scale, self.options.backend))
+
+        own = max(0.1, 0.85 * hard - 0.15)
+        result = run_backend(f, self.options.backend, own, hard, self.options.threads, self.problem.settings.seed,
+                             report)
+        self.stats["backend_s"] = self.stats.get("backend_s", 0.0) + time.monotonic() - started
+        return result
+
+    # --- the plan ----------------------------------------------------------------------------
+    def finish(self) -> Plan:
+        from solvers.simulate import simulate
+
+        assert self.best is not None
+        stages, order = expand(self.problem, self.fine, self.best)
+        plan = Plan(stages=stages, micro_batches=1, order=order)
+        simulated = float(simulate(self.problem, plan).metrics["objective_s"])
+        bound = min(self.bound_s, simulated)
+        gap = max(0.0, (simulated - bound) / simulated) if simulated > 0 else 0.0
+        self.stats.update(model_makespan_s=self.best.makespan_s, bound_s=bound, gap=gap,
+                          bound_applies_to="problem", solve_s=time.monotonic() - self.started)
+        plan = plan.with_(status="optimal" if gap <= OPTIMAL_GAP else "feasible", lower_bound_s=bound,
+                          claimed_objective_s=simulated, stats=self.stats)
+        self.progress(ProgressEvent(1.0, simulated, bound, "done"))
+        return plan
+
+
+def expand(problem: Problem, inst: Instance, sched: TimedSchedule) -> tuple[tuple[Stage, ...], dict[str, tuple[str, ...]]]:
+    """One stage per used device; ``order`` = its forward tasks' ops in scheduled order."""
+    g, topo = problem.graph, problem.topology
+    stages, order = [], {}
+    for k in sorted(sched.order):
+        ops = [g.nodes[v].id for t in sched.order[k] if t < inst.n_units for v in inst.grouping.groups[t]]
+        if not ops:
+            continue
+        dev = topo.devices[k].id
+        stages.append(Stage(tuple(ops), (dev,)))
+        order[dev] = tuple(ops)
+    return tuple(stages), order
+
+
+def _decode(f: Formulation, result: BackendResult) -> TimedSchedule | None:
+    """The back-end's placement and start order, re-timed exactly; ``None`` if unusable."""
+    if result.values is None:
+        return None
+    inst, vals = f.inst, result.values
+    device = [max(row, key=lambda k: vals[row[k]]) for row in f.x]
+    if not memory_fits(inst, device):
+        return None
+    start = [vals[f.S[t]] for t in range(inst.n_tasks)]
+    return replay(inst, device, order_by_start(inst, device, start))
+
+
+def _refine(fine: Instance, coarse: Instance, sched: TimedSchedule | None) -> TimedSchedule | None:
+    """A schedule of the units as one of the ops: each op on its unit's device, units expanded
+    in their scheduled order (ops of a unit in topological order)."""
+    if sched is None:
+        return None
+    g = fine.problem.graph
+    unit = fine.grouping.unit_of(g.n_ops)
+    device = [0] * fine.n_units
+    order: dict[int, list[int]] = {}
+    for k, tasks in sched.order.items():
+        for t in tasks:
+            if t < coarse.n_units:
+                units = sorted(int(unit[v]) for v in coarse.grouping.groups[t])  # fine units are in topological order
+                order.setdefault(k, []).extend(units)
+                for u in units:
+                    device[u] = k
+    if not memory_fits(fine, device):
+        return None
+    try:
+        return replay(fine, device, full_order(fine, order))
+    except PlacerError:
+        return None

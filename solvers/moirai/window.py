@@ -1,0 +1,252 @@
+"""CP-SAT over a window of units: MOIRAI's placement + scheduling model with the units outside
+the window fixed (the large-neighbourhood step, docs/moirai.md "Window search").
+
+Variables as in §III-D (Table II): ``x[u, k]`` for the units in the window (a fixed unit has one
+device), start ``S[t]`` and completion ``C[t]`` of every task, and ``cmax`` (Eq. 4).  Constraints:
+precedence with the transfer time of the edge when its ends sit on different devices (4a),
+durations (4b), one device per unit (4c), memory (5), and one task at a time per device (6) as
+``AddNoOverlap`` of optional intervals — order literals are not needed.  Outside the window a
+device keeps the incumbent's order of its fixed tasks (a chain); window tasks go anywhere in it.
+
+What the model leaves out is contention: every edge pays its own transfer time and channels
+never queue.  The simulator sends one message per consumer device with the largest edge bytes
+and serialises a channel, so each of its messages takes at least as long and arrives no earlier:
+the model is a *relaxation* of the simulated latency over plans with one device per op, and
+without communication it is exact.  In a training pass a device runs its forward tasks before
+its backward tasks (kept, the simulator's rule); the reversed backward order is not imposed
+(relaxed).  Times are integer ticks of ``horizon / TICKS`` rounded down, so the incumbent maps
+to a feasible hint and, over the whole instance, the proven bound is a valid lower bound.
+A solution is re-timed exactly by :func:`~solvers.moirai.schedule.replay`.
+
+Over the whole instance two redundant constraints help the proof: with identical devices a
+cumulative of capacity ``#devices`` over all tasks (the energy bound), and interchangeable
+devices are used in index order (symmetry breaking: device ``c_j`` of a class hosts a unit only
+if an earlier unit, in topological order, is on ``c_{j-1}``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from solvers.model.errors import require
+from solvers.moirai.instance import Instance
+from solvers.moirai.schedule import TimedSchedule, memory_fits, order_by_start, replay
+
+TICKS = 1_000_000
+RELATIVE_GAP = 5e-5  # CP-SAT stops within this relative gap (the solver's "optimal" allows 1e-4)
+Lit = Any  # a CP-SAT literal, or True for a fixed unit's only device
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """``status``: the model's (``optimal`` = the window's optimum under the model); ``schedule``:
+    the solution re-timed exactly; ``bound_s``: the model's proven bound (a lower bound on the
+    instance only when every unit was free)."""
+
+    status: str
+    schedule: TimedSchedule | None
+    bound_s: float | None
+
+
+def identical_classes(inst: Instance) -> list[list[int]]:
+    """Devices that are interchangeable: equal task times, memory, pins and channels to all others."""
+    topo = inst.problem.topology
+    lat, bw = topo.latency_s, topo.bandwidth_Bps
+
+    def channels_equal(a: int, b: int) -> bool:
+        others = [k for k in range(inst.n_devices) if k not in (a, b)]
+        return bool(lat[a, b] == lat[b, a] and bw[a, b] == bw[b, a]
+                    and all(lat[a, k] == lat[b, k] and lat[k, a] == lat[k, b] and bw[a, k] == bw[b, k]
+                            and bw[k, a] == bw[k, b] for k in others))
+
+    classes: list[list[int]] = []
+    for k in range(inst.n_devices):
+        for cls in classes:
+            r = cls[0]
+            if (inst.cap_bytes[r] == inst.cap_bytes[k] and (inst.dur_s[:, r] == inst.dur_s[:, k]).all()
+                    and (inst.allowed[:, r] == inst.allowed[:, k]).all() and channels_equal(r, k)):
+                cls.append(k)
+                break
+        else:
+            classes.append([k])
+    return classes
+
+
+def _enforce(*lits: Lit) -> list[Lit]:
+    return [lit for lit in lits if lit is not True]
+
+
+def _add(m: Any, constraint: Any, lits: list[Lit]) -> None:
+    if lits:
+        constraint.OnlyEnforceIf(lits)
+
+
+class _Model:
+    """The CP-SAT model of one window (module doc)."""
+
+    def __init__(self, inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
+                 cp: Any) -> None:
+        self.inst, self.cp, self.m = inst, cp, cp.CpModel()
+        self.tick_s = horizon_s / TICKS
+        self.free = set(free)
+        self.everything = len(self.free) == inst.n_units
+        fixed_dev = incumbent.device_of_unit if incumbent is not None else ()
+        self.x: list[dict[int, Lit]] = []
+        for u in range(inst.n_units):
+            if u in self.free:
+                row = {k: self.m.NewBoolVar(f"x{u}_{k}") for k in range(inst.n_devices) if inst.allowed[u, k]}
+                self.m.AddExactlyOne(row.values())
+                self.x.append(row)
+            else:
+                self.x.append({fixed_dev[u]: True})
+        self.S = [self.m.NewIntVar(0, TICKS, f"S{t}") for t in range(inst.n_tasks)]
+        self.C = [self.m.NewIntVar(0, TICKS, f"C{t}") for t in range(inst.n_tasks)]
+        self.cmax = self.m.NewIntVar(0, TICKS, "cmax")
+
+    def ticks(self, seconds: float) -> int:
+        return math.floor(seconds / self.tick_s)
+
+    def devices_and_edges(self) -> None:
+        m, inst = self.m, self.inst
+        per_device: dict[int, list[Any]] = {}
+        for t in range(inst.n_tasks):
+            u = inst.task_unit[t]
+            for k, lit in self.x[u].items():
+                d = self.ticks(float(inst.dur_s[t, k]))
+                if lit is True:
+                    m.Add(self.C[t] == self.S[t] + d)
+                    per_device.setdefault(k, []).append(m.NewIntervalVar(self.S[t], d, self.C[t], f"I{t}"))
+                else:
+                    per_device.setdefault(k, []).append(
+                        m.NewOptionalIntervalVar(self.S[t], d, self.C[t], lit, f"I{t}_{k}"))
+            for s, size in inst.succ[t]:
+                m.Add(self.S[s] >= self.C[t])
+                us = inst.task_unit[s]
+                if size <= 0 or us == u:
+                    continue
+                for ka, la in self.x[u].items():
+                    for kb, lb in self.x[us].items():
+                        c = self.ticks(inst.comm_s(size, ka, kb)) if ka != kb else 0
+                        if c > 0:
+                            _add(m, m.Add(self.S[s] >= self.C[t] + c), _enforce(la, lb))
+            if not inst.succ[t]:
+                m.Add(self.cmax >= self.C[t])
+        for intervals in per_device.values():
+            m.AddNoOverlap(intervals)
+
+    def memory(self) -> None:
+        """(5) in whole bytes: static bytes plus the largest working memory on each device fit."""
+        m, inst = self.m, self.inst
+        for k in range(inst.n_devices):
+            cap = math.floor(float(inst.cap_bytes[k]))
+            fixed = [u for u in range(inst.n_units) if self.x[u].get(k) is True]
+            free = [(u, self.x[u][k]) for u in range(inst.n_units) if k in self.x[u] and self.x[u][k] is not True]
+            base = sum(math.ceil(float(inst.static_bytes[u])) for u in fixed)
+            total = base + sum(math.ceil(float(inst.static_bytes[u])) * lit for u, lit in free)
+            work0 = max((math.ceil(float(inst.work_bytes[u])) for u in fixed), default=0)
+            m.Add(total <= cap - work0)
+            for u, lit in free:
+                if inst.work_bytes[u] > 0:
+                    m.Add(total <= cap - math.ceil(float(inst.work_bytes[u]))).OnlyEnforceIf(lit)
+
+    def forward_before_backward(self) -> None:
+        """Training: on each device every forward task ends before any backward task starts."""
+        m, inst = self.m, self.inst
+        n = inst.n_units
+        for k in range(inst.n_devices):
+            fwd_end = m.NewIntVar(0, TICKS, f"F{k}")
+            for u in range(n):
+                if k in self.x[u]:
+                    lits = _enforce(self.x[u][k])
+                    _add(m, m.Add(fwd_end >= self.C[u]), lits)
+                    _add(m, m.Add(self.S[n + u] >= fwd_end), lits)
+
+    def chains(self, incumbent: TimedSchedule) -> None:
+        """Outside the window each device keeps the incumbent's order of its fixed tasks."""
+        for tasks in incumbent.order.values():
+            fixed = [t for t in tasks if self.inst.task_unit[t] not in self.free]
+            for a, b in itertools.pairwise(fixed):
+                self.m.Add(self.S[b] >= self.C[a])
+
+    def redundant(self) -> None:
+        """Whole instance only: the cumulative energy bound and symmetry breaking (module doc)."""
+        m, inst = self.m, self.inst
+        classes = identical_classes(inst)
+        if len(classes) == 1 and inst.n_devices > 1:
+            durs = [self.ticks(float(inst.dur_s[t, 0])) for t in range(inst.n_tasks)]
+            intervals = [m.NewIntervalVar(self.S[t], durs[t], self.C[t], f"E{t}") for t in range(inst.n_tasks)]
+            m.AddCumulative(intervals, [1] * inst.n_tasks, inst.n_devices)
+        units = [t for t in inst.topo if t < inst.n_units]
+        for cls in classes:
+            for prev, k in itertools.pairwise(cls):
+                seen: Any = None  # literal: some earlier unit (topological order) is on ``prev``
+                for u in units:
+                    if k in self.x[u]:
+                        if seen is None:
+                            m.Add(self.x[u][k] == 0)
+                        else:
+                            m.AddImplication(self.x[u][k], seen)
+                    if prev not in self.x[u]:
+                        continue
+                    now = m.NewBoolVar(f"seen{prev}_{u}")
+                    m.AddBoolOr([self.x[u][prev]] + ([seen] if seen is not None else [])).OnlyEnforceIf(now)
+                    m.AddImplication(self.x[u][prev], now)
+                    if seen is not None:
+                        m.AddImplication(seen, now)
+                    seen = now
+
+    def hint(self, incumbent: TimedSchedule) -> None:
+        m, inst = self.m, self.inst
+        end = [0] * inst.n_tasks
+        for u in self.free:
+            for k, lit in self.x[u].items():
+                m.AddHint(lit, int(incumbent.device_of_unit[u] == k))
+        for t in range(inst.n_tasks):
+            k = incumbent.device_of_unit[inst.task_unit[t]]
+            start = self.ticks(incumbent.start_s[t])
+            end[t] = start + self.ticks(float(inst.dur_s[t, k]))
+            m.AddHint(self.S[t], start)
+            m.AddHint(self.C[t], end[t])
+        m.AddHint(self.cmax, max((end[t] for t in range(inst.n_tasks) if not inst.succ[t]), default=0))
+
+
+def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
+                 time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0) -> WindowResult:
+    """Solve the window model: units in ``free`` are placed anew, the others keep ``incumbent``'s
+    devices and order; every time is in ``[0, horizon_s]``; ``lower_s``: a proven lower bound on
+    the makespan (``cmax`` starts there, so the search stops when it is met)."""
+    cp: Any = require("ortools.sat.python.cp_model", "milp")
+    model = _Model(inst, incumbent, free, horizon_s, cp)
+    model.devices_and_edges()
+    model.memory()
+    if inst.training:
+        model.forward_before_backward()
+    if incumbent is not None:
+        model.chains(incumbent)
+        model.hint(incumbent)
+    if model.everything:
+        model.redundant()
+    model.m.Add(model.cmax >= min(TICKS, model.ticks(lower_s)))
+    model.m.Minimize(model.cmax)
+    solver = cp.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    solver.parameters.num_workers = max(1, threads)
+    solver.parameters.random_seed = seed
+    solver.parameters.relative_gap_limit = RELATIVE_GAP
+    status = solver.Solve(model.m)
+    bound_ticks = solver.BestObjectiveBound()
+    bound_s = None if math.isinf(bound_ticks) else max(0.0, bound_ticks) * model.tick_s
+    if status == cp.INFEASIBLE:
+        return WindowResult("infeasible", None, None)
+    if status not in (cp.OPTIMAL, cp.FEASIBLE):
+        return WindowResult("unknown", None, bound_s)
+    device = [next(k for k, lit in row.items() if lit is True or solver.Value(lit)) for row in model.x]
+    if not memory_fits(inst, device):
+        return WindowResult("unknown", None, bound_s)
+    start = [solver.Value(s) for s in model.S]
+    sched = replay(inst, device, order_by_start(inst, device, start))
+    return WindowResult("optimal" if status == cp.OPTIMAL else "feasible", sched, bound_s)
