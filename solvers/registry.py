@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "m-etf": "solvers.baselines.metf:METFSolver",
     "m-sct": "solvers.baselines.msct:MSCTSolver",
     "heft": "solvers.baselines.heft:HEFTSolver",
+    "cpop": "solvers.baselines.cpop:CPOPSolver",
     # portfolio
     "auto": "solvers.portfolio:AutoSolver",
 }

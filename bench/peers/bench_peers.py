@@ -157,14 +157,16 @@ def peer_rows(problem: Problem) -> dict[str, tuple[float | None, float]]:
 
 
 def table(rows: dict[str, list[tuple[float | None, float, float]]]) -> None:
-    print("| solver | geo. mean latency / bound | worst | median solve time (s) | failed |")
-    print("|---|---|---|---|---|")
+    print("| solver | latency per instance (ms) | geo. mean latency / bound | worst | median solve time (s) | failed |")
+    print("|---|---|---|---|---|---|")
     for name, runs in rows.items():
         ratios = [lat / lb for lat, lb, _ in runs if lat is not None]
         failed = sum(1 for lat, _, _ in runs if lat is None)
         geo = math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else float("nan")
         worst = max(ratios, default=float("nan"))
-        print(f"| {name} | {geo:.3f} | {worst:.3f} | {statistics.median(t for _, _, t in runs):.3f} | {failed} |")
+        per = " / ".join("—" if lat is None else f"{lat * 1e3:.2f}" for lat, _, _ in runs)
+        print(f"| {name} | {per} | {geo:.3f} | {worst:.3f} | {statistics.median(t for _, _, t in runs):.3f} | "
+              f"{failed} |")
 
 
 def main() -> None:

@@ -12,8 +12,7 @@ import json
 import sys
 import time
 
-from saga import Network, TaskGraph
-from saga import schedulers
+from saga import Network, TaskGraph, schedulers
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from solvers.moirai.instance import Instance, build_instance
 from solvers.moirai.options import MoiraiOptions
 from solvers.moirai.pipeline import Run
 
-HEURISTICS = ("heft", "m-etf", "m-sct", "m-topo", "celeritas")  # warm-start candidates, when registered
+HEURISTICS = ("heft", "cpop", "m-etf", "m-sct", "m-topo", "celeritas")  # warm-start candidates, when registered
 EXACT_SHARE = 0.5  # of the time left, for the §III-D MILP of the whole graph (with communication)
 WHOLE_SHARE = 0.6  # of the time left, for the window model of the whole graph
 COARSE_SHARE = 0.4  # of the time left, for the coarse MILP (``coarse_milp``)

@@ -1,0 +1,75 @@
+"""Window search and the whole-graph model: never worse than the list schedulers, bounds that hold,
+and the lower bound reached or optimality proven on classic instances without communication."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from solvers.generate import generate_graph, generate_topology
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.moirai.gcof import identity_grouping
+from solvers.moirai.instance import build_instance
+from solvers.moirai.lns import window_search
+from solvers.moirai.warmstart import list_schedule
+from solvers.moirai.window import solve_window
+from solvers.simulate import simulate
+from solvers.solving import solve
+from tests.solvers.moirai.brute import brute_force_latency_s
+from tests.solvers.moirai.test_exact import INSTANCES
+from tests.solvers.moirai.tiny import tiny_problem
+from tests.strategies import examples, latency_cases
+
+LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")
+
+
+def classic(n_ops: int, devices: int, seed: int, width: int = 8) -> Problem:
+    graph = generate_graph("random_dag", n_ops=n_ops, width=width, communication=False, seed=seed)
+    topo = generate_topology("hierarchical", nodes=1, gpus_per_node=devices, memory_gib=32.0)
+    return Problem(graph, topo, "latency", ProblemSettings(pass_="forward"))
+
+
+@pytest.mark.parametrize(("n_ops", "devices", "seed"), [(24, 2, 3), (40, 4, 5), (60, 8, 2)])
+def test_classic_instances_reach_the_bound_or_are_proven(n_ops: int, devices: int, seed: int) -> None:
+    problem = classic(n_ops, devices, seed)
+    plan = solve(problem, "moirai", time_limit_s=20)
+    simulated = simulate(problem, plan).metrics["latency_s"]
+    assert plan.status == "optimal", plan.stats
+    assert plan.lower_bound_s is not None and plan.lower_bound_s <= simulated <= plan.lower_bound_s * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("case", range(len(INSTANCES)))
+def test_whole_graph_model_bounds_the_brute_force_optimum(case: int) -> None:
+    seed, n_ops, n_dev, training, mem = INSTANCES[case]
+    problem = tiny_problem(seed, n_ops, n_dev, training, mem)
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    start = list_schedule(inst)
+    assert start is not None
+    result = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0)
+    assert result.bound_s is not None and result.bound_s <= brute_force_latency_s(problem) * (1 + 1e-9)
+
+
+def test_window_search_keeps_or_improves_the_start() -> None:
+    problem = classic(50, 3, 7, width=6)
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    start = list_schedule(inst)
+    assert start is not None
+    best, stats = window_search(inst, start, time.monotonic() + 5.0, 10, 1.0)
+    assert stats.windows > 0 and best.makespan_s <= start.makespan_s
+    assert best.makespan_s == pytest.approx(sum(inst.dur_s[:, 0]) / 3, rel=0.2)
+
+
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=latency_cases(max_ops=8, max_devices=4))
+def test_never_worse_than_the_list_schedulers(case: tuple[Problem, object]) -> None:
+    problem = case[0]
+    plan = solve(problem, "moirai", {"solve_time_limit_s": 1.0}, time_limit_s=3.0)
+    ours = simulate(problem, plan).metrics["latency_s"]
+    assert plan.claimed_objective_s == pytest.approx(ours, rel=1e-12)
+    assert plan.lower_bound_s is not None and plan.lower_bound_s <= ours * (1 + 1e-9)
+    for name in LIST_SCHEDULERS:
+        other = solve(problem, name, time_limit_s=3.0)
+        if other.status != "infeasible":
+            assert ours <= simulate(problem, other).metrics["latency_s"] * (1 + 1e-9), name
