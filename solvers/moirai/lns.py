@@ -1,11 +1,12 @@
 """Window search: a large-neighbourhood search over MOIRAI's model on the uncoarsened graph.
 
 A window is a run of ``size`` consecutive units in the incumbent's start-time order (a slice of
-time).  :func:`~solvers.moirai.window.solve_window` re-places and re-schedules the window's units
+time), taken from the end of the schedule backwards.  :func:`~solvers.moirai.window.solve_window` re-places and re-schedules the window's units
 with everything else fixed (devices, and each device's order of its fixed tasks); the solution is
 re-timed exactly and accepted when its makespan — the simulated latency, since the graph is not
-coarsened — is smaller.  Windows overlap by half; after a pass over the schedule without an
-improvement the window doubles, and the search ends when a pass over the whole graph improved
+coarsened — is smaller, or equal with a smaller sum of completion times (a move along a plateau,
+which the next windows can build on).  Windows overlap by half; after a pass over the schedule without a
+shorter makespan the window doubles, and the search ends when a pass over the whole graph improved
 nothing, at the deadline, or when the incumbent meets ``target_s`` (a proven lower bound).
 """
 
@@ -32,13 +33,21 @@ class SearchStats:
 
 
 def _windows(inst: Instance, sched: TimedSchedule, size: int) -> list[list[int]]:
-    """Runs of ``size`` units in start order, overlapping by half (the last one ends at the end)."""
+    """Runs of ``size`` units in start order, overlapping by half, latest first (everything that
+    ends before a window starts keeps its times, so late windows are small models)."""
     units = sorted(range(inst.n_units), key=lambda u: (sched.start_s[u], u))
     if size >= len(units):
         return [units]
     step = max(1, size // 2)
     starts = [*list(range(0, len(units) - size, step)), len(units) - size]
-    return [units[s:s + size] for s in starts]
+    return [units[s:s + size] for s in reversed(starts)]
+
+
+def _better(a: TimedSchedule, b: TimedSchedule) -> bool:
+    """A shorter makespan, or the same makespan with a smaller sum of completion times."""
+    if a.makespan_s < b.makespan_s * (1 - IMPROVEMENT):
+        return True
+    return a.makespan_s <= b.makespan_s * (1 + 1e-12) and sum(a.end_s) < sum(b.end_s) * (1 - IMPROVEMENT)
 
 
 def window_search(inst: Instance, incumbent: TimedSchedule, deadline: float, size: int, window_s: float,
@@ -63,8 +72,9 @@ def window_search(inst: Instance, incumbent: TimedSchedule, deadline: float, siz
                                   threads, target_s)
             stats.windows += 1
             found = result.schedule
-            if found is not None and found.makespan_s < best.makespan_s * (1 - IMPROVEMENT):
-                best, gained = found, True
+            if found is not None and _better(found, best):
+                gained = gained or found.makespan_s < best.makespan_s * (1 - IMPROVEMENT)
+                best = found
                 stats.improved += 1
                 if improved is not None:
                     improved(best)

@@ -16,7 +16,9 @@ without communication it is exact.  In a training pass a device runs its forward
 its backward tasks (kept, the simulator's rule); the reversed backward order is not imposed
 (relaxed).  Times are integer ticks of ``horizon / TICKS`` rounded down, so the incumbent maps
 to a feasible hint and, over the whole instance, the proven bound is a valid lower bound.
-A solution is re-timed exactly by :func:`~solvers.moirai.schedule.replay`.
+A solution is re-timed exactly by :func:`~solvers.moirai.schedule.replay`.  Tasks outside the
+window that end, in the incumbent, before the window's first start keep their times (they are
+constants, and a device's other tasks start after them), so late windows are small models.
 
 Over the whole instance two redundant constraints help the proof: with identical devices a
 cumulative of capacity ``#devices`` over all tasks (the energy bound), and interchangeable
@@ -32,9 +34,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from solvers.model.errors import require
+from solvers.model.errors import PlacerError, require
 from solvers.moirai.instance import Instance
-from solvers.moirai.schedule import TimedSchedule, memory_fits, order_by_start, replay
+from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, replay
 
 TICKS = 1_000_000
 RELATIVE_GAP = 5e-5  # CP-SAT stops within this relative gap (the solver's "optimal" allows 1e-4)
@@ -44,8 +46,8 @@ Lit = Any  # a CP-SAT literal, or True for a fixed unit's only device
 @dataclass(frozen=True)
 class WindowResult:
     """``status``: the model's (``optimal`` = the window's optimum under the model); ``schedule``:
-    the solution re-timed exactly; ``bound_s``: the model's proven bound (a lower bound on the
-    instance only when every unit was free)."""
+    the solution re-timed exactly; ``bound_s``: the model's proven bound on the makespan (a lower
+    bound on the instance only when every unit was free)."""
 
     status: str
     schedule: TimedSchedule | None
@@ -103,19 +105,50 @@ class _Model:
                 self.x.append(row)
             else:
                 self.x.append({fixed_dev[u]: True})
-        self.S = [self.m.NewIntVar(0, TICKS, f"S{t}") for t in range(inst.n_tasks)]
-        self.C = [self.m.NewIntVar(0, TICKS, f"C{t}") for t in range(inst.n_tasks)]
+        self.frozen = self._frozen(incumbent)
+        self.floor: dict[int, int] = {}  # device -> end of its last frozen task (ticks)
+        self.S = [self._time(t, incumbent, start=True) for t in range(inst.n_tasks)]
+        self.C = [self._time(t, incumbent, start=False) for t in range(inst.n_tasks)]
         self.cmax = self.m.NewIntVar(0, TICKS, "cmax")
 
     def ticks(self, seconds: float) -> int:
         return math.floor(seconds / self.tick_s)
+
+    def _frozen(self, incumbent: TimedSchedule | None) -> set[int]:
+        """Tasks outside the window that end, in the incumbent, before any window task starts:
+        their times stay (so do their predecessors', which end earlier still)."""
+        if incumbent is None or self.everything:
+            return set()
+        inst = self.inst
+        first = min(incumbent.start_s[t] for t in range(inst.n_tasks) if inst.task_unit[t] in self.free)
+        return {t for t in range(inst.n_tasks) if inst.task_unit[t] not in self.free and incumbent.end_s[t] < first}
+
+    def _time(self, t: int, incumbent: TimedSchedule | None, start: bool) -> Any:
+        if t not in self.frozen or incumbent is None:
+            return self.m.NewIntVar(0, TICKS, f"{'S' if start else 'C'}{t}")
+        k = incumbent.device_of_unit[self.inst.task_unit[t]]
+        s = self.ticks(incumbent.start_s[t])
+        v = s if start else s + self.ticks(float(self.inst.dur_s[t, k]))
+        if not start:
+            self.floor[k] = max(self.floor.get(k, 0), v)
+        return self.m.NewIntVar(v, v, f"{'S' if start else 'C'}{t}")
+
+    def frozen_floors(self) -> None:
+        """A device's other tasks start after its frozen tasks end."""
+        floor = self.floor
+        for t in range(self.inst.n_tasks):
+            if t in self.frozen:
+                continue
+            for k, lit in self.x[self.inst.task_unit[t]].items():
+                if floor.get(k, 0) > 0:
+                    _add(self.m, self.m.Add(self.S[t] >= floor[k]), _enforce(lit))
 
     def devices_and_edges(self) -> None:
         m, inst = self.m, self.inst
         per_device: dict[int, list[Any]] = {}
         for t in range(inst.n_tasks):
             u = inst.task_unit[t]
-            for k, lit in self.x[u].items():
+            for k, lit in self.x[u].items() if t not in self.frozen else ():
                 d = self.ticks(float(inst.dur_s[t, k]))
                 if lit is True:
                     m.Add(self.C[t] == self.S[t] + d)
@@ -124,6 +157,8 @@ class _Model:
                     per_device.setdefault(k, []).append(
                         m.NewOptionalIntervalVar(self.S[t], d, self.C[t], lit, f"I{t}_{k}"))
             for s, size in inst.succ[t]:
+                if s in self.frozen:
+                    continue  # then t is frozen too
                 m.Add(self.S[s] >= self.C[t])
                 us = inst.task_unit[s]
                 if size <= 0 or us == u:
@@ -168,7 +203,7 @@ class _Model:
     def chains(self, incumbent: TimedSchedule) -> None:
         """Outside the window each device keeps the incumbent's order of its fixed tasks."""
         for tasks in incumbent.order.values():
-            fixed = [t for t in tasks if self.inst.task_unit[t] not in self.free]
+            fixed = [t for t in tasks if self.inst.task_unit[t] not in self.free and t not in self.frozen]
             for a, b in itertools.pairwise(fixed):
                 self.m.Add(self.S[b] >= self.C[a])
 
@@ -209,9 +244,20 @@ class _Model:
             k = incumbent.device_of_unit[inst.task_unit[t]]
             start = self.ticks(incumbent.start_s[t])
             end[t] = start + self.ticks(float(inst.dur_s[t, k]))
-            m.AddHint(self.S[t], start)
-            m.AddHint(self.C[t], end[t])
+            if t not in self.frozen:
+                m.AddHint(self.S[t], start)
+                m.AddHint(self.C[t], end[t])
         m.AddHint(self.cmax, max((end[t] for t in range(inst.n_tasks) if not inst.succ[t]), default=0))
+
+
+def _order(inst: Instance, device: list[int], start: list[int], end: list[int]) -> dict[int, list[int]]:
+    """Per-device forward order by start, then end (a zero-time task before the task it shares
+    its start with), then topological position."""
+    rank = {t: i for i, t in enumerate(inst.topo)}
+    out: dict[int, list[int]] = {}
+    for t in sorted(range(inst.n_units), key=lambda t: (start[t], end[t], rank[t])):
+        out.setdefault(device[t], []).append(t)
+    return full_order(inst, out)
 
 
 def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
@@ -225,6 +271,7 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     model.memory()
     if inst.training:
         model.forward_before_backward()
+    model.frozen_floors()
     if incumbent is not None:
         model.chains(incumbent)
         model.hint(incumbent)
@@ -247,6 +294,9 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     device = [next(k for k, lit in row.items() if lit is True or solver.Value(lit)) for row in model.x]
     if not memory_fits(inst, device):
         return WindowResult("unknown", None, bound_s)
-    start = [solver.Value(s) for s in model.S]
-    sched = replay(inst, device, order_by_start(inst, device, start))
+    order = _order(inst, device, [solver.Value(v) for v in model.S], [solver.Value(v) for v in model.C])
+    try:
+        sched = replay(inst, device, order)
+    except PlacerError:  # tick rounding tied a task with its predecessor: keep the incumbent
+        return WindowResult("unknown", None, bound_s)
     return WindowResult("optimal" if status == cp.OPTIMAL else "feasible", sched, bound_s)
