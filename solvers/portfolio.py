@@ -1,9 +1,13 @@
 """``auto``: a portfolio of every registered solver that answers the problem's objective (DESIGN §6).
 
-The solvers run in parallel child processes (``workers``, default one per core), each with an
-equal share of the budget (``limit x workers / solvers``, never more than what is left) and
-killed at the deadline.  The answer is the plan with the smallest simulated objective (ties, within
-a relative 1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among all the plans, and a per-solver summary in
+The solvers run in parallel child processes (``workers``, default one per core), each started
+with a share of the time left (``left x workers / solvers not yet started``, never more than
+what is left) and killed at the deadline; quick solvers finish early and leave their time to
+the later ones.  Solvers in ``LAST`` (``moirai``: it starts from the best list schedule and
+improves it for as long as it may) start after the others and so take the time they leave.
+The answer is the plan with the smallest simulated objective (ties, within a relative 1e-9: the
+smaller bottleneck stage, then the solver name), the largest proven lower bound among all the
+plans, and a per-solver summary in
 ``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
 plan's, upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
 portfolio as soon as they are registered.  Inside a daemonic process (which may not fork
@@ -28,6 +32,7 @@ from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
+LAST = ("moirai",)  # anytime solvers started last (module doc)
 _KILL_GRACE_S = 0.2
 
 
@@ -81,30 +86,30 @@ class AutoSolver:
         limit_s = budget.remaining_s() if budget.time_limit_s is not None else options.default_time_limit_s
         deadline = time.monotonic() + max(0.0, limit_s - _MARGIN_S)
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
-        share_s = (deadline - time.monotonic()) * min(1.0, workers / len(names))
+        launch = [n for n in names if n not in LAST] + [n for n in names if n in LAST]
         if mp.current_process().daemon:
-            results = self._sequential(problem, names, share_s, deadline, progress)
+            results = self._sequential(problem, launch, deadline, progress)
         else:
-            results = self._parallel(problem, names, workers, share_s, deadline, progress)
+            results = self._parallel(problem, launch, workers, deadline, progress)
         return _choose(names, results)
 
     @staticmethod
-    def _sequential(problem: Problem, names: list[str], share_s: float, deadline: float,
+    def _sequential(problem: Problem, names: list[str], deadline: float,
                     progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
         results: dict[str, tuple[str, Any, float]] = {}
-        for name in names:
+        for i, name in enumerate(names):
             left = deadline - time.monotonic()
             if left <= 0.05:
                 results[name] = ("error", "not started: no time left", 0.0)
                 continue
             started = time.monotonic()
-            kind, value = _run_one(problem, name, min(share_s, left))
+            kind, value = _run_one(problem, name, left / (len(names) - i))
             results[name] = (kind, value, time.monotonic() - started)
             progress(_event(results, len(names), f"{name}: {kind}"))
         return results
 
     @staticmethod
-    def _parallel(problem: Problem, names: list[str], workers: int, share_s: float, deadline: float,
+    def _parallel(problem: Problem, names: list[str], workers: int, deadline: float,
                   progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
         ctx = mp.get_context("fork")
         pending = list(names)
@@ -112,9 +117,10 @@ class AutoSolver:
         results: dict[str, tuple[str, Any, float]] = {}
         while pending or running:
             while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
+                left = deadline - time.monotonic()
+                limit = left * min(1.0, workers / len(pending))
                 name = pending.pop(0)
                 parent, child = ctx.Pipe(duplex=False)
-                limit = min(share_s, deadline - time.monotonic())
                 proc: BaseProcess = ctx.Process(target=_child, args=(child, problem, name, limit), daemon=True)
                 proc.start()
                 child.close()

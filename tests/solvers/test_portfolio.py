@@ -73,11 +73,11 @@ def test_sequential_mode_inside_a_daemon_process() -> None:
 
     problem = fx.latency_problem("forward")
     deadline = time.monotonic() + 10.0
-    results = AutoSolver._sequential(problem, ["heft", "m-topo"], 5.0, deadline, no_progress)
+    results = AutoSolver._sequential(problem, ["heft", "m-topo"], deadline, no_progress)
     assert [results[n][0] for n in ("heft", "m-topo")] == ["ok", "ok"]
     plan = _choose(["heft", "m-topo"], results)
     assert plan.stats["chosen"] in ("heft", "m-topo")
-    late = AutoSolver._sequential(problem, ["heft"], 5.0, time.monotonic(), no_progress)
+    late = AutoSolver._sequential(problem, ["heft"], time.monotonic(), no_progress)
     assert late["heft"][:2] == ("error", "not started: no time left")
 
 
