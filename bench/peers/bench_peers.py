@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -99,8 +100,9 @@ def saga_request(problem: Problem) -> dict[str, Any]:
 
 
 def run_peers(problem: Problem) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # saga iterates over sets of names: fix the hash order
     proc = subprocess.run([str(peer_python()), str(HERE / "saga_runner.py")], input=json.dumps(saga_request(problem)),
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"saga runner failed: {proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(proc.stdout)

@@ -20,9 +20,9 @@ A solution is re-timed exactly by :func:`~solvers.moirai.schedule.replay`.  Task
 window that end, in the incumbent, before the window's first start keep their times (they are
 constants, and a device's other tasks start after them), so late windows are small models.
 
-Over the whole instance two redundant constraints help the proof: with identical devices a
-cumulative of capacity ``#devices`` over all tasks (the energy bound), and interchangeable
-devices are used in index order (symmetry breaking: device ``c_j`` of a class hosts a unit only
+Two redundant constraints help the proofs: with identical devices a cumulative of capacity
+``#devices`` over the tasks that are not frozen (the energy bound), and, over the whole
+instance, interchangeable devices are used in index order (symmetry breaking: device ``c_j`` of a class hosts a unit only
 if an earlier unit, in topological order, is on ``c_{j-1}``).
 """
 
@@ -207,14 +207,21 @@ class _Model:
             for a, b in itertools.pairwise(fixed):
                 self.m.Add(self.S[b] >= self.C[a])
 
-    def redundant(self) -> None:
-        """Whole instance only: the cumulative energy bound and symmetry breaking (module doc)."""
+    def energy(self) -> None:
+        """With identical devices: a cumulative of capacity ``#devices`` over the tasks that are not
+        frozen (the energy bound; redundant, it speeds the proofs)."""
+        m, inst = self.m, self.inst
+        if inst.n_devices < 2 or len(identical_classes(inst)) != 1:
+            return
+        live = [t for t in range(inst.n_tasks) if t not in self.frozen]
+        intervals = [m.NewIntervalVar(self.S[t], self.ticks(float(inst.dur_s[t, 0])), self.C[t], f"E{t}")
+                     for t in live]
+        m.AddCumulative(intervals, [1] * len(live), inst.n_devices)
+
+    def symmetry(self) -> None:
+        """Whole instance only: interchangeable devices are used in index order (module doc)."""
         m, inst = self.m, self.inst
         classes = identical_classes(inst)
-        if len(classes) == 1 and inst.n_devices > 1:
-            durs = [self.ticks(float(inst.dur_s[t, 0])) for t in range(inst.n_tasks)]
-            intervals = [m.NewIntervalVar(self.S[t], durs[t], self.C[t], f"E{t}") for t in range(inst.n_tasks)]
-            m.AddCumulative(intervals, [1] * inst.n_tasks, inst.n_devices)
         units = [t for t in inst.topo if t < inst.n_units]
         for cls in classes:
             for prev, k in itertools.pairwise(cls):
@@ -275,8 +282,9 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     if incumbent is not None:
         model.chains(incumbent)
         model.hint(incumbent)
+    model.energy()
     if model.everything:
-        model.redundant()
+        model.symmetry()
     model.m.Add(model.cmax >= min(TICKS, model.ticks(lower_s)))
     model.m.Minimize(model.cmax)
     solver = cp.CpSolver()
