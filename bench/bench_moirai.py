@@ -8,6 +8,12 @@ simulated latency of ``even``, ``m-sct``, ``heft`` and ``celeritas`` (where regi
         [--testbeds moirai_inter,moirai_intra] [--backends cp-sat,cbc,...] [--pass forward]
     .venv/bin/python -m bench.bench_moirai --exact [--sizes 8,12,16,20] [--time-limit 60]
 
+    .venv/bin/python -m bench.bench_moirai --classic [--sizes 30,45,60] [--devices 2,4,8] [--seeds 1,2]
+        [--time-limit 20]
+
+``--classic``: random layered DAGs without communication on identical devices; per instance the
+plan's status, latency / lower bound, the proven bound and the wall time of ``moirai``.
+
 ``--exact``: random layered DAGs (``generate_graph("random_dag")``) small enough to solve without
 coarsening; per back-end the time to prove optimality (or the gap left at the limit).
 
@@ -90,6 +96,27 @@ def exact(args: argparse.Namespace, backends: list[str]) -> None:
             print(f"| {testbed} | {n} | " + " | ".join(cells) + " |", flush=True)
 
 
+def classic(args: argparse.Namespace) -> None:
+    from solvers.cost.bounds import lower_bound_s
+
+    print(f"classic mode: random_dag (width 8, communication=False), identical devices, "
+          f"time limit {args.time_limit} s\n")
+    print("| ops | devices | seed | status | latency / graph bound | latency / proven bound | heft / graph bound | time (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in [int(x) for x in args.sizes.split(",")]:
+        for p in [int(x) for x in args.devices.split(",")]:
+            topo = generate_topology("hierarchical", nodes=1, gpus_per_node=p, memory_gib=32.0)
+            for seed in [int(x) for x in args.seeds.split(",")]:
+                graph = generate_graph("random_dag", n_ops=n, width=8, communication=False, seed=seed)
+                problem = Problem(graph, topo, "latency", ProblemSettings(pass_="forward"))
+                lb = lower_bound_s(problem)
+                r = run_one(problem, "moirai", {}, args.time_limit)
+                h = run_one(problem, "heft", {}, args.time_limit)
+                bound = r.get("stats", {}).get("bound_s") or lb
+                print(f"| {n} | {p} | {seed} | {r['status']} | {r['latency_s'] / lb:.4f} | {r['latency_s'] / bound:.4f} | "
+                      f"{h['latency_s'] / lb:.4f} | {r['time_s']:.1f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--time-limit", type=float, default=15.0)
@@ -100,8 +127,14 @@ def main() -> None:
     ap.add_argument("--pass", dest="pass_", default="forward", choices=("forward", "training"))
     ap.add_argument("--exact", action="store_true", help="uncoarsened random DAGs, time to optimality")
     ap.add_argument("--sizes", default="8,12,16,20")
+    ap.add_argument("--classic", action="store_true", help="no-communication DAGs of at most 60 ops, time to proof")
+    ap.add_argument("--devices", default="2,4,8")
+    ap.add_argument("--seeds", default="1,2")
     args = ap.parse_args()
     backends = args.backends.split(",")
+    if args.classic:
+        classic(args)
+        return
     if args.exact:
         exact(args, backends)
         return
