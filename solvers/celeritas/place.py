@@ -81,15 +81,32 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     return sched
 
 
-def expand_schedule(sched: ListSchedule, members: Sequence[IntArray], op_dur_s: FloatArray,
-                    n_ops: int) -> tuple[IntArray, FloatArray]:
+def expand_schedule(sched: ListSchedule, order: Sequence[int], members: Sequence[IntArray], op_dur_s: FloatArray,
+                    n_ops: int) -> tuple[IntArray, FloatArray, IntArray]:
     """Map a coarse schedule to the ops (Algorithm 2, line 21): every op of a cluster runs on
-    the cluster's device, back to back in fusion order from the cluster's start."""
+    the cluster's device, back to back in fusion order from the cluster's start.
+
+    Returns the device and planned start of every op and ``rank``, each op's position in one
+    sequence consistent with every dependency: clusters by start, then by their position in the
+    placement ``order`` (topological), ops of a cluster in fusion order.  Each device runs its
+    ops in this sequence.  The run order must not be re-derived from the op start times: a
+    cluster's start is its predecessor's end summed in another order than the op-by-op starts,
+    so with zero-time ops a consumer's start can round below its producer's.
+    """
     device_of = np.empty(n_ops, dtype=np.int64)
     start_s = np.empty(n_ops, dtype=np.float64)
-    for c, ops in enumerate(members):
+    k = len(members)
+    placed = np.empty(k, dtype=np.int64)
+    placed[np.asarray(order, dtype=np.int64)] = np.arange(k)
+    by_start = np.lexsort((placed, np.asarray(sched.start_s[:k], dtype=np.float64)))
+    rank = np.empty(n_ops, dtype=np.int64)
+    done = 0
+    for c in by_start.tolist():
+        ops = members[c]
         d = sched.device[c]
         device_of[ops] = d
         dur = op_dur_s[ops, d]
         start_s[ops] = sched.start_s[c] + np.concatenate([[0.0], np.cumsum(dur)[:-1]])
-    return device_of, start_s
+        rank[ops] = np.arange(done, done + len(ops))
+        done += len(ops)
+    return device_of, start_s, rank

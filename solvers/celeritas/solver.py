@@ -96,7 +96,7 @@ class CeleritasSolver:
             fusion = fuse(g, seq, edge_c, mem, r_range, cap_m, singleton)
             coarse = coarse_task_graph(g, tasks, fusion)
             t2 = time.perf_counter()
-            sched = self._place(coarse, costs, caps, fusion, pins, options.placement)
+            sched, corder = self._place(coarse, costs, caps, fusion, pins, options.placement)
             t3 = time.perf_counter()
             attempts.append({"exploration_range": r_range, "cluster_memory_cap_bytes": cap_m,
                              "clusters": fusion.n_clusters, "best_effort_nodes": sched.best_effort,
@@ -105,8 +105,8 @@ class CeleritasSolver:
                 break
             r_range, cap_m = (r_range, cap_m / 4.0) if attempt < 2 else (1, cap_m)
         progress(ProgressEvent(0.8, sched.makespan_s(), message=f"{fusion.n_clusters} clusters placed"))
-        device_of, start_s = expand_schedule(sched, [fusion.members(c) for c in range(fusion.n_clusters)],
-                                             tasks.dur_s, g.n_ops)
+        device_of, start_s, rank = expand_schedule(sched, corder, [fusion.members(c) for c in range(fusion.n_clusters)],
+                                                   tasks.dur_s, g.n_ops)
         stats = {"order": options.order, "placement": options.placement,
                  "original_nodes": g.n_ops, "original_ccr": ccr(tasks, costs),
                  "fused_nodes": fusion.n_clusters, "fused_ccr": ccr(coarse, costs),
@@ -117,14 +117,14 @@ class CeleritasSolver:
             notes.append(f"best-effort placement: {sched.best_effort} node(s) fit no device and went to the "
                          "device with the most free memory")
         plan = finish_latency_plan(problem, device_of.tolist(), start_s.tolist(), status="feasible",
-                                   stats=stats, notes=notes)
+                                   stats=stats, notes=notes, rank=rank.tolist())
         progress(ProgressEvent(1.0, plan.claimed_objective_s))
         return plan
 
     @staticmethod
     def _place(coarse: TaskGraph, costs: LatencyCosts, caps: Any, fusion: Fusion, pins: dict[int, int],
-               placement: str) -> ListSchedule:
+               placement: str) -> tuple[ListSchedule, IntArray]:
         corder = task_order(coarse, costs, "cpd-topo")
         cpins = {int(fusion.cluster_of[v]): d for v, d in pins.items()}
         place = adjusting_place if placement == "adjusting" else order_place
-        return place(coarse, corder.tolist(), costs, caps, cpins)
+        return place(coarse, corder.tolist(), costs, caps, cpins), corder
