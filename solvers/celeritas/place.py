@@ -48,14 +48,15 @@ def back_cost_s(tasks: TaskGraph, costs: LatencyCosts, v: int) -> float:
 
 
 def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, caps_bytes: FloatArray,
-                    pins: Mapping[int, int] | None = None) -> ListSchedule:
+                    pins: Mapping[int, int] | None = None, move_threshold: float = 1.0) -> ListSchedule:
     """Adjusting Placement, Algorithm 2.
 
     For node ``v_i``: EST on every device (Eq. 7; insertion-based; +inf where memory is
     full, lines 7–10); ``d_k`` = device of ``v_{i-1}``; move to the earliest device ``d_1``
-    only if ``EST(d_k) - EST(d_1) > back_cost`` (Eq. 8, 9; lines 13–14), else stay on
-    ``d_k`` (line 16); if every device is full, best effort (line 18, see module doc).
-    The first node, with no ``d_k``, goes to the device with the earliest EST.
+    only if ``EST(d_k) - EST(d_1) > move_threshold * back_cost`` (Eq. 8, 9; lines 13–14; the
+    paper's factor is 1), else stay on ``d_k`` (line 16); if every device is full, best effort
+    (line 18, see module doc).  The first node, with no ``d_k``, goes to the device with the
+    earliest EST.
     """
     sched = ListSchedule(tasks, costs, caps_bytes)
     pins = pins or {}
@@ -70,7 +71,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
         # ties on EST (e.g. every device idle) go to the device that finishes v first
         d1 = min(range(n_dev), key=lambda d: (est[d], est[d] + float(tasks.dur_s[v, d]), d))
         d_k = d1 if prev < 0 else prev
-        if est[d_k] - est[d1] > back_cost_s(tasks, costs, v):  # inf - finite > cost: d_k is full
+        if est[d_k] - est[d1] > move_threshold * back_cost_s(tasks, costs, v):  # inf - finite > cost: d_k is full
             choice, effort = d1, False
         elif est[d_k] < _INF:
             choice, effort = d_k, False
@@ -81,7 +82,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     return sched
 
 
-def expand_schedule(sched: ListSchedule, order: Sequence[int], members: Sequence[IntArray], op_dur_s: FloatArray,
+def expand_schedule(sched: ListSchedule, order: Sequence[int] | IntArray, members: Sequence[IntArray], op_dur_s: FloatArray,
                     n_ops: int) -> tuple[IntArray, FloatArray, IntArray]:
     """Map a coarse schedule to the ops (Algorithm 2, line 21): every op of a cluster runs on
     the cluster's device, back to back in fusion order from the cluster's start.
