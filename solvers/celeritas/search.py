@@ -9,8 +9,10 @@ exploration range from ``R, R // 2, ..., 1`` and one coarse placement order, ran
 makespan (fewest best-effort nodes first).  The list scheduler's timing of a coarse graph is
 only an estimate of the op-level replay (a cluster waits for all its inputs, messages queue in
 another order), so the solver scores the best few with the simulator and keeps the best of
-those.  Equal clusterings are placed once.  The time limit is checked between candidates; the
-first one always runs.
+those.  The time limit is checked between candidates; the
+first one always runs.  Ranges are tried from the largest down; one whose clustering has at
+most 2 % more clusters than the last one placed is skipped (the same, or nearly the same,
+clustering: on a 36k-op graph R = 200 and R = 12 differ by 11 clusters of 16,924).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def exploration_ranges(r_max: int, adaptive: bool) -> list[int]:
     return out
 
 
+SAME_CLUSTERS = 0.02  # a range adding fewer clusters than this fraction is not placed again
+
 FuseFn = Callable[[int, float], tuple[Fusion, TaskGraph]]
 PlaceFn = Callable[[TaskGraph, Fusion, str], tuple[ListSchedule, IntArray]]
 
@@ -61,14 +65,13 @@ def search(fuse_at: FuseFn, place: PlaceFn, ranges: Sequence[int], cap_bytes: fl
     """The candidates over ``ranges`` x ``placement_orders`` (module doc), best first, those
     with the same placement of the same clusters once; every run is appended to ``attempts``."""
     found: list[Candidate] = []
-    seen: set[bytes] = set()
+    last_clusters = 0
     for r_range in ranges:
         t1 = time.perf_counter()
         fusion, coarse = fuse_at(r_range, cap_bytes)
-        signature = fusion.starts.tobytes()
-        if signature in seen:
-            continue
-        seen.add(signature)
+        if found and fusion.n_clusters <= last_clusters * (1.0 + SAME_CLUSTERS):
+            continue  # (nearly) the clustering just placed
+        last_clusters = fusion.n_clusters
         t2 = time.perf_counter()
         for kind in placement_orders:
             if found and budget.expired():
