@@ -38,6 +38,8 @@ class Candidate:
     corder: IntArray
     placement_order: str
     exploration_range: int
+    chains: bool
+    move_threshold: float
 
     def key(self) -> tuple[int, float]:
         return self.sched.best_effort, self.sched.makespan_s()
@@ -55,12 +57,12 @@ def exploration_ranges(r_max: int, adaptive: bool) -> list[int]:
 
 SAME_CLUSTERS = 0.02  # a range adding fewer clusters than this fraction is not placed again
 
-FuseFn = Callable[[int, float], tuple[Fusion, TaskGraph]]
-PlaceFn = Callable[[TaskGraph, Fusion, str], tuple[ListSchedule, IntArray]]
+FuseFn = Callable[[int, float, bool], tuple[Fusion, TaskGraph]]  # (R, M, chains)
+PlaceFn = Callable[[TaskGraph, Fusion, str, float], tuple[ListSchedule, IntArray]]  # (.., order, threshold)
 
 
 def search(fuse_at: FuseFn, place: PlaceFn, ranges: Sequence[int], cap_bytes: float,
-           placement_orders: Sequence[str], budget: Budget,
+           placement_orders: Sequence[str], chains: bool, move_threshold: float, budget: Budget,
            attempts: list[dict[str, Any]]) -> list[Candidate]:
     """The candidates over ``ranges`` x ``placement_orders`` (module doc), best first, those
     with the same placement of the same clusters once; every run is appended to ``attempts``."""
@@ -68,7 +70,7 @@ def search(fuse_at: FuseFn, place: PlaceFn, ranges: Sequence[int], cap_bytes: fl
     last_clusters = 0
     for r_range in ranges:
         t1 = time.perf_counter()
-        fusion, coarse = fuse_at(r_range, cap_bytes)
+        fusion, coarse = fuse_at(r_range, cap_bytes, chains)
         if found and fusion.n_clusters <= last_clusters * (1.0 + SAME_CLUSTERS):
             continue  # (nearly) the clustering just placed
         last_clusters = fusion.n_clusters
@@ -77,10 +79,11 @@ def search(fuse_at: FuseFn, place: PlaceFn, ranges: Sequence[int], cap_bytes: fl
             if found and budget.expired():
                 return ranked(found)
             t3 = time.perf_counter()
-            sched, corder = place(coarse, fusion, kind)
-            cand = Candidate(fusion, coarse, sched, corder, kind, r_range)
+            sched, corder = place(coarse, fusion, kind, move_threshold)
+            cand = Candidate(fusion, coarse, sched, corder, kind, r_range, chains, move_threshold)
             attempts.append({"exploration_range": r_range, "cluster_memory_cap_bytes": cap_bytes,
                              "clusters": fusion.n_clusters, "placement_order": kind,
+                             "fusion": "chains" if chains else "contiguous", "move_threshold": move_threshold,
                              "planned_makespan_s": sched.makespan_s(), "best_effort_nodes": sched.best_effort,
                              "fusion_s": t2 - t1, "placement_s": time.perf_counter() - t3})
             found.append(cand)

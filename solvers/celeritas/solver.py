@@ -109,30 +109,34 @@ class CeleritasSolver:
         singleton = np.zeros(g.n_ops, dtype=bool)
         singleton[list(pins)] = True
 
-        def fuse_at(r_range: int, cap_bytes: float) -> tuple[Fusion, TaskGraph]:
-            fusion = fuse(g, seq, edge_c, mem, r_range, cap_bytes, singleton, chains=options.fusion == "chains")
+        def fuse_at(r_range: int, cap_bytes: float, chains: bool) -> tuple[Fusion, TaskGraph]:
+            fusion = fuse(g, seq, edge_c, mem, r_range, cap_bytes, singleton, chains=chains)
             return fusion, coarse_task_graph(g, tasks, fusion)
 
-        def place(coarse: TaskGraph, fusion: Fusion, kind: str) -> tuple[ListSchedule, IntArray]:
-            return self._place(coarse, costs, caps, fusion, pins, options, kind)
+        def place(coarse: TaskGraph, fusion: Fusion, kind: str, threshold: float) -> tuple[ListSchedule, IntArray]:
+            return self._place(coarse, costs, caps, fusion, pins, options.placement, kind, threshold)
 
-        kinds = ["cpd-topo", "b-level"] if options.placement_order == "auto" else [options.placement_order]
         cap_m = options.cluster_memory_fraction * float(caps.min())
         attempts: list[dict[str, Any]] = []
-        found = search(fuse_at, place, exploration_ranges(options.exploration_range, options.adaptive), cap_m,
-                       kinds, budget, attempts)
-        for ranges, cap in (([found[0].exploration_range], cap_m / 4.0), ([found[0].exploration_range], cap_m / 16.0),
-                            ([1], cap_m / 16.0)):  # out of memory: smaller clusters (module doc)
-            if found[0].sched.best_effort == 0 or budget.expired():
+        found: list[Candidate] = []
+        for ranges, chains, kinds, threshold in _variants(options):
+            if found and budget.expired():
                 break
-            found = ranked([*found, *search(fuse_at, place, ranges, cap, [found[0].placement_order], budget,
+            found = ranked([*found, *search(fuse_at, place, ranges, cap_m, kinds, chains, threshold, budget,
                                             attempts)])
+        for step in range(3):  # out of memory: smaller clusters (module doc)
+            top = found[0]
+            if top.sched.best_effort == 0 or budget.expired():
+                break
+            r_range, cap = (top.exploration_range, cap_m / 4.0 ** (step + 1)) if step < 2 else (1, cap_m / 16.0)
+            found = ranked([*found, *search(fuse_at, place, [r_range], cap, [top.placement_order], top.chains,
+                                            top.move_threshold, budget, attempts)])
         progress(ProgressEvent(0.8, found[0].sched.makespan_s(),
                                message=f"{len(attempts)} placements, {found[0].fusion.n_clusters} clusters best"))
         stats = {"order": options.order, "placement": options.placement, "original_nodes": g.n_ops,
                  "original_ccr": ccr(tasks, costs), "fusion_attempts": attempts, **timings}
         plans = []
-        for cand in found[:max(1, options.finalists)]:
+        for cand in _finalists(found, options):
             plans.append(self._finish(problem, cand, tasks, costs, stats))
             if budget.expired():
                 break
@@ -155,14 +159,37 @@ class CeleritasSolver:
         return finish_latency_plan(
             problem, device_of.tolist(), start_s.tolist(), status="feasible", notes=notes, rank=rank.tolist(),
             stats={**stats, "placement_order": cand.placement_order, "exploration_range": cand.exploration_range,
+                   "fusion": "chains" if cand.chains else "contiguous", "move_threshold": cand.move_threshold,
                    "fused_nodes": fusion.n_clusters, "fused_ccr": ccr(cand.coarse, costs), "cut_cost_s": fusion.cut_s,
                    "internal_makespan_s": sched.makespan_s(), "best_effort_nodes": sched.best_effort})
 
     @staticmethod
     def _place(coarse: TaskGraph, costs: LatencyCosts, caps: Any, fusion: Fusion, pins: dict[int, int],
-               options: CeleritasOptions, kind: str) -> tuple[ListSchedule, IntArray]:
+               placement: str, kind: str, move_threshold: float) -> tuple[ListSchedule, IntArray]:
         corder = task_order(coarse, costs, kind)
         cpins = {int(fusion.cluster_of[v]): d for v, d in pins.items()}
-        if options.placement == "order":
+        if placement == "order":
             return order_place(coarse, corder.tolist(), costs, caps, cpins), corder
-        return adjusting_place(coarse, corder.tolist(), costs, caps, cpins, options.move_threshold), corder
+        return adjusting_place(coarse, corder.tolist(), costs, caps, cpins, move_threshold), corder
+
+
+def _variants(options: CeleritasOptions) -> list[tuple[list[int], bool, list[str], float]]:
+    """(ranges, chains, placement orders, move threshold) to search: the options' own, and with
+    ``adaptive`` the paper's configuration at ``exploration_range`` as one more candidate."""
+    kinds: list[str] = ["cpd-topo", "b-level"] if options.placement_order == "auto" else [options.placement_order]
+    chains = options.fusion == "chains"
+    out = [(exploration_ranges(options.exploration_range, options.adaptive), chains, kinds, options.move_threshold)]
+    paper = ([options.exploration_range], False, ["cpd-topo"], 1.0)
+    if options.adaptive and out[0][1:] != paper[1:]:
+        out.append(paper)
+    return out
+
+
+def _finalists(found: list[Candidate], options: CeleritasOptions) -> list[Candidate]:
+    """The ``finalists`` best-planned candidates, and the best of the paper's configuration when
+    it is not among them (so the default is never worse than the paper's pipeline)."""
+    out = found[:options.finalists]
+    paper = [c for c in found if not c.chains and c.move_threshold == 1.0 and c.placement_order == "cpd-topo"]
+    if paper and all(c is not paper[0] for c in out):
+        out.append(paper[0])
+    return out
