@@ -1,5 +1,5 @@
 """Fusion granularity and placement order adapted to the graph (a deviation from Celeritas,
-docs/celeritas.md, "Adaptive granularity").
+docs/celeritas.md, "Deviations from the paper").
 
 The paper fixes ``R = 200`` and ``M`` (Eq. 6), tuned for graphs of thousands of ops whose
 communication dominates.  On a branchy graph with cheap messages those clusters become a chain
@@ -9,8 +9,7 @@ exploration range from ``R, R // 2, ..., 1`` and one coarse placement order, ran
 makespan (fewest best-effort nodes first).  The list scheduler's timing of a coarse graph is
 only an estimate of the op-level replay (a cluster waits for all its inputs, messages queue in
 another order), so the solver scores the best few with the simulator and keeps the best of
-those.  The time limit is checked between candidates; the
-first one always runs.  Ranges are tried from the largest down; one whose clustering has at
+those.  The time limit is checked between candidates; the first one always runs.  Ranges are tried from the largest down; one whose clustering has at
 most 2 % more clusters than the last one placed is skipped (the same, or nearly the same,
 clustering: on a 36k-op graph R = 200 and R = 12 differ by 11 clusters of 16,924).
 """

@@ -7,7 +7,12 @@ mapped back with their run order.  Node weights are device-averaged op times (fo
 backward in a training pass) and edge weights device-averaged message times (both directions
 in training), as in the paper's single-number ``w_i`` / ``c_ij``.
 
-Out of memory: when some coarse node fits no device (best effort), fusion is redone with a
+With the defaults the fusion and placement run once per candidate (exploration ranges
+``R, R // 2, ..., 1`` with chain fusion, two coarse placement orders, and the paper's own
+configuration; :mod:`solvers.celeritas.search`), and the best few plans are simulated
+(docs/celeritas.md, "Deviations from the paper").
+
+Out of memory: when the best candidate needs best-effort placement, fusion is redone with a
 4x smaller ``M``, then 16x, then without fusion; if ops still fit nowhere the plan is
 reported ``infeasible`` with the best-effort count in its notes and stats.
 """
@@ -25,7 +30,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.celeritas import orders
 from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
 from solvers.celeritas.place import adjusting_place, expand_schedule, order_place
-from solvers.celeritas.search import Candidate, exploration_ranges, ranked, search
+from solvers.celeritas.search import Candidate, FuseFn, PlaceFn, exploration_ranges, ranked, search
 from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
@@ -116,21 +121,9 @@ class CeleritasSolver:
         def place(coarse: TaskGraph, fusion: Fusion, kind: str, threshold: float) -> tuple[ListSchedule, IntArray]:
             return self._place(coarse, costs, caps, fusion, pins, options.placement, kind, threshold)
 
-        cap_m = options.cluster_memory_fraction * float(caps.min())
         attempts: list[dict[str, Any]] = []
-        found: list[Candidate] = []
-        for ranges, chains, kinds, threshold in _variants(options):
-            if found and budget.expired():
-                break
-            found = ranked([*found, *search(fuse_at, place, ranges, cap_m, kinds, chains, threshold, budget,
-                                            attempts)])
-        for step in range(3):  # out of memory: smaller clusters (module doc)
-            top = found[0]
-            if top.sched.best_effort == 0 or budget.expired():
-                break
-            r_range, cap = (top.exploration_range, cap_m / 4.0 ** (step + 1)) if step < 2 else (1, cap_m / 16.0)
-            found = ranked([*found, *search(fuse_at, place, [r_range], cap, [top.placement_order], top.chains,
-                                            top.move_threshold, budget, attempts)])
+        found = _candidates(fuse_at, place, options, options.cluster_memory_fraction * float(caps.min()), budget,
+                            attempts)
         progress(ProgressEvent(0.8, found[0].sched.makespan_s(),
                                message=f"{len(attempts)} placements, {found[0].fusion.n_clusters} clusters best"))
         stats = {"order": options.order, "placement": options.placement, "original_nodes": g.n_ops,
@@ -171,6 +164,25 @@ class CeleritasSolver:
         if placement == "order":
             return order_place(coarse, corder.tolist(), costs, caps, cpins), corder
         return adjusting_place(coarse, corder.tolist(), costs, caps, cpins, move_threshold), corder
+
+
+def _candidates(fuse_at: FuseFn, place: PlaceFn, options: CeleritasOptions, cap_m: float, budget: Budget,
+                attempts: list[dict[str, Any]]) -> list[Candidate]:
+    """Every candidate of :func:`_variants`, best-planned first; when the best needs best-effort
+    placement, fusion again with a 4x smaller ``M``, then 16x, then without fusion (module doc)."""
+    found: list[Candidate] = []
+    for ranges, chains, kinds, threshold in _variants(options):
+        if found and budget.expired():
+            break
+        found = ranked([*found, *search(fuse_at, place, ranges, cap_m, kinds, chains, threshold, budget, attempts)])
+    for step in range(3):
+        top = found[0]
+        if top.sched.best_effort == 0 or budget.expired():
+            break
+        r_range, cap = (top.exploration_range, cap_m / 4.0 ** (step + 1)) if step < 2 else (1, cap_m / 16.0)
+        found = ranked([*found, *search(fuse_at, place, [r_range], cap, [top.placement_order], top.chains,
+                                        top.move_threshold, budget, attempts)])
+    return found
 
 
 def _variants(options: CeleritasOptions) -> list[tuple[list[int], bool, list[str], float]]:

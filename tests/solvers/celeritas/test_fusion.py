@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -126,7 +128,7 @@ def test_chain_fusion_makes_paths(g: OpGraph, topo: object, r_max: int) -> None:
     edges = set(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True))
     for k in range(chained.n_clusters):
         ops = chained.members(k).tolist()
-        assert all((a, b) in edges for a, b in zip(ops, ops[1:], strict=False))
+        assert all((a, b) in edges for a, b in itertools.pairwise(ops))
     free = fuse(g, seq, edge_c, tasks.mem_add_bytes, r_max, float("inf"))
     assert chained.cut_s >= free.cut_s - 1e-12
     assert chain_breaks(g, seq)[0]
