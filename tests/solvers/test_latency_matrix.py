@@ -79,7 +79,7 @@ def _check(problem: Problem, name: str, time_limit_s: float) -> None:
 def test_every_latency_solver_gives_a_valid_plan_that_claims_its_simulation(profile: str, pass_: str,
                                                                            topology: str) -> None:
     problem = Problem(_graph(profile), TOPOLOGIES[topology](), "latency",
-                      ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
+                      ProblemSettings(pass_=pass_))
     for name in LATENCY_SOLVERS:
         if name != PORTFOLIO:
             _check(problem, name, TIME_LIMIT_S)
@@ -92,7 +92,7 @@ def test_every_latency_solver_gives_a_valid_plan_that_claims_its_simulation(prof
 def test_the_portfolio_gives_a_valid_plan_that_claims_its_simulation(profile: str, pass_: str,
                                                                      topology: str) -> None:
     problem = Problem(_graph(profile), TOPOLOGIES[topology](), "latency",
-                      ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
+                      ProblemSettings(pass_=pass_))
     _check(problem, PORTFOLIO, PORTFOLIO_TIME_LIMIT_S)
 
 
@@ -106,7 +106,7 @@ def test_celeritas_defaults_are_never_worse_than_the_papers_configuration(profil
     for topology in sorted(TOPOLOGIES):
         for pass_ in ("forward", "training"):
             problem = Problem(_graph(profile), TOPOLOGIES[topology](), "latency",
-                              ProblemSettings(pass_=pass_))  # type: ignore[arg-type]
+                              ProblemSettings(pass_=pass_))
             default = solve(problem, "celeritas", time_limit_s=60.0).claimed_objective_s
             paper = solve(problem, "celeritas", PAPER_CELERITAS, time_limit_s=60.0).claimed_objective_s
             assert default is not None and paper is not None
