@@ -1,7 +1,7 @@
 """Every latency solver on every PipeDream profile (issue 12): forward and training pass, on 4
 identical V100 over PCIe and on 4 heterogeneous devices over a slow network.  Each plan must be
 valid (the simulator replays its order without deadlock) and claim exactly what the simulator
-measures.  Small time limits: 0.5 s per solver, 2 s for the portfolio ``auto`` (marked slow: it
+measures.  Small time limits: 0.5 s per solver, 4 s for the portfolio ``auto`` (marked slow: it
 runs each of its 56 cases for most of its limit)."""
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ LATENCY_SOLVERS = sorted(n for n in registry.BUILTIN if "latency" in registry.ge
 PORTFOLIO = "auto"
 GiB = float(2**30)
 TIME_LIMIT_S = 0.5
-# ``auto`` splits its limit between its solvers' processes (0.35 s kept back): 2 s gives each of
-# them about 0.4 s on 2 cores, so the fast ones finish even on a loaded machine
-PORTFOLIO_TIME_LIMIT_S = 2.0
+# ``auto`` splits its limit between its solvers' processes (0.35 s kept back) and kills them at
+# the deadline: 4 s gives each of its 8 members about 0.9 s on 2 cores (with 2 s, a run of the
+# whole suite under load 8 had members killed before any finished)
+PORTFOLIO_TIME_LIMIT_S = 4.0
 
 pytestmark = pytest.mark.skipif(not PROFILES, reason="shared/data not present")
 
