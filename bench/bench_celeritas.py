@@ -1,8 +1,8 @@
 """Celeritas benchmarks (docs/benchmarks.md, "Celeritas").
 
-``.venv/bin/python -m bench.bench_celeritas`` prints two tables:
+``.venv/bin/python -m bench.bench_celeritas`` prints these tables:
 
-1. Solve time of ``celeritas`` (and Order-Place) on seeded ``random_dag`` graphs of the paper's
+1. Solve time of ``celeritas`` (the paper's configuration, its Order-Place, and the defaults) on seeded ``random_dag`` graphs of the paper's
    sizes (3,810 / 6,332 / 25,463 / 36,352 ops, Table 2), training pass, 4 PCIe V100 (32 GiB),
    memory scaled so the graph needs about 2.5 devices.  Median of ``--repeat`` runs of
    ``solvers.solving.solve`` (``solve_time_s``: the whole solver including the final simulation
@@ -16,6 +16,13 @@
 3. Table 4 style: solve time and simulated step time of every list scheduler and Celeritas on
    the random DAGs of the smaller paper sizes (``--table4-sizes``).
 4. ``--r-sweep``: Celeritas and Order-Place on the Table 3 graphs for R in 1 .. 200.
+5. ``--versus`` (alone): Celeritas (default and the paper's configuration) against HEFT, m-ETF
+   and the lower bound on branchy profiles, a 2,000-op layered DAG, a heterogeneous slow
+   network and the communication-heavy Table 3 graphs.
+
+"Celeritas (paper)" is the paper's pipeline (``PAPER``: R fixed, contiguous fusion, CPD-TOPO
+placement order, Eq. 9 threshold 1, one candidate); "Celeritas" the solver's defaults
+(docs/celeritas.md, "Deviations from the paper").
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from solvers.celeritas.estimate import scale_graph
+from solvers.cost.bounds import lower_bound_s
 from solvers.generate import generate_graph
 from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
@@ -43,8 +51,12 @@ TARGET_S = 3.0
 PAPER_SIZES = {3810: ("Tensor Holography", 3.586), 6332: ("Inception_V3", 7.183), 25463: ("NMT", 59.418),
                36352: ("Transformer", 95.304)}
 DATA = Path("/work/shared/data/pipedream/profiles")
+# the paper's pipeline: one R, any run of the order fused, CPD-TOPO placement order, Eq. 9 as written
+PAPER: dict[str, Any] = {"adaptive": False, "fusion": "contiguous", "placement_order": "cpd-topo",
+                         "move_threshold": 1.0, "finalists": 1}
 TABLE3_SOLVERS: list[tuple[str, str, dict[str, Any]]] = [
-    ("Celeritas", "celeritas", {}), ("Order-Place", "celeritas", {"placement": "order"}),
+    ("Celeritas", "celeritas", {}), ("Celeritas (paper)", "celeritas", PAPER),
+    ("Order-Place", "celeritas", {**PAPER, "placement": "order"}),
     ("m-TOPO", "m-topo", {}), ("m-ETF", "m-etf", {}), ("m-SCT", "m-sct", {}), ("HEFT", "heft", {}),
     ("even", "even", {}),
 ]
@@ -69,24 +81,78 @@ def _scale_memory(graph: OpGraph, topology: Topology, devices_needed: float) -> 
 
 def solve_times(repeat: int, sizes: list[int]) -> None:
     topo = pcie_v100()
-    print("| ops | edges | clusters | solve_time_s (Celeritas) | of which final simulation | Order-Place | paper (model, s) | paper / ours |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| ops | edges | clusters (paper) | Celeritas (paper) `solve_time_s` | of which final simulation | "
+          "Order-Place (paper) | Celeritas (default) `solve_time_s` | clusters (default) | paper (model, s) | "
+          "paper / ours (paper config) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n_ops in sizes:
         g = generate_graph("random_dag", n_ops=n_ops, width=8, edge_prob=0.1, max_skip=2, bytes_max=1e7, seed=1)
         problem = Problem(_scale_memory(g, topo, 2.5), topo, "latency", ProblemSettings(pass_="training"))
-        runs, sims, order_runs, clusters = [], [], [], 0
+        runs, sims, order_runs, default_runs, clusters, default_clusters = [], [], [], [], 0, 0
         for _ in range(repeat):
-            plan = solve(problem, "celeritas")
+            plan = solve(problem, "celeritas", PAPER)
             runs.append(float(plan.solve_time_s or 0.0))
             clusters = int(plan.stats["fused_nodes"])
             started = time.perf_counter()
             simulate(problem, plan)
             sims.append(time.perf_counter() - started)
-            order_runs.append(float(solve(problem, "celeritas", {"placement": "order"}).solve_time_s or 0.0))
+            order_runs.append(float(solve(problem, "celeritas", {**PAPER, "placement": "order"}).solve_time_s or 0.0))
+            default = solve(problem, "celeritas")
+            default_runs.append(float(default.solve_time_s or 0.0))
+            default_clusters = int(default.stats["fused_nodes"])
         med = statistics.median(runs)
         model, paper_s = PAPER_SIZES.get(n_ops, ("-", float("nan")))
         print(f"| {n_ops:,} | {len(g.edges):,} | {clusters} | {med:.2f} | {statistics.median(sims):.2f} | "
-              f"{statistics.median(order_runs):.2f} | {model} {paper_s:.3f} | {paper_s / med:.1f}x |", flush=True)
+              f"{statistics.median(order_runs):.2f} | {statistics.median(default_runs):.2f} | {default_clusters} | "
+              f"{model} {paper_s:.3f} | {paper_s / med:.1f}x |", flush=True)
+
+
+def hetero_slow() -> Topology:
+    """4 devices of different speed and memory on two hosts: 4 GB/s inside a host, 1 GB/s and
+    50 us between hosts (tests/solvers/test_latency_matrix.py)."""
+    specs = [(1.0, 32), (1.6, 16), (0.6, 12), (1.0, 24)]
+    devices = [Device(f"gpu{i}", "GPU", f"host{i // 2}", mem * GiB, speed) for i, (speed, mem) in enumerate(specs)]
+    links = [Link(a.id, b.id, 4e9 if a.node == b.node else 1e9, 5e-5)
+             for i, a in enumerate(devices) for b in devices[i + 1:]]
+    return Topology.from_links("hetero4-slow", devices, links)
+
+
+def versus_cases() -> list[tuple[str, str, Problem]]:
+    """(graph, setting, problem) of the table "Celeritas versus the list schedulers"."""
+    pcie, het = pcie_v100(), hetero_slow()
+
+    def profile(name: str) -> OpGraph:
+        return import_pipedream((DATA / name / "graph.txt").read_text(), name)
+
+    layered = generate_graph("random_dag", n_ops=2000, width=8, edge_prob=0.1, bytes_max=1e7, seed=1)
+    big = table3_graphs()
+    fwd, train = ProblemSettings(pass_="forward"), ProblemSettings(pass_="training")
+    return [
+        ("nasnetamobile", "4 V100 PCIe, forward", Problem(profile("nasnetamobile"), pcie, "latency", fwd)),
+        ("inception_v3", "4 V100 PCIe, forward", Problem(profile("inception_v3"), pcie, "latency", fwd)),
+        ("random_dag 2,000 ops, width 8", "4 V100 PCIe, forward", Problem(layered, pcie, "latency", fwd)),
+        ("nasnetamobile", "4 V100 PCIe, training", Problem(profile("nasnetamobile"), pcie, "latency", train)),
+        ("nasnetalarge", "hetero4-slow, training", Problem(profile("nasnetalarge"), het, "latency", train)),
+        ("resnext101", "hetero4-slow, forward", Problem(profile("resnext101"), het, "latency", fwd)),
+        ("resnext50", "hetero4-slow, forward", Problem(profile("resnext50"), het, "latency", fwd)),
+        *[(name.split(" (")[0] + (" batch 512" if "Inception" in name else ""), "4 V100 PCIe, training",
+           Problem(graph, pcie, "latency", train)) for name, graph in big.items() if "GNMT" not in name],
+    ]
+
+
+def versus(time_limit_s: float) -> None:
+    print("| graph | ops | setting | CCR | Celeritas | Celeritas (paper) | HEFT | m-ETF | lower bound | "
+          "Celeritas / best of HEFT, m-ETF | solve time (Celeritas, paper, HEFT, m-ETF) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for graph, setting, problem in versus_cases():
+        plans = [solve(problem, solver, options, time_limit_s=time_limit_s)
+                 for solver, options in (("celeritas", {}), ("celeritas", PAPER), ("heft", {}), ("m-etf", {}))]
+        ms = [float(p.claimed_objective_s or 0.0) * 1e3 for p in plans]
+        ratio = ms[0] / min(ms[2], ms[3])
+        times = ", ".join(f"{p.solve_time_s:.2f}" for p in plans)
+        print(f"| {graph} | {problem.graph.n_ops:,} | {setting} | {plans[0].stats['original_ccr']:.2f} | "
+              f"{ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | {ms[3]:.1f} | {lower_bound_s(problem) * 1e3:.1f} | "
+              f"{ratio:.3f} | {times} s |", flush=True)
 
 
 def table3_graphs() -> dict[str, OpGraph]:
@@ -149,7 +215,7 @@ def r_sweep() -> None:
         for placement in ("adjusting", "order"):
             cells = []
             for r in ranges:
-                plan = solve(problem, "celeritas", {"exploration_range": r, "placement": placement})
+                plan = solve(problem, "celeritas", {**PAPER, "exploration_range": r, "placement": placement})
                 cells.append(f"{plan.claimed_objective_s:.3f} ({plan.stats['fused_nodes']})")
             print(f"| {model.split(' (')[0]} | {placement} | " + " | ".join(cells) + " |", flush=True)
 
@@ -162,7 +228,12 @@ def main() -> None:
     parser.add_argument("--skip-table3", action="store_true")
     parser.add_argument("--table4-sizes", type=int, nargs="*", default=[3810, 6332])
     parser.add_argument("--r-sweep", action="store_true")
+    parser.add_argument("--versus", action="store_true", help="only the table versus HEFT and m-ETF")
     args = parser.parse_args()
+    if args.versus:
+        print("Celeritas versus the list schedulers: simulated latency, ms")
+        versus(args.time_limit)
+        return
     print(f"Celeritas solve time (target <= {TARGET_S} s at 36k ops)")
     solve_times(args.repeat, args.sizes)
     if not args.skip_table3:

@@ -8,7 +8,8 @@ SoCC'20, §4.3; SCT: Hanen & Munier 1995).
    ``s_v >= s_u + p_u + c_e x_e`` (every edge), ``sum_{e out of u} x_e >= |succ(u)| - 1``
    (at most one favourite child), ``sum_{e into v} x_e >= |pred(v)| - 1`` (at most one
    favourite parent), ``w >= s_v + p_v`` (sinks).  ``p`` and ``c`` are device-averaged op
-   and message times.  Rounding: ``x_e < threshold`` (0.5) marks the favourite child.
+   and message times.  Rounding: ``x_e < threshold`` (0.5) marks the favourite child, at most
+   one per op and one per consumer however the LP's tolerance rounds (:func:`round_favourites`).
 2. m-ETF (:func:`~solvers.baselines.metf.etf_schedule`) where a favourite child is placed on
    its favourite parent's device whenever it fits there.
 
@@ -125,11 +126,30 @@ def favourite_children(tasks: TaskGraph, costs: LatencyCosts, relaxation: bool, 
         return None, stats
     x = np.asarray(solver.variable_values())[col_x:col_w]
     stats["lp_objective_s"] = float(solver.objective_value())
-    fav = np.full(n, -1, dtype=np.int64)
-    chosen = np.flatnonzero(x < threshold)
-    fav[src[chosen]] = dst[chosen]
-    stats["favourite_children"] = len(chosen)
+    fav = round_favourites(src, dst, x, threshold, n)
+    stats["favourite_children"] = int((fav >= 0).sum())
     return fav, stats
+
+
+def round_favourites(src: IntArray, dst: IntArray, x: npt.NDArray[np.float64], threshold: float, n: int) -> IntArray:
+    """SCT rounding (Hanen & Munier): edge ``e`` is a favourite when ``x_e < threshold``, at most
+    one favourite child per op and one favourite parent per op.
+
+    The LP's degree rows only guarantee this in exact arithmetic: within the solver's feasibility
+    tolerance two edges into one op can both come back at ``0.5 - 1e-13`` (their sum ``>= 1``
+    holds up to ``1e-13``).  So the candidates are taken by increasing ``x`` (ties: edge order)
+    and one is kept only while its producer has no favourite child and its consumer no
+    favourite parent yet; with an exact solution this keeps every edge below the threshold.
+    """
+    fav = np.full(n, -1, dtype=np.int64)
+    has_parent = np.zeros(n, dtype=bool)
+    below = np.flatnonzero(x < threshold)
+    for e in below[np.argsort(x[below], kind="stable")].tolist():
+        u, v = int(src[e]), int(dst[e])
+        if fav[u] < 0 and not has_parent[v]:
+            fav[u] = v
+            has_parent[v] = True
+    return fav
 
 
 class MSCTSolver:

@@ -30,30 +30,59 @@ _BLOCK = 2048  # rows of the cost band built at a time (memory O(_BLOCK * R))
 
 
 def _limits(n: int, r_max: int, mem_seq: FloatArray, memory_cap_bytes: float,
-            singleton_seq: BoolArray | None) -> IntArray:
-    """``limit[j]`` = largest cluster size ``r`` allowed for a cluster ending before position ``j``."""
+            forced_start_seq: BoolArray | None) -> IntArray:
+    """``limit[j]`` = largest cluster size ``r`` allowed for a cluster ending before position ``j``
+    (a cluster ``[j - r, j)`` may not contain a forced start after its first position)."""
     j = np.arange(n + 1)
     limit = np.minimum(j, r_max)
     if np.isfinite(memory_cap_bytes):
         prefix = np.concatenate([[0.0], np.cumsum(mem_seq)])
         first = np.searchsorted(prefix, prefix - memory_cap_bytes, side="left")
         limit = np.minimum(limit, np.maximum(1, j - first))
-    if singleton_seq is not None and singleton_seq.any():
-        pins = np.flatnonzero(singleton_seq)
-        # q[j] = last singleton position < j (or -1)
-        k = np.searchsorted(pins, j, side="left") - 1
-        q = np.where(k >= 0, pins[np.maximum(k, 0)], -1)
-        limit = np.where(q == j - 1, 1, np.where(q >= 0, np.minimum(limit, j - 1 - q), limit))
+    if forced_start_seq is not None and forced_start_seq.any():
+        forced = np.flatnonzero(forced_start_seq)
+        k = np.searchsorted(forced, j, side="left") - 1  # last forced start < j (or none)
+        limit = np.where(k >= 0, np.minimum(limit, j - forced[np.maximum(k, 0)]), limit)
     limit[0] = 0
     return limit.astype(np.int64)
 
 
+def forced_starts(n: int, singleton_seq: BoolArray | None, break_before_seq: BoolArray | None) -> BoolArray | None:
+    """Positions where a cluster must start: every singleton and the position after it, and
+    every ``break_before`` position."""
+    if singleton_seq is None and break_before_seq is None:
+        return None
+    out = np.zeros(n + 1, dtype=bool)
+    if singleton_seq is not None:
+        out[:n] |= singleton_seq
+        out[1:] |= singleton_seq
+    if break_before_seq is not None:
+        out[:n] |= break_before_seq
+    return out[:n]
+
+
+def chain_breaks(graph: OpGraph, seq: IntArray) -> BoolArray:
+    """``break_before[k]``: ``seq[k]`` does not consume the output of ``seq[k - 1]``.  Clusters
+    cut there are paths of the graph (linear clusters): fusing them never serialises two ops
+    that could run at the same time."""
+    n = graph.n_ops
+    pos = np.empty(n, dtype=np.int64)
+    pos[seq] = np.arange(n)
+    follows = np.zeros(n, dtype=bool)
+    ps, pd = pos[graph.edge_src], pos[graph.edge_dst]
+    follows[pd[pd == ps + 1]] = True
+    return ~follows
+
+
 def optimal_breakpoints(src_pos: IntArray, dst_pos: IntArray, edge_cost_s: FloatArray, mem_seq: FloatArray,
                         exploration_range: int, memory_cap_bytes: float = float("inf"),
-                        singleton_seq: BoolArray | None = None) -> tuple[IntArray, float]:
+                        singleton_seq: BoolArray | None = None,
+                        break_before_seq: BoolArray | None = None) -> tuple[IntArray, float]:
     """OPTIMAL_BP of Algorithm 1 on a sequence of ``n = len(mem_seq)`` nodes.
 
-    ``src_pos < dst_pos`` are the sequence positions of each edge's ends.  Returns the
+    ``src_pos < dst_pos`` are the sequence positions of each edge's ends; ``singleton_seq``:
+    nodes that form a cluster alone; ``break_before_seq``: positions where a cluster must
+    start (:func:`chain_breaks`).  Returns the
     cluster start positions (the breakpoints, ascending, starting with 0) and ``S(v_n)``,
     the total inter-cluster communication of the optimum.
     """
@@ -67,7 +96,8 @@ def optimal_breakpoints(src_pos: IntArray, dst_pos: IntArray, edge_cost_s: Float
     e_src, e_span, e_c = src_pos[keep], span[keep], c[keep]
     by_src = np.argsort(e_src, kind="stable")
     e_src, e_span, e_c = e_src[by_src], e_span[by_src], e_c[by_src]
-    limit = _limits(n, r_max, np.asarray(mem_seq, dtype=np.float64), memory_cap_bytes, singleton_seq)
+    limit = _limits(n, r_max, np.asarray(mem_seq, dtype=np.float64), memory_cap_bytes,
+                    forced_starts(n, singleton_seq, break_before_seq))
     best = np.zeros(n + 1)  # best[j] = S(v_j): least cut of the first j nodes cut before position j
     back = np.zeros(n + 1, dtype=np.int64)  # back[j] = P(v_j): start of the last cluster [back[j], j)
     r_idx = np.arange(r_max + 1)
@@ -125,14 +155,17 @@ class Fusion:
 
 
 def fuse(graph: OpGraph, seq: IntArray, edge_cost_s: FloatArray, mem_bytes: FloatArray, exploration_range: int,
-         memory_cap_bytes: float, singleton: BoolArray | None = None) -> Fusion:
-    """Algorithm 1, lines 1–5: breakpoints over ``seq`` (a topological order), then clusters."""
+         memory_cap_bytes: float, singleton: BoolArray | None = None, chains: bool = False) -> Fusion:
+    """Algorithm 1, lines 1–5: breakpoints over ``seq`` (a topological order), then clusters.
+    ``chains``: clusters are paths of the graph (:func:`chain_breaks`); the paper allows any
+    run of the order."""
     n = graph.n_ops
     pos = np.empty(n, dtype=np.int64)
     pos[seq] = np.arange(n)
     starts, cut = optimal_breakpoints(pos[graph.edge_src], pos[graph.edge_dst], edge_cost_s, mem_bytes[seq],
                                       exploration_range, memory_cap_bytes,
-                                      None if singleton is None else singleton[seq])
+                                      None if singleton is None else singleton[seq],
+                                      chain_breaks(graph, seq) if chains else None)
     sizes = np.diff(np.append(starts, n))
     cluster_of = np.empty(n, dtype=np.int64)
     cluster_of[seq] = np.repeat(np.arange(len(starts)), sizes)

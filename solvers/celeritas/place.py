@@ -48,14 +48,15 @@ def back_cost_s(tasks: TaskGraph, costs: LatencyCosts, v: int) -> float:
 
 
 def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, caps_bytes: FloatArray,
-                    pins: Mapping[int, int] | None = None) -> ListSchedule:
+                    pins: Mapping[int, int] | None = None, move_threshold: float = 1.0) -> ListSchedule:
     """Adjusting Placement, Algorithm 2.
 
     For node ``v_i``: EST on every device (Eq. 7; insertion-based; +inf where memory is
     full, lines 7–10); ``d_k`` = device of ``v_{i-1}``; move to the earliest device ``d_1``
-    only if ``EST(d_k) - EST(d_1) > back_cost`` (Eq. 8, 9; lines 13–14), else stay on
-    ``d_k`` (line 16); if every device is full, best effort (line 18, see module doc).
-    The first node, with no ``d_k``, goes to the device with the earliest EST.
+    only if ``EST(d_k) - EST(d_1) > move_threshold * back_cost`` (Eq. 8, 9; lines 13–14; the
+    paper's factor is 1), else stay on ``d_k`` (line 16); if every device is full, best effort
+    (line 18, see module doc).  The first node, with no ``d_k``, goes to the device with the
+    earliest EST.
     """
     sched = ListSchedule(tasks, costs, caps_bytes)
     pins = pins or {}
@@ -70,7 +71,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
         # ties on EST (e.g. every device idle) go to the device that finishes v first
         d1 = min(range(n_dev), key=lambda d: (est[d], est[d] + float(tasks.dur_s[v, d]), d))
         d_k = d1 if prev < 0 else prev
-        if est[d_k] - est[d1] > back_cost_s(tasks, costs, v):  # inf - finite > cost: d_k is full
+        if est[d_k] - est[d1] > move_threshold * back_cost_s(tasks, costs, v):  # inf - finite > cost: d_k is full
             choice, effort = d1, False
         elif est[d_k] < _INF:
             choice, effort = d_k, False
@@ -81,15 +82,32 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     return sched
 
 
-def expand_schedule(sched: ListSchedule, members: Sequence[IntArray], op_dur_s: FloatArray,
-                    n_ops: int) -> tuple[IntArray, FloatArray]:
+def expand_schedule(sched: ListSchedule, order: Sequence[int] | IntArray, members: Sequence[IntArray], op_dur_s: FloatArray,
+                    n_ops: int) -> tuple[IntArray, FloatArray, IntArray]:
     """Map a coarse schedule to the ops (Algorithm 2, line 21): every op of a cluster runs on
-    the cluster's device, back to back in fusion order from the cluster's start."""
+    the cluster's device, back to back in fusion order from the cluster's start.
+
+    Returns the device and planned start of every op and ``rank``, each op's position in one
+    sequence consistent with every dependency: clusters by start, then by their position in the
+    placement ``order`` (topological), ops of a cluster in fusion order.  Each device runs its
+    ops in this sequence.  The run order must not be re-derived from the op start times: a
+    cluster's start is its predecessor's end summed in another order than the op-by-op starts,
+    so with zero-time ops a consumer's start can round below its producer's.
+    """
     device_of = np.empty(n_ops, dtype=np.int64)
     start_s = np.empty(n_ops, dtype=np.float64)
-    for c, ops in enumerate(members):
+    k = len(members)
+    placed = np.empty(k, dtype=np.int64)
+    placed[np.asarray(order, dtype=np.int64)] = np.arange(k)
+    by_start = np.lexsort((placed, np.asarray(sched.start_s[:k], dtype=np.float64)))
+    rank = np.empty(n_ops, dtype=np.int64)
+    done = 0
+    for c in by_start.tolist():
+        ops = members[c]
         d = sched.device[c]
         device_of[ops] = d
         dur = op_dur_s[ops, d]
         start_s[ops] = sched.start_s[c] + np.concatenate([[0.0], np.cumsum(dur)[:-1]])
-    return device_of, start_s
+        rank[ops] = np.arange(done, done + len(ops))
+        done += len(ops)
+    return device_of, start_s, rank

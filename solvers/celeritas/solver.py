@@ -7,7 +7,12 @@ mapped back with their run order.  Node weights are device-averaged op times (fo
 backward in a training pass) and edge weights device-averaged message times (both directions
 in training), as in the paper's single-number ``w_i`` / ``c_ij``.
 
-Out of memory: when some coarse node fits no device (best effort), fusion is redone with a
+With the defaults the fusion and placement run once per candidate (exploration ranges
+``R, R // 2, ..., 1`` with chain fusion, two coarse placement orders, and the paper's own
+configuration; :mod:`solvers.celeritas.search`), and the best few plans are simulated
+(docs/celeritas.md, "Deviations from the paper").
+
+Out of memory: when the best candidate needs best-effort placement, fusion is redone with a
 4x smaller ``M``, then 16x, then without fusion; if ops still fit nowhere the plan is
 reported ``infeasible`` with the best-effort count in its notes and stats.
 """
@@ -25,6 +30,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.celeritas import orders
 from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
 from solvers.celeritas.place import adjusting_place, expand_schedule, order_place
+from solvers.celeritas.search import Candidate, FuseFn, PlaceFn, exploration_ranges, ranked, search
 from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
@@ -37,24 +43,42 @@ from solvers.listsched import (
     obviously_infeasible,
     op_task_graph,
 )
-from solvers.listsched.orders import m_topo_order
+from solvers.listsched.orders import b_level, m_topo_order
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 
 
 class CeleritasOptions(SolverOptions):
-    """``exploration_range``: R of Eq. 6 (largest cluster, in ops).  ``cluster_memory_fraction``:
-    M of Eq. 6 as a fraction of the smallest device's usable memory.  ``order``: the order
-    fused (the paper: CPD-TOPO).  ``placement``: Algorithm 2 or the Order-Place baseline."""
+    """``exploration_range``: R of Eq. 6 (largest cluster, in ops; with ``adaptive`` the upper
+    end of the search).  ``cluster_memory_fraction``: M of Eq. 6 as a fraction of the smallest
+    device's usable memory.  ``order``: the order fused (the paper: CPD-TOPO).  ``placement``:
+    Algorithm 2 or the Order-Place baseline.  Deviations from the paper, each defaulting to
+    what measured better (docs/celeritas.md): ``adaptive`` tries R = exploration_range,
+    R / 2, ..., 1 and keeps the shortest planned makespan (the paper: R fixed); ``fusion``
+    ``chains`` fuses only paths of the graph (the paper: ``contiguous``, any run of the order);
+    ``placement_order`` walks the coarse graph in CPD-TOPO order (the paper), by b-level, or
+    tries both (``auto``); ``move_threshold`` scales Eq. 9's back cost (the paper: 1); ``finalists``: how many of the
+    best-planned candidates the simulator scores (the paper has one)."""
 
     exploration_range: int = Field(200, ge=1)
     cluster_memory_fraction: float = Field(0.25, gt=0.0, le=1.0)
     order: Literal["cpd-topo", "dfs-topo", "m-topo"] = "cpd-topo"
     placement: Literal["adjusting", "order"] = "adjusting"
+    adaptive: bool = True
+    fusion: Literal["chains", "contiguous"] = "chains"
+    placement_order: Literal["auto", "cpd-topo", "b-level"] = "auto"
+    move_threshold: float = Field(0.0, ge=0.0)
+    finalists: int = Field(3, ge=1)
 
 
 def task_order(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> IntArray:
-    """The op or cluster order named ``kind`` (§4.2.2, Algorithm 1)."""
+    """The op or cluster order named ``kind`` (§4.2.2, Algorithm 1); ``b-level``: decreasing
+    b-level (Eq. 3; HEFT's upward rank), ties by topological position, so still topological."""
+    if kind == "b-level":
+        f = costs.msg_factor
+        blevel = b_level(tasks.succ, tasks.succ_bytes, tasks.dur_s.mean(axis=1), f * costs.mean_latency_s,
+                         f * costs.mean_inv_bandwidth_sPB, np.argsort(tasks.rank, kind="stable"))
+        return np.lexsort((tasks.rank, -blevel)).astype(np.int64)
     if kind == "m-topo":
         return m_topo_order(tasks.succ, tasks.pred)
     if kind == "dfs-topo":
@@ -89,42 +113,95 @@ class CeleritasSolver:
         mem = tasks.mem_add_bytes + tasks.mem_work_bytes
         singleton = np.zeros(g.n_ops, dtype=bool)
         singleton[list(pins)] = True
-        r_range, cap_m = options.exploration_range, options.cluster_memory_fraction * float(caps.min())
+
+        def fuse_at(r_range: int, cap_bytes: float, chains: bool) -> tuple[Fusion, TaskGraph]:
+            fusion = fuse(g, seq, edge_c, mem, r_range, cap_bytes, singleton, chains=chains)
+            return fusion, coarse_task_graph(g, tasks, fusion)
+
+        def place(coarse: TaskGraph, fusion: Fusion, kind: str, threshold: float) -> tuple[ListSchedule, IntArray]:
+            return self._place(coarse, costs, caps, fusion, pins, options.placement, kind, threshold)
+
         attempts: list[dict[str, Any]] = []
-        for attempt in range(4):
-            t1 = time.perf_counter()
-            fusion = fuse(g, seq, edge_c, mem, r_range, cap_m, singleton)
-            coarse = coarse_task_graph(g, tasks, fusion)
-            t2 = time.perf_counter()
-            sched = self._place(coarse, costs, caps, fusion, pins, options.placement)
-            t3 = time.perf_counter()
-            attempts.append({"exploration_range": r_range, "cluster_memory_cap_bytes": cap_m,
-                             "clusters": fusion.n_clusters, "best_effort_nodes": sched.best_effort,
-                             "fusion_s": t2 - t1, "placement_s": t3 - t2})
-            if sched.best_effort == 0 or r_range == 1 or budget.expired():
+        found = _candidates(fuse_at, place, options, options.cluster_memory_fraction * float(caps.min()), budget,
+                            attempts)
+        progress(ProgressEvent(0.8, found[0].sched.makespan_s(),
+                               message=f"{len(attempts)} placements, {found[0].fusion.n_clusters} clusters best"))
+        stats = {"order": options.order, "placement": options.placement, "original_nodes": g.n_ops,
+                 "original_ccr": ccr(tasks, costs), "fusion_attempts": attempts, **timings}
+        plans = []
+        for cand in _finalists(found, options):
+            plans.append(self._finish(problem, cand, tasks, costs, stats))
+            if budget.expired():
                 break
-            r_range, cap_m = (r_range, cap_m / 4.0) if attempt < 2 else (1, cap_m)
-        progress(ProgressEvent(0.8, sched.makespan_s(), message=f"{fusion.n_clusters} clusters placed"))
-        device_of, start_s = expand_schedule(sched, [fusion.members(c) for c in range(fusion.n_clusters)],
-                                             tasks.dur_s, g.n_ops)
-        stats = {"order": options.order, "placement": options.placement,
-                 "original_nodes": g.n_ops, "original_ccr": ccr(tasks, costs),
-                 "fused_nodes": fusion.n_clusters, "fused_ccr": ccr(coarse, costs),
-                 "cut_cost_s": fusion.cut_s, "internal_makespan_s": sched.makespan_s(),
-                 "best_effort_nodes": sched.best_effort, "fusion_attempts": attempts, **timings}
-        notes = []
-        if sched.best_effort:
-            notes.append(f"best-effort placement: {sched.best_effort} node(s) fit no device and went to the "
-                         "device with the most free memory")
-        plan = finish_latency_plan(problem, device_of.tolist(), start_s.tolist(), status="feasible",
-                                   stats=stats, notes=notes)
+        plan = min(plans, key=lambda p: (p.status != "feasible", p.claimed_objective_s or 0.0))
         progress(ProgressEvent(1.0, plan.claimed_objective_s))
         return plan
 
     @staticmethod
+    def _finish(problem: Problem, cand: Candidate, tasks: TaskGraph, costs: LatencyCosts,
+                stats: dict[str, Any]) -> Plan:
+        """The plan of one candidate, simulated (its claim)."""
+        fusion, sched = cand.fusion, cand.sched
+        device_of, start_s, rank = expand_schedule(sched, cand.corder,
+                                                   [fusion.members(c) for c in range(fusion.n_clusters)],
+                                                   tasks.dur_s, problem.graph.n_ops)
+        notes = []
+        if sched.best_effort:
+            notes.append(f"best-effort placement: {sched.best_effort} node(s) fit no device and went to the "
+                         "device with the most free memory")
+        return finish_latency_plan(
+            problem, device_of.tolist(), start_s.tolist(), status="feasible", notes=notes, rank=rank.tolist(),
+            stats={**stats, "placement_order": cand.placement_order, "exploration_range": cand.exploration_range,
+                   "fusion": "chains" if cand.chains else "contiguous", "move_threshold": cand.move_threshold,
+                   "fused_nodes": fusion.n_clusters, "fused_ccr": ccr(cand.coarse, costs), "cut_cost_s": fusion.cut_s,
+                   "internal_makespan_s": sched.makespan_s(), "best_effort_nodes": sched.best_effort})
+
+    @staticmethod
     def _place(coarse: TaskGraph, costs: LatencyCosts, caps: Any, fusion: Fusion, pins: dict[int, int],
-               placement: str) -> ListSchedule:
-        corder = task_order(coarse, costs, "cpd-topo")
+               placement: str, kind: str, move_threshold: float) -> tuple[ListSchedule, IntArray]:
+        corder = task_order(coarse, costs, kind)
         cpins = {int(fusion.cluster_of[v]): d for v, d in pins.items()}
-        place = adjusting_place if placement == "adjusting" else order_place
-        return place(coarse, corder.tolist(), costs, caps, cpins)
+        if placement == "order":
+            return order_place(coarse, corder.tolist(), costs, caps, cpins), corder
+        return adjusting_place(coarse, corder.tolist(), costs, caps, cpins, move_threshold), corder
+
+
+def _candidates(fuse_at: FuseFn, place: PlaceFn, options: CeleritasOptions, cap_m: float, budget: Budget,
+                attempts: list[dict[str, Any]]) -> list[Candidate]:
+    """Every candidate of :func:`_variants`, best-planned first; when the best needs best-effort
+    placement, fusion again with a 4x smaller ``M``, then 16x, then without fusion (module doc)."""
+    found: list[Candidate] = []
+    for ranges, chains, kinds, threshold in _variants(options):
+        if found and budget.expired():
+            break
+        found = ranked([*found, *search(fuse_at, place, ranges, cap_m, kinds, chains, threshold, budget, attempts)])
+    for step in range(3):
+        top = found[0]
+        if top.sched.best_effort == 0 or budget.expired():
+            break
+        r_range, cap = (top.exploration_range, cap_m / 4.0 ** (step + 1)) if step < 2 else (1, cap_m / 16.0)
+        found = ranked([*found, *search(fuse_at, place, [r_range], cap, [top.placement_order], top.chains,
+                                        top.move_threshold, budget, attempts)])
+    return found
+
+
+def _variants(options: CeleritasOptions) -> list[tuple[list[int], bool, list[str], float]]:
+    """(ranges, chains, placement orders, move threshold) to search: the options' own, and with
+    ``adaptive`` the paper's configuration at ``exploration_range`` as one more candidate."""
+    kinds: list[str] = ["cpd-topo", "b-level"] if options.placement_order == "auto" else [options.placement_order]
+    chains = options.fusion == "chains"
+    out = [(exploration_ranges(options.exploration_range, options.adaptive), chains, kinds, options.move_threshold)]
+    paper = ([options.exploration_range], False, ["cpd-topo"], 1.0)
+    if options.adaptive and out[0][1:] != paper[1:]:
+        out.append(paper)
+    return out
+
+
+def _finalists(found: list[Candidate], options: CeleritasOptions) -> list[Candidate]:
+    """The ``finalists`` best-planned candidates, and the best of the paper's configuration when
+    it is not among them (so the default is never worse than the paper's pipeline)."""
+    out = found[:options.finalists]
+    paper = [c for c in found if not c.chains and c.move_threshold == 1.0 and c.placement_order == "cpd-topo"]
+    if paper and all(c is not paper[0] for c in out):
+        out.append(paper[0])
+    return out

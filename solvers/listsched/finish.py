@@ -47,9 +47,15 @@ def finish_schedule(problem: Problem, sched: ListSchedule, *, timed_out: bool, s
 
 
 def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Sequence[float], *,
-                        status: Status, stats: Mapping[str, Any], notes: Sequence[str] = ()) -> Plan:
+                        status: Status, stats: Mapping[str, Any], notes: Sequence[str] = (),
+                        rank: Sequence[int] | None = None) -> Plan:
     """Turn a placement + start times into a latency plan, or an infeasible one when the
-    placement exceeds some device's memory (best effort failed); the claim is simulated."""
+    placement exceeds some device's memory (best effort failed); the claim is simulated.
+
+    Each device runs its ops by ``rank`` (a position per op in one sequence that respects every
+    dependency) when given, else by start time then topological position, which is safe only
+    when a consumer's start is never below its producer's in floating point (an op-level list
+    schedule computes it as the producer's start plus non-negative terms)."""
     from solvers.cost.memory import device_memory_bytes
     from solvers.simulate import simulate
 
@@ -66,13 +72,14 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
                                {**stats, "over_capacity_devices": over})
     start = np.asarray(start_s, dtype=np.float64)
     pos = g.topo_position
+    run_rank = None if rank is None else np.asarray(rank, dtype=np.int64)
     stages: list[Stage] = []
     order: dict[str, tuple[str, ...]] = {}
     for d in range(topo.n_devices):
         ops = np.flatnonzero(dev == d)
         if not len(ops):
             continue
-        ops = ops[np.lexsort((pos[ops], start[ops]))]
+        ops = ops[np.lexsort((pos[ops], start[ops]))] if run_rank is None else ops[np.argsort(run_rank[ops])]
         ids = tuple(g.nodes[int(v)].id for v in ops)
         stages.append(Stage(ids, (topo.devices[d].id,)))
         order[topo.devices[d].id] = ids

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.celeritas.fusion import ccr, coarse_task_graph, fuse, optimal_breakpoints
+from solvers.celeritas.fusion import ccr, chain_breaks, coarse_task_graph, fuse, optimal_breakpoints
 from solvers.celeritas.solver import task_order
 from solvers.listsched import latency_costs, op_task_graph
 from solvers.listsched.orders import is_topological, m_topo_order
@@ -17,10 +19,12 @@ from tests.strategies import dag_graphs, examples, topologies
 
 
 def _brute_force(n: int, src: np.ndarray, dst: np.ndarray, c: np.ndarray, mem: np.ndarray, r_max: int,
-                 cap: float, single: np.ndarray | None) -> float:
+                 cap: float, single: np.ndarray | None, breaks: np.ndarray | None = None) -> float:
     best = np.inf
     for mask in range(1 << (n - 1)):
         starts = [0] + [i + 1 for i in range(n - 1) if mask >> i & 1]
+        if breaks is not None and not set(np.flatnonzero(breaks).tolist()) <= set(starts):
+            continue
         ends = [*starts[1:], n]
         ok = all(e - s == 1 or (e - s <= r_max and mem[s:e].sum() <= cap and (single is None or not single[s:e].any()))
                  for s, e in zip(starts, ends, strict=True))
@@ -34,7 +38,7 @@ def _brute_force(n: int, src: np.ndarray, dst: np.ndarray, c: np.ndarray, mem: n
 
 @st.composite
 def sequences(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, float,
-                                        np.ndarray | None]:
+                                        np.ndarray | None, np.ndarray | None]:
     n = draw(st.integers(1, 9))
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if draw(st.booleans())]
     src = np.array([p[0] for p in pairs], dtype=np.int64)
@@ -44,15 +48,18 @@ def sequences(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, np.ndarray,
     r_max = draw(st.integers(1, 6))
     cap = draw(st.sampled_from([1.0, 3.0, 5.0, float("inf")]))
     single = np.array([draw(st.booleans()) for _ in range(n)]) if draw(st.booleans()) else None
-    return n, src, dst, c, mem, r_max, cap, single
+    breaks = np.array([draw(st.booleans()) for _ in range(n)]) if draw(st.booleans()) else None
+    return n, src, dst, c, mem, r_max, cap, single, breaks
 
 
 @settings(max_examples=examples(150), deadline=None)
 @given(sequences())
 def test_breakpoint_dp_equals_brute_force(case: tuple) -> None:
-    n, src, dst, c, mem, r_max, cap, single = case
-    starts, cut = optimal_breakpoints(src, dst, c, mem, r_max, cap, single)
-    assert abs(cut - _brute_force(n, src, dst, c, mem, r_max, cap, single)) < 1e-9
+    n, src, dst, c, mem, r_max, cap, single, breaks = case
+    starts, cut = optimal_breakpoints(src, dst, c, mem, r_max, cap, single, breaks)
+    assert abs(cut - _brute_force(n, src, dst, c, mem, r_max, cap, single, breaks)) < 1e-9
+    if breaks is not None:
+        assert set(np.flatnonzero(breaks).tolist()) <= set(starts.tolist())
     sizes = np.diff(np.append(starts, n))
     assert starts[0] == 0 and (sizes >= 1).all() and (sizes <= r_max).all()
     for s, size in zip(starts.tolist(), sizes.tolist(), strict=True):
@@ -105,3 +112,23 @@ def test_fusion_reduces_nodes_and_ccr() -> None:
     coarse = coarse_task_graph(g, tasks, fusion)
     assert coarse.n == fusion.n_clusters < g.n_ops / 10
     assert ccr(coarse, costs) < ccr(tasks, costs)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(dag_graphs(min_ops=2, max_ops=25, edge_p=0.25), topologies(min_devices=2, max_devices=3), st.integers(1, 8))
+def test_chain_fusion_makes_paths(g: OpGraph, topo: object, r_max: int) -> None:
+    """``chains``: every op of a cluster consumes the output of the op before it, so a cluster
+    never serialises two ops that could run at the same time; the cut is never below the
+    unconstrained optimum."""
+    problem = Problem(g, topo, "latency", ProblemSettings())  # type: ignore[arg-type]
+    tasks, costs = op_task_graph(problem), latency_costs(problem)
+    seq = task_order(tasks, costs, "cpd-topo")
+    edge_c = costs.mean_comm_s(g.edge_bytes)
+    chained = fuse(g, seq, edge_c, tasks.mem_add_bytes, r_max, float("inf"), chains=True)
+    edges = set(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True))
+    for k in range(chained.n_clusters):
+        ops = chained.members(k).tolist()
+        assert all((a, b) in edges for a, b in itertools.pairwise(ops))
+    free = fuse(g, seq, edge_c, tasks.mem_add_bytes, r_max, float("inf"))
+    assert chained.cut_s >= free.cut_s - 1e-12
+    assert chain_breaks(g, seq)[0]
