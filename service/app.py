@@ -15,6 +15,7 @@ from service import dashboard
 from service.api import comparisons, graphs, health, jobs, plans, topologies
 from service.api import solvers as solvers_api
 from service.auth import KeyCache, RateLimiter
+from service.boundary import BoundaryMiddleware
 from service.config import ServiceConfig, load_config
 from service.db import migrate
 from service.db.engine import Database
@@ -58,11 +59,13 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
                   description="Solver-backed placement optimizer for deep learning. Authenticate with "
                               "`Authorization: Bearer <key>`; errors are RFC 9457 problem+json.")
     app.state.ctx = ctx
-    for module in (graphs, topologies, jobs, comparisons, plans, solvers_api, health):
+    modules = (graphs, topologies, jobs, comparisons, plans, solvers_api, health)
+    for module in modules:
         app.include_router(module.router)
     install_error_handlers(app)
     dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
+    app.add_middleware(BoundaryMiddleware, routes=[route for m in modules for route in m.router.routes])
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

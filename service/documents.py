@@ -13,6 +13,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, cast
 
+import orjson
+
 from service.errors import PayloadTooLarge, UnsupportedMediaType
 from solvers.model.canonical import canonical_bytes
 from solvers.model.documents import parse_json
@@ -46,7 +48,7 @@ def encode_canonical(doc: Any) -> Encoded:
 
 
 def decompress(body: bytes) -> Any:
-    return json.loads(gzip.decompress(body))
+    return orjson.loads(gzip.decompress(body))
 
 
 def load_problem(graph_body: bytes, topology_body: bytes, objective: str,

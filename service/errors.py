@@ -3,7 +3,7 @@
 Library errors (:class:`~solvers.model.errors.PlacerError`) carry ``http_status``,
 ``type_slug``, ``title``, ``field`` and ``ref``; the service's own errors below extend the
 same hierarchy, so a single handler serves both.  Request-validation errors and unknown
-routes answer in the same shape; nothing answers a bare 500.
+routes answer in the same shape; a bug's 500 is answered by :mod:`service.boundary`.
 """
 
 from __future__ import annotations
@@ -112,6 +112,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
+        if errors and errors[0].get("type") == "json_invalid":
+            body = problem_body(400, "malformed-body", "Malformed request body",
+                                f"body: invalid JSON: {errors[0].get('ctx', {}).get('error', 'unparseable')}",
+                                request.url.path, field="body")
+            return problem_response(400, body)
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         field = _field_of(first.get("loc", ()))
         detail = f"{field}: {first.get('msg', 'invalid value')}" if field else str(first.get("msg"))
@@ -133,8 +138,3 @@ def install_error_handlers(app: FastAPI) -> None:
         body = problem_body(exc.status_code, slug, title, detail, request.url.path, field=field)
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(500, problem_body(500, "internal-error", "Internal server error",
-                                                  "the server failed to answer; the error was logged", request.url.path))

@@ -16,7 +16,7 @@ from service.db.owned import get_owned
 from service.documents import decompress
 from solvers.model.errors import InvalidInput
 
-__all__ = ["ERRORS", "MAX_PAGE", "create_once", "document_response", "errors", "get_owned", "idempotent_existing",
+__all__ = ["ERRORS", "MAX_INT32", "MAX_PAGE", "create_once", "document_response", "errors", "get_owned", "idempotent_existing",
            "next_cursor", "paginate"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -26,6 +26,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (429, "rate limit exceeded"))
 }
 MAX_PAGE = 500
+MAX_INT32 = 2**31 - 1  # integer query parameters compared with 32-bit columns
 Idempotent = TypeVar("Idempotent", Job, Comparison)
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from service.api._common import create_once, errors, get_owned, next_cursor, paginate
 from service.api.jobs import job_out
+from service.boundary import PlacerRoute
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
@@ -18,7 +19,7 @@ from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 
-router = APIRouter(prefix="/v1", tags=["comparisons"])
+router = APIRouter(prefix="/v1", tags=["comparisons"], route_class=PlacerRoute)
 GOOD_STATUSES = ("optimal", "feasible")
 
 
@@ -96,7 +97,7 @@ def list_comparisons(session: SessionDep, project: ProjectDep,
     return Page[ComparisonOut](items=[comparison_out(session, c) for c in rows], next_cursor=nxt)
 
 
-@router.get("/comparisons/{comparison_id}", response_model=ComparisonOut, responses=errors())
+@router.get("/comparisons/{comparison_id:id}", response_model=ComparisonOut, responses=errors())
 def get_comparison(comparison_id: str, session: SessionDep, project: ProjectDep) -> ComparisonOut:
     """The comparison table: per solver its status, objective, throughput, efficiency vs bound, time, memory."""
     return comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))

@@ -9,13 +9,14 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
 from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
+from service.boundary import PlacerRoute
 from service.db.models import Graph, Job
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.documents import decode_body, parse_graph
 from service.inputs import refuse_if_in_use, store_graph
 from service.schemas import GraphOut, Page
 
-router = APIRouter(prefix="/v1", tags=["graphs"])
+router = APIRouter(prefix="/v1", tags=["graphs"], route_class=PlacerRoute)
 DOC_BODY: dict[str, Any] = {
     "requestBody": {"required": True, "content": {
         "application/json": {"schema": {"type": "object", "description": "a placer.opgraph/v1 document "
@@ -69,12 +70,12 @@ def list_graphs(session: SessionDep, project: ProjectDep,
     return Page[GraphOut](items=[graph_out(r) for r in rows], next_cursor=nxt)
 
 
-@router.get("/graphs/{graph_id}", response_model=GraphOut, responses=errors())
+@router.get("/graphs/{graph_id:id}", response_model=GraphOut, responses=errors())
 def get_graph(graph_id: str, session: SessionDep, project: ProjectDep) -> GraphOut:
     return graph_out(get_owned(session, Graph, graph_id, project, "graph"))
 
 
-@router.get("/graphs/{graph_id}/document", responses={**errors(), 200: {
+@router.get("/graphs/{graph_id:id}/document", responses={**errors(), 200: {
     "content": {"application/json": {"schema": {"type": "object"}}}, "description": "the placer.opgraph/v1 document"}})
 def get_graph_document(graph_id: str, session: SessionDep, project: ProjectDep,
                        accept_encoding: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
@@ -83,7 +84,7 @@ def get_graph_document(graph_id: str, session: SessionDep, project: ProjectDep,
     return document_response(row.body, accept_encoding)
 
 
-@router.delete("/graphs/{graph_id}", status_code=204, responses=errors(409))
+@router.delete("/graphs/{graph_id:id}", status_code=204, responses=errors(409))
 def delete_graph(graph_id: str, session: SessionDep, project: ProjectDep) -> Response:
     """Delete a graph; refused (409) while queued or running jobs use it."""
     row = get_owned(session, Graph, graph_id, project, "graph")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
 
 from service.api._common import (
+    MAX_INT32,
     MAX_PAGE,
     create_once,
     document_response,
@@ -16,6 +17,7 @@ from service.api._common import (
     next_cursor,
     paginate,
 )
+from service.boundary import PlacerRoute
 from service.db.models import Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.errors import Conflict
@@ -24,8 +26,9 @@ from service.jobs.events import event_stream
 from service.jobs.validate import validate_job
 from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
 from solvers.model.canonical import digest
+from solvers.model.errors import InvalidInput
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=PlacerRoute)
 PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
     "description": "the placer.plan/v1 document", "content": {"application/json": {"schema": {"type": "object"}}}}}
 
@@ -84,7 +87,7 @@ def list_jobs(session: SessionDep, project: ProjectDep,
     return Page[JobOut](items=[job_out(j) for j in rows], next_cursor=nxt)
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, responses=errors())
+@router.get("/jobs/{job_id:id}", response_model=JobOut, responses=errors())
 async def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
     """One job: its status, progress, error and plan id.
 
@@ -93,7 +96,7 @@ async def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobO
     return job_out(get_owned(session, Job, job_id, project, "job"))
 
 
-@router.post("/jobs/{job_id}:cancel", status_code=202, response_model=JobOut, responses=errors(409))
+@router.post("/jobs/{job_id:id}:cancel", status_code=202, response_model=JobOut, responses=errors(409))
 def cancel_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
     """Cancel a queued job at once, or ask the worker of a running job to stop it."""
     job = get_owned(session, Job, job_id, project, "job")
@@ -104,21 +107,33 @@ def cancel_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
     return job_out(job)
 
 
-@router.get("/jobs/{job_id}/events", responses={**errors(), 200: {
+@router.get("/jobs/{job_id:id}/events", responses={**errors(), 200: {
     "description": "Server-Sent Events: `state` and `progress` events, then `end`",
     "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
 async def job_events(job_id: str, ctx: CtxDep, session: SessionDep, project: ProjectDep,
                      last_event_id: Annotated[str | None, Header(max_length=20)] = None,
-                     after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+                     after: Annotated[int | None, Query(ge=0, le=MAX_INT32, description="resume after this event id")]
+                     = None,
                      ) -> Response:
     """Progress of a job as Server-Sent Events (resumable with ``Last-Event-ID``)."""
     get_owned(session, Job, job_id, project, "job")
     session.commit()  # the stream polls in its own transactions
-    start = after if after is not None else (int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0)
+    start = after if after is not None else _event_id(last_event_id)
     return event_stream(ctx.db, job_id, start)
 
 
-@router.get("/jobs/{job_id}/plan", responses={**errors(409), **PLAN_RESPONSE})
+def _event_id(header: str | None) -> int:
+    """The ``Last-Event-ID`` to resume after (0: from the start); ids are 32-bit."""
+    if not header or not header.isascii() or not header.isdigit():
+        return 0
+    value = int(header)
+    if value > MAX_INT32:
+        raise InvalidInput(f"Last-Event-ID: {header} is not an event id (at most {MAX_INT32})",
+                           field="Last-Event-ID")
+    return value
+
+
+@router.get("/jobs/{job_id:id}/plan", responses={**errors(409), **PLAN_RESPONSE})
 def get_job_plan(job_id: str, session: SessionDep, project: ProjectDep) -> Response:
     """The job's ``placer.plan/v1`` document (409 until the job has succeeded)."""
     job = get_owned(session, Job, job_id, project, "job")

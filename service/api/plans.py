@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 
 from service.api._common import document_response, errors, get_owned
 from service.api.jobs import PLAN_RESPONSE
+from service.boundary import PlacerRoute
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.deps import ProjectDep, SessionDep
 from service.documents import load_problem
@@ -15,7 +16,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.plan import plan_from_document
 from solvers.validity import resolve_plan
 
-router = APIRouter(prefix="/v1", tags=["plans"])
+router = APIRouter(prefix="/v1", tags=["plans"], route_class=PlacerRoute)
 MAX_EVALUATE_MICRO_BATCHES = 4096  # the simulation runs inside the request: keep it bounded
 
 
@@ -39,7 +40,7 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
     return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline)
 
 
-@router.get("/plans/{plan_id}", responses={**errors(), **PLAN_RESPONSE})
+@router.get("/plans/{plan_id:id}", responses={**errors(), **PLAN_RESPONSE})
 def get_plan(plan_id: str, session: SessionDep, project: ProjectDep) -> Response:
     """A stored ``placer.plan/v1`` document."""
     return document_response(get_owned(session, PlanRow, plan_id, project, "plan").body, None)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.boundary import PlacerRoute
 from service.schemas import SolverOut
 from solvers import registry
 from solvers.model.errors import PlacerError
 
-router = APIRouter(prefix="/v1", tags=["solvers"])
+router = APIRouter(prefix="/v1", tags=["solvers"], route_class=PlacerRoute)
 
 
 def catalogue() -> list[SolverOut]:

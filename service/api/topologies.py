@@ -8,7 +8,8 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
-from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
+from service.api._common import MAX_INT32, MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
+from service.boundary import PlacerRoute
 from service.db.models import Job, TopologyRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.documents import decode_body, parse_topology
@@ -16,7 +17,7 @@ from service.inputs import refuse_if_in_use, store_topology
 from service.schemas import GenerateTopologyIn, Page, TopologyOut
 from solvers.model.topology import Topology
 
-router = APIRouter(prefix="/v1", tags=["topologies"])
+router = APIRouter(prefix="/v1", tags=["topologies"], route_class=PlacerRoute)
 TOPOLOGY_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"type": "object", "description": "a placer.topology/v1 document"}}}}}
 
@@ -70,7 +71,7 @@ def generate_and_store(body: GenerateTopologyIn, response: Response, session: Se
 def list_topologies(session: SessionDep, project: ProjectDep,
                     name: Annotated[str | None, Query(max_length=500)] = None,
                     digest: Annotated[str | None, Query(max_length=80)] = None,
-                    min_devices: Annotated[int | None, Query(ge=0)] = None,
+                    min_devices: Annotated[int | None, Query(ge=0, le=MAX_INT32)] = None,
                     cursor: Annotated[str | None, Query(max_length=40)] = None,
                     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50) -> Page[TopologyOut]:
     """Topologies of the project, newest first."""
@@ -85,12 +86,12 @@ def list_topologies(session: SessionDep, project: ProjectDep,
     return Page[TopologyOut](items=[topology_out(r) for r in rows], next_cursor=nxt)
 
 
-@router.get("/topologies/{topology_id}", response_model=TopologyOut, responses=errors())
+@router.get("/topologies/{topology_id:id}", response_model=TopologyOut, responses=errors())
 def get_topology(topology_id: str, session: SessionDep, project: ProjectDep) -> TopologyOut:
     return topology_out(get_owned(session, TopologyRow, topology_id, project, "topology"))
 
 
-@router.get("/topologies/{topology_id}/document", responses={**errors(), 200: {
+@router.get("/topologies/{topology_id:id}/document", responses={**errors(), 200: {
     "content": {"application/json": {"schema": {"type": "object"}}}, "description": "the placer.topology/v1 document"}})
 def get_topology_document(topology_id: str, session: SessionDep, project: ProjectDep,
                           accept_encoding: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
@@ -98,7 +99,7 @@ def get_topology_document(topology_id: str, session: SessionDep, project: Projec
     return document_response(row.body, accept_encoding)
 
 
-@router.delete("/topologies/{topology_id}", status_code=204, responses=errors(409))
+@router.delete("/topologies/{topology_id:id}", status_code=204, responses=errors(409))
 def delete_topology(topology_id: str, session: SessionDep, project: ProjectDep) -> Response:
     """Delete a topology; refused (409) while queued or running jobs use it."""
     row = get_owned(session, TopologyRow, topology_id, project, "topology")

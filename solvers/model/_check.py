@@ -13,6 +13,8 @@ from typing import Any
 from solvers.model.errors import InvalidInput
 
 ErrorType = type[InvalidInput]
+MAX_INTEGER = 2**63 - 1  # what a 64-bit integer column or array holds
+MAX_NESTING = 64  # levels of free-form values (a node's attrs)
 
 
 def fail(error: ErrorType, field: str, why: str, ref: str | None = None) -> InvalidInput:
@@ -53,7 +55,10 @@ def number(
     """A finite, non-negative (or strictly positive) real number."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise fail(error, field, f"must be a number, got {type(value).__name__}", ref)
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:
+        raise fail(error, field, "must be finite, got an integer beyond the range of a double", ref) from None
     if math.isnan(out) or math.isinf(out):
         raise fail(error, field, f"must be finite, got {value!r}", ref)
     if out < 0 or (positive and out == 0):
@@ -61,14 +66,16 @@ def number(
     return out
 
 
-def integer(value: Any, field: str, error: ErrorType, *, minimum: int = 0) -> int:
+def integer(value: Any, field: str, error: ErrorType, *, minimum: int = 0, maximum: int = MAX_INTEGER) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         else:
             raise fail(error, field, f"must be an integer, got {value!r}")
     if value < minimum:
         raise fail(error, field, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise fail(error, field, f"must be <= {maximum}, got a larger integer")
     return int(value)
 
 
@@ -85,3 +92,15 @@ def known_keys(doc: Mapping[str, Any], allowed: frozenset[str], where: str, erro
         name = sorted(extra)[0]
         path = f"{where}.{name}" if where else name
         raise fail(error, path, f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def shallow(value: Any, field: str, error: ErrorType, max_depth: int = MAX_NESTING) -> Any:
+    """Refuse free-form values nested deeper than ``max_depth`` (iteratively: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                raise fail(error, field, f"nested deeper than {max_depth} levels")
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return value

@@ -5,13 +5,17 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from solvers.model.errors import FormatError
+import orjson
+
+from solvers.model.errors import FormatError, MalformedJSON
 from solvers.model.graph import GRAPH_FORMAT, OpGraph, graph_from_document
 from solvers.model.plan import PLAN_FORMAT, Plan, plan_from_document
 from solvers.model.problem import PROBLEM_FORMAT
+from solvers.model.text import check_text
 from solvers.model.topology import TOPOLOGY_FORMAT, Topology, topology_from_document
 
 MAX_DOCUMENT_BYTES = 512 * 2**20
@@ -66,19 +70,46 @@ def _gunzip(data: bytes, path: Path, max_bytes: int) -> bytes:
         raise FormatError(f"{path}: invalid gzip data: {exc}", field="file", ref=str(path)) from None
 
 
-def parse_json(raw: bytes | str, where: str = "document", max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """Parse JSON text, naming the line and column of a syntax error."""
+def parse_json(raw: bytes | str, where: str = "document", max_bytes: int = MAX_DOCUMENT_BYTES,
+               field: str = "file") -> Any:
+    """Parse JSON text with a parser that bounds nesting (orjson: 1,024 levels).
+
+    Syntax errors, text that is not UTF-8 and nesting beyond the bound are :class:`MalformedJSON`
+    naming the line and column.  Numbers beyond a double and unpaired surrogates are kept for the
+    loaders and :func:`~solvers.model.text.check_text` to name the field that holds them; NUL
+    characters and unpaired surrogates in any string or key are refused here, naming the path.
+    """
     if len(raw) > max_bytes:
-        raise FormatError(f"{where}: the document is larger than the limit of {max_bytes} bytes", field="file")
+        raise FormatError(f"{where}: the document is larger than the limit of {max_bytes} bytes", field=field)
     if not raw or not raw.strip():
-        raise FormatError(f"{where}: the document is empty", field="file")
+        raise FormatError(f"{where}: the document is empty", field=field)
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                          field="file") from None
-    except UnicodeDecodeError:
-        raise FormatError(f"{where}: not UTF-8 text", field="file") from None
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        doc = _parse_lenient(raw, where, field, exc)
+    check_text(doc, where, field)
+    return doc
+
+
+_LENIENT = re.compile(r"surrogate|infinity|number", re.IGNORECASE)
+
+
+def _big_int(text: str) -> int | float:
+    """An integer literal; one too long for ``int`` (over 4,300 digits) becomes a float (infinite)."""
+    return int(text) if len(text) <= 400 else float(text)
+
+
+def _parse_lenient(raw: bytes | str, where: str, field: str, exc: orjson.JSONDecodeError) -> Any:
+    """Parse again what orjson refused only for its values (a number beyond a double, an unpaired
+    surrogate), so that the error names the field; anything else is malformed."""
+    malformed = MalformedJSON(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+                              field=field)
+    if not _LENIENT.search(exc.msg):
+        raise malformed from None
+    try:
+        return json.loads(raw, parse_int=_big_int)
+    except (ValueError, RecursionError):
+        raise malformed from None
 
 
 def document_format(doc: Any) -> str:

@@ -49,6 +49,14 @@ class FormatError(InvalidInput):
     title = "Invalid document format"
 
 
+class MalformedJSON(FormatError):
+    """A document is not parseable JSON (syntax, encoding, or nesting deeper than the parser allows)."""
+
+    type_slug = "malformed-body"
+    title = "Malformed JSON"
+    http_status = 400
+
+
 class InvalidGraph(InvalidInput):
     type_slug = "invalid-graph"
     title = "Invalid operator graph"

@@ -416,7 +416,7 @@ _INF = float("inf")
 
 def _fast_number(v: Any) -> bool:
     t = type(v)
-    return (t is float and 0.0 <= v < _INF) or (t is int and v >= 0)
+    return (t is float and 0.0 <= v < _INF) or (t is int and 0 <= v <= check.MAX_INTEGER)
 
 
 def _column(values: list[Any]) -> list[float] | None:
@@ -543,7 +543,8 @@ def _node_from_dict(raw: Any, i: int) -> Node:
         layer = check.string(layer, f"{where}.layer", InvalidGraph, nonempty=False)
     attrs = raw.get("attrs")
     if attrs is not None:
-        attrs = dict(check.mapping(attrs, f"{where}.attrs", InvalidGraph))
+        attrs = dict(check.shallow(check.mapping(attrs, f"{where}.attrs", InvalidGraph), f"{where}.attrs",
+                                   InvalidGraph))
     return Node(node_id, op, constant=constant, layer=layer, times=times, attrs=attrs, **nums)
 
 

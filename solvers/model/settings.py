@@ -59,11 +59,15 @@ def _one_or_many(value: Any) -> Any:
 def _pin_target(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"must be a device id or a stage index, got {value!r}")
+    if isinstance(value, int) and not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"a stage index must be between 0 and {MAX_COUNT}, got {value}")
     return value
 
 
-Count = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
-Seed = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+MAX_COUNT = 2**31 - 1  # counts and indices: 32-bit
+MAX_SEED = 2**63 - 1
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT), BeforeValidator(_integral)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED), BeforeValidator(_integral)]
 NonNegative = Annotated[float, Field(ge=0.0), BeforeValidator(_real)]
 Positive = Annotated[float, Field(gt=0.0), BeforeValidator(_real)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0), BeforeValidator(_real)]
@@ -71,10 +75,11 @@ Flag = Annotated[bool, BeforeValidator(_strict_bool)]
 PinTarget = Annotated[str | int, BeforeValidator(_pin_target)]
 MicroBatches = Annotated[
     tuple[Count, ...], BeforeValidator(_one_or_many), Field(min_length=1),
-    WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1},
-                              {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}}]}),
+    WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
+                              {"type": "array", "minItems": 1,
+                               "items": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}}]}),
 ]
-StageIndex = Annotated[int, Field(ge=0), BeforeValidator(lambda k: int(k) if isinstance(k, str) and k.isdigit() else k)]
+StageIndex = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(lambda k: int(k) if isinstance(k, str) and k.isdigit() else k)]
 
 
 class ProblemSettings(BaseModel):
