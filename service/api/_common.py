@@ -57,8 +57,15 @@ def create_once(session: Session, model: type[Idempotent], project: str, key: st
     Returns ``(row, created)``: the row made by ``create`` (then committed), or the one an
     earlier request with the same key and body created, including a concurrent request whose
     insert won the key's unique constraint while this one was creating.
+
+    It returns with no transaction open.  On SQLite a write transaction holds the database's one
+    write lock, and a request must not keep it while it waits for a thread to serialise its
+    answer: parallel retries, each holding a thread while waiting for the lock, would stall
+    until the busy timeout.  A retry waits only while the first request creates (one writer at
+    a time on SQLite, the key's unique index on PostgreSQL), then gets the committed row.
     """
     if key and (found := idempotent_existing(session, model, project, key, request_digest)):
+        session.commit()
         return found, False
     try:
         row = create()
@@ -66,6 +73,7 @@ def create_once(session: Session, model: type[Idempotent], project: str, key: st
     except IntegrityError:
         session.rollback()
         found = idempotent_existing(session, model, project, key or "", request_digest)
+        session.commit()
         if found is None:
             raise
         return found, False

@@ -73,13 +73,15 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
         return cmp
 
     cmp, created = create_once(session, Comparison, project, idempotency_key, request_digest, create)
+    out = comparison_out(session, cmp)
+    session.commit()  # end the read before the answer is serialised (create_once explains why)
     if not created:
-        return comparison_out(session, cmp)
+        return out
     for job in created_jobs:
         if job.state == "queued":
             ctx.dispatcher.dispatch(job.id)
     response.headers["Location"] = f"/v1/comparisons/{cmp.id}"
-    return comparison_out(session, cmp)
+    return out
 
 
 @router.get("/comparisons", response_model=Page[ComparisonOut], responses=errors())

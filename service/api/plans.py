@@ -28,6 +28,7 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
 
     graph = get_owned(session, Graph, body.graph_id, project, "graph", field="graph_id")
     topology = get_owned(session, TopologyRow, body.topology_id, project, "topology", field="topology_id")
+    session.commit()  # the inputs are read: do not hold a transaction (SQLite's write lock) while simulating
     problem = load_problem(graph.body, topology.body, body.objective, body.settings)
     plan = plan_from_document(body.plan)
     if plan.micro_batches > MAX_EVALUATE_MICRO_BATCHES:
