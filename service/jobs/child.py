@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from service.documents import load_problem
+from service.jobs import procs
 from service.jobs.claimed import Claimed
 from solvers.base import ProgressEvent
 from solvers.model.canonical import plain_json
@@ -44,13 +45,15 @@ def skip_main_reimport() -> None:
 
 def exit_with_server(conn: Connection) -> None:
     """Exit as soon as the server's end of the pipe closes (the server died), so that a crashed
-    server leaves no solver running: a thread waits for the pipe's error condition."""
+    server leaves no solver running: a thread waits for the pipe's error condition, then kills
+    this job's session (the back-end's own processes) and exits."""
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLERR | select.POLLHUP)
 
     def watch() -> None:
         while not poller.poll():
             continue
+        procs.kill_session(os.getpid())
         os._exit(3)
 
     threading.Thread(target=watch, name="placer-server-watch", daemon=True).start()
@@ -58,6 +61,8 @@ def exit_with_server(conn: Connection) -> None:
 
 def run(conn: Connection, job: Claimed) -> None:
     """Child entry point: solve the claimed ``job`` (its compressed documents and parameters)."""
+    procs.lead_own_session()
+    procs.die_with_parent()
     exit_with_server(conn)
     try:
         plan = _solve(conn, job)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from service.config import ServiceConfig
 from service.db.engine import Database
-from service.jobs import child, store
+from service.jobs import child, procs, store
 from service.jobs.claimed import Claimed
 
 log = logging.getLogger("placer.jobs")
@@ -96,6 +96,8 @@ class JobRunner:
         finally:
             if proc.is_alive():
                 proc.kill()
+            if proc.pid is not None:
+                procs.kill_session(proc.pid)  # whatever the child started (it leads a session)
             proc.join(5)
             recv.close()
             watch.exitcode = proc.exitcode

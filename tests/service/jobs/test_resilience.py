@@ -123,6 +123,24 @@ def _alive(pid: int) -> bool:
         return stat.read().split(") ", 1)[1][0] != "Z"
 
 
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:].decode().split()  # state ppid pgrp session ...
+
+
+def _processes_where(field: int, value: int) -> set[int]:
+    """Live processes whose ``/proc/PID/stat`` field (1: ppid, 3: session) is ``value``."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat(int(name))) and fields[0] != "Z" and int(fields[field]) == value:
+            out.add(int(name))
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,18 +185,24 @@ def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Pat
                 tid = http.post("/v1/topologies", json=generate_topology("hierarchical", nodes=1).to_document())
                 job = http.post("/v1/jobs", json={"graph_id": gid.json()["id"], "topology_id": tid.json()["id"],
                                                   "solver": "sleepy",
-                                                  "options": {"sleep_s": 5.0, "report_progress": False}}).json()
+                                                  "options": {"sleep_s": 5.0, "report_progress": False,
+                                                              "helper_s": 120.0}}).json()
             db = Database(db_url)
             deadline = time.monotonic() + 20
             while not (solver_pid := _solver_pid(db, job["id"])):  # running, and silent: no progress to write
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             db.dispose()
-            os.kill(server.pid, signal.SIGKILL)  # the server only: its solver process must follow it
+            while not (helpers := _processes_where(1, solver_pid)):  # the helper the solver starts first
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            started = _processes_where(1, server.pid) | {solver_pid} | helpers  # + forkserver, resource tracker
+            assert len(started) >= 4, started
+            os.kill(server.pid, signal.SIGKILL)  # the server only: every process it started must follow it
             server.wait()
-            deadline = time.monotonic() + 2  # well before the solver would finish on its own
-            while _alive(solver_pid):
-                assert time.monotonic() < deadline, "the solver process outlived its server"
+            deadline = time.monotonic() + 10  # well before the solver (5 s) or its helper (120 s) would end
+            while left := {pid for pid in started if _alive(pid)}:
+                assert time.monotonic() < deadline, f"processes outlived their server: {left}"
                 time.sleep(0.05)
             server = _start_server(env, url)
             with httpx.Client(base_url=url, headers=headers, timeout=10) as http:

@@ -3,12 +3,15 @@
 ``sleepy`` waits ``sleep_s`` in small steps, reporting progress, then puts every op on the
 first device (one stage).  With ``ignore_budget`` it overruns its time limit, so that the
 service's hard wall-clock kill can be tested; with ``child_process`` it starts a process of
-its own, as parallel back-ends do.
+its own, as parallel back-ends do; with ``helper_s`` it starts, first, a helper process in a
+process group of its own that sleeps that long (as MILP back-ends do), so that tests can check
+that nothing a solver started outlives its job.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
@@ -23,6 +26,12 @@ class SleepyOptions(SolverOptions):
     ignore_budget: bool = False
     child_process: bool = False
     report_progress: bool = True
+    helper_s: float = 0.0
+
+
+def _helper(sleep_s: float) -> None:
+    os.setpgid(0, 0)
+    time.sleep(sleep_s)
 
 
 class SleepySolver:
@@ -33,6 +42,10 @@ class SleepySolver:
     version = "1"
 
     def solve(self, problem: Problem, options: SleepyOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        helper = None
+        if options.helper_s > 0:
+            helper = multiprocessing.get_context("fork").Process(target=_helper, args=(options.helper_s,))
+            helper.start()
         for step in range(STEPS):
             if budget.expired() and not options.ignore_budget:
                 break
@@ -45,5 +58,8 @@ class SleepySolver:
             proc.join()
             if proc.exitcode != 0:
                 raise RuntimeError(f"the helper process exited with {proc.exitcode}")
+        if helper is not None:
+            helper.kill()
+            helper.join()
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
         return Plan(stages=(stage,), micro_batches=problem.settings.micro_batches[0], status="feasible")
