@@ -92,7 +92,62 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             for code, resp in responses.items():
                 if code.isdigit() and int(code) >= 400 and not (path == "/readyz" and code == "503"):
                     resp["content"] = problem
+    for name, component in components.items():
+        if name not in ("ProblemOut",) and not name.endswith("Out"):
+            _storable_text(component)
+    for ops in schema.get("paths", {}).values():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                _storable_text(param.get("schema", {}))
+    components["StorableJSON"] = {"anyOf": [
+        {"type": "string", "pattern": TEXT_PATTERN}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+        {"type": "array", "items": {"$ref": "#/components/schemas/StorableJSON"}},
+        {"type": "object", "propertyNames": {"pattern": TEXT_PATTERN},
+         "additionalProperties": {"$ref": "#/components/schemas/StorableJSON"}}]}
+    components["OpGraphDocument"] = _document_schema("opgraph", "OpGraphDocument", components)
+    components["TopologyDocument"] = _document_schema("topology", "TopologyDocument", components)
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     app.openapi_schema = schema
     return schema
+
+
+def _document_schema(name: str, component: str, components: dict[str, Any]) -> dict[str, Any]:
+    """The library's JSON Schema of ``placer.<name>/v1`` as an OpenAPI component; its ``$defs``
+    become components ``<component>_<def>`` (references inside OpenAPI resolve from its root)."""
+    from solvers.model.schemas import load_schema
+
+    def rewrite(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: (f"#/components/schemas/{component}_" + v.removeprefix("#/$defs/")
+                        if k == "$ref" and isinstance(v, str) else rewrite(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rewrite(v) for v in value]
+        return value
+
+    doc = {k: v for k, v in load_schema(name).items() if k not in ("$schema", "$id", "$defs")}
+    for def_name, definition in load_schema(name).get("$defs", {}).items():
+        components[f"{component}_{def_name}"] = rewrite(definition)
+    out: dict[str, Any] = rewrite(doc)
+    return out
+
+
+TEXT_PATTERN = "^[^\\u0000\\ud800-\\udfff]*$"  # no NUL, no unpaired surrogate (service.boundary)
+
+
+def _storable_text(schema: Any) -> None:
+    """State in a request schema that strings (and object keys) hold no NUL or unpaired surrogate."""
+    if isinstance(schema, list):
+        for item in schema:
+            _storable_text(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "string" and "enum" not in schema and "pattern" not in schema:
+        schema["pattern"] = TEXT_PATTERN
+    if schema.get("type") == "object" and schema.get("additionalProperties") not in (None, False):
+        schema.setdefault("propertyNames", {"pattern": TEXT_PATTERN})
+        if schema["additionalProperties"] is True:  # free-form values: any JSON of storable text
+            schema["additionalProperties"] = {"$ref": "#/components/schemas/StorableJSON"}
+    for value in schema.values():
+        _storable_text(value)

@@ -83,7 +83,7 @@ def parse_graph(raw: bytes, fmt: str | None, max_bytes: int, name: str | None = 
     """Validate an uploaded graph: a ``placer.opgraph/v1`` document, or PipeDream ``graph.txt`` /
     Piper input JSON through the library's importers (``name`` names the imported graph)."""
     if fmt is None or fmt == "placer":
-        return graph_from_document(parse_json(raw, "body", max_bytes))
+        return graph_from_document(parse_json(raw, "body", max_bytes, field="body"))
     if fmt == "pipedream":
         from solvers.model.importers import import_pipedream
 
@@ -95,7 +95,7 @@ def parse_graph(raw: bytes, fmt: str | None, max_bytes: int, name: str | None = 
     if fmt == "piper":
         from solvers.model.importers import import_piper
 
-        doc = parse_json(raw, "body", max_bytes)
+        doc = parse_json(raw, "body", max_bytes, field="body")
         if not isinstance(doc, dict):
             raise FormatError("body: a Piper input must be a JSON object", field="body")
         return import_piper(doc, name or "piper")
@@ -105,4 +105,4 @@ def parse_graph(raw: bytes, fmt: str | None, max_bytes: int, name: str | None = 
 
 def parse_topology(raw: bytes, max_bytes: int) -> Topology:
     """Validate an uploaded ``placer.topology/v1`` document."""
-    return topology_from_document(parse_json(raw, "body", max_bytes))
+    return topology_from_document(parse_json(raw, "body", max_bytes, field="body"))

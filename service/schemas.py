@@ -7,6 +7,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from solvers.generate import TOPOLOGY_KINDS
 from solvers.model.settings import ProblemSettings
 
 T = TypeVar("T")
@@ -46,7 +47,8 @@ class TopologyOut(BaseModel):
 
 
 class GenerateTopologyIn(Strict):
-    kind: str = Field(description="generator kind, e.g. hierarchical, dgx1, mesh2d, torus3d")
+    kind: str = Field(description="generator kind, e.g. hierarchical, dgx1, mesh2d, torus3d",
+                      json_schema_extra={"enum": sorted(TOPOLOGY_KINDS)})
     params: dict[str, Any] = Field(default_factory=dict, description="generator parameters (seed, sizes ...)")
 
 
@@ -104,7 +106,7 @@ class JobOut(BaseModel):
 class ComparisonIn(Strict):
     graph_id: str = Field(max_length=40)
     topology_id: str = Field(max_length=40)
-    solvers: list[str] = Field(min_length=1, max_length=64)
+    solvers: list[str] = Field(min_length=1, max_length=64, json_schema_extra={"uniqueItems": True})
     objective: Objective = "throughput"
     settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="solver name -> its options")

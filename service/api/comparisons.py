@@ -56,17 +56,17 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
     created_jobs: list[Job] = []
 
     def create() -> Comparison:
-        unknown = sorted(set(body.options) - set(body.solvers))
-        if unknown:
-            raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
-                               field=f"options.{unknown[0]}", ref=unknown[0])
-        if len({s.lower() for s in body.solvers}) != len(body.solvers):
-            raise InvalidInput("solvers: a solver is listed twice", field="solvers")
         specs = [validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
                               solver=name, objective=body.objective, settings=body.settings,
                               options=body.options.get(name, {}), time_limit_s=body.time_limit_s,
                               solver_field=f"solvers[{i}]", options_field=f"options.{name}")
                  for i, name in enumerate(body.solvers)]
+        if len({s.lower() for s in body.solvers}) != len(body.solvers):
+            raise InvalidInput("solvers: a solver is listed twice", field="solvers")
+        unknown = sorted(set(body.options) - set(body.solvers))  # after the inputs: a missing id is 404 first
+        if unknown:
+            raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
+                               field=f"options.{unknown[0]}", ref=unknown[0])
         cmp, jobs = store.create_comparison(session, project, specs, body.objective, use_cache=body.cache,
                                             idempotency_key=idempotency_key, request_digest=request_digest)
         created_jobs.extend(jobs)

@@ -19,8 +19,8 @@ from service.schemas import GraphOut, Page
 router = APIRouter(prefix="/v1", tags=["graphs"], route_class=PlacerRoute)
 DOC_BODY: dict[str, Any] = {
     "requestBody": {"required": True, "content": {
-        "application/json": {"schema": {"type": "object", "description": "a placer.opgraph/v1 document "
-                                        "(or the importer format named by ?format=)"}},
+        "application/json": {"schema": {"$ref": "#/components/schemas/OpGraphDocument"},
+                             "description": "a placer.opgraph/v1 document (Piper input JSON with ?format=piper)"},
         "text/plain": {"schema": {"type": "string", "description": "PipeDream graph.txt (with ?format=pipedream)"}},
     }}
 }

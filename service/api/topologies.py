@@ -19,7 +19,7 @@ from solvers.model.topology import Topology
 
 router = APIRouter(prefix="/v1", tags=["topologies"], route_class=PlacerRoute)
 TOPOLOGY_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"type": "object", "description": "a placer.topology/v1 document"}}}}}
+    "application/json": {"schema": {"$ref": "#/components/schemas/TopologyDocument"}}}}}
 
 
 def topology_out(row: TopologyRow) -> TopologyOut:

@@ -57,6 +57,8 @@ def _one_or_many(value: Any) -> Any:
 
 
 def _pin_target(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():  # JSON Schema: 27.0 is an integer
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"must be a device id or a stage index, got {value!r}")
     if isinstance(value, int) and not 0 <= value <= MAX_COUNT:
@@ -65,14 +67,16 @@ def _pin_target(value: Any) -> Any:
 
 
 MAX_COUNT = 2**31 - 1  # counts and indices: 32-bit
-MAX_SEED = 2**63 - 1
+MAX_SEED = 2**53 - 1  # exact in a double, so that JSON Schema validators agree on the bound
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT), BeforeValidator(_integral)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED), BeforeValidator(_integral)]
 NonNegative = Annotated[float, Field(ge=0.0), BeforeValidator(_real)]
 Positive = Annotated[float, Field(gt=0.0), BeforeValidator(_real)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0), BeforeValidator(_real)]
 Flag = Annotated[bool, BeforeValidator(_strict_bool)]
-PinTarget = Annotated[str | int, BeforeValidator(_pin_target)]
+PinTarget = Annotated[str | int, BeforeValidator(_pin_target),
+                      WithJsonSchema({"anyOf": [{"type": "string"},
+                                                {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}]})]
 MicroBatches = Annotated[
     tuple[Count, ...], BeforeValidator(_one_or_many), Field(min_length=1),
     WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
