@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from solvers.generate import TOPOLOGY_KINDS
 from solvers.model.settings import ProblemSettings
@@ -48,7 +48,7 @@ class TopologyOut(BaseModel):
 
 class GenerateTopologyIn(Strict):
     kind: str = Field(description="generator kind, e.g. hierarchical, dgx1, mesh2d, torus3d",
-                      json_schema_extra={"enum": sorted(TOPOLOGY_KINDS)})
+                      json_schema_extra={"enum": list[JsonValue](sorted(TOPOLOGY_KINDS))})
     params: dict[str, Any] = Field(default_factory=dict, description="generator parameters (seed, sizes ...)")
 
 
