@@ -18,7 +18,7 @@ import orjson
 from service.errors import PayloadTooLarge, UnsupportedMediaType
 from solvers.model.canonical import canonical_bytes
 from solvers.model.documents import parse_json
-from solvers.model.errors import FormatError
+from solvers.model.errors import FormatError, MalformedJSON
 from solvers.model.graph import OpGraph, graph_from_document
 from solvers.model.problem import Objective, Problem, ProblemSettings, settings_from_dict
 from solvers.model.topology import Topology, topology_from_document
@@ -72,7 +72,7 @@ def decode_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> byt
         try:
             out = inflater.decompress(raw, max_bytes + 1)
         except zlib.error as exc:
-            raise FormatError(f"body: invalid gzip data: {exc}", field="body") from None
+            raise MalformedJSON(f"body: invalid gzip data: {exc}", field="body") from None
         if len(out) > max_bytes or inflater.unconsumed_tail:
             raise PayloadTooLarge(f"body: decompressed size exceeds the limit of {max_bytes} bytes", field="body")
         return out

@@ -102,6 +102,8 @@ def _big_int(text: str) -> int | float:
 def _parse_lenient(raw: bytes | str, where: str, field: str, exc: orjson.JSONDecodeError) -> Any:
     """Parse again what orjson refused only for its values (a number beyond a double, an unpaired
     surrogate), so that the error names the field; anything else is malformed."""
+    if "UTF-8" in exc.msg:
+        raise MalformedJSON(f"{where}: not UTF-8 text", field=field) from None
     malformed = MalformedJSON(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                               field=field)
     if not _LENIENT.search(exc.msg):

@@ -50,10 +50,11 @@ class FormatError(InvalidInput):
 
 
 class MalformedJSON(FormatError):
-    """A document is not parseable JSON (syntax, encoding, or nesting deeper than the parser allows)."""
+    """A document cannot be parsed: not JSON, not UTF-8, nested deeper than the parser allows, or
+    (a request body) not valid gzip."""
 
     type_slug = "malformed-body"
-    title = "Malformed JSON"
+    title = "Malformed document"
     http_status = 400
 
 

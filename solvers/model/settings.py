@@ -53,6 +53,8 @@ def _strict_bool(value: Any) -> Any:
 
 def _one_or_many(value: Any) -> Any:
     """``micro_batches`` may be a single count or a list of candidates."""
+    if isinstance(value, float) and value.is_integer():  # JSON Schema: 8.0 is an integer
+        return [value]
     return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
 
@@ -115,7 +117,7 @@ class ProblemSettings(BaseModel):
         default_factory=dict, description="Op id -> device id (string) or stage index (integer).")
     stage_memory_caps_bytes: dict[StageIndex, NonNegative] = Field(
         default_factory=dict, description="Stage index -> memory cap per device of that stage, in bytes.",
-        json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}})
+        json_schema_extra={"propertyNames": {"pattern": "^[0-9]{1,9}$"}})  # 32-bit indices
     no_empty_stage: Flag = Field(True, description="Every stage holds at least one op.")
     time_limit_s: Positive | None = Field(None, description="Wall-clock limit of the solve (null: none).")
     seed: Seed = Field(0, description="Seed of every random choice; the same seed gives the same plan.")

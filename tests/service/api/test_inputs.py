@@ -50,9 +50,9 @@ def test_invalid_graph_is_problem_json_naming_the_field(api: Api) -> None:
     doc["nodes"][2]["fwd_s"] = -1.0
     assert assert_problem(api.post("/v1/graphs", json=doc), 422)["field"].startswith("nodes[2].fwd_s")
     assert_problem(api.post("/v1/graphs", content=b"{not json", headers={"Content-Type": "application/json"}),
-                   422, field="file")
+                   400, field="body", slug="malformed-body")
     assert_problem(api.post("/v1/graphs", content=b"\x1f\x8b garbage", headers={"Content-Encoding": "gzip"}),
-                   422, field="body")
+                   400, field="body", slug="malformed-body")
     assert_problem(api.post("/v1/graphs", content=b"{}", headers={"Content-Encoding": "br"}), 415,
                    field="Content-Encoding")
 
