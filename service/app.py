@@ -93,7 +93,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 if code.isdigit() and int(code) >= 400 and not (path == "/readyz" and code == "503"):
                     resp["content"] = problem
     for name, component in components.items():
-        if name not in ("ProblemOut",) and not name.endswith("Out"):
+        if "Out" not in name:  # request schemas only
             _storable_text(component)
     for ops in schema.get("paths", {}).values():
         for op in ops.values():
