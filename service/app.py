@@ -59,13 +59,12 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
                   description="Solver-backed placement optimizer for deep learning. Authenticate with "
                               "`Authorization: Bearer <key>`; errors are RFC 9457 problem+json.")
     app.state.ctx = ctx
-    modules = (graphs, topologies, jobs, comparisons, plans, solvers_api, health)
-    for module in modules:
+    for module in (graphs, topologies, jobs, comparisons, plans, solvers_api, health):
         app.include_router(module.router)
     install_error_handlers(app)
     dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
-    app.add_middleware(BoundaryMiddleware, routes=[route for m in modules for route in m.router.routes])
+    app.add_middleware(BoundaryMiddleware, router=app.router)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

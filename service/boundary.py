@@ -24,7 +24,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import MutableHeaders
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import PROBLEM_JSON, problem_body
@@ -93,6 +93,16 @@ def text_problem(scope: Scope) -> tuple[int, str, str] | None:
     return None
 
 
+def flat_routes(routes: Sequence[BaseRoute]) -> list[BaseRoute]:
+    """The routes of an app, with those of included routers (FastAPI keeps them in the router
+    it includes, as ``original_router``) listed in place."""
+    out: list[BaseRoute] = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        out.extend(flat_routes(inner.routes) if inner is not None else [route])
+    return out
+
+
 def allowed_methods(routes: Sequence[BaseRoute], path: str) -> list[str]:
     """Every method some route serves at ``path``."""
     methods: set[str] = set()
@@ -107,9 +117,17 @@ def allowed_methods(routes: Sequence[BaseRoute], path: str) -> list[str]:
 class BoundaryMiddleware:
     """Text checks on path, query and headers; complete ``Allow`` headers; 500 without a dropped connection."""
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
+    def __init__(self, app: ASGIApp, router: Router) -> None:
         self.app = app
-        self.routes = routes
+        self.router = router
+        self._routes: list[BaseRoute] | None = None
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """Every route of the app, listed at the first use (when the app is complete)."""
+        if self._routes is None:
+            self._routes = flat_routes(self.router.routes)
+        return self._routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -127,9 +145,8 @@ class BoundaryMiddleware:
         async def send_checked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 started[0] = True
-                if message["status"] == 405:
-                    headers = MutableHeaders(scope=message)
-                    headers["Allow"] = ", ".join(allowed_methods(self.routes, scope["path"]))
+                if message["status"] == 405 and (methods := allowed_methods(self.routes, scope["path"])):
+                    MutableHeaders(scope=message)["Allow"] = ", ".join(methods)  # else a mount's own
             await send(message)
 
         try:
