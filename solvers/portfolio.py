@@ -10,7 +10,9 @@ smaller bottleneck stage, then the solver name), the largest proven lower bound 
 plans, and a per-solver summary in
 ``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
 plan's, upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
-portfolio as soon as they are registered.  Inside a daemonic process (which may not fork
+portfolio as soon as they are registered.  When no member returns a plan in time (a heavily
+loaded machine), the linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``)
+runs in-process after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not fork
 children) the solvers run one after the other in-process, with the same shares.
 """
 
@@ -20,7 +22,6 @@ import multiprocessing as mp
 import os
 import time
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any, ClassVar, cast
 
 from pydantic import Field
@@ -30,9 +31,13 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.errors import PlacerError, SolverFailure
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
+from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
 LAST = ("moirai",)  # anytime solvers started last (module doc)
+# linear-time baselines run in-process when no member returned a plan in time (a loaded machine)
+FALLBACK = {"throughput": "even", "latency": "single"}
+_FALLBACK_LIMIT_S = 1.0
 _KILL_GRACE_S = 0.2
 
 
@@ -91,6 +96,15 @@ class AutoSolver:
             results = self._sequential(problem, launch, deadline, progress)
         else:
             results = self._parallel(problem, launch, workers, deadline, progress)
+        fallback = FALLBACK[problem.objective]
+        if fallback in names and not any(kind == "ok" for kind, _, _ in results.values()):
+            started = time.monotonic()
+            kind, value = _run_one(problem, fallback, _FALLBACK_LIMIT_S)
+            results[fallback] = (kind, value, time.monotonic() - started)
+            if kind == "ok":
+                plan = _choose(names, results)
+                return plan.with_(notes=(*plan.notes, f"no solver returned a plan in time; {fallback!r} ran after "
+                                                      "the deadline as the fallback"))
         return _choose(names, results)
 
     @staticmethod
@@ -113,37 +127,28 @@ class AutoSolver:
                   progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
         ctx = mp.get_context("fork")
         pending = list(names)
-        running: dict[Connection, tuple[str, BaseProcess, float]] = {}  # conn -> (name, process, start)
+        running: dict[Connection, tuple[str, Child]] = {}  # pipe -> (name, its child process)
         results: dict[str, tuple[str, Any, float]] = {}
         while pending or running:
             while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
-                left = deadline - time.monotonic()
-                limit = left * min(1.0, workers / len(pending))
+                limit = (deadline - time.monotonic()) * min(1.0, workers / len(pending))
                 name = pending.pop(0)
-                parent, child = ctx.Pipe(duplex=False)
-                proc: BaseProcess = ctx.Process(target=_child, args=(child, problem, name, limit), daemon=True)
-                proc.start()
-                child.close()
-                running[parent] = (name, proc, time.monotonic())
+                member = Child.start(ctx, _child, (problem, name, limit), daemon=True)
+                running[member.conn] = (name, member)
             if not running:
                 break
             for ready in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
-                conn = cast(Connection, ready)
-                name, done, started = running.pop(conn)
-                try:
-                    kind, value = conn.recv()
-                except EOFError:
-                    kind, value = "error", f"the solver process exited with code {done.exitcode}"
-                conn.close()
-                done.join(_KILL_GRACE_S)
-                results[name] = (kind, value, time.monotonic() - started)
+                name, member = running.pop(cast(Connection, ready))
+                message = member.receive()
+                code = member.stop(_KILL_GRACE_S)
+                kind, value = message if message is not None else (
+                    "error", f"the solver process exited with code {code}")
+                results[name] = (kind, value, member.elapsed_s())
                 progress(_event(results, len(names), f"{name}: {kind}"))
             if time.monotonic() >= deadline:
-                for conn, (name, late, started) in running.items():
-                    late.kill()
-                    late.join(_KILL_GRACE_S)
-                    conn.close()
-                    results[name] = ("error", "killed at the deadline", time.monotonic() - started)
+                for name, late in running.values():
+                    late.stop(_KILL_GRACE_S)
+                    results[name] = ("error", "killed at the deadline", late.elapsed_s())
                 running.clear()
         for name in pending:
             results[name] = ("error", "not started: no time left", 0.0)

@@ -13,13 +13,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any, Literal
 
 from service.config import ServiceConfig
 from service.db.engine import Database
 from service.jobs import child, procs, store
 from service.jobs.claimed import Claimed
+from solvers.supervise import Child
 
 log = logging.getLogger("placer.jobs")
 Outcome = Literal["not-claimed", "succeeded", "failed", "cancelled", "queued", "lost", "released"]
@@ -85,26 +85,17 @@ class JobRunner:
         return outcome
 
     def _supervise(self, job: Claimed) -> _Watch:
-        recv, send = _MP.Pipe(duplex=False)
         warm_up()
-        proc = _MP.Process(target=child.run, args=(send, job), name=f"placer-solve-{job.job_id}")
-        proc.start()
-        send.close()
+        proc = Child.start(_MP, child.run, (job,), name=f"placer-solve-{job.job_id}")
         watch = _Watch()
         try:
-            self._watch(job, proc, recv, watch)
-        finally:
-            if proc.is_alive():
-                proc.kill()
-            if proc.pid is not None:
-                procs.kill_session(proc.pid)  # whatever the child started (it leads a session)
-            proc.join(5)
-            recv.close()
-            watch.exitcode = proc.exitcode
+            self._watch(job, proc, watch)
+        finally:  # the child leads a session: whatever it started dies with it
+            watch.exitcode = proc.stop(5.0, also_kill=procs.kill_session)
         return watch
 
-    def _watch(self, job: Claimed, proc: Any, recv: Connection, watch: _Watch) -> None:
-        cfg = self.config
+    def _watch(self, job: Claimed, solver: Child, watch: _Watch) -> None:
+        cfg, proc, recv = self.config, solver.process, solver.conn
         now = time.monotonic()
         deadline = now + job.time_limit_s + cfg.kill_grace_s
         beat_every = min(1.0, cfg.lease_s / 3)

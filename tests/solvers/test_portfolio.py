@@ -96,3 +96,17 @@ def test_auto_includes_exact_and_breaks_objective_ties_by_the_bottleneck() -> No
     assert even.metrics["bottleneck_stage_s"] > exact.metrics["bottleneck_stage_s"] * 1.01
     assert plan.metrics["bottleneck_stage_s"] == pytest.approx(exact.metrics["bottleneck_stage_s"], rel=1e-12)
     assert plan.stats["chosen"] == "exact"
+
+
+@pytest.mark.parametrize(("objective", "fallback"), [("throughput", "even"), ("latency", "single")])
+def test_auto_falls_back_to_a_linear_baseline_when_no_member_answers_in_time(objective: str, fallback: str) -> None:
+    """A budget too short for any member to start (the margin kept for choosing eats it all):
+    the objective's linear-time baseline answers instead of an error."""
+    problem = fx.throughput_problem() if objective == "throughput" else fx.latency_problem()
+    plan = solve(problem, "auto", time_limit_s=0.36)
+    assert plan.stats["chosen"] == fallback
+    assert any("fallback" in note for note in plan.notes)
+    resolve_plan(problem, plan)
+    assert plan.claimed_objective_s == pytest.approx(simulate(problem, plan).metrics["objective_s"])
+    errors = {row["name"]: row["error"] for row in plan.stats["portfolio"]}
+    assert errors[fallback] is None and all(errors[n] for n in errors if n != fallback)
