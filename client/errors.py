@@ -86,6 +86,8 @@ class NotFound(PlacerAPIError):
 class LauncherUnavailable(NotFound):
     """The server has no ``GET /v1/plans/{id}/launcher`` route (it does not build launcher bundles)."""
 
+    exit_code = EXIT_REMOTE
+
 
 class InvalidInput(PlacerAPIError):
     """400, 413, 415 or 422: the request is wrong; ``field`` and ``ref`` say where."""
