@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import zipfile
 from pathlib import Path
 
+from client.bundles import torchrun_commands
 from client.cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
 from client.cli._remote import existing_file, make_client, remote_parser
 from client.cli.local import _settings
@@ -70,19 +69,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.plan.get("status") == "infeasible" else EXIT_OK
 
 
-def torchrun_lines(bundle: bytes) -> list[str]:
-    """The torchrun commands of a bundle's README.md (one per node)."""
-    with zipfile.ZipFile(io.BytesIO(bundle)) as z:
-        readme = next((n for n in z.namelist() if n.endswith("README.md")), None)
-        text = z.read(readme).decode("utf-8", "replace") if readme else ""
-    return [line.strip().strip("`") for line in text.splitlines() if "torchrun" in line and "--nnodes" in line]
-
-
 def cmd_launcher_get(args: argparse.Namespace) -> int:
     output = Path(args.output or f"launcher-{args.id}.zip")
     with make_client(args) as c:
         bundle = c.download_launcher(args.id, output)
-    commands = torchrun_lines(bundle)
+    commands = torchrun_commands(bundle)
     if args.json:
         print_json({"plan": args.id, "output": str(output), "bytes": len(bundle), "torchrun": commands})
     else:
