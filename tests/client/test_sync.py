@@ -71,6 +71,8 @@ def test_importer_formats(client: Client) -> None:
         pytest.skip("no PipeDream profile in /work/shared/data")
     info = client.upload_graph(pipedream, format="pipedream", name="pd")
     assert info.name == "pd" and info.n_ops > 0
+    piper = client.upload_graph(DATA / "piper" / "bert32a100.json", format="piper", name="bert")
+    assert piper.name == "bert" and piper.n_ops > 0
 
 
 def test_submit_wait_plan_and_events(client: Client) -> None:
