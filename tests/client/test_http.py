@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -155,3 +157,20 @@ def test_wait_resumes_a_broken_stream_after_the_last_event(sleeps: list[float]) 
     with Client("http://placer.test", "k", transport=httpx.MockTransport(handle)) as c:
         assert c.wait("job_1").status == "succeeded"
     assert streams == [None, "7"]
+
+
+def test_uploads_are_gzip_encoded_above_the_threshold() -> None:
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(400, json={**PROBLEM, "status": 400})
+
+    with Client("http://placer.test", "k", transport=httpx.MockTransport(handle), gzip_above_bytes=100) as c:
+        for doc in ({"format": "placer.opgraph/v1"}, {"format": "placer.opgraph/v1", "pad": "x" * 200}):
+            with pytest.raises(PlacerAPIError):
+                c.upload_graph(doc)
+    small, large = seen
+    assert "Content-Encoding" not in small.headers and json.loads(small.content)["format"] == "placer.opgraph/v1"
+    assert large.headers["Content-Encoding"] == "gzip"
+    assert json.loads(gzip.decompress(large.content))["pad"] == "x" * 200
