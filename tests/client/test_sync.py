@@ -179,3 +179,16 @@ def test_launcher_route_absent_or_bundle(client: Client) -> None:
         assert data.startswith(b"PK")
     with pytest.raises(NotFound):
         client.download_launcher("plan_does_not_exist")
+
+
+def test_readme_client_example_runs(server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    block = next(b.split("```", 1)[0] for b in text.split("```python\n")[1:] if "from client import Client" in b)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLACER_URL", server.url)
+    monkeypatch.setenv("PLACER_API_KEY", server.key)
+    (tmp_path / "bert.json").write_text(json.dumps(generate_graph("transformer", layers=2).to_document()))
+    exec(compile(block, "README.md", "exec"), {})
+    status, throughput = capsys.readouterr().out.split()
+    assert status == "succeeded" and float(throughput) > 0
