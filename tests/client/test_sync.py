@@ -192,3 +192,14 @@ def test_readme_client_example_runs(server: Server, tmp_path: Path, monkeypatch:
     exec(compile(block, "README.md", "exec"), {})
     status, throughput = capsys.readouterr().out.split()
     assert status == "succeeded" and float(throughput) > 0
+
+
+def test_parallel_retries_with_one_key_get_one_job(server: Server) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with server.client() as c:
+        g = c.upload_graph(generate_graph("random_dag", n_ops=12, seed=9))
+        t = c.generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+        with ThreadPoolExecutor(8) as pool:
+            jobs = list(pool.map(lambda _: c.submit(g, t, "even", idempotency_key="parallel-1"), range(8)))
+    assert len({j.id for j in jobs}) == 1
