@@ -158,7 +158,7 @@ class AsyncClient:
 
     async def cancel(self, job: Ref) -> Job:
         """Ask a queued or running job to stop (:class:`~client.errors.Conflict` once it finished)."""
-        return await self._model(Job, Call("POST", f"/v1/jobs/{ref_id(job)}:cancel"))
+        return await self._model(Job, Call("POST", f"/v1/jobs/{ref_id(job)}:cancel", retry=True))
 
     def events(self, job: Ref, *, after: int | None = None, timeout: float | None = None) -> AsyncIterator[JobEvent]:
         """The job's event stream (Server-Sent Events) after event id ``after``, until its ``end``."""

@@ -154,7 +154,7 @@ class Client:
 
     def cancel(self, job: Ref) -> Job:
         """Ask a queued or running job to stop (:class:`~client.errors.Conflict` once it finished)."""
-        return self._model(Job, Call("POST", f"/v1/jobs/{ref_id(job)}:cancel"))
+        return self._model(Job, Call("POST", f"/v1/jobs/{ref_id(job)}:cancel", retry=True))  # asking twice is once
 
     def events(self, job: Ref, *, after: int | None = None, timeout: float | None = None) -> Iterator[JobEvent]:
         """The job's event stream (Server-Sent Events) after event id ``after``, until its ``end``."""
