@@ -1,7 +1,45 @@
-"""Placer's client side today: the ``placer`` command line (``client.cli``) and local tooling
-(``client.demo``: every applicable solver on generated inputs, compared), running the library
-in-process with no server.
+"""Placer's client side: the HTTP client of the service and the ``placer`` command line.
 
-The HTTP client for the service is not here yet; until it is, talk to a server with any HTTP
-client against its OpenAPI schema (docs/api.md).  This package never imports ``service``.
+- :class:`Client` / :class:`AsyncClient` (``client.sync``, ``client.asyncio``): everything the
+  REST API offers, typed results (:mod:`client.models`) and errors (:mod:`client.errors`),
+  retries; docs/client.md.
+- :mod:`client.cli`: the ``placer`` command, local (no server) and remote (on the client).
+- :mod:`client.extract`: from a PyTorch model to an operator graph; :mod:`client.demo`.
+
+This package never imports ``service``. ``import client`` stays light: the HTTP client loads
+on first use of its names.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from client.asyncio import AsyncClient
+    from client.errors import (
+        Conflict,
+        InvalidInput,
+        LauncherUnavailable,
+        NotFound,
+        PlacerAPIError,
+        PlacerClientError,
+        PlacerConnectionError,
+        RateLimited,
+        ServerError,
+        SolverUnavailable,
+        Unauthorized,
+        WaitTimeout,
+    )
+    from client.sync import Client
+
+__all__ = ["AsyncClient", "Client", "Conflict", "InvalidInput", "LauncherUnavailable", "NotFound", "PlacerAPIError",
+           "PlacerClientError", "PlacerConnectionError", "RateLimited", "ServerError", "SolverUnavailable",
+           "Unauthorized", "WaitTimeout"]
+_HOME = {"Client": "client.sync", "AsyncClient": "client.asyncio"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    return getattr(import_module(_HOME.get(name, "client.errors")), name)

@@ -1,7 +1,7 @@
 """The ``placer`` command line.
 
-Command groups are modules with a ``register(subparsers)`` function.  The local commands are
-listed here; other distributions' commands (the service's ``serve``, ``worker``, ``migrate``,
+Command groups are modules with a ``register(subparsers)`` function.  The local commands and
+the remote ones (``remote_*``: a Placer server through :class:`client.Client`) are listed here; other distributions' commands (the service's ``serve``, ``worker``, ``migrate``,
 ``keys``) plug in through the entry-point group ``placer.cli`` so that this package never
 imports the service.
 
@@ -16,17 +16,20 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from client.cli import local, torch_cmds
+from client.cli import local, remote_inputs, remote_jobs, remote_plans, torch_cmds
 from client.cli._output import report_error
+from client.cli._remote import add_server_options
 
 ENTRY_POINT_GROUP = "placer.cli"
 LOCAL_GROUPS = (local, torch_cmds)
+REMOTE_GROUPS = (remote_inputs, remote_jobs, remote_plans)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="placer", description="Placement optimizer for deep learning.")
+    add_server_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in LOCAL_GROUPS:
+    for group in (*LOCAL_GROUPS, *REMOTE_GROUPS):
         group.register(sub)
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         ep.load()(sub)

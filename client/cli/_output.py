@@ -26,8 +26,8 @@ def report_error(exc: BaseException, as_json: bool) -> int:
         body = exc.to_dict()
     else:
         remote = getattr(exc, "problem", None)
-        if isinstance(remote, dict):
-            code, body = EXIT_REMOTE, remote
+        if isinstance(remote, dict):  # the HTTP client's errors carry their exit code (client.errors)
+            code, body = int(getattr(exc, "exit_code", EXIT_REMOTE)), remote
         else:
             code, body = EXIT_FAILED, {"type": "internal-error", "title": type(exc).__name__, "detail": str(exc)}
     if as_json:

@@ -1,0 +1,184 @@
+"""Typed results of the HTTP client: the API's response bodies as pydantic models.
+
+They mirror the service's response schemas field for field (tests/client/test_models.py checks
+them against the service's OpenAPI schema), without importing the service. Unknown fields a
+newer server adds are ignored. ``settings`` is the solvers' own :class:`ProblemSettings`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from solvers.model.settings import ProblemSettings
+
+__all__ = ["FINAL_STATES", "Comparison", "ComparisonRow", "Evaluation", "GraphInfo", "Health", "Job", "JobError",
+           "JobEvent", "JobState", "Page", "Progress", "SolverInfo", "TopologyInfo"]
+
+T = TypeVar("T")
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+FINAL_STATES: tuple[str, ...] = ("succeeded", "failed", "cancelled")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Page(_Model, Generic[T]):
+    """One page of a list (``next_cursor`` is ``None`` on the last page)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class GraphInfo(_Model):
+    """A stored operator graph (``GET /v1/graphs/{id}``); the document itself is ``graph_document``."""
+
+    id: str
+    digest: str
+    name: str
+    n_ops: int
+    n_edges: int
+    size_bytes: int
+    created_at: datetime
+
+
+class TopologyInfo(_Model):
+    """A stored topology (``GET /v1/topologies/{id}``)."""
+
+    id: str
+    digest: str
+    name: str
+    n_devices: int
+    n_hosts: int
+    size_bytes: int
+    created_at: datetime
+
+
+class Progress(_Model):
+    """A running job's last progress report."""
+
+    fraction: float | None = None
+    incumbent_s: float | None = None
+    bound_s: float | None = None
+    message: str | None = None
+
+
+class JobError(_Model):
+    """Why a job failed (``type`` e.g. ``time-limit-exceeded``; ``field`` and ``ref`` for bad input)."""
+
+    type: str
+    title: str
+    detail: str
+    field: str | None = None
+    ref: str | None = None
+
+
+class Job(_Model):
+    """A solve job (``POST /v1/jobs``, ``GET /v1/jobs/{id}``)."""
+
+    id: str
+    status: JobState
+    graph_id: str | None
+    topology_id: str | None
+    comparison_id: str | None
+    solver: str
+    objective: str
+    settings: ProblemSettings
+    options: dict[str, Any]
+    time_limit_s: float
+    cache: bool
+    cached: bool
+    cached_from: str | None
+    attempts: int
+    cancel_requested: bool
+    progress: Progress | None
+    error: JobError | None
+    plan_id: str | None
+    plan_status: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def done(self) -> bool:
+        """Whether the job reached a final state (succeeded, failed or cancelled)."""
+        return self.status in FINAL_STATES
+
+
+class ComparisonRow(_Model):
+    """One solver's job in a comparison, with its plan's simulated figures."""
+
+    solver: str
+    job_id: str
+    job_status: JobState
+    plan_id: str | None
+    status: str | None
+    objective_s: float | None
+    iteration_s: float | None
+    latency_s: float | None
+    throughput_samples_per_s: float | None
+    lower_bound_s: float | None
+    efficiency: float | None
+    solve_time_s: float | None
+    peak_memory_bytes: float | None
+    error: JobError | None
+
+
+class Comparison(_Model):
+    """Several solvers on one problem (``POST /v1/comparisons``)."""
+
+    id: str
+    graph_id: str | None
+    topology_id: str | None
+    objective: str
+    settings: ProblemSettings
+    done: bool
+    best_solver: str | None
+    rows: list[ComparisonRow]
+    created_at: datetime
+
+    @property
+    def best(self) -> ComparisonRow | None:
+        """The row of ``best_solver`` (the smallest simulated objective among feasible plans)."""
+        return next((r for r in self.rows if r.solver == self.best_solver), None)
+
+
+class Evaluation(_Model):
+    """A plan scored by the server's simulator (``POST /v1/plans:evaluate``)."""
+
+    plan: dict[str, Any]
+    metrics: dict[str, Any]
+    timeline: list[Any] | None = None
+
+
+class SolverInfo(_Model):
+    """One entry of the solver catalogue (``GET /v1/solvers``)."""
+
+    name: str
+    summary: str
+    objectives: list[str]
+    version: str
+    options_schema: dict[str, Any]
+    available: bool = True
+    unavailable_reason: str | None = None
+
+
+class Health(_Model):
+    """``/healthz`` and ``/readyz``."""
+
+    status: str
+    database: str | None = None
+    revision: str | None = None
+    head: str | None = None
+    workers: int | None = None
+
+
+class JobEvent(_Model):
+    """One event of a job's stream (``GET /v1/jobs/{id}/events``): ``state``, ``progress``, ``end``..."""
+
+    id: int | None
+    event: str
+    data: dict[str, Any]

@@ -1,0 +1,80 @@
+"""The asyncio client against a real ``placer serve``: the same API, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from client import AsyncClient, NotFound, WaitTimeout
+from client._http import RetryPolicy
+from client.models import JobEvent
+from solvers.generate import generate_graph, generate_topology
+from tests.client.conftest import Server
+
+
+def test_upload_submit_wait_compare(server: Server) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(server.url, server.key) as c:
+            g, t = await asyncio.gather(
+                c.upload_graph(generate_graph("random_dag", n_ops=20, seed=21)),
+                c.upload_topology(generate_topology("hierarchical", nodes=1, gpus_per_node=4)))
+            assert (await c.get_graph(g.id)) == g
+            job = await c.submit(g, t, "even", settings={"micro_batches": [2]})
+            seen: list[JobEvent] = []
+            done = await c.wait(job, timeout=60, on_event=seen.append)
+            assert done.status == "succeeded" and seen[-1].event == "end"
+            assert (await c.job_plan(done)).micro_batches == 2
+            assert [e async for e in c.events(job, after=0)][-1].event == "end"
+            assert job.id in [j.id async for j in c.list_jobs(page_size=1)]
+            cmp = await c.compare(g, t, ["even", "pipedream"], settings={"micro_batches": [2]})
+            finished = await c.wait_comparison(cmp, timeout=60)
+            assert finished.done and finished.best_solver in ("even", "pipedream")
+            assert finished.best is not None and finished.best.plan_id
+            scored = await c.evaluate(g, t, await c.get_plan(finished.best.plan_id), settings={"micro_batches": [2]})
+            assert scored.metrics["objective_s"] == pytest.approx(finished.best.objective_s)
+            assert [x.id async for x in c.list_graphs(name=g.name)] == [g.id]
+            await c.delete_graph(g)
+            with pytest.raises(NotFound):
+                await c.get_graph(g.id)
+            assert (await c.health()).status == "ok" and any(s.name == "even" for s in await c.solvers())
+
+    asyncio.run(scenario())
+
+
+def test_wait_timeout_names_the_job(server: Server) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(server.url, server.key) as c:
+            g = await c.upload_graph(generate_graph("random_dag", n_ops=10, seed=22))
+            t = await c.generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+            job = await c.submit(g, t, "sleepy", options={"sleep_s": 20.0}, cache=False)
+            with pytest.raises(WaitTimeout) as err:
+                await c.wait(job, timeout=0.5)
+            assert err.value.resource_id == job.id
+            await c.cancel(job)
+            assert (await c.wait(job, timeout=30)).status == "cancelled"
+
+    asyncio.run(scenario())
+
+
+def test_async_retries_on_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = [503, 503, 200]
+    delays: list[float] = []
+
+    async def no_sleep(delay: float) -> None:
+        delays.append(delay)
+
+    monkeypatch.setattr("client._http.asyncio.sleep", no_sleep)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        status = answers.pop(0)
+        return httpx.Response(status, json={"status": "ok"} if status == 200 else {"detail": "busy"})
+
+    async def scenario() -> None:
+        async with AsyncClient("http://placer.test", "k", transport=httpx.MockTransport(handle),
+                               retry=RetryPolicy(max_retries=3)) as c:
+            assert (await c.health()).status == "ok"
+
+    asyncio.run(scenario())
+    assert len(delays) == 2 and not answers

@@ -1,0 +1,128 @@
+"""The remote commands (``placer graphs|topologies|jobs|compare|plans|launcher``) against a real
+``placer serve``: output, ``--json``, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.cli import main
+from client.cli._remote import LiveStatus
+from client.models import JobEvent
+from solvers.generate import generate_graph, generate_topology
+from tests.client.conftest import Server, free_port
+
+
+def run(capsys: pytest.CaptureFixture[str], server: Server, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv, "--url", server.url, "--api-key", server.key])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], server: Server, *argv: str) -> Any:
+    code, out, err = run(capsys, server, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def inputs(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("docs")
+    graph, topology = folder / "g.json", folder / "t.json"
+    graph.write_text(json.dumps(generate_graph("random_dag", n_ops=24, seed=31).to_document()))
+    topology.write_text(json.dumps(generate_topology("hierarchical", nodes=1, gpus_per_node=4).to_document()))
+    return {"graph_file": str(graph), "topology_file": str(topology)}
+
+
+def test_graphs_and_topologies(capsys: pytest.CaptureFixture[str], server: Server, inputs: dict[str, str]) -> None:
+    g = run_json(capsys, server, "graphs", "upload", inputs["graph_file"])
+    assert g["id"].startswith("g_") and g["n_ops"] == 24
+    code, out, _ = run(capsys, server, "graphs", "upload", inputs["graph_file"])
+    assert code == 0 and out.startswith(g["id"])
+    assert [x["id"] for x in run_json(capsys, server, "graphs", "list", "--limit", "1")] == [g["id"]]
+    code, out, _ = run(capsys, server, "graphs", "list")
+    assert code == 0 and out.splitlines()[0].split() == ["id", "name", "n_ops", "n_edges", "size_bytes", "created_at"]
+    assert run_json(capsys, server, "graphs", "show", g["id"]) == g
+    assert run_json(capsys, server, "graphs", "show", g["id"], "--document")["format"] == "placer.opgraph/v1"
+    t = run_json(capsys, server, "topologies", "upload", inputs["topology_file"])
+    assert t["n_devices"] == 4
+    assert t["id"] in [x["id"] for x in run_json(capsys, server, "topologies", "list", "--min-devices", "4")]
+
+def test_exit_codes(capsys: pytest.CaptureFixture[str], server: Server, inputs: dict[str, str],
+                    tmp_path: Path) -> None:
+    code, _, err = run(capsys, server, "graphs", "upload", inputs["topology_file"], "--json")
+    assert code == 2 and json.loads(err)["status"] == 422
+    code, _, err = run(capsys, server, "graphs", "show", "g_nope")
+    assert code == 2 and "not found" in err
+    code, _, err = run(capsys, server, "graphs", "upload", str(tmp_path / "missing.json"))
+    assert code == 2 and "no such file" in err
+    assert main(["graphs", "list", "--url", server.url, "--api-key", "plc_wrong"]) == 3
+    assert main(["--url", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "topologies", "list"]) == 3
+    capsys.readouterr()
+
+
+def test_jobs_submit_wait_show_cancel(capsys: pytest.CaptureFixture[str], server: Server,
+                                      inputs: dict[str, str]) -> None:
+    g = run_json(capsys, server, "graphs", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topologies", "upload", inputs["topology_file"])["id"]
+    job = run_json(capsys, server, "jobs", "submit", "--graph", g, "--topology", t, "--solver", "even",
+                   "--micro-batches", "4", "--wait", "--timeout", "60")
+    assert job["status"] == "succeeded" and job["settings"]["micro_batches"] == [4]
+    code, out, err = run(capsys, server, "jobs", "wait", job["id"])
+    assert code == 0 and job["plan_id"] in out and err == ""  # stdout is not a terminal: no live status
+    assert run_json(capsys, server, "jobs", "show", job["id"])["id"] == job["id"]
+    assert job["id"] in [j["id"] for j in run_json(capsys, server, "jobs", "list", "--solver", "even")]
+    code, _, _ = run(capsys, server, "jobs", "cancel", job["id"])
+    assert code == 1  # a finished job cannot be cancelled (409)
+    slow = run_json(capsys, server, "jobs", "submit", "--graph", g, "--topology", t, "--solver", "sleepy",
+                    "--option", "sleep_s=20", "--no-cache")
+    assert slow["status"] == "queued"
+    code, _, err = run(capsys, server, "jobs", "wait", slow["id"], "--timeout", "0.3")
+    assert code == 1 and slow["id"] in err
+    assert run_json(capsys, server, "jobs", "cancel", slow["id"])["cancel_requested"] is True
+    code, out, _ = run(capsys, server, "jobs", "wait", slow["id"])
+    assert code == 1 and "cancelled" in out
+    code, _, err = run(capsys, server, "jobs", "submit", "--graph", g, "--topology", t, "--solver", "even",
+                       "--option", "bogus=1")
+    assert code == 2 and "bogus" in err
+
+
+def test_compare_table_plans_and_launcher(capsys: pytest.CaptureFixture[str], server: Server,
+                                          inputs: dict[str, str], tmp_path: Path) -> None:
+    g = run_json(capsys, server, "graphs", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topologies", "upload", inputs["topology_file"])["id"]
+    code, out, _ = run(capsys, server, "compare", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
+                       "--micro-batches", "4", "--wait")
+    assert code == 0
+    header = out.splitlines()[1].split()
+    assert header[:4] == ["solver", "status", "objective", "throughput/s"] and "efficiency" in header
+    assert "best:" in out
+    cmp = run_json(capsys, server, "compare", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
+                   "--micro-batches", "4", "--wait")
+    best = next(r for r in cmp["rows"] if r["solver"] == cmp["best_solver"])
+    plan_file = tmp_path / "plan.json"
+    code, _, _ = run(capsys, server, "plans", "get", best["plan_id"], "-o", str(plan_file))
+    assert code == 0 and json.loads(plan_file.read_text())["format"] == "placer.plan/v1"
+    metrics = run_json(capsys, server, "plans", "evaluate", "--graph", g, "--topology", t, "--plan", str(plan_file),
+                       "--micro-batches", "4")
+    assert metrics["objective_s"] == pytest.approx(best["objective_s"])
+    code, out, err = run(capsys, server, "launcher", "get", best["plan_id"], "-o", str(tmp_path / "l.zip"))
+    if code == 0:
+        assert (tmp_path / "l.zip").read_bytes().startswith(b"PK")
+    else:
+        assert code == 3 and "does not offer launcher bundles" in err
+
+
+def test_live_status_only_draws_when_enabled() -> None:
+    quiet, shown = io.StringIO(), io.StringIO()
+    for stream, enabled in ((quiet, False), (shown, True)):
+        live = LiveStatus("job_1", stream, enabled)
+        live.on_event(JobEvent(id=1, event="state", data={"status": "running"}))
+        live.on_event(JobEvent(id=2, event="progress", data={"fraction": 0.5, "message": "DP over 8 stages"}))
+        live.close()
+    assert quiet.getvalue() == ""
+    assert "[############............]  50% running: DP over 8 stages" in shown.getvalue()
