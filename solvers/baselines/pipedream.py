@@ -1,22 +1,26 @@
-"""``pipedream``: PipeDream's hierarchical partitioning DP (SOSP'19 §3.1), our implementation.
+"""``pipedream``: PipeDream's hierarchical partitioning DP (SOSP'19 §3.1).
 
-Without fixed S / R and with the consecutive mapper, the two-level recurrence of
-:mod:`solvers.baselines._pipedream_dp` runs on the topology's hierarchy (GPUs per host with
-the slowest intra-host channel, hosts with the slowest inter-host channel) and the result is
-placed as PipeDream places it: each outer stage on consecutive hosts, each inner stage on
-consecutive GPUs of every one of those hosts (replica counts may differ between stages).
+Without fixed S / R and with the consecutive mapper, the topology's hierarchy (GPUs per host
+with the slowest intra-host channel, hosts with the slowest inter-host channel) gives the DP's
+levels, and the result is placed as PipeDream places it: each outer stage on consecutive hosts,
+each inner stage on consecutive GPUs of every one of those hosts (replica counts may differ
+between stages).  ``cost_model="pipedream"`` (default) runs the DP of PipeDream's own optimizer
+over the graph's antichain DAG with its terms (:mod:`solvers.baselines._pipedream_hier`), so its
+value (``stats["pipedream_dp_objective_s"]``) is the original's "time per stage";
+``cost_model="placer"`` runs :mod:`solvers.baselines._pipedream_dp` on a layer chain with
+Placer's terms.  Either way the plan's claimed objective is the simulator's.
 
 With ``settings.stages`` / ``replicas`` set, or another mapper (Parmesan's Table I, II, V
-comparisons), the same cost model runs with ``S`` stages of ``R`` replicas each (PipeDream's
-stage time ``1/R * max(compute, 2 (R-1) W / B)`` and split cost ``2 a / B`` with ``B`` the channels
-of the consecutive placement), the (S, R, micro-batch) candidates are ranked by the simulator,
-and the winning partition is mapped with ``mapping`` = consecutive | p2p | parmesan.
+comparisons), the layer-chain model runs with ``S`` stages of ``R`` replicas each (stage time
+``1/R * max(compute, 2 (R-1) W / B)`` and split cost ``2 a / B`` with ``B`` the channels of the
+consecutive placement), the (S, R, micro-batch) candidates are ranked by the simulator, and the
+winning partition is mapped with ``mapping`` = consecutive | p2p | parmesan.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +28,10 @@ from pydantic import Field
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.baselines._pipedream_dp import Group, LayerChain, flat_dp, hierarchical_dp, layer_chain
+from solvers.baselines._pipedream_hier import Group as StateGroup
+from solvers.baselines._pipedream_hier import pipedream_dp
+from solvers.baselines._pipedream_states import AntichainStates, antichain_states
+from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
@@ -36,6 +44,11 @@ from solvers.parmesan.search import sr_candidates
 class PipeDreamOptions(SolverOptions):
     """Options of ``pipedream`` (docs/parmesan.md)."""
 
+    cost_model: Literal["pipedream", "placer"] = Field(
+        default="pipedream", description="pipedream: the original optimizer's DP over antichains; placer: a layer "
+                                         "chain with Placer's terms (docs/baselines.md)")
+    max_states: int = Field(default=600, ge=1, le=100_000,
+                            description="cost_model=pipedream: antichain states beyond which the placer model runs")
     mapping: Literal["consecutive", "p2p", "parmesan"] = Field(
         default="consecutive", description="device mapper: consecutive (CS), p2p-first or Parmesan's Alg. 1 + 2")
     instantiation: Literal["auto", "m", "ar", "both"] = Field(
@@ -88,9 +101,10 @@ def _hosts(problem: Problem) -> list[list[int]]:
     return [[d for d, dev in enumerate(topo.devices) if dev.node == h] for h in topo.hosts]
 
 
-def _hierarchical_groups(problem: Problem, chain: LayerChain) -> tuple[float, list[Group], list[list[int]]] | None:
-    """PipeDream's own DP on a uniform host hierarchy: its value, the groups and the device units
-    they are placed on; ``None`` when hosts differ in size."""
+def _hierarchy(problem: Problem) -> tuple[list[tuple[int, float]], list[list[int]]] | None:
+    """PipeDream's levels (workers, slowest channel) from the inside out and the device units
+    of the top level (hosts, or all devices when there is one level); ``None`` when hosts differ
+    in size."""
     hosts = _hosts(problem)
     sizes = {len(h) for h in hosts}
     if len(sizes) != 1:
@@ -101,39 +115,68 @@ def _hierarchical_groups(problem: Problem, chain: LayerChain) -> tuple[float, li
     b2 = min((float(bw[a, b]) for h in hosts for g in hosts if g is not h for a in h for b in g),
              default=float("inf"))
     if len(hosts) == 1 or per == 1:
-        units = [[d for h in hosts for d in h]]
-        value, groups = hierarchical_dp(chain, (len(units[0]), b1 if len(hosts) == 1 else b2), None)
-    else:
-        units = hosts
-        value, groups = hierarchical_dp(chain, (per, b1), (len(hosts), b2))
-    return value, groups, units
+        return [(per * len(hosts), b1 if len(hosts) == 1 else b2)], [[d for h in hosts for d in h]]
+    return [(per, b1), (len(hosts), b2)], hosts
 
 
-def _place_groups(problem: Problem, chain: LayerChain, groups: list[Group], units: list[list[int]],
-                  micro_batches: int) -> Plan:
+def _chain_stage_ops(chain: LayerChain, groups: list[Group]) -> list[list[int]]:
+    """Ops of every stage of a layer-chain pipeline, in pipeline order."""
+    return [np.flatnonzero((chain.layer_of >= first) & (chain.layer_of <= last)).tolist()
+            for _, inner in groups for first, last, _ in inner]
+
+
+def _state_stage_ops(problem: Problem, states: AntichainStates, groups: list[StateGroup]) -> list[list[int]]:
+    """Ops of every stage of an antichain pipeline: the ops of its last state not taken by an
+    earlier stage (as PipeDream assigns them); ops of no state join their first consumer's stage
+    (or their producers' last stage)."""
+    g = problem.graph
+    stage = np.full(g.n_ops, -1, dtype=np.int64)
+    lasts = [last for _, inner in groups for _, last, _ in inner]
+    for s, last in enumerate(lasts):
+        stage[states.members[last] & (stage < 0)] = s
+    for v in reversed(g.topo_order.tolist()):
+        if stage[v] < 0:
+            succ = [int(stage[w]) for w in g.succ[v] if stage[w] >= 0]
+            stage[v] = min(succ) if succ else max((int(stage[p]) for p in g.pred[v]), default=0)
+    return [np.flatnonzero(stage == s).tolist() for s in range(len(lasts))]
+
+
+def _place_groups(problem: Problem, groups: list[Group] | list[StateGroup], units: list[list[int]],
+                  stage_ops: list[list[int]], micro_batches: int) -> Plan:
+    """PipeDream's layout: each outer stage on consecutive units (hosts), each inner stage on
+    consecutive GPUs of every one of those units."""
     g, topo = problem.graph, problem.topology
+    position = g.topo_position
     stages: list[Stage] = []
     unit = 0
-    order = g.topo_order
     for reps, inner in groups:
         mine = units[unit:unit + reps]
         unit += reps
         cursor = 0
-        for first, last, gpus in inner:
+        for _, _, gpus in inner:
             devices = [topo.devices[d].id for u in mine for d in u[cursor:cursor + gpus]]
             cursor += gpus
-            ops = tuple(g.nodes[int(v)].id for v in order if first <= chain.layer_of[v] <= last)
-            stages.append(Stage(ops, tuple(devices)))
-    return Plan(stages=tuple(stages), micro_batches=micro_batches, schedule=problem.settings.schedule,
-                recompute=problem.settings.recompute, status="feasible")
+            ops = sorted(stage_ops[len(stages)], key=lambda v: int(position[v]))
+            stages.append(Stage(tuple(g.nodes[v].id for v in ops), tuple(devices)))
+    return Plan(stages=tuple(s for s in stages if s.ops), micro_batches=micro_batches,
+                schedule=problem.settings.schedule, recompute=problem.settings.recompute, status="feasible")
+
+
+def pipedream_work_s(problem: Problem) -> FloatArray:
+    """PipeDream's per-op compute: forward + backward on the slowest device."""
+    compute = ComputeModel(problem.graph, problem.topology)
+    work = np.zeros(problem.graph.n_ops)
+    for d in range(problem.topology.n_devices):
+        work = np.maximum(work, compute.fwd_s(d) + compute.bwd_s(d))
+    return work
 
 
 class PipeDreamSolver:
     name: ClassVar[str] = "pipedream"
-    summary: ClassVar[str] = "PipeDream hierarchical DP over a layer chain, with CS, p2p or Parmesan mapping"
+    summary: ClassVar[str] = "PipeDream's hierarchical DP (its optimizer's antichain DP by default), CS, p2p or Parmesan mapping"
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = PipeDreamOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
 
     def solve(self, problem: Problem, options: PipeDreamOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:
@@ -142,18 +185,44 @@ class PipeDreamSolver:
                                  field=f"settings.pinned.{op}", ref=op)
         chain = layer_chain(problem, options.max_layers)
         fixed = problem.settings.stages is not None or problem.settings.replicas is not None
-        best: tuple[float, Plan, dict[str, Any]] | None = None
-        hierarchy = _hierarchical_groups(problem, chain) if not fixed and options.mapping == "consecutive" else None
+        hierarchy = _hierarchy(problem) if not fixed and options.mapping == "consecutive" else None
+        notes: tuple[str, ...] = ()
+        if hierarchy is not None and options.cost_model == "pipedream":
+            levels, units = hierarchy
+            states = antichain_states(problem.graph, pipedream_work_s(problem), options.max_states)
+            if states is None:
+                notes = (f"the antichain DAG has more than max_states={options.max_states} states; "
+                         "Placer's layer-chain model used",)
+            else:
+                value_dp, sgroups = pipedream_dp(states, levels)
+                found = self._best_layout(problem, sgroups, units, _state_stage_ops(problem, states, sgroups))
+                if found is not None:
+                    stats = {"mode": "hierarchical", "cost_model": "pipedream", "pipedream_dp_objective_s": value_dp,
+                             "antichain_states": states.n_states}
+                    return found.with_(stats={**stats, "stages": len(found.stages)})
+                notes = ("the PipeDream-cost plan does not fit the devices' memory; Placer's layer-chain model used",)
         if hierarchy is not None:  # the DP does not depend on the micro-batch count: one run serves all
-            value_dp, groups, units = hierarchy
-            for mb in problem.settings.micro_batches:
-                plan = _place_groups(problem, chain, groups, units, mb)
-                value = simulated_s(problem, plan)
-                if np.isfinite(value) and (best is None or value < best[0]):
-                    best = (value, plan, {"mode": "hierarchical", "pipedream_dp_objective_s": value_dp})
-            if best is not None:
-                return best[1].with_(claimed_objective_s=best[0], stats={**best[2], "layers": chain.n_layers})
-        return self._flat(problem, options, chain, budget, progress)
+            levels, units = hierarchy
+            value_dp, groups = hierarchical_dp(chain, levels[0], levels[1] if len(levels) > 1 else None)
+            found = self._best_layout(problem, groups, units, _chain_stage_ops(chain, groups))
+            if found is not None:
+                stats = {"mode": "hierarchical", "cost_model": "placer", "pipedream_dp_objective_s": value_dp,
+                         "layers": chain.n_layers}
+                return found.with_(stats={**stats, "stages": len(found.stages)}, notes=notes)
+        plan = self._flat(problem, options, chain, budget, progress)
+        return plan.with_(notes=(*notes, *plan.notes))
+
+    @staticmethod
+    def _best_layout(problem: Problem, groups: list[Group] | list[StateGroup], units: list[list[int]],
+                     stage_ops: list[list[int]]) -> Plan | None:
+        """The pipeline in PipeDream's layout at the best micro-batch count (by the simulator)."""
+        best: tuple[float, Plan] | None = None
+        for mb in problem.settings.micro_batches:
+            plan = _place_groups(problem, groups, units, stage_ops, mb)
+            value = simulated_s(problem, plan)
+            if np.isfinite(value) and (best is None or value < best[0]):
+                best = (value, plan)
+        return None if best is None else best[1].with_(claimed_objective_s=best[0])
 
     def _flat(self, problem: Problem, options: PipeDreamOptions, chain: LayerChain, budget: Budget,
               progress: ProgressCallback) -> Plan:

@@ -1,0 +1,123 @@
+"""PipeDream's hierarchical DP over antichain states (Narayanan et al., SOSP'19, §3.1, with the
+cost terms of its optimizer, msr-fiddle/pipedream ``optimizer/optimizer_graph_hierarchical.py``).
+
+States ``0..n-1`` in topological order (:mod:`solvers.baselines._pipedream_states`).  A *row*
+``i`` is where a segment starts: row 0 from the graph's beginning, row ``i >= 1`` right after
+state ``i - 1``.  ``C[i, j]`` = compute of the segment (row ``i``, state ``j``] as a difference of
+the states' prefix sums (``inf`` when ``j < i``), ``P[i, j]`` likewise for parameters.  Level
+``k`` has ``M`` workers (each a whole level ``k - 1``, which itself has ``M'`` workers) linked by
+bandwidth ``B``; with ``r`` workers::
+
+    A[i, j, r] = (C[i, j] + 4 (r - 1) P[i, j] / (B r M')) / r                       (replicated)
+    A[i, j, r] = min over states k before j, 1 <= r' < r of
+                 max(A[i, k, r - r'],
+                     (C[k+1, j] + 4 (r' - 1) P[k+1, j] / (B r')) / r',              (last stage)
+                     2 a_k / (B r'),  2 a_j / (B r') unless j is the last state)      (transfers)
+
+where ``k`` ranges over the antichain-DAG ancestors of ``j`` that are not ancestors of state
+``i - 1``.  Level 1 starts from the states' compute; level ``k + 1`` takes ``C = A_k[:, :, M_k]``.
+The top level solves row 0 only; its ``A[0, n-1, M]`` is the optimizer's "time per stage".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers.arrays import FloatArray, IntArray
+from solvers.baselines._pipedream_states import AntichainStates
+
+
+@dataclass(frozen=True)
+class LevelTable:
+    """``value[i, j, r-1]``; ``split[i, j, r-1]`` = state ``k`` ending the earlier stages (-1:
+    replicated segment) and ``last_workers[i, j, r-1]`` = ``r'`` of the last stage."""
+
+    value: FloatArray
+    split: IntArray
+    last_workers: IntArray
+
+
+def prefix_differences(totals: FloatArray) -> FloatArray:
+    """``D[i, j]`` = totals[j] (row 0) or totals[j] - totals[i - 1], ``inf`` where ``j < i``."""
+    n = len(totals)
+    out = np.vstack([totals[None, :], totals[None, :] - totals[:, None]])
+    rows = np.arange(n + 1)[:, None]
+    return np.where(np.arange(n)[None, :] >= rows, out, np.inf)
+
+
+def solve_level(states: AntichainStates, compute: FloatArray, workers: int, within: int,
+                bandwidth_Bps: float, top: bool) -> LevelTable:
+    """One level of the recurrence (module docstring) for every row, or row 0 when ``top``."""
+    n = states.n_states
+    params = prefix_differences(states.param_bytes)
+    params = np.where(np.isfinite(params), params, 0.0)
+    r = np.arange(1, workers + 1)
+    value = (compute[:, :, None] + 4.0 * (r - 1) * params[:, :, None] / (bandwidth_Bps * r * within)) / r
+    value = np.where(np.isfinite(compute)[:, :, None], value, np.inf)
+    split = np.full(value.shape, -1, dtype=np.int64)
+    last_workers = np.zeros(value.shape, dtype=np.int64)
+    rows = np.arange(1 if top else n + 1)
+    # skip[i, k]: k is an ancestor of state i - 1 (row 0 skips nothing)
+    skip = np.vstack([np.zeros((1, n), dtype=bool), states.ancestors])[rows]
+    for m in range(1, workers):
+        for j in range(1, n):
+            ks = np.flatnonzero(states.ancestors[j])
+            live = rows[rows < j]
+            if len(ks) == 0 or len(live) == 0:
+                continue
+            cands = []
+            for rp in range(1, m + 1):
+                last = (compute[ks + 1, j] + 4.0 * (rp - 1) * params[ks + 1, j] / (bandwidth_Bps * rp)) / rp
+                moved = 2.0 * states.out_bytes[ks] / (bandwidth_Bps * rp)
+                if j < n - 1:
+                    moved = np.maximum(moved, 2.0 * states.out_bytes[j] / (bandwidth_Bps * rp))
+                earlier = value[live[:, None], ks[None, :], m - rp]
+                cand = np.maximum(earlier, np.maximum(last, moved)[None, :])
+                cand[skip[live][:, ks]] = np.inf
+                cands.append(cand)
+            stacked = np.stack(cands, axis=2).reshape(len(live), -1)  # (row, k-major, r')
+            best = np.argmin(stacked, axis=1)
+            best_value = stacked[np.arange(len(live)), best]
+            better = best_value < value[live, j, m]
+            at = live[better]
+            value[at, j, m] = best_value[better]
+            split[at, j, m] = ks[best[better] // m]
+            last_workers[at, j, m] = best[better] % m + 1
+    return LevelTable(value, split, last_workers)
+
+
+def stages_of(table: LevelTable, row: int, last: int, workers: int) -> list[tuple[int, int, int]]:
+    """The segment (``row``, ``last``] with ``workers`` as stages ``(row, last state, workers)``."""
+    out: list[tuple[int, int, int]] = []
+    j, m = last, workers - 1
+    while table.split[row, j, m] >= 0:
+        k, rp = int(table.split[row, j, m]), int(table.last_workers[row, j, m])
+        out.append((k + 1, j, rp))
+        j, m = k, m - rp
+    out.append((row, j, m + 1))
+    return out[::-1]
+
+
+Group = tuple[int, list[tuple[int, int, int]]]
+
+
+def pipedream_dp(states: AntichainStates, levels: list[tuple[int, float]]) -> tuple[float, list[Group]]:
+    """The optimizer's value ("time per stage in pipeline", seconds per minibatch) and its pipeline
+    as groups ``(outer workers, [(row, last state, inner workers), ...])``; ``levels`` = (workers,
+    bandwidth) from the innermost level out, one or two levels."""
+    n = states.n_states
+    compute = prefix_differences(states.compute_s)
+    tables: list[LevelTable] = []
+    within = 1
+    for depth, (workers, bw) in enumerate(levels):
+        table = solve_level(states, compute, workers, within, bw, depth == len(levels) - 1)
+        tables.append(table)
+        compute, within = table.value[:, :, -1], workers
+    value = float(tables[-1].value[0, n - 1, -1])
+    top = stages_of(tables[-1], 0, n - 1, levels[-1][0])
+    if len(tables) == 1:
+        return value, [(1, top)]
+    inner_workers = levels[0][0]
+    return value, [(reps, stages_of(tables[0], row, last, inner_workers)) for row, last, reps in top]
