@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -146,7 +147,12 @@ def table(setting: Setting, results: dict[str, tuple[float, list[Row]]], fmt: Ca
         cells = []
         for bound, rows in results.values():
             hit = next(((v, t) for n, v, t in rows if n == name), None)
-            cells.append("—" if hit is None else f"{fmt(hit[0])} ({hit[0] / bound:.2f}x) / {hit[1]:.1f}")
+            if hit is None:
+                cells.append("—")
+            elif not math.isfinite(hit[0]):  # no plan, or a plan over a device's memory
+                cells.append(f"no fit / {hit[1]:.1f}")
+            else:
+                cells.append(f"{fmt(hit[0])} ({hit[0] / bound:.2f}x) / {hit[1]:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
