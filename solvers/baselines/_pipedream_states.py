@@ -147,7 +147,10 @@ def _topological(succ: list[list[int]]) -> list[int]:
 def antichain_states(graph: OpGraph, work_s: FloatArray, max_states: int = 1_000_000) -> AntichainStates | None:
     """The antichain DAG of ``graph`` in topological order, with ``work_s`` as each op's compute;
     ``None`` when it has more than ``max_states`` states (their number can grow exponentially
-    with the graph's width)."""
+    with the graph's width), or more than ``10 * max_states`` ops (whose closure alone would be
+    quadratic)."""
+    if graph.n_ops > 10 * max_states:
+        return None
     closure = _Closure(graph)
     dag = _antichain_dag(graph, closure, max_states)
     if dag is None:

@@ -191,7 +191,7 @@ class PipeDreamSolver:
             levels, units = hierarchy
             states = antichain_states(problem.graph, pipedream_work_s(problem), options.max_states)
             if states is None:
-                notes = (f"the antichain DAG has more than max_states={options.max_states} states; "
+                notes = (f"the antichain DAG exceeds max_states={options.max_states} (states, or ops / 10); "
                          "Placer's layer-chain model used",)
             else:
                 value_dp, sgroups = pipedream_dp(states, levels)
