@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions, no_progress
+from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress
 from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -112,7 +112,8 @@ class ParmesanSolver:
 
 def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
            budget: Budget) -> tuple[Plan, float, dict[str, Any]]:
-    """The safety net: ``even``'s and ``pipedream``'s plans, simulated; the best of the three.
+    """The safety net: ``even``'s and ``pipedream``'s plans (PipeDream's own cost model, its
+    default, and Placer's), simulated; the best of them and Parmesan's.
 
     Ranked by (objective, bottleneck stage) (:func:`~solvers.parmesan.mapping.apply.better`).
     ``stats.partition_source`` names the winner, ``stats.guard_objectives_s`` what each scored.
@@ -123,17 +124,16 @@ def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
     best_key = simulated_key(problem, plan)
     best: tuple[Plan, str] = (plan, "parmesan")
     scores: dict[str, float | None] = {"parmesan": value}
-    for name in ("even", "pipedream"):
-        if name == "pipedream" and problem.settings.pinned:
-            continue
-        # both take milliseconds; they run even when the search used the whole budget (each
-        # stops after its first candidate once its own budget is spent)
-        share = Budget(max(_GUARD_MIN_S, budget.remaining_s() / 2))
+    baselines: list[tuple[str, Solver, SolverOptions]] = [("even", EvenSolver(), EvenOptions())]
+    if not problem.settings.pinned:
+        baselines += [(f"pipedream-{model}", PipeDreamSolver(), PipeDreamOptions(cost_model=model))
+                      for model in ("placer", "pipedream")]
+    for i, (name, solver, options) in enumerate(baselines):
+        # they run even when the search used the whole budget (each stops after its first
+        # candidate once its own budget is spent)
+        share = Budget(max(_GUARD_MIN_S, budget.remaining_s() / (len(baselines) - i)))
         try:
-            if name == "even":
-                other = EvenSolver().solve(problem, EvenOptions(), share, no_progress)
-            else:
-                other = PipeDreamSolver().solve(problem, PipeDreamOptions(), share, no_progress)
+            other = solver.solve(problem, options, share, no_progress)
         except PlacerError:
             continue
         key = simulated_key(problem, other) if other.stages else (float("inf"), float("inf"))
