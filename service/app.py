@@ -21,7 +21,7 @@ from service.db import migrate
 from service.db.engine import Database
 from service.deps import Context
 from service.errors import PROBLEM_JSON, install_error_handlers
-from service.jobs.dispatch import Dispatcher, LocalPool
+from service.jobs.dispatch import Dispatcher, LocalPool, make_dispatcher
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.schemas import ProblemOut
@@ -36,7 +36,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     cfg = config or load_config()
     db = Database(cfg.database_url)
     metrics = Metrics(db)
-    pool = dispatcher or LocalPool(db, cfg, on_finish=metrics.job_finished)
+    pool = dispatcher or make_dispatcher(db, cfg, on_finish=metrics.job_finished)
     ctx = Context(cfg, db, pool, metrics, RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst),
                   KeyCache(cfg.key_cache_s))
 

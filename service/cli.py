@@ -21,6 +21,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="create a demo project, key, inputs and comparison; print the key")
     p.set_defaults(func=cmd_serve)
 
+    p = sub.add_parser("worker", help="run a Celery worker for solver jobs (PLACER_BROKER_URL)",
+                       description="Run solver jobs sent by API servers with PLACER_DISPATCH=celery. Each job "
+                                   "runs in its own child process, killed at its time limit.")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="solver jobs run at once by this worker (default: PLACER_WORKERS)")
+    p.add_argument("--queues", nargs="+", default=None, help="broker queues to consume (default: PLACER_QUEUE)")
+    p.set_defaults(func=cmd_worker)
+
     p = sub.add_parser("migrate", help="upgrade the database (PLACER_DATABASE_URL) to the newest schema")
     p.set_defaults(func=cmd_migrate)
 
@@ -28,6 +36,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = keys.add_parser("create", help="create an API key for a project (created if new); prints only the key")
     p.add_argument("--project", required=True, help="project name")
     p.set_defaults(func=cmd_keys_create)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from service.jobs.worker import run_worker
+
+    cfg = load_config()
+    concurrency = cfg.workers if args.concurrency is None else args.concurrency
+    if concurrency < 1:
+        print("placer worker: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    queues = [q for arg in (args.queues or [cfg.queue]) for q in arg.split(",") if q]
+    return run_worker(cfg, concurrency, queues, loglevel=cfg.log_level.upper())
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

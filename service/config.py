@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,10 +48,22 @@ class ServiceConfig(BaseModel):
     progress_interval_s: float = Field(0.25, ge=0)
     log_level: str = "info"
     session_secret: str = Field("", description="signs dashboard session cookies; empty: a random secret per process")
+    dispatch: Literal["local", "celery"] = "local"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    queue: str = Field("placer", min_length=1, description="the broker queue the API sends solver jobs to")
+    project_max_running: int = Field(0, ge=0, description="running jobs per project at once (0 = no cap)")
+    project_max_queued: int = Field(0, ge=0, description="queued jobs per project (0 = no cap); more get 429")
 
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def visibility_timeout_s(self) -> float:
+        """How long the broker waits for a delivered task's ack before delivering it again: longer
+        than the largest job (time limit, kill grace) plus two leases, so that redelivery never
+        overtakes a job that is still running (a redelivered task finding its job claimed does nothing)."""
+        return self.max_time_limit_s + self.kill_grace_s + 2 * self.lease_s + 60.0
 
     @property
     def migrate_on_start(self) -> bool:

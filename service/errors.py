@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from solvers.model.errors import PlacerError
@@ -102,6 +103,22 @@ def _field_of(loc: Any) -> str:
     return out
 
 
+DATABASE_RETRY_AFTER_S = 2
+
+
+def _is_outage(exc: DBAPIError) -> bool:
+    """A lost or refused database connection (not a bad statement): the server is down or restarting."""
+    if exc.connection_invalidated:
+        return True
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    text = str(exc.orig).lower()
+    return any(s in text for s in ("connect", "terminating", "closed", "shutting down", "starting up",
+                                   "server closed", "timeout", "recovery mode"))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers mapping every error to problem+json."""
 
@@ -138,3 +155,11 @@ def install_error_handlers(app: FastAPI) -> None:
         body = problem_body(exc.status_code, slug, title, detail, request.url.path, field=field)
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        if not _is_outage(exc):
+            raise exc  # a bug: answered 500 by service.boundary
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+        body = problem_body(503, "database-unavailable", "Database unavailable",
+                            "the database cannot be reached; retry shortly", request.url.path)
+        return problem_response(503, body, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})

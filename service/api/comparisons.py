@@ -14,6 +14,7 @@ from service.boundary import PlacerRoute
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
+from service.jobs.caps import check_queued_cap
 from service.jobs.validate import validate_job
 from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
 from solvers.model.canonical import digest
@@ -56,6 +57,7 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
     created_jobs: list[Job] = []
 
     def create() -> Comparison:
+        check_queued_cap(session, ctx.config, project, len(body.solvers))
         specs = [validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
                               solver=name, objective=body.objective, settings=body.settings,
                               options=body.options.get(name, {}), time_limit_s=body.time_limit_s,

@@ -21,6 +21,7 @@ from service.db.models import Job, PlanRow
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.errors import Conflict
 from service.jobs import store
+from service.jobs.caps import check_queued_cap
 from service.jobs.events import event_stream
 from service.jobs.validate import validate_job
 from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
@@ -51,6 +52,7 @@ def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep
     request_digest = digest(body.model_dump(mode="json", by_alias=True))
 
     def create() -> Job:
+        check_queued_cap(session, ctx.config, project)
         spec = validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
                             solver=body.solver, objective=body.objective, settings=body.settings,
                             options=body.options, time_limit_s=body.time_limit_s)

@@ -33,6 +33,16 @@ class Dispatcher(Protocol):
     def stop(self) -> None: ...
 
 
+def make_dispatcher(db: Database, config: ServiceConfig,
+                    on_finish: Callable[[str, float], None] | None = None) -> Dispatcher:
+    """The dispatcher ``PLACER_DISPATCH`` names: the embedded pool, or Celery workers via the broker."""
+    if config.dispatch == "celery":
+        from service.jobs.celery_dispatch import CeleryDispatcher
+
+        return CeleryDispatcher(db, config)
+    return LocalPool(db, config, on_finish=on_finish)
+
+
 class LocalPool:
     """The embedded dispatcher: ``workers`` threads, each supervising one solver child process.
 

@@ -74,7 +74,7 @@ class JobRunner:
 
     def run(self, job_id: str) -> Outcome:
         with self.db.session() as s:
-            claimed = store.claim(s, job_id, self.owner, self.config.lease_s)
+            claimed = store.claim(s, job_id, self.owner, self.config.lease_s, self.config.project_max_running)
         if claimed is None:
             return "not-claimed"
         started = time.monotonic()

@@ -13,8 +13,8 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, aliased
 
 from service.db.models import ACTIVE_STATES, Comparison, Graph, Job, JobEvent, PlanRow, TopologyRow, new_id, utcnow
 from service.documents import compress
@@ -68,11 +68,18 @@ def create_comparison(session: Session, project_id: str, specs: list[JobSpec], o
     return cmp, jobs
 
 
-def claim(session: Session, job_id: str, owner: str, lease_s: float) -> Claimed | None:
-    """Take a queued job (one claimant only); ``None`` if someone else has it or it is gone."""
+def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running: int = 0) -> Claimed | None:
+    """Take a queued job (one claimant only); ``None`` if someone else has it or it is gone, or if
+    its project already runs ``max_running`` jobs (0: no cap; the job stays queued)."""
     now = utcnow()
+    conditions = [Job.id == job_id, Job.state == "queued", Job.cancel_requested.is_(False)]
+    if max_running > 0:
+        other = aliased(Job)
+        running = (select(func.count()).select_from(other)
+                   .where(other.project_id == Job.project_id, other.state == "running").scalar_subquery())
+        conditions.append(running < max_running)
     won = session.execute(
-        update(Job).where(Job.id == job_id, Job.state == "queued", Job.cancel_requested.is_(False))
+        update(Job).where(*conditions)
         .values(state="running", lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s),
                 attempts=Job.attempts + 1, started_at=now, error=None)
         .returning(Job.id).execution_options(synchronize_session=False)
