@@ -34,7 +34,7 @@ def register_task(app: Celery, runner: JobRunner, sender: Sender, retry_s: float
     cap of running jobs) is sent again after ``retry_s``; a job claimed or finished elsewhere is done.
     """
 
-    @app.task(name=RUN_JOB, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    @app.task(name=RUN_JOB, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def run_job(job_id: str) -> str:
         outcome: Outcome = runner.run(job_id)
         if outcome in ("queued", "released"):

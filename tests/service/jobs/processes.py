@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -44,20 +44,16 @@ def wait_until(check: object, timeout_s: float, what: str) -> None:
 
 def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
     """Signal a process started in its own session, and its children (solver processes)."""
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
     """SIGTERM, then SIGKILL for the whole group if it lingers."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
     kill_group(proc)
     proc.wait()
 

@@ -4,6 +4,7 @@ no state goes backwards, and every attempt is on record."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Iterator
@@ -67,7 +68,7 @@ def assert_executed_once(db: Database, ids: list[str]) -> int:
         assert plans.get(job_id) == 1, (job_id, plans.get(job_id))
         states = [e["status"] for e in history[job_id]]
         assert states[0] == "queued" and states[-1] == "succeeded", states
-        assert all(step in allowed for step in zip(states, states[1:])), states
+        assert all(step in allowed for step in itertools.pairwise(states)), states
         attempts = [e["attempt"] for e in history[job_id] if e["status"] == "running"]
         assert attempts == list(range(1, job.attempts + 1)), (attempts, job.attempts)
     return sum(j.attempts > 1 for j in jobs.values())
