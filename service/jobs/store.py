@@ -16,7 +16,18 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, aliased
 
-from service.db.models import ACTIVE_STATES, Comparison, Graph, Job, JobEvent, PlanRow, TopologyRow, new_id, utcnow
+from service.db.models import (
+    ACTIVE_STATES,
+    Comparison,
+    Graph,
+    Job,
+    JobEvent,
+    PlanRow,
+    Project,
+    TopologyRow,
+    new_id,
+    utcnow,
+)
 from service.documents import compress
 from service.jobs.claimed import Claimed
 from service.jobs.validate import JobSpec
@@ -73,7 +84,9 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running
     its project already runs ``max_running`` jobs (0: no cap; the job stays queued)."""
     now = utcnow()
     conditions = [Job.id == job_id, Job.state == "queued", Job.cancel_requested.is_(False)]
-    if max_running > 0:
+    if max_running > 0:  # claims of one project queue on its row, so that each counts the others' claims
+        project_id = session.scalar(select(Job.project_id).where(Job.id == job_id))
+        session.execute(select(Project.id).where(Project.id == project_id).with_for_update())
         other = aliased(Job)
         running = (select(func.count()).select_from(other)
                    .where(other.project_id == Job.project_id, other.state == "running").scalar_subquery())
