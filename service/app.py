@@ -85,7 +85,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 responses.setdefault("400", {"description": "the body could not be parsed"})
             if path.startswith("/v1") and path != "/v1/solvers":
                 for code, text in (("401", "missing or invalid API key"), ("429", "rate limit exceeded"),
-                                   ("413", "request body too large"), ("422", "invalid input")):
+                                   ("413", "request body too large"), ("422", "invalid input"),
+                                   ("503", "the database is unavailable; retry after Retry-After")):
                     responses.setdefault(code, {"description": text})
             responses.setdefault("500", {"description": "internal error (a bug; logged)"})
             for code, resp in responses.items():

@@ -41,3 +41,19 @@ def test_migrate_and_keys_create(tmp_path: Path) -> None:
     db.dispose()
     bad = subprocess.run([PLACER, "serve"], env={**env, "PLACER_PORT": "eighty"}, capture_output=True, text=True)
     assert bad.returncode == 2 and "PLACER_PORT" in bad.stderr
+
+
+def test_dispatch_and_worker_settings() -> None:
+    cfg = load_config({"PLACER_DISPATCH": "celery", "PLACER_BROKER_URL": "redis://r:6379/1",
+                       "PLACER_MAX_TIME_LIMIT_S": "600", "PLACER_KILL_GRACE_S": "5", "PLACER_LEASE_S": "30"})
+    assert cfg.dispatch == "celery" and cfg.broker_url == "redis://r:6379/1" and cfg.queue == "placer"
+    assert cfg.visibility_timeout_s > 600 + 5 + 30  # redelivery never overtakes a running job
+    assert load_config({}).dispatch == "local"
+    with pytest.raises(InvalidSettings) as err:
+        load_config({"PLACER_DISPATCH": "rabbit"})
+    assert err.value.field == "PLACER_DISPATCH"
+
+
+def test_worker_refuses_zero_concurrency() -> None:
+    out = subprocess.run([PLACER, "worker", "--concurrency", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--concurrency" in out.stderr

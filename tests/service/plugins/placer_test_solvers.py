@@ -5,7 +5,7 @@ first device (one stage).  With ``ignore_budget`` it overruns its time limit, so
 service's hard wall-clock kill can be tested; with ``child_process`` it starts a process of
 its own, as parallel back-ends do; with ``helper_s`` it starts, first, a helper process in a
 process group of its own that sleeps that long (as MILP back-ends do), so that tests can check
-that nothing a solver started outlives its job.
+that nothing a solver started outlives its job.  ``busy`` burns a fixed amount of CPU (load benchmarks).
 """
 
 from __future__ import annotations
@@ -63,3 +63,26 @@ class SleepySolver:
             helper.join()
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
         return Plan(stages=(stage,), micro_batches=problem.settings.micro_batches[0], status="feasible")
+
+
+class BusyOptions(SolverOptions):
+    iterations: int = 5_000_000
+
+
+class BusySolver:
+    """Test solver for CPU-bound load: a fixed number of pure-Python loop iterations (one core),
+    then every op on the first device."""
+
+    name = "busy"
+    summary = "Test solver: burns a fixed amount of CPU, then places every op on the first device"
+    objectives = ("throughput", "latency")
+    options_type = BusyOptions
+    version = "1"
+
+    def solve(self, problem: Problem, options: BusyOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        total = 0
+        for i in range(options.iterations):
+            total ^= i
+        stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
+        return Plan(stages=(stage,), micro_batches=problem.settings.micro_batches[0], status="feasible",
+                    stats={"checksum": total})
