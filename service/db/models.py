@@ -172,6 +172,7 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
     comparison_id: Mapped[str | None] = mapped_column(ForeignKey("comparisons.id", ondelete="SET NULL"), index=True)
+    parent_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     graph_id: Mapped[str | None] = mapped_column(ForeignKey("graphs.id", ondelete="SET NULL"), index=True)
     topology_id: Mapped[str | None] = mapped_column(ForeignKey("topologies.id", ondelete="SET NULL"), index=True)
     solver: Mapped[str] = mapped_column(String(100))

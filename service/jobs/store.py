@@ -89,7 +89,9 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running
         session.execute(select(Project.id).where(Project.id == project_id).with_for_update())
         other = aliased(Job)
         running = (select(func.count()).select_from(other)
-                   .where(other.project_id == Job.project_id, other.state == "running").scalar_subquery())
+                   .where(other.project_id == Job.project_id, other.state == "running",
+                          other.lease_expires_at.is_not(None))  # not a fanned-out auto job (its members count)
+                   .scalar_subquery())
         conditions.append(running < max_running)
     won = session.execute(
         update(Job).where(*conditions)
@@ -142,6 +144,15 @@ def _finish(session: Session, job: Job, state: str, *, error: dict[str, Any] | N
     job.state, job.finished_at, job.error = state, utcnow(), error
     job.lease_owner, job.lease_expires_at, job.child_pid = None, None, None
     add_event(session, job, "state", {"status": state, "plan_status": job.plan_status, "error": error})
+    if job.parent_id is not None:
+        _settle_parent(session, job.parent_id)
+
+
+def _settle_parent(session: Session, parent_id: str) -> None:
+    """A member of a fanned-out ``auto`` job ended: the parent may be due its choice (``fanout``)."""
+    from service.jobs.fanout import settle
+
+    settle(session, parent_id)
 
 
 def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any]) -> bool:
@@ -244,11 +255,16 @@ def request_cancel(session: Session, job: Job) -> None:
         if won is not None:
             add_event(session, job, "state", {"status": "cancelled"})
             session.refresh(job)
+            if job.parent_id is not None:
+                _settle_parent(session, job.parent_id)
             return
         session.refresh(job)
     if job.state in ACTIVE_STATES:
         job.cancel_requested = True
         add_event(session, job, "state", {"status": job.state, "cancel_requested": True})
+        children = list(session.scalars(select(Job).where(Job.parent_id == job.id, Job.state.in_(ACTIVE_STATES))))
+        for child in children:  # a fanned-out auto job: its members stop, then it ends cancelled
+            request_cancel(session, child)
 
 
 def _scalar(value: Any) -> float | None:

@@ -58,7 +58,13 @@ def validate_job(session: Session, cfg: ServiceConfig, project_id: str, *, graph
         # these settings depend on the graph and topology: let the library check them now
         load_problem(graph.body, topology.body, objective, parsed)
     canonical_settings = parsed.to_dict()
-    key = digest({"graph": graph.digest, "topology": topology.digest, "solver": cls.name,
-                  "solver_version": cls.version, "objective": objective, "settings": canonical_settings,
-                  "options": opts, "time_limit_s": limit})
+    key = cache_key(graph, topology, cls.name, cls.version, objective, canonical_settings, opts, limit)
     return JobSpec(graph.id, topology.id, cls.name, objective, canonical_settings, opts, limit, key)
+
+
+def cache_key(graph: Graph, topology: TopologyRow, solver: str, solver_version: str, objective: str,
+              settings: dict[str, Any], options: dict[str, Any], time_limit_s: float) -> str:
+    """The digest under which a job's plan is cached: everything that determines the answer."""
+    return digest({"graph": graph.digest, "topology": topology.digest, "solver": solver,
+                   "solver_version": solver_version, "objective": objective, "settings": settings,
+                   "options": options, "time_limit_s": time_limit_s})

@@ -19,15 +19,20 @@ from sqlalchemy import select
 from service.config import ServiceConfig
 from service.db.engine import Database
 from service.db.models import Job
+from service.jobs import fanout
 from service.jobs.celery_app import RUN_JOB, Sender, make_celery
 from service.jobs.celery_dispatch import CeleryDispatcher
 from service.jobs.runner import JobRunner, Outcome, warm_up
+from solvers.portfolio import AutoSolver
 
 log = logging.getLogger("placer.jobs")
 
 
 def register_task(app: Celery, runner: JobRunner, sender: Sender, retry_s: float) -> None:
     """Bind ``placer.run_job`` to ``runner``.
+
+    An ``auto`` job is not run in one process: it is expanded into one job per portfolio member
+    (:mod:`service.jobs.fanout`), which are sent to the queue like any other job.
 
     A job given back to the queue (its solver process died and attempts remain, or this worker is
     shutting down) is sent again.  A job still queued after a refused claim (its project is at its
@@ -36,12 +41,27 @@ def register_task(app: Celery, runner: JobRunner, sender: Sender, retry_s: float
 
     @app.task(name=RUN_JOB, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def run_job(job_id: str) -> str:
-        outcome: Outcome = runner.run(job_id)
+        if _solver_of(runner.db, job_id) == AutoSolver.name:
+            with runner.db.session() as s:
+                children = fanout.expand(s, job_id, runner.owner, runner.config.lease_s,
+                                         runner.config.project_max_running)
+            for child_id in children or ():  # after the commit: ids of committed rows only
+                sender.send(child_id)
+            if children is not None:
+                return "expanded"
+            outcome: Outcome = "not-claimed"
+        else:
+            outcome = runner.run(job_id)
         if outcome in ("queued", "released"):
             sender.send(job_id)
         elif outcome == "not-claimed" and _still_queued(runner.db, job_id):
             sender.send(job_id, countdown_s=retry_s)
         return outcome
+
+
+def _solver_of(db: Database, job_id: str) -> str | None:
+    with db.session(read_only=True) as s:
+        return s.scalar(select(Job.solver).where(Job.id == job_id, Job.state == "queued"))
 
 
 def _still_queued(db: Database, job_id: str) -> bool:

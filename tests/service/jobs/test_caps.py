@@ -3,6 +3,7 @@ never runs more than ``project_max_running`` jobs at once (the claim enforces it
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -37,5 +38,5 @@ def test_running_cap_runs_a_project_s_jobs_one_after_another(backend: str, tmp_p
         jobs = [api.submit(gid, tid, "sleepy", options=SLEEPY) for _ in range(3)]
         done = sorted((api.wait(j["id"]) for j in jobs), key=lambda j: j["started_at"])
         assert all(j["status"] == "succeeded" for j in done)
-        for before, after in zip(done, done[1:], strict=False):
+        for before, after in itertools.pairwise(done):
             assert after["started_at"] >= before["finished_at"], (before, after)

@@ -1,0 +1,63 @@
+"""``auto`` on Celery workers: each portfolio member runs as its own job, and the parent's choice
+is made in the database when the last member ends (real Redis, PostgreSQL, worker processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from service.db.engine import Database
+from service.db.models import Job
+from tests.service.jobs.processes import redis_server, service_env, start_worker, stop, wait_until
+from tests.service.jobs.test_celery_faults import _history, celery_api
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+MEMBERS = ["even", "pipedream", "sleepy"]
+
+
+def _children(db: Database, parent_id: str) -> list[Job]:
+    with db.session(read_only=True) as s:
+        return list(s.scalars(select(Job).where(Job.parent_id == parent_id)))
+
+
+def test_auto_members_run_as_jobs_and_the_parent_chooses(tmp_path: Path) -> None:
+    with redis_server() as redis, celery_api(tmp_path, redis) as (api, cfg):
+        workers = [start_worker(service_env(cfg.database_url, redis.url), 2, tmp_path / "w.log") for _ in range(2)]
+        try:
+            gid, tid = api.graph(), api.topology()
+            job = api.submit(gid, tid, "auto", options={"solvers": MEMBERS}, time_limit_s=20, cache=False)
+            done = api.wait(job["id"], timeout_s=90)
+        finally:
+            for w in workers:
+                stop(w)
+        db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
+        children = _children(db, job["id"])
+        assert done["status"] == "succeeded", done
+        assert sorted(c.solver for c in children) == sorted(MEMBERS) and all(c.state == "succeeded" for c in children)
+        plan = api.get(f"/v1/jobs/{job['id']}/plan").json()
+        assert plan["solver"] == "auto" and plan["stats"]["chosen"] in MEMBERS
+        assert sorted(r["name"] for r in plan["stats"]["portfolio"]) == sorted(MEMBERS)
+        member_objectives = [api.get(f"/v1/jobs/{c.id}/plan").json()["metrics"]["objective_s"] for c in children]
+        assert plan["metrics"]["objective_s"] == pytest.approx(min(member_objectives))
+        states = [e["status"] for e in _history(db)[job["id"]]]
+        assert states == ["queued", "running", "succeeded"]
+
+
+def test_cancelling_a_fanned_out_auto_job_stops_its_members(tmp_path: Path) -> None:
+    with redis_server() as redis, celery_api(tmp_path, redis) as (api, cfg):
+        worker = start_worker(service_env(cfg.database_url, redis.url), 1, tmp_path / "w.log")
+        db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
+        try:
+            gid, tid = api.graph(), api.topology()
+            job = api.submit(gid, tid, "auto", options={"solvers": ["sleepy", "even"]}, time_limit_s=30, cache=False)
+            wait_until(lambda: len(_children(db, job["id"])) == 2, 60, "the auto job expanded")
+        finally:
+            stop(worker)  # its running member goes back to the queue; nothing runs the members now
+        assert api.get(f"/v1/jobs/{job['id']}").json()["status"] == "running"
+        assert api.post(f"/v1/jobs/{job['id']}:cancel").status_code == 202
+        done = api.wait(job["id"], timeout_s=30)
+        assert done["status"] == "cancelled", done
+        assert all(c.state in ("cancelled", "succeeded") for c in _children(db, job["id"]))
+        assert any(c.state == "cancelled" for c in _children(db, job["id"]))
