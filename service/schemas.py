@@ -84,6 +84,7 @@ class JobOut(BaseModel):
     graph_id: str | None
     topology_id: str | None
     comparison_id: str | None
+    parent_id: str | None = Field(None, description="the auto job this job is a portfolio member of (Celery workers)")
     solver: str
     objective: str
     settings: ProblemSettings

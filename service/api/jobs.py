@@ -34,7 +34,7 @@ PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
 
 def job_out(job: Job) -> JobOut:
     return JobOut(id=job.id, status=job.state, graph_id=job.graph_id, topology_id=job.topology_id,
-                  comparison_id=job.comparison_id, solver=job.solver, objective=job.objective,
+                  comparison_id=job.comparison_id, parent_id=job.parent_id, solver=job.solver, objective=job.objective,
                   settings=job.settings, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,
                   cached=job.cached, cached_from=job.cached_from, attempts=job.attempts,
                   cancel_requested=job.cancel_requested,
