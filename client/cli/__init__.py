@@ -16,12 +16,12 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from client.cli import local, remote_inputs, remote_jobs, remote_plans, torch_cmds
+from client.cli import launcher_cmd, local, remote_inputs, remote_jobs, remote_plans, torch_cmds
 from client.cli._output import report_error
 from client.cli._remote import add_server_options
 
 ENTRY_POINT_GROUP = "placer.cli"
-LOCAL_GROUPS = (local, torch_cmds)
+LOCAL_GROUPS = (local, torch_cmds, launcher_cmd)
 REMOTE_GROUPS = (remote_inputs, remote_jobs, remote_plans)
 
 

@@ -1,0 +1,69 @@
+"""Batches and loss: synthetic by default, or the user's ``--data package.module:callable``.
+
+The callable is called with the model's input specs (name, shape with the graph's batch first,
+dtype) and returns an object with two methods:
+
+- ``batch(step: int, rows: int) -> (inputs: dict[str, Tensor], target: Tensor)``: the global
+  batch of iteration ``step`` with ``rows`` rows (every rank asks for the same batch and takes
+  its share); ``target``'s first dimension is the rows.
+- ``loss(outputs: tuple[Tensor, ...], target: Tensor) -> Tensor``: the loss of a slice of rows,
+  **averaged over the rows** (the runtime averages the slices' gradients); ``outputs`` are the
+  model's outputs flattened (``torch.utils._pytree`` order of the exported program).
+
+Synthetic data: inputs as ``placer extract`` makes them (integers zero, floats standard normal,
+seeded by the step), an all-zero target, and the loss ``sum(mean(o ** 2))`` over the floating
+outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from client.extract.source import InputSpec, make_inputs, with_batch
+from client.extract.spec import load_callable
+from solvers.model.errors import InvalidInput
+
+Batch = tuple[dict[str, torch.Tensor], torch.Tensor]
+
+
+class DataSource(Protocol):
+    def batch(self, step: int, rows: int) -> Batch: ...
+
+    def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor: ...
+
+
+class SyntheticData:
+    """Seeded inputs of the extracted shapes and a mean-square loss of the outputs."""
+
+    def __init__(self, specs: Sequence[InputSpec]) -> None:
+        self.specs = list(specs)
+
+    def batch(self, step: int, rows: int) -> Batch:
+        return make_inputs(with_batch(self.specs, rows), seed=1000 + step), torch.zeros(rows)
+
+    def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
+        terms = [o.float().pow(2).mean() for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+        if not terms:
+            raise InvalidInput("the model has no floating-point output to take a loss of; give --data", field="data")
+        total: torch.Tensor = sum(terms[1:], terms[0])
+        return total
+
+
+def load_data(spec: str | None, specs: Sequence[InputSpec]) -> DataSource:
+    """The synthetic source, or the user's (``package.module:callable``)."""
+    if not spec:
+        return SyntheticData(specs)
+    made: Any = load_callable(spec)(list(specs))
+    for method in ("batch", "loss"):
+        if not callable(getattr(made, method, None)):
+            raise InvalidInput(f"--data {spec!r}: the object it returns has no {method}() method", field="data", ref=spec)
+    return made  # type: ignore[no-any-return]
+
+
+def as_tuple(outputs: Any) -> tuple[torch.Tensor, ...]:
+    if isinstance(outputs, torch.Tensor):
+        return (outputs,)
+    return tuple(outputs)

@@ -1,0 +1,113 @@
+"""The training (or inference) loop around a runner, and the measurements it writes.
+
+A runner has ``train_step(inputs, target) -> loss | None``, ``infer(inputs) -> outputs | None``,
+``named_parameters()``, ``stage_index`` and ``fwd_s`` (forward compute seconds so far).  The
+loop asks the data source for the global batch of each step; every rank takes its share.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from launcher.bundle import plan_kind
+from launcher.runtime.context import LaunchContext
+from launcher.runtime.main import now, peak_memory_bytes, summarize
+
+
+class Runner(Protocol):
+    stage_index: int
+    fwd_s: float
+
+    def train_step(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> float | None: ...
+
+    def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None: ...
+
+    def named_parameters(self) -> dict[str, torch.nn.Parameter]: ...
+
+
+def make_runner(ctx: LaunchContext) -> Runner:
+    if plan_kind(ctx.plan) == "latency":
+        from launcher.runtime.dataflow import DataflowRunner
+
+        return DataflowRunner(ctx)
+    widths = {len(s.devices) for s in ctx.plan.stages}
+    if len(widths) > 1:
+        from launcher.runtime.uneven import UnevenRunner
+
+        return UnevenRunner(ctx)
+    from launcher.runtime.pipeline import PipelineRunner
+
+    return PipelineRunner(ctx)
+
+
+def global_rows(ctx: LaunchContext) -> int:
+    """Rows of one iteration: micro-batches times the graph's batch (one batch for a latency plan)."""
+    return ctx.batch if plan_kind(ctx.plan) == "latency" else ctx.batch * ctx.plan.micro_batches
+
+
+def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> dict[str, Any]:
+    runner = make_runner(ctx)
+    params = runner.named_parameters()
+    optimizer = torch.optim.SGD(list(params.values()), lr=args.lr) if params and not args.inference else None
+    rows = global_rows(ctx)
+    times_s: list[float] = []
+    losses: list[float | None] = []
+    for step in range(args.steps):
+        inputs, target = ctx.data.batch(step, rows)
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        dist.barrier()
+        started = now()
+        if args.inference:
+            outputs = runner.infer(inputs)
+            loss = None
+        else:
+            outputs, loss = None, runner.train_step(inputs, target)
+        dist.barrier()
+        times_s.append(now() - started)
+        losses.append(loss)
+        if step == 0 and args.save_step:
+            save_step(Path(args.save_step), ctx, runner, loss, outputs)
+        if optimizer is not None:
+            optimizer.step()
+        print(f"rank {ctx.world.rank} ({ctx.world.device}) step {step}: {times_s[-1] * 1e3:.1f} ms"
+              + (f", loss {loss:.6g}" if loss is not None else "")
+              + f", peak memory {peak_memory_bytes(ctx.world.torch_device) / 2**20:.1f} MiB", flush=True)
+    return gather_metrics(ctx, runner, times_s, losses, args)
+
+
+def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | None,
+              outputs: tuple[torch.Tensor, ...] | None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    grads = {k: p.grad.detach().cpu() for k, p in runner.named_parameters().items() if p.grad is not None}
+    torch.save({"loss": loss, "grads": grads, "outputs": None if outputs is None else [o.cpu() for o in outputs],
+                "device": ctx.world.device, "stage": runner.stage_index}, folder / f"rank{ctx.world.rank}.pt")
+
+
+def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], losses: list[float | None],
+                   args: argparse.Namespace) -> dict[str, Any]:
+    steps = max(1, len(times_s))
+    mine = {"rank": ctx.world.rank, "device": ctx.world.device, "stage": runner.stage_index,
+            "iteration": summarize(times_s, args.warmup), "iteration_s": times_s,
+            "fwd_s_per_iteration": runner.fwd_s / steps,
+            "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device), "losses": losses}
+    ranks: list[Any] = [None] * ctx.world.size
+    dist.all_gather_object(ranks, mine)
+    stages: dict[int, list[float]] = {}
+    for r in ranks:
+        stages.setdefault(int(r["stage"]), []).append(float(r["fwd_s_per_iteration"]))
+    loss = next((r["losses"][-1] for r in ranks if r["losses"] and r["losses"][-1] is not None), None)
+    iteration = [max(float(r["iteration_s"][i]) for r in ranks) for i in range(len(times_s))]
+    return {
+        "format": "placer.metrics/v1", "plan_digest": ctx.manifest["plan_digest"], "kind": plan_kind(ctx.plan),
+        "solver": ctx.plan.solver, "mode": "inference" if args.inference else "training",
+        "steps": len(times_s), "warmup": args.warmup, "rows_per_iteration": global_rows(ctx),
+        "iteration_s": summarize(iteration, args.warmup)["median_s"], "iterations_s": iteration,
+        "stages": [{"stage": s, "fwd_s_per_iteration": max(v)} for s, v in sorted(stages.items())],
+        "last_loss": loss, "ranks": ranks,
+    }

@@ -1,0 +1,113 @@
+"""``launch.py``'s command line and the training loop every rank runs.
+
+Order of work: read the bundle; refuse a world of the wrong size; rebuild and re-export the model
+and refuse a structure that differs from the graph; map every rank to its plan device and refuse
+a device that no process holds; split and run.  Each iteration is timed between two barriers;
+the first ``--warmup`` iterations are left out of the summary.  Every rank logs its iteration
+time and peak memory; rank 0 writes ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from client.extract.source import InputSpec
+from solvers.model.documents import load_graph, load_plan
+from solvers.model.errors import PlacerError
+
+from launcher.runtime.context import LaunchContext
+from launcher.runtime.data import load_data
+from launcher.runtime.model import check_structure, rebuild
+from launcher.runtime.world import check_world_size, locate, start_process_group
+from launcher.structure import granularity_depth, op_stage
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="launch.py", description="Run a Placer plan under torchrun.")
+    p.add_argument("--host", default=None, help="this node's host id in the plan (README.md); default: the only host")
+    p.add_argument("--steps", type=int, default=3, help="training iterations (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="iterations left out of the timing (default 1)")
+    p.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate (default 1e-3)")
+    p.add_argument("--data", default=None, help="package.module:callable giving batches and loss")
+    p.add_argument("--inference", action="store_true", help="forward passes only")
+    p.add_argument("--metrics", default="metrics.json", help="where rank 0 writes the measurements")
+    p.add_argument("--save-step", default=None, metavar="DIR",
+                   help="write the first step's loss, outputs and gradients of every rank into DIR")
+    return p.parse_args(list(argv))
+
+
+def main(bundle: Path, argv: Sequence[str]) -> int:
+    """Run the bundle in ``bundle``; 0 on success, 2 when refused (the message names why)."""
+    args = parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    try:
+        ctx = prepare(bundle, args)
+    except PlacerError as exc:
+        sys.stderr.write(f"launch.py: refused: {exc}\n")
+        return 2
+    from launcher.runtime.loop import run_loop
+
+    metrics = run_loop(ctx, args)
+    if ctx.world.rank == 0:
+        Path(args.metrics).write_text(json.dumps(metrics, indent=1) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def prepare(bundle: Path, args: argparse.Namespace) -> LaunchContext:
+    """Everything checked before any work: world size, model structure, ops, devices."""
+    manifest: dict[str, Any] = json.loads((bundle / "manifest.json").read_text())
+    plan = load_plan(bundle / "plan.json")
+    graph = load_graph(bundle / "graph.json")
+    devices = manifest["devices"]
+    check_world_size(len(devices))
+    stage_of = op_stage(graph, plan)
+    reference = rebuild(manifest["source"])
+    check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
+    start_process_group()
+    host = args.host or _only_host(devices)
+    world = locate(devices, host)
+    specs = [InputSpec.from_dict(s) for s in manifest.get("inputs") or []]
+    return LaunchContext(plan, graph, manifest, world, reference, stage_of, load_data(args.data, specs))
+
+
+def _only_host(devices: Sequence[dict[str, Any]]) -> str:
+    names = sorted({str(d["host"]) for d in devices})
+    if len(names) > 1:
+        raise_refusal(f"the plan spans hosts {names}: give --host (see README.md)")
+    return names[0]
+
+
+def raise_refusal(message: str) -> None:
+    from solvers.model.errors import InvalidInput
+
+    raise InvalidInput(message, field="host")
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated CUDA memory, or the process's peak resident set on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def summarize(times_s: list[float], warmup: int) -> dict[str, float]:
+    kept = times_s[warmup:] or times_s
+    return {"median_s": median(kept), "min_s": min(kept), "max_s": max(kept)}
+
+
+def now() -> float:
+    return time.perf_counter()

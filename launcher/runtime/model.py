@@ -1,0 +1,93 @@
+"""Rebuild the model from the graph's ``attrs.source``, re-export it and check it is the same graph.
+
+The export runs on the ``meta`` device, exactly as ``placer extract`` does: kernels on other
+devices return other strides, and the exported graph (which ``contiguous`` calls it holds)
+follows the strides.  The weights come from a second build of the same seeded source on CPU;
+the stage modules read them by qualified name (:mod:`launcher.runtime.partition`), and the
+``meta`` device the exported ops name is replaced by the rank's device.
+
+The check compares structure digests (:mod:`launcher.structure`): op ids (FX node names), op
+names, merged op lists and edge bytes of the re-export against the graph the plan was solved on.
+A model whose code, configuration, inputs or torch version changed since extraction is refused
+before any process group work starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from client.extract.build import build
+from client.extract.export import collect_ops, export_model
+from client.extract.granularity import merge_modules
+from client.extract.source import BuiltModel
+from solvers.model.errors import InvalidPlan
+from solvers.model.graph import Edge, Node, OpGraph
+
+from launcher.structure import structure_digest
+
+
+@dataclass
+class Rebuilt:
+    """The model on ``meta`` with its inputs, the exported program, its unlifted FX module, the real weights."""
+
+    built: BuiltModel
+    program: ExportedProgram
+    module: torch.fx.GraphModule
+    weights: torch.nn.Module
+
+    @property
+    def batch(self) -> int:
+        return int(next(iter(self.built.inputs.values())).shape[0]) if self.built.inputs else 1
+
+
+def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.nn.Module | None = None) -> Rebuilt:
+    """Export on ``meta`` and build the weights on CPU (seeded: the same on every rank).
+
+    ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights).
+    """
+    record = dict(source)
+    if batch is not None:
+        record["batch"] = batch
+    built = build(record, device="meta")
+    program = export_model(built)
+    real = weights if weights is not None else build(dict(source), device="cpu").module
+    return Rebuilt(built, program, program.module(), real)  # type: ignore[arg-type]
+
+
+def reexported_graph(rebuilt: Rebuilt, depth: int | None) -> OpGraph:
+    """The op graph's structure (no times) of the re-export, merged to ``depth`` like the original."""
+    exported = collect_ops(rebuilt.built, rebuilt.program)
+    nodes = [Node(r.id, r.op, 0.0, layer=r.layer) for r in exported.ops]
+    edges = [Edge(src, r.id, float(size)) for r in exported.ops for src, size in dict(r.inputs).items()]
+    graph = OpGraph.build("reexport", nodes, edges, rebuilt.batch, {"module_types": exported.module_types})
+    return graph if depth is None else merge_modules(graph, depth)
+
+
+def check_structure(rebuilt: Rebuilt, expected_digest: str, depth: int | None, original: OpGraph) -> None:
+    """Refuse when the re-export's structure digest is not ``expected_digest``, naming the first difference."""
+    again = reexported_graph(rebuilt, depth)
+    got = structure_digest(again)
+    if got == expected_digest:
+        return
+    raise InvalidPlan(f"the re-exported model does not match the graph: structure digest {got} != "
+                      f"{expected_digest} ({_first_difference(original, again)}); rebuild the graph with "
+                      "`placer extract` from this model and solve again", field="graph_digest", ref=got)
+
+
+def _first_difference(original: OpGraph, again: OpGraph) -> str:
+    old, new = original.ids, again.ids
+    if len(old) != len(new):
+        return f"{len(new)} ops instead of {len(old)}"
+    for a, b in zip(original.nodes, again.nodes, strict=True):
+        if a.id != b.id or a.op != b.op:
+            return f"op {a.id!r} ({a.op}) is now {b.id!r} ({b.op})"
+    old_edges = {(e.src, e.dst): e.bytes for e in original.edges}
+    for e in again.edges:
+        if old_edges.get((e.src, e.dst)) != e.bytes:
+            return f"edge {e.src} -> {e.dst} carries {e.bytes:.0f} bytes, not {old_edges.get((e.src, e.dst))}"
+    return "the batch size or the edges differ"

@@ -1,0 +1,189 @@
+"""The exported graph cut into one FX module per stage, at any op boundaries the plan gives.
+
+``program.module()`` (the unlifted module: parameters are ``get_attr`` nodes) is partitioned by
+stage id.  Stage ``s`` is a :class:`torch.fx.GraphModule` whose inputs are the values live
+across the boundary before it (produced by a stage ``< s``, read by a stage ``>= s``) and whose
+outputs are those live across the boundary after it; a value produced in stage 0 and read in
+stage 3 passes through stages 1 and 2, because a pipeline stage only talks to its neighbours.
+Stage 0 takes the model inputs; the last stage returns the model's outputs (flattened).
+
+Two adjustments to the plan's op sets, both free of compute: the model inputs enter at stage 0
+whatever stage the plan gives them, and a ``getitem`` of a tuple-valued op runs with its
+producer (a stage boundary carries tensors, not tuples).  The stage modules share the original
+module's parameters (same objects, same qualified names).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+
+from solvers.model.errors import InvalidPlan
+
+
+@dataclass
+class StageGraph:
+    """One stage: its module, the value names it takes and returns, the FX nodes it runs."""
+
+    index: int
+    module: fx.GraphModule
+    inputs: list[str]
+    outputs: list[str]
+    ops: list[str]
+
+
+def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """The nodes that run: every ``call_function`` (the export's guard module is left out)."""
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def assign_stages(gm: fx.GraphModule, stage_of: Mapping[str, int], *, check_order: bool = True) -> dict[str, int]:
+    """FX node name -> stage for placeholders and compute nodes (see the module docstring)."""
+    out: dict[str, int] = {}
+    missing = [n.name for n in compute_nodes(gm) if n.name not in stage_of]
+    if missing:
+        raise InvalidPlan(f"the plan leaves op(s) of the exported model out: {', '.join(missing[:5])}",
+                          field="stages", ref=missing[0])
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            out[node.name] = 0
+        elif node.op == "call_function":
+            out[node.name] = stage_of[node.name]
+            if node.target is operator.getitem and isinstance(node.args[0], fx.Node) and _is_tuple(node.args[0]):
+                out[node.name] = out[node.args[0].name]
+    if check_order:
+        for node in compute_nodes(gm):
+            for arg in node.all_input_nodes:
+                if arg.name in out and out[arg.name] > out[node.name]:
+                    raise InvalidPlan(f"op {node.name!r} in stage {out[node.name]} reads {arg.name!r} from the later "
+                                      f"stage {out[arg.name]}: a pipeline stage only reads earlier stages",
+                                      field="stages", ref=node.name)
+    return out
+
+
+def _is_tensor(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def _is_tuple(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), list | tuple)
+
+
+def output_node(gm: fx.GraphModule) -> fx.Node:
+    return next(n for n in gm.graph.nodes if n.op == "output")
+
+
+def model_outputs(gm: fx.GraphModule) -> list[str]:
+    """Names of the values the model returns, flattened, in order."""
+    names: list[str] = []
+    fx.node.map_arg(output_node(gm).args[0], lambda n: names.append(n.name) or n)
+    return names
+
+
+def live_values(gm: fx.GraphModule, stage: Mapping[str, int], n_stages: int) -> list[list[str]]:
+    """``live[b]``: values crossing boundary ``b`` (between stages b-1 and b), in graph order; b = 1..S-1."""
+    last_reader: dict[str, int] = {}
+    for node in gm.graph.nodes:
+        reader = n_stages - 1 if node.op == "output" else stage.get(node.name)
+        if reader is None:
+            continue
+        for arg in node.all_input_nodes:
+            if arg.name in stage:
+                last_reader[arg.name] = max(last_reader.get(arg.name, -1), reader)
+    order = [n.name for n in gm.graph.nodes if n.name in stage]
+    return [[] if b == 0 else [v for v in order if stage[v] < b <= last_reader.get(v, -1)] for b in range(n_stages)]
+
+
+def build_stages(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[str, int],
+                 n_stages: int) -> list[StageGraph]:
+    """One :class:`StageGraph` per stage, reading parameters and buffers from ``weights`` by name."""
+    live = live_values(gm, stage, n_stages)
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    finals = model_outputs(gm)
+    stages = []
+    for s in range(n_stages):
+        inputs = placeholders if s == 0 else live[s]
+        outputs = finals if s == n_stages - 1 else live[s + 1]
+        stages.append(_stage_graph(gm, weights, stage, s, inputs, outputs))
+    return stages
+
+
+def _stage_graph(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[str, int], s: int,
+                 inputs: list[str], outputs: list[str]) -> StageGraph:
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    for name in inputs:
+        env[name] = graph.placeholder(name)
+    ops = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and stage.get(node.name) == s:
+            for arg in node.all_input_nodes:
+                if arg.op == "get_attr" and arg.name not in env:
+                    env[arg.name] = graph.node_copy(arg, lambda n: env[n.name])
+            env[node.name] = graph.node_copy(node, lambda n: env[n.name])
+            ops.append(node.name)
+    for name in outputs:
+        if name not in env:  # a constant the model returns as it is
+            env[name] = graph.node_copy(_node(gm, name), lambda n: env[n.name])
+    # a boundary carries contiguous tensors (point-to-point sends need them)
+    values = [graph.call_method("contiguous", (env[name],)) if _is_tensor(_node(gm, name)) else env[name]
+              for name in outputs]
+    graph.output(tuple(values))
+    graph.lint()
+    missing = [n.target for n in graph.nodes if n.op == "get_attr" and not _has_attr(weights, str(n.target))]
+    if missing:
+        raise InvalidPlan(f"the exported model reads {missing[0]!r}, which is not a parameter or buffer of the model "
+                          "(a tensor created inside forward); register it as a buffer", field="source", ref=str(missing[0]))
+    return StageGraph(s, fx.GraphModule(weights, graph, class_name=f"Stage{s}"), list(inputs), list(outputs), ops)
+
+
+def _has_attr(module: torch.nn.Module, target: str) -> bool:
+    obj: object = module
+    for part in target.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def to_device(module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
+    """Ops that name the export's ``meta`` device create their tensors on ``device`` instead; weights moved there."""
+    for node in module.graph.nodes:
+        if isinstance(node.kwargs.get("device"), torch.device) and node.kwargs["device"].type == "meta":
+            node.kwargs = {**node.kwargs, "device": device}
+        node.args = tuple(device if isinstance(a, torch.device) and a.type == "meta" else a for a in node.args)
+    module.recompile()
+    return module.to(device)
+
+
+def _node(gm: fx.GraphModule, name: str) -> fx.Node:
+    return next(n for n in gm.graph.nodes if n.name == name)
+
+
+def shared_parameters(weights: torch.nn.Module, stages: list[StageGraph]) -> dict[str, list[int]]:
+    """Parameters read by more than one stage (tied weights): name -> stages."""
+    params = {name for name, _ in weights.named_parameters()}
+    owners: dict[str, list[int]] = {}
+    for st in stages:
+        for name, _ in st.module.named_parameters():
+            if name in params:
+                owners.setdefault(name, []).append(st.index)
+    return {k: v for k, v in owners.items() if len(v) > 1}
+
+
+class Checkpointed(torch.nn.Module):
+    """A stage whose activations are recomputed in backward (``recompute``): only its inputs are kept."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from torch.utils.checkpoint import checkpoint
+
+        out: tuple[torch.Tensor, ...] = checkpoint(self.inner, *args, use_reentrant=False)
+        return out

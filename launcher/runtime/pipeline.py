@@ -1,0 +1,145 @@
+"""Throughput plans with equal replica counts: ``PipelineStage`` + ``ScheduleGPipe`` / ``Schedule1F1B``.
+
+With R replicas per stage there are R pipelines; pipeline r is replica r of every stage and
+processes slice r of every micro-batch (Parmesan Eq. 3).  Each stage's replicas form one
+data-parallel group whose gradients are averaged by all-reduce after the schedule (DESIGN §3:
+all-reduce at the end of the iteration).  A plan with ``recompute`` checkpoints every stage
+(only its inputs are kept for backward).  The model is re-exported at the slice's row count
+when R > 1 (the export has static shapes); the op ids must be the same.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from solvers.model.errors import InvalidPlan
+
+from launcher.runtime.context import LaunchContext, replica_rows
+from launcher.runtime.data import as_tuple
+from launcher.runtime.model import Rebuilt, rebuild
+from launcher.runtime.partition import (
+    Checkpointed,
+    StageGraph,
+    assign_stages,
+    build_stages,
+    shared_parameters,
+    to_device,
+)
+from launcher.runtime.world import new_groups
+
+
+def slice_model(ctx: LaunchContext, rows: int) -> Rebuilt:
+    """The model exported at ``rows`` rows (the reference when it is the graph's batch)."""
+    if rows == ctx.batch:
+        return ctx.reference
+    again = rebuild(ctx.manifest["source"], batch=rows, weights=ctx.reference.weights)
+    want = {n.name for n in ctx.reference.module.graph.nodes if n.op == "call_function"}
+    got = {n.name for n in again.module.graph.nodes if n.op == "call_function"}
+    if want != got:
+        odd = sorted(want ^ got)[:3]
+        raise InvalidPlan(f"the model exported at {rows} rows (a micro-batch slice) has other op ids ({odd}); "
+                          "use a batch that every stage's replica count divides into equal exports", field="stages")
+    return again
+
+
+def split_model(ctx: LaunchContext, rebuilt: Rebuilt) -> list[StageGraph]:
+    """The stage modules; refuses parameters shared by two stages."""
+    assignment = assign_stages(rebuilt.module, ctx.stage_of)
+    stages = build_stages(rebuilt.module, rebuilt.weights, assignment, len(ctx.plan.stages))
+    shared = shared_parameters(rebuilt.weights, stages)
+    if shared:
+        name, where = next(iter(shared.items()))
+        raise InvalidPlan(f"parameter {name!r} is read by ops in stages {where}: tied weights across stages are not "
+                          "supported; put those ops in one stage", field="stages", ref=name)
+    return stages
+
+
+class PipelineRunner:
+    """This rank's stage of one of the R pipelines, and its data-parallel group."""
+
+    def __init__(self, ctx: LaunchContext) -> None:
+        self.ctx = ctx
+        plan = ctx.plan
+        self.width = len(plan.stages[0].devices)
+        if ctx.batch % self.width:
+            raise InvalidPlan(f"the micro-batch of {ctx.batch} rows does not split evenly over {self.width} replicas",
+                              field="stages")
+        self.stage_index, self.replica = ctx.stage_and_replica()
+        rank_of = ctx.world.rank_of
+        pipelines = [[rank_of[st.devices[r]] for st in plan.stages] for r in range(self.width)]
+        pp_groups = new_groups(pipelines)
+        dp_groups = new_groups([[rank_of[d] for d in st.devices] for st in plan.stages])
+        self.dp_group = dp_groups[self.stage_index]
+        stages = split_model(ctx, slice_model(ctx, ctx.batch // self.width))
+        self.graph = stages[self.stage_index]
+        inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
+        self.module = (Checkpointed(inner) if plan.recompute else inner).to(ctx.world.torch_device)
+        self.fwd_s = 0.0
+        self.module.register_forward_pre_hook(self._start)
+        self.module.register_forward_hook(self._stop)
+        mine = pipelines[self.replica]
+        stage = PipelineStage(self.module, self.stage_index, len(plan.stages), ctx.world.torch_device,
+                              group=pp_groups[self.replica])
+        stage.stage_index_to_group_rank = {i: sorted(mine).index(r) for i, r in enumerate(mine)}
+        schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
+        self.schedule = schedule_class(stage, plan.micro_batches, loss_fn=self._loss)
+        self._started = 0.0
+
+    def _start(self, *_: Any) -> None:
+        self._started = time.perf_counter()
+
+    def _stop(self, *_: Any) -> None:
+        self.fwd_s += time.perf_counter() - self._started
+
+    def _loss(self, outputs: Any, target: torch.Tensor) -> torch.Tensor:
+        return self.ctx.data.loss(as_tuple(outputs), target)
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage_index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage_index == len(self.ctx.plan.stages) - 1
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.module.parameters())
+
+    def named_parameters(self) -> dict[str, torch.nn.Parameter]:
+        return {k.removeprefix("inner."): v for k, v in self.module.named_parameters()}
+
+    def _args(self, inputs: dict[str, torch.Tensor], rows: torch.Tensor) -> list[torch.Tensor]:
+        if not self.is_first:
+            return []
+        return [inputs[name][rows].to(self.ctx.world.torch_device) for name in self.graph.inputs]
+
+    def train_step(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> float | None:
+        """One iteration: the schedule, then the replicas' gradient average; the loss on the last stage."""
+        rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
+        losses: list[torch.Tensor] = []
+        tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
+        self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses)
+        if self.width > 1:
+            for p in self.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad, group=self.dp_group)
+                    p.grad /= self.width
+        if not self.is_last:
+            return None
+        loss = torch.stack([x.detach() for x in losses]).mean()
+        if self.width > 1:
+            dist.all_reduce(loss, group=self.dp_group)
+            loss /= self.width
+        return float(loss)
+
+    def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        """A forward pass of every micro-batch; the last stage returns its replica's outputs, rows in order."""
+        rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
+        with torch.no_grad():
+            out = self.schedule.eval(*self._args(inputs, rows))
+        return as_tuple(out) if self.is_last else None

@@ -1,0 +1,1 @@
+"""The bundle's files as they are written: ``launch.py`` verbatim, ``README.md`` with fields filled in."""

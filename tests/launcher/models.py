@@ -1,0 +1,41 @@
+"""Small models for the launcher tests, loaded through SPECs such as ``tests.launcher.models:bert``.
+
+No dropout and no batch statistics: a pipelined step must give the single-process gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def bert(batch: int = 4) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A 2-layer BERT (hidden 32) without dropout, on random token ids."""
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+    ids = torch.randint(0, 64, (batch, 8), generator=torch.Generator().manual_seed(1))
+    return BertModel(cfg), {"input_ids": ids}
+
+
+class BranchyCNN(torch.nn.Module):
+    """Two convolution branches joined by a sum, a residual block, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.left = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.right = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1), torch.nn.Tanh(), torch.nn.Conv2d(8, 8, 3, padding=1))
+        self.block = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        h = torch.relu(self.left(h)) + self.right(h)
+        h = h + torch.relu(self.block(h))
+        return self.head(h.mean(dim=(2, 3)))
+
+
+def cnn(batch: int = 4) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    return BranchyCNN(), {"x": torch.randn(batch, 3, 8, 8)}
