@@ -10,9 +10,9 @@ dtype) and returns an object with two methods:
   **averaged over the rows** (the runtime averages the slices' gradients); ``outputs`` are the
   model's outputs flattened (``torch.utils._pytree`` order of the exported program).
 
-Synthetic data: inputs as ``placer extract`` makes them (integers zero, floats standard normal,
-seeded by the step), an all-zero target, and the loss ``sum(mean(o ** 2))`` over the floating
-outputs.
+Synthetic data, seeded by the step: floating inputs standard normal, integer inputs 0 or 1 (valid
+token ids and indices for any vocabulary of two or more; rows differ, so a wrong slice shows),
+an all-zero target, and the loss ``sum(mean(o ** 2))`` over the floating outputs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,12 @@ class SyntheticData:
         self.specs = list(specs)
 
     def batch(self, step: int, rows: int) -> Batch:
-        return make_inputs(with_batch(self.specs, rows), seed=1000 + step), torch.zeros(rows)
+        gen = torch.Generator().manual_seed(1000 + step)
+        out = make_inputs(with_batch(self.specs, rows), seed=1000 + step)
+        for name, value in out.items():
+            if not value.is_floating_point():
+                out[name] = torch.randint(0, 2, tuple(value.shape), generator=gen).to(value.dtype)
+        return out, torch.zeros(rows)
 
     def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
         terms = [o.float().pow(2).mean() for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]

@@ -1,0 +1,266 @@
+"""Latency plans: every rank runs its ops in the plan's per-device ``order`` and exchanges tensors.
+
+Op-level placement (MOIRAI, Celeritas, HEFT): op ``v`` runs on its stage's device; a tensor read
+on another device is sent with ``isend`` as soon as it is made and received (blocking) right
+before its first reader runs.  The per-device orders come from one feasible schedule, so every
+receive is matched by a send that is already posted or will be: no deadlock.
+
+Training pass (DESIGN §3): each op's backward runs on its forward's device, in the reverse of
+the device's order, on the reversed edges.  Every op reads its inputs through fresh leaves, so
+backward runs op by op: an op's output gradient is the sum of its local readers' leaf gradients
+and the gradients received from remote readers; its input gradients go back to local producers
+or are sent to remote ones.  The loss is taken on the device of the model's first output; the
+other outputs are sent there.  A parameter read on several devices has its gradient summed
+over them (all-reduce among those ranks).
+
+A ``getitem`` of a tuple-valued op runs with it (the tuple never crosses devices).
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import fx
+
+from solvers.model.errors import InvalidPlan
+
+from launcher.runtime.context import LaunchContext
+from launcher.runtime.partition import compute_nodes, model_outputs, runnable_graph, to_device
+from launcher.runtime.world import new_groups
+from launcher.structure import fx_ops
+
+LOSS = "<loss>"
+
+
+def device_of_ops(ctx: LaunchContext, gm: fx.GraphModule) -> dict[str, str]:
+    """FX node name -> plan device (placeholders included; getitems of tuples follow their producer)."""
+    out: dict[str, str] = {}
+    for s, stage in enumerate(ctx.plan.stages):
+        if len(stage.devices) != 1:
+            raise InvalidPlan(f"stages[{s}] of a latency plan has {len(stage.devices)} devices: op-level plans place "
+                              "each op on one device", field=f"stages[{s}].devices")
+        for name, st in ctx.stage_of.items():
+            if st == s:
+                out[name] = stage.devices[0]
+    for node in gm.graph.nodes:
+        if _follows_producer(node):
+            out[node.name] = out[node.args[0].name]
+    missing = [n.name for n in compute_nodes(gm) if n.name not in out]
+    if missing:
+        raise InvalidPlan(f"the plan leaves op(s) of the exported model out: {', '.join(missing[:5])}",
+                          field="stages", ref=missing[0])
+    return out
+
+
+def _follows_producer(node: fx.Node) -> bool:
+    return (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], fx.Node)
+            and isinstance(node.args[0].meta.get("val"), list | tuple))
+
+
+class DataflowRunner:
+    """This rank's ops, their order, and the transfers to and from the other ranks."""
+
+    def __init__(self, ctx: LaunchContext) -> None:
+        self.ctx = ctx
+        self.stage_index = next(s for s, st in enumerate(ctx.plan.stages) if ctx.world.device in st.devices)
+        self.fwd_s = 0.0
+        gm = to_device(fx.GraphModule(ctx.reference.weights, runnable_graph(ctx.reference.module)), ctx.world.torch_device)
+        self.gm = gm
+        self.nodes = {n.name: n for n in gm.graph.nodes}
+        self.device = device_of_ops(ctx, gm)
+        self.outputs = model_outputs(gm)
+        self.loss_device = self.device.get(self.outputs[0], ctx.plan.stages[-1].devices[0])
+        self.tag = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+        self.readers = self._readers()
+        self.units = self._my_units()
+        self.groups = self._parameter_groups()
+
+    # ---- structure ---------------------------------------------------------------------------
+    def _readers(self) -> dict[str, set[str]]:
+        """Value name -> devices that read it (the loss device reads the model outputs)."""
+        out: dict[str, set[str]] = {}
+        for node in self.gm.graph.nodes:
+            if node.name in self.device and not _follows_producer(node):
+                for arg in node.all_input_nodes:
+                    if arg.name in self.device:
+                        out.setdefault(arg.name, set()).add(self.device[node.name])
+        for name in self.outputs:
+            out.setdefault(name, set()).add(self.loss_device)
+        return out
+
+    def _my_units(self) -> list[str]:
+        """This device's ops (getitems of tuples left out: they run with their producer), in the plan's order."""
+        mine = self.ctx.world.device
+        names = {n for n, d in self.device.items() if d == mine and not _follows_producer(self.nodes[n])}
+        order = (self.ctx.plan.order or {}).get(mine)
+        if order is None:
+            return [n.name for n in self.gm.graph.nodes if n.name in names]
+        expand = fx_ops(self.ctx.graph)
+        listed = [name for op in order for name in expand.get(op, [op]) if name in names]
+        rest = [n.name for n in self.gm.graph.nodes if n.name in names and n.name not in set(listed)]
+        return listed + rest
+
+    def _getitems(self, name: str) -> list[str]:
+        return [u.name for u in self.nodes[name].users if _follows_producer(u)]
+
+    def _parameter_groups(self) -> dict[str, tuple[Any, list[str]]]:
+        """Parameter -> (group, devices) for parameters read on more than one device."""
+        users: dict[str, set[str]] = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                for u in node.users:
+                    if u.name in self.device:
+                        users.setdefault(str(node.target), set()).add(self.device[u.name])
+        params = dict(self.gm.named_parameters())
+        sets = sorted({tuple(sorted(d)) for t, d in users.items() if t in params and len(d) > 1})
+        groups = new_groups([[self.ctx.world.rank_of[d] for d in s] for s in sets])
+        by_set = dict(zip(sets, groups, strict=True))
+        return {t: (by_set[tuple(sorted(d))], sorted(d)) for t, d in users.items() if t in params and len(d) > 1}
+
+    def named_parameters(self) -> dict[str, torch.nn.Parameter]:
+        """The parameters this rank's ops read."""
+        mine = self.ctx.world.device
+        params = dict(self.gm.named_parameters())
+        read = {str(n.target) for n in self.gm.graph.nodes if n.op == "get_attr"
+                and any(self.device.get(u.name) == mine for u in n.users)}
+        return {k: v for k, v in params.items() if k in read}
+
+    # ---- forward -----------------------------------------------------------------------------
+    def _forward(self, inputs: dict[str, torch.Tensor], training: bool) -> tuple[torch.Tensor, ...] | None:
+        dev = self.ctx.world.torch_device
+        self.values: dict[str, Any] = {}
+        self.leaves: dict[str, list[tuple[str, torch.Tensor]]] = {}
+        self.sends: list[Any] = []
+        for name in self.units:
+            node = self.nodes[name]
+            started = time.perf_counter()
+            if node.op == "placeholder":
+                self.values[name] = inputs[name].to(dev)
+            else:
+                self.values[name] = self._run(node, training)
+                for item in self._getitems(name):
+                    self.values[item] = self._run(self.nodes[item], training, detach=False)
+            self.fwd_s += time.perf_counter() - started
+            for produced in [name, *self._getitems(name)]:
+                self._send_forward(produced)
+        outputs = None
+        if self.ctx.world.device == self.loss_device:
+            outputs = tuple(self._read(name, LOSS, training) for name in self.outputs)
+        for work in self.sends:
+            work.wait()
+        return outputs
+
+    def _run(self, node: fx.Node, training: bool, detach: bool = True) -> Any:
+        def value(arg: fx.Node) -> Any:
+            if arg.op == "get_attr":
+                return _attr(self.gm, str(arg.target))
+            if not detach:
+                return self.values[arg.name]
+            return self._read(arg.name, node.name, training)
+
+        args = fx.node.map_arg(node.args, value)
+        kwargs = fx.node.map_arg(node.kwargs, value)
+        target: Callable[..., Any] = node.target  # type: ignore[assignment]
+        return target(*args, **kwargs)
+
+    def _read(self, name: str, reader: str, training: bool) -> Any:
+        """The value as ``reader`` sees it: received if remote, through a fresh leaf when training."""
+        if name not in self.values:
+            self.values[name] = self._receive(name, self.device[name], forward=True)
+        value = self.values[name]
+        if training and isinstance(value, torch.Tensor) and value.is_floating_point():
+            leaf = value.detach().requires_grad_(True)
+            self.leaves.setdefault(reader, []).append((name, leaf))
+            return leaf
+        return value
+
+    def _send_forward(self, name: str) -> None:
+        for dst in sorted(self.readers.get(name, set()) - {self.ctx.world.device}):
+            value = self.values[name].contiguous()
+            self.values[name] = value
+            self.sends.append(dist.isend(value, self.ctx.world.rank_of[dst], tag=2 * self.tag[name]))
+
+    def _receive(self, name: str, src: str, forward: bool) -> torch.Tensor:
+        meta = self.nodes[name].meta["val"]
+        buffer = torch.empty(tuple(meta.shape), dtype=meta.dtype, device=self.ctx.world.torch_device)
+        dist.recv(buffer, self.ctx.world.rank_of[src], tag=2 * self.tag[name] + (0 if forward else 1))
+        return buffer
+
+    # ---- backward ----------------------------------------------------------------------------
+    def _backward(self, loss: torch.Tensor | None) -> None:
+        self.grads: dict[str, torch.Tensor] = {}
+        self.sends = []
+        if loss is not None:
+            loss.backward()
+            self._route_input_grads(LOSS)
+        for name in reversed(self.units):
+            produced = [name, *self._getitems(name)] if self._getitems(name) else [name]
+            outs, grads = [], []
+            for value_name in produced:
+                value = self.values.get(value_name)
+                if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+                    continue
+                grad = self._gather_grad(value_name, value)
+                if value.requires_grad:
+                    outs.append(value)
+                    grads.append(grad)
+            if outs:
+                torch.autograd.backward(outs, grads)
+            self._route_input_grads(name)
+            for item in self._getitems(name):
+                self._route_input_grads(item)
+        for work in self.sends:
+            work.wait()
+
+    def _gather_grad(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """Local readers' gradients plus those received from every remote reader."""
+        grad = self.grads.pop(name, None)
+        total = torch.zeros_like(value) if grad is None else grad
+        for src in sorted(self.readers.get(name, set()) - {self.ctx.world.device}):
+            total = total + self._receive(name, src, forward=False)
+        return total
+
+    def _route_input_grads(self, reader: str) -> None:
+        for name, leaf in self.leaves.get(reader, []):
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            owner = self.device[name]
+            if owner == self.ctx.world.device:
+                self.grads[name] = grad if name not in self.grads else self.grads[name] + grad
+            else:
+                self.sends.append(dist.isend(grad.contiguous(), self.ctx.world.rank_of[owner],
+                                             tag=2 * self.tag[name] + 1))
+
+    def _sum_shared_parameters(self) -> None:
+        mine = self.ctx.world.device
+        for target, (group, devices) in sorted(self.groups.items()):
+            if mine in devices:
+                param = _attr(self.gm, target)
+                if param.grad is None:
+                    param.grad = torch.zeros_like(param)
+                dist.all_reduce(param.grad, group=group)
+
+    # ---- the runner interface ----------------------------------------------------------------
+    def train_step(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> float | None:
+        outputs = self._forward(inputs, training=True)
+        loss = None
+        if outputs is not None:
+            loss = self.ctx.data.loss(outputs, target.to(self.ctx.world.torch_device))
+        self._backward(loss)
+        self._sum_shared_parameters()
+        return None if loss is None else float(loss.detach())
+
+    def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        with torch.no_grad():
+            return self._forward(inputs, training=False)
+
+
+def _attr(module: torch.nn.Module, target: str) -> Any:
+    obj: Any = module
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
