@@ -1,0 +1,286 @@
+"""Throughput plans whose stages have different replica counts (RaNNC): a pipeline on isend/irecv.
+
+``torch.distributed.pipelining`` pairs each stage with one neighbour; here a stage with R_s
+replicas splits every micro-batch into R_s equal row slices (Parmesan Eq. 3), and between stages
+of different widths each receiver gathers its rows from the senders that hold them (a scatter on
+one side, a gather on the other); gradients go back the same way.
+
+- **Rows.** A boundary tensor's batch dimension is the one whose size changes with the row count
+  (found by comparing the exports at two row counts); rows are batch-major along it.  A tensor
+  without one (computed from weights or constants only) is sent whole by one sender replica.
+- **Schedule.** Every replica of stage s runs GPipe (all forwards, then all backwards) or 1F1B
+  (``S - s - 1`` warm-up forwards, then one forward one backward, then the remaining backwards)
+  over the micro-batches, with blocking receives and non-blocking sends.
+- **Loss and gradients.** Each last-stage replica's loss is the mean over its rows divided by the
+  micro-batch count and the last stage's width, so the input gradients are those of the global
+  mean loss; the replicas of a stage then sum their parameter gradients (all-reduce).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from solvers.model.errors import InvalidPlan
+
+from launcher.runtime.context import LaunchContext
+from launcher.runtime.partition import Checkpointed, StageGraph, to_device
+from launcher.runtime.pipeline import slice_model, split_model
+from launcher.runtime.world import new_groups
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows ``[lo, hi)`` of a micro-batch that one sender replica gives one receiver replica."""
+
+    sender: int
+    receiver: int
+    lo: int
+    hi: int
+
+
+def pieces(rows: int, senders: int, receivers: int) -> list[Piece]:
+    """The overlaps of the senders' and receivers' equal row slices of one micro-batch."""
+    out = []
+    for i in range(senders):
+        for j in range(receivers):
+            lo = max(i * rows // senders, j * rows // receivers)
+            hi = min((i + 1) * rows // senders, (j + 1) * rows // receivers)
+            if lo < hi:
+                out.append(Piece(i, j, lo, hi))
+    return out
+
+
+def batch_dims(ctx: LaunchContext, names: list[str], small: Any) -> dict[str, int | None]:
+    """Value -> its batch dimension (None: the same at every row count), from two exports' shapes."""
+    ref = {n.name: n.meta.get("val") for n in ctx.reference.module.graph.nodes}
+    other = {n.name: n.meta.get("val") for n in small.module.graph.nodes}
+    out: dict[str, int | None] = {}
+    for name in names:
+        a, b = ref[name].shape, other[name].shape
+        diff = [d for d in range(len(a)) if a[d] != b[d]]
+        if len(diff) > 1:
+            raise InvalidPlan(f"value {name!r} crossing a stage boundary changes size in dims {diff} with the rows: "
+                              "it cannot be split between replicas", field="stages", ref=name)
+        out[name] = diff[0] if diff else None
+    return out
+
+
+class UnevenRunner:
+    """This rank's replica of its stage, with the row exchanges to the neighbouring stages."""
+
+    def __init__(self, ctx: LaunchContext) -> None:
+        self.ctx = ctx
+        plan = ctx.plan
+        self.widths = [len(s.devices) for s in plan.stages]
+        for s, width in enumerate(self.widths):
+            if ctx.batch % width:
+                raise InvalidPlan(f"stages[{s}]: the micro-batch of {ctx.batch} rows does not split evenly over "
+                                  f"{width} replicas", field=f"stages[{s}].devices")
+        self.stage_index, self.replica = ctx.stage_and_replica()
+        width = self.widths[self.stage_index]
+        groups = new_groups([[ctx.world.rank_of[d] for d in st.devices] for st in plan.stages])
+        self.dp_group = groups[self.stage_index]
+        smallest = slice_model(ctx, ctx.batch // max(self.widths))
+        mine = slice_model(ctx, ctx.batch // width)
+        self.graph: StageGraph = split_model(ctx, mine)[self.stage_index]
+        inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
+        self.module = Checkpointed(inner) if plan.recompute else inner
+        self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)
+        self.meta = {n.name: n.meta.get("val") for n in mine.module.graph.nodes}
+        self.fwd_s = 0.0
+
+    # ---- helpers ------------------------------------------------------------------------------
+    @property
+    def is_first(self) -> bool:
+        return self.stage_index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage_index == len(self.widths) - 1
+
+    def named_parameters(self) -> dict[str, torch.nn.Parameter]:
+        return {k.removeprefix("inner."): v for k, v in self.module.named_parameters()}
+
+    def _rank(self, stage: int, replica: int) -> int:
+        return self.ctx.world.rank_of[self.ctx.plan.stages[stage].devices[replica]]
+
+    def _tag(self, mb: int, value: int, backward: bool) -> int:
+        return ((mb * 1024 + value) * 2) + int(backward)
+
+    def _rows(self, stage: int, replica: int, mb: int) -> torch.Tensor:
+        share = self.ctx.batch // self.widths[stage]
+        start = mb * self.ctx.batch + replica * share
+        return torch.arange(start, start + share)
+
+    def _local(self, stage: int, piece_lo: int, piece_hi: int, replica: int) -> tuple[int, int]:
+        """A piece's rows relative to ``replica``'s slice of stage ``stage``."""
+        base = replica * self.ctx.batch // self.widths[stage]
+        return piece_lo - base, piece_hi - base
+
+    def _narrow(self, tensor: torch.Tensor, name: str, lo: int, hi: int, slice_rows: int) -> torch.Tensor:
+        dim = self.dims[name]
+        assert dim is not None
+        per_row = tensor.shape[dim] // slice_rows
+        return tensor.narrow(dim, lo * per_row, (hi - lo) * per_row)
+
+    # ---- forward / backward of one micro-batch -----------------------------------------------------
+    def _is_float(self, name: str) -> bool:
+        return bool(self.meta[name].dtype.is_floating_point)
+
+    def _recv_inputs(self, mb: int, training: bool) -> list[torch.Tensor]:
+        s, me = self.stage_index, self.replica
+        rows = self.ctx.batch // self.widths[s]
+        out = []
+        for k, name in enumerate(self.graph.inputs):
+            meta = self.meta[name]
+            if self.dims[name] is None:
+                parts = [(me % self.widths[s - 1], tuple(meta.shape))]
+            else:
+                dim = self.dims[name]
+                per_row = meta.shape[dim] // rows
+                parts = [(p.sender, tuple(meta.shape[:dim]) + ((p.hi - p.lo) * per_row,) + tuple(meta.shape[dim + 1:]))
+                         for p in pieces(self.ctx.batch, self.widths[s - 1], self.widths[s]) if p.receiver == me]
+            got = []
+            for sender, shape in parts:
+                buf = torch.empty(shape, dtype=meta.dtype, device=self.ctx.world.torch_device)
+                dist.recv(buf, self._rank(s - 1, sender), tag=self._tag(mb, k, False))
+                got.append(buf)
+            value = got[0] if len(got) == 1 else torch.cat(got, dim=self.dims[name] or 0)
+            out.append(value.requires_grad_(training and value.is_floating_point()))
+        return out
+
+    def _send_outputs(self, mb: int, outputs: tuple[torch.Tensor, ...]) -> None:
+        s, me = self.stage_index, self.replica
+        rows = self.ctx.batch // self.widths[s]
+        for k, (name, value) in enumerate(zip(self.graph.outputs, outputs, strict=True)):
+            if self.dims[name] is None:
+                sends = [(j, value) for j in range(self.widths[s + 1]) if j % self.widths[s] == me]
+            else:
+                sends = [(p.receiver, self._narrow(value, name, *self._local(s, p.lo, p.hi, me), rows))
+                         for p in pieces(self.ctx.batch, self.widths[s], self.widths[s + 1]) if p.sender == me]
+            for receiver, part in sends:
+                self.works.append(dist.isend(part.detach().contiguous(), self._rank(s + 1, receiver),
+                                             tag=self._tag(mb, k, False)))
+
+    def _recv_output_grads(self, mb: int, outputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor | None]:
+        s, me = self.stage_index, self.replica
+        grads: list[torch.Tensor | None] = []
+        for k, (name, value) in enumerate(zip(self.graph.outputs, outputs, strict=True)):
+            if not self._is_float(name):
+                grads.append(None)
+                continue
+            if self.dims[name] is None:
+                senders = [(j, tuple(value.shape)) for j in range(self.widths[s + 1]) if j % self.widths[s] == me]
+            else:
+                rows = self.ctx.batch // self.widths[s]
+                dim = self.dims[name]
+                per_row = value.shape[dim] // rows
+                senders = [(p.receiver, tuple(value.shape[:dim]) + ((p.hi - p.lo) * per_row,)
+                            + tuple(value.shape[dim + 1:]))
+                           for p in pieces(self.ctx.batch, self.widths[s], self.widths[s + 1]) if p.sender == me]
+            got = []
+            for receiver, shape in senders:
+                buf = torch.empty(shape, dtype=value.dtype, device=value.device)
+                dist.recv(buf, self._rank(s + 1, receiver), tag=self._tag(mb, k, True))
+                got.append(buf)
+            if self.dims[name] is None:
+                grads.append(torch.stack(got).sum(0))
+            else:
+                grads.append(torch.cat(got, dim=self.dims[name] or 0))
+        return grads
+
+    def _send_input_grads(self, mb: int, inputs: list[torch.Tensor]) -> None:
+        s, me = self.stage_index, self.replica
+        rows = self.ctx.batch // self.widths[s]
+        for k, (name, value) in enumerate(zip(self.graph.inputs, inputs, strict=True)):
+            if not self._is_float(name):
+                continue
+            grad = value.grad if value.grad is not None else torch.zeros_like(value)
+            if self.dims[name] is None:
+                sends = [(me % self.widths[s - 1], grad)]
+            else:
+                sends = [(p.sender, self._narrow(grad, name, *self._local(s, p.lo, p.hi, me), rows))
+                         for p in pieces(self.ctx.batch, self.widths[s - 1], self.widths[s]) if p.receiver == me]
+            for sender, part in sends:
+                self.works.append(dist.isend(part.contiguous(), self._rank(s - 1, sender), tag=self._tag(mb, k, True)))
+
+    def _forward(self, mb: int, inputs: dict[str, torch.Tensor], target: torch.Tensor | None, training: bool) -> None:
+        if self.is_first:
+            rows = self._rows(0, self.replica, mb)
+            args = [inputs[name][rows].to(self.ctx.world.torch_device) for name in self.graph.inputs]
+        else:
+            args = self._recv_inputs(mb, training)
+        started = time.perf_counter()
+        outputs = tuple(self.module(*args))
+        self.fwd_s += time.perf_counter() - started
+        if not self.is_last:
+            self._send_outputs(mb, outputs)
+        elif target is not None:
+            tgt = target[self._rows(self.stage_index, self.replica, mb)].to(self.ctx.world.torch_device)
+            loss = self.ctx.data.loss(outputs, tgt)
+            self.losses.append(loss.detach())
+            outputs = (loss / (self.ctx.plan.micro_batches * self.widths[-1]),)
+        self.saved[mb] = (args, outputs)
+
+    def _backward(self, mb: int) -> None:
+        args, outputs = self.saved.pop(mb)
+        if self.is_last:
+            outputs[0].backward()
+        else:
+            grads = self._recv_output_grads(mb, outputs)
+            pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None and o.requires_grad]
+            if pairs:
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        if not self.is_first:
+            self._send_input_grads(mb, args)
+
+    # ---- the runner interface ----------------------------------------------------------------
+    def actions(self) -> list[tuple[str, int]]:
+        """This stage's order of forwards and backwards over the micro-batches (GPipe or 1F1B)."""
+        m, s, n = self.ctx.plan.micro_batches, self.stage_index, len(self.widths)
+        if self.ctx.plan.schedule == "gpipe":
+            return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+        warm = min(n - s - 1, m)
+        steady = [a for i in range(m - warm) for a in (("F", warm + i), ("B", i))]
+        return [("F", i) for i in range(warm)] + steady + [("B", i) for i in range(m - warm, m)]
+
+    def train_step(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> float | None:
+        self.works: list[Any] = []
+        self.saved: dict[int, Any] = {}
+        self.losses: list[torch.Tensor] = []
+        for kind, mb in self.actions():
+            if kind == "F":
+                self._forward(mb, inputs, target, training=True)
+            else:
+                self._backward(mb)
+        for work in self.works:
+            work.wait()
+        for p in self.module.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if self.widths[self.stage_index] > 1:
+                dist.all_reduce(p.grad, group=self.dp_group)
+        if not self.is_last:
+            return None
+        loss = torch.stack(self.losses).mean()
+        if self.widths[-1] > 1:
+            dist.all_reduce(loss, group=self.dp_group)
+            loss /= self.widths[-1]
+        return float(loss)
+
+    def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        self.works, self.saved, self.losses = [], {}, []
+        with torch.no_grad():
+            for mb in range(self.ctx.plan.micro_batches):
+                self._forward(mb, inputs, None, training=False)
+        for work in self.works:
+            work.wait()
+        if not self.is_last:
+            return None
+        chunks = [self.saved[mb][1] for mb in range(self.ctx.plan.micro_batches)]
+        return tuple(torch.cat(parts) for parts in zip(*chunks, strict=True))
