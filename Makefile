@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy solvers service client
+	$(BIN)/mypy solvers service client launcher
 
 imports: $(STAMP)
 	$(BIN)/lint-imports

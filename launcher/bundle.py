@@ -19,14 +19,13 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from launcher.placement import DeviceSlot, device_slots, hosts, torchrun_command
+from launcher.structure import model_source, structure_digest
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
 from solvers.model.topology import Topology
-
-from launcher.placement import DeviceSlot, device_slots, hosts, torchrun_command
-from launcher.structure import model_source, structure_digest
 
 MANIFEST_FORMAT = "placer.launcher/v1"
 

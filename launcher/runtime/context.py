@@ -7,12 +7,11 @@ from typing import Any
 
 import torch
 
-from solvers.model.graph import OpGraph
-from solvers.model.plan import Plan
-
 from launcher.runtime.data import DataSource
 from launcher.runtime.model import Rebuilt
 from launcher.runtime.world import World
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan
 
 
 @dataclass

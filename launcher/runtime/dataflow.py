@@ -27,12 +27,11 @@ import torch
 import torch.distributed as dist
 from torch import fx
 
-from solvers.model.errors import InvalidPlan
-
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.partition import compute_nodes, model_outputs, runnable_graph, to_device
 from launcher.runtime.world import new_groups
 from launcher.structure import fx_ops
+from solvers.model.errors import InvalidPlan
 
 LOSS = "<loss>"
 
@@ -196,7 +195,7 @@ class DataflowRunner:
         self.grads: dict[str, torch.Tensor] = {}
         self.sends = []
         if loss is not None:
-            loss.backward()
+            torch.autograd.backward([loss])
             self._route_input_grads(LOSS)
         for name in reversed(self.units):
             produced = [name, *self._getitems(name)] if self._getitems(name) else [name]

@@ -24,14 +24,13 @@ import torch
 import torch.distributed as dist
 
 from client.extract.source import InputSpec
-from solvers.model.documents import load_graph, load_plan
-from solvers.model.errors import PlacerError
-
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
 from launcher.runtime.model import check_structure, rebuild
 from launcher.runtime.world import check_world_size, locate, start_process_group
 from launcher.structure import granularity_depth, op_stage
+from solvers.model.documents import load_graph, load_plan
+from solvers.model.errors import PlacerError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -25,10 +25,9 @@ from client.extract.build import build
 from client.extract.export import collect_ops, export_model
 from client.extract.granularity import merge_modules
 from client.extract.source import BuiltModel
+from launcher.structure import structure_digest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
-
-from launcher.structure import structure_digest
 
 
 @dataclass
@@ -56,7 +55,7 @@ def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.
     built = build(record, device="meta")
     program = export_model(built)
     real = weights if weights is not None else build(dict(source), device="cpu").module
-    return Rebuilt(built, program, program.module(), real)  # type: ignore[arg-type]
+    return Rebuilt(built, program, program.module(), real)
 
 
 def reexported_graph(rebuilt: Rebuilt, depth: int | None) -> OpGraph:

@@ -74,13 +74,19 @@ def _is_tuple(node: fx.Node) -> bool:
 
 
 def output_node(gm: fx.GraphModule) -> fx.Node:
-    return next(n for n in gm.graph.nodes if n.op == "output")
+    found: fx.Node = next(n for n in gm.graph.nodes if n.op == "output")
+    return found
 
 
 def model_outputs(gm: fx.GraphModule) -> list[str]:
     """Names of the values the model returns, flattened, in order."""
     names: list[str] = []
-    fx.node.map_arg(output_node(gm).args[0], lambda n: names.append(n.name) or n)
+
+    def visit(node: fx.Node) -> fx.Node:
+        names.append(node.name)
+        return node
+
+    fx.node.map_arg(output_node(gm).args[0], visit)
     return names
 
 
@@ -171,7 +177,8 @@ def to_device(module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
 
 
 def _node(gm: fx.GraphModule, name: str) -> fx.Node:
-    return next(n for n in gm.graph.nodes if n.name == name)
+    found: fx.Node = next(n for n in gm.graph.nodes if n.name == name)
+    return found
 
 
 def shared_parameters(weights: torch.nn.Module, stages: list[StageGraph]) -> dict[str, list[int]]:

@@ -17,8 +17,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from solvers.model.errors import InvalidPlan
-
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.model import Rebuilt, rebuild
@@ -31,6 +29,7 @@ from launcher.runtime.partition import (
     to_device,
 )
 from launcher.runtime.world import new_groups
+from solvers.model.errors import InvalidPlan
 
 
 def slice_model(ctx: LaunchContext, rows: int) -> Rebuilt:

@@ -25,12 +25,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from solvers.model.errors import InvalidPlan
-
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.partition import Checkpointed, StageGraph, to_device
 from launcher.runtime.pipeline import slice_model, split_model
 from launcher.runtime.world import new_groups
+from solvers.model.errors import InvalidPlan
+
+
+def _rows_shape(shape: tuple[int, ...], dim: int, rows: int, slice_rows: int) -> tuple[int, ...]:
+    """``shape`` (of a slice of ``slice_rows`` rows) with ``rows`` rows along ``dim``."""
+    per_row = shape[dim] // slice_rows
+    return (*shape[:dim], rows * per_row, *shape[dim + 1:])
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,14 @@ class UnevenRunner:
         base = replica * self.ctx.batch // self.widths[stage]
         return piece_lo - base, piece_hi - base
 
-    def _narrow(self, tensor: torch.Tensor, name: str, lo: int, hi: int, slice_rows: int) -> torch.Tensor:
+    def _dim(self, name: str) -> int:
         dim = self.dims[name]
-        assert dim is not None
+        if dim is None:
+            raise AssertionError(f"{name} has no batch dimension")
+        return dim
+
+    def _narrow(self, tensor: torch.Tensor, name: str, lo: int, hi: int, slice_rows: int) -> torch.Tensor:
+        dim = self._dim(name)
         per_row = tensor.shape[dim] // slice_rows
         return tensor.narrow(dim, lo * per_row, (hi - lo) * per_row)
 
@@ -141,9 +151,7 @@ class UnevenRunner:
             if self.dims[name] is None:
                 parts = [(me % self.widths[s - 1], tuple(meta.shape))]
             else:
-                dim = self.dims[name]
-                per_row = meta.shape[dim] // rows
-                parts = [(p.sender, tuple(meta.shape[:dim]) + ((p.hi - p.lo) * per_row,) + tuple(meta.shape[dim + 1:]))
+                parts = [(p.sender, _rows_shape(tuple(meta.shape), self._dim(name), p.hi - p.lo, rows))
                          for p in pieces(self.ctx.batch, self.widths[s - 1], self.widths[s]) if p.receiver == me]
             got = []
             for sender, shape in parts:
@@ -178,10 +186,7 @@ class UnevenRunner:
                 senders = [(j, tuple(value.shape)) for j in range(self.widths[s + 1]) if j % self.widths[s] == me]
             else:
                 rows = self.ctx.batch // self.widths[s]
-                dim = self.dims[name]
-                per_row = value.shape[dim] // rows
-                senders = [(p.receiver, tuple(value.shape[:dim]) + ((p.hi - p.lo) * per_row,)
-                            + tuple(value.shape[dim + 1:]))
+                senders = [(p.receiver, _rows_shape(tuple(value.shape), self._dim(name), p.hi - p.lo, rows))
                            for p in pieces(self.ctx.batch, self.widths[s], self.widths[s + 1]) if p.sender == me]
             got = []
             for receiver, shape in senders:

@@ -52,16 +52,19 @@ def locate(devices: Sequence[Mapping[str, Any]], host: str) -> World:
     gathered: list[Any] = [None] * size
     dist.all_gather_object(gathered, (host, local_rank))
     by_slot = {(str(d["host"]), int(d["local_rank"])): str(d["device"]) for d in devices}
-    rank_of: dict[str, int] = {}
-    for r, (h, lr) in enumerate(gathered):
-        if (h, lr) not in by_slot:
-            raise InvalidPlan(f"rank {r} (host {h!r}, local rank {lr}) holds no plan device; the plan's devices are "
-                              f"{sorted(by_slot.values())} on hosts {sorted({k[0] for k in by_slot})} "
-                              "(is --host right?)", field="world", ref=str(h))
-        rank_of[by_slot[(h, lr)]] = r
+    rank_of = {by_slot[(h, lr)]: r for r, (h, lr) in enumerate(gathered) if (h, lr) in by_slot}
+    stray = [(r, h, lr) for r, (h, lr) in enumerate(gathered) if (h, lr) not in by_slot]
     absent = [d for d in by_slot.values() if d not in rank_of]
     if absent:
-        raise InvalidPlan(f"plan device {absent[0]!r} is absent from the torchrun world", field="world", ref=absent[0])
+        where = next((h, lr) for (h, lr), d in by_slot.items() if d == absent[0])
+        raise InvalidPlan(f"plan device {absent[0]!r} (host {where[0]!r}, local rank {where[1]}) is absent from the "
+                          f"torchrun world" + (f"; rank {stray[0][0]} is host {stray[0][1]!r}, local rank {stray[0][2]}, "
+                                               "which holds no plan device (is --host right?)" if stray else ""),
+                          field="world", ref=absent[0])
+    if stray:
+        r, h, lr = stray[0]
+        raise InvalidPlan(f"rank {r} (host {h!r}, local rank {lr}) holds no plan device (is --host right?)",
+                          field="world", ref=str(h))
     mine = by_slot[(host, local_rank)]
     index = next(int(d["local_index"]) for d in devices if d["device"] == mine)
     torch_device = torch.device("cuda", index) if torch.cuda.is_available() else torch.device("cpu")

@@ -1,0 +1,151 @@
+"""Graphs, plans and bundles for the launcher tests, and the torchrun runs they check.
+
+Graphs are extracted in this process once per session; every run is a real
+``python -m torch.distributed.run --standalone`` with gloo and one thread per process.  The
+single-process reference is the eager model on the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from client.cli import main as placer
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = {"bert": "tests.launcher.models:bert", "cnn": "tests.launcher.models:cnn"}
+
+
+def topology(n: int, hosts: int = 1) -> dict[str, Any]:
+    devices = [{"id": f"cpu{i}", "kind": "cpu", "node": f"h{i * hosts // n}", "memory_bytes": 8e9} for i in range(n)]
+    links = [{"src": f"cpu{i}", "dst": f"cpu{j}", "bandwidth_Bps": 5e9, "latency_s": 2e-5}
+             for i in range(n) for j in range(i + 1, n)]
+    return {"format": "placer.topology/v1", "name": f"cpu{n}", "devices": devices, "links": links}
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("launcher")
+    for n in (2, 3, 4):
+        (root / f"topo{n}.json").write_text(json.dumps(topology(n)))
+    return root
+
+
+@pytest.fixture(scope="session")
+def graphs(workdir: Path) -> Callable[[str], Path]:
+    """Model name -> its extracted graph (batch 4), made once."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            path = workdir / f"{name}.json"
+            assert placer(["extract", MODELS[name], "--batch", "4", "--device-kind", "cpu", "-o", str(path)]) == 0
+            made[name] = path
+        return made[name]
+
+    return get
+
+
+def solve(workdir: Path, graph: Path, solver: str, devices: int, *args: str) -> Path:
+    out = workdir / f"{graph.stem}-{solver}-{devices}-{abs(hash(args))}.json"
+    code = placer(["solve", "--solver", solver, "--graph", str(graph), "--topology", str(workdir / f"topo{devices}.json"),
+                   "--quiet", "-o", str(out), *args])
+    assert code == 0
+    return out
+
+
+def bundle(workdir: Path, plan: Path, graph: Path, devices: int, name: str) -> Path:
+    folder = workdir / name
+    assert placer(["launcher", "--plan", str(plan), "--graph", str(graph),
+                   "--topology", str(workdir / f"topo{devices}.json"), "-o", str(folder)]) == 0
+    return folder
+
+
+@dataclass
+class Run:
+    code: int
+    log: str
+    steps: list[dict[str, Any]]
+    metrics: dict[str, Any] | None
+
+
+def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 240) -> Run:
+    """``launch.py`` under torchrun with gloo, one thread per process; the first step saved per rank."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    step_dir = folder / "step"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "launch.py", "--steps", "1", "--warmup", "0", "--save-step", str(step_dir), *args]
+    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
+    steps = [torch.load(p) for p in sorted(step_dir.glob("rank*.pt"))] if step_dir.exists() else []
+    metrics_path = folder / "metrics.json"
+    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
+    return Run(done.returncode, done.stdout + done.stderr, steps, metrics)
+
+
+def reference(folder: Path) -> tuple[float, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """The single-process step: eager model, the same global batch, the same loss."""
+    from torch.utils._pytree import tree_leaves
+
+    from client.extract.build import build
+    from client.extract.source import InputSpec
+    from launcher.runtime.data import SyntheticData
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    plan = json.loads((folder / "plan.json").read_text())
+    source = manifest["source"]
+    rows = source["batch"] * (1 if manifest["kind"] == "latency" else plan["micro_batches"])
+    data = SyntheticData([InputSpec.from_dict(s) for s in manifest["inputs"]])
+    model = build(source, "cpu").module
+    inputs, target = data.batch(0, rows)
+    outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
+    loss = data.loss(outputs, target)
+    loss.backward()
+    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+    return float(loss), grads, tuple(o.detach() for o in outputs)
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 1e-5) -> None:
+    scale = float(want.abs().max()) or 1.0
+    err = float((got - want).abs().max())
+    assert err <= rel * scale, f"{what}: max error {err:.3g} > {rel:g} x {scale:.3g}"
+
+
+def check_training_step(run: Run, folder: Path, nproc: int) -> None:
+    """The loss and every parameter gradient equal the single-process model's (relative 1e-5)."""
+    assert run.code == 0, run.log[-4000:]
+    assert len(run.steps) == nproc
+    loss, grads, _ = reference(folder)
+    losses = [s["loss"] for s in run.steps if s["loss"] is not None]
+    assert losses, "no rank reported a loss"
+    for got in losses:
+        assert abs(got - loss) <= 1e-5 * abs(loss), (got, loss)
+    seen: set[str] = set()
+    for step in run.steps:
+        for name, grad in step["grads"].items():
+            assert name in grads, f"rank {step['device']} has a gradient for unknown parameter {name}"
+            assert_close(grad, grads[name], f"gradient of {name} on {step['device']}")
+            seen.add(name)
+    assert seen == set(grads), f"parameters without a gradient: {sorted(set(grads) - seen)}"
+
+
+def stage_counts(plan: Path) -> list[int]:
+    return [len(s["devices"]) for s in json.loads(plan.read_text())["stages"]]
+
+
+def edit_json(path: Path, change: Callable[[Any], None]) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def ops_of(plan: Path) -> Sequence[Sequence[str]]:
+    return [s["ops"] for s in json.loads(plan.read_text())["stages"]]

@@ -1,0 +1,94 @@
+"""Plans run for real under torchrun (gloo, CPU, one thread per process): one training step gives the
+single-process loss and gradients, inference gives the single-process outputs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.launcher.conftest import (
+    assert_close,
+    bundle,
+    check_training_step,
+    reference,
+    solve,
+    stage_counts,
+    torchrun,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_bert_parmesan_gpipe_cuts_inside_a_layer(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("bert")
+    plan = solve(workdir, graph, "parmesan", 2, "--micro-batches", "2", "--schedule", "gpipe", "--stages", "2")
+    layers = {n["id"]: n.get("layer") or "" for n in json.loads(graph.read_text())["nodes"]}
+    stages = json.loads(plan.read_text())["stages"]
+    blocks = [{".".join(layers[op].split(".")[:3]) for op in s["ops"] if layers[op].startswith("encoder.layer.")}
+              for s in stages]
+    assert len(stages) == 2 and blocks[0] & blocks[1], "the plan should cut an encoder layer in two"
+    folder = bundle(workdir, plan, graph, 2, "bert-parmesan")
+    check_training_step(torchrun(folder, 2), folder, 2)
+
+
+def test_bert_even_1f1b_with_two_replicas_per_stage(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("bert")
+    plan = solve(workdir, graph, "even", 4, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
+                 "--replicas", "2")
+    assert stage_counts(plan) == [2, 2]
+    folder = bundle(workdir, plan, graph, 4, "bert-even")
+    check_training_step(torchrun(folder, 4), folder, 4)
+
+
+def test_bert_rannc_unequal_replicas(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("bert")
+    plan = solve(workdir, graph, "rannc", 3, "--micro-batches", "2", "--stages", "2")
+    assert sorted(stage_counts(plan)) == [1, 2]
+    folder = bundle(workdir, plan, graph, 3, "bert-rannc")
+    check_training_step(torchrun(folder, 3), folder, 3)
+
+
+def test_cnn_even_1f1b_branches_cross_the_boundary(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("cnn")
+    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2")
+    folder = bundle(workdir, plan, graph, 2, "cnn-even")
+    check_training_step(torchrun(folder, 2), folder, 2)
+    inference = torchrun(folder, 2, "--inference")
+    assert inference.code == 0, inference.log[-4000:]
+    _, _, outputs = reference(folder)
+    got = [s["outputs"] for s in inference.steps if s["outputs"] is not None]
+    assert len(got) == 1
+    for have, want in zip(got[0], outputs, strict=True):
+        assert_close(have, want, "inference output")
+
+
+def test_cnn_parmesan_gpipe_with_recompute(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("cnn")
+    plan = solve(workdir, graph, "parmesan", 2, "--micro-batches", "4", "--schedule", "gpipe", "--stages", "2",
+                 "--recompute")
+    assert json.loads(plan.read_text())["recompute"] is True
+    folder = bundle(workdir, plan, graph, 2, "cnn-parmesan")
+    check_training_step(torchrun(folder, 2), folder, 2)
+
+
+def test_bert_heft_latency_training_and_inference(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("bert")
+    plan = solve(workdir, graph, "heft", 2, "--objective", "latency", "--pass", "training")
+    doc = json.loads(plan.read_text())
+    assert doc["order"] and len([s for s in doc["stages"] if s["ops"]]) == 2
+    folder = bundle(workdir, plan, graph, 2, "bert-heft")
+    check_training_step(torchrun(folder, 2), folder, 2)
+    inference = torchrun(folder, 2, "--inference")
+    assert inference.code == 0, inference.log[-4000:]
+    _, _, outputs = reference(folder)
+    got = [s["outputs"] for s in inference.steps if s["outputs"] is not None]
+    assert len(got) == 1
+    for have, want in zip(got[0], outputs, strict=True):
+        assert_close(have, want, "inference output")
+    metrics = inference.metrics
+    assert metrics is not None and metrics["kind"] == "latency" and metrics["iteration_s"] > 0
+    assert torch.is_tensor(got[0][0])
