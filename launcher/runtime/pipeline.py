@@ -87,6 +87,8 @@ class PipelineRunner:
         stage.stage_index_to_group_rank = {i: sorted(mine).index(r) for i, r in enumerate(mine)}
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
         self.schedule = schedule_class(stage, plan.micro_batches, loss_fn=self._loss)
+        self.stage = stage
+        self.forward_only: ScheduleGPipe | None = None
         self._started = 0.0
 
     def _start(self, *_: Any) -> None:
@@ -139,6 +141,8 @@ class PipelineRunner:
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """A forward pass of every micro-batch; the last stage returns its replica's outputs, rows in order."""
         rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
+        if self.forward_only is None:  # forwards only: GPipe's order, whatever the plan's schedule
+            self.forward_only = ScheduleGPipe(self.stage, self.ctx.plan.micro_batches)
         with torch.no_grad():
-            out = self.schedule.eval(*self._args(inputs, rows))
+            out = self.forward_only.step(*self._args(inputs, rows))
         return as_tuple(out) if self.is_last else None
