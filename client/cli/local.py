@@ -368,6 +368,7 @@ def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--engine", choices=("auto", "stage", "op"), default="auto")
     p.add_argument("--timeline", help="write the timeline (device, task, start, end) as JSON here")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.add_argument("--compare", metavar="METRICS", help="a launcher run's metrics.json to set beside the prediction")
     p.set_defaults(func=cmd_simulate)
 
 
@@ -383,12 +384,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                    for e in result.timeline or []]
         Path(args.timeline).write_text(json.dumps(entries))
     m = result.metrics
+    if args.compare:
+        return _print_comparison(args, problem, plan, m)
     if args.json:
         print_json(m)
         return EXIT_OK
     rows: list[tuple[str, Any]] = [(k, m[k]) for k in ("objective_s", "iteration_s", "latency_s", "throughput_samples_per_s",
                                 "bottleneck_stage_s", "bubble_fraction", "lower_bound_s", "efficiency")]
     print(format_table(["metric", "value"], rows))
+    return EXIT_OK
+
+
+def _print_comparison(args: argparse.Namespace, problem: Any, plan: Any, metrics: Any) -> int:
+    from launcher.compare import compare
+    from solvers.model.documents import read_json
+
+    rows = compare(problem.graph, problem.topology, plan, metrics, read_json(args.compare))
+    if args.json:
+        print_json({"metrics": metrics, "comparison": [r.to_dict() for r in rows]})
+        return EXIT_OK
+    print(format_table(["", "measured", "simulated", "measured / simulated"],
+                       [(r.what, format_seconds(r.measured_s), format_seconds(r.simulated_s), f"{r.ratio:.3g}")
+                        for r in rows]))
     return EXIT_OK
 
 

@@ -56,7 +56,11 @@ def test_cnn_even_1f1b_branches_cross_the_boundary(workdir: Path, graphs: Callab
     graph = graphs("cnn")
     plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2")
     folder = bundle(workdir, plan, graph, 2, "cnn-even")
-    check_training_step(torchrun(folder, 2), folder, 2)
+    run = torchrun(folder, 2)
+    check_training_step(run, folder, 2)
+    assert run.metrics is not None and run.metrics["iteration_s"] > 0 and len(run.metrics["stages"]) == 2
+    assert all(r["peak_memory_bytes"] > 0 for r in run.metrics["ranks"])
+    compare_metrics(workdir, plan, graph, folder / "metrics.json")
     inference = torchrun(folder, 2, "--inference")
     assert inference.code == 0, inference.log[-4000:]
     _, _, outputs = reference(folder)
@@ -64,6 +68,23 @@ def test_cnn_even_1f1b_branches_cross_the_boundary(workdir: Path, graphs: Callab
     assert len(got) == 1
     for have, want in zip(got[0], outputs, strict=True):
         assert_close(have, want, "inference output")
+
+
+def compare_metrics(workdir: Path, plan: Path, graph: Path, metrics: Path) -> None:
+    """``placer simulate --compare`` sets the run beside the simulator's prediction."""
+    import contextlib
+    import io
+
+    from client.cli import main as placer
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert placer(["simulate", "--graph", str(graph), "--topology", str(workdir / "topo2.json"), "--plan", str(plan),
+                       "--compare", str(metrics), "--json"]) == 0
+    rows = {r["what"]: r for r in json.loads(out.getvalue())["comparison"]}
+    assert set(rows) == {"iteration", "stage 0 forward", "stage 1 forward"}
+    assert rows["iteration"]["measured_s"] == json.loads(metrics.read_text())["iteration_s"]
+    assert all(r["simulated_s"] > 0 for r in rows.values())
 
 
 def test_cnn_parmesan_gpipe_with_recompute(workdir: Path, graphs: Callable[[str], Path]) -> None:

@@ -1,0 +1,66 @@
+"""Measured against simulated: the rows ``placer simulate --compare metrics.json`` prints.
+
+- ``iteration``: the measured median iteration time (slowest rank, between barriers, warm-up left
+  out) against the simulator's objective (iteration time of a throughput plan, latency of a
+  latency plan).
+- ``stage s forward``: the stage's measured forward compute per iteration (slowest replica) against
+  the cost model's: the stage's ops' forward times on its device kind, over its replicas, times
+  the micro-batches (DESIGN §4; one pass for a latency plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from solvers.model.errors import InvalidInput
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan
+from solvers.model.topology import Topology
+
+
+@dataclass(frozen=True)
+class Comparison:
+    what: str
+    measured_s: float
+    simulated_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.simulated_s if self.simulated_s > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "measured_s": self.measured_s, "simulated_s": self.simulated_s,
+                "measured_over_simulated": self.ratio}
+
+
+def stage_forward_s(graph: OpGraph, topology: Topology, plan: Plan) -> list[float]:
+    """Per stage: the cost model's forward compute of one iteration on one replica."""
+    out = []
+    passes = 1 if plan.objective == "latency" else plan.micro_batches
+    for stage in plan.stages:
+        device = topology.devices[topology.index[stage.devices[0]]]
+        total = 0.0
+        for op in stage.ops:
+            node = graph.nodes[graph.index[op]]
+            kind = node.times.get(device.kind) if node.times else None
+            total += kind.fwd_s if kind is not None else node.fwd_s / device.speed
+        out.append(total * passes / len(stage.devices))
+    return out
+
+
+def compare(graph: OpGraph, topology: Topology, plan: Plan, simulated: Mapping[str, Any],
+            measured: Mapping[str, Any]) -> list[Comparison]:
+    """The comparison rows; refuses metrics measured for another plan."""
+    if measured.get("format") != "placer.metrics/v1":
+        raise InvalidInput("--compare: not a metrics.json written by launch.py (format placer.metrics/v1)",
+                           field="compare")
+    rows = [Comparison("iteration", float(measured["iteration_s"]), float(simulated["objective_s"]))]
+    model = stage_forward_s(graph, topology, plan)
+    for entry in measured.get("stages", []):
+        s = int(entry["stage"])
+        if s < len(model):
+            rows.append(Comparison(f"stage {s} forward", float(entry["fwd_s_per_iteration"]), model[s]))
+    return rows
+
