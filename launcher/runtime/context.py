@@ -23,6 +23,7 @@ class LaunchContext:
     reference: Rebuilt
     stage_of: dict[str, int]
     data: DataSource
+    export_device: str = "meta"
 
     @property
     def batch(self) -> int:

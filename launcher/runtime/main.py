@@ -26,8 +26,8 @@ import torch.distributed as dist
 from client.extract.source import InputSpec
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
-from launcher.runtime.model import check_structure, rebuild
-from launcher.runtime.world import check_world_size, locate, start_process_group
+from launcher.runtime.model import check_structure, export_device, rebuild
+from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
 from launcher.structure import granularity_depth, op_stage
 from solvers.model.documents import load_graph, load_plan
 from solvers.model.errors import PlacerError
@@ -74,13 +74,16 @@ def prepare(bundle: Path, args: argparse.Namespace) -> LaunchContext:
     devices = manifest["devices"]
     check_world_size(len(devices))
     stage_of = op_stage(graph, plan)
-    reference = rebuild(manifest["source"])
+    host = args.host or _only_host(devices)
+    device = export_device(graph.attrs)
+    if device == "cuda":
+        select_gpu(devices, host)
+    reference = rebuild(manifest["source"], device=device)
     check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
     start_process_group()
-    host = args.host or _only_host(devices)
     world = locate(devices, host)
     specs = [InputSpec.from_dict(s) for s in manifest.get("inputs") or []]
-    return LaunchContext(plan, graph, manifest, world, reference, stage_of, load_data(args.data, specs))
+    return LaunchContext(plan, graph, manifest, world, reference, stage_of, load_data(args.data, specs), device)
 
 
 def _only_host(devices: Sequence[dict[str, Any]]) -> str:

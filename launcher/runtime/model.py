@@ -1,10 +1,11 @@
 """Rebuild the model from the graph's ``attrs.source``, re-export it and check it is the same graph.
 
-The export runs on the ``meta`` device, exactly as ``placer extract`` does: kernels on other
-devices return other strides, and the exported graph (which ``contiguous`` calls it holds)
-follows the strides.  The weights come from a second build of the same seeded source on CPU;
-the stage modules read them by qualified name (:mod:`launcher.runtime.partition`), and the
-``meta`` device the exported ops name is replaced by the rank's device.
+The export runs where the graph's was made: on ``meta`` as ``placer extract`` does, on the CPU or a
+GPU as ``placer profile --device`` does (:func:`export_device`).  Kernels on different devices
+return different strides, and the exported graph (which ``contiguous`` calls it holds) follows
+the strides.  After a ``meta`` export the weights come from a second build of the same seeded
+source on CPU; the stage modules read them by qualified name (:mod:`launcher.runtime.partition`),
+and the device the exported ops name is replaced by the rank's device.
 
 The check compares structure digests (:mod:`launcher.structure`): op ids (FX node names), op
 names, merged op lists and edge bytes of the re-export against the graph the plan was solved on.
@@ -44,17 +45,24 @@ class Rebuilt:
         return int(next(iter(self.built.inputs.values())).shape[0]) if self.built.inputs else 1
 
 
-def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.nn.Module | None = None) -> Rebuilt:
-    """Export on ``meta`` and build the weights on CPU (seeded: the same on every rank).
+def export_device(graph_attrs: Mapping[str, Any]) -> str:
+    """``meta`` for an extracted graph, ``cpu`` or ``cuda`` for one profiled there."""
+    profiled = str(dict(graph_attrs.get("profile") or {}).get("device") or "meta")
+    return "cuda" if profiled.startswith("cuda") else profiled if profiled == "cpu" else "meta"
+
+
+def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.nn.Module | None = None,
+            device: str = "meta") -> Rebuilt:
+    """Export on ``device`` with the weights built seeded (the same on every rank).
 
     ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights).
     """
     record = dict(source)
     if batch is not None:
         record["batch"] = batch
-    built = build(record, device="meta")
+    built = build(record, device=device)
     program = export_model(built)
-    real = weights if weights is not None else build(dict(source), device="cpu").module
+    real = weights if weights is not None else built.module if device != "meta" else build(dict(source), "cpu").module
     return Rebuilt(built, program, program.module(), real)
 
 

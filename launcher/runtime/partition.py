@@ -167,11 +167,11 @@ def _has_attr(module: torch.nn.Module, target: str) -> bool:
 
 
 def to_device(module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
-    """Ops that name the export's ``meta`` device create their tensors on ``device`` instead; weights moved there."""
+    """Ops that name the export's device create their tensors on ``device`` instead; weights moved there."""
     for node in module.graph.nodes:
-        if isinstance(node.kwargs.get("device"), torch.device) and node.kwargs["device"].type == "meta":
+        if isinstance(node.kwargs.get("device"), torch.device):
             node.kwargs = {**node.kwargs, "device": device}
-        node.args = tuple(device if isinstance(a, torch.device) and a.type == "meta" else a for a in node.args)
+        node.args = tuple(device if isinstance(a, torch.device) else a for a in node.args)
     module.recompile()
     return module.to(device)
 

@@ -36,7 +36,7 @@ def slice_model(ctx: LaunchContext, rows: int) -> Rebuilt:
     """The model exported at ``rows`` rows (the reference when it is the graph's batch)."""
     if rows == ctx.batch:
         return ctx.reference
-    again = rebuild(ctx.manifest["source"], batch=rows, weights=ctx.reference.weights)
+    again = rebuild(ctx.manifest["source"], batch=rows, weights=ctx.reference.weights, device=ctx.export_device)
     want = {n.name for n in ctx.reference.module.graph.nodes if n.op == "call_function"}
     got = {n.name for n in again.module.graph.nodes if n.op == "call_function"}
     if want != got:

@@ -45,6 +45,14 @@ def check_world_size(n_devices: int) -> None:
                           "start the commands of README.md (one process per plan device)", field="world_size")
 
 
+def select_gpu(devices: Sequence[Mapping[str, Any]], host: str) -> None:
+    """Make this process's GPU (its slot's local index) the current CUDA device, before any GPU work."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    for d in devices:
+        if str(d["host"]) == host and int(d["local_rank"]) == local_rank and torch.cuda.is_available():
+            torch.cuda.set_device(int(d["local_index"]))
+
+
 def locate(devices: Sequence[Mapping[str, Any]], host: str) -> World:
     """Match every rank to its device (all_gather of host and local rank) and refuse a mismatch."""
     rank, size = dist.get_rank(), dist.get_world_size()
