@@ -100,3 +100,21 @@ def test_row_slices_and_pieces() -> None:
     assert replica_rows(2, 4, 2, 1).tolist() == [2, 3, 6, 7]
     assert [(p.sender, p.receiver, p.lo, p.hi) for p in pieces(6, 2, 3)] == [
         (0, 0, 0, 2), (0, 1, 2, 3), (1, 1, 3, 4), (1, 2, 4, 6)]
+
+
+def test_module_granularity_graph_expands_to_fx_ops(workdir: Path) -> None:
+    from launcher.runtime.model import check_structure, rebuild
+    from launcher.runtime.partition import assign_stages
+    from tests.launcher.conftest import MODELS, placer
+
+    path = workdir / "cnn-modules.json"
+    assert placer(["extract", MODELS["cnn"], "--batch", "4", "--granularity", "module:1", "-o", str(path)]) == 0
+    graph = load_graph(path)
+    rebuilt = rebuild(graph.attrs["source"])
+    check_structure(rebuilt, structure_digest(graph), 1, graph)
+    ids = graph.ids
+    plan = Plan((Stage(tuple(ids[:3]), ("cpu0",)), Stage(tuple(ids[3:]), ("cpu1",))))
+    stage_of = op_stage(graph, plan)
+    assert {"conv2d", "linear"} <= set(stage_of) and len(stage_of) > len(ids)
+    assignment = assign_stages(rebuilt.module, stage_of)
+    assert assignment["linear"] == 1
