@@ -93,16 +93,33 @@ class DataflowRunner:
         return out
 
     def _my_units(self) -> list[str]:
-        """This device's ops (getitems of tuples left out: they run with their producer), in the plan's order."""
+        """This device's ops in the plan's order (getitems of tuples left out: they run with their producer).
+
+        Ops the order does not list (a model input, say) come in graph order, each before the
+        first op that reads it: a device never waits for a value it makes itself.
+        """
         mine = self.ctx.world.device
         names = {n for n, d in self.device.items() if d == mine and not _follows_producer(self.nodes[n])}
-        order = (self.ctx.plan.order or {}).get(mine)
-        if order is None:
-            return [n.name for n in self.gm.graph.nodes if n.name in names]
         expand = fx_ops(self.ctx.graph)
-        listed = [name for op in order for name in expand.get(op, [op]) if name in names]
+        listed = [name for op in (self.ctx.plan.order or {}).get(mine, ()) for name in expand.get(op, [op])
+                  if name in names]
         rest = [n.name for n in self.gm.graph.nodes if n.name in names and n.name not in set(listed)]
-        return listed + rest
+        ordered: list[str] = []
+        done: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in done:
+                return
+            done.add(name)
+            for arg in self.nodes[name].all_input_nodes:
+                producer = arg.args[0].name if _follows_producer(arg) else arg.name
+                if producer in names:
+                    visit(producer)
+            ordered.append(name)
+
+        for name in listed + rest:
+            visit(name)
+        return ordered
 
     def _getitems(self, name: str) -> list[str]:
         return [u.name for u in self.nodes[name].users if _follows_producer(u)]
@@ -134,6 +151,7 @@ class DataflowRunner:
         dev = self.ctx.world.torch_device
         self.values: dict[str, Any] = {}
         self.leaves: dict[str, list[tuple[str, torch.Tensor]]] = {}
+        self.reads: dict[str, int] = {}  # value -> leaves made of it here (its local reads)
         self.sends: list[Any] = []
         for name in self.units:
             node = self.nodes[name]
@@ -170,11 +188,14 @@ class DataflowRunner:
     def _read(self, name: str, reader: str, training: bool) -> Any:
         """The value as ``reader`` sees it: received if remote, through a fresh leaf when training."""
         if name not in self.values:
+            if self.device[name] == self.ctx.world.device:
+                raise AssertionError(f"{reader} reads {name} before it is made on {self.ctx.world.device}")
             self.values[name] = self._receive(name, self.device[name], forward=True)
         value = self.values[name]
         if training and isinstance(value, torch.Tensor) and value.is_floating_point():
             leaf = value.detach().requires_grad_(True)
             self.leaves.setdefault(reader, []).append((name, leaf))
+            self.reads[name] = self.reads.get(name, 0) + 1
             return leaf
         return value
 
@@ -225,13 +246,14 @@ class DataflowRunner:
         return total
 
     def _route_input_grads(self, reader: str) -> None:
+        """Input gradients to local producers; a remote value's, summed over its local reads, sent once."""
         for name, leaf in self.leaves.get(reader, []):
             grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            self.grads[name] = grad if name not in self.grads else self.grads[name] + grad
             owner = self.device[name]
-            if owner == self.ctx.world.device:
-                self.grads[name] = grad if name not in self.grads else self.grads[name] + grad
-            else:
-                self.sends.append(dist.isend(grad.contiguous(), self.ctx.world.rank_of[owner],
+            self.reads[name] -= 1
+            if owner != self.ctx.world.device and self.reads[name] == 0:
+                self.sends.append(dist.isend(self.grads.pop(name).contiguous(), self.ctx.world.rank_of[owner],
                                              tag=2 * self.tag[name] + 1))
 
     def _sum_shared_parameters(self) -> None:

@@ -79,7 +79,7 @@ class Run:
     metrics: dict[str, Any] | None
 
 
-def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 240) -> Run:
+def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150) -> Run:
     """``launch.py`` under torchrun with gloo, one thread per process; the first step saved per rank."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     step_dir = folder / "step"

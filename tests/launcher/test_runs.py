@@ -113,3 +113,18 @@ def test_bert_heft_latency_training_and_inference(workdir: Path, graphs: Callabl
     metrics = inference.metrics
     assert metrics is not None and metrics["kind"] == "latency" and metrics["iteration_s"] > 0
     assert torch.is_tensor(got[0][0])
+
+
+def test_cnn_latency_plan_where_a_remote_value_has_several_readers(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    """The stem's output is read by both branches and the residual on the other device: one gradient goes back."""
+    graph = graphs("cnn")
+    ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
+    first, rest = ids[:3], ids[3:]
+    assert first == ["x", "conv2d", "relu"]
+    plan = workdir / "cnn-handwritten.json"
+    plan.write_text(json.dumps({
+        "format": "placer.plan/v1", "objective": "latency", "pass": "training",
+        "stages": [{"ops": first, "devices": ["cpu0"]}, {"ops": rest, "devices": ["cpu1"]}],
+        "order": {"cpu0": first, "cpu1": rest}}))
+    folder = bundle(workdir, plan, graph, 2, "cnn-handwritten")
+    check_training_step(torchrun(folder, 2), folder, 2)
