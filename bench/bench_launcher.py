@@ -31,9 +31,9 @@ THROUGHPUT = [("even", ["--stages", "2"]), ("parmesan", ["--stages", "2"]), ("ra
 LATENCY = ["heft", "m-etf", "m-topo", "single"]
 
 
-def torchrun(args: list[str], cwd: Path) -> str:
+def torchrun(args: list[str], cwd: Path, nproc: int = 2) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
@@ -73,7 +73,8 @@ def run_plan(out: Path, plan: Path, graph: Path, topo: Path) -> tuple[float, flo
     folder = out / plan.stem
     assert placer(["launcher", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
                    "-o", str(folder)]) == 0
-    torchrun(["launch.py", "--steps", "8", "--warmup", "2"], folder)
+    devices = len(json.loads((folder / "manifest.json").read_text())["devices"])
+    torchrun(["launch.py", "--steps", "8", "--warmup", "2"], folder, devices)
     metrics = json.loads((folder / "metrics.json").read_text())
     simulated = json.loads(plan.read_text())["metrics"]["objective_s"]
     return float(metrics["iteration_s"]), float(min(metrics["iterations_s"][2:])), float(simulated)

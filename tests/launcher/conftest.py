@@ -92,26 +92,26 @@ def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150) -> Ru
     return Run(done.returncode, done.stdout + done.stderr, steps, metrics)
 
 
-def reference(folder: Path) -> tuple[float, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
     """The single-process step: eager model, the same global batch, the same loss."""
     from torch.utils._pytree import tree_leaves
 
     from client.extract.build import build
     from client.extract.source import InputSpec
-    from launcher.runtime.data import SyntheticData
+    from launcher.runtime.data import load_data
 
     manifest = json.loads((folder / "manifest.json").read_text())
     plan = json.loads((folder / "plan.json").read_text())
     source = manifest["source"]
     rows = source["batch"] * (1 if manifest["kind"] == "latency" else plan["micro_batches"])
-    data = SyntheticData([InputSpec.from_dict(s) for s in manifest["inputs"]])
+    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest["inputs"]])
     model = build(source, "cpu").module
     inputs, target = data.batch(0, rows)
     outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
     loss = data.loss(outputs, target)
     loss.backward()
     grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
-    return float(loss), grads, tuple(o.detach() for o in outputs)
+    return float(loss.detach()), grads, tuple(o.detach() for o in outputs)
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 1e-5, floor: float = 1e-9) -> None:
@@ -121,11 +121,11 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 
     assert err <= rel * scale + floor, f"{what}: max error {err:.3g} > {rel:g} x {scale:.3g} + {floor:g}"
 
 
-def check_training_step(run: Run, folder: Path, nproc: int) -> None:
+def check_training_step(run: Run, folder: Path, nproc: int, data_spec: str | None = None) -> None:
     """The loss and every parameter gradient equal the single-process model's (relative 1e-5)."""
     assert run.code == 0, run.log[-4000:]
     assert len(run.steps) == nproc
-    loss, grads, _ = reference(folder)
+    loss, grads, _ = reference(folder, data_spec)
     losses = [s["loss"] for s in run.steps if s["loss"] is not None]
     assert losses, "no rank reported a loss"
     for got in losses:

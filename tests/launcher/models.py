@@ -39,3 +39,21 @@ class BranchyCNN(torch.nn.Module):
 
 def cnn(batch: int = 4) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     return BranchyCNN(), {"x": torch.randn(batch, 3, 8, 8)}
+
+
+class Classes:
+    """``--data tests.launcher.models:classes``: random images, 5 classes, cross-entropy of the first output."""
+
+    def __init__(self, specs: list[object]) -> None:
+        self.specs = specs
+
+    def batch(self, step: int, rows: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        gen = torch.Generator().manual_seed(7 + step)
+        return {"x": torch.randn(rows, 3, 8, 8, generator=gen)}, torch.randint(0, 5, (rows,), generator=gen)
+
+    def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(outputs[0], target)
+
+
+def classes(specs: list[object]) -> Classes:
+    return Classes(specs)

@@ -87,13 +87,14 @@ def compare_metrics(workdir: Path, plan: Path, graph: Path, metrics: Path) -> No
     assert all(r["simulated_s"] > 0 for r in rows.values())
 
 
-def test_cnn_parmesan_gpipe_with_recompute(workdir: Path, graphs: Callable[[str], Path]) -> None:
+def test_cnn_parmesan_gpipe_with_recompute_and_user_data(workdir: Path, graphs: Callable[[str], Path]) -> None:
     graph = graphs("cnn")
     plan = solve(workdir, graph, "parmesan", 2, "--micro-batches", "4", "--schedule", "gpipe", "--stages", "2",
                  "--recompute")
     assert json.loads(plan.read_text())["recompute"] is True
     folder = bundle(workdir, plan, graph, 2, "cnn-parmesan")
-    check_training_step(torchrun(folder, 2), folder, 2)
+    data = "tests.launcher.models:classes"
+    check_training_step(torchrun(folder, 2, "--data", data), folder, 2, data)
 
 
 def test_bert_heft_latency_training_and_inference(workdir: Path, graphs: Callable[[str], Path]) -> None:
