@@ -8,7 +8,10 @@ loop asks the data source for the global batch of each step; every rank takes it
 from __future__ import annotations
 
 import argparse
+import resource
+import time
 from pathlib import Path
+from statistics import median
 from typing import Any, Protocol
 
 import torch
@@ -16,7 +19,6 @@ import torch.distributed as dist
 
 from launcher.bundle import plan_kind
 from launcher.runtime.context import LaunchContext
-from launcher.runtime.main import now, peak_memory_bytes, summarize
 
 
 class Runner(Protocol):
@@ -28,6 +30,22 @@ class Runner(Protocol):
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None: ...
 
     def named_parameters(self) -> dict[str, torch.nn.Parameter]: ...
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated CUDA memory, or the process's peak resident set on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def summarize(times_s: list[float], warmup: int) -> dict[str, float]:
+    kept = times_s[warmup:] or times_s
+    return {"median_s": median(kept), "min_s": min(kept), "max_s": max(kept)}
+
+
+def now() -> float:
+    return time.perf_counter()
 
 
 def make_runner(ctx: LaunchContext) -> Runner:

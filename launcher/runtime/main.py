@@ -12,12 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import torch
@@ -26,11 +23,12 @@ import torch.distributed as dist
 from client.extract.source import InputSpec
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
+from launcher.runtime.loop import run_loop
 from launcher.runtime.model import check_structure, export_device, rebuild
 from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
 from launcher.structure import granularity_depth, op_stage
 from solvers.model.documents import load_graph, load_plan
-from solvers.model.errors import PlacerError
+from solvers.model.errors import InvalidInput, PlacerError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -56,8 +54,6 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     except PlacerError as exc:
         sys.stderr.write(f"launch.py: refused: {exc}\n")
         return 2
-    from launcher.runtime.loop import run_loop
-
     metrics = run_loop(ctx, args)
     if ctx.world.rank == 0:
         Path(args.metrics).write_text(json.dumps(metrics, indent=1) + "\n")
@@ -89,27 +85,5 @@ def prepare(bundle: Path, args: argparse.Namespace) -> LaunchContext:
 def _only_host(devices: Sequence[dict[str, Any]]) -> str:
     names = sorted({str(d["host"]) for d in devices})
     if len(names) > 1:
-        raise_refusal(f"the plan spans hosts {names}: give --host (see README.md)")
+        raise InvalidInput(f"the plan spans hosts {names}: give --host (see README.md)", field="host")
     return names[0]
-
-
-def raise_refusal(message: str) -> None:
-    from solvers.model.errors import InvalidInput
-
-    raise InvalidInput(message, field="host")
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    """Peak allocated CUDA memory, or the process's peak resident set on CPU."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def summarize(times_s: list[float], warmup: int) -> dict[str, float]:
-    kept = times_s[warmup:] or times_s
-    return {"median_s": median(kept), "min_s": min(kept), "max_s": max(kept)}
-
-
-def now() -> float:
-    return time.perf_counter()

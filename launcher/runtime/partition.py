@@ -41,7 +41,7 @@ def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def assign_stages(gm: fx.GraphModule, stage_of: Mapping[str, int], *, check_order: bool = True) -> dict[str, int]:
+def assign_stages(gm: fx.GraphModule, stage_of: Mapping[str, int]) -> dict[str, int]:
     """FX node name -> stage for placeholders and compute nodes (see the module docstring)."""
     out: dict[str, int] = {}
     missing = [n.name for n in compute_nodes(gm) if n.name not in stage_of]
@@ -55,13 +55,12 @@ def assign_stages(gm: fx.GraphModule, stage_of: Mapping[str, int], *, check_orde
             out[node.name] = stage_of[node.name]
             if node.target is operator.getitem and isinstance(node.args[0], fx.Node) and _is_tuple(node.args[0]):
                 out[node.name] = out[node.args[0].name]
-    if check_order:
-        for node in compute_nodes(gm):
-            for arg in node.all_input_nodes:
-                if arg.name in out and out[arg.name] > out[node.name]:
-                    raise InvalidPlan(f"op {node.name!r} in stage {out[node.name]} reads {arg.name!r} from the later "
-                                      f"stage {out[arg.name]}: a pipeline stage only reads earlier stages",
-                                      field="stages", ref=node.name)
+    for node in compute_nodes(gm):
+        for arg in node.all_input_nodes:
+            if arg.name in out and out[arg.name] > out[node.name]:
+                raise InvalidPlan(f"op {node.name!r} in stage {out[node.name]} reads {arg.name!r} from the later "
+                                  f"stage {out[arg.name]}: a pipeline stage only reads earlier stages",
+                                  field="stages", ref=node.name)
     return out
 
 
