@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeline", help="write the simulated timeline (JSON) to this file")
     p.set_defaults(func=cmd_evaluate)
 
-    group = sub.add_parser("launcher", help="launcher bundles of plans on the server")
-    verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+
+def register_launcher_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``placer launcher get``; the ``launcher`` command itself is :mod:`client.cli.launcher_cmd`'s."""
     p = remote_parser(verbs, "get", "download a plan's launcher bundle (zip) and print its torchrun commands")
     p.add_argument("id", metavar="PLAN_ID")
     p.add_argument("-o", "--output", help="the zip file (default: launcher-PLAN_ID.zip)")
