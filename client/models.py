@@ -84,6 +84,7 @@ class Job(_Model):
     graph_id: str | None
     topology_id: str | None
     comparison_id: str | None
+    parent_id: str | None = None  # the auto job this job is a portfolio member of (Celery workers)
     solver: str
     objective: str
     settings: ProblemSettings
