@@ -10,6 +10,7 @@ from service.boundary import PlacerRoute
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.deps import ProjectDep, SessionDep
 from service.documents import load_problem
+from service.launchers import launcher_zip
 from service.schemas import EvaluateIn, EvaluateOut
 from solvers.model.canonical import plain_json
 from solvers.model.errors import InvalidPlan
@@ -45,3 +46,13 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
 def get_plan(plan_id: str, session: SessionDep, project: ProjectDep) -> Response:
     """A stored ``placer.plan/v1`` document."""
     return document_response(get_owned(session, PlanRow, plan_id, project, "plan").body, None)
+
+
+@router.get("/plans/{plan_id}/launcher", responses={**errors(409), 200: {
+    "description": "the launcher bundle (launch.py, README.md with one torchrun command per node, plan.json, "
+                   "graph.json, manifest.json) as a zip", "content": {"application/zip": {}}}})
+def get_launcher(plan_id: str, session: SessionDep, project: ProjectDep) -> Response:
+    """The plan's PyTorch launcher bundle (docs/launcher.md), built from the plan and its job's graph and topology."""
+    data, filename = launcher_zip(session, get_owned(session, PlanRow, plan_id, project, "plan"), project)
+    return Response(data, media_type="application/zip",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})

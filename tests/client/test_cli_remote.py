@@ -111,10 +111,7 @@ def test_compare_table_plans_and_launcher(capsys: pytest.CaptureFixture[str], se
                        "--micro-batches", "4")
     assert metrics["objective_s"] == pytest.approx(best["objective_s"])
     code, out, err = run(capsys, server, "launcher", "get", best["plan_id"], "-o", str(tmp_path / "l.zip"))
-    if code == 0:
-        assert (tmp_path / "l.zip").read_bytes().startswith(b"PK")
-    else:
-        assert code == 3 and "does not offer launcher bundles" in err
+    assert code == 2 and "placer extract" in err  # a generated graph: no model to rebuild
 
 
 def test_live_status_only_draws_when_enabled() -> None:

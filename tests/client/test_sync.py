@@ -164,19 +164,15 @@ def test_environment_defaults(server: Server, monkeypatch: pytest.MonkeyPatch) -
         list(c.list_topologies())
 
 
-def test_launcher_route_absent_or_bundle(client: Client) -> None:
+def test_launcher_bundle_needs_an_extracted_model(client: Client) -> None:
+    """A generated graph records no model to rebuild: 422 naming why (the orchestrator example
+    downloads the bundle of an extracted model)."""
     g = client.upload_graph(generate_graph("random_dag", n_ops=12, seed=8))
     t = client.generate_topology("hierarchical", nodes=1, gpus_per_node=2)
     job = client.wait(client.submit(g, t, "even"), timeout=60)
     assert job.plan_id
-    from client.errors import LauncherUnavailable
-
-    try:
-        data = client.download_launcher(job.plan_id)
-    except LauncherUnavailable as exc:
-        assert "does not offer launcher bundles" in str(exc)
-    else:
-        assert data.startswith(b"PK")
+    with pytest.raises(InvalidInput, match="placer extract"):
+        client.download_launcher(job.plan_id)
     with pytest.raises(NotFound):
         client.download_launcher("plan_does_not_exist")
 

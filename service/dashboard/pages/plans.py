@@ -20,6 +20,7 @@ from service.dashboard.render import SECURITY_HEADERS, page
 from service.db.models import Job, PlanRow
 from service.db.owned import get_owned
 from service.deps import SessionDep
+from service.launchers import launcher_zip
 
 router = page_router()
 IdQ = Annotated[str, Query(max_length=40)]
@@ -54,6 +55,7 @@ def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
         charts["memory"] = memory_chart(memory)
     return page("plan.html", viewer, ctx=ctx, plan=ctx.plan, metrics=ctx.plan.metrics or {}, charts=charts,
                 bars=bars, n_entries=len(entries), siblings=_siblings(session, ctx, viewer.project_id),
+                launchable=ctx.problem is not None and bool(ctx.plan.stages) and "source" in ctx.problem.graph.attrs,
                 settings=ctx.job.settings if ctx.job else {}, options_json=json.dumps(ctx.plan.options, indent=2,
                                                                                       sort_keys=True))
 
@@ -90,3 +92,12 @@ def trace_download(plan_id: str, viewer: ViewerDep, session: SessionDep) -> Resp
     """The simulated timeline in the Trace Event Format (chrome://tracing, Perfetto)."""
     ctx = load_plan(session, get_owned(session, PlanRow, plan_id, viewer.project_id, "plan"))
     return _download(chrome_trace(ctx, plan_timeline(ctx)), f"{plan_id}.trace.json")
+
+
+@router.get("/plans/{plan_id}/launcher.zip")
+def launcher_download(plan_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """The plan's launcher bundle (docs/launcher.md): the same zip as ``GET /v1/plans/{id}/launcher``."""
+    data, filename = launcher_zip(session, get_owned(session, PlanRow, plan_id, viewer.project_id, "plan"),
+                                  viewer.project_id)
+    return Response(data, media_type="application/zip",
+                    headers={**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})

@@ -152,3 +152,29 @@ def test_assets_are_versioned_and_cached(api: Api) -> None:
     for url in assets:
         r = web.get(url)
         assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
+
+
+def test_launcher_download_for_a_model_graph_and_its_absence_otherwise(api: Api) -> None:
+    """A graph that records how to rebuild its model gets a launcher (page link, dashboard zip and
+    ``GET /v1/plans/{id}/launcher`` alike); a generated graph gets neither, and the API says why."""
+    import io
+    import zipfile
+
+    from solvers.generate import generate_graph
+
+    doc = generate_graph("random_dag", n_ops=12, seed=3).to_document()
+    doc["attrs"] = {"source": {"example": "bert", "params": {"layers": 2}, "batch": 2}}
+    model_graph = api.post("/v1/graphs", json=doc).json()["id"]
+    topology_id = api.topology()
+    with_model = api.wait(api.submit(model_graph, topology_id, "even")["id"])
+    without = api.wait(api.submit(api.graph(n_ops=12), topology_id, "even")["id"])
+    web, _ = signed_in(api)
+    assert f'href="/plans/{with_model["plan_id"]}/launcher.zip"' in web.get(f"/plans/{with_model['plan_id']}").text
+    assert "launcher.zip" not in web.get(f"/plans/{without['plan_id']}").text
+    for data in (web.get(f"/plans/{with_model['plan_id']}/launcher.zip").content,
+                 api.get(f"/v1/plans/{with_model['plan_id']}/launcher").content):
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = {n.split("/", 1)[1] for n in archive.namelist()}
+        assert {"launch.py", "README.md", "plan.json", "manifest.json"} <= names
+    r = api.get(f"/v1/plans/{without['plan_id']}/launcher")
+    assert r.status_code == 422 and "placer extract" in r.json()["detail"]
