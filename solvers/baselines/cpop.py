@@ -21,16 +21,11 @@ from solvers.baselines.heft import upward_rank
 from solvers.listsched import (
     ListSchedule,
     TaskGraph,
-    check_latency_pins,
     complete_fast,
-    device_caps_bytes,
     expired_every,
     finish_schedule,
-    infeasible_plan,
-    latency_costs,
     levels,
-    obviously_infeasible,
-    op_task_graph,
+    start_op_schedule,
 )
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -67,12 +62,11 @@ class CPOPSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: CPOPOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        reason = obviously_infeasible(problem)
-        if reason is not None:
-            return infeasible_plan(problem, reason)
-        pins = check_latency_pins(problem)
-        tasks, costs = op_task_graph(problem), latency_costs(problem)
-        sched = ListSchedule(tasks, costs, device_caps_bytes(problem))
+        start = start_op_schedule(problem)
+        if isinstance(start, Plan):
+            return start
+        sched, pins = start
+        tasks, costs = sched.tasks, sched.costs
         f = costs.msg_factor
         tlevel, _ = levels(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
                            f * costs.mean_latency_s, f * costs.mean_inv_bandwidth_sPB,

@@ -18,17 +18,11 @@ from solvers.arrays import FloatArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.listsched import (
     LatencyCosts,
-    ListSchedule,
     TaskGraph,
-    check_latency_pins,
     complete_fast,
-    device_caps_bytes,
     expired_every,
     finish_schedule,
-    infeasible_plan,
-    latency_costs,
-    obviously_infeasible,
-    op_task_graph,
+    start_op_schedule,
 )
 from solvers.listsched.orders import b_level
 from solvers.model.plan import Plan
@@ -57,12 +51,11 @@ class HEFTSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: HEFTOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        reason = obviously_infeasible(problem)
-        if reason is not None:
-            return infeasible_plan(problem, reason)
-        pins = check_latency_pins(problem)
-        tasks, costs = op_task_graph(problem), latency_costs(problem)
-        sched = ListSchedule(tasks, costs, device_caps_bytes(problem))
+        start = start_op_schedule(problem)
+        if isinstance(start, Plan):
+            return start
+        sched, pins = start
+        tasks, costs = sched.tasks, sched.costs
         rank = upward_rank(tasks, costs)
         order = sorted(range(tasks.n), key=lambda v: (-rank[v], int(tasks.rank[v])))
         ins, timed_out = options.insertion, False

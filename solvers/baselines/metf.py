@@ -23,15 +23,10 @@ from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.listsched import (
     ListSchedule,
-    check_latency_pins,
     complete_fast,
-    device_caps_bytes,
     expired_every,
     finish_schedule,
-    infeasible_plan,
-    latency_costs,
-    obviously_infeasible,
-    op_task_graph,
+    start_op_schedule,
 )
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -130,11 +125,10 @@ class METFSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: METFOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        reason = obviously_infeasible(problem)
-        if reason is not None:
-            return infeasible_plan(problem, reason)
-        pins = check_latency_pins(problem)
-        sched = ListSchedule(op_task_graph(problem), latency_costs(problem), device_caps_bytes(problem))
+        start = start_op_schedule(problem)
+        if isinstance(start, Plan):
+            return start
+        sched, pins = start
         timed_out = etf_schedule(sched, pins, budget)
         progress(ProgressEvent(0.9, sched.makespan_s()))
         return finish_schedule(problem, sched, timed_out=timed_out, stats={})

@@ -30,15 +30,9 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.baselines.metf import etf_schedule
 from solvers.listsched import (
     LatencyCosts,
-    ListSchedule,
     TaskGraph,
-    check_latency_pins,
-    device_caps_bytes,
     finish_schedule,
-    infeasible_plan,
-    latency_costs,
-    obviously_infeasible,
-    op_task_graph,
+    start_op_schedule,
 )
 from solvers.model.errors import require
 from solvers.model.plan import Plan
@@ -160,17 +154,16 @@ class MSCTSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: MSCTOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        reason = obviously_infeasible(problem)
-        if reason is not None:
-            return infeasible_plan(problem, reason)
-        pins = check_latency_pins(problem)
-        tasks, costs = op_task_graph(problem), latency_costs(problem)
+        start = start_op_schedule(problem)
+        if isinstance(start, Plan):
+            return start
+        sched, pins = start
+        tasks, costs = sched.tasks, sched.costs
         lp_limit = min(options.lp_time_limit_s, budget.remaining_s() * 0.5)
         fav, stats = favourite_children(tasks, costs, options.relaxation, options.threshold, lp_limit,
                                         options.lp_solver)
         progress(ProgressEvent(0.4, message=f"favourite-child program: {stats['lp_status']}"))
         notes = [] if fav is not None else ["the favourite-child program found no solution in time: plain m-ETF"]
-        sched = ListSchedule(tasks, costs, device_caps_bytes(problem))
         timed_out = etf_schedule(sched, pins, budget, None if fav is None else fav.tolist())
         progress(ProgressEvent(0.9, sched.makespan_s()))
         return finish_schedule(problem, sched, timed_out=timed_out, stats=stats, notes=notes)

@@ -14,16 +14,10 @@ from typing import ClassVar
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.listsched import (
-    ListSchedule,
-    check_latency_pins,
     complete_fast,
-    device_caps_bytes,
     expired_every,
     finish_schedule,
-    infeasible_plan,
-    latency_costs,
-    obviously_infeasible,
-    op_task_graph,
+    start_op_schedule,
 )
 from solvers.listsched.orders import m_topo_order
 from solvers.model.plan import Plan
@@ -44,12 +38,11 @@ class MTopoSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: MTopoOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        reason = obviously_infeasible(problem)
-        if reason is not None:
-            return infeasible_plan(problem, reason)
-        pins = check_latency_pins(problem)
-        tasks, caps = op_task_graph(problem), device_caps_bytes(problem)
-        sched = ListSchedule(tasks, latency_costs(problem), caps)
+        start = start_op_schedule(problem)
+        if isinstance(start, Plan):
+            return start
+        sched, pins = start
+        tasks, caps = sched.tasks, sched.mem.caps
         order = m_topo_order(tasks.succ, tasks.pred).tolist()
         n_dev = sched.n_devices
         share = SHARE_SLACK * (float(tasks.mem_add_bytes.sum()) / n_dev + float(tasks.mem_work_bytes.max()))

@@ -27,6 +27,7 @@ from solvers.listsched.finish import (
     finish_schedule,
     infeasible_plan,
     obviously_infeasible,
+    start_op_schedule,
 )
 from solvers.listsched.orders import b_level, is_topological, levels, m_topo_order
 from solvers.listsched.schedule import ListSchedule, MemoryTracker, complete_fast, expired_every
@@ -44,5 +45,5 @@ __all__ = [
     "TIMED_OUT_NOTE", "LatencyCosts", "ListSchedule", "MemoryTracker", "TaskGraph", "b_level",
     "check_latency_pins", "complete_fast", "device_caps_bytes", "expired_every", "finish_latency_plan",
     "finish_schedule", "infeasible_plan", "is_topological", "latency_costs", "levels", "m_topo_order",
-    "obviously_infeasible", "op_memory_bytes", "op_task_graph",
+    "obviously_infeasible", "op_memory_bytes", "op_task_graph", "start_op_schedule",
 ]

@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 
 from solvers.listsched.schedule import ListSchedule
-from solvers.listsched.tasks import device_caps_bytes, op_memory_bytes
+from solvers.listsched.tasks import (
+    check_latency_pins,
+    device_caps_bytes,
+    latency_costs,
+    op_memory_bytes,
+    op_task_graph,
+)
 from solvers.model.plan import Plan, Stage, Status
 from solvers.model.problem import Problem
 
@@ -16,6 +22,17 @@ from solvers.model.problem import Problem
 def infeasible_plan(problem: Problem, reason: str, stats: Mapping[str, Any] | None = None) -> Plan:
     return Plan(stages=(), status="infeasible", schedule=problem.settings.schedule,
                 notes=(reason,), stats=dict(stats or {}))
+
+
+def start_op_schedule(problem: Problem) -> tuple[ListSchedule, dict[int, int]] | Plan:
+    """The start of every op-level list scheduler: the infeasible plan when no placement can fit
+    (:func:`obviously_infeasible`), else an empty schedule of the op graph and the device pins
+    (op position -> device position; stage-index pins refused)."""
+    reason = obviously_infeasible(problem)
+    if reason is not None:
+        return infeasible_plan(problem, reason)
+    pins = check_latency_pins(problem)
+    return ListSchedule(op_task_graph(problem), latency_costs(problem), device_caps_bytes(problem)), pins
 
 
 def obviously_infeasible(problem: Problem) -> str | None:
