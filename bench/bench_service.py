@@ -43,11 +43,11 @@ def _free_port() -> int:
 class Server:
     """``placer serve`` in a subprocess with its own database and key."""
 
-    def __init__(self, database_url: str, workers: int) -> None:
+    def __init__(self, database_url: str, workers: int, extra_env: dict[str, str] | None = None) -> None:
         self.url = f"http://127.0.0.1:{_free_port()}"
         self.env = {**os.environ, "PLACER_DATABASE_URL": database_url, "PLACER_PORT": self.url.rsplit(":", 1)[1],
                     "PLACER_WORKERS": str(workers), "PLACER_RATE_LIMIT_PER_S": "0", "PLACER_AUTO_MIGRATE": "true",
-                    "PLACER_LOG_LEVEL": "warning"}
+                    "PLACER_LOG_LEVEL": "warning", **(extra_env or {})}
         key = subprocess.run([PLACER, "keys", "create", "--project", f"bench-{os.getpid()}"], env=self.env,
                              check=True, capture_output=True, text=True).stdout.strip()
         self.headers = {"Authorization": f"Bearer {key}"}
