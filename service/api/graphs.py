@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
+from sqlalchemy.orm import defer
 
 from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
 from service.boundary import PlacerRoute
@@ -71,8 +72,9 @@ def list_graphs(session: SessionDep, project: ProjectDep,
 
 
 @router.get("/graphs/{graph_id:id}", response_model=GraphOut, responses=errors())
-def get_graph(graph_id: str, session: SessionDep, project: ProjectDep) -> GraphOut:
-    return graph_out(get_owned(session, Graph, graph_id, project, "graph"))
+async def get_graph(graph_id: str, session: SessionDep, project: ProjectDep) -> GraphOut:
+    """A graph's metadata (not its document), answered on the event loop: one primary-key lookup."""
+    return graph_out(get_owned(session, Graph, graph_id, project, "graph", options=[defer(Graph.body)]))
 
 
 @router.get("/graphs/{graph_id:id}/document", responses={**errors(), 200: {

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.interfaces import ORMOption
 
 from service.errors import NotFound
 
 M = TypeVar("M")
 
 
-def get_owned(session: Session, model: type[M], obj_id: str, project_id: str, what: str, field: str = "id") -> M:
-    """The row ``obj_id`` of ``model`` if it belongs to ``project_id``; else 404 naming the id."""
-    row = session.get(model, obj_id)
+def get_owned(session: Session, model: type[M], obj_id: str, project_id: str, what: str, field: str = "id",
+              options: Sequence[ORMOption] = ()) -> M:
+    """The row ``obj_id`` of ``model`` if it belongs to ``project_id``; else 404 naming the id.
+
+    ``options`` are loader options for the lookup (e.g. ``defer`` of a document body not needed).
+    """
+    row = session.get(model, obj_id, options=options)
     if row is None or getattr(row, "project_id", None) != project_id:
         raise NotFound(f"{what} {obj_id!r} not found", field=field, ref=obj_id)
     return row
