@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +67,12 @@ def cluster(workers: int, postgres_url: str) -> Iterator[Cluster]:
                           PLACER_MAX_ATTEMPTS="3", PLACER_KEY_CACHE_S="30")
         ports = [free_port(), free_port()]
         procs = [start_server(env, ports[0])]  # runs the migrations
-        stack.callback(lambda: [stop(p) for p in procs])
+
+        @stack.callback
+        def _stop_all() -> None:
+            for p in reversed(procs):
+                stop(p)
+
         procs.append(start_server({**env, "PLACER_AUTO_MIGRATE": "false"}, ports[1]))
         headers = _key(env, "bench")
         procs += [start_worker(env, 1) for _ in range(workers)]
