@@ -42,7 +42,6 @@ M = TypeVar("M", bound=BaseModel)
 OnEvent = Callable[[JobEvent], None]
 
 
-
 class AsyncClient:
     """A Placer server: ``AsyncClient()`` reads ``PLACER_URL`` and ``PLACER_API_KEY``.
 
@@ -59,7 +58,7 @@ class AsyncClient:
         self.gzip_above_bytes = gzip_above_bytes
         self.poll_interval_s = poll_interval_s
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=default_headers(api_key), timeout=timeout,
-                                  transport=transport)
+                                       transport=transport)
         self._t = AsyncTransport(self._http, retry or RetryPolicy())
 
     async def close(self) -> None:
