@@ -1,6 +1,8 @@
 """``placer graphs ...`` and ``placer topologies ...``: inputs stored on a Placer server.
 
-(The singular ``placer graph`` / ``placer topology`` are the local tools.)
+(The singular ``placer graph`` / ``placer topology`` are the local tools.) ``placer topologies
+generate KIND --name value ...`` has the server generate and store a topology; its parameters
+are those of ``placer topology generate KIND --help-params``, checked and typed here first.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             p.add_argument("--min-devices", type=int)
         p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
         p.set_defaults(func=cmd_list, kind=kind)
+        if kind == "topologies":
+            p = remote_parser(verbs, "generate", "have the server generate and store a topology "
+                              "(parameters: placer topology generate KIND --help-params)")
+            p.add_argument("generator", metavar="KIND", help="a topology kind (docs/generators.md)")
+            p.set_defaults(func=cmd_generate, kind=kind, accepts_params=True)
         for verb, func, text in (("show", cmd_show, "metadata of one"), ("delete", cmd_delete, "delete one")):
             p = remote_parser(verbs, verb, text)
             p.add_argument("id")
@@ -55,6 +62,26 @@ def cmd_upload(args: argparse.Namespace) -> int:
     else:
         size = f"{info.n_ops} ops" if args.kind == "graphs" else f"{info.n_devices} devices"
         print(f"{info.id}  {info.name} ({size}, digest {info.digest[:12]})")
+    return EXIT_OK
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from client.cli._params import parse_params
+    from solvers.generate import TOPOLOGY_KINDS, coerce_params
+    from solvers.model.errors import InvalidInput
+
+    func = TOPOLOGY_KINDS.get(args.generator.lower())
+    if func is None:
+        raise InvalidInput(f"unknown topology kind {args.generator!r}; valid kinds: {', '.join(sorted(TOPOLOGY_KINDS))}",
+                           field="kind", ref=args.generator)
+    where = f"topology {args.generator}"
+    params = coerce_params(func, parse_params(func, args.params, where), where)
+    with make_client(args) as c:
+        info = c.generate_topology(args.generator.lower(), **params)
+    if args.json:
+        show(info, True)
+    else:
+        print(f"{info.id}  {info.name} ({info.n_devices} devices, digest {info.digest[:12]})")
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from solvers.generate._params import call_generator, parameter_types
+from solvers.generate._params import call_generator, coerce_params, parameter_types
 from solvers.generate.cnn import cnn
 from solvers.generate.grid import mesh2d, mesh3d, torus2d, torus3d
 from solvers.generate.random_dag import random_dag
@@ -115,4 +115,4 @@ def generate_graph(kind: str, **params: Any) -> OpGraph:
     return call_generator("graph", GRAPH_KINDS, kind, params)
 
 
-__all__ = ["GRAPH_KINDS", "TOPOLOGY_KINDS", "generate_graph", "generate_topology", "parameter_types"]
+__all__ = ["GRAPH_KINDS", "TOPOLOGY_KINDS", "coerce_params", "generate_graph", "generate_topology", "parameter_types"]

@@ -59,14 +59,9 @@ def parameter_types(func: Callable[..., Any]) -> dict[str, tuple[type, Any]]:
     return {name: (hints[name], p.default) for name, p in inspect.signature(func).parameters.items()}
 
 
-def call_generator(what: str, kinds: Mapping[str, Callable[..., R]], kind: str, params: Mapping[str, Any]) -> R:
-    """Look ``kind`` up (case-insensitive) and call it with checked ``params``."""
-    func = kinds.get(kind) or kinds.get(str(kind).lower())
-    if func is None:
-        raise InvalidInput(f"unknown {what} kind {kind!r} (valid: {', '.join(sorted(kinds))})",
-                           field="kind", ref=str(kind))
+def coerce_params(func: Callable[..., Any], params: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``params`` checked against ``func``'s signature and converted to its annotated types."""
     types = parameter_types(func)
-    where = f"{what} {kind!r}"
     checked: dict[str, Any] = {}
     for name, value in params.items():
         key = name.replace("-", "_")
@@ -74,7 +69,16 @@ def call_generator(what: str, kinds: Mapping[str, Callable[..., R]], kind: str, 
             raise InvalidInput(f"{where}: unknown parameter {name!r} (valid: {', '.join(sorted(types))})",
                                field=name, ref=name)
         checked[key] = _coerce(value, types[key][0], key, where)
-    return func(**checked)
+    return checked
+
+
+def call_generator(what: str, kinds: Mapping[str, Callable[..., R]], kind: str, params: Mapping[str, Any]) -> R:
+    """Look ``kind`` up (case-insensitive) and call it with checked ``params``."""
+    func = kinds.get(kind) or kinds.get(str(kind).lower())
+    if func is None:
+        raise InvalidInput(f"unknown {what} kind {kind!r} (valid: {', '.join(sorted(kinds))})",
+                           field="kind", ref=str(kind))
+    return func(**coerce_params(func, params, f"{what} {kind!r}"))
 
 
 def positive(value: float, name: str, *, allow_zero: bool = False) -> None:

@@ -52,6 +52,23 @@ def test_graphs_and_topologies(capsys: pytest.CaptureFixture[str], server: Serve
     assert t["n_devices"] == 4
     assert t["id"] in [x["id"] for x in run_json(capsys, server, "topologies", "list", "--min-devices", "4")]
 
+
+def test_topologies_generate(capsys: pytest.CaptureFixture[str], server: Server) -> None:
+    made = run_json(capsys, server, "topologies", "generate", "mesh2d", "--nx", "3", "--ny=2", "--speed", "1.5")
+    assert made["id"].startswith("t_") and made["n_devices"] == 6
+    stored = run_json(capsys, server, "topologies", "show", made["id"], "--document")
+    assert stored["devices"][0]["speed"] == 1.5
+    again = run_json(capsys, server, "topologies", "generate", "MESH2D", "--nx", "3", "--ny", "2", "--speed", "1.5")
+    assert again["id"] == made["id"]  # the same parameters make the same document, stored once
+    code, out, _ = run(capsys, server, "topologies", "generate", "hierarchical", "--nodes", "2")
+    assert code == 0 and out.startswith("t_") and "devices" in out
+    code, _, err = run(capsys, server, "topologies", "generate", "mesh2d", "--nx", "three")
+    assert code == 2 and "'nx' must be int" in err
+    code, _, err = run(capsys, server, "topologies", "generate", "mesh2d", "--rows", "3")
+    assert code == 2 and "unknown parameter --rows" in err
+    code, _, err = run(capsys, server, "topologies", "generate", "ring")
+    assert code == 2 and "unknown topology kind 'ring'" in err
+
 def test_exit_codes(capsys: pytest.CaptureFixture[str], server: Server, inputs: dict[str, str],
                     tmp_path: Path) -> None:
     code, _, err = run(capsys, server, "graphs", "upload", inputs["topology_file"], "--json")
