@@ -162,6 +162,10 @@ def fuse(graph: OpGraph, seq: IntArray, edge_cost_s: FloatArray, mem_bytes: Floa
     n = graph.n_ops
     pos = np.empty(n, dtype=np.int64)
     pos[seq] = np.arange(n)
+    if exploration_range <= 1 and n:  # clusters of one op: every edge is cut, summed as the DP sums it
+        out_s = np.bincount(pos[graph.edge_src], weights=np.asarray(edge_cost_s, dtype=np.float64), minlength=n)
+        prefix_out = np.concatenate([[0.0], np.cumsum(out_s)])
+        return Fusion(seq, np.arange(n, dtype=np.int64), pos, float(np.cumsum(np.diff(prefix_out))[-1]))
     starts, cut = optimal_breakpoints(pos[graph.edge_src], pos[graph.edge_dst], edge_cost_s, mem_bytes[seq],
                                       exploration_range, memory_cap_bytes,
                                       None if singleton is None else singleton[seq],
@@ -176,6 +180,13 @@ def coarse_task_graph(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskG
     """The coarse graph (§5.2): a cluster's time is the sum of its ops' times, its memory the
     sum of additive bytes with the largest working bytes; one edge per cluster pair carrying
     one message per (producer op, consumer cluster) with the largest edge bytes."""
+    if fusion.n_clusters == graph.n_ops:
+        return _relabelled(graph, tasks, fusion)
+    return _grouped(graph, tasks, fusion)
+
+
+def _grouped(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskGraph:
+    """:func:`coarse_task_graph` of any clustering."""
     seq, starts = fusion.seq, fusion.starts
     dur = np.add.reduceat(tasks.dur_s[seq], starts, axis=0)
     add = np.add.reduceat(tasks.mem_add_bytes[seq], starts)
@@ -192,6 +203,28 @@ def coarse_task_graph(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskG
         succ_b[a].append(size)
     return TaskGraph(pred, pred_b, succ, succ_b, np.ascontiguousarray(dur), add, work,
                      np.arange(k, dtype=np.int64))
+
+
+def _relabelled(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskGraph:
+    """:func:`coarse_task_graph` when every cluster is one op: the op graph with cluster ids
+    (the graph has no parallel edges, so each edge is one message of its own bytes); the
+    producers and consumers of a cluster listed by cluster id, as there."""
+    a, b = fusion.cluster_of[graph.edge_src], fusion.cluster_of[graph.edge_dst]
+    size = np.asarray(graph.edge_bytes, dtype=np.float64)
+    n = graph.n_ops
+
+    def lists(key: IntArray, other: IntArray) -> tuple[list[list[int]], list[list[float]]]:
+        order = np.lexsort((other, key))
+        offsets = np.searchsorted(key[order], np.arange(n + 1)).tolist()
+        ends, sizes = other[order].tolist(), size[order].tolist()
+        return ([ends[offsets[c]:offsets[c + 1]] for c in range(n)],
+                [sizes[offsets[c]:offsets[c + 1]] for c in range(n)])
+
+    pred, pred_b = lists(b, a)
+    succ, succ_b = lists(a, b)
+    seq = fusion.seq
+    return TaskGraph(pred, pred_b, succ, succ_b, np.ascontiguousarray(tasks.dur_s[seq]), tasks.mem_add_bytes[seq],
+                     tasks.mem_work_bytes[seq], np.arange(n, dtype=np.int64))
 
 
 def ccr(tasks: TaskGraph, costs: LatencyCosts) -> float | None:

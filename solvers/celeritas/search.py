@@ -9,9 +9,19 @@ exploration range from ``R, R // 2, ..., 1`` and one coarse placement order, ran
 makespan (fewest best-effort nodes first).  The list scheduler's timing of a coarse graph is
 only an estimate of the op-level replay (a cluster waits for all its inputs, messages queue in
 another order), so the solver scores the best few with the simulator and keeps the best of
-those.  The time limit is checked between candidates; the first one always runs.  Ranges are tried from the largest down; one whose clustering has at
-most 2 % more clusters than the last one placed is skipped (the same, or nearly the same,
-clustering: on a 36k-op graph R = 200 and R = 12 differ by 11 clusters of 16,924).
+those.  The time limit is checked between candidates; the first one always runs.  Ranges are
+tried from the largest down; one whose clustering has at most 2 % more clusters than the last
+one placed is skipped (the same, or nearly the same, clustering: on a 36k-op graph R = 200 and
+R = 12 differ by 11 clusters of 16,924).
+
+Large graphs (:class:`NodeBudget`): a placement costs time in proportion to the nodes of its
+coarse graph (tens of microseconds each) and a simulation in proportion to the ops, so the
+search gets a budget of placed nodes.  When ``|V| x ranges x placement orders`` fits the budget
+the search is the one above.  Otherwise it starts at the end of the range that the graph's CCR
+(Eq. 1) points to — no fusion (R = 1) and the b-level order (HEFT's rank) first when computation
+dominates (CCR < 1), the largest R and CPD-TOPO first when communication does, the paper's
+setting — walks towards the other end, and stops before the first candidate whose coarse graph
+would overrun the budget (the first candidate always runs).
 """
 
 from __future__ import annotations
@@ -56,27 +66,54 @@ def exploration_ranges(r_max: int, adaptive: bool) -> list[int]:
 
 SAME_CLUSTERS = 0.02  # a range adding fewer clusters than this fraction is not placed again
 
+
+@dataclass
+class NodeBudget:
+    """The coarse nodes the search may still place (module doc); ``placed``: how many it has."""
+
+    remaining: int
+    placed: int = 0
+    exhausted: bool = False  # a candidate was refused: the search stops there
+
+    def allows(self, nodes: int) -> bool:
+        """Whether a coarse graph of ``nodes`` may be placed: within what is left, or nothing
+        placed yet (the first candidate always runs)."""
+        return self.placed == 0 or nodes <= self.remaining
+
+    def spend(self, nodes: int) -> None:
+        self.placed += nodes
+        self.remaining -= nodes
+
 FuseFn = Callable[[int, float, bool], tuple[Fusion, TaskGraph]]  # (R, M, chains)
 PlaceFn = Callable[[TaskGraph, Fusion, str, float], tuple[ListSchedule, IntArray]]  # (.., order, threshold)
 
 
 def search(fuse_at: FuseFn, place: PlaceFn, ranges: Sequence[int], cap_bytes: float,
            placement_orders: Sequence[str], chains: bool, move_threshold: float, budget: Budget,
-           attempts: list[dict[str, Any]]) -> list[Candidate]:
+           attempts: list[dict[str, Any]], nodes: NodeBudget | None = None) -> list[Candidate]:
     """The candidates over ``ranges`` x ``placement_orders`` (module doc), best first, those
-    with the same placement of the same clusters once; every run is appended to ``attempts``."""
+    with the same placement of the same clusters once; every run is appended to ``attempts``.
+    ``ranges`` run in the order given (decreasing or increasing); with ``nodes`` the search
+    stops before the first placement that the node budget does not allow."""
     found: list[Candidate] = []
     last_clusters = 0
+    increasing = len(ranges) > 1 and ranges[0] < ranges[-1]
     for r_range in ranges:
         t1 = time.perf_counter()
         fusion, coarse = fuse_at(r_range, cap_bytes, chains)
-        if found and fusion.n_clusters <= last_clusters * (1.0 + SAME_CLUSTERS):
+        if found and (fusion.n_clusters * (1.0 + SAME_CLUSTERS) >= last_clusters if increasing
+                      else fusion.n_clusters <= last_clusters * (1.0 + SAME_CLUSTERS)):
             continue  # (nearly) the clustering just placed
         last_clusters = fusion.n_clusters
         t2 = time.perf_counter()
         for kind in placement_orders:
             if found and budget.expired():
                 return ranked(found)
+            if nodes is not None:
+                if not nodes.allows(fusion.n_clusters):
+                    nodes.exhausted = True
+                    return ranked(found)
+                nodes.spend(fusion.n_clusters)
             t3 = time.perf_counter()
             sched, corder = place(coarse, fusion, kind, move_threshold)
             cand = Candidate(fusion, coarse, sched, corder, kind, r_range, chains, move_threshold)

@@ -30,7 +30,15 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.celeritas import orders
 from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
 from solvers.celeritas.place import adjusting_place, expand_schedule, order_place
-from solvers.celeritas.search import Candidate, FuseFn, PlaceFn, exploration_ranges, ranked, search
+from solvers.celeritas.search import (
+    Candidate,
+    FuseFn,
+    NodeBudget,
+    PlaceFn,
+    exploration_ranges,
+    ranked,
+    search,
+)
 from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
@@ -58,7 +66,11 @@ class CeleritasOptions(SolverOptions):
     ``chains`` fuses only paths of the graph (the paper: ``contiguous``, any run of the order);
     ``placement_order`` walks the coarse graph in CPD-TOPO order (the paper), by b-level, or
     tries both (``auto``); ``move_threshold`` scales Eq. 9's back cost (the paper: 1); ``finalists``: how many of the
-    best-planned candidates the simulator scores (the paper has one)."""
+    best-planned candidates the simulator scores (the paper has one).  ``search_budget_nodes``:
+    the coarse nodes the search may place, and the ops its finalists may simulate, in total;
+    a graph whose whole search exceeds it gets a search directed by its CCR
+    (:mod:`solvers.celeritas.search`) and fewer finalists (the first candidate and the best
+    finalist always run)."""
 
     exploration_range: int = Field(200, ge=1)
     cluster_memory_fraction: float = Field(0.25, gt=0.0, le=1.0)
@@ -69,6 +81,7 @@ class CeleritasOptions(SolverOptions):
     placement_order: Literal["auto", "cpd-topo", "b-level"] = "auto"
     move_threshold: float = Field(0.0, ge=0.0)
     finalists: int = Field(3, ge=1)
+    search_budget_nodes: int = Field(50_000, ge=1)
 
 
 def task_order(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> IntArray:
@@ -122,14 +135,17 @@ class CeleritasSolver:
             return self._place(coarse, costs, caps, fusion, pins, options.placement, kind, threshold)
 
         attempts: list[dict[str, Any]] = []
-        found = _candidates(fuse_at, place, options, options.cluster_memory_fraction * float(caps.min()), budget,
-                            attempts)
+        graph_ccr = ccr(tasks, costs)
+        variants, nodes = _search_plan(options, g.n_ops, graph_ccr)
+        found = _candidates(fuse_at, place, variants, nodes, options.cluster_memory_fraction * float(caps.min()),
+                            budget, attempts)
         progress(ProgressEvent(0.8, found[0].sched.makespan_s(),
                                message=f"{len(attempts)} placements, {found[0].fusion.n_clusters} clusters best"))
         stats = {"order": options.order, "placement": options.placement, "original_nodes": g.n_ops,
-                 "original_ccr": ccr(tasks, costs), "fusion_attempts": attempts, **timings}
+                 "original_ccr": graph_ccr, "fusion_attempts": attempts,
+                 "search": "full" if nodes is None else "budgeted", **timings}
         plans = []
-        for cand in _finalists(found, options):
+        for cand in _finalists(found, options, g.n_ops):
             plans.append(self._finish(problem, cand, tasks, costs, stats))
             if budget.expired():
                 break
@@ -166,15 +182,34 @@ class CeleritasSolver:
         return adjusting_place(coarse, corder.tolist(), costs, caps, cpins, move_threshold), corder
 
 
-def _candidates(fuse_at: FuseFn, place: PlaceFn, options: CeleritasOptions, cap_m: float, budget: Budget,
-                attempts: list[dict[str, Any]]) -> list[Candidate]:
-    """Every candidate of :func:`_variants`, best-planned first; when the best needs best-effort
-    placement, fusion again with a 4x smaller ``M``, then 16x, then without fusion (module doc)."""
+Variant = tuple[list[int], bool, list[str], float]  # (ranges, chains, placement orders, move threshold)
+
+
+def _search_plan(options: CeleritasOptions, n_ops: int, graph_ccr: float | None) -> tuple[list[Variant],
+                                                                                           NodeBudget | None]:
+    """The variants to search and the node budget (:mod:`solvers.celeritas.search`): all of
+    :func:`_variants` in their order and no budget when ``n_ops`` x their placements fits
+    ``search_budget_nodes``; else the ranges and placement orders in the order the CCR points to
+    (no fusion and b-level first when CCR < 1) under the budget."""
+    variants = _variants(options)
+    if sum(n_ops * len(ranges) * len(kinds) for ranges, _, kinds, _ in variants) <= options.search_budget_nodes:
+        return variants, None
+    if graph_ccr is None or graph_ccr < 1.0:
+        variants = [(ranges[::-1], chains, kinds[::-1], threshold) for ranges, chains, kinds, threshold in variants]
+    return variants, NodeBudget(options.search_budget_nodes)
+
+
+def _candidates(fuse_at: FuseFn, place: PlaceFn, variants: list[Variant], nodes: NodeBudget | None, cap_m: float,
+                budget: Budget, attempts: list[dict[str, Any]]) -> list[Candidate]:
+    """Every candidate of ``variants`` the budgets allow, best-planned first; when the best needs
+    best-effort placement, fusion again with a 4x smaller ``M``, then 16x, then without fusion
+    (module doc)."""
     found: list[Candidate] = []
-    for ranges, chains, kinds, threshold in _variants(options):
-        if found and budget.expired():
+    for ranges, chains, kinds, threshold in variants:
+        if found and (budget.expired() or (nodes is not None and nodes.exhausted)):
             break
-        found = ranked([*found, *search(fuse_at, place, ranges, cap_m, kinds, chains, threshold, budget, attempts)])
+        found = ranked([*found, *search(fuse_at, place, ranges, cap_m, kinds, chains, threshold, budget, attempts,
+                                        nodes)])
     for step in range(3):
         top = found[0]
         if top.sched.best_effort == 0 or budget.expired():
@@ -185,7 +220,7 @@ def _candidates(fuse_at: FuseFn, place: PlaceFn, options: CeleritasOptions, cap_
     return found
 
 
-def _variants(options: CeleritasOptions) -> list[tuple[list[int], bool, list[str], float]]:
+def _variants(options: CeleritasOptions) -> list[Variant]:
     """(ranges, chains, placement orders, move threshold) to search: the options' own, and with
     ``adaptive`` the paper's configuration at ``exploration_range`` as one more candidate."""
     kinds: list[str] = ["cpd-topo", "b-level"] if options.placement_order == "auto" else [options.placement_order]
@@ -197,11 +232,13 @@ def _variants(options: CeleritasOptions) -> list[tuple[list[int], bool, list[str
     return out
 
 
-def _finalists(found: list[Candidate], options: CeleritasOptions) -> list[Candidate]:
+def _finalists(found: list[Candidate], options: CeleritasOptions, n_ops: int) -> list[Candidate]:
     """The ``finalists`` best-planned candidates, and the best of the paper's configuration when
-    it is not among them (so the default is never worse than the paper's pipeline)."""
+    it is not among them (so the default is never worse than the paper's pipeline); as many of
+    them, best-planned first, as simulations of ``n_ops`` ops fit ``search_budget_nodes`` (one
+    at least)."""
     out = found[:options.finalists]
     paper = [c for c in found if not c.chains and c.move_threshold == 1.0 and c.placement_order == "cpd-topo"]
     if paper and all(c is not paper[0] for c in out):
         out.append(paper[0])
-    return out
+    return out[:max(1, options.search_budget_nodes // max(1, n_ops))]

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.celeritas.fusion import ccr, chain_breaks, coarse_task_graph, fuse, optimal_breakpoints
+from solvers.celeritas.fusion import _grouped, ccr, chain_breaks, coarse_task_graph, fuse, optimal_breakpoints
 from solvers.celeritas.solver import task_order
 from solvers.listsched import latency_costs, op_task_graph
 from solvers.listsched.orders import is_topological, m_topo_order
@@ -132,3 +132,25 @@ def test_chain_fusion_makes_paths(g: OpGraph, topo: object, r_max: int) -> None:
     free = fuse(g, seq, edge_c, tasks.mem_add_bytes, r_max, float("inf"))
     assert chained.cut_s >= free.cut_s - 1e-12
     assert chain_breaks(g, seq)[0]
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(dag_graphs(min_ops=1, max_ops=25, edge_p=0.25), topologies(min_devices=2, max_devices=3), st.booleans())
+def test_no_fusion_shortcut_equals_the_dp_and_the_grouped_graph(g: OpGraph, topo: object, training: bool) -> None:
+    """R = 1 skips the DP and builds the coarse graph by relabelling: the same clusters, cut and
+    coarse graph as the DP and the general construction."""
+    problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))  # type: ignore[arg-type]
+    tasks, costs = op_task_graph(problem), latency_costs(problem)
+    seq = task_order(tasks, costs, "cpd-topo")
+    edge_c = costs.mean_comm_s(g.edge_bytes)
+    fusion = fuse(g, seq, edge_c, tasks.mem_add_bytes, 1, float("inf"))
+    pos = np.empty(g.n_ops, dtype=np.int64)
+    pos[seq] = np.arange(g.n_ops)
+    starts, cut = optimal_breakpoints(pos[g.edge_src], pos[g.edge_dst], edge_c, tasks.mem_add_bytes[seq], 1)
+    assert fusion.starts.tolist() == starts.tolist() and fusion.cut_s == cut
+    assert (fusion.cluster_of[seq] == np.arange(g.n_ops)).all()
+    fast, general = coarse_task_graph(g, tasks, fusion), _grouped(g, tasks, fusion)
+    assert (fast.pred, fast.pred_bytes, fast.succ, fast.succ_bytes) == (general.pred, general.pred_bytes,
+                                                                       general.succ, general.succ_bytes)
+    for name in ("dur_s", "mem_add_bytes", "mem_work_bytes", "rank"):
+        assert np.array_equal(getattr(fast, name), getattr(general, name)), name

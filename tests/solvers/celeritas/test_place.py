@@ -10,17 +10,24 @@ Placement is never worse than Order-Place.
 
 from __future__ import annotations
 
+import random
+from unittest.mock import patch
+
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.base import Budget, no_progress
-from solvers.celeritas.solver import CeleritasOptions, CeleritasSolver
+from solvers.celeritas import place
+from solvers.celeritas.place import GapSchedule
+from solvers.celeritas.solver import CeleritasOptions, CeleritasSolver, task_order
+from solvers.listsched import ListSchedule, latency_costs, op_task_graph
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulate import simulate
 from solvers.validity import resolve_plan
-from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs, examples
+from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs, examples, topologies
 
 GiB = float(2**30)
 # the paper's pipeline: one R, any run of the order fused, CPD-TOPO placement order, Eq. 9 as written
@@ -130,3 +137,27 @@ def test_stats_report_table_2_columns() -> None:
     stats = plan.stats  # type: ignore[attr-defined]
     assert stats["original_nodes"] == 42 and stats["fused_nodes"] < 42
     assert stats["fused_ccr"] <= stats["original_ccr"]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(dag_graphs(min_ops=1, max_ops=40, edge_p=0.15), topologies(min_devices=1, max_devices=4),
+       st.booleans(), st.floats(0.05, 1.0), st.sampled_from([0, 8]), st.randoms(use_true_random=False))
+def test_gap_schedule_times_as_the_list_scheduler(g: OpGraph, topo: Topology, training: bool, memory_share: float,
+                                                  short_scan: int, rnd: random.Random) -> None:
+    """:class:`GapSchedule` (one pass over the producers for all devices, the gap search in
+    numpy) gives every node the EST the shared list scheduler gives it, with the same channel
+    bookings, along a run of commits to random devices (memory tight enough for some devices
+    to be full; every scan in numpy when ``short_scan`` is 0)."""
+    problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))
+    tasks, costs = op_task_graph(problem), latency_costs(problem)
+    caps = np.full(topo.n_devices, memory_share * float((tasks.mem_add_bytes + tasks.mem_work_bytes).sum()))
+    fast, reference = GapSchedule(tasks, costs, caps), ListSchedule(tasks, costs, caps)
+    order = task_order(tasks, costs, rnd.choice(["cpd-topo", "b-level", "m-topo"])).tolist()
+    with patch.object(place, "_SHORT_SCAN", short_scan):
+        for v in order:
+            expected = [reference.est_s(v, d, True) if reference.fits(v, d) else float("inf")
+                        for d in range(topo.n_devices)]
+            assert fast.est_all(v) == expected
+            d = rnd.randrange(topo.n_devices)
+            assert fast.commit(v, d, True) == reference.commit(v, d, True)
+    assert fast.start_s == reference.start_s and fast.finish_s == reference.finish_s

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solvers.generate import generate_graph, generate_topology
 from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
@@ -18,7 +19,8 @@ from solvers.validity import resolve_plan
 from tests.strategies import dag_graphs, examples, topologies
 
 SOLVERS = [("celeritas", {}), ("celeritas", {"placement": "order", "exploration_range": 3}),
-           ("celeritas", {"order": "dfs-topo", "exploration_range": 2}), ("m-topo", {}), ("m-etf", {}),
+           ("celeritas", {"order": "dfs-topo", "exploration_range": 2}), ("celeritas", {"search_budget_nodes": 20}),
+           ("m-topo", {}), ("m-etf", {}),
            ("m-sct", {}), ("heft", {})]
 
 
@@ -56,3 +58,28 @@ def test_ample_memory_always_gives_a_plan() -> None:
     for name, options in SOLVERS:
         plan = solve(problem, name, options, time_limit_s=10.0)
         assert plan.status == "feasible", (name, plan.notes)
+
+
+@pytest.mark.parametrize("bytes_max", [1e3, 1e9])
+def test_search_under_a_node_budget_follows_the_ccr(bytes_max: float) -> None:
+    """A graph whose whole search overruns ``search_budget_nodes``: the search starts without
+    fusion and by b-level when computation dominates (CCR < 1), at the largest R and CPD-TOPO
+    when communication does; it places no more nodes than the budget after the first candidate,
+    stops at the first candidate it refuses, and simulates as many finalists as the budget holds."""
+    g = generate_graph("random_dag", n_ops=300, width=8, edge_prob=0.1, bytes_min=1.0, bytes_max=bytes_max, seed=2)
+    problem = Problem(g, generate_topology("hierarchical", nodes=1, gpus_per_node=4), "latency", ProblemSettings(pass_="forward"))
+    budget_nodes = 700
+    plan = solve(problem, "celeritas", {"search_budget_nodes": budget_nodes})
+    assert plan.status == "feasible"
+    stats = plan.stats
+    assert stats["search"] == "budgeted"
+    attempts = stats["fusion_attempts"]
+    first = attempts[0]
+    if stats["original_ccr"] < 1.0:
+        assert bytes_max == 1e3 and (first["exploration_range"], first["placement_order"]) == (1, "b-level")
+    else:
+        assert bytes_max == 1e9 and (first["exploration_range"], first["placement_order"]) == (200, "cpd-topo")
+    assert sum(a["clusters"] for a in attempts[1:]) <= budget_nodes - first["clusters"]
+    assert len(attempts) < 17  # the whole search: 8 ranges x 2 orders and the paper's candidate
+    full = solve(problem, "celeritas")
+    assert full.stats["search"] == "full" and len(full.stats["fusion_attempts"]) > len(attempts)
