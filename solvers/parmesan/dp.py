@@ -15,6 +15,7 @@ computed once per clustered graph (:class:`Transitions`) and reused by the (S, R
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,24 +90,46 @@ def build_transitions(cg: ClusterGraph, sets: BoolMatrix, max_pairs: int) -> Tra
     work = cum @ cg.work_s
     params = cum @ cg.param_bytes
     acts = cum @ cg.act_bytes
-    src_in, dst_in = sets[:, cg.src], sets[:, cg.dst]
+    # the edges leaving each set.  Sets are down-closed and ``sets[fj]`` is inside ``sets[fi]``,
+    # so for the stage U = fi - fj: an edge has exactly one end in U iff it leaves exactly one
+    # of fi, fj, and enters U from outside iff it leaves fj but not fi
+    leaving = sets[:, cg.src] & ~sets[:, cg.dst]
+    largest = _largest_member(sets, cg.working_bytes)
     base = np.empty(len(prev))
     inputs = np.empty(len(prev))
     working = np.empty(len(prev))
-    chunk = max(1, 2_000_000 // max(1, cg.k + len(cg.src)))
+    chunk = max(1, 8_000_000 // max(1, len(cg.src)))  # pairs per block: a few large BLAS calls
     for a in range(0, len(prev), chunk):
         fi, fj = owner[a:a + chunk], prev[a:a + chunk]  # pair = (set fi, subset fj)
-        u_src = src_in[fi] & ~src_in[fj]  # edge source inside the stage
-        u_dst = dst_in[fi] & ~dst_in[fj]  # edge destination inside the stage
-        base[a:a + chunk] = work[fi] - work[fj] + (u_src ^ u_dst).astype(np.float64) @ cg.comm_s
-        inputs[a:a + chunk] = (~u_src & u_dst).astype(np.float64) @ cg.bytes
-        inside = sets[fi] & ~sets[fj]
-        working[a:a + chunk] = np.where(inside, cg.working_bytes, 0.0).max(axis=1)
+        out_i, out_j = leaving[fi], leaving[fj]
+        base[a:a + chunk] = work[fi] - work[fj] + (out_i ^ out_j).astype(np.float64) @ cg.comm_s
+        inputs[a:a + chunk] = (out_j & ~out_i).astype(np.float64) @ cg.bytes
+        working[a:a + chunk] = largest(fi, fj)
     pin_clusters = np.array([c for c, s in enumerate(cg.stage_pin) if s is not None], dtype=np.int64)
     pin_stage = np.array([cg.stage_pin[c] for c in pin_clusters.tolist()], dtype=np.int64)
-    pinned = sets[owner][:, pin_clusters] & ~sets[prev][:, pin_clusters]
+    pin_sets = sets[:, pin_clusters]
+    pinned = pin_sets[owner] & ~pin_sets[prev]
     return Transitions(sets, start, prev, base, params[owner] - params[prev], acts[owner] - acts[prev],
                        inputs, working, pinned, pin_clusters, pin_stage)
+
+
+def _largest_member(sets: BoolMatrix, value: FloatArray) -> Callable[[IntArray, IntArray], FloatArray]:
+    """``f(fi, fj)`` = the largest ``value`` of a node in ``sets[fi]`` but not in ``sets[fj]``
+    (``sets[fj]`` inside ``sets[fi]``, the difference non-empty): the rows are bit-packed with the
+    nodes by decreasing value, so it is the value of the lowest set bit of ``fi & ~fj``."""
+    by_value = np.argsort(-value, kind="stable")
+    words = _words(sets[:, by_value])
+    ranked = value[by_value]
+
+    def largest(fi: IntArray, fj: IntArray) -> FloatArray:
+        diff = words[fi] & ~words[fj]
+        word = (diff != 0).argmax(axis=1)
+        x = diff[np.arange(len(diff)), word]
+        low = x & (~x + np.uint64(1))  # the lowest set bit alone
+        bit = np.frexp(low.astype(np.float64))[1] - 1  # exact: a power of two
+        return ranked[word * 64 + bit]
+
+    return largest
 
 
 @dataclass(frozen=True)
@@ -126,8 +149,9 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
     parameters — the optional all-reduce term (not in Eq. 3; see :mod:`solvers.parmesan.search`).
     """
     n = len(tr.sets)
-    owner = np.repeat(np.arange(n), np.diff(tr.start))
     nonempty = np.flatnonzero(np.diff(tr.start) > 0)
+    seg_start = tr.start[nonempty]
+    seg_len = np.diff(tr.start)[nonempty]
     kept = tr.input_bytes if problem.settings.recompute else tr.act_bytes
     t_prev = np.full(n, np.inf)
     t_prev[0] = 0.0
@@ -145,11 +169,13 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
             ok = tr.pinned[:, need].all(axis=1) & ~tr.pinned[:, ~need].any(axis=1)
             stage_t = np.where(ok, stage_t, np.inf)
         vals = np.maximum(t_prev[tr.prev], stage_t)  # candidate T[s+1][owner] via each pair
-        order = np.lexsort((vals, owner))
-        firsts = order[tr.start[nonempty]]  # per non-empty segment, the pair of smallest value
+        # per non-empty segment (the pairs of one set, contiguous), the first pair of smallest value
+        lowest = np.minimum.reduceat(vals, seg_start)
+        at_lowest = np.flatnonzero(vals == np.repeat(lowest, seg_len))
+        firsts = at_lowest[np.searchsorted(at_lowest, seg_start)]
         t_cur = np.full(n, np.inf)
         best = np.full(n, -1, dtype=np.int64)
-        t_cur[nonempty] = vals[firsts]
+        t_cur[nonempty] = lowest
         best[nonempty] = firsts
         choice.append(best)
         stage_times.append(stage_t)

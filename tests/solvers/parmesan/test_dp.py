@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -118,3 +119,28 @@ def test_dp_with_allreduce_term_equals_brute_force(seed: int, n_ops: int, n_stag
             worst = max(worst, stage_base_s(cg, lab == s) / 2 + (per_byte * params + fixed if params > 0 else 0.0))
         best = min(best, worst)
     assert result is not None and result.objective_s == pytest.approx(best, rel=1e-9)
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=dag_seeds, n_ops=st.integers(2, 90), edge_prob=st.sampled_from([0.05, 0.3, 0.8]))
+def test_transition_quantities_match_their_definitions(seed: int, n_ops: int, edge_prob: float) -> None:
+    """Per DP pair (f, f'), the stage U = f - f' gets Eq. 3's numerator, the bytes entering U and
+    its largest working memory as their definitions give them (``build_transitions`` derives
+    them from the edges leaving f and f' and from bit-packed sets; more than 64 clusters span
+    several words)."""
+    problem = problem_of(random_dag(seed, n_ops, edge_prob), random_topology(seed, 2))
+    cg = _identity_clusters(problem)
+    rng = np.random.default_rng(seed)  # varied working memory, with ties
+    cg = dataclasses.replace(cg, working_bytes=rng.integers(0, 5, cg.k).astype(np.float64) * 1e5)
+    sets = enumerate_fronted(cg.k, cg.src, cg.dst, 400)
+    if sets is None:
+        return
+    tr = build_transitions(cg, sets, 100_000)
+    assert tr is not None
+    owner = np.repeat(np.arange(len(sets)), np.diff(tr.start))
+    for p in range(0, tr.n_pairs, max(1, tr.n_pairs // 200)):
+        inside = sets[owner[p]] & ~sets[tr.prev[p]]
+        entering = ~inside[cg.src] & inside[cg.dst]
+        assert tr.base_s[p] == pytest.approx(stage_base_s(cg, inside), rel=1e-12, abs=1e-15)
+        assert tr.input_bytes[p] == pytest.approx(float(cg.bytes[entering].sum()), rel=1e-12, abs=1e-9)
+        assert tr.working_bytes[p] == cg.working_bytes[inside].max()
