@@ -127,7 +127,8 @@ def _largest_member(sets: BoolMatrix, value: FloatArray) -> Callable[[IntArray, 
         x = diff[np.arange(len(diff)), word]
         low = x & (~x + np.uint64(1))  # the lowest set bit alone
         bit = np.frexp(low.astype(np.float64))[1] - 1  # exact: a power of two
-        return ranked[word * 64 + bit]
+        out: FloatArray = ranked[word * 64 + bit]
+        return out
 
     return largest
 
