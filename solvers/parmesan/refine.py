@@ -113,17 +113,34 @@ class Partition:
         return float(((self.comp_s + self.comm_s) / replicas).max())
 
 
-def _move_deltas(graph: OpGraph, costs: ReferenceCosts, part: Partition, dist: IntArray, v: int,
+@dataclass(frozen=True)
+class _Edges:
+    """The graph's edges as Python lists (the refinement reads them one by one)."""
+
+    src: list[int]
+    dst: list[int]
+    comm_s: list[float]
+    bytes: list[float]
+    dist: list[int]
+
+    @classmethod
+    def of(cls, graph: OpGraph, costs: ReferenceCosts, dist: IntArray) -> _Edges:
+        return cls(graph.edge_src.tolist(), graph.edge_dst.tolist(), costs.edge_comm_s.tolist(),
+                   graph.edge_bytes.tolist(), dist.tolist())
+
+
+def _move_deltas(graph: OpGraph, edges: _Edges, stage_of: list[int], v: int,
                  to: int) -> tuple[int, float, dict[int, float]]:
     """(decrease of D, decrease of cut bytes, per-stage communication change) of moving ``v``."""
-    frm = int(part.stage_of[v])
+    frm = stage_of[v]
     d_gain, b_gain = 0, 0.0
     comm: dict[int, float] = {}
+    dist_v = edges.dist[v]
     for j in (*graph.out_edges[v], *graph.in_edges[v]):
-        w = int(graph.edge_dst[j]) if graph.edge_src[j] == v else int(graph.edge_src[j])
-        sw = int(part.stage_of[w])
-        c, size = float(costs.edge_comm_s[j]), float(graph.edge_bytes[j])
-        weight = int(min(dist[v], dist[w]))
+        w = edges.dst[j] if edges.src[j] == v else edges.src[j]
+        sw = stage_of[w]
+        c, size = edges.comm_s[j], edges.bytes[j]
+        weight = min(dist_v, edges.dist[w])
         was, now = sw != frm, sw != to
         if was:
             comm[frm] = comm.get(frm, 0.0) - c
@@ -157,7 +174,7 @@ def _positive(gain: tuple[int, float, float]) -> bool:
     return c > 1e-15
 
 
-def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, dist: IntArray, fixed: set[int],
+def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, edges: _Edges, fixed: set[int],
                      sizes: IntArray, n_stages: int, replicas: int) -> list[tuple[tuple[int, float, float], int, int]]:
     """Valid boundary moves (op, target stage) with a positive gain tuple that keep the objective."""
     current = part.objective_s(replicas)
@@ -165,18 +182,19 @@ def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, dist: I
     boundary = np.unique(np.concatenate([g.edge_src[cross], g.edge_dst[cross]]))
     moves: list[tuple[tuple[int, float, float], int, int]] = []
     max_comp = float(part.comp_s.max())
+    stage_of = part.stage_of.tolist()
     for v in boundary.tolist():
-        s = int(part.stage_of[v])
+        s = stage_of[v]
         if v in fixed or sizes[s] <= 1:
             continue
         for to in (s - 1, s + 1):
             if to < 0 or to >= n_stages:
                 continue
-            if to > s and any(part.stage_of[w] <= s for w in g.succ[v]):
+            if to > s and any(stage_of[w] <= s for w in g.succ[v]):
                 continue
-            if to < s and any(part.stage_of[w] >= s for w in g.pred[v]):
+            if to < s and any(stage_of[w] >= s for w in g.pred[v]):
                 continue
-            d_gain, b_gain, dcomm = _move_deltas(g, costs, part, dist, v, to)
+            d_gain, b_gain, dcomm = _move_deltas(g, edges, stage_of, v, to)
             comp = part.comp_s.copy()
             comp[s] -= costs.work_s[v]
             comp[to] += costs.work_s[v]
@@ -193,17 +211,20 @@ def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, dist: I
 
 def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
            micro_batches: int, pinned_ops: Mapping[int, int] | None = None,
-           max_steps: int = MAX_STEPS, deadline: float = float("inf")) -> tuple[IntArray, dict[str, float]]:
-    """Refine ``stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``."""
+           max_steps: int = MAX_STEPS, deadline: float = float("inf"),
+           dist: IntArray | None = None) -> tuple[IntArray, dict[str, float]]:
+    """Refine ``stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``.
+    ``dist``: :func:`reconverging_distance` of the graph when the caller has it (it depends on
+    the graph only, so a search computes it once for all its candidates)."""
     g = problem.graph
     part = Partition.of(g, costs, stage_of, n_stages)
     before = part.objective_s(replicas)
-    dist = reconverging_distance(g)
+    edges = _Edges.of(g, costs, reconverging_distance(g) if dist is None else dist)
     fixed = set((pinned_ops or {}).keys())
     sizes = np.bincount(part.stage_of, minlength=n_stages)
     steps = 0
     while steps < max_steps and time.monotonic() < deadline:
-        moves = _candidate_moves(g, costs, part, dist, fixed, sizes, n_stages, replicas)
+        moves = _candidate_moves(g, costs, part, edges, fixed, sizes, n_stages, replicas)
         moves.sort(key=lambda m: (m[0], -m[1], -m[2]), reverse=True)
         chosen = None
         for _, v, to in moves:
