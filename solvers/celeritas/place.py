@@ -62,26 +62,40 @@ class GapSchedule(ListSchedule):
             if mem.add_bytes[d] + add + max(mem.work_bytes[d], work) > self._fit_limit_bytes[d]:
                 out.append(_INF)
                 continue
-            t = 0.0
+            t = 0.0  # the parent's max(...) chains, written as comparisons (the same values)
             local: dict[int, float] = {}
             booked: list[tuple[int, float]] = []
             for fin, p, dp, size in msgs:
                 if dp == d:
-                    t = max(t, fin)
+                    if fin > t:
+                        t = fin
                     continue
                 hit = arrival.get((p, d))
                 if hit is not None:
-                    t = max(t, hit)
+                    if hit > t:
+                        t = hit
                     continue
-                a = max(fin, local.get(dp, chan_free[dp][d]))
+                a = local.get(dp, chan_free[dp][d])
+                if fin > a:
+                    a = fin
                 if size > 0.0:
                     a += f * (lat[dp][d] + size * inv[dp][d])
                 local[dp] = a
                 booked.append((p, a))
-                t = max(t, a)
+                if a > t:
+                    t = a
             ready[d] = (t, booked, local)
-            out.append(self.slot_s(d, t, dur, True))
+            ends = self._ends[d]
+            k = bisect.bisect_right(ends, t)
+            if k == len(ends) or self._starts[d][k] - t >= dur:
+                out.append(t)  # slot_s's first answer, without the call
+            else:
+                out.append(self.slot_s(d, t, dur, True))
         return out
+
+    def dur_lists_s(self) -> list[list[float]]:
+        """``tasks.dur_s`` as lists (node -> device -> seconds)."""
+        return self._dur_s
 
     def _ready_s(self, v: int, d: int, book: bool) -> float:
         """The parent's, from what :meth:`est_all` computed for ``v`` when nothing was placed since."""
@@ -187,7 +201,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     pins = pins or {}
     n_dev = sched.n_devices
     devices = range(n_dev)
-    dur = tasks.dur_s.tolist()
+    dur = sched.dur_lists_s()
     back = back_costs_s(tasks, costs).tolist()
     prev = -1
     for v in order:
@@ -197,8 +211,12 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
             continue
         est = sched.est_all(v)
         # ties on EST (e.g. every device idle) go to the device that finishes v first
-        dur_v = dur[v]
-        d1 = min(devices, key=lambda d: (est[d], est[d] + dur_v[d], d))
+        first = min(est)
+        if est.count(first) == 1:
+            d1 = est.index(first)
+        else:
+            dur_v = dur[v]
+            d1 = min(devices, key=lambda d: (est[d], est[d] + dur_v[d], d))
         d_k = d1 if prev < 0 else prev
         if est[d_k] - est[d1] > move_threshold * back[v]:  # inf - finite > cost: d_k is full
             choice, effort = d1, False
