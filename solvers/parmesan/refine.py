@@ -115,18 +115,20 @@ class Partition:
 
 @dataclass(frozen=True)
 class _Edges:
-    """The graph's edges as Python lists (the refinement reads them one by one)."""
+    """The graph's edges, op times and reconverging distances as Python lists (the refinement
+    reads them one by one)."""
 
     src: list[int]
     dst: list[int]
     comm_s: list[float]
     bytes: list[float]
     dist: list[int]
+    work_s: list[float]
 
     @classmethod
     def of(cls, graph: OpGraph, costs: ReferenceCosts, dist: IntArray) -> _Edges:
         return cls(graph.edge_src.tolist(), graph.edge_dst.tolist(), costs.edge_comm_s.tolist(),
-                   graph.edge_bytes.tolist(), dist.tolist())
+                   graph.edge_bytes.tolist(), dist.tolist(), costs.work_s.tolist())
 
 
 def _move_deltas(graph: OpGraph, edges: _Edges, stage_of: list[int], v: int,
@@ -183,6 +185,7 @@ def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, edges: 
     moves: list[tuple[tuple[int, float, float], int, int]] = []
     max_comp = float(part.comp_s.max())
     stage_of = part.stage_of.tolist()
+    comp_now, comm_now = part.comp_s.tolist(), part.comm_s.tolist()
     for v in boundary.tolist():
         s = stage_of[v]
         if v in fixed or sizes[s] <= 1:
@@ -195,15 +198,15 @@ def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, edges: 
             if to < s and any(stage_of[w] >= s for w in g.pred[v]):
                 continue
             d_gain, b_gain, dcomm = _move_deltas(g, edges, stage_of, v, to)
-            comp = part.comp_s.copy()
-            comp[s] -= costs.work_s[v]
-            comp[to] += costs.work_s[v]
-            comm = part.comm_s.copy()
+            comp = comp_now.copy()  # Python floats: the same sums as numpy's, without its per-call cost
+            comp[s] -= edges.work_s[v]
+            comp[to] += edges.work_s[v]
+            comm = comm_now.copy()
             for stage, delta in dcomm.items():
                 comm[stage] += delta
-            if float(((comp + comm) / replicas).max()) > current * (1 + 1e-12):
+            if max((a + b) / replicas for a, b in zip(comp, comm, strict=True)) > current * (1 + 1e-12):
                 continue
-            gain = (d_gain, b_gain, max_comp - float(comp.max()))
+            gain = (d_gain, b_gain, max_comp - max(comp))
             if _positive(gain):
                 moves.append((gain, v, to))
     return moves
