@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solvers.celeritas.solver import gc_paused
 from solvers.generate import generate_graph, generate_topology
 from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
@@ -83,3 +85,20 @@ def test_search_under_a_node_budget_follows_the_ccr(bytes_max: float) -> None:
     assert len(attempts) < 17  # the whole search: 8 ranges x 2 orders and the paper's candidate
     full = solve(problem, "celeritas")
     assert full.stats["search"] == "full" and len(full.stats["fusion_attempts"]) > len(attempts)
+
+
+def test_gc_paused_restores_the_callers_state() -> None:
+    """The collector is off inside, back on after (also after an error), and stays off when the
+    caller had turned it off."""
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("inside")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
