@@ -11,8 +11,11 @@ aimed at 127.0.0.1 only:
 * ``submit.lua``: ``--submit-connections`` connections posting ``/v1/jobs`` (a body whose plan is
   cached, so the job finishes at submission and no solver competes for the cores).
 
-It prints GET requests/s, GET p50/p99 (wrk's latency distribution), submissions/s and errors.
-The generator shares the machine's cores with the server (``--wrk-threads`` each).
+It prints GET requests/s, GET p50/p99 (wrk's latency distribution), submissions/s, errors, and
+the server process's CPU time per request (user + system, from ``/proc``, over the run divided by
+the requests answered): the cost of a request, which unlike latency and throughput does not
+depend much on what else runs on the machine.  The generator shares the machine's cores with the
+server (``--wrk-threads`` each).
 """
 
 from __future__ import annotations
@@ -94,18 +97,35 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
     raise RuntimeError(f"wrk gave no result:\n{out}")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_load(server: Server, paths_file: Path, body_file: Path, clients: int, args: argparse.Namespace) -> dict[str, Any]:
+    cpu_before_s = cpu_s(server.proc.pid)
+    spy = None
+    if args.py_spy:  # sample the server meanwhile (a flame graph of where a request's CPU goes)
+        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(server.proc.pid),
+                                "--duration", str(max(1, args.duration_s - 2)), "--rate", "200", "--format", "raw",
+                                "--output", f"{args.py_spy}.{clients}.txt"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gets = _wrk("get_mix.lua", paths_file, server.url, clients, args.duration_s, args.wrk_threads)
     posts = (_wrk("submit.lua", body_file, server.url, args.submit_connections, args.duration_s, 1)
              if args.submit_connections else None)
     g = _result(gets)
     p = _result(posts) if posts else {"requests": 0, "duration_us": 1, "non2xx": 0, "socket_errors": 0, "timeouts": 0}
+    cpu_used_s = cpu_s(server.proc.pid) - cpu_before_s
+    if spy is not None:
+        spy.wait()
     seconds = g["duration_us"] / 1e6
     return {"clients": clients, "get_per_s": round(g["requests"] / seconds, 1),
             "get_p50_ms": round(g["p50_us"] / 1e3, 1), "get_p99_ms": round(g["p99_us"] / 1e3, 1),
             "submit_per_s": round(p["requests"] / (p["duration_us"] / 1e6), 1),
             "total_per_s": round(g["requests"] / seconds + p["requests"] / (p["duration_us"] / 1e6), 1),
-            "errors": sum(r[k] for r in (g, p) for k in ("non2xx", "socket_errors", "timeouts"))}
+            "errors": sum(r[k] for r in (g, p) for k in ("non2xx", "socket_errors", "timeouts")),
+            "server_cpu_ms_per_request": round(1e3 * cpu_used_s / max(1, g["requests"] + p["requests"]), 3)}
 
 
 def bench_backend(backend: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -134,16 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graphs", type=int, default=8, help="graphs (and jobs, plans) to read")
     parser.add_argument("--env", action="append", default=[], metavar="PLACER_X=VALUE",
                         help="extra server setting (repeatable), e.g. PLACER_UVICORN_WORKERS=2")
+    parser.add_argument("--py-spy", metavar="PREFIX", help="record the server with py-spy (a dev dependency) "
+                        "during each run into PREFIX.<clients>.txt (collapsed stacks)")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("bench_load: needs wrk (apt-get install wrk)", file=sys.stderr)
         return 2
     args.server_env = dict(item.split("=", 1) for item in args.env)
     rows = [row for backend in args.databases for row in bench_backend(backend, args)]
-    print(f"{'database':<11} {'clients':>7} {'GET/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'POST/s':>7} {'errors':>6}")
+    print(f"{'database':<11} {'clients':>7} {'GET/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'POST/s':>7} {'errors':>6} {'CPU ms/req':>10}")
     for r in rows:
         print(f"{r['database']:<11} {r['clients']:>7} {r['get_per_s']:>8} {r['get_p50_ms']:>7} {r['get_p99_ms']:>7} "
-              f"{r['submit_per_s']:>7} {r['errors']:>6}")
+              f"{r['submit_per_s']:>7} {r['errors']:>6} {r['server_cpu_ms_per_request']:>10}")
     return 0
 
 

@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from service import dashboard
 from service.api import comparisons, graphs, health, jobs, plans, topologies
 from service.api import solvers as solvers_api
+from service.api.hot import HotReadMiddleware, PlanCache
 from service.auth import KeyCache, RateLimiter
 from service.boundary import BoundaryMiddleware
 from service.config import ServiceConfig, load_config
@@ -38,7 +39,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     metrics = Metrics(db)
     pool = dispatcher or make_dispatcher(db, cfg, on_finish=metrics.job_finished)
     ctx = Context(cfg, db, pool, metrics, RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst),
-                  KeyCache(cfg.key_cache_s))
+                  KeyCache(cfg.key_cache_s), PlanCache(cfg.plan_cache_bytes))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -64,6 +65,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     install_error_handlers(app)
     dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
+    app.add_middleware(HotReadMiddleware, ctx=ctx, router_routes=lambda: app.router.routes)
     app.add_middleware(BoundaryMiddleware, router=app.router)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

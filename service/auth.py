@@ -92,17 +92,27 @@ class RateLimiter:
 
     def check(self, client: str) -> None:
         """Take one token for ``client`` or raise :class:`RateLimited`."""
+        wait_s = self._take(client)
+        if wait_s > 0:
+            raise RateLimited(f"rate limit of {self.rate_per_s:g} requests/s exceeded; retry in {wait_s:.2f} s",
+                              retry_after_s=wait_s)
+
+    def allow(self, client: str) -> bool:
+        """Take one token for ``client`` if it has one (a refusal takes none)."""
+        return self._take(client) == 0
+
+    def _take(self, client: str) -> float:
+        """0 after taking a token, else the seconds until the next one."""
         if self.rate_per_s <= 0:
-            return
+            return 0.0
         now = time.monotonic()
         with self._lock:
             tokens, last = self._buckets.get(client, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - last) * self.rate_per_s)
             if tokens < 1.0:
                 self._buckets[client] = (tokens, now)
-                wait_s = (1.0 - tokens) / self.rate_per_s
-                raise RateLimited(f"rate limit of {self.rate_per_s:g} requests/s exceeded; retry in {wait_s:.2f} s",
-                                  retry_after_s=wait_s)
+                return (1.0 - tokens) / self.rate_per_s
             self._buckets[client] = (tokens - 1.0, now)
             if len(self._buckets) > 100_000:
                 self._buckets.clear()
+            return 0.0

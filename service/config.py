@@ -45,6 +45,7 @@ class ServiceConfig(BaseModel):
     rate_limit_burst: int = Field(400, ge=1)
     key_cache_s: float = Field(10.0, ge=0)
     threads: int = Field(8, ge=1, le=256)
+    plan_cache_bytes: int = Field(64 * 2**20, ge=0, description="memory for answers of GET /v1/plans/{id} (0: off)")
     progress_interval_s: float = Field(0.25, ge=0)
     log_level: str = "info"
     session_secret: str = Field("", description="signs dashboard session cookies; empty: a random secret per process")

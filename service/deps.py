@@ -16,6 +16,7 @@ from service.config import ServiceConfig
 from service.db.engine import Database
 
 if TYPE_CHECKING:
+    from service.api.hot import PlanCache
     from service.jobs.dispatch import Dispatcher
     from service.metrics import Metrics
 
@@ -30,6 +31,7 @@ class Context:
     metrics: Metrics
     limiter: RateLimiter
     keys: KeyCache
+    plans: PlanCache
 
 
 def get_context(request: Request) -> Context:

@@ -157,9 +157,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
-        if not _is_outage(exc):
+        response = database_error_response(exc, request.method, request.url.path)
+        if response is None:
             raise exc  # a bug: answered 500 by service.boundary
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
-        body = problem_body(503, "database-unavailable", "Database unavailable",
-                            "the database cannot be reached; retry shortly", request.url.path)
-        return problem_response(503, body, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})
+        return response
+
+
+def database_error_response(exc: DBAPIError, method: str, path: str) -> JSONResponse | None:
+    """503 with ``Retry-After`` when the database is unreachable; ``None`` for any other database error."""
+    if not _is_outage(exc):
+        return None
+    log.warning("database unavailable on %s %s: %s", method, path, exc.orig)
+    body = problem_body(503, "database-unavailable", "Database unavailable",
+                        "the database cannot be reached; retry shortly", path)
+    return problem_response(503, body, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})

@@ -16,7 +16,7 @@ from service.db.owned import get_owned
 from service.documents import decompress
 from solvers.model.errors import InvalidInput
 
-__all__ = ["ERRORS", "MAX_INT32", "MAX_PAGE", "create_once", "document_response", "errors", "get_owned", "idempotent_existing",
+__all__ = ["ERRORS", "MAX_INT32", "MAX_PAGE", "create_once", "document_json", "document_response", "errors", "get_owned", "idempotent_existing",
            "next_cursor", "paginate"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -87,11 +87,16 @@ def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) 
     return stmt.order_by(id_column.desc()).limit(limit + 1)
 
 
-def document_response(body: bytes, accept_encoding: str | None) -> Response:
+def document_response(body: bytes, accept_encoding: str | None, headers: dict[str, str] | None = None) -> Response:
     """A stored (gzip) document: sent as stored when the client accepts gzip, else as compact JSON."""
     if accept_encoding and "gzip" in accept_encoding.lower():
-        return Response(body, media_type="application/json", headers={"Content-Encoding": "gzip"})
-    return Response(json.dumps(decompress(body), separators=(",", ":")), media_type="application/json")
+        return Response(body, media_type="application/json", headers={**(headers or {}), "Content-Encoding": "gzip"})
+    return Response(document_json(body), media_type="application/json", headers=headers)
+
+
+def document_json(body: bytes) -> bytes:
+    """A stored (gzip) document as compact JSON."""
+    return json.dumps(decompress(body), separators=(",", ":")).encode()
 
 
 def next_cursor(rows: list[Any], limit: int) -> tuple[list[Any], str | None]:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import defer
 
 from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
@@ -27,7 +27,8 @@ DOC_BODY: dict[str, Any] = {
 }
 
 
-def graph_out(row: Graph) -> GraphOut:
+def graph_out(row: Graph | Row[Any]) -> GraphOut:
+    """The answer for a graph's metadata, from its ORM row or a Core row of its columns."""
     return GraphOut(id=row.id, digest=row.digest, name=row.name, n_ops=row.n_ops, n_edges=row.n_edges,
                     size_bytes=row.size_bytes, created_at=row.created_at)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
-from sqlalchemy import select
+from sqlalchemy import Row, select
 
 from service.api._common import (
     MAX_PAGE,
@@ -32,7 +32,8 @@ PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
     "description": "the placer.plan/v1 document", "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
-def job_out(job: Job) -> JobOut:
+def job_out(job: Job | Row[Any]) -> JobOut:
+    """The answer for a job, from its ORM row or a Core row of the ``jobs`` table."""
     return JobOut(id=job.id, status=job.state, graph_id=job.graph_id, topology_id=job.topology_id,
                   comparison_id=job.comparison_id, parent_id=job.parent_id, solver=job.solver, objective=job.objective,
                   settings=job.settings, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
 
 from service.api._common import document_response, errors, get_owned
+from service.api.hot import etag_matches, plan_etag
 from service.api.jobs import PLAN_RESPONSE
 from service.boundary import PlacerRoute
 from service.db.models import Graph, PlanRow, TopologyRow
@@ -42,10 +45,19 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
     return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline)
 
 
-@router.get("/plans/{plan_id:id}", responses={**errors(), **PLAN_RESPONSE})
-def get_plan(plan_id: str, session: SessionDep, project: ProjectDep) -> Response:
-    """A stored ``placer.plan/v1`` document."""
-    return document_response(get_owned(session, PlanRow, plan_id, project, "plan").body, None)
+@router.get("/plans/{plan_id:id}", responses={**errors(), **PLAN_RESPONSE, 304: {
+    "description": "not modified: ``If-None-Match`` names the plan's ``ETag`` (a stored plan never changes)"}})
+def get_plan(plan_id: str, session: SessionDep, project: ProjectDep,
+             if_none_match: Annotated[str | None, Header(max_length=2000)] = None) -> Response:
+    """A stored ``placer.plan/v1`` document, with an ``ETag`` (plans are immutable).
+
+    Usually answered by the lean path (:mod:`service.api.hot`), which keeps it in memory.
+    """
+    row = get_owned(session, PlanRow, plan_id, project, "plan")
+    etag = plan_etag(plan_id)
+    if etag_matches(if_none_match, etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    return document_response(row.body, None, {"ETag": etag})
 
 
 @router.get("/plans/{plan_id}/launcher", responses={**errors(409), 200: {

@@ -1,0 +1,197 @@
+"""The hottest reads on a lean path: ``GET /v1/jobs/{id}``, ``/v1/plans/{id}`` and ``/v1/graphs/{id}``.
+
+Clients poll these, so each costs little CPU: :class:`HotReadMiddleware` answers them before
+FastAPI's routing, dependency solving and per-request ORM session, with the same rules and the
+same answers as the routes in :mod:`service.api.jobs`, :mod:`service.api.plans` and
+:mod:`service.api.graphs` (which still serve every other case):
+
+* authentication only from the key cache (:class:`service.auth.KeyCache`, whose entries expire
+  after ``key_cache_s``, so a revoked key is refused at the latest then); a key not in the
+  cache, a missing or malformed ``Authorization``, a query string, a ``HEAD`` go the full way,
+  which checks the key in the database and caches it;
+* the rate limit: a request over it goes the full way, which answers 429 (no token is taken);
+* project scoping: another project's id is 404, as on the full path;
+* one primary-key ``SELECT`` on the read-only engine (on PostgreSQL one round trip, no
+  ``BEGIN``/``COMMIT``), no ORM session;
+* plans are immutable and are never deleted through the API, so a plan's answer is kept in a
+  bounded LRU (:class:`PlanCache`) after its first read, with an ``ETag`` (the plan id) and
+  ``If-None-Match`` answered 304.  Jobs change and graphs can be deleted: they are read every
+  time.
+
+Paths, query strings and headers have already met :class:`service.boundary.BoundaryMiddleware`
+(the middleware sits inside it), and the request metrics are labelled by the same route
+templates as the full path's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlalchemy import bindparam, select
+from sqlalchemy.exc import DBAPIError
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.api._common import document_json
+from service.boundary import flat_routes
+from service.db.models import Graph, Job, PlanRow
+from service.errors import NotFound, Unauthorized, database_error_response, placer_error_response
+
+if TYPE_CHECKING:
+    from service.deps import Context
+
+HOT_PATH = re.compile(r"/v1/(jobs|plans|graphs)/([^/:]+)")
+
+
+def plan_etag(plan_id: str) -> str:
+    """A stored plan never changes: its id is its strong entity tag (RFC 9110 §8.8.3)."""
+    return f'"{plan_id}"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (or ``*``), by weak comparison (RFC 9110 §13.1.2)."""
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+class PlanCache:
+    """Answers of ``GET /v1/plans/{id}``: plan id -> (project id, compact JSON), least recently
+    used first out, at most ``max_bytes`` of JSON in all (0: off)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+
+    def get(self, plan_id: str) -> tuple[str, bytes] | None:
+        hit = self._entries.get(plan_id)
+        if hit is not None:
+            self._entries.move_to_end(plan_id)
+        return hit
+
+    def put(self, plan_id: str, project_id: str, data: bytes) -> None:
+        if len(data) > self.max_bytes // 4 or plan_id in self._entries:
+            return  # off, or a single document too large to be worth a quarter of the cache
+        self._entries[plan_id] = (project_id, data)
+        self.bytes += len(data)
+        while self.bytes > self.max_bytes:
+            _, (_, old) = self._entries.popitem(last=False)
+            self.bytes -= len(old)
+
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+class HotReadMiddleware:
+    """The lean path of the hot GETs (module docstring); everything else passes through."""
+
+    def __init__(self, app: ASGIApp, ctx: Context, router_routes: Callable[[], list[BaseRoute]]) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.plans = ctx.plans
+        self._router_routes = router_routes
+        self._routes: dict[str, BaseRoute] | None = None
+        self._engine = ctx.db.read_engine
+        job, graph = Job.__table__, Graph.__table__
+        self._job_stmt = select(job).where(job.c.id == bindparam("id"))
+        self._plan_stmt = select(PlanRow.project_id, PlanRow.body).where(PlanRow.id == bindparam("id"))
+        self._graph_stmt = select(
+            graph.c.id,
+            graph.c.project_id,
+            graph.c.digest,
+            graph.c.name,
+            graph.c.n_ops,
+            graph.c.n_edges,
+            graph.c.size_bytes,
+            graph.c.created_at,
+        ).where(graph.c.id == bindparam("id"))
+
+    def routes(self) -> dict[str, BaseRoute]:
+        """The full path's route of each kind (the metrics label them by its template)."""
+        if self._routes is None:
+            from service.api import graphs, jobs, plans
+
+            endpoints = {jobs.get_job: "jobs", plans.get_plan: "plans", graphs.get_graph: "graphs"}
+            self._routes = {
+                endpoints[endpoint]: r
+                for r in flat_routes(self._router_routes())
+                if (endpoint := getattr(r, "endpoint", None)) in endpoints
+            }
+        return self._routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or scope.get("query_string"):
+            await self.app(scope, receive, send)
+            return
+        match = HOT_PATH.fullmatch(scope["path"])
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        authorization = if_none_match = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+            elif name == b"if-none-match":
+                if_none_match = value.decode("latin-1")
+        project = self._cached_project(authorization)
+        if project is None or not self.ctx.limiter.allow(project):
+            await self.app(scope, receive, send)  # authenticated (and cached), or refused, the full way
+            return
+        kind, obj_id = match.group(1), match.group(2)
+        scope["route"] = self.routes().get(kind)
+        try:
+            response = self._answer(kind, obj_id, project, if_none_match)
+        except NotFound as exc:
+            response = placer_error_response(exc, scope["path"])
+        except DBAPIError as exc:
+            outage = database_error_response(exc, "GET", scope["path"])
+            if outage is None:
+                raise  # a bug: answered 500 by the boundary
+            response = outage
+        await response(scope, receive, send)
+
+    def _cached_project(self, authorization: str | None) -> str | None:
+        from service.auth import bearer_key_hash
+
+        try:
+            return self.ctx.keys.get(bearer_key_hash(authorization))
+        except Unauthorized:
+            return None
+
+    def _answer(self, kind: str, obj_id: str, project: str, if_none_match: str | None) -> Response:
+        if kind == "plans":
+            return self._plan(obj_id, project, if_none_match)
+        with self._engine.connect() as conn:
+            row = conn.execute(self._job_stmt if kind == "jobs" else self._graph_stmt, {"id": obj_id}).first()
+        if row is None or row.project_id != project:
+            raise NotFound(f"{kind[:-1]} {obj_id!r} not found", field="id", ref=obj_id)
+        if kind == "jobs":
+            from service.api.jobs import job_out
+
+            return Response(job_out(row).model_dump_json(by_alias=True).encode(), media_type="application/json")
+        from service.api.graphs import graph_out
+
+        return Response(graph_out(row).model_dump_json(by_alias=True).encode(), media_type="application/json")
+
+    def _plan(self, plan_id: str, project: str, if_none_match: str | None) -> Response:
+        hit = self.plans.get(plan_id)
+        if hit is None:
+            with self._engine.connect() as conn:
+                row = conn.execute(self._plan_stmt, {"id": plan_id}).first()
+            if row is None:
+                raise NotFound(f"plan {plan_id!r} not found", field="id", ref=plan_id)
+            hit = (row.project_id, document_json(row.body))
+            self.plans.put(plan_id, *hit)
+        owner, data = hit
+        if owner != project:
+            raise NotFound(f"plan {plan_id!r} not found", field="id", ref=plan_id)
+        etag = plan_etag(plan_id)
+        if etag_matches(if_none_match, etag):
+            return Response(status_code=304, headers={"ETag": etag})
+        return Response(data, media_type="application/json", headers={"ETag": etag})

@@ -1,0 +1,110 @@
+"""The lean path of the hot GETs (service.api.hot) answers as the full path does.
+
+A query string sends a request the full way (FastAPI's route), so each check compares the
+lean answer with the full one for the same resource, project and key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from service.db.models import ApiKey, utcnow
+from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
+
+
+def _finished_job(api: Api) -> dict[str, Any]:
+    job = api.wait(api.submit(api.graph(), api.topology(), "even")["id"])
+    assert job["status"] == "succeeded", job
+    return job
+
+
+def _paths(job: dict[str, Any]) -> list[str]:
+    return [f"/v1/jobs/{job['id']}", f"/v1/plans/{job['plan_id']}", f"/v1/graphs/{job['graph_id']}"]
+
+
+def _same(lean: Any, full: Any) -> None:
+    assert lean.status_code == full.status_code, (lean.text, full.text)
+    assert lean.headers["content-type"] == full.headers["content-type"]
+    assert lean.headers.get("etag") == full.headers.get("etag")
+    assert lean.content == full.content
+
+
+def test_lean_answers_equal_the_full_path(api: Api) -> None:
+    job = _finished_job(api)
+    for path in _paths(job):
+        _same(api.get(path), api.get(path, params={"full": "1"}))
+    plan = api.get(f"/v1/plans/{job['plan_id']}")
+    assert plan.json()["format"] == "placer.plan/v1" and plan.headers["etag"] == f'"{job["plan_id"]}"'
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+    assert ctx.plans.get(job["plan_id"]) is not None  # kept after its first read
+
+
+def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the per-request ORM sessions broken, the hot GETs of a cached key still answer."""
+    job = _finished_job(api)
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+
+    def broken() -> None:
+        raise AssertionError("the lean path opened an ORM session")
+
+    monkeypatch.setattr(ctx.db, "read_sessions", broken)
+    for path in _paths(job):
+        assert api.get(path).status_code == 200, path
+
+
+def test_another_projects_ids_are_404_on_both_paths(api: Api, other_api: Api) -> None:
+    job = _finished_job(api)
+    other_api.get("/v1/graphs")  # the other key is cached: its hot GETs take the lean path
+    for path in [*_paths(job), "/v1/jobs/job_nosuch", "/v1/plans/plan_nosuch", "/v1/graphs/g_nosuch"]:
+        lean, full = other_api.get(path), other_api.get(path, params={"full": "1"})
+        assert_problem(lean, 404, field="id", slug="not-found")
+        _same(lean, full)
+
+
+def test_plan_etag_answers_304(api: Api) -> None:
+    job = _finished_job(api)
+    path = f"/v1/plans/{job['plan_id']}"
+    etag = api.get(path).headers["etag"]
+    for params in ({}, {"full": "1"}):
+        r = api.get(path, params=params, headers={"If-None-Match": f'W/"other", {etag}'})
+        assert r.status_code == 304 and r.headers["etag"] == etag and r.content == b""
+        assert api.get(path, params=params, headers={"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_revoked_key_is_refused_once_its_cache_entry_expires(api: Api) -> None:
+    job = _finished_job(api)
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+    with ctx.db.session() as s:
+        s.execute(update(ApiKey).values(revoked_at=utcnow()).where(ApiKey.project_id == _project_of(api)))
+    ctx.keys._entries.clear()  # what key_cache_s seconds do
+    for path in _paths(job):
+        assert_problem(api.get(path), 401, field="Authorization")
+
+
+def _project_of(api: Api) -> str:
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+    from service.auth import bearer_key_hash
+
+    return str(ctx.keys.get(bearer_key_hash(f"Bearer {api.key}")))
+
+
+def test_nul_in_a_hot_path_is_404(api: Api) -> None:
+    api.get("/v1/graphs")
+    for path in ("/v1/jobs/job_%00x", "/v1/plans/p%00", "/v1/graphs/g_%00x"):
+        assert_problem(api.get(path), 404, slug="not-found")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hot_gets_are_rate_limited(backend: str, tmp_path: Path) -> None:
+    with running_app(backend, tmp_path, workers=0, rate_limit_per_s=0.1, rate_limit_burst=4) as (client, cfg):
+        api = new_api(client, cfg)
+        gid = api.graph()  # a token; the key is cached
+        codes = [api.get(f"/v1/graphs/{gid}").status_code for _ in range(6)]
+        assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429, 429], codes
+        limited = api.get(f"/v1/graphs/{gid}")
+        assert_problem(limited, 429, slug="rate-limited")
+        assert int(limited.headers["Retry-After"]) >= 1
