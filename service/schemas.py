@@ -7,7 +7,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from solvers.generate import TOPOLOGY_KINDS
+from solvers.generate import MAX_GENERATED_DEVICES, TOPOLOGY_KINDS, TOPOLOGY_SIZE_MAXIMA
 from solvers.model.settings import ProblemSettings
 
 T = TypeVar("T")
@@ -49,7 +49,12 @@ class TopologyOut(BaseModel):
 class GenerateTopologyIn(Strict):
     kind: str = Field(description="generator kind, e.g. hierarchical, dgx1, mesh2d, torus3d",
                       json_schema_extra={"enum": list[JsonValue](sorted(TOPOLOGY_KINDS))})
-    params: dict[str, Any] = Field(default_factory=dict, description="generator parameters (seed, sizes ...)")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"generator parameters (seed, sizes ...); the size parameters together make at most "
+                    f"{MAX_GENERATED_DEVICES} devices (nodes x gpus_per_node, nx x ny x nz, 8 x boxes, devices)",
+        json_schema_extra={"properties": {name: {"type": "integer", "minimum": 1, "maximum": most}
+                                          for name, most in TOPOLOGY_SIZE_MAXIMA.items()}})
 
 
 class JobIn(Strict):

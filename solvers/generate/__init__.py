@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from solvers.generate._params import call_generator, coerce_params, parameter_types
+from solvers.generate._params import MAX_GENERATED_DEVICES, call_generator, coerce_params, parameter_types
 from solvers.generate.cnn import cnn
 from solvers.generate.grid import mesh2d, mesh3d, torus2d, torus3d
 from solvers.generate.random_dag import random_dag
@@ -33,6 +33,13 @@ TOPOLOGY_KINDS: dict[str, Callable[..., Topology]] = {
     "moirai_inter": moirai_inter,
     "moirai_intra": moirai_intra,
 }
+
+TOPOLOGY_SIZE_MAXIMA: dict[str, int] = {
+    **dict.fromkeys(("nodes", "gpus_per_node", "devices", "nx", "ny", "nz"), MAX_GENERATED_DEVICES),
+    "boxes": MAX_GENERATED_DEVICES // 8,
+}
+"""The most each size parameter of the topology generators may be on its own; together (nodes x
+gpus_per_node, nx x ny x nz ...) they make at most :data:`MAX_GENERATED_DEVICES` devices."""
 
 GRAPH_KINDS: dict[str, Callable[..., OpGraph]] = {
     "transformer": transformer,
@@ -115,4 +122,5 @@ def generate_graph(kind: str, **params: Any) -> OpGraph:
     return call_generator("graph", GRAPH_KINDS, kind, params)
 
 
-__all__ = ["GRAPH_KINDS", "TOPOLOGY_KINDS", "coerce_params", "generate_graph", "generate_topology", "parameter_types"]
+__all__ = ["GRAPH_KINDS", "MAX_GENERATED_DEVICES", "TOPOLOGY_KINDS", "TOPOLOGY_SIZE_MAXIMA", "coerce_params",
+           "generate_graph", "generate_topology", "parameter_types"]

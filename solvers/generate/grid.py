@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import numpy.typing as npt
 
-from solvers.generate._params import positive
+from solvers.generate._params import device_count, positive
 from solvers.generate._topo import gpus, matrix_topology
 from solvers.generate.devices import GB
 from solvers.model.topology import Topology
@@ -47,8 +47,7 @@ def hop_matrix(shape: tuple[int, ...], torus: bool) -> npt.NDArray[np.int64]:
 
 def _grid(kind: str, shape: tuple[int, ...], torus: bool, hop_latency_s: float, device: str,
           memory_gib: float, speed: float) -> Topology:
-    for axis, n in zip("xyz", shape, strict=False):
-        positive(n, f"n{axis}")
+    device_count({f"n{axis}": n for axis, n in zip("xyz", shape, strict=False)})
     positive(hop_latency_s, "hop_latency_s", allow_zero=True)
     positive(memory_gib, "memory_gib")
     positive(speed, "speed")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from solvers.generate._params import positive
+from solvers.generate._params import device_count, positive
 from solvers.generate._topo import block_hosts, gpus, host_blocks, matrix_topology
 from solvers.generate.devices import MB_PER_US_IN_BPS
 from solvers.model.errors import InvalidInput
@@ -36,7 +36,7 @@ def _symmetric_uniform(rng: np.random.Generator, n: int, low: float, high: float
 
 
 def _check(devices: int, latency_s: float, memory_gib: float) -> None:
-    positive(devices, "devices")
+    device_count({"devices": devices})
     positive(latency_s, "latency_s", allow_zero=True)
     positive(memory_gib, "memory_gib")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers.generate._params import one_of, positive
+from solvers.generate._params import device_count, one_of, positive
 from solvers.generate._topo import block_hosts, gpus, host_blocks, matrix_topology, two_level
 from solvers.generate.devices import GB, GiB, device_spec, relative_speed
 from solvers.model.topology import Device, Topology
@@ -21,8 +21,7 @@ def hierarchical(*, nodes: int = 4, gpus_per_node: int = 4, intra_bandwidth_GBps
                  inter_latency_s: float = 5e-5, device: str = "TitanV", memory_gib: float = 12.0,
                  speed: float = 1.0) -> Topology:
     """Two-level hierarchy: nodes x GPUs, one intra-node and one inter-node bandwidth (Parmesan App. D-B)."""
-    positive(nodes, "nodes")
-    positive(gpus_per_node, "gpus_per_node")
+    device_count({"nodes": nodes, "gpus_per_node": gpus_per_node})
     for name, value in (("intra_bandwidth_GBps", intra_bandwidth_GBps), ("inter_bandwidth_GBps", inter_bandwidth_GBps),
                         ("memory_gib", memory_gib), ("speed", speed)):
         positive(value, name)
@@ -56,7 +55,7 @@ def dgx1(*, boxes: int = 4, double_nvlink_GBps: float = 43.2, single_nvlink_GBps
          pcie_latency_s: float = 5e-6, ethernet_latency_s: float = 5e-5, memory_gib: float = 32.0,
          speed: float = 1.0) -> Topology:
     """N DGX-1 boxes (8 V100 each, hybrid cube-mesh NVLink) over Ethernet (Parmesan App. D-B)."""
-    positive(boxes, "boxes")
+    device_count({"boxes": boxes, "GPUs per box": 8})
     for name, value in (("double_nvlink_GBps", double_nvlink_GBps), ("single_nvlink_GBps", single_nvlink_GBps),
                         ("pcie_GBps", pcie_GBps), ("ethernet_GBps", ethernet_GBps),
                         ("memory_gib", memory_gib), ("speed", speed)):

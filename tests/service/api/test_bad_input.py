@@ -64,6 +64,20 @@ CATALOGUE: list[tuple[str, str, bytes | None, dict[str, str], int, str | None, s
     ("POST", "/v1/graphs", b'{"format": ', JSON, 400, "body", "malformed-body"),
     ("POST", "/v1/topologies", b"not json", JSON, 400, "body", "malformed-body"),
     ("POST", "/v1/jobs", b'{"graph_id": "x", "solver": ', JSON, 400, "body", "malformed-body"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "mesh2d", "params": {"nx": 100000, "ny": 100000}}', JSON, 422,
+     "nx", "invalid-input"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "torus3d", "params": {"nx": 16, "ny": 16, "nz": 16}}', JSON, 422,
+     "nx", "invalid-input"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "hierarchical", "params": {"nodes": 1000000000000}}', JSON, 422,
+     "nodes", "invalid-input"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "hierarchical", "params": {"gpus_per_node": "4096"}}', JSON, 422,
+     "gpus_per_node", "invalid-input"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "dgx1", "params": {"boxes": 65}}', JSON, 422, "boxes",
+     "invalid-input"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "uniform_dist", "params": {"devices": 513}}', JSON, 422,
+     "devices", "invalid-input"),
+    ("POST", "/v1/topologies:generate", b'{"kind": "random_blk_1", "params": {"devices": 99999999, "nodes": 2}}',
+     JSON, 422, "devices", "invalid-input"),
 ]
 
 

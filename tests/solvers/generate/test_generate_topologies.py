@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.generate import TOPOLOGY_KINDS, generate_topology, parameter_types
+from solvers.generate import (
+    MAX_GENERATED_DEVICES,
+    TOPOLOGY_KINDS,
+    TOPOLOGY_SIZE_MAXIMA,
+    generate_topology,
+    parameter_types,
+)
 from solvers.generate.devices import MB_PER_US_IN_BPS
 from solvers.generate.grid import hop_bandwidth_GBps, hop_matrix
 from solvers.generate.topologies import DGX1_NVLINKS
@@ -155,3 +161,41 @@ def test_parameter_types_are_checked_and_strings_coerced() -> None:
         generate_topology("random_blk_1", devices=4, nodes=9)
     with pytest.raises(InvalidInput, match="unknown device kind 'Z80'"):
         generate_topology("moirai_inter", reference="Z80")
+
+
+@pytest.mark.parametrize(("kind", "params", "field"), [
+    ("hierarchical", {"nodes": 10**12}, "nodes"),
+    ("hierarchical", {"nodes": 64, "gpus_per_node": 16}, "nodes"),
+    ("dgx1", {"boxes": MAX_GENERATED_DEVICES // 8 + 1}, "boxes"),
+    ("mesh2d", {"nx": 100_000, "ny": 100_000}, "nx"),
+    ("torus2d", {"nx": 2, "ny": MAX_GENERATED_DEVICES}, "ny"),
+    ("mesh3d", {"nx": 8, "ny": 8, "nz": 9}, "nz"),
+    ("torus3d", {"nz": 10**9}, "nz"),
+    ("random_blk_1", {"devices": MAX_GENERATED_DEVICES + 1}, "devices"),
+    ("random_blk_2", {"devices": 10**6, "nodes": 8}, "devices"),
+    ("uniform_dist", {"devices": 10**18}, "devices"),
+])
+def test_sizes_beyond_the_device_limit_are_refused_naming_the_parameter(kind: str, params: dict[str, int],
+                                                                       field: str) -> None:
+    with pytest.raises(InvalidInput, match=str(MAX_GENERATED_DEVICES)) as err:
+        generate_topology(kind, **params)
+    assert err.value.field == field and field in str(err.value)
+
+
+@pytest.mark.parametrize(("kind", "params"), [("dgx1", {"boxes": 64}), ("mesh3d", {"nx": 8, "ny": 8, "nz": 8})])
+def test_the_device_limit_itself_is_accepted(kind: str, params: dict[str, int]) -> None:
+    assert generate_topology(kind, **params).n_devices == MAX_GENERATED_DEVICES
+
+
+def test_size_maxima_are_the_generators_own() -> None:
+    """Each size parameter alone at its schema maximum (others at 1 where they multiply) is accepted; one more is not."""
+    for kind, func in TOPOLOGY_KINDS.items():
+        types = parameter_types(func)
+        sizes = [name for name in types if name in TOPOLOGY_SIZE_MAXIMA]
+        for name in sizes:
+            ones = {other: 1 for other in sizes if other != name and other != "nodes"}
+            if kind.startswith("random_blk") and name == "devices":
+                ones["nodes"] = 1
+            with pytest.raises(InvalidInput) as err:
+                generate_topology(kind, **{**ones, name: TOPOLOGY_SIZE_MAXIMA[name] + 1})
+            assert err.value.field == name, (kind, name)
