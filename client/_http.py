@@ -3,8 +3,8 @@
 A request is a :class:`Call`. It is retried with exponential backoff and full jitter when it
 is safe to repeat (``Call.retry``: GET, DELETE, and POSTs carrying an ``Idempotency-Key``) and
 the failure is transient: a connection error, 429 (waiting at least ``Retry-After``),
-502/503/504, and, for keyed POSTs, 409 (another request with the same key is still creating
-the resource). A connection that could not be opened is retried for every request: nothing
+502/503/504, and, for keyed POSTs, 409 (``idempotency-in-progress``: another request with the
+same key is still creating the resource; waiting at least its ``Retry-After``). A connection that could not be opened is retried for every request: nothing
 was sent. Other answers >= 400 raise the :mod:`client.errors` exception of their problem+json.
 """
 
@@ -87,8 +87,8 @@ def _retry_delay(call: Call, policy: RetryPolicy, attempt: int, response: httpx.
         return None
     if response.status_code in RETRY_STATUSES:
         return policy.delay_s(attempt, retry_after_s(dict(response.headers)))
-    if response.status_code == 409 and call.keyed:
-        return policy.delay_s(attempt)
+    if response.status_code == 409 and call.keyed:  # idempotency-in-progress: wait its Retry-After
+        return policy.delay_s(attempt, retry_after_s(dict(response.headers)))
     return None
 
 

@@ -45,6 +45,8 @@ class ServiceConfig(BaseModel):
     rate_limit_burst: int = Field(400, ge=1)
     key_cache_s: float = Field(10.0, ge=0)
     threads: int = Field(8, ge=1, le=256)
+    idempotency_reserve_s: float = Field(30.0, gt=0, description="how long a request's claim on an Idempotency-Key "
+                                         "holds before a crashed creator's claim is taken over")
     plan_cache_bytes: int = Field(64 * 2**20, ge=0, description="memory for answers of GET /v1/plans/{id} (0: off)")
     progress_interval_s: float = Field(0.25, ge=0)
     log_level: str = "info"

@@ -64,6 +64,19 @@ class RateLimited(PlacerError):
         self.retry_after_s = retry_after_s
 
 
+class IdempotencyInProgress(PlacerError):
+    """409: another request with the same ``Idempotency-Key`` is still creating the resource
+    (the IETF Idempotency-Key draft); retry after ``Retry-After`` seconds."""
+
+    type_slug = "idempotency-in-progress"
+    title = "A request with this Idempotency-Key is in progress"
+    http_status = 409
+
+    def __init__(self, message: str, retry_after_s: float, field: str | None = None, ref: str | None = None) -> None:
+        super().__init__(message, field=field, ref=ref)
+        self.retry_after_s = retry_after_s
+
+
 def problem_body(status: int, slug: str, title: str, detail: str, instance: str | None = None,
                  **extra: Any) -> dict[str, Any]:
     """A problem+json body; ``extra`` members with value ``None`` are left out."""
@@ -84,7 +97,7 @@ def placer_error_response(exc: PlacerError, instance: str | None = None) -> JSON
     headers: dict[str, str] = {}
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | IdempotencyInProgress):
         headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
     if status >= 500:
         log.error("%s: %s", exc.type_slug, exc.message)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from fastapi import Response
-from sqlalchemy import Select, select
+from sqlalchemy import Select, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.db.models import Comparison, Job
+from service.db.models import Comparison, IdempotencyReservation, Job, utcnow
 from service.db.owned import get_owned
 from service.documents import decompress
+from service.errors import IdempotencyInProgress
 from solvers.model.errors import InvalidInput
 
 __all__ = ["ERRORS", "MAX_INT32", "MAX_PAGE", "create_once", "document_json", "document_response", "errors", "get_owned", "idempotent_existing",
@@ -50,34 +52,115 @@ def idempotent_existing(session: Session, model: type[Idempotent], project: str,
     return found
 
 
+IDEMPOTENCY_RETRY_AFTER_S = 1.0
+"""The ``Retry-After`` of a 409 ``idempotency-in-progress``: creating a job or a comparison takes
+milliseconds to a second."""
+
+
 def create_once(session: Session, model: type[Idempotent], project: str, key: str | None, request_digest: str,
-                create: Callable[[], Idempotent]) -> tuple[Idempotent, bool]:
+                create: Callable[[], Idempotent], reserve_s: float = 30.0) -> tuple[Idempotent, bool]:
     """Create a job or comparison and commit it, at most once per ``Idempotency-Key``.
 
     Returns ``(row, created)``: the row made by ``create`` (then committed), or the one an
-    earlier request with the same key and body created, including a concurrent request whose
-    insert won the key's unique constraint while this one was creating.
+    earlier request with the same key and body created.  Following the IETF Idempotency-Key
+    draft, a request whose key is still being used by another request to create the resource
+    is answered at once with 409 ``idempotency-in-progress`` and ``Retry-After``
+    (:class:`~service.errors.IdempotencyInProgress`), never made to wait:
+
+    1. the resource already created with the key is the answer (422 if the body differs);
+    2. else the key is claimed: an :class:`~service.db.models.IdempotencyReservation` row is
+       inserted and committed at once (its primary key admits one claim per project and key);
+       a request that finds the claim held gets the 409 (or the 422 if its body differs);
+    3. the claimer creates the resource and deletes its claim in the same transaction; if the
+       work fails the claim is deleted and the error answered.  A claim left by a crashed server
+       expires after ``reserve_s`` and is taken over (compare-and-set on ``reserved_until``);
+       even then the resource's own unique index on ``(project_id, idempotency_key)`` keeps it
+       to one.
 
     It returns with no transaction open.  On SQLite a write transaction holds the database's one
     write lock, and a request must not keep it while it waits for a thread to serialise its
-    answer: parallel retries, each holding a thread while waiting for the lock, would stall
-    until the busy timeout.  A retry waits only while the first request creates (one writer at
-    a time on SQLite, the key's unique index on PostgreSQL), then gets the committed row.
+    answer; each transaction here is short (a claim, or the creation itself).
     """
-    if key and (found := idempotent_existing(session, model, project, key, request_digest)):
+    if not key:
+        row = create()
         session.commit()
+        return row, True
+    if found := idempotent_existing(session, model, project, key, request_digest):
+        session.commit()
+        return found, False
+    scope = model.__tablename__
+    if found := _claim(session, model, project, key, request_digest, reserve_s):
         return found, False
     try:
         row = create()
+        session.execute(_unclaim(project, scope, key))
         session.commit()
-    except IntegrityError:
+    except IntegrityError:  # a creator that took over an expired claim won the resource's unique index
         session.rollback()
-        found = idempotent_existing(session, model, project, key or "", request_digest)
+        session.execute(_unclaim(project, scope, key))
+        found = idempotent_existing(session, model, project, key, request_digest)
         session.commit()
         if found is None:
             raise
         return found, False
+    except BaseException:
+        session.rollback()
+        session.execute(_unclaim(project, scope, key))
+        session.commit()
+        raise
     return row, True
+
+
+def _unclaim(project: str, scope: str, key: str) -> Any:
+    return delete(IdempotencyReservation).where(
+        IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
+        IdempotencyReservation.key == key)
+
+
+def _claim(session: Session, model: type[Idempotent], project: str, key: str, request_digest: str,
+           reserve_s: float) -> Idempotent | None:
+    """Claim ``key`` for this request (``None``), or return the resource created meanwhile; raise
+    409 while another request holds the claim, 422 if that request has another body."""
+    scope = model.__tablename__
+    for _ in range(3):  # a claim released between our insert and our read: claim again
+        now = utcnow()
+        try:
+            session.add(IdempotencyReservation(project_id=project, scope=scope, key=key,
+                                               request_digest=request_digest,
+                                               reserved_until=now + timedelta(seconds=reserve_s)))
+            session.commit()
+            return None
+        except IntegrityError:
+            session.rollback()
+        held = session.scalar(select(IdempotencyReservation).where(
+            IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
+            IdempotencyReservation.key == key).execution_options(populate_existing=True))
+        found = idempotent_existing(session, model, project, key, request_digest)
+        if found is not None:
+            session.commit()
+            return found
+        if held is None:
+            session.commit()
+            continue
+        if held.request_digest != request_digest:
+            session.commit()
+            raise InvalidInput("Idempotency-Key: the key is being used by a request with a different body",
+                               field="Idempotency-Key", ref=key)
+        if held.reserved_until > now:
+            session.commit()
+            raise IdempotencyInProgress(
+                "Idempotency-Key: a request with this key is still creating the resource; retry shortly",
+                retry_after_s=IDEMPOTENCY_RETRY_AFTER_S, field="Idempotency-Key", ref=key)
+        taken = session.execute(update(IdempotencyReservation).where(
+            IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
+            IdempotencyReservation.key == key, IdempotencyReservation.reserved_until == held.reserved_until,
+        ).values(reserved_until=now + timedelta(seconds=reserve_s)))
+        session.commit()
+        if getattr(taken, "rowcount", 0) == 1:
+            return None  # the expired claim of a crashed request is ours now
+    raise IdempotencyInProgress("Idempotency-Key: a request with this key is still creating the resource; "
+                                "retry shortly", retry_after_s=IDEMPOTENCY_RETRY_AFTER_S, field="Idempotency-Key",
+                                ref=key)
 
 
 def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:

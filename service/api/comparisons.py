@@ -45,7 +45,7 @@ def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
                          best_solver=best, rows=table, created_at=cmp.created_at)
 
 
-@router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(501))
+@router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(409, 501))
 def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, session: SessionDep,
                       project: ProjectDep,
                       idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> ComparisonOut:
@@ -74,7 +74,8 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
         created_jobs.extend(jobs)
         return cmp
 
-    cmp, created = create_once(session, Comparison, project, idempotency_key, request_digest, create)
+    cmp, created = create_once(session, Comparison, project, idempotency_key, request_digest, create,
+                               ctx.config.idempotency_reserve_s)
     out = comparison_out(session, cmp)
     session.commit()  # end the read before the answer is serialised (create_once explains why)
     if not created:

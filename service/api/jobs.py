@@ -46,7 +46,7 @@ def job_out(job: Job | Row[Any]) -> JobOut:
                   started_at=job.started_at, finished_at=job.finished_at)
 
 
-@router.post("/jobs", status_code=202, response_model=JobOut, responses=errors(501))
+@router.post("/jobs", status_code=202, response_model=JobOut, responses=errors(409, 501))
 def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep, project: ProjectDep,
                idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> JobOut:
     """Submit a job: it is stored, then dispatched; a cached identical plan finishes it at once."""
@@ -60,7 +60,8 @@ def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep
         return store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
                             request_digest=request_digest)
 
-    job, created = create_once(session, Job, project, idempotency_key, request_digest, create)
+    job, created = create_once(session, Job, project, idempotency_key, request_digest, create,
+                               ctx.config.idempotency_reserve_s)
     if not created:
         return job_out(job)
     if job.state == "queued":

@@ -132,6 +132,24 @@ class Comparison(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class IdempotencyReservation(Base):
+    """A claim on an ``Idempotency-Key`` while its request creates the resource.
+
+    Made and committed before the work, deleted in the transaction that stores the resource (or
+    when the work fails).  ``reserved_until`` bounds it: a claim left by a crashed server expires
+    and the next request with the key takes it over.  ``scope`` is the resource's table
+    (``jobs``, ``comparisons``).
+    """
+
+    __tablename__ = "idempotency_reservations"
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(20), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_digest: Mapped[str] = mapped_column(String(80))
+    reserved_until: Mapped[datetime] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class PlanRow(Base):
     """A finished plan; the metrics a comparison sorts by are columns."""
 

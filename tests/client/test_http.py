@@ -82,6 +82,15 @@ def test_submit_carries_a_fresh_key_and_is_retried_on_503_and_in_flight_409(slee
     assert len(seen) == 4 and len(keys) == 1 and len(next(iter(keys))) == 36
 
 
+def test_in_progress_409_of_a_keyed_post_waits_for_retry_after(sleeps: list[float]) -> None:
+    in_progress = {"Retry-After": "2"}
+    transport, seen = scripted([problem(409, **in_progress), problem(409, **in_progress),
+                                httpx.Response(202, json=_job("queued"))])
+    assert client_on(transport).submit("g_1", "t_1", "even", idempotency_key="k1").id == "job_1"
+    assert len(seen) == 3 and {r.headers["Idempotency-Key"] for r in seen} == {"k1"}
+    assert len(sleeps) == 2 and all(2.0 <= d < 2.5 for d in sleeps)
+
+
 def test_409_without_key_is_a_conflict_at_once(sleeps: list[float]) -> None:
     transport, seen = scripted([problem(409)])
     with pytest.raises(Conflict):

@@ -1,17 +1,24 @@
-"""Parallel retries with one ``Idempotency-Key``: every request gets the one resource, at once.
+"""Retries with one ``Idempotency-Key``: every request gets the one resource, or 409
+``idempotency-in-progress`` while the first is creating it (the IETF Idempotency-Key draft).
 
 Ten threads send the same request at the same moment, through the app's own thread pool and
-event loop, on SQLite (one writer at a time) and PostgreSQL (a unique index decides).
+event loop, on SQLite (one writer at a time) and PostgreSQL (a unique index decides).  The claim
+a request makes on its key is also set up by hand: held (409), held for another body (422),
+left by a crashed server and expired (taken over).
 """
 
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
-from tests.service.conftest import Api
+from service.auth import bearer_key_hash
+from service.db.models import IdempotencyReservation, utcnow
+from tests.service.conftest import Api, assert_problem
 
 PARALLEL = 10
 
@@ -46,6 +53,67 @@ def test_parallel_retries_get_the_one_resource(api: Api, path: str) -> None:
         assert len(ids) == 1, ids
         for r in answers:
             if r.status_code == 409:
-                assert r.json()["field"] == "Idempotency-Key"
+                assert_problem(r, 409, field="Idempotency-Key", slug="idempotency-in-progress")
+                assert int(r.headers["Retry-After"]) >= 1
+        again = api.post(path, json=body, headers={"Idempotency-Key": f"retry-{round_no}"})
+        assert again.status_code == 202 and again.json()["id"] in ids  # after completion: the stored answer
         listed = api.get(path, params={"limit": 100}).json()["items"]
         assert sum(item["id"] in ids for item in listed) == 1
+
+
+def _job_body(api: Api) -> dict[str, Any]:
+    return {"graph_id": api.graph(), "topology_id": api.topology(), "solver": "even", "time_limit_s": 5}
+
+
+def _digest(body: dict[str, Any]) -> str:
+    from service.schemas import JobIn
+    from solvers.model.canonical import digest
+
+    return digest(JobIn.model_validate(body).model_dump(mode="json", by_alias=True))
+
+
+def _hold(api: Api, key: str, body: dict[str, Any], until_s: float) -> None:
+    """A claim on ``key`` as a request creating a job with ``body`` makes it (expiring in ``until_s``)."""
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+    project = ctx.keys.get(bearer_key_hash(f"Bearer {api.key}"))
+    with ctx.db.session() as s:
+        s.add(IdempotencyReservation(project_id=project, scope="jobs", key=key, request_digest=_digest(body),
+                                     reserved_until=utcnow() + timedelta(seconds=until_s)))
+
+
+def _claims(api: Api, key: str) -> int:
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+    with ctx.db.session(read_only=True) as s:
+        return len(s.scalars(select(IdempotencyReservation).where(IdempotencyReservation.key == key)).all())
+
+
+def test_a_held_key_is_409_in_progress_then_the_resource(api: Api) -> None:
+    body = _job_body(api)
+    api.get("/v1/graphs")  # the key is cached
+    _hold(api, "busy", body, until_s=60)
+    r = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "busy"})
+    assert_problem(r, 409, field="Idempotency-Key", slug="idempotency-in-progress")
+    assert r.headers["Retry-After"] == "1"
+    other = api.post("/v1/jobs", json={**body, "time_limit_s": 6}, headers={"Idempotency-Key": "busy"})
+    assert_problem(other, 422, field="Idempotency-Key")  # same key, another body: as after completion
+    assert _claims(api, "busy") == 1
+
+
+def test_an_expired_claim_of_a_crashed_request_is_taken_over(api: Api) -> None:
+    body = _job_body(api)
+    api.get("/v1/graphs")
+    _hold(api, "crashed", body, until_s=-1)
+    first = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "crashed"})
+    assert first.status_code == 202, first.text
+    again = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "crashed"})
+    assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
+    assert _claims(api, "crashed") == 0
+
+
+def test_a_failed_creation_releases_its_claim(api: Api) -> None:
+    body = {**_job_body(api), "solver": "no-such-solver"}
+    for _ in range(2):  # the second is the same 422, not a 409 on a claim left behind
+        r = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "bad"})
+        assert_problem(r, 422, field="solver")
+    assert _claims(api, "bad") == 0
+    assert api.post("/v1/jobs", json={**body, "solver": "even"}, headers={"Idempotency-Key": "bad2"}).status_code == 202
