@@ -54,6 +54,8 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
             yield
         finally:
             pool.stop()
+            if db.async_reader is not None:
+                await db.async_reader.close()
             db.dispose()
 
     app = FastAPI(title="Placer", version=API_VERSION, lifespan=lifespan,

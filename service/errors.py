@@ -180,7 +180,12 @@ def database_error_response(exc: DBAPIError, method: str, path: str) -> JSONResp
     """503 with ``Retry-After`` when the database is unreachable; ``None`` for any other database error."""
     if not _is_outage(exc):
         return None
-    log.warning("database unavailable on %s %s: %s", method, path, exc.orig)
+    return outage_response(method, path, exc.orig)
+
+
+def outage_response(method: str, path: str, reason: object) -> JSONResponse:
+    """503 with ``Retry-After``: the database cannot be reached."""
+    log.warning("database unavailable on %s %s: %s", method, path, reason)
     body = problem_body(503, "database-unavailable", "Database unavailable",
                         "the database cannot be reached; retry shortly", path)
     return problem_response(503, body, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Column, Table, bindparam, select
 from sqlalchemy.exc import DBAPIError
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -38,8 +38,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api._common import document_json
 from service.boundary import flat_routes
+from service.db.async_reads import DatabaseUnavailable
 from service.db.models import Graph, Job, PlanRow
-from service.errors import NotFound, Unauthorized, database_error_response, placer_error_response
+from service.errors import NotFound, Unauthorized, database_error_response, outage_response, placer_error_response
 
 if TYPE_CHECKING:
     from service.deps import Context
@@ -98,19 +99,17 @@ class HotReadMiddleware:
         self._router_routes = router_routes
         self._routes: dict[str, BaseRoute] | None = None
         self._engine = ctx.db.read_engine
-        job, graph = Job.__table__, Graph.__table__
-        self._job_stmt = select(job).where(job.c.id == bindparam("id"))
-        self._plan_stmt = select(PlanRow.project_id, PlanRow.body).where(PlanRow.id == bindparam("id"))
-        self._graph_stmt = select(
-            graph.c.id,
-            graph.c.project_id,
-            graph.c.digest,
-            graph.c.name,
-            graph.c.n_ops,
-            graph.c.n_edges,
-            graph.c.size_bytes,
-            graph.c.created_at,
-        ).where(graph.c.id == bindparam("id"))
+        self._reader = ctx.db.async_reader
+        job, graph, plan = (cast(Table, model.__table__) for model in (Job, Graph, PlanRow))
+        graph_columns = ("id", "project_id", "digest", "name", "n_ops", "n_edges", "size_bytes", "created_at")
+        self._columns: dict[str, list[Column[Any]]] = {
+            "jobs": list(job.columns),
+            "graphs": [graph.c[name] for name in graph_columns],
+            "plans": [plan.c.project_id, plan.c.body],
+        }
+        self._tables: dict[str, Table] = {"jobs": job, "graphs": graph, "plans": plan}
+        self._stmts = {kind: select(*cols).where(self._tables[kind].c.id == bindparam("id"))
+                       for kind, cols in self._columns.items()}
 
     def routes(self) -> dict[str, BaseRoute]:
         """The full path's route of each kind (the metrics label them by its template)."""
@@ -146,9 +145,11 @@ class HotReadMiddleware:
         kind, obj_id = match.group(1), match.group(2)
         scope["route"] = self.routes().get(kind)
         try:
-            response = self._answer(kind, obj_id, project, if_none_match)
+            response = await self._answer(kind, obj_id, project, if_none_match)
         except NotFound as exc:
             response = placer_error_response(exc, scope["path"])
+        except DatabaseUnavailable as exc:
+            response = outage_response("GET", scope["path"], exc)
         except DBAPIError as exc:
             outage = database_error_response(exc, "GET", scope["path"])
             if outage is None:
@@ -164,11 +165,17 @@ class HotReadMiddleware:
         except Unauthorized:
             return None
 
-    def _answer(self, kind: str, obj_id: str, project: str, if_none_match: str | None) -> Response:
-        if kind == "plans":
-            return self._plan(obj_id, project, if_none_match)
+    async def _row(self, kind: str, obj_id: str) -> Any:
+        """The row's columns of ``kind``: awaited on PostgreSQL, in-process on SQLite."""
+        if self._reader is not None:
+            return await self._reader.row(self._tables[kind], self._columns[kind], obj_id)
         with self._engine.connect() as conn:
-            row = conn.execute(self._job_stmt if kind == "jobs" else self._graph_stmt, {"id": obj_id}).first()
+            return conn.execute(self._stmts[kind], {"id": obj_id}).first()
+
+    async def _answer(self, kind: str, obj_id: str, project: str, if_none_match: str | None) -> Response:
+        if kind == "plans":
+            return await self._plan(obj_id, project, if_none_match)
+        row = await self._row(kind, obj_id)
         if row is None or row.project_id != project:
             raise NotFound(f"{kind[:-1]} {obj_id!r} not found", field="id", ref=obj_id)
         if kind == "jobs":
@@ -179,11 +186,10 @@ class HotReadMiddleware:
 
         return Response(graph_out(row).model_dump_json(by_alias=True).encode(), media_type="application/json")
 
-    def _plan(self, plan_id: str, project: str, if_none_match: str | None) -> Response:
+    async def _plan(self, plan_id: str, project: str, if_none_match: str | None) -> Response:
         hit = self.plans.get(plan_id)
         if hit is None:
-            with self._engine.connect() as conn:
-                row = conn.execute(self._plan_stmt, {"id": plan_id}).first()
+            row = await self._row("plans", plan_id)
             if row is None:
                 raise NotFound(f"plan {plan_id!r} not found", field="id", ref=plan_id)
             hit = (row.project_id, document_json(row.body))

@@ -11,6 +11,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.db.async_reads import AsyncReader
+
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``.
@@ -93,6 +95,9 @@ class Database:
             # read is one round trip instead of three (each statement sees committed data)
             self.read_engine = self.read_engine.execution_options(isolation_level="AUTOCOMMIT")
         self.read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+        self.async_reader: AsyncReader | None = None
+        if not url.startswith("sqlite"):
+            self.async_reader = AsyncReader(url, self.engine.dialect)
 
     @contextmanager
     def session(self, read_only: bool = False) -> Iterator[Session]:

@@ -1,0 +1,104 @@
+"""Primary-key reads that do not block the event loop (PostgreSQL).
+
+The lean path of the hot GETs (:mod:`service.api.hot`) answers on the event loop.  A blocking
+driver call there stops every other request for a database round trip; under load the loop
+would spend a third of its time waiting for PostgreSQL.  :class:`AsyncReader` keeps a few
+autocommit ``psycopg.AsyncConnection`` of its own and awaits the answer instead, so the loop
+serves other requests meanwhile.  Values are converted as the ORM converts them (the columns'
+``TypeDecorator`` result processing, e.g. timestamps read back as aware UTC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import psycopg
+from sqlalchemy import Column, Table, TypeDecorator
+from sqlalchemy.engine import Dialect, make_url
+
+
+class DatabaseUnavailable(Exception):
+    """The database could not be reached for a read (answered 503 like the ORM's outages)."""
+
+
+class AsyncReader:
+    """Up to ``size`` autocommit connections, opened on first use in the running event loop."""
+
+    def __init__(self, url: str, dialect: Dialect, size: int = 8) -> None:
+        self.conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self.dialect = dialect
+        self.size = size
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._opened = 0
+        self._freed: asyncio.Condition | None = None
+        self._sql: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    async def row(self, table: Table, columns: Sequence[Column[Any]], row_id: str) -> SimpleNamespace | None:
+        """The ``columns`` of the row of ``table`` whose ``id`` is ``row_id`` (attributes by column name)."""
+        names = tuple(c.name for c in columns)
+        sql = self._sql.get((table.name, names))
+        if sql is None:
+            sql = self._sql[(table.name, names)] = (
+                f"SELECT {', '.join(names)} FROM {table.name} WHERE id = %s")  # names from the models only
+        conn = await self._acquire()
+        try:
+            cur = await conn.execute(sql, (row_id,), prepare=True)
+            values = await cur.fetchone()
+        except BaseException as exc:  # a broken or interrupted connection is not reused
+            await self._discard(conn)
+            if isinstance(exc, psycopg.OperationalError):
+                raise DatabaseUnavailable(str(exc)) from exc
+            raise
+        await self._release(conn)
+        if values is None:
+            return None
+        out = {}
+        for column, value in zip(columns, values, strict=True):
+            kind = column.type
+            out[column.name] = kind.process_result_value(value, self.dialect) if isinstance(kind, TypeDecorator) \
+                else value
+        return SimpleNamespace(**out)
+
+    def _condition(self) -> asyncio.Condition:
+        if self._freed is None:
+            self._freed = asyncio.Condition()
+        return self._freed
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
+        async with self._condition():
+            while not self._idle and self._opened >= self.size:
+                await self._condition().wait()
+            if self._idle:
+                return self._idle.pop()
+            self._opened += 1
+        try:
+            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        except BaseException as exc:
+            await self._discard(None)
+            if isinstance(exc, psycopg.OperationalError):
+                raise DatabaseUnavailable(str(exc)) from exc
+            raise
+
+    async def _release(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with self._condition():
+            self._idle.append(conn)
+            self._condition().notify()
+
+    async def _discard(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:  # closing a broken connection: nothing more to do
+                pass
+        async with self._condition():
+            self._opened -= 1
+            self._condition().notify()
+
+    async def close(self) -> None:
+        """Close the idle connections (at shutdown)."""
+        while self._idle:
+            await self._idle.pop().close()
+        self._opened = 0
