@@ -11,6 +11,8 @@ serves other requests meanwhile.  Values are converted as the ORM converts them 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +27,9 @@ class DatabaseUnavailable(Exception):
 
 
 class AsyncReader:
-    """Up to ``size`` autocommit connections, opened on first use in the running event loop."""
+    """Up to ``size`` autocommit connections, opened on first use in the running event loop (the
+    loop is single-threaded: the idle list needs no lock; a request finding none waits on a future
+    that a released connection resolves)."""
 
     def __init__(self, url: str, dialect: Dialect, size: int = 8) -> None:
         self.conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -33,7 +37,7 @@ class AsyncReader:
         self.size = size
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._opened = 0
-        self._freed: asyncio.Condition | None = None
+        self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for a connection
         self._sql: dict[tuple[str, tuple[str, ...]], str] = {}
 
     async def row(self, table: Table, columns: Sequence[Column[Any]], row_id: str) -> SimpleNamespace | None:
@@ -62,18 +66,19 @@ class AsyncReader:
                 else value
         return SimpleNamespace(**out)
 
-    def _condition(self) -> asyncio.Condition:
-        if self._freed is None:
-            self._freed = asyncio.Condition()
-        return self._freed
-
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:
-        async with self._condition():
-            while not self._idle and self._opened >= self.size:
-                await self._condition().wait()
-            if self._idle:
-                return self._idle.pop()
-            self._opened += 1
+        while not self._idle and self._opened >= self.size:
+            freed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(freed)
+            try:
+                await freed
+            except asyncio.CancelledError:
+                if freed.done() and not freed.cancelled():
+                    self._wake()  # woken, then cancelled: pass the connection on
+                raise
+        if self._idle:
+            return self._idle.pop()
+        self._opened += 1
         try:
             return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         except BaseException as exc:
@@ -83,19 +88,23 @@ class AsyncReader:
             raise
 
     async def _release(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        async with self._condition():
-            self._idle.append(conn)
-            self._condition().notify()
+        self._idle.append(conn)
+        self._wake()
 
     async def _discard(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        self._opened -= 1
+        self._wake()
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a broken connection: nothing more to do
                 await conn.close()
-            except Exception:  # closing a broken connection: nothing more to do
-                pass
-        async with self._condition():
-            self._opened -= 1
-            self._condition().notify()
+
+    def _wake(self) -> None:
+        """Let the longest waiting request look for a connection again."""
+        while self._waiting:
+            freed = self._waiting.popleft()
+            if not freed.done():
+                freed.set_result(None)
+                return
 
     async def close(self) -> None:
         """Close the idle connections (at shutdown)."""
