@@ -11,8 +11,9 @@ same answers as the routes in :mod:`service.api.jobs`, :mod:`service.api.plans` 
   which checks the key in the database and caches it;
 * the rate limit: a request over it goes the full way, which answers 429 (no token is taken);
 * project scoping: another project's id is 404, as on the full path;
-* one primary-key ``SELECT`` on the read-only engine (on PostgreSQL one round trip, no
-  ``BEGIN``/``COMMIT``), no ORM session;
+* one primary-key ``SELECT``, no ORM session: on PostgreSQL awaited on the connections of
+  :class:`service.db.async_reads.AsyncReader` (autocommit: one round trip, during which the
+  event loop serves other requests), on SQLite in-process on the read-only engine;
 * plans are immutable and are never deleted through the API, so a plan's answer is kept in a
   bounded LRU (:class:`PlanCache`) after its first read, with an ``ETag`` (the plan id) and
   ``If-None-Match`` answered 304.  Jobs change and graphs can be deleted: they are read every
@@ -84,9 +85,6 @@ class PlanCache:
         while self.bytes > self.max_bytes:
             _, (_, old) = self._entries.popitem(last=False)
             self.bytes -= len(old)
-
-
-_JSON = [(b"content-type", b"application/json")]
 
 
 class HotReadMiddleware:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from service.api.hot import PlanCache, etag_matches
 from service.db.models import ApiKey, utcnow
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 
@@ -108,3 +109,20 @@ def test_hot_gets_are_rate_limited(backend: str, tmp_path: Path) -> None:
         limited = api.get(f"/v1/graphs/{gid}")
         assert_problem(limited, 429, slug="rate-limited")
         assert int(limited.headers["Retry-After"]) >= 1
+
+
+def test_plan_cache_keeps_the_recently_used_within_its_bytes() -> None:
+    cache = PlanCache(max_bytes=40)
+    for i in range(4):
+        cache.put(f"plan_{i}", "prj", b"x" * 10)
+    assert cache.get("plan_0") == ("prj", b"x" * 10)  # now the most recently used
+    cache.put("plan_4", "prj", b"y" * 10)  # 50 bytes: the least recently used (plan_1) goes
+    assert cache.get("plan_1") is None and cache.get("plan_0") is not None and cache.bytes == 40
+    cache.put("plan_big", "prj", b"z" * 11)  # over a quarter of the cache: not kept
+    assert cache.get("plan_big") is None
+    assert PlanCache(0).get("plan_0") is None
+
+
+def test_if_none_match_uses_weak_comparison() -> None:
+    assert etag_matches('"a", W/"p"', '"p"') and etag_matches("*", '"p"')
+    assert not etag_matches('"q"', '"p"') and not etag_matches(None, '"p"') and not etag_matches("", '"p"')
