@@ -12,8 +12,9 @@ same answers as the routes in :mod:`service.api.jobs`, :mod:`service.api.plans` 
 * the rate limit: a request over it goes the full way, which answers 429 (no token is taken);
 * project scoping: another project's id is 404, as on the full path;
 * one primary-key ``SELECT``, no ORM session: on PostgreSQL awaited on the connections of
-  :class:`service.db.async_reads.AsyncReader` (autocommit: one round trip, during which the
-  event loop serves other requests), on SQLite in-process on the read-only engine;
+  :class:`service.db.loop_reads.AsyncReader` (autocommit: one round trip, during which the
+  event loop serves other requests), on SQLite in-process on a connection of its own in
+  autocommit (:class:`service.db.loop_reads.SqliteReader`: one ``sqlite3`` call);
 * plans are immutable and are never deleted through the API, so a plan's answer is kept in a
   bounded LRU (:class:`PlanCache`) after its first read, with an ``ETag`` (the plan id) and
   ``If-None-Match`` answered 304.  Jobs change and graphs can be deleted: they are read every
@@ -39,7 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api._common import document_json
 from service.boundary import flat_routes
-from service.db.async_reads import DatabaseUnavailable
+from service.db.loop_reads import DatabaseUnavailable
 from service.db.models import Graph, Job, PlanRow
 from service.errors import NotFound, Unauthorized, database_error_response, outage_response, placer_error_response
 
@@ -98,6 +99,7 @@ class HotReadMiddleware:
         self._routes: dict[str, BaseRoute] | None = None
         self._engine = ctx.db.read_engine
         self._reader = ctx.db.async_reader
+        self._sqlite = ctx.db.sqlite_reader
         job, graph, plan = (cast(Table, model.__table__) for model in (Job, Graph, PlanRow))
         graph_columns = ("id", "project_id", "digest", "name", "n_ops", "n_edges", "size_bytes", "created_at")
         self._columns: dict[str, list[Column[Any]]] = {
@@ -167,6 +169,8 @@ class HotReadMiddleware:
         """The row's columns of ``kind``: awaited on PostgreSQL, in-process on SQLite."""
         if self._reader is not None:
             return await self._reader.row(self._tables[kind], self._columns[kind], obj_id)
+        if self._sqlite is not None:
+            return self._sqlite.row(self._tables[kind], self._columns[kind], obj_id)
         with self._engine.connect() as conn:
             return conn.execute(self._stmts[kind], {"id": obj_id}).first()
 

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db.async_reads import AsyncReader
+from service.db.loop_reads import AsyncReader, SqliteReader
 
 
 def make_engine(url: str) -> Engine:
@@ -95,8 +95,11 @@ class Database:
             # read is one round trip instead of three (each statement sees committed data)
             self.read_engine = self.read_engine.execution_options(isolation_level="AUTOCOMMIT")
         self.read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
-        self.async_reader: AsyncReader | None = None
-        if not url.startswith("sqlite"):
+        self.async_reader: AsyncReader | None = None  # reads on the event loop (service.db.loop_reads)
+        self.sqlite_reader: SqliteReader | None = None
+        if url.startswith("sqlite"):
+            self.sqlite_reader = SqliteReader(self.engine)
+        else:
             self.async_reader = AsyncReader(url, self.engine.dialect)
 
     @contextmanager
@@ -114,4 +117,6 @@ class Database:
                 raise
 
     def dispose(self) -> None:
+        if self.sqlite_reader is not None:
+            self.sqlite_reader.close()
         self.engine.dispose()

@@ -1,4 +1,4 @@
-"""The event loop's own PostgreSQL reads (service.db.async_reads): a bounded pool shared by many
+"""The event loop's own PostgreSQL reads (service.db.loop_reads): a bounded pool shared by many
 concurrent reads, values converted as the ORM converts them, outages answered 503."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from service.db import migrate
-from service.db.async_reads import AsyncReader, DatabaseUnavailable
 from service.db.engine import Database
+from service.db.loop_reads import AsyncReader, DatabaseUnavailable
 from service.db.models import Project
 from tests.service.conftest import BACKENDS, assert_problem, database_url, new_api, running_app
 

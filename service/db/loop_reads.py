@@ -1,11 +1,16 @@
-"""Primary-key reads that do not block the event loop (PostgreSQL).
+"""Primary-key reads on the event loop, for the lean path of the hot GETs (:mod:`service.api.hot`).
 
-The lean path of the hot GETs (:mod:`service.api.hot`) answers on the event loop.  A blocking
-driver call there stops every other request for a database round trip; under load the loop
-would spend a third of its time waiting for PostgreSQL.  :class:`AsyncReader` keeps a few
-autocommit ``psycopg.AsyncConnection`` of its own and awaits the answer instead, so the loop
-serves other requests meanwhile.  Values are converted as the ORM converts them (the columns'
-``TypeDecorator`` result processing, e.g. timestamps read back as aware UTC).
+* PostgreSQL: a blocking driver call on the loop stops every other request for a database
+  round trip; under load the loop would spend a third of its time waiting for PostgreSQL.
+  :class:`AsyncReader` keeps a few autocommit ``psycopg.AsyncConnection`` of its own and awaits
+  the answer instead, so the loop serves other requests meanwhile.
+* SQLite: the read is in-process and short.  :class:`SqliteReader` keeps one connection of its
+  own in autocommit, so a read is one ``sqlite3`` call (no ``BEGIN``, no ``ROLLBACK``, no pool
+  checkout): each call into ``sqlite3`` lets another thread take the GIL, and the loop may then
+  wait a switch interval to get it back.
+
+Values are converted as the ORM converts them (the columns' result processing, e.g. timestamps
+read back as aware UTC, JSON text parsed on SQLite).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import psycopg
-from sqlalchemy import Column, Table, TypeDecorator
+from sqlalchemy import Column, Engine, Table, TypeDecorator
 from sqlalchemy.engine import Dialect, make_url
 
 
@@ -45,8 +50,7 @@ class AsyncReader:
         names = tuple(c.name for c in columns)
         sql = self._sql.get((table.name, names))
         if sql is None:
-            sql = self._sql[(table.name, names)] = (
-                f"SELECT {', '.join(names)} FROM {table.name} WHERE id = %s")  # names from the models only
+            sql = self._sql[(table.name, names)] = _select_by_id(table, columns, "%s")  # names from the models
         conn = await self._acquire()
         try:
             cur = await conn.execute(sql, (row_id,), prepare=True)
@@ -111,3 +115,53 @@ class AsyncReader:
         while self._idle:
             await self._idle.pop().close()
         self._opened = 0
+
+
+def _select_by_id(table: Table, columns: Sequence[Column[Any]], placeholder: str) -> str:
+    return f"SELECT {', '.join(c.name for c in columns)} FROM {table.name} WHERE id = {placeholder}"
+
+
+class SqliteReader:
+    """One autocommit connection of the engine's for reads on the event loop (SQLite).
+
+    WAL readers never wait for a writer, so a read is short; the connection's busy timeout is
+    lowered to ``busy_timeout_ms`` for the rare wait on a checkpoint or recovery, and running out
+    of it is answered 503 (:class:`DatabaseUnavailable`) rather than holding the loop.
+    """
+
+    def __init__(self, engine: Engine, busy_timeout_ms: int = 2000) -> None:
+        self.engine = engine
+        self.busy_timeout_ms = busy_timeout_ms
+        self._conn: Any = None
+        self._plans: dict[tuple[str, tuple[str, ...]], tuple[str, list[Any]]] = {}
+
+    def row(self, table: Table, columns: Sequence[Column[Any]], row_id: str) -> SimpleNamespace | None:
+        """The ``columns`` of the row of ``table`` whose ``id`` is ``row_id`` (attributes by column name)."""
+        import sqlite3
+
+        names = tuple(c.name for c in columns)
+        plan = self._plans.get((table.name, names))
+        if plan is None:
+            dialect = self.engine.dialect
+            plan = self._plans[(table.name, names)] = (
+                _select_by_id(table, columns, "?"),
+                [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns])
+        sql, processors = plan
+        try:
+            if self._conn is None:
+                proxy = self.engine.raw_connection()  # the engine's connect hooks: WAL, autocommit
+                self._conn = proxy.driver_connection
+                self._proxy = proxy  # kept out of the pool for good
+                self._conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            values = self._conn.execute(sql, (row_id,)).fetchone()
+        except sqlite3.OperationalError as exc:
+            raise DatabaseUnavailable(str(exc)) from exc
+        if values is None:
+            return None
+        return SimpleNamespace(**{name: (proc(value) if proc is not None else value)
+                                  for name, proc, value in zip(names, processors, values, strict=True)})
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._proxy.close()
+            self._conn = None
