@@ -13,13 +13,14 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, aliased
 
 from service.db.models import (
     ACTIVE_STATES,
     Comparison,
     Graph,
+    IdempotencyReservation,
     Job,
     JobEvent,
     PlanRow,
@@ -228,8 +229,14 @@ def release(session: Session, job_id: str, owner: str) -> bool:
 
 
 def reap(session: Session, max_attempts: int) -> list[str]:
-    """Requeue (or fail) running jobs whose lease expired; returns the requeued ids."""
+    """Requeue (or fail) running jobs whose lease expired; returns the requeued ids.
+
+    The same pass deletes expired ``Idempotency-Key`` claims (a server killed while creating a
+    resource leaves its claim; the next request with the key would take it over, but a key never
+    retried would keep its row for ever).
+    """
     now = utcnow()
+    session.execute(delete(IdempotencyReservation).where(IdempotencyReservation.reserved_until < now))
     expired = list(session.scalars(
         select(Job).where(Job.state == "running", Job.lease_expires_at < now).limit(1000).with_for_update()))
     requeued = []

@@ -117,3 +117,17 @@ def test_a_failed_creation_releases_its_claim(api: Api) -> None:
         assert_problem(r, 422, field="solver")
     assert _claims(api, "bad") == 0
     assert api.post("/v1/jobs", json={**body, "solver": "even"}, headers={"Idempotency-Key": "bad2"}).status_code == 202
+
+
+def test_the_reaper_deletes_expired_claims_only(api: Api) -> None:
+    from service.jobs import store
+
+    body = _job_body(api)
+    api.get("/v1/graphs")
+    _hold(api, "never-retried", body, until_s=-1)
+    _hold(api, "in-progress", body, until_s=60)
+    ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
+    with ctx.db.session() as s:
+        store.reap(s, ctx.config.max_attempts)
+    assert _claims(api, "never-retried") == 0
+    assert _claims(api, "in-progress") == 1
