@@ -12,6 +12,12 @@ Table VI column: min(CS, p2p) / min(ours c^m, ours c^AR).  Paper figures are pri
 By default the paper's Alg. 1 runs as is; ``--guard`` optimises each instantiation with the other
 one kept within the better of CS and p2p-first (docs/parmesan.md, "guard").  The mapping result
 itself is reported in both cases (no fallback to a heuristic mapping).
+
+``--combined``: the combined objective instead (the default mapping mode, docs/parmesan.md): per
+cell CS, p2p-first, Alg. 1's combined mapping alone and the solver's result (heuristics kept as
+candidates), all simulated, with Alg. 1's status, proven gap and time.  ``--cells`` picks cells
+(``random_blk_1:8x32,...``); ``--gap-cells`` the cells whose paper-instantiation gap was 0.8 or
+more (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.apply import MappingSettings, map_partition
+from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
+from solvers.parmesan.mapping.heuristics import p2p_mapping
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 
@@ -90,13 +97,65 @@ def run_case(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: float,
     return out
 
 
+# cells where the paper's instantiations reported a gap of 0.8+ (c^m or c^AR; docs/benchmarks.md)
+GAP_CELLS = ["random_blk_1:4x64", "random_blk_1:8x32", "random_blk_1:16x16", "random_blk_1:8x64",
+             "random_blk_1:16x32", "random_blk_2:4x16", "random_blk_2:16x4", "random_blk_2:4x64",
+             "random_blk_2:8x32", "random_blk_2:16x16", "random_blk_2:4x128", "random_blk_2:8x64",
+             "random_blk_2:16x32"]
+
+
+def run_combined(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: float) -> dict[str, Any]:
+    """CS, p2p-first, Alg. 1 with the combined objective, and the solver's mapping step, simulated."""
+    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
+    cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=60)
+    stage_of = resolve_plan(problem, cs).stage_of
+    out: dict[str, Any] = {"cs": cs.claimed_objective_s}
+    p2p = build_plan(problem, stage_of, p2p_mapping(s, r), 4)
+    out["p2p"] = simulated_s(problem, p2p)
+    t0 = time.monotonic()
+    _, value, stats = map_partition(problem, stage_of, s, r, 4, "parmesan",
+                                    MappingSettings("combined", ensemble_heuristics=False), time.monotonic() + map_limit_s)
+    out.update(alg1=value, time_s=time.monotonic() - t0, status=stats["mapping_status"], gap=stats["mapping_gap"],
+               objective=stats["mapping_objective_s"], bound=stats["mapping_lower_bound_s"],
+               start=stats["mapping_upper_bound_from"])
+    out["returned"] = min(value, out["cs"], out["p2p"])
+    return out
+
+
+def main_combined(graph: OpGraph, cells: list[tuple[str, int, int]], map_limit_s: float) -> None:
+    print(f"graph {graph.name}: {graph.n_ops} ops, {len(graph.edges)} edges; Alg. 1 limit {map_limit_s:g} s")
+    print("| topology | (S,R) | devices | CS s | p2p-first s | Alg. 1 combined s | returned s | vs best heuristic | "
+          "status | proven gap | objective / bound s | map s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for kind, s, r in cells:
+        topo = topology(kind, s * r)
+        if topo is None:
+            continue
+        res = run_combined(graph, topo, s, r, map_limit_s)
+        best_h = min(res["cs"], res["p2p"])
+        print(f"| {kind} | ({s},{r}) | {s * r} | {res['cs']:.4f} | {res['p2p']:.4f} | {res['alg1']:.4f} | "
+              f"{res['returned']:.4f} | {best_h / res['returned']:.2f}x | {res['status']} | {res['gap']:.3f} | "
+              f"{res['objective']:.4f} / {res['bound']:.4f} | {res['time_s']:.1f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--map-limit", type=float, default=5.0, help="seconds per Alg. 1 run")
     parser.add_argument("--only", default="", help="comma-separated topology kinds")
     parser.add_argument("--guard", action="store_true", help="guarded instantiations (not in the paper)")
+    parser.add_argument("--combined", action="store_true", help="the combined objective (the default mode)")
+    parser.add_argument("--cells", default="", help="comma-separated kind:SxR cells (with --combined)")
+    parser.add_argument("--gap-cells", action="store_true", help="the cells with a 0.8+ gap before (with --combined)")
     args = parser.parse_args()
     graph = semantic_fpn()
+    if args.combined:
+        names = GAP_CELLS if args.gap_cells else [c for c in args.cells.split(",") if c]
+        if names:
+            cells = [(c.split(":")[0], *map(int, c.split(":")[1].split("x"))) for c in names]
+        else:
+            cells = [(k, s, r) for k in PAPER_III if not args.only or k in args.only.split(",") for s, r in GRID]
+        main_combined(graph, cells, args.map_limit)  # type: ignore[arg-type]
+        return
     kinds = [k for k in PAPER_III if not args.only or k in args.only.split(",")]
     print(f"graph {graph.name}: {graph.n_ops} ops, {len(graph.edges)} edges")
     print("| topology | (S,R) | III ours | III paper | VI ours | VI paper | c^m status/gap | c^AR status/gap | map s |")

@@ -51,8 +51,10 @@ class PipeDreamOptions(SolverOptions):
                             description="cost_model=pipedream: antichain states beyond which the placer model runs")
     mapping: Literal["consecutive", "p2p", "parmesan"] = Field(
         default="consecutive", description="device mapper: consecutive (CS), p2p-first or Parmesan's Alg. 1 + 2")
-    instantiation: Literal["auto", "m", "ar", "both"] = Field(
-        default="auto", description="Parmesan mapping's stage time (mapping=parmesan)")
+    instantiation: Literal["combined", "auto", "m", "ar", "both"] = Field(
+        default="combined", description="mapping objective: the simulator's critical paths with transfers and "
+        "all-reduce together (combined), or the paper's c^m / c^AR: by the all-reduce/p2p ratio (auto), c^m, "
+        "c^AR, or both (mapping=parmesan)")
     max_layers: int = Field(default=96, ge=1, le=1024, description="layers of the chain after merging op runs")
     epsilon_rel: float = Field(default=1e-3, gt=0, lt=1, description="Alg. 1 stops within this relative gap")
     parallel_targets: int = Field(default=2, ge=1, le=64, description="targets per Alg. 1 round")

@@ -23,8 +23,10 @@ class ParmesanOptions(SolverOptions):
 
     mapping: Literal["parmesan", "consecutive", "p2p"] = Field(
         default="parmesan", description="device mapper: Alg. 1 + 2, consecutive (CS) or p2p-first")
-    instantiation: Literal["auto", "m", "ar", "both"] = Field(
-        default="auto", description="stage time of the mapping: by the all-reduce/p2p ratio, c^m, c^AR, or both")
+    instantiation: Literal["combined", "auto", "m", "ar", "both"] = Field(
+        default="combined", description="mapping objective: the simulator's critical paths with transfers and "
+        "all-reduce together (combined), or the paper's c^m / c^AR: by the all-reduce/p2p ratio (auto), c^m, "
+        "c^AR, or both")
     clusters: int | None = Field(default=None, ge=2, le=512,
                                  description="K; default: the largest the DP budget allows (from |V| down)")
     alphas: tuple[float, ...] = Field(default=(0.01, 1.0, 100.0), min_length=1,

@@ -42,7 +42,7 @@ class MappingResult:
     objective_s: float
     lower_bound_s: float
     status: str
-    mode: Mode
+    mode: str
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,0 +1,357 @@
+"""Alg. 1 + Alg. 2 with the combined objective (:mod:`solvers.parmesan.mapping.pipeline`).
+
+Same outer loop as :func:`~solvers.parmesan.mapping.binary.map_stages` (binary search on the
+target with batched targets, §V-B), same inner DFS structure as
+:func:`~solvers.parmesan.mapping.dfs.search`; what changes is the quantity checked:
+
+* the interval starts at the assignment bound (:func:`~solvers.parmesan.mapping.pipeline.assignment_bound_s`)
+  and the best of CS, p2p-first and a few random mappings under the combined objective;
+* Alg. 2 places replicas lane by lane; placing ``(s, i)`` on ``d`` fixes lane ``i``'s transfers
+  to its placed neighbours and the ring hops to its placed ring neighbours, and bounds the
+  transfers to unplaced neighbours by ``d``'s cheapest channel and the ring by the widest ring
+  through ``d``; the partial objective (every unknown term at its floor) is a lower bound of
+  every completion (the recurrences are monotone), so a candidate above the target is pruned
+  exactly, and candidates with ``g(s, d)`` above the target are never tried;
+* symmetry: twin devices (one per class), and the lanes' rotation (stage 0's replica 0 takes
+  the smallest device of its ring) — and reflection when every channel is symmetric.  Lane
+  permutations other than these change the rings' order, so they are not broken.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from solvers.arrays import FloatArray, IntArray
+from solvers.model.topology import Topology
+from solvers.parmesan.mapping.binary import MappingResult
+from solvers.parmesan.mapping.dfs import Outcome
+from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.parmesan.mapping.pipeline import (
+    DeviceBounds,
+    PipelineCosts,
+    PipelineModel,
+    assignment_bound_s,
+    combined_objective_s,
+    device_bounds,
+    iteration_bound_s,
+    ring_s,
+)
+from solvers.parmesan.mapping.symmetry import twin_classes
+
+RANDOM_STARTS = 4
+
+
+@dataclass(frozen=True)
+class CombinedSpec:
+    """Everything one inner search needs (picklable).
+
+    ``order[x]`` = (stage, lane) placed at depth ``x``; ``edges_of[s]`` = (edge, stage is the
+    sender) of the stage edges touching ``s``; ``g[s, d]`` = the replica bound of the assignment
+    relaxation; ``order_after[x]`` = depths whose device the device of depth ``x`` must exceed.
+    """
+
+    model: PipelineModel
+    costs: PipelineCosts
+    bounds: DeviceBounds
+    g: FloatArray
+    order: list[tuple[int, int]]
+    edges_of: list[list[tuple[int, bool]]]
+    twin_class: IntArray
+    order_after: list[list[int]]
+    n_devices: int
+
+
+def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCosts, g: FloatArray) -> CombinedSpec:
+    s_, r = model.n_stages, model.replicas
+    order = [(s, i) for i in range(r) for s in range(s_)]
+    depth = {node: x for x, node in enumerate(order)}
+    edges_of: list[list[tuple[int, bool]]] = [[] for _ in range(s_)]
+    for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
+        edges_of[a].append((j, True))
+        edges_of[c].append((j, False))
+    symmetric = bool(np.array_equal(topo.bandwidth_Bps, topo.bandwidth_Bps.T)
+                     and np.array_equal(topo.latency_s, topo.latency_s.T))
+    order_after: list[list[int]] = [[] for _ in order]
+    if r > 1:
+        for i in range(1, r):
+            order_after[depth[(0, i)]] = [depth[(0, 0)]]
+        if symmetric and r >= 3:
+            order_after[depth[(0, r - 1)]].append(depth[(0, 1)])
+    return CombinedSpec(model, costs, device_bounds(model, costs, topo), g, order, edges_of, twin_classes(topo),
+                        order_after, topo.n_devices)
+
+
+def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_limit: int,
+                    fixed: IntArray | None = None) -> tuple[Outcome, IntArray | None, int]:
+    """Alg. 2 for the combined objective: a mapping whose objective is <= ``target_s``.
+
+    ``fixed`` (``S x R``, -1 = free): replicas kept where they are; only the others are placed,
+    in ``spec.order``'s order (symmetry breaking by order is then off: it assumes a full search).
+    Returns the outcome, the ``S x R`` placement (found only) and the nodes expanded.
+    """
+    model, costs, bounds = spec.model, spec.costs, spec.bounds
+    s_, r, n = model.n_stages, model.replicas, spec.n_devices
+    src, dst = model.src.tolist(), model.dst.tolist()
+    place = np.full((s_, r), -1, dtype=np.int64) if fixed is None else fixed.copy()
+    used = np.zeros(n, dtype=bool)
+    used[place[place >= 0]] = True
+    cf = [f for f, _ in bounds.edge_floor]
+    cb = [b for _, b in bounds.edge_floor]
+    for j, (a, c) in enumerate(zip(src, dst, strict=True)):
+        both = (place[a] >= 0) & (place[c] >= 0)
+        if both.any():
+            cf[j] = max(cf[j], float(costs.fwd[j][place[a][both], place[c][both]].max()))
+            cb[j] = max(cb[j], float(costs.fwd[j][place[c][both], place[a][both]].max()))
+    ar_bw = [np.inf] * s_
+    ar_lat = [0.0] * s_
+    ar_lb = list(bounds.ar_floor)
+    if r > 1:
+        for s in range(s_):
+            ring, nxt = place[s], np.roll(place[s], -1)
+            hop = (ring >= 0) & (nxt >= 0)
+            if hop.any():
+                ar_bw[s] = float(costs.bandwidth_Bps[ring[hop], nxt[hop]].min())
+                ar_lat[s] = float(costs.latency_s[ring[hop], nxt[hop]].max())
+            if (ring >= 0).any():
+                ar_lb[s] = max(ar_lb[s], float(bounds.ar_at[s][ring[ring >= 0]].max()))
+    params = model.param_bytes.tolist()
+    devices = np.arange(n)
+    allowed = spec.g <= target_s * (1 + 1e-12)
+    free_order = [x for x, (s, i) in enumerate(spec.order) if place[s, i] < 0]
+    order_after = spec.order_after if fixed is None else [[] for _ in spec.order]
+    nodes = 0
+    if not free_order:
+        value = combined_objective_s(model, costs, place)
+        return ("found", place, 0) if value <= target_s * (1 + 1e-12) else ("exhausted", None, 0)
+
+    def ring_value(s: int, bw: Any, lat: Any, lb: Any) -> Any:
+        return np.maximum(lb, ring_s(r, params[s], bw, lat)) if r > 1 else 0.0
+
+    def evaluate(x: int) -> tuple[IntArray, dict[str, Any]]:
+        """Feasible candidates of depth ``x`` in trial order, with the state each one sets."""
+        s, i = spec.order[x]
+        ok = ~used & allowed[s]
+        for y in order_after[x]:
+            ys, yi = spec.order[y]
+            ok &= devices > place[ys, yi]
+        cand = np.flatnonzero(ok)
+        if len(cand) == 0:
+            return cand, {}
+        cf_v: list[Any] = list(cf)
+        cb_v: list[Any] = list(cb)
+        local = np.zeros(len(cand))
+        new_edges: dict[int, tuple[Any, Any]] = {}
+        for j, sender in spec.edges_of[s]:
+            other = dst[j] if sender else src[j]
+            y = int(place[other, i])
+            m = costs.fwd[j]
+            if y >= 0:
+                fwd_t = m[cand, y] if sender else m[y, cand]
+                grad_t = m[y, cand] if sender else m[cand, y]
+                local += fwd_t + grad_t
+            else:
+                fwd_t = bounds.out_best[j][cand] if sender else bounds.in_best[j][cand]
+                grad_t = bounds.in_best[j][cand] if sender else bounds.out_best[j][cand]
+            cf_v[j] = np.maximum(cf[j], fwd_t)
+            cb_v[j] = np.maximum(cb[j], grad_t)
+            new_edges[j] = (cf_v[j], cb_v[j])
+        ar_v: list[Any] = [ring_value(t, ar_bw[t], ar_lat[t], ar_lb[t]) for t in range(s_)]
+        bw_v: Any = ar_bw[s]
+        lat_v: Any = ar_lat[s]
+        if r > 1:
+            p, q = int(place[s, (i - 1) % r]), int(place[s, (i + 1) % r])
+            if p >= 0:
+                bw_v = np.minimum(bw_v, costs.bandwidth_Bps[p, cand])
+                lat_v = np.maximum(lat_v, costs.latency_s[p, cand])
+            if q >= 0:
+                bw_v = np.minimum(bw_v, costs.bandwidth_Bps[cand, q])
+                lat_v = np.maximum(lat_v, costs.latency_s[cand, q])
+            if (p >= 0 or q >= 0) and params[s] > 0:
+                local += params[s] / np.minimum(bw_v, 1e300)
+        lb_v = np.maximum(ar_lb[s], bounds.ar_at[s][cand])
+        with np.errstate(divide="ignore"):
+            ar_v[s] = ring_value(s, bw_v, lat_v, lb_v)
+        value = np.asarray(iteration_bound_s(model, cf_v, cb_v, ar_v), dtype=np.float64) * np.ones(len(cand))
+        idx = np.flatnonzero(value <= target_s * (1 + 1e-12))
+        idx = idx[np.lexsort((local[idx], value[idx]))]
+        _, first = np.unique(spec.twin_class[cand[idx]], return_index=True)
+        idx = idx[np.sort(first)]
+
+        def pick(v: Any) -> Any:
+            return v[idx] if isinstance(v, np.ndarray) and v.shape == (len(cand),) else v
+
+        state = {"edges": {j: (pick(a), pick(b)) for j, (a, b) in new_edges.items()},
+                 "bw": pick(bw_v), "lat": pick(lat_v), "lb": pick(lb_v)}
+        return cand[idx], state
+
+    def scalar(v: Any, k: int) -> float:
+        return float(v[k]) if isinstance(v, np.ndarray) and v.ndim else float(v)
+
+    stack: list[list[Any]] = []  # [position in free_order, candidates, state, next index, saved or None]
+    cands, state = evaluate(free_order[0])
+    stack.append([0, cands, state, 0, None])
+    while stack:
+        top = stack[-1]
+        pos, cands, state, k, saved = top
+        s, i = spec.order[free_order[pos]]
+        if saved is not None:  # undo this depth's previous candidate
+            used[place[s, i]] = False
+            place[s, i] = -1
+            for j, (a, b) in saved["edges"].items():
+                cf[j], cb[j] = a, b
+            ar_bw[s], ar_lat[s], ar_lb[s] = saved["ring"]
+            top[4] = None
+        if k >= len(cands):
+            stack.pop()
+            continue
+        d = int(cands[k])
+        top[3] = k + 1
+        nodes += 1
+        if nodes % 128 == 0 and (time.monotonic() > deadline or nodes > node_limit):
+            return "timeout", None, nodes
+        top[4] = {"edges": {j: (cf[j], cb[j]) for j in state["edges"]}, "ring": (ar_bw[s], ar_lat[s], ar_lb[s])}
+        place[s, i] = d
+        used[d] = True
+        for j, (a, b) in state["edges"].items():
+            cf[j], cb[j] = scalar(a, k), scalar(b, k)
+        ar_bw[s], ar_lat[s], ar_lb[s] = scalar(state["bw"], k), scalar(state["lat"], k), scalar(state["lb"], k)
+        if pos == len(free_order) - 1:
+            return "found", place.copy(), nodes
+        cands, nstate = evaluate(free_order[pos + 1])
+        stack.append([pos + 1, cands, nstate, 0, None])
+    return "exhausted", None, nodes
+
+
+def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
+            stats: dict[str, Any], eps_rel: float = 1e-3, patience: int = 200) -> tuple[IntArray, float]:
+    """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free a few lanes
+    and stages of the incumbent and re-place them with Alg. 2 (target just below the incumbent,
+    a small node budget), keep any improvement.  Stops at the deadline, within ``eps_rel`` of the
+    proven ``floor_s``, or after ``patience`` tries in a row without improvement.  Every mapping it
+    returns is complete and valid."""
+    model, costs = spec.model, spec.costs
+    rng = np.random.default_rng(seed)
+    s_, r = model.n_stages, model.replicas
+    tries = improved = idle = 0
+    while time.monotonic() < deadline and value - floor_s > eps_rel * value and idle < patience:
+        tries += 1
+        idle += 1
+        fixed = place.copy()
+        kind = tries % 3
+        if kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
+            lanes = rng.choice(r, size=min(2, r), replace=False)
+            fixed[:, lanes] = -1
+        elif kind == 1:  # one stage's ring and its neighbours' replicas on a few lanes
+            s = int(rng.integers(s_))
+            fixed[s, :] = -1
+            lanes = rng.choice(r, size=min(2, r), replace=False)
+            fixed[:, lanes] = -1
+        else:  # random replicas
+            flat = rng.choice(s_ * r, size=min(s_ * r, max(4, min(24, s_ * r // 4))), replace=False)
+            fixed.reshape(-1)[flat] = -1
+        target = value * (1 - 1e-6)
+        outcome, found, _ = search_combined(spec, target, min(deadline, time.monotonic() + 2.0), 4000, fixed)
+        if outcome == "found" and found is not None:
+            new_value = combined_objective_s(model, costs, found)
+            if new_value < value:
+                place, value = found, new_value
+                improved += 1
+                idle = 0
+    stats["improve_tries"] = tries
+    stats["improve_moves"] = improved
+    return place, value
+
+
+def _run(spec: CombinedSpec, target: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
+    """A pool task: one inner search (module-level so it can be pickled)."""
+    return search_combined(spec, target, deadline, node_limit)
+
+
+def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float) -> tuple[IntArray, float, str]:
+    """``t_r0``: the best of CS, p2p-first, ``RANDOM_STARTS`` random mappings and two greedy dives of
+    Alg. 2 (no target: each replica on its best device by the partial objective), one placing
+    lane by lane, one stage by stage."""
+    model, costs, n = spec.model, spec.costs, spec.n_devices
+    s, r = model.n_stages, model.replicas
+    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r))]
+    cands += [(f"random{k}", random_mapping(s, r, n, seed + k)) for k in range(RANDOM_STARTS)]
+    by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=[[] for _ in spec.order])
+    for name, greedy_spec in (("greedy-lanes", spec), ("greedy-stages", by_stage)):
+        outcome, found, _ = search_combined(greedy_spec, float("inf"), deadline, 50 * s * r)
+        if outcome == "found" and found is not None:
+            cands.append((name, found))
+    scored = [(combined_objective_s(model, costs, p), k, name, p) for k, (name, p) in enumerate(cands)]
+    value, _, name, place = min(scored, key=lambda t: (t[0], t[1]))
+    return place, value, name
+
+
+def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float, eps_rel: float = 1e-3,
+                        parallel_targets: int = 2, workers: int = 1, seed: int = 0,
+                        node_limit: int = 2_000_000, improve_share: float = 0.5) -> MappingResult:
+    """Alg. 1 (binary search on the target, batched targets) with the combined objective."""
+    costs = PipelineCosts.of(model, topo)
+    started = time.monotonic()
+    bound, g = assignment_bound_s(model, costs, topo)
+    spec = make_combined_spec(model, topo, costs, g)
+    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started))
+    t_l = min(bound, t_r)
+    stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
+                             "bound_s_time": time.monotonic() - started, "rounds": 0, "searches": 0,
+                             "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
+    if t_r - t_l > eps_rel * t_r and improve_share > 0:
+        until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
+        place, t_r = improve(spec, place, t_r, t_l, until, seed, stats, eps_rel)
+    pool = None
+    if workers > 1:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    stalled = False
+    try:
+        while t_r - t_l > eps_rel * t_r:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            k = 1 if stalled else max(1, parallel_targets)
+            share = 1.0 if stalled else 0.5
+            targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
+            results: list[tuple[Outcome, IntArray | None, int]] = []
+            if pool is not None:
+                until = min(deadline, time.monotonic() + max(0.02, remaining * share))
+                futures = [pool.submit(_run, spec, t, until, node_limit) for t in targets]
+                results = [f.result() for f in futures]
+            else:
+                for j, t in enumerate(targets):
+                    left = deadline - time.monotonic()
+                    until = min(deadline, time.monotonic() + max(0.02, left * share / (len(targets) - j)))
+                    results.append(search_combined(spec, t, until, node_limit))
+                    if results[-1][0] == "found":
+                        break
+            stats["rounds"] += 1
+            progress = False
+            for t, (outcome, found, nodes) in zip(targets, results, strict=False):
+                stats["searches"] += 1
+                stats["search_nodes"] += nodes
+                if outcome == "found" and found is not None:
+                    value = combined_objective_s(model, costs, found)
+                    if value < t_r:
+                        place, t_r = found, value
+                    progress = True
+                elif outcome == "exhausted":
+                    t_l = max(t_l, t)
+                    progress = True
+                else:
+                    stats["timeouts"] += 1
+            if not progress and stalled:
+                break
+            stalled = not progress
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
+    stats["lower_bound_s"] = t_l
+    return MappingResult(place, t_r, t_l, status, "m", stats)

@@ -1,0 +1,473 @@
+"""The combined mapping objective: the simulator's critical paths of one iteration (``c^{m+AR}``).
+
+Parmesan's two instantiations each see half of what the simulator charges: ``c^m`` (Eq. 6, 8)
+the stage-to-stage transfers, ``c^AR`` (Eq. 7, 9) the all-reduce ring.  The stage-level engine
+(:mod:`solvers.simulate.stage`) runs, per stage ``s`` and micro-batch ``m``, ``F(s, m)`` (``f_s``)
+and ``B(s, m)`` (``b_s``, + ``f_s`` with recomputation) in the schedule's order; a message of
+lane ``i`` uses the directed channel ``place[a, i] -> place[b, i]`` (one transfer at a time)
+for ``lat + bytes / R / bw``; after its last backward a stage runs its ring all-reduce.  For a
+mapping, let ``Cf[e]`` / ``Cb[e]`` be the slowest lane's forward / gradient transfer of stage edge
+``e = (a, b)`` and ``AR[s]`` the ring all-reduce (Eq. 9).  Every task waits for its inputs, so
+
+* ``E[s]`` (start of ``F(s, 0)``) >= ``E[a] + f_a + Cf[e]`` for every sender ``a``;
+* ``G[s]`` (start of ``B(s, 0)``) >= ``E[s] + k_s f_s`` (``k_s`` forwards come first: ``min(S - s, MB)``
+  in 1F1B, ``MB`` in GPipe), >= ``G[b] + b_b + Cb[e]`` for every reader ``b``, and >=
+  ``E[a] + f_a + k_s Cf[e] + f_s`` (the lane channel carries ``k_s`` messages one after another);
+* ``L[s]`` (end of ``B(s, MB-1)``, the stage's last task) >= ``E[s] + MB (f_s + b_s)``,
+  >= ``G[s] + MB b_s + (MB - k_s) f_s``, >= ``L[b] + Cb[e] + b_s``, >= ``G[b] + b_b + MB Cb[e] + b_s``
+  and >= ``E[a] + f_a + MB Cf[e] + f_s + b_s``;
+* the iteration ends after ``L[s] + AR[s]`` for every stage.
+
+:func:`iteration_bound_s` evaluates these recurrences (their longest path), so the combined
+objective of a mapping is a **proven lower bound of its simulated iteration time**; it equals
+it when no transfer waits behind another one beyond the counted channel terms and no task
+waits for more than the counted chain (it misses the queueing of 1F1B's steady state).  Stage
+compute is each op's fastest time over the devices divided by ``R`` — the simulator's time on
+homogeneous devices, a lower bound otherwise.  The objective is non-decreasing in every
+``Cf``, ``Cb``, ``AR``, so a partial mapping evaluated with lower bounds for the transfers not
+yet known is a lower bound of every completion (exact pruning for Alg. 2).
+
+:func:`assignment_bound_s` is a lower bound of the objective over all mappings (hence of the
+best simulated iteration time of the partition): replica ``(s, i)`` on device ``d`` forces, for
+the edges of ``s``, at least ``d``'s cheapest channel, for the other edges at least the
+``R``-th smallest cheapest channel over devices (the ``R`` lanes sit on ``R`` distinct devices),
+and for the rings the widest bottleneck a ring of ``R`` devices through ``d`` can have (the
+component of ``d`` in the threshold graph must hold ``R`` devices).  ``g(s, d)`` = the objective
+evaluated with those bounds; every mapping pays ``max g(s, place[s, i])``, so the bound is the
+bottleneck assignment of the ``S R`` replicas to distinct devices minimising that maximum,
+solved exactly by bisection over the values with bipartite matchings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_flow, minimum_spanning_tree
+
+from solvers.arrays import FloatArray, IntArray
+from solvers.cost.compute import ComputeModel
+from solvers.cost.traffic import group_traffic_bytes
+from solvers.model.problem import Problem
+from solvers.model.topology import Topology
+
+
+@dataclass(frozen=True)
+class PipelineModel:
+    """Placement-independent data of the recurrences: ``S`` stages, ``R`` replicas, ``MB`` micro-batches.
+
+    ``f_s[s]`` / ``b_s[s]``: forward / backward (+ recomputed forward) time of a micro-batch;
+    edge ``j``: stage ``src[j] -> dst[j]``, ``lane_bytes[j]`` per lane and micro-batch (zero-byte
+    edges are dependencies of cost 0); ``k[s]``: forwards before ``B(s, 0)``.
+    """
+
+    n_stages: int
+    replicas: int
+    micro_batches: int
+    f_s: FloatArray
+    b_s: FloatArray
+    src: IntArray
+    dst: IntArray
+    lane_bytes: FloatArray
+    param_bytes: FloatArray
+    k: IntArray
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.src)
+
+
+def pipeline_model(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int,
+                   micro_batches: int) -> PipelineModel:
+    """The model of a partition (op -> stage) as the stage-level engine runs it."""
+    g = problem.graph
+    fwd, bwd = ComputeModel(g, problem.topology).fastest_fwd_bwd_s()
+    f = np.bincount(stage_of, weights=fwd, minlength=n_stages).astype(np.float64) / replicas
+    b = np.bincount(stage_of, weights=bwd, minlength=n_stages).astype(np.float64) / replicas
+    if problem.settings.recompute:
+        b = b + f
+    traffic = sorted(group_traffic_bytes(g, stage_of).items())
+    params = np.bincount(stage_of, weights=g.param_bytes, minlength=n_stages).astype(np.float64)
+    mb = micro_batches
+    if problem.settings.schedule == "gpipe":
+        k = np.full(n_stages, mb, dtype=np.int64)
+    else:
+        k = np.minimum(n_stages - np.arange(n_stages), mb).astype(np.int64)
+    return PipelineModel(n_stages, replicas, mb, f, b, np.array([a for (a, _), _ in traffic], dtype=np.int64),
+                         np.array([b_ for (_, b_), _ in traffic], dtype=np.int64),
+                         np.array([size / replicas for _, size in traffic], dtype=np.float64), params, k)
+
+
+def iteration_bound_s(model: PipelineModel, cf: list[Any], cb: list[Any], ar: list[Any]) -> Any:
+    """The longest path of the recurrences (module doc) for edge costs ``cf``/``cb`` and rings ``ar``.
+
+    Entries may be floats or numpy arrays of one common shape (evaluated element-wise).
+    """
+    s_, mb = model.n_stages, model.micro_batches
+    f, b, k = model.f_s.tolist(), model.b_s.tolist(), model.k.tolist()
+    into: list[list[int]] = [[] for _ in range(s_)]
+    out: list[list[int]] = [[] for _ in range(s_)]
+    for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
+        into[c].append(j)
+        out[a].append(j)
+    src, dst = model.src.tolist(), model.dst.tolist()
+    e: list[Any] = [0.0] * s_
+    for s in range(s_):
+        for j in into[s]:
+            e[s] = np.maximum(e[s], e[src[j]] + f[src[j]] + cf[j])
+    g_: list[Any] = [0.0] * s_
+    last: list[Any] = [0.0] * s_
+    total: Any = 0.0
+    for s in reversed(range(s_)):
+        g_s = e[s] + k[s] * f[s]
+        for j in into[s]:
+            g_s = np.maximum(g_s, e[src[j]] + f[src[j]] + k[s] * cf[j] + f[s])
+        for j in out[s]:
+            g_s = np.maximum(g_s, g_[dst[j]] + b[dst[j]] + cb[j])
+        g_[s] = g_s
+        l_s = np.maximum(e[s] + mb * (f[s] + b[s]), g_s + mb * b[s] + (mb - k[s]) * f[s])
+        for j in into[s]:
+            l_s = np.maximum(l_s, e[src[j]] + f[src[j]] + mb * cf[j] + f[s] + b[s])
+        for j in out[s]:
+            c = dst[j]
+            l_s = np.maximum(l_s, np.maximum(last[c] + cb[j], g_[c] + b[c] + mb * cb[j]) + b[s])
+        last[s] = l_s
+        total = np.maximum(total, l_s + ar[s])
+    return total
+
+
+def transfer_matrix_s(topo: Topology, size_bytes: float) -> FloatArray:
+    """``[x, y]`` = postal time of ``size_bytes`` from ``x`` to ``y`` (:func:`solvers.cost.comm.transfer_s`)."""
+    n = topo.n_devices
+    if size_bytes <= 0:
+        return np.zeros((n, n))
+    with np.errstate(divide="ignore"):
+        out = topo.latency_s + size_bytes / topo.bandwidth_Bps
+    np.fill_diagonal(out, 0.0)
+    return np.asarray(out, dtype=np.float64)
+
+
+def ring_s(replicas: int, param_bytes: float, bottleneck_Bps: Any, latency_s: Any) -> Any:
+    """Eq. 9 for a ring of ``replicas`` with the given bottleneck bandwidth and largest hop latency."""
+    if replicas <= 1 or param_bytes <= 0:
+        return 0.0
+    return 2.0 * (replicas - 1) / replicas * param_bytes / bottleneck_Bps + 2.0 * (replicas - 1) * latency_s
+
+
+@dataclass(frozen=True)
+class PipelineCosts:
+    """Transfer matrices per edge (forward ``x -> y`` and gradient ``y -> x``), bandwidths, latencies."""
+
+    fwd: list[FloatArray]
+    bandwidth_Bps: FloatArray
+    latency_s: FloatArray
+
+    @classmethod
+    def of(cls, model: PipelineModel, topo: Topology) -> PipelineCosts:
+        lat = topo.latency_s.copy()
+        np.fill_diagonal(lat, 0.0)
+        return cls([transfer_matrix_s(topo, float(m)) for m in model.lane_bytes.tolist()],
+                   topo.bandwidth_Bps, lat)
+
+
+def edge_costs(model: PipelineModel, costs: PipelineCosts, place: IntArray) -> tuple[list[float], list[float], list[float]]:
+    """``Cf``, ``Cb``, ``AR`` of a complete mapping ``place[s, i]``."""
+    cf, cb = [], []
+    for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
+        m = costs.fwd[j]
+        cf.append(float(m[place[a], place[c]].max()))
+        cb.append(float(m[place[c], place[a]].max()))
+    ar = []
+    r = model.replicas
+    for s in range(model.n_stages):
+        ring = place[s]
+        nxt = np.roll(ring, -1)
+        bw = float(costs.bandwidth_Bps[ring, nxt].min()) if r > 1 else np.inf
+        lat = float(costs.latency_s[ring, nxt].max()) if r > 1 else 0.0
+        ar.append(float(ring_s(r, float(model.param_bytes[s]), bw, lat)))
+    return cf, cb, ar
+
+
+def combined_objective_s(model: PipelineModel, costs: PipelineCosts, place: IntArray) -> float:
+    """The combined objective of a complete mapping (a lower bound of its simulated iteration)."""
+    return float(iteration_bound_s(model, *edge_costs(model, costs, place)))
+
+
+@dataclass(frozen=True)
+class DeviceBounds:
+    """Per device and edge: cheapest outgoing / incoming transfer; per device: widest ring bottleneck.
+
+    ``out_best[j][d]`` = ``min_y`` time of edge ``j``'s lane bytes ``d -> y``, ``in_best[j][d]``
+    = ``min_x`` of ``x -> d``; ``edge_floor[j]`` = ``(fwd, grad)`` floors that any mapping pays
+    (``R``-th smallest of those over devices); ``ring_bw[d]`` = the largest bottleneck of a ring
+    of ``R`` distinct devices through ``d``; ``ring_lat[d]`` its smallest largest-hop latency;
+    ``ar_floor[s]`` and ``ar_at[s][d]``: Eq. 9 with those.
+    """
+
+    out_best: list[FloatArray]
+    in_best: list[FloatArray]
+    edge_floor: list[tuple[float, float]]
+    ar_floor: list[float]
+    ar_at: list[FloatArray]
+
+
+def _spanning_merges(topo: Topology) -> list[tuple[int, int, float]]:
+    """Kruskal's merges of the maximum spanning forest on ``max(bw[a, b], bw[b, a])``, widest first:
+    the components of every threshold graph {pairs with bandwidth >= beta} are unions along them."""
+    bw = np.maximum(topo.bandwidth_Bps, topo.bandwidth_Bps.T).astype(np.float64)
+    np.fill_diagonal(bw, 0.0)
+    # weights decreasing in bandwidth; an infinite channel weighs least
+    with np.errstate(divide="ignore"):
+        weight = np.where(np.isinf(bw), 1e-300, np.where(bw > 0, 1.0 / np.where(bw > 0, bw, 1.0), 0.0))
+    tree = minimum_spanning_tree(csr_matrix(weight)).tocoo()
+    pairs = sorted(zip(tree.row.tolist(), tree.col.tolist(), strict=True), key=lambda p: -bw[p[0], p[1]])
+    return [(x, y, float(bw[x, y])) for x, y in pairs]
+
+
+def _component_threshold_Bps(topo: Topology, size: int) -> FloatArray:
+    """Per device: the largest ``beta`` such that its component in {pairs with bandwidth >= beta}
+    (either direction) holds at least ``size`` devices (``0`` if never)."""
+    n = topo.n_devices
+    out = np.zeros(n)
+    if size > n:
+        return out
+    parent = list(range(n))
+    members: dict[int, list[int]] = {d: [d] for d in range(n)}
+    done = np.zeros(n, dtype=bool)
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for x, y, beta in _spanning_merges(topo):
+        rx, ry = root(x), root(y)
+        if rx == ry:
+            continue
+        if len(members[rx]) < len(members[ry]):
+            rx, ry = ry, rx
+        parent[ry] = rx
+        members[rx].extend(members.pop(ry))
+        if len(members[rx]) >= size:
+            fresh = [d for d in members[rx] if not done[d]]
+            out[fresh] = beta
+            done[fresh] = True
+    return out
+
+
+def largest_component_threshold_Bps(topo: Topology, size: int) -> float:
+    """The largest ``beta`` at which some component of {pairs with bandwidth >= beta} holds ``size``
+    devices (``inf`` for one device, ``0`` if never)."""
+    if size <= 1:
+        return float("inf")
+    return float(_component_threshold_Bps(topo, size).max())
+
+
+def device_bounds(model: PipelineModel, costs: PipelineCosts, topo: Topology) -> DeviceBounds:
+    """See :class:`DeviceBounds`."""
+    n, r = topo.n_devices, model.replicas
+    off = ~np.eye(n, dtype=bool)
+    out_best, in_best, floors = [], [], []
+    for m in costs.fwd:
+        big = np.where(off, m, np.inf)
+        ob, ib = big.min(axis=1), big.min(axis=0)
+        if n < 2:
+            ob, ib = np.zeros(n), np.zeros(n)
+        out_best.append(ob)
+        in_best.append(ib)
+        kth = min(r, n) - 1
+        fo, fi = float(np.partition(ob, kth)[kth]), float(np.partition(ib, kth)[kth])
+        # forward: senders pay out_best, receivers in_best; gradient: the reverse, same pairs
+        floors.append((max(fo, fi), max(fo, fi)))
+    bw = np.where(off, costs.bandwidth_Bps, 0.0)
+    lat = np.where(off, costs.latency_s, np.inf)
+    ring_bw = np.minimum(np.minimum(bw.max(axis=1), bw.max(axis=0)), _component_threshold_Bps(topo, r)) if r > 1 \
+        else np.full(n, np.inf)
+    ring_lat = np.maximum(lat.min(axis=1), lat.min(axis=0)) if n > 1 else np.zeros(n)
+    ar_at, ar_floor = [], []
+    for s in range(model.n_stages):
+        p = float(model.param_bytes[s])
+        with np.errstate(divide="ignore"):
+            at = np.asarray(ring_s(r, p, ring_bw, ring_lat), dtype=np.float64) * np.ones(n)
+        ar_at.append(at)
+        kth = min(r, n) - 1
+        ar_floor.append(float(np.partition(at, kth)[kth]) if r > 1 else 0.0)
+    return DeviceBounds(out_best, in_best, floors, ar_floor, ar_at)
+
+
+def replica_bounds(model: PipelineModel, bounds: DeviceBounds) -> FloatArray:
+    """``g[s, d]``: the objective's lower bound when a replica of stage ``s`` sits on device ``d``."""
+    rows = []
+    cf0 = [f for f, _ in bounds.edge_floor]
+    cb0 = [g for _, g in bounds.edge_floor]
+    for s in range(model.n_stages):
+        cf: list[Any] = list(cf0)
+        cb: list[Any] = list(cb0)
+        for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
+            if a == s:  # s sends forward (out of d) and receives gradients (into d)
+                cf[j] = np.maximum(cf0[j], bounds.out_best[j])
+                cb[j] = np.maximum(cb0[j], bounds.in_best[j])
+            elif c == s:
+                cf[j] = np.maximum(cf0[j], bounds.in_best[j])
+                cb[j] = np.maximum(cb0[j], bounds.out_best[j])
+        ar: list[Any] = list(bounds.ar_floor)
+        ar[s] = np.maximum(bounds.ar_floor[s], bounds.ar_at[s])
+        n = len(bounds.ar_at[s])
+        rows.append(np.asarray(iteration_bound_s(model, cf, cb, ar), dtype=np.float64) * np.ones(n))
+    return np.array(rows)
+
+
+def bottleneck_assignment_s(cost: FloatArray, replicas: int) -> float:
+    """``min over injective maps of the S R replicas to devices of max cost[s, place]`` (exact).
+
+    Bisection over the distinct values; feasibility = a flow of ``S R`` from the stages
+    (capacity ``R`` each) to the devices (capacity 1) over the pairs with cost <= the threshold.
+    """
+    s_, n = cost.shape
+    if s_ * replicas > n:
+        return float("inf")
+    values = np.unique(cost)
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return float("inf")
+
+    # flow network: source 0 -> stage 1 + s (capacity R) -> device 1 + S + d (1) -> sink
+    sink = 1 + s_ + n
+    rows = np.concatenate([np.zeros(s_, dtype=np.int64), 1 + s_ + np.arange(n)])
+    cols = np.concatenate([1 + np.arange(s_), np.full(n, sink)])
+    caps = np.concatenate([np.full(s_, replicas), np.ones(n, dtype=np.int64)])
+    pair_s, pair_d = np.divmod(np.arange(s_ * n), n)
+
+    def feasible(t: float) -> bool:
+        ok = (cost <= t).reshape(-1)
+        if (ok.reshape(s_, n).sum(axis=1) < replicas).any():
+            return False
+        graph = csr_matrix((np.concatenate([caps, np.ones(int(ok.sum()), dtype=np.int64)]).astype(np.int32),
+                            (np.concatenate([rows, 1 + pair_s[ok]]), np.concatenate([cols, 1 + s_ + pair_d[ok]]))),
+                           shape=(sink + 1, sink + 1))
+        return bool(maximum_flow(graph, 0, sink).flow_value == s_ * replicas)
+
+    lo, hi = 0, len(values) - 1
+    if not feasible(float(values[hi])):
+        return float("inf")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(float(values[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
+
+
+class _UnionFind:
+    """Disjoint sets with sizes (path halving, union by size)."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+        self.size = [1] * n
+
+    def root(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def join(self, x: int, y: int) -> int:
+        """Merge the sets of ``x`` and ``y``; the size of the merged set."""
+        rx, ry = self.root(x), self.root(y)
+        if rx != ry:
+            if self.size[rx] < self.size[ry]:
+                rx, ry = ry, rx
+            self.parent[ry] = rx
+            self.size[rx] += self.size[ry]
+        return self.size[rx]
+
+
+def _largest_components(topo: Topology) -> list[tuple[float, int]]:
+    """``(beta, K)`` pairs, ``beta`` descending: ``K`` = the largest component of {pairs with
+    bandwidth > beta} (either direction), for every ``beta`` a spanning merge has (and 0)."""
+    groups = _UnionFind(topo.n_devices)
+    merges = _spanning_merges(topo)
+    out: list[tuple[float, int]] = []
+    largest = 1
+    k = 0
+    while k < len(merges):
+        beta = merges[k][2]
+        out.append((beta, largest))  # only the merges wider than beta so far
+        while k < len(merges) and merges[k][2] == beta:
+            largest = max(largest, groups.join(merges[k][0], merges[k][1]))
+            k += 1
+    return out
+
+
+def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds) -> float:
+    """A bound from the conflict between rings and lanes (not in the paper).
+
+    Elements: the ring of each stage and the lanes of each stage edge.  For a bandwidth ``beta``,
+    an element is *fast* when every hop of the ring (every lane, in one direction at least) has
+    a channel wider than ``beta``; fast elements join their replicas' devices into one component
+    of {pairs wider than ``beta``}, so every group of replicas joined by fast elements must fit
+    the largest such component ``K``.  An element that is not fast costs at least its *slow* value:
+    the objective with that one term at ``beta`` (Eq. 9 with bottleneck ``beta``, or both transfers
+    of a lane at ``lat + bytes / beta``) and every other term at its floor.  So if the objective is
+    below the slow values of elements ``1..k`` (sorted by slow value, descending), all of them are
+    fast; the first ``k`` whose fast groups overflow ``K`` proves the objective >= its slow value.
+    Maximum over the ``beta`` of the spanning merges.
+    """
+    s_, r = model.n_stages, model.replicas
+    n = topo.n_devices
+    if s_ * r <= 1 or n < 2:
+        return 0.0
+    cf0 = [f for f, _ in bounds.edge_floor]
+    cb0 = [b for _, b in bounds.edge_floor]
+    lat = costs.latency_s[~np.eye(n, dtype=bool)]
+    lat_min = float(lat.min()) if lat.size else 0.0
+    src, dst = model.src.tolist(), model.dst.tolist()
+    best = 0.0
+    for beta, k_max in _largest_components(topo):
+        if beta <= 0 or not np.isfinite(beta) or k_max >= s_ * r:
+            continue
+        elements: list[tuple[float, int, int]] = []  # (slow value, kind 0 ring / 1 edge, index)
+        if r > 1:
+            for s in range(s_):
+                if model.param_bytes[s] <= 0:
+                    continue
+                ar = list(bounds.ar_floor)
+                ar[s] = max(ar[s], float(ring_s(r, float(model.param_bytes[s]), beta, lat_min)))
+                elements.append((float(iteration_bound_s(model, cf0, cb0, ar)), 0, s))
+        for j in range(model.n_edges):
+            m = float(model.lane_bytes[j])
+            slow = lat_min + m / beta if m > 0 else lat_min
+            cf, cb = list(cf0), list(cb0)
+            cf[j], cb[j] = max(cf[j], slow), max(cb[j], slow)
+            elements.append((float(iteration_bound_s(model, cf, cb, bounds.ar_floor)), 1, j))
+        elements.sort(key=lambda e: -e[0])
+        if not elements or elements[0][0] <= best:
+            continue
+        groups = _UnionFind(s_ * r)
+        for value, kind, idx in elements:
+            if value <= best:
+                break
+            biggest = 0
+            if kind == 0:
+                for i in range(1, r):
+                    biggest = max(biggest, groups.join(idx * r, idx * r + i))
+            else:
+                for i in range(r):
+                    biggest = max(biggest, groups.join(src[idx] * r + i, dst[idx] * r + i))
+            if biggest > k_max:
+                best = value
+                break
+    return best
+
+
+def assignment_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology) -> tuple[float, FloatArray]:
+    """The proven lower bound of the combined objective over all mappings, and ``g[s, d]``: the
+    larger of the bottleneck assignment and the ring/lane conflict bound."""
+    bounds = device_bounds(model, costs, topo)
+    g = replica_bounds(model, bounds)
+    return max(bottleneck_assignment_s(g, model.replicas), conflict_bound_s(model, costs, topo, bounds)), g
