@@ -258,14 +258,6 @@ def _component_threshold_Bps(topo: Topology, size: int) -> FloatArray:
     return out
 
 
-def largest_component_threshold_Bps(topo: Topology, size: int) -> float:
-    """The largest ``beta`` at which some component of {pairs with bandwidth >= beta} holds ``size``
-    devices (``inf`` for one device, ``0`` if never)."""
-    if size <= 1:
-        return float("inf")
-    return float(_component_threshold_Bps(topo, size).max())
-
-
 def device_bounds(model: PipelineModel, costs: PipelineCosts, topo: Topology) -> DeviceBounds:
     """See :class:`DeviceBounds`."""
     n, r = topo.n_devices, model.replicas
@@ -368,6 +360,7 @@ class _UnionFind:
     def __init__(self, n: int) -> None:
         self.parent = list(range(n))
         self.size = [1] * n
+        self.count: dict[int, int] = {1: n}  # set size -> how many sets have it
 
     def root(self, x: int) -> int:
         parent = self.parent
@@ -380,28 +373,46 @@ class _UnionFind:
         """Merge the sets of ``x`` and ``y``; the size of the merged set."""
         rx, ry = self.root(x), self.root(y)
         if rx != ry:
+            for size in (self.size[rx], self.size[ry]):
+                self.count[size] -= 1
+                if not self.count[size]:
+                    del self.count[size]
             if self.size[rx] < self.size[ry]:
                 rx, ry = ry, rx
             self.parent[ry] = rx
             self.size[rx] += self.size[ry]
+            self.count[self.size[rx]] = self.count.get(self.size[rx], 0) + 1
         return self.size[rx]
 
 
-def _largest_components(topo: Topology) -> list[tuple[float, int]]:
-    """``(beta, K)`` pairs, ``beta`` descending: ``K`` = the largest component of {pairs with
-    bandwidth > beta} (either direction), for every ``beta`` a spanning merge has (and 0)."""
+def _components_by_beta(topo: Topology) -> list[tuple[float, IntArray]]:
+    """``(beta, sizes)`` pairs, ``beta`` descending over the spanning merges' bandwidths: ``sizes`` =
+    the component sizes of {pairs with bandwidth > beta} (either direction)."""
     groups = _UnionFind(topo.n_devices)
     merges = _spanning_merges(topo)
-    out: list[tuple[float, int]] = []
-    largest = 1
+    out: list[tuple[float, IntArray]] = []
     k = 0
     while k < len(merges):
         beta = merges[k][2]
-        out.append((beta, largest))  # only the merges wider than beta so far
+        roots = {groups.root(d) for d in range(topo.n_devices)}
+        out.append((beta, np.array([groups.size[x] for x in roots], dtype=np.int64)))
         while k < len(merges) and merges[k][2] == beta:
-            largest = max(largest, groups.join(merges[k][0], merges[k][1]))
+            groups.join(merges[k][0], merges[k][1])
             k += 1
     return out
+
+
+def _packs(group_count: dict[int, int], components: IntArray) -> bool:
+    """A necessary condition for packing the groups into the components: for every size ``t``, the
+    groups of ``t`` or more devices number at most ``sum floor(c / t)`` (each takes ``t`` devices
+    of one component)."""
+    sizes = sorted(group_count, reverse=True)
+    at_least = 0
+    for t in sizes:
+        at_least += group_count[t]
+        if t > 1 and at_least > int((components // t).sum()):
+            return False
+    return True
 
 
 def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds) -> float:
@@ -415,7 +426,7 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     the objective with that one term at ``beta`` (Eq. 9 with bottleneck ``beta``, or both transfers
     of a lane at ``lat + bytes / beta``) and every other term at its floor.  So if the objective is
     below the slow values of elements ``1..k`` (sorted by slow value, descending), all of them are
-    fast; the first ``k`` whose fast groups overflow ``K`` proves the objective >= its slow value.
+    fast; the first ``k`` whose fast groups do not pack proves the objective >= its slow value.
     Maximum over the ``beta`` of the spanning merges.
     """
     s_, r = model.n_stages, model.replicas
@@ -428,8 +439,8 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     lat_min = float(lat.min()) if lat.size else 0.0
     src, dst = model.src.tolist(), model.dst.tolist()
     best = 0.0
-    for beta, k_max in _largest_components(topo):
-        if beta <= 0 or not np.isfinite(beta) or k_max >= s_ * r:
+    for beta, components in _components_by_beta(topo):
+        if beta <= 0 or not np.isfinite(beta):
             continue
         elements: list[tuple[float, int, int]] = []  # (slow value, kind 0 ring / 1 edge, index)
         if r > 1:
@@ -452,14 +463,13 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
         for value, kind, idx in elements:
             if value <= best:
                 break
-            biggest = 0
             if kind == 0:
                 for i in range(1, r):
-                    biggest = max(biggest, groups.join(idx * r, idx * r + i))
+                    groups.join(idx * r, idx * r + i)
             else:
                 for i in range(r):
-                    biggest = max(biggest, groups.join(src[idx] * r + i, dst[idx] * r + i))
-            if biggest > k_max:
+                    groups.join(src[idx] * r + i, dst[idx] * r + i)
+            if not _packs(groups.count, components):
                 best = value
                 break
     return best

@@ -24,7 +24,10 @@ from solvers.parmesan.mapping.pipeline import (
     assignment_bound_s,
     bottleneck_assignment_s,
     combined_objective_s,
+    conflict_bound_s,
+    device_bounds,
     pipeline_model,
+    replica_bounds,
 )
 from solvers.simulate import simulate
 from solvers.solving import solve
@@ -34,10 +37,14 @@ from tests.strategies import examples
 GiB = float(2**30)
 
 
-def topology(seed: int, n_devices: int, symmetric: bool, hetero: bool) -> Topology:
-    """Random channels (symmetric or not), latency, optionally different device speeds."""
+def topology(seed: int, n_devices: int, symmetric: bool, hetero: bool, blocky: bool = False) -> Topology:
+    """Random channels (symmetric or not), latency, optionally different device speeds; ``blocky``:
+    hosts of 2-3 devices with fast channels inside and slow ones between (random_blk-like)."""
     rng = np.random.default_rng(seed + 17)
     bw = rng.uniform(1e8, 1e10, size=(n_devices, n_devices))
+    if blocky:
+        host = np.cumsum(rng.random(n_devices) < 0.4)
+        bw = np.where(host[:, None] == host[None, :], bw * 10, 1e8)
     if symmetric:
         bw = (bw + bw.T) / 2
     lat = rng.uniform(0, 2e-5, size=(n_devices, n_devices))
@@ -49,14 +56,14 @@ def topology(seed: int, n_devices: int, symmetric: bool, hetero: bool) -> Topolo
 
 
 def case(seed: int, n_stages: int, replicas: int, n_devices: int, mb: int, schedule: str, recompute: bool,
-         symmetric: bool = True, hetero: bool = False) -> tuple[Problem, IntArray]:
+         symmetric: bool = True, hetero: bool = False, blocky: bool = False) -> tuple[Problem, IntArray]:
     """A problem and a contiguous partition of a random DAG (edges go from lower to higher index)."""
     rng = np.random.default_rng(seed)
     n_ops = int(rng.integers(n_stages + 2, 3 * n_stages + 4))
     graph = random_dag(seed, n_ops, 0.4)
     cuts = np.sort(rng.choice(np.arange(1, n_ops), size=n_stages - 1, replace=False))
     stage_of = np.searchsorted(cuts, np.arange(n_ops), side="right").astype(np.int64)
-    problem = Problem(graph, topology(seed, n_devices, symmetric, hetero), "throughput",
+    problem = Problem(graph, topology(seed, n_devices, symmetric, hetero, blocky), "throughput",
                       ProblemSettings(stages=n_stages, replicas=replicas, micro_batches=(mb,), schedule=schedule,
                                       recompute=recompute))
     return problem, stage_of
@@ -106,13 +113,14 @@ def brute_force(model: PipelineModel, costs: PipelineCosts, n_devices: int) -> f
 
 @settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3), (4, 1), (3, 1), (5, 1), (1, 3)]),
-       extra=st.integers(0, 1), mb=st.integers(1, 5), symmetric=st.booleans())
-@example(seed=1, shape=(2, 3), extra=1, mb=4, symmetric=True)
+       extra=st.integers(0, 1), mb=st.integers(1, 5), symmetric=st.booleans(), blocky=st.booleans())
+@example(seed=1, shape=(2, 3), extra=1, mb=4, symmetric=True, blocky=False)
+@example(seed=4, shape=(3, 2), extra=0, mb=4, symmetric=True, blocky=True)
 def test_bound_below_and_search_equal_to_brute_force(seed: int, shape: tuple[int, int], extra: int, mb: int,
-                                                      symmetric: bool) -> None:
+                                                      symmetric: bool, blocky: bool) -> None:
     s, r = shape
     n_devices = min(7, s * r + extra)
-    problem, stage_of = case(seed, s, r, n_devices, mb, "1f1b", True, symmetric)
+    problem, stage_of = case(seed, s, r, n_devices, mb, "1f1b", True, symmetric, blocky=blocky)
     model = pipeline_model(problem, stage_of, s, r, mb)
     costs = PipelineCosts.of(model, problem.topology)
     expected = brute_force(model, costs, n_devices)
@@ -153,6 +161,36 @@ def test_search_with_fixed_replicas_keeps_them() -> None:
     assert value >= best * (1 - 1e-9)
     outcome, _, _ = search_combined(spec, best * (1 - 1e-6), time.monotonic() + 10, 100_000, fixed)
     assert outcome == "exhausted"
+
+
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3)]), mb=st.integers(1, 5))
+def test_conflict_bound_below_brute_force_on_blocks(seed: int, shape: tuple[int, int], mb: int) -> None:
+    """The ring/lane conflict bound alone, on host-block topologies where it binds."""
+    s, r = shape
+    problem, stage_of = case(seed, s, r, s * r, mb, "1f1b", True, blocky=True)
+    model = pipeline_model(problem, stage_of, s, r, mb)
+    costs = PipelineCosts.of(model, problem.topology)
+    bound = conflict_bound_s(model, costs, problem.topology, device_bounds(model, costs, problem.topology))
+    assert bound <= brute_force(model, costs, s * r) * (1 + 1e-9)
+
+
+def test_conflict_bound_sees_what_the_assignment_misses() -> None:
+    """Two hosts of 2 devices, fast inside: 2 stages of 2 replicas cannot keep both rings and the
+    lanes inside hosts, which the per-replica assignment bound cannot see."""
+    devices = [Device(f"d{i}", "GPU", f"h{i // 2}", 64 * GiB) for i in range(4)]
+    bw = np.array([[1e10 if i // 2 == j // 2 else 1e8 for j in range(4)] for i in range(4)])
+    topo = Topology.from_matrices("blocks", devices, bw.tolist(), np.zeros((4, 4)).tolist())
+    graph = random_dag(2, 6, 0.5)
+    stage_of = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
+    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=2, replicas=2, micro_batches=(4,)))
+    model = pipeline_model(problem, stage_of, 2, 2, 4)
+    costs = PipelineCosts.of(model, topo)
+    bounds = device_bounds(model, costs, topo)
+    conflict = conflict_bound_s(model, costs, topo, bounds)
+    assignment = bottleneck_assignment_s(replica_bounds(model, bounds), 2)
+    optimum = brute_force(model, costs, 4)
+    assert assignment < conflict <= optimum * (1 + 1e-9)
 
 
 def test_bottleneck_assignment() -> None:
