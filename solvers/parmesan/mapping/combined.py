@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -230,9 +231,9 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 
 def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
             stats: dict[str, Any], eps_rel: float = 1e-3, patience: int = 200) -> tuple[IntArray, float]:
-    """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free a few lanes
-    and stages of the incumbent and re-place them with Alg. 2 (target just below the incumbent,
-    a small node budget), keep any improvement.  Stops at the deadline, within ``eps_rel`` of the
+    """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
+    stages' rings, a ring and two lanes, or a few random replicas of the incumbent and re-place
+    them with Alg. 2 (target just below the incumbent, a small node budget), keep any improvement.  Stops at the deadline, within ``eps_rel`` of the
     proven ``floor_s``, or after ``patience`` tries in a row without improvement.  Every mapping it
     returns is complete and valid."""
     model, costs = spec.model, spec.costs
@@ -243,15 +244,15 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
         tries += 1
         idle += 1
         fixed = place.copy()
-        kind = tries % 3
+        kind = tries % 4
         if kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
             lanes = rng.choice(r, size=min(2, r), replace=False)
             fixed[:, lanes] = -1
-        elif kind == 1:  # one stage's ring and its neighbours' replicas on a few lanes
-            s = int(rng.integers(s_))
-            fixed[s, :] = -1
-            lanes = rng.choice(r, size=min(2, r), replace=False)
-            fixed[:, lanes] = -1
+        elif kind == 1 and s_ > 1:  # two stages' rings: which devices each ring gets
+            fixed[rng.choice(s_, size=2, replace=False), :] = -1
+        elif kind == 2:  # one stage's ring and two lanes
+            fixed[int(rng.integers(s_)), :] = -1
+            fixed[:, rng.choice(r, size=min(2, r), replace=False)] = -1
         else:  # random replicas
             flat = rng.choice(s_ * r, size=min(s_ * r, max(4, min(24, s_ * r // 4))), replace=False)
             fixed.reshape(-1)[flat] = -1
@@ -273,14 +274,16 @@ def _run(spec: CombinedSpec, target: float, deadline: float, node_limit: int) ->
     return search_combined(spec, target, deadline, node_limit)
 
 
-def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float) -> tuple[IntArray, float, str]:
-    """``t_r0``: the best of CS, p2p-first, ``RANDOM_STARTS`` random mappings and two greedy dives of
-    Alg. 2 (no target: each replica on its best device by the partial objective), one placing
-    lane by lane, one stage by stage."""
+def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
+                        starts: Sequence[tuple[str, IntArray]] = ()) -> tuple[IntArray, float, str]:
+    """``t_r0``: the best of CS, p2p-first, ``RANDOM_STARTS`` random mappings, the given ``starts``
+    and two greedy dives of Alg. 2 (no target: each replica on its best device by the partial
+    objective), one placing lane by lane, one stage by stage."""
     model, costs, n = spec.model, spec.costs, spec.n_devices
     s, r = model.n_stages, model.replicas
     cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r))]
     cands += [(f"random{k}", random_mapping(s, r, n, seed + k)) for k in range(RANDOM_STARTS)]
+    cands += list(starts)
     by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=[[] for _ in spec.order])
     for name, greedy_spec in (("greedy-lanes", spec), ("greedy-stages", by_stage)):
         outcome, found, _ = search_combined(greedy_spec, float("inf"), deadline, 50 * s * r)
@@ -293,13 +296,15 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float) -> tuple
 
 def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float, eps_rel: float = 1e-3,
                         parallel_targets: int = 2, workers: int = 1, seed: int = 0,
-                        node_limit: int = 2_000_000, improve_share: float = 0.5) -> MappingResult:
-    """Alg. 1 (binary search on the target, batched targets) with the combined objective."""
+                        node_limit: int = 2_000_000, improve_share: float = 0.5,
+                        starts: Sequence[tuple[str, IntArray]] = ()) -> MappingResult:
+    """Alg. 1 (binary search on the target, batched targets) with the combined objective;
+    ``starts``: more named mappings for the starting upper bound."""
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
     bound, g = assignment_bound_s(model, costs, topo)
     spec = make_combined_spec(model, topo, costs, g)
-    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started))
+    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started), starts)
     t_l = min(bound, t_r)
     stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
                              "bound_s_time": time.monotonic() - started, "rounds": 0, "searches": 0,
