@@ -29,8 +29,31 @@ def _twins(topo: Topology, a: int, b: int) -> bool:
                for m in (bw, lat))
 
 
+def _twin_of(topo: Topology, reps: list[int], d: int) -> int | None:
+    """The first of ``reps`` that is a twin of ``d`` (:func:`_twins`, all candidates at once)."""
+    if not reps:
+        return None
+    idx = np.array(reps)
+    ok = np.ones(len(reps), dtype=bool)
+    rows = np.arange(len(reps))
+    for m in (topo.bandwidth_Bps, topo.latency_s):
+        ok &= m[idx, d] == m[d, idx]
+        for eq in (m[idx, :] == m[d, :], m[:, d] == m[:, idx].T):
+            eq[:, d] = True
+            eq[rows, idx] = True
+            ok &= eq.all(axis=1)
+    hits = np.flatnonzero(ok)
+    return int(idx[hits[0]]) if len(hits) else None
+
+
+_CACHE: dict[int, tuple[Topology, IntArray]] = {}
+
+
 def twin_classes(topo: Topology) -> IntArray:
-    """``cls[d]`` = the smallest device index of ``d``'s twin class."""
+    """``cls[d]`` = the smallest device index of ``d``'s twin class (cached for the last topologies)."""
+    hit = _CACHE.get(id(topo))
+    if hit is not None and hit[0] is topo:
+        return hit[1]
     n = topo.n_devices
     cls = np.arange(n, dtype=np.int64)
     groups: dict[tuple[object, ...], list[int]] = {}
@@ -40,10 +63,12 @@ def twin_classes(topo: Topology) -> IntArray:
                *(tuple(np.sort(m[d, others]).tolist()) + tuple(np.sort(m[others, d]).tolist())
                  for m in (topo.bandwidth_Bps, topo.latency_s)))
         reps = groups.setdefault(key, [])
-        for r in reps:
-            if _twins(topo, r, d):
-                cls[d] = r
-                break
+        twin = _twin_of(topo, reps, d)
+        if twin is not None:
+            cls[d] = twin
         else:
             reps.append(d)
+    if len(_CACHE) >= 8:
+        _CACHE.clear()
+    _CACHE[id(topo)] = (topo, cls)
     return cls
