@@ -230,16 +230,18 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 
 
 def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
-            stats: dict[str, Any], eps_rel: float = 1e-3, patience: int = 200) -> tuple[IntArray, float]:
+            stats: dict[str, Any], eps_rel: float = 1e-3, patience: int | None = None) -> tuple[IntArray, float]:
     """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
     stages' rings, a ring and two lanes, or a few random replicas of the incumbent and re-place
-    them with Alg. 2 (target just below the incumbent, a small node budget), keep any improvement.  Stops at the deadline, within ``eps_rel`` of the
-    proven ``floor_s``, or after ``patience`` tries in a row without improvement.  Every mapping it
+    them with Alg. 2 (target just below the incumbent, a small node budget), keep any improvement.
+    Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after ``patience``
+    tries in a row without improvement (default ``4 S R`` clamped to 20..200).  Every mapping it
     returns is complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
     tries = improved = idle = 0
+    patience = max(20, min(200, 4 * s_ * r)) if patience is None else patience
     while time.monotonic() < deadline and value - floor_s > eps_rel * value and idle < patience:
         tries += 1
         idle += 1

@@ -126,7 +126,7 @@ def test_bound_below_and_search_equal_to_brute_force(seed: int, shape: tuple[int
     expected = brute_force(model, costs, n_devices)
     bound, _ = assignment_bound_s(model, costs, problem.topology)
     assert bound <= expected * (1 + 1e-9)
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 30, eps_rel=1e-9)
+    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 300, eps_rel=1e-9)
     assert result.status == "optimal"
     assert result.objective_s == pytest.approx(expected, rel=1e-9)
     assert result.lower_bound_s <= expected * (1 + 1e-9)
