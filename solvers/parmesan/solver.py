@@ -93,8 +93,10 @@ class ParmesanSolver:
                         notes=("no partition into the searched (S, R) fits the devices' memory "
                                "(or the graph has fewer hyper-operators than stages)",))
         progress(ProgressEvent(0.5, best.score_s, None, "mapping"))
-        remaining = budget.remaining_s()
-        deadline = time.monotonic() + min(options.mapping_time_limit_s, max(0.0, remaining - 0.2))
+        remaining = max(0.0, budget.remaining_s() - 0.2)
+        if options.baseline_guard:  # the safety net's baselines get the other half
+            remaining /= 2
+        deadline = time.monotonic() + min(options.mapping_time_limit_s, remaining)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
         plan, value, mstats = map_partition(problem, best.stage_of, best.n_stages, best.replicas,
