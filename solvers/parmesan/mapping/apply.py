@@ -165,7 +165,8 @@ def _paper_starts(sg: StageGraph, topo: Topology, deadline: float,
 def _map_combined(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
                   settings: MappingSettings, deadline: float, sg: StageGraph) -> tuple[Plan, float, dict[str, Any]]:
     """Alg. 1 with the combined objective, started from (among others) the paper's instantiations'
-    Alg. 1 mappings (a fifth of the time), then (``ensemble_heuristics``) CS and p2p-first."""
+    Alg. 1 mappings (a fifth of the time); with ``ensemble_heuristics`` CS, p2p-first and those
+    mappings stay simulated candidates."""
     model = pipeline_model(problem, stage_of, n_stages, replicas, micro_batches)
     starts = _paper_starts(sg, problem.topology, time.monotonic() + 0.2 * max(0.0, deadline - time.monotonic()),
                            settings)
@@ -182,8 +183,9 @@ def _map_combined(problem: Problem, stage_of: IntArray, n_stages: int, replicas:
              "mapping_chosen": "alg1-combined"}
     best: tuple[float, Plan, dict[str, Any]] = (value, plan, stats)
     if settings.ensemble_heuristics:
-        for name in ("consecutive", "p2p"):
-            other = build_plan(problem, stage_of, heuristic_place(name, n_stages, replicas), micro_batches)
+        others = [(name, heuristic_place(name, n_stages, replicas)) for name in ("consecutive", "p2p")]
+        for name, place in others + starts:
+            other = build_plan(problem, stage_of, place, micro_batches)
             other_value = simulated_s(problem, other)
             if other_value < best[0]:
                 best = (other_value, other, {**stats, "mapping_chosen": name})
