@@ -35,7 +35,9 @@ and for the rings the widest bottleneck a ring of ``R`` devices through ``d`` ca
 component of ``d`` in the threshold graph must hold ``R`` devices).  ``g(s, d)`` = the objective
 evaluated with those bounds; every mapping pays ``max g(s, place[s, i])``, so the bound is the
 bottleneck assignment of the ``S R`` replicas to distinct devices minimising that maximum,
-solved exactly by bisection over the values with bipartite matchings.
+solved exactly by bisection over the values with a max-flow.  :func:`conflict_bound_s` adds
+the conflict between rings and lanes (a stage's ring and its lanes cannot all use fast channels
+when the fast components are too small); the proven bound is the larger of the two.
 """
 
 from __future__ import annotations
