@@ -158,7 +158,10 @@ def test_search_with_fixed_replicas_keeps_them() -> None:
         full[slots] = p
         completions.append(combined_objective_s(model, costs, full.reshape(3, 2)))
     best = min(completions)
-    assert value >= best * (1 - 1e-9)
+    assert value in completions
+    outcome, at_best, _ = search_combined(spec, best * (1 + 1e-9), time.monotonic() + 10, 100_000, fixed)
+    assert outcome == "found" and at_best is not None
+    assert combined_objective_s(model, costs, at_best) == pytest.approx(best)
     outcome, _, _ = search_combined(spec, best * (1 - 1e-6), time.monotonic() + 10, 100_000, fixed)
     assert outcome == "exhausted"
 
