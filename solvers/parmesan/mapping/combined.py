@@ -304,7 +304,7 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     ``starts``: more named mappings for the starting upper bound."""
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
-    bound, g = assignment_bound_s(model, costs, topo)
+    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started))
     spec = make_combined_spec(model, topo, costs, g)
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started), starts)
     t_l = min(bound, t_r)

@@ -42,6 +42,7 @@ when the fast components are too small); the proven bound is the larger of the t
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -417,7 +418,8 @@ def _packs(group_count: dict[int, int], components: IntArray) -> bool:
     return True
 
 
-def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds) -> float:
+def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds,
+                     deadline: float = float("inf")) -> float:
     """A bound from the conflict between rings and lanes (not in the paper).
 
     Elements: the ring of each stage and the lanes of each stage edge.  For a bandwidth ``beta``,
@@ -429,7 +431,8 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     of a lane at ``lat + bytes / beta``) and every other term at its floor.  So if the objective is
     below the slow values of elements ``1..k`` (sorted by slow value, descending), all of them are
     fast; the first ``k`` whose fast groups do not pack proves the objective >= its slow value.
-    Maximum over the ``beta`` of the spanning merges.
+    Maximum over the ``beta`` of the spanning merges, the most promising first (largest slow
+    value); past ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).
     """
     s_, r = model.n_stages, model.replicas
     n = topo.n_devices
@@ -440,31 +443,42 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     lat = costs.latency_s[~np.eye(n, dtype=bool)]
     lat_min = float(lat.min()) if lat.size else 0.0
     src, dst = model.src.tolist(), model.dst.tolist()
+    levels = [(beta, comps) for beta, comps in _components_by_beta(topo) if 0 < beta < np.inf]
+    if not levels:
+        return 0.0
+    betas = np.array([beta for beta, _ in levels])
+    # slow values of every element at every beta at once (the recurrences work element-wise)
+    elements: list[tuple[int, int]] = []  # (kind 0 ring / 1 edge, index)
+    slow_rows: list[FloatArray] = []
+    if r > 1:
+        for s in range(s_):
+            if model.param_bytes[s] <= 0:
+                continue
+            ar: list[Any] = list(bounds.ar_floor)
+            ar[s] = np.maximum(ar[s], ring_s(r, float(model.param_bytes[s]), betas, lat_min))
+            elements.append((0, s))
+            slow_rows.append(np.asarray(iteration_bound_s(model, cf0, cb0, ar), dtype=np.float64) * np.ones(len(betas)))
+    for j in range(model.n_edges):
+        m = float(model.lane_bytes[j])
+        slow = lat_min + m / betas if m > 0 else np.full(len(betas), lat_min)
+        cf: list[Any] = list(cf0)
+        cb: list[Any] = list(cb0)
+        cf[j], cb[j] = np.maximum(cf[j], slow), np.maximum(cb[j], slow)
+        elements.append((1, j))
+        slow_rows.append(np.asarray(iteration_bound_s(model, cf, cb, bounds.ar_floor), dtype=np.float64)
+                         * np.ones(len(betas)))
+    slow_values = np.array(slow_rows)
     best = 0.0
-    for beta, components in _components_by_beta(topo):
-        if beta <= 0 or not np.isfinite(beta):
-            continue
-        elements: list[tuple[float, int, int]] = []  # (slow value, kind 0 ring / 1 edge, index)
-        if r > 1:
-            for s in range(s_):
-                if model.param_bytes[s] <= 0:
-                    continue
-                ar = list(bounds.ar_floor)
-                ar[s] = max(ar[s], float(ring_s(r, float(model.param_bytes[s]), beta, lat_min)))
-                elements.append((float(iteration_bound_s(model, cf0, cb0, ar)), 0, s))
-        for j in range(model.n_edges):
-            m = float(model.lane_bytes[j])
-            slow = lat_min + m / beta if m > 0 else lat_min
-            cf, cb = list(cf0), list(cb0)
-            cf[j], cb[j] = max(cf[j], slow), max(cb[j], slow)
-            elements.append((float(iteration_bound_s(model, cf, cb, bounds.ar_floor)), 1, j))
-        elements.sort(key=lambda e: -e[0])
-        if not elements or elements[0][0] <= best:
-            continue
+    for col in np.argsort(-slow_values.max(axis=0), kind="stable"):
+        if slow_values[:, col].max() <= best or time.monotonic() > deadline:
+            break
+        components = levels[col][1]
         groups = _UnionFind(s_ * r)
-        for value, kind, idx in elements:
+        for e in np.argsort(-slow_values[:, col], kind="stable"):
+            value = float(slow_values[e, col])
             if value <= best:
                 break
+            kind, idx = elements[e]
             if kind == 0:
                 for i in range(1, r):
                     groups.join(idx * r, idx * r + i)
@@ -477,9 +491,11 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     return best
 
 
-def assignment_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology) -> tuple[float, FloatArray]:
+def assignment_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
+                       deadline: float = float("inf")) -> tuple[float, FloatArray]:
     """The proven lower bound of the combined objective over all mappings, and ``g[s, d]``: the
-    larger of the bottleneck assignment and the ring/lane conflict bound."""
+    larger of the bottleneck assignment and the ring/lane conflict bound (``deadline``: see
+    :func:`conflict_bound_s`)."""
     bounds = device_bounds(model, costs, topo)
     g = replica_bounds(model, bounds)
-    return max(bottleneck_assignment_s(g, model.replicas), conflict_bound_s(model, costs, topo, bounds)), g
+    return max(bottleneck_assignment_s(g, model.replicas), conflict_bound_s(model, costs, topo, bounds, deadline)), g
