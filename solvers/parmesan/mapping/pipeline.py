@@ -467,6 +467,8 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
         elements.append((1, j))
         slow_rows.append(np.asarray(iteration_bound_s(model, cf, cb, bounds.ar_floor), dtype=np.float64)
                          * np.ones(len(betas)))
+    if not elements:  # one replica and no stage edge: nothing can conflict
+        return 0.0
     slow_values = np.array(slow_rows)
     best = 0.0
     for col in np.argsort(-slow_values.max(axis=0), kind="stable"):

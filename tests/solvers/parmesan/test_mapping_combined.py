@@ -196,6 +196,20 @@ def test_conflict_bound_sees_what_the_assignment_misses() -> None:
     assert assignment < conflict <= optimum * (1 + 1e-9)
 
 
+@pytest.mark.parametrize(("n_stages", "replicas", "n_devices"), [(1, 1, 1), (1, 1, 3), (2, 1, 2), (1, 3, 3)])
+def test_degenerate_shapes(n_stages: int, replicas: int, n_devices: int) -> None:
+    """One stage, one replica or one device: the bounds stay below the only or best mapping."""
+    problem, stage_of = case(7, n_stages, replicas, n_devices, 2, "1f1b", True)
+    model = pipeline_model(problem, stage_of, n_stages, replicas, 2)
+    costs = PipelineCosts.of(model, problem.topology)
+    expected = brute_force(model, costs, n_devices)
+    bound, _ = assignment_bound_s(model, costs, problem.topology)
+    assert bound <= expected * (1 + 1e-9)
+    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 60, eps_rel=1e-9)
+    assert result.status == "optimal"
+    assert result.objective_s == pytest.approx(expected)
+
+
 def test_bottleneck_assignment() -> None:
     cost = np.array([[1.0, 5.0, 2.0], [4.0, 3.0, 9.0]])
     assert bottleneck_assignment_s(cost, 1) == 3.0  # stage 0 -> device 0 or 2, stage 1 -> device 1
