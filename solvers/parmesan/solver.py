@@ -94,8 +94,8 @@ class ParmesanSolver:
                                "(or the graph has fewer hyper-operators than stages)",))
         progress(ProgressEvent(0.5, best.score_s, None, "mapping"))
         remaining = max(0.0, budget.remaining_s() - 0.2)
-        if options.baseline_guard:  # the safety net's baselines get the other half
-            remaining /= 2
+        if options.baseline_guard:  # the safety net's baselines get the other two thirds
+            remaining /= 3
         deadline = time.monotonic() + min(options.mapping_time_limit_s, remaining)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
