@@ -25,6 +25,7 @@ from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.moirai.backends.result import BackendResult
 from solvers.moirai.backends.runner import run_backend
+from solvers.moirai.bounds import TaskBounds, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
 from solvers.moirai.formulation import Formulation, build
 from solvers.moirai.instance import Instance, build_instance
@@ -49,6 +50,7 @@ class Run:
         span = min(budget.remaining_s() - RESERVE_S, options.solve_time_limit_s)
         self.deadline = self.started + max(0.0, span)
         self.best: TimedSchedule | None = None
+        self.bounds: TaskBounds | None = None
         self.bound_s = lower_bound_s(problem)
         self.stats: dict[str, Any] = {"nodes_original": problem.graph.n_ops, "backend": options.backend,
                                       "graph_lower_bound_s": self.bound_s, "coarsened": False}
@@ -119,13 +121,20 @@ class Run:
         if result.bound is not None:
             self.prove(result.bound / f.scale)
 
+    def task_bounds(self) -> None:
+        """Heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`)."""
+        started = time.monotonic()
+        self.bounds = task_bounds(self.fine, None if self.best is None else self.best.makespan_s)
+        self.stats.update(task_bound_s=self.bounds.bound_s, task_bound_time_s=time.monotonic() - started)
+        self.prove(self.bounds.bound_s)
+
     def whole_window(self, share: float) -> None:
         """Step 2b: the window model with every unit free (exact without communication)."""
         limit = share * self.left_s()
         if limit < 0.2 or self.best is None:
             return
         result = solve_window(self.fine, self.best, range(self.fine.n_units), self.best.makespan_s, limit,
-                              self.problem.settings.seed, self.options.threads, self.bound_s)
+                              self.problem.settings.seed, self.options.threads, self.bound_s, self.bounds)
         self.stats["whole_model_status"] = result.status
         self.offer(result.schedule, "whole-graph model")
         self.prove(result.bound_s)

@@ -64,6 +64,7 @@ class MoiraiSolver:
         run.stats["prepare_s"] = time.perf_counter() - t0
         communicates = _communicates(fine)
         small = fine.n_units <= options.max_nodes
+        run.task_bounds()
         if small and communicates:
             run.exact_milp(EXACT_SHARE)
         if small and not run.proven():

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solvers.model.errors import PlacerError, require
+from solvers.moirai.bounds import TaskBounds
 from solvers.moirai.instance import Instance
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, replay
 
@@ -218,6 +219,14 @@ class _Model:
                      for t in live]
         m.AddCumulative(intervals, [1] * len(live), inst.n_devices)
 
+    def heads_tails(self, bounds: TaskBounds) -> None:
+        """Whole instance only: every task starts at or after its head and ends at least its tail
+        before ``cmax`` (:mod:`~solvers.moirai.bounds`; redundant, they hold for every schedule of
+        the relaxation, in ticks rounded down)."""
+        for t in range(self.inst.n_tasks):
+            self.m.Add(self.S[t] >= min(TICKS, self.ticks(float(bounds.head_s[t]))))
+            self.m.Add(self.cmax >= self.C[t] + min(TICKS, self.ticks(float(bounds.tail_s[t]))))
+
     def symmetry(self) -> None:
         """Whole instance only: interchangeable devices are used in index order (module doc)."""
         m, inst = self.m, self.inst
@@ -268,10 +277,12 @@ def _order(inst: Instance, device: list[int], start: list[int], end: list[int]) 
 
 
 def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
-                 time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0) -> WindowResult:
+                 time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0,
+                 bounds: TaskBounds | None = None) -> WindowResult:
     """Solve the window model: units in ``free`` are placed anew, the others keep ``incumbent``'s
     devices and order; every time is in ``[0, horizon_s]``; ``lower_s``: a proven lower bound on
-    the makespan (``cmax`` starts there, so the search stops when it is met)."""
+    the makespan (``cmax`` starts there, so the search stops when it is met); ``bounds``: heads
+    and tails of the instance, imposed when the window is the whole instance."""
     cp: Any = require("ortools.sat.python.cp_model", "milp")
     model = _Model(inst, incumbent, free, horizon_s, cp)
     model.devices_and_edges()
@@ -285,6 +296,8 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     model.energy()
     if model.everything:
         model.symmetry()
+        if bounds is not None:
+            model.heads_tails(bounds)
     model.m.Add(model.cmax >= min(TICKS, model.ticks(lower_s)))
     model.m.Minimize(model.cmax)
     solver = cp.CpSolver()
@@ -292,6 +305,10 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     solver.parameters.num_workers = max(1, threads)
     solver.parameters.random_seed = seed
     solver.parameters.relative_gap_limit = RELATIVE_GAP
+    if model.everything:  # stronger cumulative propagation: it pays on whole instances (docs/moirai.md)
+        solver.parameters.use_hard_precedences_in_cumulative = True
+        solver.parameters.use_timetable_edge_finding_in_cumulative = True
+        solver.parameters.use_overload_checker_in_cumulative = True
     status = solver.Solve(model.m)
     bound_ticks = solver.BestObjectiveBound()
     bound_s = None if math.isinf(bound_ticks) else max(0.0, bound_ticks) * model.tick_s
