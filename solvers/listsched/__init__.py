@@ -10,7 +10,9 @@ and time it with the shared cost model (DESIGN §4) under the op-level simulator
   for a placement the two halves mirror each other;
 * a producer's output needed on another device is one message per (producer, device), sent
   when the producer ends, postal time ``latency + bytes / bandwidth`` on the widest-path
-  channel, one message at a time per directed channel (FIFO in booking order);
+  channel, one message at a time per directed channel (FIFO in booking order); an empty
+  message (zero bytes) is a pure dependency: free, and it neither waits for nor occupies its
+  channel (docs/simulator.md);
 * devices run one task at a time; ``insertion=True`` lets a task fill an idle gap (HEFT,
   Celeritas' Adjusting Placement), otherwise it is appended (ETF-style device-ready times);
 * memory is the latency-plan model of ``solvers.cost.memory.device_memory_bytes``, tracked

@@ -76,6 +76,8 @@ class ListSchedule:
             hit = self._arrival.get((p, d))
             if hit is not None:
                 t = max(t, hit)
+            elif self.costs.comm_s(dp, d, size) <= 0.0:  # a pure dependency: never waits for the channel
+                t = max(t, self.finish_s[p])
             else:
                 pending.append((self.finish_s[p], p, dp, size))
         if pending:
