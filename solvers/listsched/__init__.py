@@ -41,11 +41,12 @@ from solvers.listsched.tasks import (
     latency_costs,
     op_memory_bytes,
     op_task_graph,
+    postal_planning,
 )
 
 __all__ = [
     "TIMED_OUT_NOTE", "LatencyCosts", "ListSchedule", "MemoryTracker", "TaskGraph", "b_level",
     "check_latency_pins", "complete_fast", "device_caps_bytes", "expired_every", "finish_latency_plan",
     "finish_schedule", "infeasible_plan", "is_topological", "latency_costs", "levels", "m_topo_order",
-    "obviously_infeasible", "op_memory_bytes", "op_task_graph", "start_op_schedule",
+    "obviously_infeasible", "op_memory_bytes", "op_task_graph", "postal_planning", "start_op_schedule",
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,15 +38,34 @@ class TaskGraph:
         return len(self.pred)
 
 
+_CHANNEL_QUEUES: ContextVar[bool] = ContextVar("listsched_channel_queues", default=True)
+
+
+@contextmanager
+def postal_planning() -> Iterator[None]:
+    """Within the block the list schedulers *plan* with the postal model of the HEFT paper (§2:
+    every message takes ``latency + bytes / bandwidth`` from its producer's end, channels never
+    queue) instead of queueing messages on their channels in booking order.  Their plans are still
+    timed by the simulator, queues included: this changes the decisions, not the scoring (the
+    ``moirai`` warm start tries both, docs/moirai.md)."""
+    token = _CHANNEL_QUEUES.set(False)
+    try:
+        yield
+    finally:
+        _CHANNEL_QUEUES.reset(token)
+
+
 @dataclass(frozen=True)
 class LatencyCosts:
-    """Channel figures of one latency problem. ``msg_factor`` is 2 in a training pass."""
+    """Channel figures of one latency problem. ``msg_factor`` is 2 in a training pass;
+    ``channel_queues``: messages queue on their channel while planning (else postal, above)."""
 
     latency_s: FloatArray
     inv_bandwidth_sPB: FloatArray  # [a, b] = seconds per byte on channel a -> b (0 on the diagonal)
     msg_factor: float
     mean_latency_s: float
     mean_inv_bandwidth_sPB: float
+    channel_queues: bool = True
 
     def comm_s(self, a: int, b: int, size_bytes: float) -> float:
         """Postal time of a message a -> b (both passes in training); empty messages are free."""
@@ -67,7 +89,7 @@ def latency_costs(problem: Problem) -> LatencyCosts:
     off = ~np.eye(n, dtype=bool)
     mean_lat = float(lat[off].mean()) if n > 1 else 0.0
     mean_inv = float(inv[off].mean()) if n > 1 else 0.0
-    return LatencyCosts(lat, inv, 2.0 if problem.training else 1.0, mean_lat, mean_inv)
+    return LatencyCosts(lat, inv, 2.0 if problem.training else 1.0, mean_lat, mean_inv, _CHANNEL_QUEUES.get())
 
 
 def check_latency_pins(problem: Problem) -> dict[int, int]:

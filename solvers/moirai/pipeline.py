@@ -81,25 +81,34 @@ class Run:
         self.progress(ProgressEvent(frac, None if self.best is None else self.best.makespan_s, self.bound_s, message))
 
     # --- steps -------------------------------------------------------------------------------
-    def warm(self, heuristics: tuple[str, ...]) -> None:
-        """Step 1: every registered heuristic and our own list / single-device schedules."""
+    def warm(self, heuristics: tuple[str, ...], postal: bool) -> None:
+        """Step 1: every registered heuristic and our own list / single-device schedules; with
+        ``postal``, every heuristic also plans with the postal model (no channel queues,
+        :func:`~solvers.listsched.postal_planning`), each plan timed exactly."""
         from solvers import registry
+        from solvers.listsched import postal_planning
 
         found: dict[str, float] = {}
-        for name in heuristics:
+        variants = [(name, False) for name in heuristics] + ([(name, True) for name in heuristics] if postal else [])
+        for name, use_postal in variants:
             if name not in registry.names() or self.left_s() <= 0:
                 continue
             cls = registry.get_solver_class(name)
             sub = Budget(max(0.1, 0.1 * self.left_s()))
+            label = f"{name} (postal)" if use_postal else name
             try:
-                plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
+                if use_postal:
+                    with postal_planning():
+                        plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
+                else:
+                    plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
             except PlacerError:
                 continue
             if plan.status != "infeasible" and plan.stages:
                 sched = schedule_from_plan(self.fine, plan)
                 if sched is not None:
-                    found[name] = sched.makespan_s
-                    self.offer(sched, name)
+                    found[label] = sched.makespan_s
+                    self.offer(sched, label)
         own = [("list schedule", list_schedule(self.fine))]
         own += [(f"single device {k}", single_device(self.fine, k)) for k in range(self.fine.n_devices)]
         for name, sched in own:

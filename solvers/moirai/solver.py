@@ -57,15 +57,14 @@ class MoiraiSolver:
         proof = _proved_infeasible(problem, fine)
         if proof is not None:
             return Plan(stages=(), status="infeasible", stats=run.stats, notes=(proof,))
-        run.warm(HEURISTICS if options.warm_start else ())
+        run.warm(HEURISTICS if options.warm_start else (), _communicates(fine))
         if run.best is None:
             return Plan(stages=(), status="infeasible", stats=run.stats,
                         notes=("no memory-feasible placement found (not proven infeasible)",))
         run.stats["prepare_s"] = time.perf_counter() - t0
-        communicates = _communicates(fine)
         small = fine.n_units <= options.max_nodes
         run.task_bounds()
-        if small and communicates:
+        if small and _communicates(fine):
             run.exact_milp(EXACT_SHARE)
         if small and not run.proven():
             run.whole_window(WHOLE_SHARE)

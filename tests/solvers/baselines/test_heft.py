@@ -10,14 +10,15 @@ from hypothesis import strategies as st
 from solvers.base import Budget, no_progress
 from solvers.baselines.heft import HEFTOptions, HEFTSolver, upward_rank
 from solvers.generate import generate_graph, generate_topology
-from solvers.listsched import latency_costs, op_task_graph, start_op_schedule
+from solvers.listsched import latency_costs, op_task_graph, postal_planning, start_op_schedule
 from solvers.listsched.orders import is_topological
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from tests.solvers import contract_fixtures as fx
-from tests.solvers.baselines._fixtures import check_plan, pcie, problem
+from tests.solvers.baselines._fixtures import check_plan, pcie
+from tests.solvers.baselines._fixtures import problem as latency_problem
 from tests.strategies import dag_graphs, examples
 
 # The HEFT paper's Fig. 2 example: computation cost per processor, communication cost per edge.
@@ -78,7 +79,7 @@ def test_an_empty_message_never_waits_for_its_channel(graph: OpGraph, data: st.D
     task whose inputs are all empty is ready when its producers end, whatever was booked before
     on the channels (HEFT's insertion books messages out of time order)."""
     empty = OpGraph.build(graph.name, graph.nodes, [Edge(e.src, e.dst, 0.0) for e in graph.edges])
-    start = start_op_schedule(problem(empty, pcie(3)))
+    start = start_op_schedule(latency_problem(empty, pcie(3)))
     assert not isinstance(start, Plan)
     sched = start[0]
     for v in empty.topo_order.tolist():
@@ -97,3 +98,24 @@ def test_classic_dag_matches_the_textbook_heft() -> None:
     prob = Problem(graph, topo, "latency", ProblemSettings(pass_="forward"))
     plan = HEFTSolver().solve(prob, HEFTOptions(), Budget(10.0), no_progress)
     assert check_plan(prob, plan) <= 0.35760
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(graph=dag_graphs(min_ops=2, max_ops=10, with_overrides=False), data=st.data())
+def test_postal_planning_never_queues(graph: OpGraph, data: st.DataObject) -> None:
+    """Under ``postal_planning`` a task's input from another device is ready when its producer
+    ends plus the message's postal time, whatever else the channel carries (a producer's message
+    to a device, once booked, serves every later consumer there)."""
+    with postal_planning():
+        start = start_op_schedule(latency_problem(graph, pcie(3)))
+    assert not isinstance(start, Plan)
+    sched = start[0]
+    assert not sched.costs.channel_queues
+    for v in graph.topo_order.tolist():
+        d = data.draw(st.integers(0, 2))
+        pairs = zip(sched.tasks.pred[v], sched.tasks.pred_bytes[v], strict=True)
+        expected = max((sched._arrival.get((p, d), sched.finish_s[p] + sched.costs.comm_s(sched.device[p], d, b))
+                        for p, b in pairs), default=0.0)
+        assert sched.ready_s(v, d) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+        sched.commit(v, d, insertion=True)
+    assert latency_costs(latency_problem(graph, pcie(3))).channel_queues  # only inside the block

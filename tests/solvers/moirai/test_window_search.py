@@ -73,3 +73,16 @@ def test_never_worse_than_the_list_schedulers(case: tuple[Problem, object]) -> N
         other = solve(problem, name, time_limit_s=3.0)
         if other.status != "infeasible":
             assert ours <= simulate(problem, other).metrics["latency_s"] * (1 + 1e-9), name
+
+
+def test_warm_start_also_plans_postal_when_messages_cost_time() -> None:
+    """With communication every list scheduler also plans with the postal model; the plan is
+    never worse than any of them.  Without communication the variants would be the same plans."""
+    problem = tiny_problem(3, 6, 2)
+    plan = solve(problem, "moirai", {"solve_time_limit_s": 1.0}, time_limit_s=5)
+    found = plan.stats["warm_start"]
+    postal = {name: s for name, s in found.items() if name.endswith("(postal)")}
+    assert {"heft (postal)", "m-etf (postal)"} <= set(postal)
+    assert simulate(problem, plan).metrics["latency_s"] <= min(found.values()) * (1 + 1e-9)
+    quiet = solve(classic(20, 2, 1), "moirai", {"solve_time_limit_s": 1.0}, time_limit_s=5)
+    assert not any(name.endswith("(postal)") for name in quiet.stats["warm_start"])
