@@ -38,6 +38,8 @@ from solvers.moirai.window import solve_window
 OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
 BOUND_SAFETY = 1e-6  # proven bounds are shaved by this relative amount (solver tolerances)
 RESERVE_S = 0.4  # kept for expanding and simulating at the end
+REFUTE_GAP = 0.9 * OPTIMAL_GAP  # the decision step asks for a plan at least this much shorter (relative)
+REFUTE_MISSES = 2  # the decision step stops after this many questions without an answer
 
 
 class Run:
@@ -147,6 +149,34 @@ class Run:
         self.stats["whole_model_status"] = result.status
         self.offer(result.schedule, "whole-graph model")
         self.prove(result.bound_s)
+
+    def refute(self, share: float) -> None:
+        """Step 2c: the whole-graph window model in decision form, "a plan ending by ``target``?",
+        bisecting between the proven bound and the incumbent (a destructive bound: near the bound,
+        with heads and tails, the decision model refutes a target much sooner than the
+        minimisation proves it).  ``infeasible`` proves ``target`` a lower bound; a solution
+        becomes the incumbent; no answer in time halves the step towards the bound.  It ends
+        when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer."""
+        misses, step = 0, 0.5
+        while self.best is not None and not self.proven() and misses < REFUTE_MISSES:
+            limit = share * self.left_s()
+            if limit < 0.2:
+                return
+            best, bound = self.best.makespan_s, self.bound_s
+            target = min(best * (1 - REFUTE_GAP), bound + step * (best - bound))
+            result = solve_window(self.fine, self.best, range(self.fine.n_units), best, limit,
+                                  self.problem.settings.seed, self.options.threads, bound, self.bounds,
+                                  upper_s=target)
+            self.stats["refutations"] = self.stats.get("refutations", 0) + 1
+            if result.status == "infeasible":
+                self.prove(target)
+                step = 0.5
+            elif result.schedule is not None and result.schedule.makespan_s < best:
+                self.offer(result.schedule, "whole-graph model (decision)")
+                step = 0.5
+            else:
+                misses += 1
+                step *= 0.25
 
     def coarse_milp(self, share: float) -> None:
         """Step 3: GCOF + node budget + the MILP on the units, expanded back to the ops."""

@@ -23,6 +23,7 @@ from solvers.moirai.pipeline import Run
 HEURISTICS = ("heft", "cpop", "m-etf", "m-sct", "m-topo", "celeritas")  # warm-start candidates, when registered
 EXACT_SHARE = 0.5  # of the time left, for the §III-D MILP of the whole graph (with communication)
 WHOLE_SHARE = 0.6  # of the time left, for the window model of the whole graph
+REFUTE_SHARE = 0.3  # of the time left, per question of the decision step
 COARSE_SHARE = 0.4  # of the time left, for the coarse MILP (``coarse_milp``)
 
 
@@ -68,6 +69,8 @@ class MoiraiSolver:
             run.exact_milp(EXACT_SHARE)
         if small and not run.proven():
             run.whole_window(WHOLE_SHARE)
+        if small and not run.proven():
+            run.refute(REFUTE_SHARE)
         if not small and options.coarse_milp:
             run.coarse_milp(COARSE_SHARE)
         if options.window_search and not run.proven():

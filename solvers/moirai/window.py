@@ -278,11 +278,13 @@ def _order(inst: Instance, device: list[int], start: list[int], end: list[int]) 
 
 def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
                  time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0,
-                 bounds: TaskBounds | None = None) -> WindowResult:
+                 bounds: TaskBounds | None = None, upper_s: float | None = None) -> WindowResult:
     """Solve the window model: units in ``free`` are placed anew, the others keep ``incumbent``'s
     devices and order; every time is in ``[0, horizon_s]``; ``lower_s``: a proven lower bound on
     the makespan (``cmax`` starts there, so the search stops when it is met); ``bounds``: heads
-    and tails of the instance, imposed when the window is the whole instance."""
+    and tails of the instance, imposed when the window is the whole instance; ``upper_s``: only
+    schedules with ``cmax`` at most this (in ticks rounded down) — the decision form: ``infeasible``
+    over the whole instance proves that no plan ends by ``upper_s``."""
     cp: Any = require("ortools.sat.python.cp_model", "milp")
     model = _Model(inst, incumbent, free, horizon_s, cp)
     model.devices_and_edges()
@@ -299,6 +301,8 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
         if bounds is not None:
             model.heads_tails(bounds)
     model.m.Add(model.cmax >= min(TICKS, model.ticks(lower_s)))
+    if upper_s is not None:
+        model.m.Add(model.cmax <= min(TICKS, model.ticks(upper_s)))
     model.m.Minimize(model.cmax)
     solver = cp.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)

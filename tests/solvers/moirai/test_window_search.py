@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.problem import Problem, ProblemSettings
+from solvers.moirai.bounds import task_bounds
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import build_instance
 from solvers.moirai.lns import window_search
@@ -18,7 +19,7 @@ from solvers.moirai.window import solve_window
 from solvers.simulate import simulate
 from solvers.solving import solve
 from tests.solvers.moirai.brute import brute_force_latency_s
-from tests.solvers.moirai.test_exact import INSTANCES
+from tests.solvers.moirai.test_exact import INSTANCES, _case
 from tests.solvers.moirai.tiny import tiny_problem
 from tests.strategies import examples, latency_cases
 
@@ -86,3 +87,34 @@ def test_warm_start_also_plans_postal_when_messages_cost_time() -> None:
     assert simulate(problem, plan).metrics["latency_s"] <= min(found.values()) * (1 + 1e-9)
     quiet = solve(classic(20, 2, 1), "moirai", {"solve_time_limit_s": 1.0}, time_limit_s=5)
     assert not any(name.endswith("(postal)") for name in quiet.stats["warm_start"])
+
+
+@pytest.mark.parametrize("case", range(len(INSTANCES)))
+def test_decision_form_refutes_below_the_optimum_and_solves_above(case: int) -> None:
+    """``upper_s`` under the brute-force optimum: infeasible (a valid destructive bound); above it
+    the model finds a plan at least that short (without communication the model is exact; with
+    it a relaxation, so only the bound side is checked there)."""
+    problem, best_s = _case(case)
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    start = list_schedule(inst)
+    assert start is not None
+    below = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0, upper_s=best_s * (1 - 1e-3))
+    assert below.status == "infeasible"
+    above = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0, upper_s=best_s * (1 + 1e-3))
+    assert above.status in ("optimal", "feasible")
+
+
+def test_decision_form_lifts_the_task_bound_on_a_classic_instance() -> None:
+    """60 ops, 4 identical devices: heads, tails and energetic reasoning leave 0.05 % to the best
+    plan known; the decision model refutes a plan 1e-4 above the task bound (in about 2 s)."""
+    problem = classic(60, 4, 2)
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    start = list_schedule(inst)
+    assert start is not None
+    b = task_bounds(inst)
+    result = solve_window(inst, start, range(inst.n_units), start.makespan_s, 30.0, lower_s=b.bound_s, bounds=b,
+                          upper_s=b.bound_s * (1 + 1e-4))
+    assert result.status == "infeasible"
+    plan = solve(problem, "moirai", time_limit_s=10)
+    assert plan.stats["refutations"] >= 1
+    assert plan.stats["task_bound_s"] * (1 - 1e-5) <= plan.lower_bound_s <= simulate(problem, plan).metrics["latency_s"]
