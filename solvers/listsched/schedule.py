@@ -73,16 +73,14 @@ class ListSchedule:
             if dp == d:
                 t = max(t, self.finish_s[p])
                 continue
+            if not self.costs.channel_queues:  # postal planning, per edge (tasks.postal_planning)
+                t = max(t, self.finish_s[p] + self.costs.comm_s(dp, d, size))
+                continue
             hit = self._arrival.get((p, d))
             if hit is not None:
                 t = max(t, hit)
             elif self.costs.comm_s(dp, d, size) <= 0.0:  # a pure dependency: never waits for the channel
                 t = max(t, self.finish_s[p])
-            elif not self.costs.channel_queues:  # postal planning (tasks.postal_planning)
-                a = self.finish_s[p] + self.costs.comm_s(dp, d, size)
-                if book:
-                    self._arrival[(p, d)] = a
-                t = max(t, a)
             else:
                 pending.append((self.finish_s[p], p, dp, size))
         if pending:

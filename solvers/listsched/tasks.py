@@ -43,11 +43,12 @@ _CHANNEL_QUEUES: ContextVar[bool] = ContextVar("listsched_channel_queues", defau
 
 @contextmanager
 def postal_planning() -> Iterator[None]:
-    """Within the block the list schedulers *plan* with the postal model of the HEFT paper (§2:
-    every message takes ``latency + bytes / bandwidth`` from its producer's end, channels never
-    queue) instead of queueing messages on their channels in booking order.  Their plans are still
-    timed by the simulator, queues included: this changes the decisions, not the scoring (the
-    ``moirai`` warm start tries both, docs/moirai.md)."""
+    """Within the block the list schedulers *plan* with the postal model of the HEFT paper (§2,
+    ``c(i, j)`` per edge): every edge's data arrives ``latency + bytes / bandwidth`` after its
+    producer ends, channels never queue and a producer's messages to one device are not merged,
+    instead of one message per (producer, device) queued on its channel in booking order.  Their
+    plans are still timed by the simulator, queues included: this changes the decisions, not the
+    scoring (the ``moirai`` warm start tries both, docs/moirai.md)."""
     token = _CHANNEL_QUEUES.set(False)
     try:
         yield

@@ -40,6 +40,7 @@ BOUND_SAFETY = 1e-6  # proven bounds are shaved by this relative amount (solver 
 RESERVE_S = 0.4  # kept for expanding and simulating at the end
 REFUTE_GAP = 0.9 * OPTIMAL_GAP  # the decision step asks for a plan at least this much shorter (relative)
 REFUTE_MISSES = 2  # the decision step stops after this many questions without an answer
+WARM_SHARE = 0.2  # of the time left, the most one list scheduler of the warm start may take
 
 
 class Run:
@@ -96,7 +97,7 @@ class Run:
             if name not in registry.names() or self.left_s() <= 0:
                 continue
             cls = registry.get_solver_class(name)
-            sub = Budget(max(0.1, 0.1 * self.left_s()))
+            sub = Budget(max(0.1, WARM_SHARE * self.left_s()))
             label = f"{name} (postal)" if use_postal else name
             try:
                 if use_postal:
