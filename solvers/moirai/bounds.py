@@ -36,6 +36,7 @@ import numpy as np
 from solvers.arrays import FloatArray
 from solvers.moirai.instance import Instance
 
+HEADS_MAX_TASKS = 4000  # heads and tails keep an n x n ancestor matrix (16 MB at this size)
 ENERGY_MAX_TASKS = 240  # energetic reasoning is O(n^3) per candidate: only on small instances
 BISECTION_STEPS = 40
 SHAVE = 1e-9  # relative
@@ -98,10 +99,13 @@ def _refuted(T: float, d: FloatArray, head: FloatArray, tail: FloatArray, p: int
     return False
 
 
-def task_bounds(inst: Instance, upper_s: float | None = None) -> TaskBounds:
-    """Heads, tails and the lower bound of the module doc; ``upper_s``: a known makespan (the
-    bisection's upper end; without it the serial time of every task)."""
+def task_bounds(inst: Instance, upper_s: float | None = None) -> TaskBounds | None:
+    """Heads, tails and the lower bound of the module doc (``None`` above ``HEADS_MAX_TASKS``
+    tasks); ``upper_s``: a known makespan (the bisection's upper end; without it the serial time
+    of every task)."""
     n, p = inst.n_tasks, inst.n_devices
+    if n > HEADS_MAX_TASKS:
+        return None
     d = least_durations_s(inst)
     pred = [list(ps) for ps in inst.pred]
     succ = [[s for s, _ in ss] for ss in inst.succ]

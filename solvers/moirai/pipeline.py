@@ -137,8 +137,9 @@ class Run:
         """Heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`)."""
         started = time.monotonic()
         self.bounds = task_bounds(self.fine, None if self.best is None else self.best.makespan_s)
-        self.stats.update(task_bound_s=self.bounds.bound_s, task_bound_time_s=time.monotonic() - started)
-        self.prove(self.bounds.bound_s)
+        if self.bounds is not None:
+            self.stats.update(task_bound_s=self.bounds.bound_s, task_bound_time_s=time.monotonic() - started)
+            self.prove(self.bounds.bound_s)
 
     def whole_window(self, share: float) -> None:
         """Step 2b: the window model with every unit free (exact without communication)."""

@@ -112,6 +112,7 @@ def test_decision_form_lifts_the_task_bound_on_a_classic_instance() -> None:
     start = list_schedule(inst)
     assert start is not None
     b = task_bounds(inst)
+    assert b is not None
     result = solve_window(inst, start, range(inst.n_units), start.makespan_s, 30.0, lower_s=b.bound_s, bounds=b,
                           upper_s=b.bound_s * (1 + 1e-4))
     assert result.status == "infeasible"
