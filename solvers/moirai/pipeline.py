@@ -1,9 +1,12 @@
 """The steps of one ``moirai`` solve on the uncoarsened graph (docs/moirai.md "Pipeline").
 
-1. warm start: the registered list schedulers and our own, each timed exactly on the ops;
+1. warm start: the registered list schedulers and our own, each timed exactly on the ops (with
+   communication the list schedulers also plan postal, :func:`~solvers.listsched.postal_planning`);
+   then heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`);
 2. when the graph has at most ``max_nodes`` ops: the §III-D MILP on the chosen back-end (only
    when there is communication; without it the window model below is already exact), then the
-   window model over the whole graph — both prove bounds on the graph itself;
+   window model over the whole graph, then its decision form bisecting between bound and
+   incumbent — all prove bounds on the graph itself;
 3. with ``coarse_milp`` on a larger graph: the paper's pipeline (GCOF, node budget, MILP) as one
    more candidate, expanded back to the ops;
 4. window search (:mod:`~solvers.moirai.lns`) until the deadline or the bound is met.
@@ -157,7 +160,8 @@ class Run:
         bisecting between the proven bound and the incumbent (a destructive bound: near the bound,
         with heads and tails, the decision model refutes a target much sooner than the
         minimisation proves it).  ``infeasible`` proves ``target`` a lower bound; a solution
-        becomes the incumbent; no answer in time halves the step towards the bound.  It ends
+        becomes the incumbent; no answer in time brings the next target to a quarter of its
+        distance from the bound (refutations are quicker there).  It ends
         when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer."""
         misses, step = 0, 0.5
         while self.best is not None and not self.proven() and misses < REFUTE_MISSES:

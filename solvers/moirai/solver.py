@@ -1,8 +1,9 @@
 """The ``moirai`` solver: MOIRAI's placement model (§III-D) on the uncoarsened graph.
 
 Steps (:mod:`solvers.moirai.pipeline`): warm start from the best list schedule of the ops ->
-on graphs of at most ``max_nodes`` ops the MILP on the chosen ``backend`` (in a child process
-killed at the deadline) and the CP-SAT window model of the whole graph, both proving bounds ->
+heads, tails and energetic bound of the task DAG -> on graphs of at most ``max_nodes`` ops the
+MILP on the chosen ``backend`` (in a child process killed at the deadline), the CP-SAT window
+model of the whole graph and its decision form, all proving bounds ->
 optionally the paper's coarsened MILP (GCOF, Alg. 1, and a node budget) -> window search.  The
 plan has one stage per used device and ``order`` = each device's ops in scheduled order.
 """
