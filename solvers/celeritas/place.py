@@ -52,6 +52,7 @@ class GapSchedule(ListSchedule):
         producers (sorted once; the parent sorts the same messages per device)."""
         finish, device, arrival, chan_free = self.finish_s, self.device, self._arrival, self._chan_free
         lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
+        postal = not self.costs.channel_queues
         msgs = sorted(zip([finish[p] for p in self.tasks.pred[v]], self.tasks.pred[v],
                           [device[p] for p in self.tasks.pred[v]], self.tasks.pred_bytes[v], strict=True))
         add, work, mem = self._add_bytes[v], self._work_bytes[v], self.mem
@@ -70,16 +71,24 @@ class GapSchedule(ListSchedule):
                     if fin > t:
                         t = fin
                     continue
+                comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0
+                if postal:  # the parent's postal planning: per edge, no queue
+                    if fin + comm > t:
+                        t = fin + comm
+                    continue
                 hit = arrival.get((p, d))
                 if hit is not None:
                     if hit > t:
                         t = hit
                     continue
+                if comm <= 0.0:  # an empty message: a pure dependency, as in the parent
+                    if fin > t:
+                        t = fin
+                    continue
                 a = local.get(dp, chan_free[dp][d])
                 if fin > a:
                     a = fin
-                if size > 0.0:
-                    a += f * (lat[dp][d] + size * inv[dp][d])
+                a += comm
                 local[dp] = a
                 booked.append((p, a))
                 if a > t:

@@ -11,6 +11,7 @@ Placement is never worse than Order-Place.
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 from unittest.mock import patch
 
 import numpy as np
@@ -21,7 +22,7 @@ from solvers.base import Budget, no_progress
 from solvers.celeritas import place
 from solvers.celeritas.place import GapSchedule
 from solvers.celeritas.solver import CeleritasOptions, CeleritasSolver, task_order
-from solvers.listsched import ListSchedule, latency_costs, op_task_graph
+from solvers.listsched import ListSchedule, latency_costs, op_task_graph, postal_planning
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
@@ -141,15 +142,18 @@ def test_stats_report_table_2_columns() -> None:
 
 @settings(max_examples=examples(60), deadline=None)
 @given(dag_graphs(min_ops=1, max_ops=40, edge_p=0.15), topologies(min_devices=1, max_devices=4),
-       st.booleans(), st.floats(0.05, 1.0), st.sampled_from([0, 8]), st.randoms(use_true_random=False))
+       st.booleans(), st.floats(0.05, 1.0), st.sampled_from([0, 8]), st.randoms(use_true_random=False),
+       st.booleans())
 def test_gap_schedule_times_as_the_list_scheduler(g: OpGraph, topo: Topology, training: bool, memory_share: float,
-                                                  short_scan: int, rnd: random.Random) -> None:
+                                                  short_scan: int, rnd: random.Random, postal: bool) -> None:
     """:class:`GapSchedule` (one pass over the producers for all devices, the gap search in
     numpy) gives every node the EST the shared list scheduler gives it, with the same channel
     bookings, along a run of commits to random devices (memory tight enough for some devices
-    to be full; every scan in numpy when ``short_scan`` is 0)."""
+    to be full; every scan in numpy when ``short_scan`` is 0), planning with channel queues or
+    postal (``postal_planning``)."""
     problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))
-    tasks, costs = op_task_graph(problem), latency_costs(problem)
+    with postal_planning() if postal else nullcontext():
+        tasks, costs = op_task_graph(problem), latency_costs(problem)
     caps = np.full(topo.n_devices, memory_share * float((tasks.mem_add_bytes + tasks.mem_work_bytes).sum()))
     fast, reference = GapSchedule(tasks, costs, caps), ListSchedule(tasks, costs, caps)
     order = task_order(tasks, costs, rnd.choice(["cpd-topo", "b-level", "m-topo"])).tolist()
