@@ -171,7 +171,9 @@ def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Pat
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "PLACER_DATABASE_URL": db_url, "PLACER_PORT": str(port), "PLACER_WORKERS": "1",
-               "PLACER_LEASE_S": "3", "PLACER_REAPER_INTERVAL_S": "0.5", "PLACER_AUTO_MIGRATE": "true",
+               # a lease of 6 s: on a loaded machine a 3 s lease of the second attempt can lapse between
+               # heartbeats (a third attempt, which the assertion on `attempts` below would count)
+               "PLACER_LEASE_S": "6", "PLACER_REAPER_INTERVAL_S": "0.5", "PLACER_AUTO_MIGRATE": "true",
                "PLACER_RATE_LIMIT_PER_S": "0",
                "PYTHONPATH": os.pathsep.join(p for p in (str(PLUGINS), os.environ.get("PYTHONPATH")) if p)}
         key = subprocess.run([PLACER, "keys", "create", "--project", "restart"], env=env, check=True,
