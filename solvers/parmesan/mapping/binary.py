@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ import numpy as np
 from solvers.arrays import IntArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.bounds import lower_bound
-from solvers.parmesan.mapping.dfs import Outcome, SearchSpec, make_spec, placement_array, search
+from solvers.parmesan.mapping.dfs import Outcome, make_spec, placement_array, search
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
 from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 
@@ -64,11 +65,6 @@ def initial_upper_bound(sg: StageGraph, topo: Topology, mode: Mode, seed: int,
     return place, value, name
 
 
-def _run(spec: SearchSpec, target: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
-    """A pool task: one inner search (module-level so it can be pickled)."""
-    return search(spec, target, deadline, node_limit)
-
-
 def guard_cap_s(sg: StageGraph, topo: Topology, mode: Mode) -> float:
     """The guard of an instantiation: the other instantiation's value of the better of CS and p2p-first."""
     other: Mode = "ar" if mode == "m" else "m"
@@ -79,22 +75,69 @@ def guard_cap_s(sg: StageGraph, topo: Topology, mode: Mode) -> float:
 
 
 Result = tuple[Outcome, IntArray | None, int]
+SearchFn = Callable[[Any, float, float, int], Result]
+"""An inner search ``(spec, target, deadline, node_limit) -> (outcome, found, nodes)``: a
+module-level function, so that a process pool can pickle it."""
 
 
-def _run_round(spec: SearchSpec, targets: list[float], share: float, deadline: float, node_limit: int,
-               pool: ProcessPoolExecutor | None) -> list[Result]:
+def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray], tuple[IntArray, float]],
+                   place: IntArray, t_r: float, t_l: float, *, deadline: float, eps_rel: float,
+                   parallel_targets: int, workers: int, node_limit: int,
+                   stats: dict[str, Any]) -> tuple[IntArray, float, float]:
+    """Alg. 1's outer loop on ``[t_l, t_r]`` (module doc), for any inner search: ``value_of``
+    turns what a search found into a mapping and its objective.  Returns the best mapping, its
+    value and the proven lower bound; counts rounds, searches, nodes and timeouts in ``stats``."""
+    pool = None
+    if workers > 1:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    stalled = False  # the last round proved nothing: one more round, one target, all the time left
+    try:
+        while t_r - t_l > eps_rel * t_r:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            k = 1 if stalled else max(1, parallel_targets)
+            share = 1.0 if stalled else 0.5
+            targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
+            results = _run_round(search_fn, spec, targets, share, deadline, node_limit, pool)
+            stats["rounds"] += 1
+            progress = False
+            for t, (outcome, found, nodes) in zip(targets, results, strict=False):
+                stats["searches"] += 1
+                stats["search_nodes"] += nodes
+                if outcome == "found" and found is not None:
+                    cand, value = value_of(found)
+                    if value < t_r:
+                        place, t_r = cand, value
+                    progress = True
+                elif outcome == "exhausted":
+                    t_l = max(t_l, t)
+                    progress = True
+                else:
+                    stats["timeouts"] += 1
+            if not progress and stalled:
+                break
+            stalled = not progress
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return place, t_r, t_l
+
+
+def _run_round(search_fn: SearchFn, spec: Any, targets: list[float], share: float, deadline: float,
+               node_limit: int, pool: ProcessPoolExecutor | None) -> list[Result]:
     """One round of inner searches: in the pool together, or one after another (ascending targets,
     each with its share of what is left; stop at the first found, larger targets are found too)."""
     remaining = deadline - time.monotonic()
     if pool is not None:
         until = min(deadline, time.monotonic() + max(0.02, remaining * share))
-        futures = [pool.submit(_run, spec, t, until, node_limit) for t in targets]
+        futures = [pool.submit(search_fn, spec, t, until, node_limit) for t in targets]
         return [f.result() for f in futures]
     results: list[Result] = []
     for j, t in enumerate(targets):
         left = deadline - time.monotonic()
         until = min(deadline, time.monotonic() + max(0.02, left * share / (len(targets) - j)))
-        results.append(search(spec, t, until, node_limit))
+        results.append(search_fn(spec, t, until, node_limit))
         if results[-1][0] == "found":
             break
     return results
@@ -115,41 +158,13 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, e
     stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
                              "rounds": 0, "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": mode,
                              "guard_s": cap if np.isfinite(cap) else None}
-    pool = None
-    if workers > 1:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
-    stalled = False  # the last round proved nothing: one more round, one target, all the time left
-    try:
-        while t_r - t_l > eps_rel * t_r:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            k = 1 if stalled else max(1, parallel_targets)
-            share = 1.0 if stalled else 0.5
-            targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
-            results = _run_round(spec, targets, share, deadline, node_limit, pool)
-            stats["rounds"] += 1
-            progress = False
-            for t, (outcome, by_depth, nodes) in zip(targets, results, strict=False):
-                stats["searches"] += 1
-                stats["search_nodes"] += nodes
-                if outcome == "found" and by_depth is not None:
-                    cand = placement_array(spec, by_depth, sg.n_stages)
-                    value = mapping_objective_s(sg, topo, cand, mode)
-                    if value < t_r:
-                        place, t_r = cand, value
-                    progress = True
-                elif outcome == "exhausted":
-                    t_l = max(t_l, t)
-                    progress = True
-                else:
-                    stats["timeouts"] += 1
-            if not progress and stalled:
-                break
-            stalled = not progress
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+    def value_of(by_depth: IntArray) -> tuple[IntArray, float]:
+        cand = placement_array(spec, by_depth, sg.n_stages)
+        return cand, mapping_objective_s(sg, topo, cand, mode)
+
+    place, t_r, t_l = bisect_targets(search, spec, value_of, place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
+                                     parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
+                                     stats=stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
     return MappingResult(place, t_r, t_l, status, mode, stats)

@@ -19,10 +19,8 @@ target with batched targets, §V-B), same inner DFS structure as
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,7 +28,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import MappingResult
+from solvers.parmesan.mapping.binary import MappingResult, bisect_targets
 from solvers.parmesan.mapping.dfs import Outcome
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
 from solvers.parmesan.mapping.pipeline import (
@@ -271,11 +269,6 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     return place, value
 
 
-def _run(spec: CombinedSpec, target: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
-    """A pool task: one inner search (module-level so it can be pickled)."""
-    return search_combined(spec, target, deadline, node_limit)
-
-
 def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
                         starts: Sequence[tuple[str, IntArray]] = ()) -> tuple[IntArray, float, str]:
     """``t_r0``: the best of CS, p2p-first, ``RANDOM_STARTS`` random mappings, the given ``starts``
@@ -314,51 +307,10 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
         place, t_r = improve(spec, place, t_r, t_l, until, seed, stats, eps_rel)
-    pool = None
-    if workers > 1:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
-    stalled = False
-    try:
-        while t_r - t_l > eps_rel * t_r:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            k = 1 if stalled else max(1, parallel_targets)
-            share = 1.0 if stalled else 0.5
-            targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
-            results: list[tuple[Outcome, IntArray | None, int]] = []
-            if pool is not None:
-                until = min(deadline, time.monotonic() + max(0.02, remaining * share))
-                futures = [pool.submit(_run, spec, t, until, node_limit) for t in targets]
-                results = [f.result() for f in futures]
-            else:
-                for j, t in enumerate(targets):
-                    left = deadline - time.monotonic()
-                    until = min(deadline, time.monotonic() + max(0.02, left * share / (len(targets) - j)))
-                    results.append(search_combined(spec, t, until, node_limit))
-                    if results[-1][0] == "found":
-                        break
-            stats["rounds"] += 1
-            progress = False
-            for t, (outcome, found, nodes) in zip(targets, results, strict=False):
-                stats["searches"] += 1
-                stats["search_nodes"] += nodes
-                if outcome == "found" and found is not None:
-                    value = combined_objective_s(model, costs, found)
-                    if value < t_r:
-                        place, t_r = found, value
-                    progress = True
-                elif outcome == "exhausted":
-                    t_l = max(t_l, t)
-                    progress = True
-                else:
-                    stats["timeouts"] += 1
-            if not progress and stalled:
-                break
-            stalled = not progress
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+    place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
+                                     place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
+                                     parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
+                                     stats=stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
     return MappingResult(place, t_r, t_l, status, "m", stats)
