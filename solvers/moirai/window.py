@@ -14,8 +14,10 @@ and serialises a channel, so each of its messages takes at least as long and arr
 the model is a *relaxation* of the simulated latency over plans with one device per op, and
 without communication it is exact.  In a training pass a device runs its forward tasks before
 its backward tasks (kept, the simulator's rule); the reversed backward order is not imposed
-(relaxed).  Times are integer ticks of ``horizon / TICKS`` rounded down, so the incumbent maps
-to a feasible hint and, over the whole instance, the proven bound is a valid lower bound.
+(relaxed).  Times are integer ticks of ``horizon / ticks`` (``TICKS`` by default) rounded down,
+so the incumbent maps to a feasible hint and, over the whole instance, the proven bound is a
+valid lower bound; the integer optimum may lie up to one tick per task of a critical chain under
+the real one (docs/moirai.md, "Time resolution").
 A solution is re-timed exactly by :func:`~solvers.moirai.schedule.replay`.  Tasks outside the
 window that end, in the incumbent, before the window's first start keep their times (they are
 constants, and a device's other tasks start after them), so late windows are small models.
@@ -39,7 +41,7 @@ from solvers.moirai.bounds import TaskBounds
 from solvers.moirai.instance import Instance
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, replay
 
-TICKS = 1_000_000
+TICKS = 1_000_000  # default time resolution: ticks per horizon (docs/moirai.md "Time resolution")
 RELATIVE_GAP = 5e-5  # CP-SAT stops within this relative gap (the solver's "optimal" allows 1e-4)
 Lit = Any  # a CP-SAT literal, or True for a fixed unit's only device
 
@@ -92,9 +94,10 @@ class _Model:
     """The CP-SAT model of one window (module doc)."""
 
     def __init__(self, inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
-                 cp: Any) -> None:
+                 cp: Any, ticks: int = TICKS) -> None:
         self.inst, self.cp, self.m = inst, cp, cp.CpModel()
-        self.tick_s = horizon_s / TICKS
+        self.n_ticks = ticks
+        self.tick_s = horizon_s / ticks
         self.free = set(free)
         self.everything = len(self.free) == inst.n_units
         fixed_dev = incumbent.device_of_unit if incumbent is not None else ()
@@ -110,7 +113,7 @@ class _Model:
         self.floor: dict[int, int] = {}  # device -> end of its last frozen task (ticks)
         self.S = [self._time(t, incumbent, start=True) for t in range(inst.n_tasks)]
         self.C = [self._time(t, incumbent, start=False) for t in range(inst.n_tasks)]
-        self.cmax = self.m.NewIntVar(0, TICKS, "cmax")
+        self.cmax = self.m.NewIntVar(0, self.n_ticks, "cmax")
 
     def ticks(self, seconds: float) -> int:
         return math.floor(seconds / self.tick_s)
@@ -126,7 +129,7 @@ class _Model:
 
     def _time(self, t: int, incumbent: TimedSchedule | None, start: bool) -> Any:
         if t not in self.frozen or incumbent is None:
-            return self.m.NewIntVar(0, TICKS, f"{'S' if start else 'C'}{t}")
+            return self.m.NewIntVar(0, self.n_ticks, f"{'S' if start else 'C'}{t}")
         k = incumbent.device_of_unit[self.inst.task_unit[t]]
         s = self.ticks(incumbent.start_s[t])
         v = s if start else s + self.ticks(float(self.inst.dur_s[t, k]))
@@ -194,7 +197,7 @@ class _Model:
         m, inst = self.m, self.inst
         n = inst.n_units
         for k in range(inst.n_devices):
-            fwd_end = m.NewIntVar(0, TICKS, f"F{k}")
+            fwd_end = m.NewIntVar(0, self.n_ticks, f"F{k}")
             for u in range(n):
                 if k in self.x[u]:
                     lits = _enforce(self.x[u][k])
@@ -224,8 +227,8 @@ class _Model:
         before ``cmax`` (:mod:`~solvers.moirai.bounds`; redundant, they hold for every schedule of
         the relaxation, in ticks rounded down)."""
         for t in range(self.inst.n_tasks):
-            self.m.Add(self.S[t] >= min(TICKS, self.ticks(float(bounds.head_s[t]))))
-            self.m.Add(self.cmax >= self.C[t] + min(TICKS, self.ticks(float(bounds.tail_s[t]))))
+            self.m.Add(self.S[t] >= min(self.n_ticks, self.ticks(float(bounds.head_s[t]))))
+            self.m.Add(self.cmax >= self.C[t] + min(self.n_ticks, self.ticks(float(bounds.tail_s[t]))))
 
     def symmetry(self) -> None:
         """Whole instance only: interchangeable devices are used in index order (module doc)."""
@@ -278,15 +281,17 @@ def _order(inst: Instance, device: list[int], start: list[int], end: list[int]) 
 
 def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
                  time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0,
-                 bounds: TaskBounds | None = None, upper_s: float | None = None) -> WindowResult:
+                 bounds: TaskBounds | None = None, upper_s: float | None = None,
+                 ticks: int = TICKS) -> WindowResult:
     """Solve the window model: units in ``free`` are placed anew, the others keep ``incumbent``'s
     devices and order; every time is in ``[0, horizon_s]``; ``lower_s``: a proven lower bound on
     the makespan (``cmax`` starts there, so the search stops when it is met); ``bounds``: heads
     and tails of the instance, imposed when the window is the whole instance; ``upper_s``: only
     schedules with ``cmax`` at most this (in ticks rounded down) — the decision form: ``infeasible``
-    over the whole instance proves that no plan ends by ``upper_s``."""
+    over the whole instance proves that no plan ends by ``upper_s``; ``ticks``: the time
+    resolution, ticks per ``horizon_s``."""
     cp: Any = require("ortools.sat.python.cp_model", "milp")
-    model = _Model(inst, incumbent, free, horizon_s, cp)
+    model = _Model(inst, incumbent, free, horizon_s, cp, ticks)
     model.devices_and_edges()
     model.memory()
     if inst.training:
@@ -300,9 +305,9 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
         model.symmetry()
         if bounds is not None:
             model.heads_tails(bounds)
-    model.m.Add(model.cmax >= min(TICKS, model.ticks(lower_s)))
+    model.m.Add(model.cmax >= min(ticks, model.ticks(lower_s)))
     if upper_s is not None:
-        model.m.Add(model.cmax <= min(TICKS, model.ticks(upper_s)))
+        model.m.Add(model.cmax <= min(ticks, model.ticks(upper_s)))
     model.m.Minimize(model.cmax)
     solver = cp.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)

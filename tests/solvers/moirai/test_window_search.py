@@ -14,8 +14,9 @@ from solvers.moirai.bounds import task_bounds
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import build_instance
 from solvers.moirai.lns import window_search
+from solvers.moirai.pipeline import DECISION_TICKS
 from solvers.moirai.warmstart import list_schedule
-from solvers.moirai.window import solve_window
+from solvers.moirai.window import TICKS, solve_window
 from solvers.simulate import simulate
 from solvers.solving import solve
 from tests.solvers.moirai.brute import brute_force_latency_s
@@ -89,19 +90,27 @@ def test_warm_start_also_plans_postal_when_messages_cost_time() -> None:
     assert not any(name.endswith("(postal)") for name in quiet.stats["warm_start"])
 
 
+@pytest.mark.parametrize("ticks", [TICKS, DECISION_TICKS])
 @pytest.mark.parametrize("case", range(len(INSTANCES)))
-def test_decision_form_refutes_below_the_optimum_and_solves_above(case: int) -> None:
+def test_decision_form_refutes_below_the_optimum_and_solves_above(case: int, ticks: int) -> None:
     """``upper_s`` under the brute-force optimum: infeasible (a valid destructive bound); above it
     the model finds a plan at least that short (without communication the model is exact; with
-    it a relaxation, so only the bound side is checked there)."""
+    it a relaxation, so only the bound side is checked there) — at the window search's and at the
+    decision step's time resolution."""
     problem, best_s = _case(case)
     inst = build_instance(problem, identity_grouping(problem.graph))
     start = list_schedule(inst)
     assert start is not None
-    below = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0, upper_s=best_s * (1 - 1e-3))
+    below = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0, upper_s=best_s * (1 - 1e-3),
+                         ticks=ticks)
     assert below.status == "infeasible"
-    above = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0, upper_s=best_s * (1 + 1e-3))
+    above = solve_window(inst, start, range(inst.n_units), start.makespan_s, 10.0, upper_s=best_s * (1 + 1e-3),
+                         ticks=ticks)
     assert above.status in ("optimal", "feasible")
+    if above.schedule is not None and ticks == DECISION_TICKS:
+        # floored durations: the re-timed plan exceeds the model's cmax by under a tick per task
+        slack_s = inst.n_tasks * start.makespan_s / ticks
+        assert above.schedule.makespan_s <= best_s * (1 + 1e-3) + slack_s
 
 
 def test_decision_form_lifts_the_task_bound_on_a_classic_instance() -> None:
