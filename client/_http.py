@@ -4,8 +4,9 @@ A request is a :class:`Call`. It is retried with exponential backoff and full ji
 is safe to repeat (``Call.retry``: GET, DELETE, and POSTs carrying an ``Idempotency-Key``) and
 the failure is transient: a connection error, 429 (waiting at least ``Retry-After``),
 502/503/504, and, for keyed POSTs, 409 (``idempotency-in-progress``: another request with the
-same key is still creating the resource; waiting at least its ``Retry-After``). A connection that could not be opened is retried for every request: nothing
-was sent. Other answers >= 400 raise the :mod:`client.errors` exception of their problem+json.
+same key is still creating the resource; waiting at least its ``Retry-After``). A connection
+that could not be opened is retried for every request: nothing was sent. Other answers >= 400
+raise the :mod:`client.errors` exception of their problem+json.
 """
 
 from __future__ import annotations
