@@ -9,7 +9,6 @@ out of memory): the node goes to the device with the most free memory — the te
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,153 +17,13 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.listsched import LatencyCosts, ListSchedule, TaskGraph
 
 _INF = float("inf")
-_SHORT_SCAN = 8  # gaps scanned in Python; longer scans run in numpy
-
-
-class GapSchedule(ListSchedule):
-    """:class:`ListSchedule` with the same answers and a faster insertion search.
-
-    The insertion-based EST (Eq. 7) scans a device's idle gaps from the data-ready time for the
-    first one that holds the node; on wide graphs placed by b-level most scans pass dozens of
-    gaps (up to thousands) and find none.  Per device this keeps ``gap[j] = start[j] - end[j -
-    1]``, an upper bound of what the parent's scan tests at ``j`` (it starts after the latest end
-    before ``j``), and finds the candidates ``gap[j] >= dur`` with a C-level scan of that list;
-    the parent's test is then applied at the candidate, so every start time is the same.
-    """
-
-    def __init__(self, tasks: TaskGraph, costs: LatencyCosts, caps_bytes: FloatArray) -> None:
-        super().__init__(tasks, costs, caps_bytes)
-        self._gap: list[list[float]] = [[] for _ in range(self.n_devices)]
-        self._gap_np: list[FloatArray] = [np.empty(0) for _ in range(self.n_devices)]
-        self._latency_s: list[list[float]] = costs.latency_s.tolist()
-        self._inv_bandwidth_sPB: list[list[float]] = costs.inv_bandwidth_sPB.tolist()
-        self._dur_s: list[list[float]] = tasks.dur_s.tolist()
-        self._add_bytes: list[float] = tasks.mem_add_bytes.tolist()
-        self._work_bytes: list[float] = tasks.mem_work_bytes.tolist()
-        self._fit_limit_bytes: list[float] = self.mem.fit_limits_bytes().tolist()
-        # est_all's data-ready time per device for node _ready_v: (time, arrivals, channel ends)
-        self._ready_v = -1
-        self._ready_of_v: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
-
-    def est_all(self, v: int) -> list[float]:
-        """``est_s(v, d, True)`` for every device ``d`` where ``v`` fits, ``inf`` elsewhere: the
-        parent's data-ready time (Eq. 7) computed for all devices in one pass over the
-        producers (sorted once; the parent sorts the same messages per device)."""
-        finish, device, arrival, chan_free = self.finish_s, self.device, self._arrival, self._chan_free
-        lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
-        postal = not self.costs.channel_queues
-        msgs = sorted(zip([finish[p] for p in self.tasks.pred[v]], self.tasks.pred[v],
-                          [device[p] for p in self.tasks.pred[v]], self.tasks.pred_bytes[v], strict=True))
-        add, work, mem = self._add_bytes[v], self._work_bytes[v], self.mem
-        out: list[float] = []
-        self._ready_v, ready = v, self._ready_of_v
-        ready.clear()
-        for d, dur in enumerate(self._dur_s[v]):
-            if mem.add_bytes[d] + add + max(mem.work_bytes[d], work) > self._fit_limit_bytes[d]:
-                out.append(_INF)
-                continue
-            t = 0.0  # the parent's max(...) chains, written as comparisons (the same values)
-            local: dict[int, float] = {}
-            booked: list[tuple[int, float]] = []
-            for fin, p, dp, size in msgs:
-                if dp == d:
-                    if fin > t:
-                        t = fin
-                    continue
-                comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0
-                if postal:  # the parent's postal planning: per edge, no queue
-                    if fin + comm > t:
-                        t = fin + comm
-                    continue
-                hit = arrival.get((p, d))
-                if hit is not None:
-                    if hit > t:
-                        t = hit
-                    continue
-                if comm <= 0.0:  # an empty message: a pure dependency, as in the parent
-                    if fin > t:
-                        t = fin
-                    continue
-                a = local.get(dp, chan_free[dp][d])
-                if fin > a:
-                    a = fin
-                a += comm
-                local[dp] = a
-                booked.append((p, a))
-                if a > t:
-                    t = a
-            ready[d] = (t, booked, local)
-            ends = self._ends[d]
-            k = bisect.bisect_right(ends, t)
-            if k == len(ends) or self._starts[d][k] - t >= dur:
-                out.append(t)  # slot_s's first answer, without the call
-            else:
-                out.append(self.slot_s(d, t, dur, True))
-        return out
-
-    def dur_lists_s(self) -> list[list[float]]:
-        """``tasks.dur_s`` as lists (node -> device -> seconds)."""
-        return self._dur_s
-
-    def _ready_s(self, v: int, d: int, book: bool) -> float:
-        """The parent's, from what :meth:`est_all` computed for ``v`` when nothing was placed since."""
-        if v != self._ready_v or d not in self._ready_of_v:
-            return super()._ready_s(v, d, book)
-        t, booked, local = self._ready_of_v[d]
-        if book:
-            for p, a in booked:
-                self._arrival[(p, d)] = a
-            for dp, a in local.items():
-                self._chan_free[dp][d] = a
-        return t
-
-    def slot_s(self, d: int, ready: float, dur: float, insertion: bool) -> float:
-        if not insertion:
-            return max(ready, self.free_s[d])
-        starts, ends = self._starts[d], self._ends[d]
-        k = bisect.bisect_right(ends, ready)
-        n = len(ends)
-        if k == n or starts[k] - ready >= dur:
-            return ready
-        gap, gap_np = self._gap[d], self._gap_np[d]
-        j = k + 1
-        while j < n:
-            if n - j <= _SHORT_SCAN:
-                j = next((i for i in range(j, n) if gap[i] >= dur), n)
-            else:
-                hits = gap_np[j:n] >= dur
-                first = int(hits.argmax())
-                j = j + first if hits[first] else n
-            if j == n:
-                break
-            t = max(ready, max(ends[k:j]))
-            if starts[j] - t >= dur:
-                return t
-            j += 1
-        return max(ready, max(ends[k:]))  # what the parent's scan returns when no gap holds the node
-
-    def commit(self, v: int, d: int, insertion: bool, best_effort: bool = False) -> float:
-        start = super().commit(v, d, insertion, best_effort)
-        self._ready_v = -1  # the channels changed: est_all's figures are stale
-        starts, ends, gap = self._starts[d], self._ends[d], self._gap[d]
-        k = bisect.bisect_right(starts, start) - 1  # the parent inserts after equal starts
-        n = len(starts)
-        gap.insert(k, starts[k] - ends[k - 1] if k > 0 else -_INF)
-        if k + 1 < n:
-            gap[k + 1] = starts[k + 1] - ends[k]
-        gap_np = self._gap_np[d]
-        if n > len(gap_np):
-            gap_np = self._gap_np[d] = np.concatenate([gap_np, np.empty(max(64, len(gap_np)))])
-        gap_np[k + 1:n] = gap_np[k:n - 1]
-        gap_np[k:min(k + 2, n)] = gap[k:k + 2]
-        return start
 
 
 def order_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, caps_bytes: FloatArray,
                 pins: Mapping[int, int] | None = None) -> ListSchedule:
     """Order-Place (§5.2, §6.2.2): nodes in ``order`` fill device 0 until the next one does not
     fit, then device 1, and so on (never going back); best effort when none is left."""
-    sched = GapSchedule(tasks, costs, caps_bytes)
+    sched = ListSchedule(tasks, costs, caps_bytes)
     pins = pins or {}
     current = 0
     for v in order:
@@ -206,7 +65,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     (line 18, see module doc).  The first node, with no ``d_k``, goes to the device with the
     earliest EST.
     """
-    sched = GapSchedule(tasks, costs, caps_bytes)
+    sched = ListSchedule(tasks, costs, caps_bytes)
     pins = pins or {}
     n_dev = sched.n_devices
     devices = range(n_dev)

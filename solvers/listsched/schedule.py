@@ -12,6 +12,8 @@ from solvers.base import Budget
 from solvers.listsched.tasks import LatencyCosts, TaskGraph
 
 _MEM_SLACK = 1e-9  # relative slack so float summation order never flips a fit at the boundary
+_INF = float("inf")
+SHORT_SCAN = 8  # slot_s scans this many gaps in Python, more with numpy
 
 
 class MemoryTracker:
@@ -63,60 +65,150 @@ class ListSchedule:
         self._arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> message arrival
         self.mem = MemoryTracker(caps_bytes)
         self.best_effort = 0  # tasks placed although no device had room
+        # per device: gap[j] = start[j] - end[j - 1] (slot_s), as a list and in a numpy buffer
+        self._gap: list[list[float]] = [[] for _ in range(n_dev)]
+        self._gap_np: list[FloatArray] = [np.empty(0) for _ in range(n_dev)]
+        # the cost matrices and task figures as lists (scalar reads from lists are the fast ones)
+        self._latency_s: list[list[float]] = costs.latency_s.tolist()
+        self._inv_bandwidth_sPB: list[list[float]] = costs.inv_bandwidth_sPB.tolist()
+        self._dur_s: list[list[float]] = tasks.dur_s.tolist()
+        self._add_bytes: list[float] = tasks.mem_add_bytes.tolist()
+        self._work_bytes: list[float] = tasks.mem_work_bytes.tolist()
+        self._fit_limit_bytes: list[float] = self.mem.fit_limits_bytes().tolist()
+        # est_all's data-ready time per device of task _ready_v: (time, arrivals, channel ends)
+        self._ready_v = -1
+        self._ready_of_v: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
+
+    def _messages(self, v: int) -> list[tuple[float, int, int, float]]:
+        """``v``'s incoming messages as (producer finish, producer, producer device, bytes),
+        sorted: the order in which they take their channels."""
+        pred, finish, device = self.tasks.pred[v], self.finish_s, self.device
+        return sorted(zip([finish[p] for p in pred], pred, [device[p] for p in pred],
+                          self.tasks.pred_bytes[v], strict=True))
+
+    def _ready_on(self, d: int, msgs: Sequence[tuple[float, int, int, float]]
+                  ) -> tuple[float, list[tuple[int, float]], dict[int, float]]:
+        """Data-ready time on device ``d`` of a task with messages ``msgs``, with the arrivals
+        of its new messages and the channel ends they book (returned, not written).
+
+        A producer on ``d`` only orders; a message already sent to ``d`` (the producer's output
+        went there for another consumer) arrives when it did; an empty message is a pure
+        dependency that never waits for its channel; the others take their channel in the
+        order of their producers' finish.  Postal planning (``tasks.postal_planning``): every
+        message costs its own transfer, no queue."""
+        lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
+        postal = not self.costs.channel_queues
+        arrival, chan_free = self._arrival, self._chan_free
+        t = 0.0  # max(...) chains written as comparisons (the same values, faster)
+        local: dict[int, float] = {}
+        booked: list[tuple[int, float]] = []
+        for fin, p, dp, size in msgs:
+            if dp == d:
+                if fin > t:
+                    t = fin
+                continue
+            comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
+            if postal:
+                if fin + comm > t:
+                    t = fin + comm
+                continue
+            hit = arrival.get((p, d))
+            if hit is not None:
+                if hit > t:
+                    t = hit
+                continue
+            if comm <= 0.0:
+                if fin > t:
+                    t = fin
+                continue
+            a = local.get(dp, chan_free[dp][d])
+            if fin > a:
+                a = fin
+            a += comm
+            local[dp] = a
+            booked.append((p, a))
+            if a > t:
+                t = a
+        return t, booked, local
 
     def _ready_s(self, v: int, d: int, book: bool) -> float:
-        """Data-ready time of ``v`` on ``d``; ``book`` reserves the channels for new messages."""
-        t = 0.0
-        pending: list[tuple[float, int, int, float]] = []
-        for p, size in zip(self.tasks.pred[v], self.tasks.pred_bytes[v], strict=True):
-            dp = self.device[p]
-            if dp == d:
-                t = max(t, self.finish_s[p])
-                continue
-            if not self.costs.channel_queues:  # postal planning, per edge (tasks.postal_planning)
-                t = max(t, self.finish_s[p] + self.costs.comm_s(dp, d, size))
-                continue
-            hit = self._arrival.get((p, d))
-            if hit is not None:
-                t = max(t, hit)
-            elif self.costs.comm_s(dp, d, size) <= 0.0:  # a pure dependency: never waits for the channel
-                t = max(t, self.finish_s[p])
-            else:
-                pending.append((self.finish_s[p], p, dp, size))
-        if pending:
-            pending.sort()
-            local: dict[int, float] = {}
-            for fin, p, dp, size in pending:
-                a = max(fin, local.get(dp, self._chan_free[dp][d])) + self.costs.comm_s(dp, d, size)
-                local[dp] = a
-                if book:
-                    self._arrival[(p, d)] = a
-                t = max(t, a)
-            if book:
-                for dp, a in local.items():
-                    self._chan_free[dp][d] = a
+        """Data-ready time of ``v`` on ``d``; ``book`` reserves the channels for new messages
+        (from what :meth:`est_all` computed for ``v`` when nothing was placed since)."""
+        cached = self._ready_of_v.get(d) if v == self._ready_v else None
+        t, booked, local = cached if cached is not None else self._ready_on(d, self._messages(v))
+        if book:
+            for p, a in booked:
+                self._arrival[(p, d)] = a
+            for dp, a in local.items():
+                self._chan_free[dp][d] = a
         return t
 
     def ready_s(self, v: int, d: int) -> float:
         return self._ready_s(v, d, False)
 
     def slot_s(self, d: int, ready: float, dur: float, insertion: bool) -> float:
-        """Earliest start >= ``ready`` on ``d``: first idle gap that fits, or after the last task."""
+        """Earliest start >= ``ready`` on ``d``: the first idle gap that holds ``dur``, or after
+        the last task (insertion-based: Celeritas Eq. 7, HEFT's EST); without insertion, after
+        the last task.
+
+        The scan only tests the gaps that could hold the task: ``gap[j] = start[j] - end[j -
+        1]`` bounds what the task gets before task ``j`` (it starts after every end before
+        ``j``), and the ``j`` with ``gap[j] >= dur`` are found in Python over a few gaps and by
+        a numpy scan over more (wide graphs leave thousands of gaps on a device)."""
         if not insertion:
             return max(ready, self.free_s[d])
         starts, ends = self._starts[d], self._ends[d]
         k = bisect.bisect_right(ends, ready)
-        t = ready
-        while k < len(starts):
-            if starts[k] - t >= dur:
+        n = len(ends)
+        if k == n or starts[k] - ready >= dur:
+            return ready
+        gap, gap_np = self._gap[d], self._gap_np[d]
+        j = k + 1
+        while j < n:
+            if n - j <= SHORT_SCAN:
+                j = next((i for i in range(j, n) if gap[i] >= dur), n)
+            else:
+                hits = gap_np[j:n] >= dur
+                first = int(hits.argmax())
+                j = j + first if hits[first] else n
+            if j == n:
+                break
+            t = max(ready, max(ends[k:j]))
+            if starts[j] - t >= dur:
                 return t
-            t = max(t, ends[k])
-            k += 1
-        return t
+            j += 1
+        return max(ready, max(ends[k:]))
 
     def est_s(self, v: int, d: int, insertion: bool) -> float:
         """Earliest start time of ``v`` on ``d`` (Celeritas Eq. 7; HEFT's EST)."""
         return self.slot_s(d, self._ready_s(v, d, False), float(self.tasks.dur_s[v, d]), insertion)
+
+    def est_all(self, v: int) -> list[float]:
+        """``est_s(v, d, True)`` for every device ``d`` where ``v`` fits, ``inf`` elsewhere,
+        with the producers' messages sorted once for all devices; a :meth:`commit` of ``v``
+        that follows reuses the data-ready time computed here."""
+        msgs = self._messages(v)
+        add, work, mem, limit = self._add_bytes[v], self._work_bytes[v], self.mem, self._fit_limit_bytes
+        out: list[float] = []
+        self._ready_v, ready = v, self._ready_of_v
+        ready.clear()
+        for d, dur in enumerate(self._dur_s[v]):
+            if mem.add_bytes[d] + add + max(mem.work_bytes[d], work) > limit[d]:
+                out.append(_INF)
+                continue
+            ready[d] = on_d = self._ready_on(d, msgs)
+            t = on_d[0]
+            ends = self._ends[d]
+            k = bisect.bisect_right(ends, t)
+            if k == len(ends) or self._starts[d][k] - t >= dur:
+                out.append(t)  # slot_s's first answer, without the call
+            else:
+                out.append(self.slot_s(d, t, dur, True))
+        return out
+
+    def dur_lists_s(self) -> list[list[float]]:
+        """``tasks.dur_s`` as lists (task -> device -> seconds)."""
+        return self._dur_s
 
     def fits(self, v: int, d: int) -> bool:
         return self.mem.fits(d, float(self.tasks.mem_add_bytes[v]), float(self.tasks.mem_work_bytes[v]))
@@ -129,9 +221,22 @@ class ListSchedule:
         self.device[v] = d
         self.start_s[v] = start
         self.finish_s[v] = end
-        k = bisect.bisect_right(self._starts[d], start)
-        self._starts[d].insert(k, start)
-        self._ends[d].insert(k, end)
+        self._ready_v = -1  # the channels changed: est_all's figures are stale
+        starts, ends, gap = self._starts[d], self._ends[d], self._gap[d]
+        # after equal starts, but an empty task before them: the ends stay sorted (an empty task
+        # can start where another starts; after it, a bisection of the ends would skip that one)
+        k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
+        starts.insert(k, start)
+        ends.insert(k, end)
+        n = len(starts)
+        gap.insert(k, start - ends[k - 1] if k > 0 else -_INF)
+        if k + 1 < n:
+            gap[k + 1] = starts[k + 1] - end
+        gap_np = self._gap_np[d]
+        if n > len(gap_np):
+            gap_np = self._gap_np[d] = np.concatenate([gap_np, np.empty(max(64, len(gap_np)))])
+        gap_np[k + 1:n] = gap_np[k:n - 1]
+        gap_np[k:min(k + 2, n)] = gap[k:k + 2]
         self.free_s[d] = max(self.free_s[d], end)
         self.mem.place(d, float(self.tasks.mem_add_bytes[v]), float(self.tasks.mem_work_bytes[v]))
         if best_effort:
