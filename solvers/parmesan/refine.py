@@ -247,3 +247,84 @@ def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages
         steps += 1
     return part.stage_of, {"refine_steps": steps, "refine_before_s": before,
                            "refine_after_s": part.objective_s(replicas)}
+
+
+def _lex_below(new: list[float], old: list[float], tol: float) -> bool:
+    """Whether the descending vector ``new`` is lexicographically below ``old`` (entries within
+    ``tol`` count as equal)."""
+    for a, b in zip(new, old, strict=True):
+        if a < b - tol:
+            return True
+        if a > b + tol:
+            return False
+    return False
+
+
+def balance(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
+            micro_batches: int, pinned_ops: Mapping[int, int] | None = None, max_steps: int = 200,
+            deadline: float = float("inf")) -> tuple[IntArray, dict[str, float]]:
+    """Balance moves after the refinement (not in the paper; ``ParmesanOptions.balance_steps``).
+
+    The same boundary moves as :func:`refine` (stages keep following the edges, the source stage
+    stays non-empty, pins hold, memory fits), ranked by the Eq. 3 stage times alone: a move is
+    taken when it lowers the stage times sorted in decreasing order lexicographically (so the
+    slowest stage never gets slower, and a stage next to the slowest can first pass work on to
+    make room for it); each step takes the lowest such vector.  The §IV-C gains (distance to
+    reconverging operators, cut bytes) do not enter: on a clustered graph the DP's boundaries lie
+    on cluster edges, and moves that cross them at op level are what recovers the balance the
+    clustering lost.
+    """
+    g = problem.graph
+    part = Partition.of(g, costs, stage_of, n_stages)
+    before = part.objective_s(replicas)
+    edges = _Edges.of(g, costs, np.zeros(g.n_ops, dtype=np.int64))
+    fixed = set((pinned_ops or {}).keys())
+    sizes = np.bincount(part.stage_of, minlength=n_stages)
+    steps = 0
+    while steps < max_steps and time.monotonic() < deadline:
+        stage_of_l = part.stage_of.tolist()
+        comp_now, comm_now = part.comp_s.tolist(), part.comm_s.tolist()
+        old = sorted(((a + b) / replicas for a, b in zip(comp_now, comm_now, strict=True)), reverse=True)
+        tol = 1e-12 * old[0]
+        cross = part.stage_of[g.edge_src] != part.stage_of[g.edge_dst]
+        boundary = np.unique(np.concatenate([g.edge_src[cross], g.edge_dst[cross]])).tolist()
+        moves: list[tuple[list[float], int, int]] = []
+        for v in boundary:
+            s = stage_of_l[v]
+            if v in fixed or sizes[s] <= 1:
+                continue
+            for to in (s - 1, s + 1):
+                if to < 0 or to >= n_stages:
+                    continue
+                if to > s and any(stage_of_l[w] <= s for w in g.succ[v]):
+                    continue
+                if to < s and any(stage_of_l[w] >= s for w in g.pred[v]):
+                    continue
+                _, _, dcomm = _move_deltas(g, edges, stage_of_l, v, to)
+                comp = comp_now.copy()
+                comp[s] -= edges.work_s[v]
+                comp[to] += edges.work_s[v]
+                comm = comm_now.copy()
+                for stage, delta in dcomm.items():
+                    comm[stage] += delta
+                new = sorted(((a + b) / replicas for a, b in zip(comp, comm, strict=True)), reverse=True)
+                if _lex_below(new, old, tol):
+                    moves.append((new, v, to))
+        moves.sort(key=lambda m: (m[0], m[1], m[2]))
+        chosen = None
+        for _, v, to in moves:
+            trial = part.stage_of.copy()
+            trial[v] = to
+            if _fits(problem, trial, (int(part.stage_of[v]), to), n_stages, replicas, micro_batches):
+                chosen = (v, to)
+                break
+        if chosen is None:
+            break
+        v, to = chosen
+        sizes[int(part.stage_of[v])] -= 1
+        sizes[to] += 1
+        part.stage_of[v] = to
+        part = Partition.of(g, costs, part.stage_of, n_stages)
+        steps += 1
+    return part.stage_of, {"balance_steps": steps, "balance_before_s": before,
+                           "balance_after_s": part.objective_s(replicas)}

@@ -34,6 +34,9 @@ class ParmesanOptions(SolverOptions):
     max_fronted_sets: int = Field(default=3000, ge=4, description="fronted-subgraph budget before coarsening")
     max_dp_pairs: int = Field(default=250_000, ge=16, description="DP transition budget before coarsening")
     refine_steps: int = Field(default=100, ge=0, description="I, the refinement step limit")
+    band_rounds: int = Field(default=3, ge=0, le=20, description="when the graph had to be clustered: rounds of the "
+                             "DP at op level around the winner's stage boundaries (0: the paper's flow; not in the "
+                             "paper)")
     epsilon_rel: float = Field(default=1e-3, gt=0, lt=1, description="Alg. 1 stops within this relative gap")
     parallel_targets: int = Field(default=2, ge=1, le=64, description="targets per Alg. 1 round")
     workers: int = Field(default=1, ge=1, le=64, description="processes running a round's targets")
@@ -90,7 +93,8 @@ class ParmesanSolver:
         progress(ProgressEvent(0.0, None, None, "partitioning"))
         best, explored = search_partitions(problem, costs, options.alphas, k, options.max_fronted_sets,
                                            options.max_dp_pairs, options.refine_steps, options.mapping,
-                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition])
+                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition],
+                                           options.band_rounds)
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
