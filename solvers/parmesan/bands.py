@@ -17,6 +17,7 @@ boundaries while the objective improves.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -95,16 +96,18 @@ def _band_dp(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stag
 
 def band_refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
                 micro_batches: int, stage_pins: Mapping[int, int], rounds: int, max_sets: int, max_pairs: int,
-                allreduce: tuple[float, float] = (0.0, 0.0)) -> tuple[IntArray, dict[str, float]] | None:
+                allreduce: tuple[float, float] = (0.0, 0.0), deadline: float = float("inf"),
+                ) -> tuple[IntArray, dict[str, float]] | None:
     """Up to ``rounds`` band DPs (module docstring), each around the boundaries of the one before,
-    while the DP's objective falls; ``None`` when the first one finds nothing (budgets, memory).
-    Returns the last improving partition and counters for ``plan.stats``."""
+    while the DP's objective falls and ``time.monotonic()`` is before ``deadline`` (checked before
+    each DP); ``None`` when the first one finds nothing (budgets, memory, time).  Returns the last
+    improving partition and counters for ``plan.stats``."""
     best: tuple[IntArray, float] | None = None
     done, window = 0, 0
     current = stage_of
     for _ in range(rounds):
         half, found = MAX_WINDOW, None
-        while half >= 1 and found is None:
+        while half >= 1 and found is None and time.monotonic() < deadline:
             found = _band_dp(problem, costs, current, n_stages, replicas, micro_batches, stage_pins, half, max_sets,
                              max_pairs, allreduce)
             if found is None:

@@ -185,17 +185,18 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                                      {**rstats, **cstats, "allreduce_in_partition": with_ar})
     if best is not None and band_rounds > 0 and best.n_stages > 1 and best.stats["k"] < problem.graph.n_ops \
             and not budget.expired():
-        best = _with_bands(problem, costs, best, stage_pins, band_rounds, max_sets, max_pairs, mapper)
+        best = _with_bands(problem, costs, best, stage_pins, band_rounds, max_sets, max_pairs, mapper,
+                           time.monotonic() + budget.remaining_s())
     return best, explored
 
 
 def _with_bands(problem: Problem, costs: ReferenceCosts, best: Configuration, stage_pins: dict[int, int],
-                rounds: int, max_sets: int, max_pairs: int, mapper: Mapper) -> Configuration:
+                rounds: int, max_sets: int, max_pairs: int, mapper: Mapper, deadline: float) -> Configuration:
     """The winner after the band DP (:mod:`solvers.parmesan.bands`) when that simulates better."""
     terms = (allreduce_terms(problem, best.replicas, best.micro_batches) if best.stats["allreduce_in_partition"]
              else (0.0, 0.0))
     found = band_refine(problem, costs, best.stage_of, best.n_stages, best.replicas, best.micro_batches, stage_pins,
-                        rounds, max_sets, max_pairs, terms)
+                        rounds, max_sets, max_pairs, terms, deadline)
     if found is None:
         return replace(best, stats={**best.stats, "band_rounds": 0, "band_improved": False})
     stage_of, bstats = found

@@ -3,6 +3,8 @@ and its partitions follow the edges."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,7 @@ def test_band_dp_keeps_or_lowers_the_objective(seed: int) -> None:
     value = Partition.of(g, costs, after, 6).objective_s(1)
     assert value == pytest.approx(stats["band_dp_objective_s"], rel=1e-9)
     assert value <= before * (1 + 1e-12)
+    assert band_refine(problem, costs, stage_of, 6, 1, 1, {}, 3, 3000, 250_000, deadline=time.monotonic() - 1) is None
 
 
 def test_band_rounds_option_only_acts_on_clustered_graphs() -> None:
