@@ -84,6 +84,9 @@ def layer_chain(problem: Problem, max_layers: int) -> LayerChain:
                       np.cumsum(cut)[:n])
 
 
+_BLOCK_ELEMENTS = 1 << 22  # candidates per array operation of a DP level (32 MiB of float64)
+
+
 @dataclass(frozen=True)
 class _Level:
     """``a[i, j, m]`` = ``A^k(i..j, m)``; when split, ``split_at[i, j, m]`` = ``s`` (the last layer
@@ -99,7 +102,7 @@ def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float, deadline
     (checked once per first layer).
 
     ``A(i..j, m)`` reads ``A(i..s, m - m')`` only, so for each ``m`` every first layer ``i`` is one
-    array operation per ``m'`` over all splits ``s`` and last layers ``j``.  Ties go to the
+    array operation over all splits ``s``, last layers ``j`` and ``m'``.  Ties go to the
     replicated segment, then the smallest ``m'``, then the smallest ``s``.
     """
     n = chain.n_layers
@@ -116,20 +119,22 @@ def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float, deadline
         for i in range(n - 1):
             if deadline is not None and time.monotonic() > deadline:
                 return None
-            vals = np.empty((m - 1, n - i - 1))
-            args = np.empty((m - 1, n - i - 1), dtype=np.int64)
-            for mp in range(1, m):
-                earlier = np.maximum(a[i, i:n - 1, m - mp], comm[i:n - 1])  # [s - i]
-                cand = np.maximum(earlier[:, None], t[i + 1:, i + 1:, mp])  # [s - i, j - i - 1]; inf for s >= j
-                args[mp - 1] = np.argmin(cand, axis=0)
-                vals[mp - 1] = np.take_along_axis(cand, args[mp - 1][None, :], axis=0)[0]
-            first = np.argmin(vals, axis=0)  # the smallest m' reaching the minimum
-            best = vals[first, np.arange(n - i - 1)]
-            better = best < a[i, i + 1:, m]
-            js = np.arange(i + 1, n)[better]
-            a[i, js, m] = best[better]
-            split_at[i, js, m] = args[first[better], better] + i
-            last_workers[i, js, m] = first[better] + 1
+            # earlier[s - i, m' - 1] = max(A(i..s, m - m'), comm[s]) for m' = 1 .. m - 1
+            earlier = np.maximum(a[i, i:n - 1, m - 1:0:-1], comm[i:n - 1, None])
+            block = max(1, _BLOCK_ELEMENTS // max(1, (n - i) ** 2))  # m' values per array operation
+            for lo in range(1, m, block):  # blocks of m' in increasing order: ties stay with the smaller m'
+                hi = min(m, lo + block)
+                cand = np.maximum(earlier[:, None, lo - 1:hi - 1], t[i + 1:, i + 1:, lo:hi])  # [s - i, j - i - 1, m' - lo]
+                args = np.argmin(cand, axis=0)  # [j - i - 1, m' - lo]: the smallest s reaching the minimum
+                vals = np.take_along_axis(cand, args[None], axis=0)[0]
+                first = np.argmin(vals, axis=1)  # the smallest m' reaching the minimum
+                cols = np.arange(n - i - 1)
+                best = vals[cols, first]
+                better = best < a[i, i + 1:, m]
+                js = np.arange(i + 1, n)[better]
+                a[i, js, m] = best[better]
+                split_at[i, js, m] = args[cols, first][better] + i
+                last_workers[i, js, m] = first[better] + lo
     return _Level(a, split_at, last_workers)
 
 

@@ -29,6 +29,8 @@ import numpy as np
 from solvers.arrays import FloatArray, IntArray
 from solvers.baselines._pipedream_states import AntichainStates
 
+_CACHED_ELEMENTS = 1 << 25  # the L_r' tables are kept up to this many float64 values (256 MiB)
+
 
 @dataclass(frozen=True)
 class LevelTable:
@@ -71,12 +73,21 @@ def solve_level(states: AntichainStates, compute: FloatArray, workers: int, with
     rows = range(1 if top else n)  # row n (after the last state) holds no segment
     ancestor_of = states.ancestors.T  # [k, j]: k is an ancestor of j
     not_last = np.arange(n) < n - 1
-    tail: list[FloatArray] = []  # tail[r' - 1][k, j] = L_r'[k, j]
-    for rp in range(1, workers):
+    cached: dict[int, FloatArray] = {}
+    keep = (workers - 1) * n * n <= _CACHED_ELEMENTS  # else each L_r' is rebuilt where it is used
+
+    def tail(rp: int) -> FloatArray:
+        """``L_r'[k, j]``: the last stage (k, j] on ``r'`` workers and its transfers."""
+        if rp in cached:
+            return cached[rp]
         last = (compute[1:] + 4.0 * (rp - 1) * params[1:] / (bandwidth_Bps * rp)) / rp  # [k, j]: (k, j]
         moved = 2.0 * states.out_bytes / (bandwidth_Bps * rp)
         moved_kj = np.where(not_last[None, :], np.maximum(moved[:, None], moved[None, :]), moved[:, None])
-        tail.append(np.where(ancestor_of, np.maximum(last, moved_kj), np.inf))
+        out: FloatArray = np.where(ancestor_of, np.maximum(last, moved_kj), np.inf)
+        if keep:
+            cached[rp] = out
+        return out
+
     for m in range(1, workers):
         for i in rows:
             if deadline is not None and time.monotonic() > deadline:
@@ -84,7 +95,7 @@ def solve_level(states: AntichainStates, compute: FloatArray, workers: int, with
             vals = np.empty((m, n - i - 1))
             args = np.empty((m, n - i - 1), dtype=np.int64)
             for rp in range(1, m + 1):
-                cand = np.maximum(value[i, i:, m - rp][:, None], tail[rp - 1][i:, i + 1:])  # [k - i, j - i - 1]
+                cand = np.maximum(value[i, i:, m - rp][:, None], tail(rp)[i:, i + 1:])  # [k - i, j - i - 1]
                 args[rp - 1] = np.argmin(cand, axis=0)
                 vals[rp - 1] = np.take_along_axis(cand, args[rp - 1][None, :], axis=0)[0]
             best_value = vals.min(axis=0)

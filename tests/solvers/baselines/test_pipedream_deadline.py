@@ -148,3 +148,25 @@ def test_parmesan_reports_the_safety_net_time(guard: bool) -> None:
         assert 0 < solved.stats["guard_s"] < 30
         assert set(solved.stats["guard_objectives_s"]) == {"parmesan", "even", "pipedream-placer",
                                                             "pipedream-pipedream"}
+
+
+def test_memory_caps_give_the_same_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One m' per array operation and L_r' rebuilt at each use: the same tables as the defaults."""
+    import solvers.baselines._pipedream_dp as chain_dp
+    import solvers.baselines._pipedream_hier as hier
+
+    states = _states(3, 9)
+    compute = prefix_differences(states.compute_s)
+    n = 7
+    rng = np.random.default_rng(3)
+    chain = LayerChain(np.arange(n), rng.uniform(1e-3, 1e-2, n), rng.uniform(0, 1e8, n), np.zeros(n),
+                       np.zeros(n), rng.uniform(1e6, 1e8, n))
+    a0 = np.where(np.triu(np.ones((n, n), dtype=bool)), 1e-2, np.inf)
+    before = (solve_level(states, compute, 4, 2, 1e9, False), _level(a0, chain, 5, 1e9))
+    monkeypatch.setattr(hier, "_CACHED_ELEMENTS", 0)
+    monkeypatch.setattr(chain_dp, "_BLOCK_ELEMENTS", 1)
+    after = (solve_level(states, compute, 4, 2, 1e9, False), _level(a0, chain, 5, 1e9))
+    for old, new in zip(before, after, strict=True):
+        assert old is not None and new is not None
+        for x, y in zip(dataclasses.astuple(old), dataclasses.astuple(new), strict=True):
+            assert np.array_equal(x, y)
