@@ -114,7 +114,9 @@ def time_shares(limit_s: float = 20.0) -> None:
         print(f"{kind}, limit {limit_s:g} s: {time.monotonic() - started:.1f} s, iteration "
               f"{plan.claimed_objective_s:.5f} s, S={st['stages']} R={st['replicas']}, mapping "
               f"{st.get('mapping_status')} gap {st.get('mapping_gap', float('nan')):.3f}, from "
-              f"{st.get('partition_source')}, safety net {'n/a' if guard is None else f'{guard:.2f} s'}", flush=True)
+              f"{st.get('partition_source')}, safety net {'n/a' if guard is None else f'{guard:.2f} s'}; simulated "
+              + ", ".join(f"{k} {v:.5f}" for k, v in st.get("guard_objectives_s", {}).items() if v is not None),
+              flush=True)
 
 
 def main() -> None:
