@@ -15,6 +15,10 @@
    mapping beside CS's.
 3. ``--part parallel``: Alg. 1 with one process and with two worker processes (two targets per
    round) under the same 10 s limit, on three instances.
+4. ``--part share``: the whole ``parmesan`` call (S and R searched, safety net on) under a 20 s
+   limit on SemanticFPN with two topologies whose mapping does not prove optimality early:
+   wall-clock time, plan, mapping status and gap, where the plan came from and the safety net's
+   time (``stats.guard_s``) — how the time is shared between search, safety net and mapping.
 """
 
 from __future__ import annotations
@@ -98,11 +102,28 @@ def parallel_targets(limit_s: float) -> None:
                   f"{res.stats['search_nodes']} nodes", flush=True)
 
 
+def time_shares(limit_s: float = 20.0) -> None:
+    graph = semantic_fpn()
+    for kind, topo in [("uniform_dist 64", generate_topology("uniform_dist", devices=64, seed=0)),
+                       ("random_blk_2 64", generate_topology("random_blk_2", devices=64, nodes=4, seed=0))]:
+        problem = Problem(graph, topo, "throughput", ProblemSettings(recompute=True, micro_batches=(4,)))
+        started = time.monotonic()
+        plan = solve(problem, "parmesan", time_limit_s=limit_s)
+        st = plan.stats
+        guard = st.get("guard_s")
+        print(f"{kind}, limit {limit_s:g} s: {time.monotonic() - started:.1f} s, iteration "
+              f"{plan.claimed_objective_s:.5f} s, S={st['stages']} R={st['replicas']}, mapping "
+              f"{st.get('mapping_status')} gap {st.get('mapping_gap', float('nan')):.3f}, from "
+              f"{st.get('partition_source')}, safety net {'n/a' if guard is None else f'{guard:.2f} s'}; simulated "
+              + ", ".join(f"{k} {v:.5f}" for k, v in st.get("guard_objectives_s", {}).items() if v is not None),
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--map-limit", type=float, default=120.0)
-    parser.add_argument("--part", choices=["all", "bert48", "map512", "parallel"], default="all")
+    parser.add_argument("--part", choices=["all", "bert48", "map512", "parallel", "share"], default="all")
     parser.add_argument("--modes", default="m,ar,combined", help="map512: mapping objectives to run")
     args = parser.parse_args()
     if args.part in ("all", "bert48"):
@@ -111,6 +132,8 @@ def main() -> None:
         big_mapping(args.map_limit, args.modes.split(","))
     if args.part in ("all", "parallel"):
         parallel_targets(10.0)
+    if args.part in ("all", "share"):
+        time_shares()
 
 
 if __name__ == "__main__":

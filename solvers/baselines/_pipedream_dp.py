@@ -18,6 +18,7 @@ with ``A^0(i..j) = T(i..j)`` (one worker) and ``A^{k-1}(i..j) = A^{k-1}(i..j, m_
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,66 +84,95 @@ def layer_chain(problem: Problem, max_layers: int) -> LayerChain:
                       np.cumsum(cut)[:n])
 
 
-def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float) -> tuple[FloatArray, dict[tuple[int, int, int], tuple[int, int]]]:
-    """One level of the recurrence: ``A[i, j, m]`` and the split choices."""
+_BLOCK_ELEMENTS = 1 << 22  # candidates per array operation of a DP level (32 MiB of float64)
+
+
+@dataclass(frozen=True)
+class _Level:
+    """``a[i, j, m]`` = ``A^k(i..j, m)``; when split, ``split_at[i, j, m]`` = ``s`` (the last layer
+    of the earlier stages) and ``last_workers[i, j, m]`` = ``m'``, else ``-1``."""
+
+    a: FloatArray
+    split_at: IntArray
+    last_workers: IntArray
+
+
+def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float, deadline: float | None = None) -> _Level | None:
+    """One level of the recurrence; ``None`` once ``time.monotonic()`` passes ``deadline``
+    (checked once per first layer).
+
+    ``A(i..j, m)`` reads ``A(i..s, m - m')`` only, so for each ``m`` every first layer ``i`` is one
+    array operation over all splits ``s``, last layers ``j`` and ``m'``.  Ties go to the
+    replicated segment, then the smallest ``m'``, then the smallest ``s``.
+    """
     n = chain.n_layers
     cw = np.concatenate(([0.0], np.cumsum(chain.param_bytes)))
     t = np.full((n, n, m_k + 1), np.inf)  # t[i, j, m] = T^k(i..j, m)
-    a = np.full((n, n, m_k + 1), np.inf)  # a[i, j, m] = A^k(i..j, m)
-    split: dict[tuple[int, int, int], tuple[int, int]] = {}  # (i, j, m) -> (s, m') when split
     w = cw[None, 1:] - cw[:-1, None]  # W(i..j)
     for m in range(1, m_k + 1):
         t[:, :, m] = np.maximum(a_lower, 2.0 * (m - 1) * w / bw) / m
+    a = t.copy()  # a[i, j, m] = A^k(i..j, m): the replicated segment until a split beats it
+    split_at = np.full(t.shape, -1, dtype=np.int64)
+    last_workers = np.full(t.shape, -1, dtype=np.int64)
     comm = 2.0 * chain.cut_bytes / bw  # comm[s] for a split after layer s
-    for length in range(1, n + 1):
-        for i in range(0, n - length + 1):
-            j = i + length - 1
-            for m in range(1, m_k + 1):
-                best, choice = t[i, j, m], None
-                if length > 1 and m > 1:
-                    s = np.arange(i, j)
-                    for mp in range(1, m):
-                        vals = np.maximum(np.maximum(a[i, s, m - mp], comm[s]), t[s + 1, j, mp])
-                        k = int(np.argmin(vals))
-                        if vals[k] < best:
-                            best, choice = float(vals[k]), (int(s[k]), mp)
-                a[i, j, m] = best
-                if choice is not None:
-                    split[(i, j, m)] = choice
-    return a, split
+    for m in range(2, m_k + 1):
+        for i in range(n - 1):
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            # earlier[s - i, m' - 1] = max(A(i..s, m - m'), comm[s]) for m' = 1 .. m - 1
+            earlier = np.maximum(a[i, i:n - 1, m - 1:0:-1], comm[i:n - 1, None])
+            block = max(1, _BLOCK_ELEMENTS // max(1, (n - i) ** 2))  # m' values per array operation
+            for lo in range(1, m, block):  # blocks of m' in increasing order: ties stay with the smaller m'
+                hi = min(m, lo + block)
+                cand = np.maximum(earlier[:, None, lo - 1:hi - 1], t[i + 1:, i + 1:, lo:hi])  # [s - i, j - i - 1, m' - lo]
+                args = np.argmin(cand, axis=0)  # [j - i - 1, m' - lo]: the smallest s reaching the minimum
+                vals = np.take_along_axis(cand, args[None], axis=0)[0]
+                first = np.argmin(vals, axis=1)  # the smallest m' reaching the minimum
+                cols = np.arange(n - i - 1)
+                best = vals[cols, first]
+                better = best < a[i, i + 1:, m]
+                js = np.arange(i + 1, n)[better]
+                a[i, js, m] = best[better]
+                split_at[i, js, m] = args[cols, first][better] + i
+                last_workers[i, js, m] = first[better] + lo
+    return _Level(a, split_at, last_workers)
 
 
-def _stages(split: dict[tuple[int, int, int], tuple[int, int]], i: int, j: int, m: int) -> list[tuple[int, int, int]]:
+def _stages(level: _Level, i: int, j: int, m: int) -> list[tuple[int, int, int]]:
     """Top stages (first, last, replicas) of the optimum ``A(i..j, m)``."""
-    choice = split.get((i, j, m))
-    if choice is None:
+    if level.split_at[i, j, m] < 0:
         return [(i, j, m)]
-    s, mp = choice
-    return [*_stages(split, i, s, m - mp), (s + 1, j, mp)]
+    s, mp = int(level.split_at[i, j, m]), int(level.last_workers[i, j, m])
+    return [*_stages(level, i, s, m - mp), (s + 1, j, mp)]
 
 
 Group = tuple[int, list[tuple[int, int, int]]]
 
 
-def hierarchical_dp(chain: LayerChain, inner: tuple[int, float], outer: tuple[int, float] | None
-                    ) -> tuple[float, list[Group]]:
+def hierarchical_dp(chain: LayerChain, inner: tuple[int, float], outer: tuple[int, float] | None,
+                    deadline: float | None = None) -> tuple[float, list[Group]] | None:
     """Two-level recurrence: ``inner`` = (GPUs per server, B_1), ``outer`` = (servers, B_2) or ``None``.
 
     Returns the value and the pipeline as groups ``(servers, [(first, last, gpus), ...])``: each
-    outer stage runs its layers as an inner pipeline on every one of its servers.
+    outer stage runs its layers as an inner pipeline on every one of its servers; ``None`` when
+    ``time.monotonic()`` passes ``deadline`` first.
     """
     n = chain.n_layers
     cw = np.concatenate(([0.0], np.cumsum(chain.work_s)))
     a0 = cw[None, 1:] - cw[:-1, None]  # A^0(i..j): one worker
     a0 = np.where(np.triu(np.ones((n, n), dtype=bool)), a0, np.inf)
     m1, b1 = inner
-    a1, split1 = _level(a0, chain, m1, b1)
+    level1 = _level(a0, chain, m1, b1, deadline)
+    if level1 is None:
+        return None
     if outer is None:
-        return float(a1[0, n - 1, m1]), [(1, _stages(split1, 0, n - 1, m1))]
+        return float(level1.a[0, n - 1, m1]), [(1, _stages(level1, 0, n - 1, m1))]
     m2, b2 = outer
-    a2, split2 = _level(a1[:, :, m1], chain, m2, b2)
-    groups = [(reps, _stages(split1, first, last, m1)) for first, last, reps in _stages(split2, 0, n - 1, m2)]
-    return float(a2[0, n - 1, m2]), groups
+    level2 = _level(level1.a[:, :, m1], chain, m2, b2, deadline)
+    if level2 is None:
+        return None
+    groups = [(reps, _stages(level1, first, last, m1)) for first, last, reps in _stages(level2, 0, n - 1, m2)]
+    return float(level2.a[0, n - 1, m2]), groups
 
 
 def flat_dp(chain: LayerChain, n_stages: int, stage_cost: list[FloatArray],

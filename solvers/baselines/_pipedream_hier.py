@@ -21,12 +21,15 @@ The top level solves row 0 only; its ``A[0, n-1, M]`` is the optimizer's "time p
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.baselines._pipedream_states import AntichainStates
+
+_CACHED_ELEMENTS = 1 << 25  # the L_r' tables are kept up to this many float64 values (256 MiB)
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,17 @@ def prefix_differences(totals: FloatArray) -> FloatArray:
 
 
 def solve_level(states: AntichainStates, compute: FloatArray, workers: int, within: int,
-                bandwidth_Bps: float, top: bool) -> LevelTable:
-    """One level of the recurrence (module docstring) for every row, or row 0 when ``top``."""
+                bandwidth_Bps: float, top: bool, deadline: float | None = None) -> LevelTable | None:
+    """One level of the recurrence (module docstring) for every row, or row 0 when ``top``;
+    ``None`` once ``time.monotonic()`` passes ``deadline`` (checked once per row).
+
+    For ``r = m + 1`` workers every row ``i`` is one array operation per ``r'``: the candidates
+    of all states ``k`` and segment ends ``j`` at once, ``max(A[i, k, r - r'], L_r'[k, j])`` with
+    ``L_r'[k, j]`` the last stage's and the transfers' term (``inf`` unless ``k`` is an ancestor
+    of ``j``).  ``A[i, k, .]`` is ``inf`` for ``k < i`` (a segment cannot end before it starts),
+    which covers the states an earlier stage may not end at (the ancestors of state ``i - 1``
+    come before it in the order).  Ties go to the smallest ``k``, then the smallest ``r'``.
+    """
     n = states.n_states
     params = prefix_differences(states.param_bytes)
     params = np.where(np.isfinite(params), params, 0.0)
@@ -58,33 +70,43 @@ def solve_level(states: AntichainStates, compute: FloatArray, workers: int, with
     value = np.where(np.isfinite(compute)[:, :, None], value, np.inf)
     split = np.full(value.shape, -1, dtype=np.int64)
     last_workers = np.zeros(value.shape, dtype=np.int64)
-    rows = np.arange(1 if top else n + 1)
-    # skip[i, k]: k is an ancestor of state i - 1 (row 0 skips nothing)
-    skip = np.vstack([np.zeros((1, n), dtype=bool), states.ancestors])[rows]
+    rows = range(1 if top else n)  # row n (after the last state) holds no segment
+    ancestor_of = states.ancestors.T  # [k, j]: k is an ancestor of j
+    not_last = np.arange(n) < n - 1
+    cached: dict[int, FloatArray] = {}
+    keep = (workers - 1) * n * n <= _CACHED_ELEMENTS  # else each L_r' is rebuilt where it is used
+
+    def tail(rp: int) -> FloatArray:
+        """``L_r'[k, j]``: the last stage (k, j] on ``r'`` workers and its transfers."""
+        if rp in cached:
+            return cached[rp]
+        last = (compute[1:] + 4.0 * (rp - 1) * params[1:] / (bandwidth_Bps * rp)) / rp  # [k, j]: (k, j]
+        moved = 2.0 * states.out_bytes / (bandwidth_Bps * rp)
+        moved_kj = np.where(not_last[None, :], np.maximum(moved[:, None], moved[None, :]), moved[:, None])
+        out: FloatArray = np.where(ancestor_of, np.maximum(last, moved_kj), np.inf)
+        if keep:
+            cached[rp] = out
+        return out
+
     for m in range(1, workers):
-        for j in range(1, n):
-            ks = np.flatnonzero(states.ancestors[j])
-            live = rows[rows < j]
-            if len(ks) == 0 or len(live) == 0:
-                continue
-            cands = []
+        for i in rows:
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            vals = np.empty((m, n - i - 1))
+            args = np.empty((m, n - i - 1), dtype=np.int64)
             for rp in range(1, m + 1):
-                last = (compute[ks + 1, j] + 4.0 * (rp - 1) * params[ks + 1, j] / (bandwidth_Bps * rp)) / rp
-                moved = 2.0 * states.out_bytes[ks] / (bandwidth_Bps * rp)
-                if j < n - 1:
-                    moved = np.maximum(moved, 2.0 * states.out_bytes[j] / (bandwidth_Bps * rp))
-                earlier = value[live[:, None], ks[None, :], m - rp]
-                cand = np.maximum(earlier, np.maximum(last, moved)[None, :])
-                cand[skip[live][:, ks]] = np.inf
-                cands.append(cand)
-            stacked = np.stack(cands, axis=2).reshape(len(live), -1)  # (row, k-major, r')
-            best = np.argmin(stacked, axis=1)
-            best_value = stacked[np.arange(len(live)), best]
-            better = best_value < value[live, j, m]
-            at = live[better]
-            value[at, j, m] = best_value[better]
-            split[at, j, m] = ks[best[better] // m]
-            last_workers[at, j, m] = best[better] % m + 1
+                cand = np.maximum(value[i, i:, m - rp][:, None], tail(rp)[i:, i + 1:])  # [k - i, j - i - 1]
+                args[rp - 1] = np.argmin(cand, axis=0)
+                vals[rp - 1] = np.take_along_axis(cand, args[rp - 1][None, :], axis=0)[0]
+            best_value = vals.min(axis=0)
+            order = np.where(vals == best_value[None, :], args * m + np.arange(m)[:, None], np.iinfo(np.int64).max)
+            pick = np.argmin(order, axis=0)
+            js = np.arange(i + 1, n)
+            better = best_value < value[i, i + 1:, m]
+            at = js[better]
+            value[i, at, m] = best_value[better]
+            split[i, at, m] = args[pick[better], better] + i
+            last_workers[i, at, m] = pick[better] + 1
     return LevelTable(value, split, last_workers)
 
 
@@ -103,16 +125,20 @@ def stages_of(table: LevelTable, row: int, last: int, workers: int) -> list[tupl
 Group = tuple[int, list[tuple[int, int, int]]]
 
 
-def pipedream_dp(states: AntichainStates, levels: list[tuple[int, float]]) -> tuple[float, list[Group]]:
+def pipedream_dp(states: AntichainStates, levels: list[tuple[int, float]], deadline: float | None = None
+                 ) -> tuple[float, list[Group]] | None:
     """The optimizer's value ("time per stage in pipeline", seconds per minibatch) and its pipeline
     as groups ``(outer workers, [(row, last state, inner workers), ...])``; ``levels`` = (workers,
-    bandwidth) from the innermost level out, one or two levels."""
+    bandwidth) from the innermost level out, one or two levels.  ``None`` when ``time.monotonic()``
+    passes ``deadline`` first (no level's table is complete before the top one is)."""
     n = states.n_states
     compute = prefix_differences(states.compute_s)
     tables: list[LevelTable] = []
     within = 1
     for depth, (workers, bw) in enumerate(levels):
-        table = solve_level(states, compute, workers, within, bw, depth == len(levels) - 1)
+        table = solve_level(states, compute, workers, within, bw, depth == len(levels) - 1, deadline)
+        if table is None:
+            return None
         tables.append(table)
         compute, within = table.value[:, :, -1], workers
     value = float(tables[-1].value[0, n - 1, -1])

@@ -188,31 +188,44 @@ class PipeDreamSolver:
         chain = layer_chain(problem, options.max_layers)
         fixed = problem.settings.stages is not None or problem.settings.replicas is not None
         hierarchy = _hierarchy(problem) if not fixed and options.mapping == "consecutive" else None
+        deadline = None if budget.time_limit_s is None else time.monotonic() + budget.remaining_s()
         notes: tuple[str, ...] = ()
+        timed_out = False
         if hierarchy is not None and options.cost_model == "pipedream":
             levels, units = hierarchy
             states = antichain_states(problem.graph, pipedream_work_s(problem), options.max_states)
             if states is None:
                 notes = (f"the antichain DAG exceeds max_states={options.max_states} (states, or ops / 10); "
                          "Placer's layer-chain model used",)
+            elif (solved := pipedream_dp(states, levels, deadline)) is None:
+                timed_out = True
+                notes = ("PipeDream's DP over antichain states reached the time limit; Placer's layer-chain "
+                         "model used",)
             else:
-                value_dp, sgroups = pipedream_dp(states, levels)
+                value_dp, sgroups = solved
                 found = self._best_layout(problem, sgroups, units, _state_stage_ops(problem, states, sgroups))
                 if found is not None:
                     stats = {"mode": "hierarchical", "cost_model": "pipedream", "pipedream_dp_objective_s": value_dp,
-                             "antichain_states": states.n_states}
+                             "antichain_states": states.n_states, "timed_out": False}
                     return found.with_(stats={**stats, "stages": len(found.stages)})
                 notes = ("the PipeDream-cost plan does not fit the devices' memory; Placer's layer-chain model used",)
         if hierarchy is not None:  # the DP does not depend on the micro-batch count: one run serves all
             levels, units = hierarchy
-            value_dp, groups = hierarchical_dp(chain, levels[0], levels[1] if len(levels) > 1 else None)
-            found = self._best_layout(problem, groups, units, _chain_stage_ops(chain, groups))
-            if found is not None:
-                stats = {"mode": "hierarchical", "cost_model": "placer", "pipedream_dp_objective_s": value_dp,
-                         "layers": chain.n_layers}
-                return found.with_(stats={**stats, "stages": len(found.stages)}, notes=notes)
+            solved_chain = hierarchical_dp(chain, levels[0], levels[1] if len(levels) > 1 else None, deadline)
+            if solved_chain is None:
+                timed_out = True
+                notes = (*notes, "the hierarchical layer-chain DP reached the time limit; the flat DP's first "
+                                 "(S, R) candidates used")
+            else:
+                value_dp, groups = solved_chain
+                found = self._best_layout(problem, groups, units, _chain_stage_ops(chain, groups))
+                if found is not None:
+                    stats = {"mode": "hierarchical", "cost_model": "placer", "pipedream_dp_objective_s": value_dp,
+                             "layers": chain.n_layers, "timed_out": timed_out}
+                    return found.with_(stats={**stats, "stages": len(found.stages)}, notes=notes)
         plan = self._flat(problem, options, chain, budget, progress)
-        return plan.with_(notes=(*notes, *plan.notes))
+        return plan.with_(stats={**plan.stats, "timed_out": timed_out or plan.stats.get("timed_out", False)},
+                          notes=(*notes, *plan.notes))
 
     @staticmethod
     def _best_layout(problem: Problem, groups: list[Group] | list[StateGroup], units: list[list[int]],
@@ -230,8 +243,10 @@ class PipeDreamSolver:
               progress: ProgressCallback) -> Plan:
         cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.settings.micro_batches]
         best: tuple[float, IntArray, int, int, int, float] | None = None
+        skipped = 0
         for k, (s, r, mb) in enumerate(cands):
             if best is not None and budget.expired():
+                skipped = len(cands) - k
                 break
             found = flat_dp(chain, s, *_flat_costs(problem, chain, s, r, mb))
             if found is None:
@@ -252,5 +267,6 @@ class PipeDreamSolver:
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
         plan, value, mstats = map_partition(problem, stage_of, s, r, mb, options.mapping, settings, deadline)
         stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "micro_batches": mb,
-                 "pipedream_dp_objective_s": value_dp, "candidates": len(cands), **mstats}
+                 "pipedream_dp_objective_s": value_dp, "candidates": len(cands), "timed_out": skipped > 0,
+                 **mstats}
         return plan.with_(claimed_objective_s=value, stats=stats)

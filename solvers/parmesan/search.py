@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from solvers.base import Budget
 from solvers.cost.memory import capacity_bytes
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.parmesan.bands import band_refine
 from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_further
 from solvers.parmesan.costs import ReferenceCosts, allreduce_terms
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
@@ -135,9 +136,14 @@ def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mi
 
 def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[float], k: int,
                       max_sets: int, max_pairs: int, refine_steps: int, mapper: Mapper,
-                      budget: Budget, allreduce_variants: tuple[bool, ...] = (False,),
+                      budget: Budget, allreduce_variants: tuple[bool, ...] = (False,), band_rounds: int = 0,
                       ) -> tuple[Configuration | None, dict[str, Any]]:
-    """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored."""
+    """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored.
+
+    ``band_rounds`` > 0: when the winner's graph was clustered (K < |V|), the band DP
+    (:mod:`solvers.parmesan.bands`, not in the paper) re-solves its boundaries at op level, and
+    its partition replaces the winner's when it simulates better.
+    """
     stage_pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, int)}
     best: Configuration | None = None
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
@@ -177,4 +183,25 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                 if better(key, (best.score_s, best.bottleneck_s) if best is not None else None):
                     best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], plan,
                                      {**rstats, **cstats, "allreduce_in_partition": with_ar})
+    if best is not None and band_rounds > 0 and best.n_stages > 1 and best.stats["k"] < problem.graph.n_ops \
+            and not budget.expired():
+        best = _with_bands(problem, costs, best, stage_pins, band_rounds, max_sets, max_pairs, mapper,
+                           time.monotonic() + budget.remaining_s())
     return best, explored
+
+
+def _with_bands(problem: Problem, costs: ReferenceCosts, best: Configuration, stage_pins: dict[int, int],
+                rounds: int, max_sets: int, max_pairs: int, mapper: Mapper, deadline: float) -> Configuration:
+    """The winner after the band DP (:mod:`solvers.parmesan.bands`) when that simulates better."""
+    terms = (allreduce_terms(problem, best.replicas, best.micro_batches) if best.stats["allreduce_in_partition"]
+             else (0.0, 0.0))
+    found = band_refine(problem, costs, best.stage_of, best.n_stages, best.replicas, best.micro_batches, stage_pins,
+                        rounds, max_sets, max_pairs, terms, deadline)
+    if found is None:
+        return replace(best, stats={**best.stats, "band_rounds": 0, "band_improved": False})
+    stage_of, bstats = found
+    key, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches, mapper)
+    if not better(key, (best.score_s, best.bottleneck_s)):
+        return replace(best, stats={**best.stats, **bstats, "band_improved": False})
+    return replace(best, stage_of=stage_of, score_s=key[0], bottleneck_s=key[1], plan=plan,
+                   stats={**best.stats, **bstats, "band_improved": True})

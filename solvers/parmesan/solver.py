@@ -34,6 +34,9 @@ class ParmesanOptions(SolverOptions):
     max_fronted_sets: int = Field(default=3000, ge=4, description="fronted-subgraph budget before coarsening")
     max_dp_pairs: int = Field(default=250_000, ge=16, description="DP transition budget before coarsening")
     refine_steps: int = Field(default=100, ge=0, description="I, the refinement step limit")
+    band_rounds: int = Field(default=3, ge=0, le=20, description="when the graph had to be clustered: rounds of the "
+                             "DP at op level around the winner's stage boundaries (0: the paper's flow; not in the "
+                             "paper)")
     epsilon_rel: float = Field(default=1e-3, gt=0, lt=1, description="Alg. 1 stops within this relative gap")
     parallel_targets: int = Field(default=2, ge=1, le=64, description="targets per Alg. 1 round")
     workers: int = Field(default=1, ge=1, le=64, description="processes running a round's targets")
@@ -45,6 +48,9 @@ class ParmesanOptions(SolverOptions):
     baseline_guard: bool = Field(default=True, description="also simulate even's and pipedream's plans and keep "
                                  "the best (stats.partition_source); not in the paper")
     search_fraction: float = Field(default=0.5, gt=0, lt=1, description="share of the time limit for partitioning")
+    guard_fraction: float = Field(default=0.5, gt=0, lt=1, description="baseline_guard: cap on the baselines' share "
+                                  "of the time left after partitioning (they run before the mapping, which gets "
+                                  "the rest)")
 
 
 _GUARD_MIN_S = 0.05
@@ -87,15 +93,21 @@ class ParmesanSolver:
         progress(ProgressEvent(0.0, None, None, "partitioning"))
         best, explored = search_partitions(problem, costs, options.alphas, k, options.max_fronted_sets,
                                            options.max_dp_pairs, options.refine_steps, options.mapping,
-                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition])
+                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition],
+                                           options.band_rounds)
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
                                "(or the graph has fewer hyper-operators than stages)",))
-        progress(ProgressEvent(0.5, best.score_s, None, "mapping"))
+        guarded: list[tuple[str, Plan, tuple[float, float]]] = []
+        guard_s = 0.0
+        if options.baseline_guard:  # before the mapping, so that the mapping gets what they leave
+            progress(ProgressEvent(0.5, best.score_s, None, "safety net"))
+            guard_started = time.monotonic()
+            guarded = _baseline_plans(problem, budget.sub(options.guard_fraction))
+            guard_s = time.monotonic() - guard_started
+        progress(ProgressEvent(0.6, best.score_s, None, "mapping"))
         remaining = max(0.0, budget.remaining_s() - 0.2)
-        if options.baseline_guard:  # the safety net's baselines get the other two thirds
-            remaining /= 3
         deadline = time.monotonic() + min(options.mapping_time_limit_s, remaining)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
@@ -109,38 +121,45 @@ class ParmesanSolver:
                  "micro_batches": best.micro_batches, "dp_objective_s": best.dp_objective_s,
                  "proxy_mapping_objective_s": best.score_s, **best.stats, **mstats, "partition_source": "parmesan"}
         if options.baseline_guard:
-            plan, value, stats = _guard(problem, plan, value, stats, budget)
+            plan, value, stats = _guard(problem, plan, value, {**stats, "guard_s": guard_s}, guarded)
         progress(ProgressEvent(1.0, value, None, "done"))
         return plan.with_(claimed_objective_s=value, stats=stats, notes=notes)
 
 
-def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
-           budget: Budget) -> tuple[Plan, float, dict[str, Any]]:
-    """The safety net: ``even``'s and ``pipedream``'s plans (PipeDream's own cost model, its
-    default, and Placer's), simulated; the best of them and Parmesan's.
-
-    Ranked by (objective, bottleneck stage) (:func:`~solvers.parmesan.mapping.apply.better`).
-    ``stats.partition_source`` names the winner, ``stats.guard_objectives_s`` what each scored.
-    """
+def _baseline_plans(problem: Problem, budget: Budget) -> list[tuple[str, Plan, tuple[float, float]]]:
+    """The safety net's plans: ``even``'s and ``pipedream``'s (PipeDream's own cost model, its
+    default, and Placer's), each with its simulated key; they share ``budget`` (each stops at
+    its share, after its first candidate at least)."""
     from solvers.baselines.even import EvenOptions, EvenSolver
     from solvers.baselines.pipedream import PipeDreamOptions, PipeDreamSolver
 
-    best_key = simulated_key(problem, plan)
-    best: tuple[Plan, str] = (plan, "parmesan")
-    scores: dict[str, float | None] = {"parmesan": value}
     baselines: list[tuple[str, Solver, SolverOptions]] = [("even", EvenSolver(), EvenOptions())]
     if not problem.settings.pinned:
         baselines += [(f"pipedream-{model}", PipeDreamSolver(), PipeDreamOptions(cost_model=model))
                       for model in ("placer", "pipedream")]
+    out: list[tuple[str, Plan, tuple[float, float]]] = []
     for i, (name, solver, options) in enumerate(baselines):
-        # they run even when the search used the whole budget (each stops after its first
-        # candidate once its own budget is spent)
-        share = Budget(max(_GUARD_MIN_S, budget.remaining_s() / (len(baselines) - i)))
+        share = Budget(None if budget.time_limit_s is None
+                       else max(_GUARD_MIN_S, budget.remaining_s() / (len(baselines) - i)))
         try:
             other = solver.solve(problem, options, share, no_progress)
         except PlacerError:
             continue
-        key = simulated_key(problem, other) if other.stages else (float("inf"), float("inf"))
+        out.append((name, other, simulated_key(problem, other) if other.stages else (float("inf"), float("inf"))))
+    return out
+
+
+def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
+           guarded: list[tuple[str, Plan, tuple[float, float]]]) -> tuple[Plan, float, dict[str, Any]]:
+    """The safety net: the best of Parmesan's plan and the baselines' (:func:`_baseline_plans`).
+
+    Ranked by (objective, bottleneck stage) (:func:`~solvers.parmesan.mapping.apply.better`).
+    ``stats.partition_source`` names the winner, ``stats.guard_objectives_s`` what each scored.
+    """
+    best_key = simulated_key(problem, plan)
+    best: tuple[Plan, str] = (plan, "parmesan")
+    scores: dict[str, float | None] = {"parmesan": value}
+    for name, other, key in guarded:
         scores[name] = key[0] if np.isfinite(key[0]) else None
         if better(key, best_key):
             best_key, best = key, (other, name)

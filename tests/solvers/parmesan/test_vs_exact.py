@@ -101,3 +101,16 @@ def test_parmesan_matches_the_oracle_on_small_random_graphs(problem: Problem) ->
     plan = solve(problem, "parmesan", {"baseline_guard": False}, time_limit_s=LIMIT_S)
     assert plan.metrics is not None and exact.metrics is not None
     assert plan.metrics["bottleneck_stage_s"] <= exact.metrics["bottleneck_stage_s"] * 1.01 + 1e-12
+
+
+@pytest.mark.parametrize("key", ["pipedream/inception_v3", "pipedream/nasnetamobile"])
+def test_parmesan_alone_not_behind_where_the_dp_clusters(key: str) -> None:
+    """Over the fronted-set budget the DP runs on hyper-operators; the band DP recovers the
+    balance (without it Parmesan alone was 0.55 % / 0.07 % behind ``even`` here)."""
+    if not PIPEDREAM:
+        pytest.skip("shared/data not present")
+    problem = compute_only_problem(_graph(key))
+    alone = _bottleneck_s(problem, "parmesan", {"baseline_guard": False})
+    assert alone[1]["k"] < problem.graph.n_ops and alone[1]["band_improved"]
+    assert _not_behind(alone, _bottleneck_s(problem, "even"))
+    assert _not_behind(alone, _bottleneck_s(problem, "pipedream"))
