@@ -164,10 +164,11 @@ class Run:
 
     def block_bound(self, share: float) -> None:
         """Step 2b: the critical block's bound (:mod:`~solvers.moirai.block`, when the block holds
-        at most ``BLOCK_FRACTION`` of the tasks).  Its shortest schedule found in ``BLOCK_MIN_S``
-        gives its end ``e``; then "can it end by ``e (1 - BLOCK_STEP)``?": ``infeasible`` proves
-        that target, a schedule gives a new ``e`` and the next question.  The first target is
-        ``incumbent * (1 - REFUTE_GAP)``: refuted, the incumbent is proven optimal."""
+        at most ``BLOCK_FRACTION`` of the tasks).  The first question, "can the block end by
+        ``incumbent * (1 - REFUTE_GAP)``?" (refuted: the incumbent is optimal), keeps the shortest
+        schedule found in ``BLOCK_MIN_S``; with ``e`` the block's shortest end so far, the next
+        target is ``e - max(BLOCK_STEP e, BLOCK_APPROACH (e - bound))``: a schedule lowers ``e``,
+        ``infeasible`` raises the bound, until the bound is within ``BLOCK_STEP`` of ``e``."""
         if self.bounds is None or self.best is None:
             return
         tasks = critical_block(self.fine, self.bounds)
@@ -176,7 +177,8 @@ class Run:
             return
         block = Block(self.fine, self.bounds, tasks, self.best.makespan_s, DECISION_TICKS)
         seed, threads = self.problem.settings.seed, self.options.threads
-        target, minimise = self.best.makespan_s * (1 - REFUTE_GAP), True
+        end = self.best.makespan_s  # the incumbent restricted to the block is a schedule of it
+        target, minimise = end * (1 - REFUTE_GAP), True
         while not self.proven() and target > self.bound_s:
             limit = share * self.left_s()
             if limit < 0.2:
@@ -186,10 +188,10 @@ class Run:
             if answer.status == "infeasible":
                 self.prove(target)
                 self.stats["block_bound_s"] = target
+            elif answer.end_s is not None:
+                end = min(end, answer.end_s)
+            else:
                 return
-            if answer.end_s is None:
-                return
-            end = answer.end_s
             target, minimise = end - max(BLOCK_STEP * end, BLOCK_APPROACH * (end - self.bound_s)), False
 
     def refute(self, share: float) -> None:
