@@ -168,7 +168,7 @@ class Run:
         ``incumbent * (1 - REFUTE_GAP)``?" (refuted: the incumbent is optimal), keeps the shortest
         schedule found in ``BLOCK_MIN_S``; with ``e`` the block's shortest end so far, the next
         target is ``e - max(BLOCK_STEP e, BLOCK_APPROACH (e - bound))``: a schedule lowers ``e``,
-        ``infeasible`` raises the bound, until the bound is within ``BLOCK_STEP`` of ``e``."""
+        ``infeasible`` raises the bound, until the bound is within ``REFUTE_GAP`` of ``e``."""
         if self.bounds is None or self.best is None:
             return
         tasks = critical_block(self.fine, self.bounds)
@@ -179,7 +179,7 @@ class Run:
         seed, threads = self.problem.settings.seed, self.options.threads
         end = self.best.makespan_s  # the incumbent restricted to the block is a schedule of it
         target, minimise = end * (1 - REFUTE_GAP), True
-        while not self.proven() and target > self.bound_s:
+        while not self.proven() and target > self.bound_s and self.bound_s < end * (1 - REFUTE_GAP):
             limit = share * self.left_s()
             if limit < 0.2:
                 return
