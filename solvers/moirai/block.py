@@ -63,9 +63,10 @@ class Block:
         return min(self.n_ticks, math.floor(seconds / self.tick_s))
 
     def decide(self, target_s: float, time_limit_s: float, seed: int = 0, threads: int = 1,
-               minimise: bool = False) -> BlockAnswer:
+               minimise: bool = False, work_limit: float | None = None) -> BlockAnswer:
         """Can the block end by ``target_s`` (heads and tails included)?  Stops at the first
-        schedule found, or with ``minimise`` returns the shortest one found in the time limit."""
+        schedule found, or with ``minimise`` returns the shortest one found in the limits;
+        ``work_limit``: CP-SAT's deterministic time limit (the same answer on a busy machine)."""
         cp: Any = require("ortools.sat.python.cp_model", "milp")
         m = cp.CpModel()
         horizon = self._ticks(target_s)
@@ -111,6 +112,8 @@ class Block:
             m.Minimize(cmax)
         solver = cp.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+        if work_limit is not None:
+            solver.parameters.max_deterministic_time = work_limit
         solver.parameters.num_workers = max(1, threads)
         solver.parameters.random_seed = seed
         solver.parameters.use_hard_precedences_in_cumulative = True

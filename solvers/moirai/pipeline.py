@@ -48,8 +48,8 @@ REFUTE_MISSES = 2  # the decision step stops after this many questions without a
 WARM_SHARE = 0.2  # of the time left, the most one list scheduler of the warm start may take
 DECISION_TICKS = 10_000_000  # the decision step's ticks per incumbent makespan (docs/moirai.md)
 BLOCK_FRACTION = 0.75  # the critical block is solved when it has at most this share of the tasks
-BLOCK_MIN_S = 0.5  # the most time for the critical block's first (minimising) question
-BLOCK_STEP = 0.5 * REFUTE_GAP  # the block is asked to end at least this much (relative) before its best end
+BLOCK_MIN_WORK = 0.05  # CP-SAT deterministic time of the critical block's first (minimising) question (~0.5 s)
+BLOCK_STEP = 2 / 3 * REFUTE_GAP  # the block is asked to end at least this much (relative) before its best end
 BLOCK_APPROACH = 0.125  # ... and at least this share of the way from its best end to the bound
 
 
@@ -166,7 +166,8 @@ class Run:
         """Step 2b: the critical block's bound (:mod:`~solvers.moirai.block`, when the block holds
         at most ``BLOCK_FRACTION`` of the tasks).  The first question, "can the block end by
         ``incumbent * (1 - REFUTE_GAP)``?" (refuted: the incumbent is optimal), keeps the shortest
-        schedule found in ``BLOCK_MIN_S``; with ``e`` the block's shortest end so far, the next
+        schedule found in ``BLOCK_MIN_WORK`` (CP-SAT's deterministic time, so the
+        same schedule on a busy machine); with ``e`` the block's shortest end so far, the next
         target is ``e - max(BLOCK_STEP e, BLOCK_APPROACH (e - bound))``: a schedule lowers ``e``,
         ``infeasible`` raises the bound, until the bound is within ``REFUTE_GAP`` of ``e``."""
         if self.bounds is None or self.best is None:
@@ -183,7 +184,7 @@ class Run:
             limit = share * self.left_s()
             if limit < 0.2:
                 return
-            answer = block.decide(target, min(limit, BLOCK_MIN_S) if minimise else limit, seed, threads, minimise)
+            answer = block.decide(target, limit, seed, threads, minimise, BLOCK_MIN_WORK if minimise else None)
             self.stats["block_questions"] = self.stats.get("block_questions", 0) + 1
             if answer.status == "infeasible":
                 self.prove(target)
@@ -194,7 +195,7 @@ class Run:
                 return
             target, minimise = end - max(BLOCK_STEP * end, BLOCK_APPROACH * (end - self.bound_s)), False
 
-    def refute(self, share: float) -> None:
+    def refute(self, share: float, questions: int | None = None) -> None:
         """Step 2c: the whole-graph window model in decision form, "a plan ending by ``target``?"
         (a destructive bound: near the bound, with heads and tails, the decision model refutes a
         target much sooner than the minimisation proves it, and finds a plan just under the target
@@ -206,9 +207,13 @@ class Run:
         ends when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer.
         Its ticks (``DECISION_TICKS``) are ten times finer than the window model's default:
         floored durations let the integer optimum undercut the real one by up to a tick per task,
-        which at 10⁶ ticks is most of ``OPTIMAL_GAP`` on 60 tasks."""
-        misses, step, close = 0, 0.5, True
+        which at 10⁶ ticks is most of ``OPTIMAL_GAP`` on 60 tasks.  ``questions``: the most
+        questions to ask."""
+        misses, step, close, asked = 0, 0.5, True, 0
         while self.best is not None and not self.proven() and misses < REFUTE_MISSES:
+            if questions is not None and asked >= questions:
+                return
+            asked += 1
             limit = share * self.left_s()
             if limit < 0.2:
                 return

@@ -26,7 +26,7 @@ HEURISTICS = ("heft", "cpop", "m-etf", "m-sct", "m-topo", "celeritas")  # warm-s
 EXACT_SHARE = 0.5  # of the time left, for the §III-D MILP of the whole graph (with communication)
 WHOLE_SHARE = 0.6  # of the time left, for the window model of the whole graph
 REFUTE_SHARE = 0.3  # of the time left, per question of the decision step
-BLOCK_SHARE = 0.3  # of the time left, per question to the critical block
+BLOCK_SHARE = 0.5  # of the time left, per question to the critical block
 COARSE_SHARE = 0.4  # of the time left, for the coarse MILP (``coarse_milp``)
 
 
@@ -70,6 +70,8 @@ class MoiraiSolver:
         run.task_bounds()
         if small and _communicates(fine):
             run.exact_milp(EXACT_SHARE)
+        if small and not run.proven():
+            run.refute(REFUTE_SHARE, questions=1)  # a plan within REFUTE_GAP of the task bound?
         if small and not run.proven():
             run.block_bound(BLOCK_SHARE)
         if small and not run.proven():
