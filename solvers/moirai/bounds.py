@@ -99,6 +99,32 @@ def _refuted(T: float, d: FloatArray, head: FloatArray, tail: FloatArray, p: int
     return False
 
 
+def critical_block(inst: Instance, bounds: TaskBounds) -> list[int]:
+    """The tasks with a positive mandatory part in the interval where energetic reasoning is
+    tightest at the bound (largest ``energy - p (t2 - t1)`` at ``T = bound_s``): the block whose
+    packing sets the bound (:mod:`~solvers.moirai.block` bounds it exactly).  Empty without
+    energetic reasoning (one device, or more than ``ENERGY_MAX_TASKS`` tasks)."""
+    n, p = inst.n_tasks, inst.n_devices
+    if not 0 < n <= ENERGY_MAX_TASKS or p < 2:
+        return []
+    d, head, tail = least_durations_s(inst), bounds.head_s, bounds.tail_s
+    deadline = bounds.bound_s - tail
+    best, block = -np.inf, np.zeros(n, dtype=bool)
+    t2 = np.unique(deadline)
+    for t1 in np.unique(head):
+        later = t2[t2 > t1]
+        if not len(later):
+            continue
+        width = later[:, None] - t1
+        need = np.minimum(np.minimum(d[None, :], width), np.minimum(head + d - t1, later[:, None] - deadline + d))
+        need = np.maximum(need, 0.0)
+        excess = need.sum(axis=1) - p * (later - t1)
+        i = int(np.argmax(excess))
+        if excess[i] > best:
+            best, block = float(excess[i]), need[i] > 0
+    return [int(t) for t in np.flatnonzero(block)]
+
+
 def task_bounds(inst: Instance, upper_s: float | None = None) -> TaskBounds | None:
     """Heads, tails and the lower bound of the module doc (``None`` above ``HEADS_MAX_TASKS``
     tasks); ``upper_s``: a known makespan (the bisection's upper end; without it the serial time

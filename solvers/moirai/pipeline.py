@@ -5,8 +5,9 @@
    then heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`);
 2. when the graph has at most ``max_nodes`` ops: the §III-D MILP on the chosen back-end (only
    when there is communication; without it the window model below is already exact), then the
-   window model over the whole graph, then its decision form bisecting between bound and
-   incumbent — all prove bounds on the graph itself;
+   critical block's bound (:mod:`~solvers.moirai.block`), then the decision form of the window
+   model over the whole graph bisecting between bound and incumbent, then the window model's
+   minimisation — all prove bounds on the graph itself;
 3. with ``coarse_milp`` on a larger graph: the paper's pipeline (GCOF, node budget, MILP) as one
    more candidate, expanded back to the ops;
 4. window search (:mod:`~solvers.moirai.lns`) until the deadline or the bound is met.
@@ -28,7 +29,8 @@ from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.moirai.backends.result import BackendResult
 from solvers.moirai.backends.runner import run_backend
-from solvers.moirai.bounds import TaskBounds, task_bounds
+from solvers.moirai.block import Block
+from solvers.moirai.bounds import TaskBounds, critical_block, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
 from solvers.moirai.formulation import Formulation, build
 from solvers.moirai.instance import Instance, build_instance
@@ -45,6 +47,10 @@ REFUTE_GAP = 0.9 * OPTIMAL_GAP  # the decision step asks for a plan at least thi
 REFUTE_MISSES = 2  # the decision step stops after this many questions without an answer
 WARM_SHARE = 0.2  # of the time left, the most one list scheduler of the warm start may take
 DECISION_TICKS = 10_000_000  # the decision step's ticks per incumbent makespan (docs/moirai.md)
+BLOCK_FRACTION = 0.75  # the critical block is solved when it has at most this share of the tasks
+BLOCK_MIN_WORK = 0.05  # CP-SAT deterministic time of the critical block's first (minimising) question (~0.5 s)
+BLOCK_STEP = 2 / 3 * REFUTE_GAP  # the block is asked to end at least this much (relative) before its best end
+BLOCK_APPROACH = 0.125  # ... and at least this share of the way from its best end to the bound
 
 
 class Run:
@@ -156,27 +162,68 @@ class Run:
         self.offer(result.schedule, "whole-graph model")
         self.prove(result.bound_s)
 
-    def refute(self, share: float) -> None:
-        """Step 2c: the whole-graph window model in decision form, "a plan ending by ``target``?",
-        bisecting between the proven bound and the incumbent (a destructive bound: near the bound,
-        with heads and tails, the decision model refutes a target much sooner than the
-        minimisation proves it).  ``infeasible`` proves ``target`` a lower bound; a solution
-        becomes the incumbent; no answer in time brings the next target to a quarter of its
-        distance from the bound (refutations are quicker there).  It ends
-        when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer.  Its
-        ticks (``DECISION_TICKS``) are ten times finer than the window model's default: floored
-        durations let the integer optimum undercut the real one by up to a tick per task, which
-        at 10⁶ ticks is most of ``OPTIMAL_GAP`` on 60 tasks."""
-        misses, step = 0, 0.5
+    def block_bound(self, share: float) -> None:
+        """Step 2b: the critical block's bound (:mod:`~solvers.moirai.block`, when the block holds
+        at most ``BLOCK_FRACTION`` of the tasks).  The first question, "can the block end by
+        ``incumbent * (1 - REFUTE_GAP)``?" (refuted: the incumbent is optimal), keeps the shortest
+        schedule found in ``BLOCK_MIN_WORK`` (CP-SAT's deterministic time, so the
+        same schedule on a busy machine); with ``e`` the block's shortest end so far, the next
+        target is ``e - max(BLOCK_STEP e, BLOCK_APPROACH (e - bound))``: a schedule lowers ``e``,
+        ``infeasible`` raises the bound, until the bound is within ``REFUTE_GAP`` of ``e``."""
+        if self.bounds is None or self.best is None:
+            return
+        tasks = critical_block(self.fine, self.bounds)
+        self.stats["block_tasks"] = len(tasks)
+        if not tasks or len(tasks) > BLOCK_FRACTION * self.fine.n_tasks:
+            return
+        block = Block(self.fine, self.bounds, tasks, self.best.makespan_s, DECISION_TICKS)
+        seed, threads = self.problem.settings.seed, self.options.threads
+        end = self.best.makespan_s  # the incumbent restricted to the block is a schedule of it
+        target, minimise = end * (1 - REFUTE_GAP), True
+        while not self.proven() and target > self.bound_s and self.bound_s < end * (1 - REFUTE_GAP):
+            limit = share * self.left_s()
+            if limit < 0.2:
+                return
+            answer = block.decide(target, limit, seed, threads, minimise, BLOCK_MIN_WORK if minimise else None)
+            self.stats["block_questions"] = self.stats.get("block_questions", 0) + 1
+            if answer.status == "infeasible":
+                self.prove(target)
+                self.stats["block_bound_s"] = target
+            elif answer.end_s is not None:
+                end = min(end, answer.end_s)
+            else:
+                return
+            target, minimise = end - max(BLOCK_STEP * end, BLOCK_APPROACH * (end - self.bound_s)), False
+
+    def refute(self, share: float, questions: int | None = None) -> None:
+        """Step 2c: the whole-graph window model in decision form, "a plan ending by ``target``?"
+        (a destructive bound: near the bound, with heads and tails, the decision model refutes a
+        target much sooner than the minimisation proves it, and finds a plan just under the target
+        much sooner than the minimisation reaches it).  The first question asks for a plan within
+        ``REFUTE_GAP`` of the proven bound (a "yes" proves it optimal); then the target bisects
+        between the bound and the incumbent.  ``infeasible`` proves ``target`` a lower bound; a
+        solution (the first one found) becomes the incumbent; no answer in time brings the next
+        target to a quarter of its distance from the bound (refutations are quicker there).  It
+        ends when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer.
+        Its ticks (``DECISION_TICKS``) are ten times finer than the window model's default:
+        floored durations let the integer optimum undercut the real one by up to a tick per task,
+        which at 10⁶ ticks is most of ``OPTIMAL_GAP`` on 60 tasks.  ``questions``: the most
+        questions to ask."""
+        misses, step, close, asked = 0, 0.5, True, 0
         while self.best is not None and not self.proven() and misses < REFUTE_MISSES:
+            if questions is not None and asked >= questions:
+                return
+            asked += 1
             limit = share * self.left_s()
             if limit < 0.2:
                 return
             best, bound = self.best.makespan_s, self.bound_s
-            target = min(best * (1 - REFUTE_GAP), bound + step * (best - bound))
+            gap_target = bound * (1 + REFUTE_GAP) if close else bound + step * (best - bound)
+            target = min(best * (1 - REFUTE_GAP), gap_target)
+            close = False
             result = solve_window(self.fine, self.best, range(self.fine.n_units), best, limit,
                                   self.problem.settings.seed, self.options.threads, bound, self.bounds,
-                                  upper_s=target, ticks=DECISION_TICKS)
+                                  upper_s=target, ticks=DECISION_TICKS, first_solution=True)
             self.stats["refutations"] = self.stats.get("refutations", 0) + 1
             if result.status == "infeasible":
                 self.prove(target)

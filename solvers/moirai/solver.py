@@ -2,8 +2,9 @@
 
 Steps (:mod:`solvers.moirai.pipeline`): warm start from the best list schedule of the ops ->
 heads, tails and energetic bound of the task DAG -> on graphs of at most ``max_nodes`` ops the
-MILP on the chosen ``backend`` (in a child process killed at the deadline), the CP-SAT window
-model of the whole graph and its decision form, all proving bounds ->
+MILP on the chosen ``backend`` (in a child process killed at the deadline), the critical block's
+bound, the decision form of the CP-SAT window model of the whole graph and its minimisation, all
+proving bounds ->
 optionally the paper's coarsened MILP (GCOF, Alg. 1, and a node budget) -> window search.  The
 plan has one stage per used device and ``order`` = each device's ops in scheduled order.
 """
@@ -25,6 +26,7 @@ HEURISTICS = ("heft", "cpop", "m-etf", "m-sct", "m-topo", "celeritas")  # warm-s
 EXACT_SHARE = 0.5  # of the time left, for the §III-D MILP of the whole graph (with communication)
 WHOLE_SHARE = 0.6  # of the time left, for the window model of the whole graph
 REFUTE_SHARE = 0.3  # of the time left, per question of the decision step
+BLOCK_SHARE = 0.5  # of the time left, per question to the critical block
 COARSE_SHARE = 0.4  # of the time left, for the coarse MILP (``coarse_milp``)
 
 
@@ -69,9 +71,13 @@ class MoiraiSolver:
         if small and _communicates(fine):
             run.exact_milp(EXACT_SHARE)
         if small and not run.proven():
-            run.whole_window(WHOLE_SHARE)
+            run.refute(REFUTE_SHARE, questions=1)  # a plan within REFUTE_GAP of the task bound?
+        if small and not run.proven():
+            run.block_bound(BLOCK_SHARE)
         if small and not run.proven():
             run.refute(REFUTE_SHARE)
+        if small and not run.proven():
+            run.whole_window(WHOLE_SHARE)
         if not small and options.coarse_milp:
             run.coarse_milp(COARSE_SHARE)
         if options.window_search and not run.proven():

@@ -282,14 +282,15 @@ def _order(inst: Instance, device: list[int], start: list[int], end: list[int]) 
 def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
                  time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0,
                  bounds: TaskBounds | None = None, upper_s: float | None = None,
-                 ticks: int = TICKS) -> WindowResult:
+                 ticks: int = TICKS, first_solution: bool = False) -> WindowResult:
     """Solve the window model: units in ``free`` are placed anew, the others keep ``incumbent``'s
     devices and order; every time is in ``[0, horizon_s]``; ``lower_s``: a proven lower bound on
     the makespan (``cmax`` starts there, so the search stops when it is met); ``bounds``: heads
     and tails of the instance, imposed when the window is the whole instance; ``upper_s``: only
     schedules with ``cmax`` at most this (in ticks rounded down) — the decision form: ``infeasible``
     over the whole instance proves that no plan ends by ``upper_s``; ``ticks``: the time
-    resolution, ticks per ``horizon_s``."""
+    resolution, ticks per ``horizon_s``; ``first_solution``: stop at the first solution (the
+    decision form's "yes") instead of minimising ``cmax`` down to ``RELATIVE_GAP``."""
     cp: Any = require("ortools.sat.python.cp_model", "milp")
     model = _Model(inst, incumbent, free, horizon_s, cp, ticks)
     model.devices_and_edges()
@@ -313,7 +314,7 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     solver.parameters.num_workers = max(1, threads)
     solver.parameters.random_seed = seed
-    solver.parameters.relative_gap_limit = RELATIVE_GAP
+    solver.parameters.relative_gap_limit = 1.0 if first_solution else RELATIVE_GAP  # gap <= 1: any solution
     if model.everything:  # stronger cumulative propagation: it pays on whole instances (docs/moirai.md)
         solver.parameters.use_hard_precedences_in_cumulative = True
         solver.parameters.use_timetable_edge_finding_in_cumulative = True

@@ -114,8 +114,10 @@ def test_decision_form_refutes_below_the_optimum_and_solves_above(case: int, tic
 
 
 def test_decision_form_lifts_the_task_bound_on_a_classic_instance() -> None:
-    """60 ops, 4 identical devices: heads, tails and energetic reasoning leave 0.05 % to the best
-    plan known; the decision model refutes a plan 1e-4 above the task bound (in about 2 s)."""
+    """60 ops, 4 identical devices: heads, tails and energetic reasoning leave 0.04 % to the
+    optimum (seed 2); the decision model refutes a plan 1e-4 above the task bound at once.  On
+    seed 1 its first question, a plan within 0.9e-4 of the task bound, proves the instance
+    optimal (in about 3 s; the minimisation of the same model stalls 0.4 % above the bound)."""
     problem = classic(60, 4, 2)
     inst = build_instance(problem, identity_grouping(problem.graph))
     start = list_schedule(inst)
@@ -125,6 +127,7 @@ def test_decision_form_lifts_the_task_bound_on_a_classic_instance() -> None:
     result = solve_window(inst, start, range(inst.n_units), start.makespan_s, 30.0, lower_s=b.bound_s, bounds=b,
                           upper_s=b.bound_s * (1 + 1e-4))
     assert result.status == "infeasible"
-    plan = solve(problem, "moirai", time_limit_s=10)
-    assert plan.stats["refutations"] >= 1
+    problem = classic(60, 4, 1)
+    plan = solve(problem, "moirai", time_limit_s=20)
+    assert plan.status == "optimal" and plan.stats["chosen"] == "whole-graph model (decision)", plan.stats
     assert plan.stats["task_bound_s"] * (1 - 1e-5) <= plan.lower_bound_s <= simulate(problem, plan).metrics["latency_s"]
