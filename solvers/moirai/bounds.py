@@ -29,6 +29,7 @@ against brute force).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,18 @@ def _refuted(T: float, d: FloatArray, head: FloatArray, tail: FloatArray, p: int
     deadline = T - tail
     if np.any(head + d > deadline + 1e-15 * max(1.0, T)):
         return True
+    for t1, later, need in _mandatory_parts(d, head, deadline):
+        if np.any(need.sum(axis=1) > p * (later - t1) * (1 + 1e-12)):
+            return True
+    return False
+
+
+def _mandatory_parts(d: FloatArray, head: FloatArray, deadline: FloatArray
+                     ) -> Iterator[tuple[float, FloatArray, FloatArray]]:
+    """Energetic reasoning's intervals: for every start ``t1`` (a head), the ends ``t2`` (the
+    deadlines after ``t1``) and each task's mandatory part in ``[t1, t2]`` (rows: ``t2``,
+    columns: tasks; the least of its duration, the interval, and what it must run in the
+    interval when started at its head or ended at its deadline)."""
     t2 = np.unique(deadline)
     for t1 in np.unique(head):
         later = t2[t2 > t1]
@@ -93,10 +106,7 @@ def _refuted(T: float, d: FloatArray, head: FloatArray, tail: FloatArray, p: int
             continue
         width = later[:, None] - t1
         need = np.minimum(np.minimum(d[None, :], width), np.minimum(head + d - t1, later[:, None] - deadline + d))
-        energy = np.maximum(need, 0.0).sum(axis=1)
-        if np.any(energy > p * (later - t1) * (1 + 1e-12)):
-            return True
-    return False
+        yield float(t1), later, np.maximum(need, 0.0)
 
 
 def critical_block(inst: Instance, bounds: TaskBounds) -> list[int]:
@@ -110,14 +120,7 @@ def critical_block(inst: Instance, bounds: TaskBounds) -> list[int]:
     d, head, tail = least_durations_s(inst), bounds.head_s, bounds.tail_s
     deadline = bounds.bound_s - tail
     best, block = -np.inf, np.zeros(n, dtype=bool)
-    t2 = np.unique(deadline)
-    for t1 in np.unique(head):
-        later = t2[t2 > t1]
-        if not len(later):
-            continue
-        width = later[:, None] - t1
-        need = np.minimum(np.minimum(d[None, :], width), np.minimum(head + d - t1, later[:, None] - deadline + d))
-        need = np.maximum(need, 0.0)
+    for t1, later, need in _mandatory_parts(d, head, deadline):
         excess = need.sum(axis=1) - p * (later - t1)
         i = int(np.argmax(excess))
         if excess[i] > best:
