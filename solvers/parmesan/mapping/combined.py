@@ -30,7 +30,7 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.binary import MappingResult, bisect_targets
 from solvers.parmesan.mapping.dfs import Outcome
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
 from solvers.parmesan.mapping.pipeline import (
     DeviceBounds,
     PipelineCosts,
@@ -38,6 +38,7 @@ from solvers.parmesan.mapping.pipeline import (
     assignment_bound_s,
     combined_objective_s,
     device_bounds,
+    edge_costs,
     iteration_bound_s,
     ring_s,
 )
@@ -230,11 +231,13 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
             stats: dict[str, Any], eps_rel: float = 1e-3, patience: int | None = None) -> tuple[IntArray, float]:
     """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
-    stages' rings, a ring and two lanes, or a few random replicas of the incumbent and re-place
-    them with Alg. 2 (target just below the incumbent, a small node budget), keep any improvement.
-    Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after ``patience``
-    tries in a row without improvement (default ``4 S R`` clamped to 20..200).  Every mapping it
-    returns is complete and valid."""
+    stages' rings, a ring and two lanes, a few random replicas, or the lanes at a costly hop (the
+    narrowest hop of a ring drawn in proportion to its all-reduce time, or the slowest lane of an
+    edge drawn in proportion to its transfer times, with two random lanes) of the incumbent and
+    re-place them with Alg. 2 (target just below the incumbent, a small node budget), keep any
+    improvement.  Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after
+    ``patience`` tries in a row without improvement (default ``4 S R`` clamped to 20..200).
+    Every mapping it returns is complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
@@ -244,8 +247,12 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
         tries += 1
         idle += 1
         fixed = place.copy()
-        kind = tries % 4
-        if kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
+        kind = tries % 6
+        if kind >= 4:  # the lanes at a costly ring hop or lane transfer, and two random lanes
+            lanes = set(rng.choice(r, size=min(2, r), replace=False).tolist()) | _costly_lanes(spec, place, kind == 4,
+                                                                                               rng)
+            fixed[:, sorted(lanes)] = -1
+        elif kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
             lanes = rng.choice(r, size=min(2, r), replace=False)
             fixed[:, lanes] = -1
         elif kind == 1 and s_ > 1:  # two stages' rings: which devices each ring gets
@@ -269,14 +276,34 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     return place, value
 
 
+def _costly_lanes(spec: CombinedSpec, place: IntArray, ring: bool, rng: np.random.Generator) -> set[int]:
+    """The lanes at the narrowest hop of a ring (``ring``; the ring drawn in proportion to its
+    all-reduce time) or at the slowest lane of an edge (drawn in proportion to its transfers)."""
+    model, costs = spec.model, spec.costs
+    r = model.replicas
+    cf, cb, ar = edge_costs(model, costs, place)
+    if ring and r > 1 and sum(ar) > 0:
+        s = int(rng.choice(model.n_stages, p=np.array(ar) / sum(ar)))
+        hop = int(np.argmin(costs.bandwidth_Bps[place[s], np.roll(place[s], -1)]))
+        return {hop, (hop + 1) % r}
+    weight = np.array(cf) + np.array(cb)
+    if model.n_edges == 0 or weight.sum() <= 0:
+        return set()
+    j = int(rng.choice(model.n_edges, p=weight / weight.sum()))
+    a, c = int(model.src[j]), int(model.dst[j])
+    both = costs.fwd[j][place[a], place[c]] + costs.fwd[j][place[c], place[a]]
+    return {int(np.argmax(both))}
+
+
 def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
                         starts: Sequence[tuple[str, IntArray]] = ()) -> tuple[IntArray, float, str]:
-    """``t_r0``: the best of CS, p2p-first, ``RANDOM_STARTS`` random mappings, the given ``starts``
+    """``t_r0``: the best of CS, p2p-first, their zigzag rings, ``RANDOM_STARTS`` random mappings, the given ``starts``
     and two greedy dives of Alg. 2 (no target: each replica on its best device by the partial
     objective), one placing lane by lane, one stage by stage."""
     model, costs, n = spec.model, spec.costs, spec.n_devices
     s, r = model.n_stages, model.replicas
-    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r))]
+    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r)),
+             ("zigzag-consecutive", zigzag_rings(consecutive_mapping(s, r))), ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
     cands += [(f"random{k}", random_mapping(s, r, n, seed + k)) for k in range(RANDOM_STARTS)]
     cands += list(starts)
     by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=[[] for _ in spec.order])
