@@ -249,9 +249,8 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
         fixed = place.copy()
         kind = tries % 6
         if kind >= 4:  # the lanes at a costly ring hop or lane transfer, and two random lanes
-            lanes = set(rng.choice(r, size=min(2, r), replace=False).tolist()) | _costly_lanes(spec, place, kind == 4,
-                                                                                               rng)
-            fixed[:, sorted(lanes)] = -1
+            costly = _costly_lanes(spec, place, kind == 4, rng)
+            fixed[:, sorted(costly | set(rng.choice(r, size=min(2, r), replace=False).tolist()))] = -1
         elif kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
             lanes = rng.choice(r, size=min(2, r), replace=False)
             fixed[:, lanes] = -1

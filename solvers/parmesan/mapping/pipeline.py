@@ -425,7 +425,7 @@ def _packs(group_count: dict[int, int], components: IntArray, cache: dict[Any, b
     bins = np.sort(components[components >= sizes[-1]])[::-1]
     key = (tuple((t, group_count[t]) for t in sizes), tuple(bins.tolist()))
     if cache is not None and key in cache:
-        return cache[key]
+        return bool(cache[key])
     k, m = len(bins), len(sizes)
     fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))  # row c: sum_t t x[c, t]
     count = np.kron(np.ones(k), np.eye(m))  # row t: sum_c x[c, t]
