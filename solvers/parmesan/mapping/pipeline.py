@@ -433,7 +433,7 @@ def _packs(group_count: dict[int, int], components: IntArray, cache: dict[Any, b
     result = milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
                   constraints=[LinearConstraint(fill, 0, bins.astype(np.float64)), LinearConstraint(count, need, need)],
                   options={"time_limit": 1.0})
-    ok = result.status != 2  # 2: proven infeasible
+    ok = bool(result.status != 2)  # 2: proven infeasible
     if cache is not None:
         cache[key] = ok
     return ok
