@@ -235,19 +235,23 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     narrowest hop of a ring drawn in proportion to its all-reduce time, or the slowest lane of an
     edge drawn in proportion to its transfer times, with two random lanes) of the incumbent and
     re-place them with Alg. 2 (target just below the incumbent, a small node budget), keep any
-    improvement.  Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after
-    ``patience`` tries in a row without improvement (default ``4 S R`` clamped to 20..200).
+    improvement; each kind of move is drawn in proportion to (its improvements + 1) / (its
+    seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after
+    ``patience`` tries in a row without improvement (default ``4 S R``, at least 20).
     Every mapping it returns is complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
     tries = improved = idle = 0
-    patience = max(20, min(200, 4 * s_ * r)) if patience is None else patience
+    patience = max(20, 4 * s_ * r) if patience is None else patience
+    spent = np.zeros(6)  # seconds and improvements per kind of move: kinds are drawn by their yield
+    gained = np.zeros(6)
     while time.monotonic() < deadline and value - floor_s > eps_rel * value and idle < patience:
         tries += 1
         idle += 1
         fixed = place.copy()
-        kind = tries % 6
+        rate = (gained + 1) / (spent + 1)
+        kind = tries - 1 if tries <= 6 else int(rng.choice(6, p=rate / rate.sum()))
         if kind >= 4:  # the lanes at a costly ring hop or lane transfer, and two random lanes
             costly = _costly_lanes(spec, place, kind == 4, rng)
             fixed[:, sorted(costly | set(rng.choice(r, size=min(2, r), replace=False).tolist()))] = -1
@@ -263,12 +267,15 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
             flat = rng.choice(s_ * r, size=min(s_ * r, max(4, min(24, s_ * r // 4))), replace=False)
             fixed.reshape(-1)[flat] = -1
         target = value * (1 - 1e-6)
-        outcome, found, _ = search_combined(spec, target, min(deadline, time.monotonic() + 2.0), 4000, fixed)
+        began = time.monotonic()
+        outcome, found, _ = search_combined(spec, target, min(deadline, began + 2.0), 4000, fixed)
+        spent[kind] += time.monotonic() - began
         if outcome == "found" and found is not None:
             new_value = combined_objective_s(model, costs, found)
             if new_value < value:
                 place, value = found, new_value
                 improved += 1
+                gained[kind] += 1
                 idle = 0
     stats["improve_tries"] = tries
     stats["improve_moves"] = improved
@@ -301,8 +308,7 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
     objective), one placing lane by lane, one stage by stage."""
     model, costs, n = spec.model, spec.costs, spec.n_devices
     s, r = model.n_stages, model.replicas
-    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r)),
-             ("zigzag-consecutive", zigzag_rings(consecutive_mapping(s, r))), ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
+    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r)), *zigzag_starts(model)]
     cands += [(f"random{k}", random_mapping(s, r, n, seed + k)) for k in range(RANDOM_STARTS)]
     cands += list(starts)
     by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=[[] for _ in spec.order])
@@ -313,6 +319,37 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
     scored = [(combined_objective_s(model, costs, p), k, name, p) for k, (name, p) in enumerate(cands)]
     value, _, name, place = min(scored, key=lambda t: (t[0], t[1]))
     return place, value, name
+
+
+def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
+    """CS and p2p-first with zigzag rings (:func:`~solvers.parmesan.mapping.heuristics.zigzag_rings`)."""
+    s, r = model.n_stages, model.replicas
+    return [("zigzag-consecutive", zigzag_rings(consecutive_mapping(s, r))),
+            ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
+
+
+def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], floor_s: float, deadline: float,
+                        seed: int, stats: dict[str, Any], eps_rel: float = 1e-3) -> tuple[IntArray, float]:
+    """:func:`improve` from each of ``starts`` (distinct by name) for an equal share of half the
+    time, then from the best result for the rest: the best start by value can sit in a poorer
+    basin than a structured one (zigzag rings) a little above it."""
+    model, costs = spec.model, spec.costs
+    named = list({name: p for name, p in starts}.items())
+    share = 0.5 * max(0.0, deadline - time.monotonic()) / len(named)
+    tries = moves = 0
+    results = []
+    for k, (name, p) in enumerate(named):
+        sub: dict[str, Any] = {}
+        found, value = improve(spec, p, combined_objective_s(model, costs, p), floor_s,
+                               min(deadline, time.monotonic() + share), seed + k, sub, eps_rel)
+        tries, moves = tries + sub["improve_tries"], moves + sub["improve_moves"]
+        results.append((value, k, name, found))
+    value, _, name, place = min(results, key=lambda t: (t[0], t[1]))
+    place, value = improve(spec, place, value, floor_s, deadline, seed, stats, eps_rel)
+    stats["improve_tries"] += tries
+    stats["improve_moves"] += moves
+    stats["improve_from"] = name
+    return place, value
 
 
 def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float, eps_rel: float = 1e-3,
@@ -332,7 +369,8 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
                              "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = improve(spec, place, t_r, t_l, until, seed, stats, eps_rel)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model)], t_l, until, seed, stats,
+                                         eps_rel)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
                                      parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
