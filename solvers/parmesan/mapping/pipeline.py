@@ -486,8 +486,9 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     elements can all be fast together is a leaf.  The value of the node popped when the search
     stops (a leaf, or ``node_limit`` / ``deadline``) bounds every mapping (best-first order).
     Maximum over the ``beta`` of the spanning merges, the most promising first (largest
-    objective with every element slow); past ``deadline`` the ``beta`` not yet tried are
-    skipped (the bound stays valid).
+    objective with every element slow), after a cheap first pass over every ``beta`` (the first
+    prefix of the elements by slow value that does not pack has a slow element); past
+    ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).
     """
     s_, r = model.n_stages, model.replicas
     n = topo.n_devices
@@ -536,32 +537,46 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     single = np.array([np.asarray(value([e], every), dtype=np.float64) * np.ones(len(betas))
                        for e in range(len(elements))])
     ceiling = np.asarray(value(range(len(elements)), every), dtype=np.float64) * np.ones(len(betas))
-    best = 0.0
     cache: dict[Any, bool] = {}
+
+    def packs(fast: Sequence[int], col: int) -> bool:
+        return _packs(_group_sizes(model, [elements[e] for e in fast]), levels[col][1], cache)
+
+    # first pass, every beta (cheap): the first prefix of the elements by slow value that does not
+    # pack has a slow element, so the objective is at least the smallest slow value in it
+    best = 0.0
+    for col in np.argsort(-single.max(axis=0), kind="stable"):
+        if single[:, col].max() <= best or time.monotonic() > deadline:
+            break
+        fast: list[int] = []
+        for e in np.argsort(-single[:, col], kind="stable"):
+            if single[e, col] <= best:
+                break
+            fast.append(int(e))
+            if not packs(fast, int(col)):
+                best = float(single[e, col])
+                break
+    # second pass, best-first over the sets of slow elements (docstring)
     for col in np.argsort(-ceiling, kind="stable"):
         if ceiling[col] <= best or time.monotonic() > deadline:
             break
         order = [int(e) for e in np.argsort(-single[:, col], kind="stable")]
-
-        def packs(fast: Sequence[int], col: int = int(col)) -> bool:
-            return _packs(_group_sizes(model, [elements[e] for e in fast]), levels[col][1], cache)
-
         # heap entries: (value, tie, depth, fast, slow)
         heap: list[tuple[float, int, int, tuple[int, ...], tuple[int, ...]]] = [(float(value((), col)), 0, 0, (), ())]
         pushed = nodes = 0
         result = best
         while heap:
-            v, _, k, fast, slow = heapq.heappop(heap)
+            v, _, k, fast_set, slow = heapq.heappop(heap)
             nodes += 1
-            if v <= best or nodes > node_limit or time.monotonic() > deadline or packs(fast + tuple(order[k:])):
+            if nodes > node_limit or time.monotonic() > deadline or packs(fast_set + tuple(order[k:]), int(col)):
                 result = v
                 break
             e = order[k]
-            if packs((*fast, e)):
+            if packs((*fast_set, e), int(col)):
                 pushed += 1
-                heapq.heappush(heap, (v, pushed, k + 1, (*fast, e), slow))
+                heapq.heappush(heap, (v, pushed, k + 1, (*fast_set, e), slow))
             pushed += 1
-            heapq.heappush(heap, (float(value((*slow, e), col)), pushed, k + 1, fast, (*slow, e)))
+            heapq.heappush(heap, (float(value((*slow, e), col)), pushed, k + 1, fast_set, (*slow, e)))
         best = max(best, result)
     return best
 
