@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
@@ -45,6 +47,7 @@ from solvers.parmesan.mapping.pipeline import (
 from solvers.parmesan.mapping.symmetry import twin_classes
 
 RANDOM_STARTS = 4
+PACKING_STARTS = 3
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,62 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
     return place, value, name
 
 
+def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
+                    fast: Sequence[tuple[int, int]]) -> IntArray | None:
+    """A mapping in which the elements ``fast`` (a conflict-bound leaf, :func:`conflict_bound_s`)
+    are fast at ``beta_Bps``: the groups of replicas they join go, largest first, each into the
+    component of {pairs wider than ``beta_Bps``} with the widest mean channel among those with
+    room (lane by lane, so a fast ring's hops and a group's lanes stay inside it); the other
+    replicas fill the free devices lane by lane.  ``None`` when this greedy packing fails."""
+    s_, r, n = model.n_stages, model.replicas, topo.n_devices
+    if s_ * r > n:
+        return None
+    bw = np.maximum(topo.bandwidth_Bps, topo.bandwidth_Bps.T).astype(np.float64)
+    np.fill_diagonal(bw, 0.0)
+    n_comp, label = connected_components(csr_matrix(bw > beta_Bps), directed=False)
+    free = [list(np.flatnonzero(label == c)) for c in range(n_comp)]
+    quality = [float(bw[np.ix_(m, m)].sum()) / (len(m) * (len(m) - 1)) if len(m) > 1 else 0.0 for m in free]
+    stages = list(range(s_))
+
+    def root(x: int) -> int:
+        while stages[x] != x:
+            x = stages[x]
+        return x
+
+    ringed = set()
+    for kind, idx in fast:
+        if kind == 1:
+            a, c = root(int(model.src[idx])), root(int(model.dst[idx]))
+            stages[max(a, c)] = min(a, c)
+    for kind, idx in fast:
+        if kind == 0:
+            ringed.add(root(idx))
+    groups: list[list[tuple[int, int]]] = []
+    for x in sorted({root(t) for t in range(s_)}):
+        members = [t for t in range(s_) if root(t) == x]
+        if x in ringed:
+            groups.append([(t, i) for i in range(r) for t in members])
+        else:
+            groups += [[(t, i) for t in members] for i in range(r)]
+    place = np.full((s_, r), -1, dtype=np.int64)
+    for grp in sorted(groups, key=len, reverse=True):
+        if len(grp) == 1:
+            continue
+        room = [c for c in range(n_comp) if len(free[c]) >= len(grp)]
+        if not room:
+            return None
+        c = max(room, key=lambda c: (quality[c], -len(free[c])))
+        for (t, i), d in zip(grp, free[c][: len(grp)], strict=True):
+            place[t, i] = d
+        free[c] = free[c][len(grp):]
+    rest = iter(sorted(d for m in free for d in m))
+    for i in range(r):
+        for t in range(s_):
+            if place[t, i] < 0:
+                place[t, i] = next(rest)
+    return place
+
+
 def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
     """CS and p2p-first with zigzag rings (:func:`~solvers.parmesan.mapping.heuristics.zigzag_rings`)."""
     s, r = model.n_stages, model.replicas
@@ -360,17 +419,21 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     ``starts``: more named mappings for the starting upper bound."""
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
-    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started))
+    witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
+    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started), witnesses)
     spec = make_combined_spec(model, topo, costs, g)
-    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started), starts)
+    packed = [(f"packing{k}", p) for k, (_, beta, fast) in enumerate(sorted(witnesses, reverse=True)[:PACKING_STARTS])
+              if (p := packing_mapping(model, topo, beta, fast)) is not None]
+    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
+                                                 [*starts, *packed])
     t_l = min(bound, t_r)
     stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
                              "bound_s_time": time.monotonic() - started, "rounds": 0, "searches": 0,
                              "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model)], t_l, until, seed, stats,
-                                         eps_rel)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1]], t_l, until,
+                                         seed, stats, eps_rel)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
                                      parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,

@@ -467,7 +467,8 @@ def _group_sizes(model: PipelineModel, fast: Sequence[tuple[int, int]]) -> dict[
 
 
 def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds,
-                     deadline: float = float("inf"), node_limit: int = 4000) -> float:
+                     deadline: float = float("inf"), node_limit: int = 4000,
+                     witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] | None = None) -> float:
     """A bound from the conflict between rings and lanes (not in the paper).
 
     Elements: the ring of each stage and the lanes of each stage edge.  For a bandwidth ``beta``,
@@ -488,7 +489,9 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     Maximum over the ``beta`` of the spanning merges, the most promising first (largest
     objective with every element slow), after a cheap first pass over every ``beta`` (the first
     prefix of the elements by slow value that does not pack has a slow element); past
-    ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).
+    ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).  ``witnesses``
+    receives ``(value, beta, fast elements)`` of every leaf reached (at a stop: the popped node
+    with the undecided elements made fast while they pack): element sets that may pack, from which :func:`~solvers.parmesan.mapping.combined.packing_mapping` builds mappings.
     """
     s_, r = model.n_stages, model.replicas
     n = topo.n_devices
@@ -568,8 +571,18 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
         while heap:
             v, _, k, fast_set, slow = heapq.heappop(heap)
             nodes += 1
-            if nodes > node_limit or time.monotonic() > deadline or packs(fast_set + tuple(order[k:]), int(col)):
+            if nodes > node_limit or time.monotonic() > deadline:
                 result = v
+                if witnesses is not None:  # a set that may pack: the undecided elements fast while they do
+                    for e in order[k:]:
+                        if packs((*fast_set, e), int(col)):
+                            fast_set = (*fast_set, e)
+                    witnesses.append((v, float(betas[col]), tuple(elements[e] for e in fast_set)))
+                break
+            if packs(fast_set + tuple(order[k:]), int(col)):
+                result = v
+                if witnesses is not None:
+                    witnesses.append((v, float(betas[col]), tuple(elements[e] for e in fast_set + tuple(order[k:]))))
                 break
             e = order[k]
             if packs((*fast_set, e), int(col)):
@@ -582,10 +595,13 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
 
 
 def assignment_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
-                       deadline: float = float("inf")) -> tuple[float, FloatArray]:
+                       deadline: float = float("inf"),
+                       witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] | None = None,
+                       ) -> tuple[float, FloatArray]:
     """The proven lower bound of the combined objective over all mappings, and ``g[s, d]``: the
-    larger of the bottleneck assignment and the ring/lane conflict bound (``deadline``: see
-    :func:`conflict_bound_s`)."""
+    larger of the bottleneck assignment and the ring/lane conflict bound (``deadline``,
+    ``witnesses``: see :func:`conflict_bound_s`)."""
     bounds = device_bounds(model, costs, topo)
     g = replica_bounds(model, bounds)
-    return max(bottleneck_assignment_s(g, model.replicas), conflict_bound_s(model, costs, topo, bounds, deadline)), g
+    conflict = conflict_bound_s(model, costs, topo, bounds, deadline, witnesses=witnesses)
+    return max(bottleneck_assignment_s(g, model.replicas), conflict), g
