@@ -337,7 +337,7 @@ def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
     bw = np.maximum(topo.bandwidth_Bps, topo.bandwidth_Bps.T).astype(np.float64)
     np.fill_diagonal(bw, 0.0)
     n_comp, label = connected_components(csr_matrix(bw > beta_Bps), directed=False)
-    free = [list(np.flatnonzero(label == c)) for c in range(n_comp)]
+    free = [_widest_chain(bw, np.flatnonzero(label == c)) for c in range(n_comp)]
     quality = [float(bw[np.ix_(m, m)].sum()) / (len(m) * (len(m) - 1)) if len(m) > 1 else 0.0 for m in free]
     stages = list(range(s_))
 
@@ -378,6 +378,19 @@ def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
             if place[t, i] < 0:
                 place[t, i] = next(rest)
     return place
+
+
+def _widest_chain(bw: FloatArray, devices: IntArray) -> list[int]:
+    """``devices`` in a greedy chain order: each next device the one with the widest channel from
+    the previous (so that neighbours in the order, which share lanes and rings, are well linked)."""
+    left = [int(d) for d in devices]
+    if len(left) <= 2:
+        return left
+    chain = [left.pop(0)]
+    while left:
+        k = int(np.argmax(bw[chain[-1], left]))
+        chain.append(left.pop(k))
+    return chain
 
 
 def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
