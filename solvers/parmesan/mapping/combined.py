@@ -5,7 +5,9 @@ target with batched targets, §V-B), same inner DFS structure as
 :func:`~solvers.parmesan.mapping.dfs.search`; what changes is the quantity checked:
 
 * the interval starts at the assignment bound (:func:`~solvers.parmesan.mapping.pipeline.assignment_bound_s`)
-  and the best of CS, p2p-first and a few random mappings under the combined objective;
+  and the best of CS, p2p-first, their zigzag rings, a few random mappings and the mappings
+  built from the conflict bound's leaves (:func:`packing_mapping`) under the combined objective,
+  improved by a large-neighbourhood search (:func:`multi_start_improve`);
 * Alg. 2 places replicas lane by lane; placing ``(s, i)`` on ``d`` fixes lane ``i``'s transfers
   to its placed neighbours and the ring hops to its placed ring neighbours, and bounds the
   transfers to unplaced neighbours by ``d``'s cheapest channel and the ring by the widest ring
