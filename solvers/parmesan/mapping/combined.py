@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -331,8 +332,9 @@ def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
     """A mapping in which the elements ``fast`` (a conflict-bound leaf, :func:`conflict_bound_s`)
     are fast at ``beta_Bps``: the groups of replicas they join go, largest first, each into the
     component of {pairs wider than ``beta_Bps``} with the widest mean channel among those with
-    room (lane by lane, so a fast ring's hops and a group's lanes stay inside it); the other
-    replicas fill the free devices lane by lane.  ``None`` when this greedy packing fails."""
+    room (lane by lane, so a fast ring's hops and a group's lanes stay inside it; if that fails,
+    each into the one with the least room that fits; if that fails too, as an exact packing by
+    HiGHS says); the other replicas fill the free devices lane by lane.  ``None`` when none packs."""
     s_, r, n = model.n_stages, model.replicas, topo.n_devices
     if s_ * r > n:
         return None
@@ -363,23 +365,54 @@ def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
             groups.append([(t, i) for i in range(r) for t in members])
         else:
             groups += [[(t, i) for t in members] for i in range(r)]
-    place = np.full((s_, r), -1, dtype=np.int64)
-    for grp in sorted(groups, key=len, reverse=True):
-        if len(grp) == 1:
-            continue
-        room = [c for c in range(n_comp) if len(free[c]) >= len(grp)]
-        if not room:
-            return None
-        c = max(room, key=lambda c: (quality[c], -len(free[c])))
-        for (t, i), d in zip(grp, free[c][: len(grp)], strict=True):
-            place[t, i] = d
-        free[c] = free[c][len(grp):]
-    rest = iter(sorted(d for m in free for d in m))
+    big = sorted((g for g in groups if len(g) > 1), key=len, reverse=True)
+    quota = _packing_quota([len(g) for g in big], [len(m) for m in free])
+    for rule in ("widest", "tightest", "quota"):  # the first that packs every group
+        place = np.full((s_, r), -1, dtype=np.int64)
+        left = [list(m) for m in free]
+        for grp in big:
+            room = [c for c in range(n_comp) if len(left[c]) >= len(grp)]
+            if rule == "quota":
+                room = [c for c in room if quota.get((c, len(grp)), 0) > 0]
+            if not room:
+                break
+            c = max(room, key=lambda c: (-len(left[c]), quality[c]) if rule == "tightest" else (quality[c], -len(left[c])))
+            if rule == "quota":
+                quota[(c, len(grp))] -= 1
+            for (t, i), d in zip(grp, left[c][: len(grp)], strict=True):
+                place[t, i] = d
+            left[c] = left[c][len(grp):]
+        else:
+            break
+    else:
+        return None
+    rest = iter(sorted(d for m in left for d in m))
     for i in range(r):
         for t in range(s_):
             if place[t, i] < 0:
                 place[t, i] = next(rest)
     return place
+
+
+def _packing_quota(groups: list[int], components: list[int]) -> dict[tuple[int, int], int]:
+    """How many groups of each size each component takes in an exact packing (HiGHS; empty when
+    none is found)."""
+    sizes = sorted(set(groups))
+    bins = [c for c in range(len(components)) if sizes and components[c] >= sizes[0]]
+    if not sizes or not bins:
+        return {}
+    k, m = len(bins), len(sizes)
+    fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))
+    count = np.kron(np.ones(k), np.eye(m))
+    need = np.array([groups.count(t) for t in sizes], dtype=np.float64)
+    cap = np.array([components[c] for c in bins], dtype=np.float64)
+    result = milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
+                  constraints=[LinearConstraint(fill, 0, cap), LinearConstraint(count, need, need)],
+                  options={"time_limit": 1.0})
+    if result.x is None:
+        return {}
+    x = np.rint(result.x).astype(np.int64).reshape(k, m)
+    return {(bins[a], sizes[b]): int(x[a, b]) for a in range(k) for b in range(m) if x[a, b] > 0}
 
 
 def _widest_chain(bw: FloatArray, devices: IntArray) -> list[int]:
