@@ -16,7 +16,13 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
 from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
-from solvers.parmesan.mapping.combined import make_combined_spec, map_stages_combined, packing_mapping, search_combined
+from solvers.parmesan.mapping.combined import (
+    _packing_quota,
+    make_combined_spec,
+    map_stages_combined,
+    packing_mapping,
+    search_combined,
+)
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
 from solvers.parmesan.mapping.pipeline import (
     PipelineCosts,
@@ -229,6 +235,14 @@ def test_degenerate_shapes(n_stages: int, replicas: int, n_devices: int) -> None
     result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 60, eps_rel=1e-9)
     assert result.status == "optimal"
     assert result.objective_s == pytest.approx(expected)
+
+
+def test_packing_quota_is_an_exact_packing() -> None:
+    quota = _packing_quota([3, 3, 2, 2], [5, 1, 5])
+    assert sum(n for (c, t), n in quota.items() if t == 3) == 2 and sum(n for (c, t), n in quota.items() if t == 2) == 2
+    for c, room in enumerate([5, 1, 5]):
+        assert sum(t * n for (b, t), n in quota.items() if b == c) <= room
+    assert _packing_quota([3, 3, 3], [5, 4]) == {}
 
 
 def test_bottleneck_assignment() -> None:
