@@ -5,7 +5,9 @@ target with batched targets, §V-B), same inner DFS structure as
 :func:`~solvers.parmesan.mapping.dfs.search`; what changes is the quantity checked:
 
 * the interval starts at the assignment bound (:func:`~solvers.parmesan.mapping.pipeline.assignment_bound_s`)
-  and the best of CS, p2p-first and a few random mappings under the combined objective;
+  and the best of CS, p2p-first, their zigzag rings, a few random mappings and the mappings
+  built from the conflict bound's leaves (:func:`packing_mapping`) under the combined objective,
+  improved by a large-neighbourhood search (:func:`multi_start_improve`);
 * Alg. 2 places replicas lane by lane; placing ``(s, i)`` on ``d`` fixes lane ``i``'s transfers
   to its placed neighbours and the ring hops to its placed ring neighbours, and bounds the
   transfers to unplaced neighbours by ``d``'s cheapest channel and the ring by the widest ring
@@ -25,12 +27,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.binary import MappingResult, bisect_targets
 from solvers.parmesan.mapping.dfs import Outcome
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
 from solvers.parmesan.mapping.pipeline import (
     DeviceBounds,
     PipelineCosts,
@@ -38,12 +43,14 @@ from solvers.parmesan.mapping.pipeline import (
     assignment_bound_s,
     combined_objective_s,
     device_bounds,
+    edge_costs,
     iteration_bound_s,
     ring_s,
 )
 from solvers.parmesan.mapping.symmetry import twin_classes
 
 RANDOM_STARTS = 4
+PACKING_STARTS = 3
 
 
 @dataclass(frozen=True)
@@ -230,22 +237,31 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
             stats: dict[str, Any], eps_rel: float = 1e-3, patience: int | None = None) -> tuple[IntArray, float]:
     """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
-    stages' rings, a ring and two lanes, or a few random replicas of the incumbent and re-place
-    them with Alg. 2 (target just below the incumbent, a small node budget), keep any improvement.
-    Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after ``patience``
-    tries in a row without improvement (default ``4 S R`` clamped to 20..200).  Every mapping it
-    returns is complete and valid."""
+    stages' rings, a ring and two lanes, a few random replicas, or the lanes at a costly hop (the
+    narrowest hop of a ring drawn in proportion to its all-reduce time, or the slowest lane of an
+    edge drawn in proportion to its transfer times, with two random lanes) of the incumbent and
+    re-place them with Alg. 2 (target just below the incumbent, a small node budget), keep any
+    improvement; each kind of move is drawn in proportion to (its improvements + 1) / (its
+    seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after
+    ``patience`` tries in a row without improvement (default ``4 S R``, at least 20).
+    Every mapping it returns is complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
     tries = improved = idle = 0
-    patience = max(20, min(200, 4 * s_ * r)) if patience is None else patience
+    patience = max(20, 4 * s_ * r) if patience is None else patience
+    spent = np.zeros(6)  # seconds and improvements per kind of move: kinds are drawn by their yield
+    gained = np.zeros(6)
     while time.monotonic() < deadline and value - floor_s > eps_rel * value and idle < patience:
         tries += 1
         idle += 1
         fixed = place.copy()
-        kind = tries % 4
-        if kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
+        rate = (gained + 1) / (spent + 1)
+        kind = tries - 1 if tries <= 6 else int(rng.choice(6, p=rate / rate.sum()))
+        if kind >= 4:  # the lanes at a costly ring hop or lane transfer, and two random lanes
+            costly = _costly_lanes(spec, place, kind == 4, rng)
+            fixed[:, sorted(costly | set(rng.choice(r, size=min(2, r), replace=False).tolist()))] = -1
+        elif kind == 0 or r == 1:  # two lanes (their stage-to-stage transfers)
             lanes = rng.choice(r, size=min(2, r), replace=False)
             fixed[:, lanes] = -1
         elif kind == 1 and s_ > 1:  # two stages' rings: which devices each ring gets
@@ -257,26 +273,48 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
             flat = rng.choice(s_ * r, size=min(s_ * r, max(4, min(24, s_ * r // 4))), replace=False)
             fixed.reshape(-1)[flat] = -1
         target = value * (1 - 1e-6)
-        outcome, found, _ = search_combined(spec, target, min(deadline, time.monotonic() + 2.0), 4000, fixed)
+        began = time.monotonic()
+        outcome, found, _ = search_combined(spec, target, min(deadline, began + 2.0), 4000, fixed)
+        spent[kind] += time.monotonic() - began
         if outcome == "found" and found is not None:
             new_value = combined_objective_s(model, costs, found)
             if new_value < value:
                 place, value = found, new_value
                 improved += 1
+                gained[kind] += 1
                 idle = 0
     stats["improve_tries"] = tries
     stats["improve_moves"] = improved
     return place, value
 
 
+def _costly_lanes(spec: CombinedSpec, place: IntArray, ring: bool, rng: np.random.Generator) -> set[int]:
+    """The lanes at the narrowest hop of a ring (``ring``; the ring drawn in proportion to its
+    all-reduce time) or at the slowest lane of an edge (drawn in proportion to its transfers)."""
+    model, costs = spec.model, spec.costs
+    r = model.replicas
+    cf, cb, ar = edge_costs(model, costs, place)
+    if ring and r > 1 and sum(ar) > 0:
+        s = int(rng.choice(model.n_stages, p=np.array(ar) / sum(ar)))
+        hop = int(np.argmin(costs.bandwidth_Bps[place[s], np.roll(place[s], -1)]))
+        return {hop, (hop + 1) % r}
+    weight = np.array(cf) + np.array(cb)
+    if model.n_edges == 0 or weight.sum() <= 0:
+        return set()
+    j = int(rng.choice(model.n_edges, p=weight / weight.sum()))
+    a, c = int(model.src[j]), int(model.dst[j])
+    both = costs.fwd[j][place[a], place[c]] + costs.fwd[j][place[c], place[a]]
+    return {int(np.argmax(both))}
+
+
 def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
                         starts: Sequence[tuple[str, IntArray]] = ()) -> tuple[IntArray, float, str]:
-    """``t_r0``: the best of CS, p2p-first, ``RANDOM_STARTS`` random mappings, the given ``starts``
+    """``t_r0``: the best of CS, p2p-first, their zigzag rings, ``RANDOM_STARTS`` random mappings, the given ``starts``
     and two greedy dives of Alg. 2 (no target: each replica on its best device by the partial
     objective), one placing lane by lane, one stage by stage."""
     model, costs, n = spec.model, spec.costs, spec.n_devices
     s, r = model.n_stages, model.replicas
-    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r))]
+    cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r)), *zigzag_starts(model)]
     cands += [(f"random{k}", random_mapping(s, r, n, seed + k)) for k in range(RANDOM_STARTS)]
     cands += list(starts)
     by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=[[] for _ in spec.order])
@@ -289,6 +327,138 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
     return place, value, name
 
 
+def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
+                    fast: Sequence[tuple[int, int]]) -> IntArray | None:
+    """A mapping in which the elements ``fast`` (a conflict-bound leaf, :func:`conflict_bound_s`)
+    are fast at ``beta_Bps``: the groups of replicas they join go, largest first, each into the
+    component of {pairs wider than ``beta_Bps``} with the widest mean channel among those with
+    room (lane by lane, so a fast ring's hops and a group's lanes stay inside it; if that fails,
+    each into the one with the least room that fits; if that fails too, as an exact packing by
+    HiGHS says); the other replicas fill the free devices lane by lane.  ``None`` when none packs."""
+    s_, r, n = model.n_stages, model.replicas, topo.n_devices
+    if s_ * r > n:
+        return None
+    bw = np.maximum(topo.bandwidth_Bps, topo.bandwidth_Bps.T).astype(np.float64)
+    np.fill_diagonal(bw, 0.0)
+    n_comp, label = connected_components(csr_matrix(bw > beta_Bps), directed=False)
+    free = [_widest_chain(bw, np.flatnonzero(label == c)) for c in range(n_comp)]
+    quality = [float(bw[np.ix_(m, m)].sum()) / (len(m) * (len(m) - 1)) if len(m) > 1 else 0.0 for m in free]
+    stages = list(range(s_))
+
+    def root(x: int) -> int:
+        while stages[x] != x:
+            x = stages[x]
+        return x
+
+    ringed = set()
+    for kind, idx in fast:
+        if kind == 1:
+            a, c = root(int(model.src[idx])), root(int(model.dst[idx]))
+            stages[max(a, c)] = min(a, c)
+    for kind, idx in fast:
+        if kind == 0:
+            ringed.add(root(idx))
+    groups: list[list[tuple[int, int]]] = []
+    for x in sorted({root(t) for t in range(s_)}):
+        members = [t for t in range(s_) if root(t) == x]
+        if x in ringed:
+            groups.append([(t, i) for i in range(r) for t in members])
+        else:
+            groups += [[(t, i) for t in members] for i in range(r)]
+    big = sorted((g for g in groups if len(g) > 1), key=len, reverse=True)
+    quota = _packing_quota([len(g) for g in big], [len(m) for m in free])
+    for rule in ("widest", "tightest", "quota"):  # the first that packs every group
+        place = np.full((s_, r), -1, dtype=np.int64)
+        left = [list(m) for m in free]
+        for grp in big:
+            room = [c for c in range(n_comp) if len(left[c]) >= len(grp)]
+            if rule == "quota":
+                room = [c for c in room if quota.get((c, len(grp)), 0) > 0]
+            if not room:
+                break
+            c = max(room, key=lambda c: (-len(left[c]), quality[c]) if rule == "tightest" else (quality[c], -len(left[c])))
+            if rule == "quota":
+                quota[(c, len(grp))] -= 1
+            for (t, i), d in zip(grp, left[c][: len(grp)], strict=True):
+                place[t, i] = d
+            left[c] = left[c][len(grp):]
+        else:
+            break
+    else:
+        return None
+    rest = iter(sorted(d for m in left for d in m))
+    for i in range(r):
+        for t in range(s_):
+            if place[t, i] < 0:
+                place[t, i] = next(rest)
+    return place
+
+
+def _packing_quota(groups: list[int], components: list[int]) -> dict[tuple[int, int], int]:
+    """How many groups of each size each component takes in an exact packing (HiGHS; empty when
+    none is found)."""
+    sizes = sorted(set(groups))
+    bins = [c for c in range(len(components)) if sizes and components[c] >= sizes[0]]
+    if not sizes or not bins:
+        return {}
+    k, m = len(bins), len(sizes)
+    fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))
+    count = np.kron(np.ones(k), np.eye(m))
+    need = np.array([groups.count(t) for t in sizes], dtype=np.float64)
+    cap = np.array([components[c] for c in bins], dtype=np.float64)
+    result = milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
+                  constraints=[LinearConstraint(fill, 0, cap), LinearConstraint(count, need, need)],
+                  options={"time_limit": 1.0})
+    if result.x is None:
+        return {}
+    x = np.rint(result.x).astype(np.int64).reshape(k, m)
+    return {(bins[a], sizes[b]): int(x[a, b]) for a in range(k) for b in range(m) if x[a, b] > 0}
+
+
+def _widest_chain(bw: FloatArray, devices: IntArray) -> list[int]:
+    """``devices`` in a greedy chain order: each next device the one with the widest channel from
+    the previous (so that neighbours in the order, which share lanes and rings, are well linked)."""
+    left = [int(d) for d in devices]
+    if len(left) <= 2:
+        return left
+    chain = [left.pop(0)]
+    while left:
+        k = int(np.argmax(bw[chain[-1], left]))
+        chain.append(left.pop(k))
+    return chain
+
+
+def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
+    """CS and p2p-first with zigzag rings (:func:`~solvers.parmesan.mapping.heuristics.zigzag_rings`)."""
+    s, r = model.n_stages, model.replicas
+    return [("zigzag-consecutive", zigzag_rings(consecutive_mapping(s, r))),
+            ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
+
+
+def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], floor_s: float, deadline: float,
+                        seed: int, stats: dict[str, Any], eps_rel: float = 1e-3) -> tuple[IntArray, float]:
+    """:func:`improve` from each of ``starts`` (distinct by name) for an equal share of half the
+    time, then from the best result for the rest: the best start by value can sit in a poorer
+    basin than a structured one (zigzag rings) a little above it."""
+    model, costs = spec.model, spec.costs
+    named = list({name: p for name, p in starts}.items())
+    share = 0.5 * max(0.0, deadline - time.monotonic()) / len(named)
+    tries = moves = 0
+    results = []
+    for k, (name, p) in enumerate(named):
+        sub: dict[str, Any] = {}
+        found, value = improve(spec, p, combined_objective_s(model, costs, p), floor_s,
+                               min(deadline, time.monotonic() + share), seed + k, sub, eps_rel)
+        tries, moves = tries + sub["improve_tries"], moves + sub["improve_moves"]
+        results.append((value, k, name, found))
+    value, _, name, place = min(results, key=lambda t: (t[0], t[1]))
+    place, value = improve(spec, place, value, floor_s, deadline, seed, stats, eps_rel)
+    stats["improve_tries"] += tries
+    stats["improve_moves"] += moves
+    stats["improve_from"] = name
+    return place, value
+
+
 def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float, eps_rel: float = 1e-3,
                         parallel_targets: int = 2, workers: int = 1, seed: int = 0,
                         node_limit: int = 2_000_000, improve_share: float = 0.5,
@@ -297,16 +467,21 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     ``starts``: more named mappings for the starting upper bound."""
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
-    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started))
+    witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
+    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started), witnesses)
     spec = make_combined_spec(model, topo, costs, g)
-    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started), starts)
+    packed = [(f"packing{k}", p) for k, (_, beta, fast) in enumerate(sorted(witnesses, reverse=True)[:PACKING_STARTS])
+              if (p := packing_mapping(model, topo, beta, fast)) is not None]
+    place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
+                                                 [*starts, *packed])
     t_l = min(bound, t_r)
     stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
                              "bound_s_time": time.monotonic() - started, "rounds": 0, "searches": 0,
                              "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = improve(spec, place, t_r, t_l, until, seed, stats, eps_rel)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1]], t_l, until,
+                                         seed, stats, eps_rel)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
                                      parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,

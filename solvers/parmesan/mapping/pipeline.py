@@ -42,11 +42,14 @@ when the fast components are too small); the proven bound is the larger of the t
 
 from __future__ import annotations
 
+import heapq
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow, minimum_spanning_tree
 
@@ -405,34 +408,90 @@ def _components_by_beta(topo: Topology) -> list[tuple[float, IntArray]]:
     return out
 
 
-def _packs(group_count: dict[int, int], components: IntArray) -> bool:
-    """A necessary condition for packing the groups into the components: for every size ``t``, the
-    groups of ``t`` or more devices number at most ``sum floor(c / t)`` (each takes ``t`` devices
-    of one component)."""
-    sizes = sorted(group_count, reverse=True)
+def _packs(group_count: dict[int, int], components: IntArray, cache: dict[Any, bool] | None = None) -> bool:
+    """Whether the groups (``{size: count}``) may pack into the components (sizes): ``False`` only
+    when proven impossible.  First a counting condition: for every size ``t``, the groups of ``t``
+    or more devices number at most ``sum floor(c / t)`` (each takes ``t`` devices of one
+    component); with two or more sizes above 1, then the integer program ``sum_t t x[c, t] <= c``,
+    ``sum_c x[c, t] = count_t`` (HiGHS, memoised in ``cache``; a limit hit counts as packable)."""
+    sizes = sorted((t for t in group_count if t > 1), reverse=True)
     at_least = 0
     for t in sizes:
         at_least += group_count[t]
-        if t > 1 and at_least > int((components // t).sum()):
+        if at_least > int((components // t).sum()):
             return False
-    return True
+    if len(sizes) < 2:
+        return True
+    bins = np.sort(components[components >= sizes[-1]])[::-1]
+    key = (tuple((t, group_count[t]) for t in sizes), tuple(bins.tolist()))
+    if cache is not None and key in cache:
+        return bool(cache[key])
+    k, m = len(bins), len(sizes)
+    fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))  # row c: sum_t t x[c, t]
+    count = np.kron(np.ones(k), np.eye(m))  # row t: sum_c x[c, t]
+    need = np.array([group_count[t] for t in sizes], dtype=np.float64)
+    result = milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
+                  constraints=[LinearConstraint(fill, 0, bins.astype(np.float64)), LinearConstraint(count, need, need)],
+                  options={"time_limit": 1.0})
+    ok = bool(result.status != 2)  # 2: proven infeasible
+    if cache is not None:
+        cache[key] = ok
+    return ok
+
+
+def _group_sizes(model: PipelineModel, fast: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Sizes of the groups of replicas joined by the fast elements (``(0, s)`` the ring of stage
+    ``s``, ``(1, j)`` the lanes of edge ``j``), as ``{size: count}``: the fast edges join stages
+    into components ``C``; a component with a fast ring is one group of ``|C| R`` replicas,
+    otherwise each lane's replicas in ``C`` are one group of ``|C|``."""
+    s_, r = model.n_stages, model.replicas
+    stages = _UnionFind(s_)
+    src, dst = model.src, model.dst
+    rings = []
+    for kind, idx in fast:
+        if kind == 0:
+            rings.append(idx)
+        else:
+            stages.join(int(src[idx]), int(dst[idx]))
+    ringed = {stages.root(s) for s in rings}
+    out: dict[int, int] = {}
+    for s in range(s_):
+        x = stages.root(s)
+        if x == s:
+            size = stages.size[x]
+            if x in ringed:
+                out[size * r] = out.get(size * r, 0) + 1
+            else:
+                out[size] = out.get(size, 0) + r
+    return out
 
 
 def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds,
-                     deadline: float = float("inf")) -> float:
+                     deadline: float = float("inf"), node_limit: int = 4000,
+                     witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] | None = None) -> float:
     """A bound from the conflict between rings and lanes (not in the paper).
 
     Elements: the ring of each stage and the lanes of each stage edge.  For a bandwidth ``beta``,
     an element is *fast* when every hop of the ring (every lane, in one direction at least) has
     a channel wider than ``beta``; fast elements join their replicas' devices into one component
-    of {pairs wider than ``beta``}, so every group of replicas joined by fast elements must fit
-    the largest such component ``K``.  An element that is not fast costs at least its *slow* value:
-    the objective with that one term at ``beta`` (Eq. 9 with bottleneck ``beta``, or both transfers
-    of a lane at ``lat + bytes / beta``) and every other term at its floor.  So if the objective is
-    below the slow values of elements ``1..k`` (sorted by slow value, descending), all of them are
-    fast; the first ``k`` whose fast groups do not pack proves the objective >= its slow value.
-    Maximum over the ``beta`` of the spanning merges, the most promising first (largest slow
-    value); past ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).
+    of {pairs wider than ``beta``}, so the groups of replicas joined by a mapping's fast elements
+    pack into those components (necessary condition :func:`_packs`; it holds for every subset
+    of a mapping's fast elements too, whose groups are finer).  An element that is not fast
+    costs at least its *slow* term: Eq. 9 with bottleneck ``beta``, or both transfers of a lane
+    at ``lat + bytes / beta``.  So every mapping pays at least ``min`` over the element sets
+    ``F`` that pack of the objective with the elements outside ``F`` at their slow terms and
+    every other term at its floor.  That minimum is found by best-first branch and bound:
+    elements in decreasing order of their slow value alone, each branched fast (when the fast
+    set still packs) or slow, a node's value = the objective with its slow elements slow and the
+    undecided ones at their floors (a lower bound of its subtree); a node whose undecided
+    elements can all be fast together is a leaf.  The value of the node popped when the search
+    stops (a leaf, or ``node_limit`` / ``deadline``) bounds every mapping (best-first order).
+    Maximum over the ``beta`` of the spanning merges, the most promising first (largest
+    objective with every element slow), after a cheap first pass over every ``beta`` (the first
+    prefix of the elements by slow value that does not pack has a slow element); past
+    ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).  ``witnesses``
+    receives ``(value, beta, fast elements)`` of every leaf reached (at a stop: the popped node
+    with the undecided elements made fast while they pack): element sets that may pack, from which :func:`~solvers.parmesan.mapping.combined.packing_mapping` builds mappings.
     """
     s_, r = model.n_stages, model.replicas
     n = topo.n_devices
@@ -442,62 +501,107 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     cb0 = [b for _, b in bounds.edge_floor]
     lat = costs.latency_s[~np.eye(n, dtype=bool)]
     lat_min = float(lat.min()) if lat.size else 0.0
-    src, dst = model.src.tolist(), model.dst.tolist()
     levels = [(beta, comps) for beta, comps in _components_by_beta(topo) if 0 < beta < np.inf]
     if not levels:
         return 0.0
     betas = np.array([beta for beta, _ in levels])
-    # slow values of every element at every beta at once (the recurrences work element-wise)
+    # slow terms of every element at every beta
     elements: list[tuple[int, int]] = []  # (kind 0 ring / 1 edge, index)
-    slow_rows: list[FloatArray] = []
+    slow_terms: list[FloatArray] = []
     if r > 1:
         for s in range(s_):
-            if model.param_bytes[s] <= 0:
-                continue
-            ar: list[Any] = list(bounds.ar_floor)
-            ar[s] = np.maximum(ar[s], ring_s(r, float(model.param_bytes[s]), betas, lat_min))
-            elements.append((0, s))
-            slow_rows.append(np.asarray(iteration_bound_s(model, cf0, cb0, ar), dtype=np.float64) * np.ones(len(betas)))
+            if model.param_bytes[s] > 0:
+                elements.append((0, s))
+                slow_terms.append(np.asarray(ring_s(r, float(model.param_bytes[s]), betas, lat_min), dtype=np.float64)
+                                  * np.ones(len(betas)))
     for j in range(model.n_edges):
         m = float(model.lane_bytes[j])
-        slow = lat_min + m / betas if m > 0 else np.full(len(betas), lat_min)
-        cf: list[Any] = list(cf0)
-        cb: list[Any] = list(cb0)
-        cf[j], cb[j] = np.maximum(cf[j], slow), np.maximum(cb[j], slow)
         elements.append((1, j))
-        slow_rows.append(np.asarray(iteration_bound_s(model, cf, cb, bounds.ar_floor), dtype=np.float64)
-                         * np.ones(len(betas)))
+        slow_terms.append(lat_min + m / betas if m > 0 else np.full(len(betas), lat_min))
     if not elements:  # one replica and no stage edge: nothing can conflict
         return 0.0
-    slow_values = np.array(slow_rows)
-    best = 0.0
-    for col in np.argsort(-slow_values.max(axis=0), kind="stable"):
-        if slow_values[:, col].max() <= best or time.monotonic() > deadline:
-            break
-        components = levels[col][1]
-        groups = _UnionFind(s_ * r)
-        for e in np.argsort(-slow_values[:, col], kind="stable"):
-            value = float(slow_values[e, col])
-            if value <= best:
-                break
+    terms = np.array(slow_terms)
+
+    def value(slow: Sequence[int], col: Any) -> Any:
+        """The objective with the elements ``slow`` at their slow terms (of column(s) ``col``)."""
+        cf: list[Any] = list(cf0)
+        cb: list[Any] = list(cb0)
+        ar: list[Any] = list(bounds.ar_floor)
+        for e in slow:
             kind, idx = elements[e]
             if kind == 0:
-                for i in range(1, r):
-                    groups.join(idx * r, idx * r + i)
+                ar[idx] = np.maximum(ar[idx], terms[e, col])
             else:
-                for i in range(r):
-                    groups.join(src[idx] * r + i, dst[idx] * r + i)
-            if not _packs(groups.count, components):
-                best = value
+                cf[idx] = np.maximum(cf[idx], terms[e, col])
+                cb[idx] = np.maximum(cb[idx], terms[e, col])
+        return iteration_bound_s(model, cf, cb, ar)
+
+    every = slice(None)
+    single = np.array([np.asarray(value([e], every), dtype=np.float64) * np.ones(len(betas))
+                       for e in range(len(elements))])
+    ceiling = np.asarray(value(range(len(elements)), every), dtype=np.float64) * np.ones(len(betas))
+    cache: dict[Any, bool] = {}
+
+    def packs(fast: Sequence[int], col: int) -> bool:
+        return _packs(_group_sizes(model, [elements[e] for e in fast]), levels[col][1], cache)
+
+    # first pass, every beta (cheap): the first prefix of the elements by slow value that does not
+    # pack has a slow element, so the objective is at least the smallest slow value in it
+    best = 0.0
+    for col in np.argsort(-single.max(axis=0), kind="stable"):
+        if single[:, col].max() <= best or time.monotonic() > deadline:
+            break
+        fast: list[int] = []
+        for e in np.argsort(-single[:, col], kind="stable"):
+            if single[e, col] <= best:
                 break
+            fast.append(int(e))
+            if not packs(fast, int(col)):
+                best = float(single[e, col])
+                break
+    # second pass, best-first over the sets of slow elements (docstring)
+    for col in np.argsort(-ceiling, kind="stable"):
+        if ceiling[col] <= best or time.monotonic() > deadline:
+            break
+        order = [int(e) for e in np.argsort(-single[:, col], kind="stable")]
+        # heap entries: (value, tie, depth, fast, slow)
+        heap: list[tuple[float, int, int, tuple[int, ...], tuple[int, ...]]] = [(float(value((), col)), 0, 0, (), ())]
+        pushed = nodes = 0
+        result = best
+        while heap:
+            v, _, k, fast_set, slow = heapq.heappop(heap)
+            nodes += 1
+            if nodes > node_limit or time.monotonic() > deadline:
+                result = v
+                if witnesses is not None:  # a set that may pack: the undecided elements fast while they do
+                    for e in order[k:]:
+                        if packs((*fast_set, e), int(col)):
+                            fast_set = (*fast_set, e)
+                    witnesses.append((v, float(betas[col]), tuple(elements[e] for e in fast_set)))
+                break
+            if packs(fast_set + tuple(order[k:]), int(col)):
+                result = v
+                if witnesses is not None:
+                    witnesses.append((v, float(betas[col]), tuple(elements[e] for e in fast_set + tuple(order[k:]))))
+                break
+            e = order[k]
+            if packs((*fast_set, e), int(col)):
+                pushed += 1
+                heapq.heappush(heap, (v, pushed, k + 1, (*fast_set, e), slow))
+            pushed += 1
+            heapq.heappush(heap, (float(value((*slow, e), col)), pushed, k + 1, fast_set, (*slow, e)))
+        best = max(best, result)
     return best
 
 
 def assignment_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
-                       deadline: float = float("inf")) -> tuple[float, FloatArray]:
+                       deadline: float = float("inf"),
+                       witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] | None = None,
+                       ) -> tuple[float, FloatArray]:
     """The proven lower bound of the combined objective over all mappings, and ``g[s, d]``: the
-    larger of the bottleneck assignment and the ring/lane conflict bound (``deadline``: see
-    :func:`conflict_bound_s`)."""
+    larger of the bottleneck assignment and the ring/lane conflict bound (``deadline``,
+    ``witnesses``: see :func:`conflict_bound_s`)."""
     bounds = device_bounds(model, costs, topo)
     g = replica_bounds(model, bounds)
-    return max(bottleneck_assignment_s(g, model.replicas), conflict_bound_s(model, costs, topo, bounds, deadline)), g
+    conflict = conflict_bound_s(model, costs, topo, bounds, deadline, witnesses=witnesses)
+    return max(bottleneck_assignment_s(g, model.replicas), conflict), g
