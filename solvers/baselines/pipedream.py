@@ -36,7 +36,14 @@ from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
-from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
+from solvers.parmesan.mapping.apply import (
+    MAPPING_TIME_LIMIT_DOC,
+    MappingSettings,
+    build_plan,
+    map_partition,
+    mapping_deadline,
+    simulated_s,
+)
 from solvers.parmesan.mapping.heuristics import consecutive_mapping
 from solvers.parmesan.search import sr_candidates
 
@@ -61,7 +68,7 @@ class PipeDreamOptions(SolverOptions):
     workers: int = Field(default=1, ge=1, le=64, description="processes running a round's targets")
     ensemble_heuristics: bool = Field(default=True, description="keep CS / p2p-first if they simulate better")
     guard: bool = Field(default=False, description="keep the other instantiation within the best heuristic")
-    mapping_time_limit_s: float = Field(default=60.0, gt=0, description="cap on the mapping time")
+    mapping_time_limit_s: float | None = Field(default=None, gt=0, description=MAPPING_TIME_LIMIT_DOC)
 
 
 def _ring_min_bw(problem: Problem, devices: list[int]) -> float:
@@ -262,7 +269,7 @@ class PipeDreamSolver:
             return Plan(stages=(), status="infeasible", stats={"layers": chain.n_layers, "candidates": len(cands)},
                         notes=("no PipeDream partition fits the devices' memory",))
         _, stage_of, s, r, mb, value_dp = best
-        deadline = time.monotonic() + min(options.mapping_time_limit_s, max(0.0, budget.remaining_s() - 0.2))
+        deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
         plan, value, mstats = map_partition(problem, stage_of, s, r, mb, options.mapping, settings, deadline)

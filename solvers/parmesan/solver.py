@@ -14,7 +14,14 @@ from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.parmesan.costs import reference_costs
-from solvers.parmesan.mapping.apply import MappingSettings, better, map_partition, simulated_key
+from solvers.parmesan.mapping.apply import (
+    MAPPING_TIME_LIMIT_DOC,
+    MappingSettings,
+    better,
+    map_partition,
+    mapping_deadline,
+    simulated_key,
+)
 from solvers.parmesan.search import search_partitions
 
 
@@ -44,7 +51,7 @@ class ParmesanOptions(SolverOptions):
     guard: bool = Field(default=False, description="keep the other instantiation within the best heuristic")
     allreduce_in_partition: Literal["off", "candidate", "on"] = Field(
         default="off", description="amortised all-reduce in the DP stage time (not in the paper)")
-    mapping_time_limit_s: float = Field(default=60.0, gt=0, description="cap on the mapping time")
+    mapping_time_limit_s: float | None = Field(default=None, gt=0, description=MAPPING_TIME_LIMIT_DOC)
     baseline_guard: bool = Field(default=True, description="also simulate even's and pipedream's plans and keep "
                                  "the best (stats.partition_source); not in the paper")
     search_fraction: float = Field(default=0.5, gt=0, lt=1, description="share of the time limit for partitioning")
@@ -107,8 +114,7 @@ class ParmesanSolver:
             guarded = _baseline_plans(problem, budget.sub(options.guard_fraction))
             guard_s = time.monotonic() - guard_started
         progress(ProgressEvent(0.6, best.score_s, None, "mapping"))
-        remaining = max(0.0, budget.remaining_s() - 0.2)
-        deadline = time.monotonic() + min(options.mapping_time_limit_s, remaining)
+        deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
         plan, value, mstats = map_partition(problem, best.stage_of, best.n_stages, best.replicas,

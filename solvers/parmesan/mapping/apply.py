@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from solvers.arrays import IntArray
+from solvers.base import Budget
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
@@ -53,6 +54,22 @@ class MappingSettings:
     seed: int = 0
     ensemble_heuristics: bool = True
     guard: bool = False
+
+
+UNLIMITED_MAPPING_S = 10.0  # the mapping's time when neither the option nor a time limit bounds it
+MAPPING_TIME_LIMIT_DOC = ("cap on the mapping time (null: what the time limit leaves, or "
+                          f"{UNLIMITED_MAPPING_S:g} s when the call has none)")
+
+
+def mapping_deadline(cap_s: float | None, budget: Budget) -> float:
+    """``time.monotonic()`` deadline of Alg. 1: ``cap_s`` when given, else the rest of the time
+    limit, or :data:`UNLIMITED_MAPPING_S` without one (on the combined objective Alg. 1 rarely
+    closes its last fraction of a percent and would use any cap whole); never past the time
+    limit, less 0.2 s for the plan's simulation."""
+    remaining = max(0.0, budget.remaining_s() - 0.2)
+    if cap_s is None:
+        cap_s = UNLIMITED_MAPPING_S if budget.time_limit_s is None else remaining
+    return time.monotonic() + min(cap_s, remaining)
 
 
 def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int) -> Plan:
