@@ -16,6 +16,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
 from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
+from solvers.parmesan.mapping.binary import MappingResult
 from solvers.parmesan.mapping.combined import (
     _packing_quota,
     make_combined_spec,
@@ -117,6 +118,20 @@ def brute_force(model: PipelineModel, costs: PipelineCosts, n_devices: int) -> f
                for p in itertools.permutations(range(n_devices), n))
 
 
+def solved_beside_brute_force(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mb: int,
+                              n_devices: int, limit_s: float) -> tuple[PipelineModel, PipelineCosts, float, MappingResult]:
+    """Model, costs, the brute-force optimum and Alg. 1's result, having checked that the
+    assignment bound stays below the optimum and that Alg. 1 proves its mapping optimal."""
+    model = pipeline_model(problem, stage_of, n_stages, replicas, mb)
+    costs = PipelineCosts.of(model, problem.topology)
+    expected = brute_force(model, costs, n_devices)
+    bound, _ = assignment_bound_s(model, costs, problem.topology)
+    assert bound <= expected * (1 + 1e-9)
+    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + limit_s, eps_rel=1e-9)
+    assert result.status == "optimal"
+    return model, costs, expected, result
+
+
 @settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3), (4, 1), (3, 1), (5, 1), (1, 3)]),
        extra=st.integers(0, 1), mb=st.integers(1, 5), symmetric=st.booleans(), blocky=st.booleans())
@@ -127,13 +142,7 @@ def test_bound_below_and_search_equal_to_brute_force(seed: int, shape: tuple[int
     s, r = shape
     n_devices = min(7, s * r + extra)
     problem, stage_of = case(seed, s, r, n_devices, mb, "1f1b", True, symmetric, blocky=blocky)
-    model = pipeline_model(problem, stage_of, s, r, mb)
-    costs = PipelineCosts.of(model, problem.topology)
-    expected = brute_force(model, costs, n_devices)
-    bound, _ = assignment_bound_s(model, costs, problem.topology)
-    assert bound <= expected * (1 + 1e-9)
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 300, eps_rel=1e-9)
-    assert result.status == "optimal"
+    model, costs, expected, result = solved_beside_brute_force(problem, stage_of, s, r, mb, n_devices, 300)
     assert result.objective_s == pytest.approx(expected, rel=1e-9)
     assert result.lower_bound_s <= expected * (1 + 1e-9)
     assert combined_objective_s(model, costs, result.place) == pytest.approx(result.objective_s)
@@ -227,13 +236,7 @@ def test_conflict_bound_adds_slow_elements_up(seed: int, mb: int, single: float)
 def test_degenerate_shapes(n_stages: int, replicas: int, n_devices: int) -> None:
     """One stage, one replica or one device: the bounds stay below the only or best mapping."""
     problem, stage_of = case(7, n_stages, replicas, n_devices, 2, "1f1b", True)
-    model = pipeline_model(problem, stage_of, n_stages, replicas, 2)
-    costs = PipelineCosts.of(model, problem.topology)
-    expected = brute_force(model, costs, n_devices)
-    bound, _ = assignment_bound_s(model, costs, problem.topology)
-    assert bound <= expected * (1 + 1e-9)
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 60, eps_rel=1e-9)
-    assert result.status == "optimal"
+    _, _, expected, result = solved_beside_brute_force(problem, stage_of, n_stages, replicas, 2, n_devices, 60)
     assert result.objective_s == pytest.approx(expected)
 
 
