@@ -74,7 +74,6 @@ class ListSchedule:
         self._dur_s: list[list[float]] = tasks.dur_s.tolist()
         self._add_bytes: list[float] = tasks.mem_add_bytes.tolist()
         self._work_bytes: list[float] = tasks.mem_work_bytes.tolist()
-        self._fit_limit_bytes: list[float] = self.mem.fit_limits_bytes().tolist()
         # est_all's data-ready time per device of task _ready_v: (time, arrivals, channel ends)
         self._ready_v = -1
         self._ready_of_v: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
@@ -181,19 +180,19 @@ class ListSchedule:
 
     def est_s(self, v: int, d: int, insertion: bool) -> float:
         """Earliest start time of ``v`` on ``d`` (Celeritas Eq. 7; HEFT's EST)."""
-        return self.slot_s(d, self._ready_s(v, d, False), float(self.tasks.dur_s[v, d]), insertion)
+        return self.slot_s(d, self._ready_s(v, d, False), self._dur_s[v][d], insertion)
 
     def est_all(self, v: int) -> list[float]:
         """``est_s(v, d, True)`` for every device ``d`` where ``v`` fits, ``inf`` elsewhere,
         with the producers' messages sorted once for all devices; a :meth:`commit` of ``v``
         that follows reuses the data-ready time computed here."""
         msgs = self._messages(v)
-        add, work, mem, limit = self._add_bytes[v], self._work_bytes[v], self.mem, self._fit_limit_bytes
+        add, work, fits = self._add_bytes[v], self._work_bytes[v], self.mem.fits
         out: list[float] = []
         self._ready_v, ready = v, self._ready_of_v
         ready.clear()
         for d, dur in enumerate(self._dur_s[v]):
-            if mem.add_bytes[d] + add + max(mem.work_bytes[d], work) > limit[d]:
+            if not fits(d, add, work):
                 out.append(_INF)
                 continue
             ready[d] = on_d = self._ready_on(d, msgs)
@@ -211,11 +210,11 @@ class ListSchedule:
         return self._dur_s
 
     def fits(self, v: int, d: int) -> bool:
-        return self.mem.fits(d, float(self.tasks.mem_add_bytes[v]), float(self.tasks.mem_work_bytes[v]))
+        return self.mem.fits(d, self._add_bytes[v], self._work_bytes[v])
 
     def commit(self, v: int, d: int, insertion: bool, best_effort: bool = False) -> float:
         """Place ``v`` on ``d`` at its earliest start; book its messages; return the start."""
-        dur = float(self.tasks.dur_s[v, d])
+        dur = self._dur_s[v][d]
         start = self.slot_s(d, self._ready_s(v, d, True), dur, insertion)
         end = start + dur
         self.device[v] = d
@@ -238,7 +237,7 @@ class ListSchedule:
         gap_np[k + 1:n] = gap_np[k:n - 1]
         gap_np[k:min(k + 2, n)] = gap[k:k + 2]
         self.free_s[d] = max(self.free_s[d], end)
-        self.mem.place(d, float(self.tasks.mem_add_bytes[v]), float(self.tasks.mem_work_bytes[v]))
+        self.mem.place(d, self._add_bytes[v], self._work_bytes[v])
         if best_effort:
             self.best_effort += 1
         return start
