@@ -20,11 +20,13 @@ import contextlib
 from collections import deque
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy import Column, Engine, Table, TypeDecorator
 from sqlalchemy.engine import Dialect, make_url
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 class DatabaseUnavailable(Exception):
@@ -37,6 +39,9 @@ class AsyncReader:
     that a released connection resolves)."""
 
     def __init__(self, url: str, dialect: Dialect, size: int = 8) -> None:
+        import psycopg  # the postgres extra: only a PostgreSQL database needs it
+
+        self._psycopg = psycopg
         self.conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         self.dialect = dialect
         self.size = size
@@ -57,7 +62,7 @@ class AsyncReader:
             values = await cur.fetchone()
         except BaseException as exc:  # a broken or interrupted connection is not reused
             await self._discard(conn)
-            if isinstance(exc, psycopg.OperationalError):
+            if isinstance(exc, self._psycopg.OperationalError):
                 raise DatabaseUnavailable(str(exc)) from exc
             raise
         await self._release(conn)
@@ -84,10 +89,10 @@ class AsyncReader:
             return self._idle.pop()
         self._opened += 1
         try:
-            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+            return await self._psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         except BaseException as exc:
             await self._discard(None)
-            if isinstance(exc, psycopg.OperationalError):
+            if isinstance(exc, self._psycopg.OperationalError):
                 raise DatabaseUnavailable(str(exc)) from exc
             raise
 

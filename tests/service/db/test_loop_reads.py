@@ -4,6 +4,8 @@ concurrent reads, values converted as the ORM converts them, outages answered 50
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,21 @@ def test_the_hot_get_answers_503_when_the_database_is_gone(backend: str, tmp_pat
         r = api.get(f"/v1/graphs/{gid}")
         assert_problem(r, 503, slug="database-unavailable")
         assert r.headers["Retry-After"] == "2"
+
+
+def test_sqlite_service_runs_without_the_postgres_driver(tmp_path: Path) -> None:
+    """psycopg is in the ``postgres`` extra: the default SQLite service imports, migrates and
+    answers without it (the PostgreSQL reader imports it only when a PostgreSQL database is used)."""
+    code = f"""
+import sys
+sys.modules["psycopg"] = None  # as if not installed: importing it raises ImportError
+from service.db import migrate
+from service.db.engine import Database
+import service.app
+db = Database("sqlite:///{tmp_path / 'placer.db'}")
+migrate.upgrade(db.engine)
+assert db.sqlite_reader is not None and db.async_reader is None
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[3])
+    assert result.returncode == 0, result.stderr
