@@ -488,4 +488,4 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
                                      stats=stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
-    return MappingResult(place, t_r, t_l, status, "m", stats)
+    return MappingResult(place, t_r, t_l, status, "combined", stats)

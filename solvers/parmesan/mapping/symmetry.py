@@ -19,18 +19,9 @@ from solvers.arrays import IntArray
 from solvers.model.topology import Topology
 
 
-def _twins(topo: Topology, a: int, b: int) -> bool:
-    bw, lat = topo.bandwidth_Bps, topo.latency_s
-    if bw[a, b] != bw[b, a] or lat[a, b] != lat[b, a]:
-        return False
-    keep = np.ones(topo.n_devices, dtype=bool)
-    keep[[a, b]] = False
-    return all(np.array_equal(m[a, keep], m[b, keep]) and np.array_equal(m[keep, a], m[keep, b])
-               for m in (bw, lat))
-
-
 def _twin_of(topo: Topology, reps: list[int], d: int) -> int | None:
-    """The first of ``reps`` that is a twin of ``d`` (:func:`_twins`, all candidates at once)."""
+    """The first of ``reps`` that is a twin of ``d`` (the channels between them symmetric, and the
+    same bandwidth and latency to and from every other device), all candidates at once."""
     if not reps:
         return None
     idx = np.array(reps)
