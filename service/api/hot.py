@@ -30,37 +30,30 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from sqlalchemy import Column, Table, bindparam, select
+from sqlalchemy import Column, Table
 from sqlalchemy.exc import DBAPIError
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api._common import document_json
-from service.boundary import flat_routes
-from service.db.loop_reads import DatabaseUnavailable
+from service.api._common import IF_NONE_MATCH_MAX_CHARS, document_json, plan_response
+from service.boundary import IdConvertor, flat_routes
+from service.db.loop_reads import DatabaseUnavailable, SqliteReader
 from service.db.models import Graph, Job, PlanRow
+from service.db.owned import check_owned
 from service.errors import NotFound, Unauthorized, database_error_response, outage_response, placer_error_response
 
 if TYPE_CHECKING:
     from service.deps import Context
 
-HOT_PATH = re.compile(r"/v1/(jobs|plans|graphs)/([^/:]+)")
+HOT_PATH = re.compile(rf"/v1/(jobs|plans|graphs)/({IdConvertor.regex})")
 
 
-def plan_etag(plan_id: str) -> str:
-    """A stored plan never changes: its id is its strong entity tag (RFC 9110 §8.8.3)."""
-    return f'"{plan_id}"'
-
-
-def etag_matches(if_none_match: str | None, etag: str) -> bool:
-    """Whether ``If-None-Match`` names ``etag`` (or ``*``), by weak comparison (RFC 9110 §13.1.2)."""
-    if not if_none_match:
-        return False
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
+class CachedPlan(NamedTuple):
+    project_id: str
+    data: bytes  # compact JSON
 
 
 class PlanCache:
@@ -70,9 +63,9 @@ class PlanCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._entries: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._entries: OrderedDict[str, CachedPlan] = OrderedDict()
 
-    def get(self, plan_id: str) -> tuple[str, bytes] | None:
+    def get(self, plan_id: str) -> CachedPlan | None:
         hit = self._entries.get(plan_id)
         if hit is not None:
             self._entries.move_to_end(plan_id)
@@ -81,7 +74,7 @@ class PlanCache:
     def put(self, plan_id: str, project_id: str, data: bytes) -> None:
         if len(data) > self.max_bytes // 4 or plan_id in self._entries:
             return  # off, or a single document too large to be worth a quarter of the cache
-        self._entries[plan_id] = (project_id, data)
+        self._entries[plan_id] = CachedPlan(project_id, data)
         self.bytes += len(data)
         while self.bytes > self.max_bytes:
             _, (_, old) = self._entries.popitem(last=False)
@@ -97,7 +90,6 @@ class HotReadMiddleware:
         self.plans = ctx.plans
         self._router_routes = router_routes
         self._routes: dict[str, BaseRoute] | None = None
-        self._engine = ctx.db.read_engine
         self._reader = ctx.db.async_reader
         self._sqlite = ctx.db.sqlite_reader
         job, graph, plan = (cast(Table, model.__table__) for model in (Job, Graph, PlanRow))
@@ -108,8 +100,6 @@ class HotReadMiddleware:
             "plans": [plan.c.project_id, plan.c.body],
         }
         self._tables: dict[str, Table] = {"jobs": job, "graphs": graph, "plans": plan}
-        self._stmts = {kind: select(*cols).where(self._tables[kind].c.id == bindparam("id"))
-                       for kind, cols in self._columns.items()}
 
     def routes(self) -> dict[str, BaseRoute]:
         """The full path's route of each kind (the metrics label them by its template)."""
@@ -133,11 +123,14 @@ class HotReadMiddleware:
             await self.app(scope, receive, send)
             return
         authorization = if_none_match = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
+        for name, value in scope["headers"]:  # the first of each, as the full path reads them
+            if name == b"authorization" and authorization is None:
                 authorization = value.decode("latin-1")
-            elif name == b"if-none-match":
+            elif name == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
+        if if_none_match is not None and len(if_none_match) > IF_NONE_MATCH_MAX_CHARS:
+            await self.app(scope, receive, send)  # refused (422) the full way
+            return
         project = self._cached_project(authorization)
         if project is None or not self.ctx.limiter.allow(project):
             await self.app(scope, receive, send)  # authenticated (and cached), or refused, the full way
@@ -169,17 +162,12 @@ class HotReadMiddleware:
         """The row's columns of ``kind``: awaited on PostgreSQL, in-process on SQLite."""
         if self._reader is not None:
             return await self._reader.row(self._tables[kind], self._columns[kind], obj_id)
-        if self._sqlite is not None:
-            return self._sqlite.row(self._tables[kind], self._columns[kind], obj_id)
-        with self._engine.connect() as conn:
-            return conn.execute(self._stmts[kind], {"id": obj_id}).first()
+        return cast(SqliteReader, self._sqlite).row(self._tables[kind], self._columns[kind], obj_id)  # one of the two
 
     async def _answer(self, kind: str, obj_id: str, project: str, if_none_match: str | None) -> Response:
         if kind == "plans":
             return await self._plan(obj_id, project, if_none_match)
-        row = await self._row(kind, obj_id)
-        if row is None or row.project_id != project:
-            raise NotFound(f"{kind[:-1]} {obj_id!r} not found", field="id", ref=obj_id)
+        row = check_owned(await self._row(kind, obj_id), obj_id, project, kind[:-1])
         if kind == "jobs":
             from service.api.jobs import job_out
 
@@ -192,14 +180,8 @@ class HotReadMiddleware:
         hit = self.plans.get(plan_id)
         if hit is None:
             row = await self._row("plans", plan_id)
-            if row is None:
-                raise NotFound(f"plan {plan_id!r} not found", field="id", ref=plan_id)
-            hit = (row.project_id, document_json(row.body))
-            self.plans.put(plan_id, *hit)
-        owner, data = hit
-        if owner != project:
-            raise NotFound(f"plan {plan_id!r} not found", field="id", ref=plan_id)
-        etag = plan_etag(plan_id)
-        if etag_matches(if_none_match, etag):
-            return Response(status_code=304, headers={"ETag": etag})
-        return Response(data, media_type="application/json", headers={"ETag": etag})
+            if row is not None:
+                hit = CachedPlan(row.project_id, document_json(row.body))
+                self.plans.put(plan_id, *hit)
+        hit = check_owned(hit, plan_id, project, "plan")
+        return plan_response(plan_id, hit.data, if_none_match)

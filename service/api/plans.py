@@ -6,8 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from service.api._common import document_response, errors, get_owned
-from service.api.hot import etag_matches, plan_etag
+from service.api._common import IF_NONE_MATCH_MAX_CHARS, document_json, errors, get_owned, plan_response
 from service.api.jobs import PLAN_RESPONSE
 from service.boundary import PlacerRoute
 from service.db.models import Graph, PlanRow, TopologyRow
@@ -48,16 +47,13 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
 @router.get("/plans/{plan_id:id}", responses={**errors(), **PLAN_RESPONSE, 304: {
     "description": "not modified: ``If-None-Match`` names the plan's ``ETag`` (a stored plan never changes)"}})
 def get_plan(plan_id: str, session: SessionDep, project: ProjectDep,
-             if_none_match: Annotated[str | None, Header(max_length=2000)] = None) -> Response:
+             if_none_match: Annotated[str | None, Header(max_length=IF_NONE_MATCH_MAX_CHARS)] = None) -> Response:
     """A stored ``placer.plan/v1`` document, with an ``ETag`` (plans are immutable).
 
     Usually answered by the lean path (:mod:`service.api.hot`), which keeps it in memory.
     """
     row = get_owned(session, PlanRow, plan_id, project, "plan")
-    etag = plan_etag(plan_id)
-    if etag_matches(if_none_match, etag):
-        return Response(status_code=304, headers={"ETag": etag})
-    return document_response(row.body, None, {"ETag": etag})
+    return plan_response(plan_id, document_json(row.body), if_none_match)
 
 
 @router.get("/plans/{plan_id}/launcher", responses={**errors(409), 200: {

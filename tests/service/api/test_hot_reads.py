@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from service.api.hot import PlanCache, etag_matches
+from service.api._common import etag_matches
+from service.api.hot import PlanCache
 from service.db.models import ApiKey, utcnow
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 
@@ -74,6 +75,15 @@ def test_plan_etag_answers_304(api: Api) -> None:
         r = api.get(path, params=params, headers={"If-None-Match": f'W/"other", {etag}'})
         assert r.status_code == 304 and r.headers["etag"] == etag and r.content == b""
         assert api.get(path, params=params, headers={"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_an_over_long_if_none_match_is_refused_on_both_paths(api: Api) -> None:
+    job = _finished_job(api)
+    path = f"/v1/plans/{job['plan_id']}"
+    tags = ", ".join(f'"t{i:05d}"' for i in range(300))  # over 2,000 characters
+    lean, full = (api.get(path, params=params, headers={"If-None-Match": tags}) for params in ({}, {"full": "1"}))
+    assert lean.status_code == 422
+    _same(lean, full)
 
 
 def test_revoked_key_is_refused_once_its_cache_entry_expires(api: Api) -> None:
