@@ -90,17 +90,16 @@ class Database:
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.read_engine = self.engine.execution_options(placer_read_only=True)
-        if not url.startswith("sqlite"):
-            # a read needs no transaction of its own: without BEGIN and COMMIT a primary-key
-            # read is one round trip instead of three (each statement sees committed data)
-            self.read_engine = self.read_engine.execution_options(isolation_level="AUTOCOMMIT")
-        self.read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
         self.async_reader: AsyncReader | None = None  # reads on the event loop (service.db.loop_reads)
         self.sqlite_reader: SqliteReader | None = None
         if url.startswith("sqlite"):
             self.sqlite_reader = SqliteReader(self.engine)
         else:
+            # a read needs no transaction of its own: without BEGIN and COMMIT a primary-key
+            # read is one round trip instead of three (each statement sees committed data)
+            self.read_engine = self.read_engine.execution_options(isolation_level="AUTOCOMMIT")
             self.async_reader = AsyncReader(url, self.engine.dialect)
+        self.read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
 
     @contextmanager
     def session(self, read_only: bool = False) -> Iterator[Session]:
