@@ -65,8 +65,7 @@ class ListSchedule:
         self._arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> message arrival
         self.mem = MemoryTracker(caps_bytes)
         self.best_effort = 0  # tasks placed although no device had room
-        # per device: gap[j] = start[j] - end[j - 1] (slot_s), as a list and in a numpy buffer
-        self._gap: list[list[float]] = [[] for _ in range(n_dev)]
+        # per device: gap[j] = start[j] - end[j - 1] (slot_s's numpy scan), in a growing buffer
         self._gap_np: list[FloatArray] = [np.empty(0) for _ in range(n_dev)]
         # the cost matrices and task figures as lists (scalar reads from lists are the fast ones)
         self._latency_s: list[list[float]] = costs.latency_s.tolist()
@@ -161,22 +160,22 @@ class ListSchedule:
         n = len(ends)
         if k == n or starts[k] - ready >= dur:
             return ready
-        gap, gap_np = self._gap[d], self._gap_np[d]
+        gap_np = self._gap_np[d]
         j = k + 1
         while j < n:
             if n - j <= SHORT_SCAN:
-                j = next((i for i in range(j, n) if gap[i] >= dur), n)
+                j = next((i for i in range(j, n) if starts[i] - ends[i - 1] >= dur), n)
             else:
                 hits = gap_np[j:n] >= dur
                 first = int(hits.argmax())
                 j = j + first if hits[first] else n
             if j == n:
                 break
-            t = max(ready, max(ends[k:j]))
+            t = max(ready, ends[j - 1])  # the ends are sorted (commit)
             if starts[j] - t >= dur:
                 return t
             j += 1
-        return max(ready, max(ends[k:]))
+        return max(ready, ends[-1])
 
     def est_s(self, v: int, d: int, insertion: bool) -> float:
         """Earliest start time of ``v`` on ``d`` (Celeritas Eq. 7; HEFT's EST)."""
@@ -221,21 +220,20 @@ class ListSchedule:
         self.start_s[v] = start
         self.finish_s[v] = end
         self._ready_v = -1  # the channels changed: est_all's figures are stale
-        starts, ends, gap = self._starts[d], self._ends[d], self._gap[d]
+        starts, ends = self._starts[d], self._ends[d]
         # after equal starts, but an empty task before them: the ends stay sorted (an empty task
         # can start where another starts; after it, a bisection of the ends would skip that one)
         k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
         starts.insert(k, start)
         ends.insert(k, end)
         n = len(starts)
-        gap.insert(k, start - ends[k - 1] if k > 0 else -_INF)
-        if k + 1 < n:
-            gap[k + 1] = starts[k + 1] - end
         gap_np = self._gap_np[d]
         if n > len(gap_np):
             gap_np = self._gap_np[d] = np.concatenate([gap_np, np.empty(max(64, len(gap_np)))])
         gap_np[k + 1:n] = gap_np[k:n - 1]
-        gap_np[k:min(k + 2, n)] = gap[k:k + 2]
+        gap_np[k] = start - ends[k - 1] if k > 0 else -_INF
+        if k + 1 < n:
+            gap_np[k + 1] = starts[k + 1] - end
         self.free_s[d] = max(self.free_s[d], end)
         self.mem.place(d, self._add_bytes[v], self._work_bytes[v])
         if best_effort:
