@@ -39,17 +39,9 @@ def order_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, cap
     return sched
 
 
-def back_cost_s(tasks: TaskGraph, costs: LatencyCosts, v: int) -> float:
-    """Eq. 8: the largest cost of sending ``v``'s output to one of its successors."""
-    sizes = tasks.succ_bytes[v]
-    if not sizes:
-        return 0.0
-    return float(costs.mean_comm_s(np.asarray(sizes, dtype=np.float64)).max())
-
-
 def back_costs_s(tasks: TaskGraph, costs: LatencyCosts) -> FloatArray:
-    """:func:`back_cost_s` of every node at once (the cost grows with the size, so it is the
-    cost of the largest message)."""
+    """Eq. 8 for every node: the largest cost of sending its output to one of its successors
+    (the mean channel's cost grows with the size: the cost of the largest message)."""
     largest = np.array([max(sizes, default=0.0) for sizes in tasks.succ_bytes], dtype=np.float64)
     return costs.mean_comm_s(largest)
 

@@ -31,6 +31,7 @@ from typing import Any
 from solvers.model.errors import require
 from solvers.moirai.bounds import TaskBounds, least_durations_s
 from solvers.moirai.instance import Instance
+from solvers.moirai.window import strong_cumulative
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,7 @@ class Block:
             solver.parameters.max_deterministic_time = work_limit
         solver.parameters.num_workers = max(1, threads)
         solver.parameters.random_seed = seed
-        solver.parameters.use_hard_precedences_in_cumulative = True
-        solver.parameters.use_timetable_edge_finding_in_cumulative = True
-        solver.parameters.use_overload_checker_in_cumulative = True
+        strong_cumulative(solver.parameters)
         status = solver.Solve(m)
         if status == cp.INFEASIBLE:  # "no schedule ends by the target", also when minimising
             return BlockAnswer("infeasible")

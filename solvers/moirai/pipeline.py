@@ -20,6 +20,7 @@ worse than the best list schedule; the bound is the largest of the graph's lower
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, no_progress, parse_options
@@ -110,10 +111,7 @@ class Run:
             sub = Budget(max(0.1, WARM_SHARE * self.left_s()))
             label = f"{name} (postal)" if use_postal else name
             try:
-                if use_postal:
-                    with postal_planning():
-                        plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
-                else:
+                with postal_planning() if use_postal else nullcontext():
                     plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
             except PlacerError:
                 continue

@@ -61,14 +61,15 @@ class MoiraiSolver:
         proof = _proved_infeasible(problem, fine)
         if proof is not None:
             return Plan(stages=(), status="infeasible", stats=run.stats, notes=(proof,))
-        run.warm(HEURISTICS if options.warm_start else (), _communicates(fine))
+        communicates = _communicates(fine)
+        run.warm(HEURISTICS if options.warm_start else (), communicates)
         if run.best is None:
             return Plan(stages=(), status="infeasible", stats=run.stats,
                         notes=("no memory-feasible placement found (not proven infeasible)",))
         run.stats["prepare_s"] = time.perf_counter() - t0
         small = fine.n_units <= options.max_nodes
         run.task_bounds()
-        if small and _communicates(fine):
+        if small and communicates:
             run.exact_milp(EXACT_SHARE)
         if small and not run.proven():
             run.refute(REFUTE_SHARE, questions=1)  # a plan within REFUTE_GAP of the task bound?

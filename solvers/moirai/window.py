@@ -279,6 +279,14 @@ def _order(inst: Instance, device: list[int], start: list[int], end: list[int]) 
     return full_order(inst, out)
 
 
+def strong_cumulative(params: Any) -> None:
+    """CP-SAT's stronger propagation of the cumulative constraint (hard precedences, time-table
+    edge finding, the overload checker), for models whose cumulative carries the proof."""
+    params.use_hard_precedences_in_cumulative = True
+    params.use_timetable_edge_finding_in_cumulative = True
+    params.use_overload_checker_in_cumulative = True
+
+
 def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collection[int], horizon_s: float,
                  time_limit_s: float, seed: int = 0, threads: int = 1, lower_s: float = 0.0,
                  bounds: TaskBounds | None = None, upper_s: float | None = None,
@@ -316,9 +324,7 @@ def solve_window(inst: Instance, incumbent: TimedSchedule | None, free: Collecti
     solver.parameters.random_seed = seed
     solver.parameters.relative_gap_limit = 1.0 if first_solution else RELATIVE_GAP  # gap <= 1: any solution
     if model.everything:  # stronger cumulative propagation: it pays on whole instances (docs/moirai.md)
-        solver.parameters.use_hard_precedences_in_cumulative = True
-        solver.parameters.use_timetable_edge_finding_in_cumulative = True
-        solver.parameters.use_overload_checker_in_cumulative = True
+        strong_cumulative(solver.parameters)
     status = solver.Solve(model.m)
     bound_ticks = solver.BestObjectiveBound()
     bound_s = None if math.isinf(bound_ticks) else max(0.0, bound_ticks) * model.tick_s
