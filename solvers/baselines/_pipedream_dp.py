@@ -18,6 +18,7 @@ with ``A^0(i..j) = T(i..j)`` (one worker) and ``A^{k-1}(i..j) = A^{k-1}(i..j, m_
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -97,7 +98,7 @@ class _Level:
     last_workers: IntArray
 
 
-def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float, deadline: float | None = None) -> _Level | None:
+def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float, deadline: float = math.inf) -> _Level | None:
     """One level of the recurrence; ``None`` once ``time.monotonic()`` passes ``deadline``
     (checked once per first layer).
 
@@ -117,7 +118,7 @@ def _level(a_lower: FloatArray, chain: LayerChain, m_k: int, bw: float, deadline
     comm = 2.0 * chain.cut_bytes / bw  # comm[s] for a split after layer s
     for m in range(2, m_k + 1):
         for i in range(n - 1):
-            if deadline is not None and time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 return None
             # earlier[s - i, m' - 1] = max(A(i..s, m - m'), comm[s]) for m' = 1 .. m - 1
             earlier = np.maximum(a[i, i:n - 1, m - 1:0:-1], comm[i:n - 1, None])
@@ -150,7 +151,7 @@ Group = tuple[int, list[tuple[int, int, int]]]
 
 
 def hierarchical_dp(chain: LayerChain, inner: tuple[int, float], outer: tuple[int, float] | None,
-                    deadline: float | None = None) -> tuple[float, list[Group]] | None:
+                    deadline: float = math.inf) -> tuple[float, list[Group]] | None:
     """Two-level recurrence: ``inner`` = (GPUs per server, B_1), ``outer`` = (servers, B_2) or ``None``.
 
     Returns the value and the pipeline as groups ``(servers, [(first, last, gpus), ...])``: each

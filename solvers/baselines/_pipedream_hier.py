@@ -21,6 +21,7 @@ The top level solves row 0 only; its ``A[0, n-1, M]`` is the optimizer's "time p
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -51,7 +52,7 @@ def prefix_differences(totals: FloatArray) -> FloatArray:
 
 
 def solve_level(states: AntichainStates, compute: FloatArray, workers: int, within: int,
-                bandwidth_Bps: float, top: bool, deadline: float | None = None) -> LevelTable | None:
+                bandwidth_Bps: float, top: bool, deadline: float = math.inf) -> LevelTable | None:
     """One level of the recurrence (module docstring) for every row, or row 0 when ``top``;
     ``None`` once ``time.monotonic()`` passes ``deadline`` (checked once per row).
 
@@ -90,7 +91,7 @@ def solve_level(states: AntichainStates, compute: FloatArray, workers: int, with
 
     for m in range(1, workers):
         for i in rows:
-            if deadline is not None and time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 return None
             vals = np.empty((m, n - i - 1))
             args = np.empty((m, n - i - 1), dtype=np.int64)
@@ -125,7 +126,7 @@ def stages_of(table: LevelTable, row: int, last: int, workers: int) -> list[tupl
 Group = tuple[int, list[tuple[int, int, int]]]
 
 
-def pipedream_dp(states: AntichainStates, levels: list[tuple[int, float]], deadline: float | None = None
+def pipedream_dp(states: AntichainStates, levels: list[tuple[int, float]], deadline: float = math.inf
                  ) -> tuple[float, list[Group]] | None:
     """The optimizer's value ("time per stage in pipeline", seconds per minibatch) and its pipeline
     as groups ``(outer workers, [(row, last state, inner workers), ...])``; ``levels`` = (workers,

@@ -90,8 +90,7 @@ def _band_dp(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stag
     result = run_dp(problem, tr, n_stages, replicas, micro_batches, allreduce)
     if result is None:
         return None
-    cluster_stage = np.argmax(np.stack(result.stages), axis=0)
-    return cluster_stage[cg.cluster_of].astype(np.int64), result.objective_s
+    return result.op_stages(cg.cluster_of), result.objective_s
 
 
 def band_refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,

@@ -141,6 +141,11 @@ class DPResult:
     stages: list[npt.NDArray[np.bool_]]
     stage_s: list[float]
 
+    def op_stages(self, cluster_of: IntArray) -> IntArray:
+        """The stage of every op, from the stage of its cluster (``cluster_of[op]``)."""
+        cluster_stage: IntArray = np.argmax(np.stack(self.stages), axis=0)
+        return cluster_stage[cluster_of].astype(np.int64)
+
 
 def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micro_batches: int,
            allreduce: tuple[float, float] = (0.0, 0.0)) -> DPResult | None:

@@ -114,9 +114,10 @@ class Partition:
 
 
 @dataclass(frozen=True)
-class _Edges:
+class RefineEdges:
     """The graph's edges, op times and reconverging distances as Python lists (the refinement
-    reads them one by one)."""
+    reads them one by one); they depend on the graph and the costs only, so a search builds
+    them once for all its candidates."""
 
     src: list[int]
     dst: list[int]
@@ -126,12 +127,12 @@ class _Edges:
     work_s: list[float]
 
     @classmethod
-    def of(cls, graph: OpGraph, costs: ReferenceCosts, dist: IntArray) -> _Edges:
+    def of(cls, graph: OpGraph, costs: ReferenceCosts) -> RefineEdges:
         return cls(graph.edge_src.tolist(), graph.edge_dst.tolist(), costs.edge_comm_s.tolist(),
-                   graph.edge_bytes.tolist(), dist.tolist(), costs.work_s.tolist())
+                   graph.edge_bytes.tolist(), reconverging_distance(graph).tolist(), costs.work_s.tolist())
 
 
-def _move_deltas(graph: OpGraph, edges: _Edges, stage_of: list[int], v: int,
+def _move_deltas(graph: OpGraph, edges: RefineEdges, stage_of: list[int], v: int,
                  to: int) -> tuple[int, float, dict[int, float]]:
     """(decrease of D, decrease of cut bytes, per-stage communication change) of moving ``v``."""
     frm = stage_of[v]
@@ -176,7 +177,7 @@ def _positive(gain: tuple[int, float, float]) -> bool:
     return c > 1e-15
 
 
-def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, edges: _Edges, fixed: set[int],
+def _candidate_moves(g: OpGraph, part: Partition, edges: RefineEdges, fixed: set[int],
                      sizes: IntArray, n_stages: int, replicas: int) -> list[tuple[tuple[int, float, float], int, int]]:
     """Valid boundary moves (op, target stage) with a positive gain tuple that keep the objective."""
     current = part.objective_s(replicas)
@@ -215,19 +216,18 @@ def _candidate_moves(g: OpGraph, costs: ReferenceCosts, part: Partition, edges: 
 def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
            micro_batches: int, pinned_ops: Mapping[int, int] | None = None,
            max_steps: int = MAX_STEPS, deadline: float = float("inf"),
-           dist: IntArray | None = None) -> tuple[IntArray, dict[str, float]]:
+           edges: RefineEdges | None = None) -> tuple[IntArray, dict[str, float]]:
     """Refine ``stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``.
-    ``dist``: :func:`reconverging_distance` of the graph when the caller has it (it depends on
-    the graph only, so a search computes it once for all its candidates)."""
+    ``edges``: :class:`RefineEdges` of the graph and ``costs`` when the caller has them."""
     g = problem.graph
     part = Partition.of(g, costs, stage_of, n_stages)
     before = part.objective_s(replicas)
-    edges = _Edges.of(g, costs, reconverging_distance(g) if dist is None else dist)
+    edges = RefineEdges.of(g, costs) if edges is None else edges
     fixed = set((pinned_ops or {}).keys())
     sizes = np.bincount(part.stage_of, minlength=n_stages)
     steps = 0
     while steps < max_steps and time.monotonic() < deadline:
-        moves = _candidate_moves(g, costs, part, edges, fixed, sizes, n_stages, replicas)
+        moves = _candidate_moves(g, part, edges, fixed, sizes, n_stages, replicas)
         moves.sort(key=lambda m: (m[0], -m[1], -m[2]), reverse=True)
         chosen = None
         for _, v, to in moves:

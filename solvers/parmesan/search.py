@@ -31,7 +31,7 @@ from solvers.parmesan.costs import ReferenceCosts, allreduce_terms
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
 from solvers.parmesan.fronted import enumerate_fronted
 from solvers.parmesan.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
-from solvers.parmesan.refine import reconverging_distance, refine
+from solvers.parmesan.refine import RefineEdges, refine
 
 
 @dataclass
@@ -101,7 +101,7 @@ def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k:
 def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Transitions, n_stages: int,
               replicas: int, micro_batches: int, stage_pins: dict[int, int], refine_steps: int,
               deadline: float = float("inf"), with_allreduce: bool = False,
-              dist: IntArray | None = None) -> tuple[IntArray, float, dict[str, Any]] | None:
+              edges: RefineEdges | None = None) -> tuple[IntArray, float, dict[str, Any]] | None:
     """DP then refinement for one configuration; ``None`` when no partition fits memory.
 
     ``with_allreduce``: the DP's stage time also holds the amortised all-reduce of the stage's
@@ -111,10 +111,8 @@ def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Tra
     result = run_dp(problem, tr, n_stages, replicas, micro_batches, terms)
     if result is None:
         return None
-    cluster_stage = np.argmax(np.stack(result.stages), axis=0)
-    stage_of = cluster_stage[cg.cluster_of].astype(np.int64)
-    stage_of, rstats = refine(problem, costs, stage_of, n_stages, replicas, micro_batches, stage_pins,
-                              max_steps=refine_steps, deadline=deadline, dist=dist)
+    stage_of, rstats = refine(problem, costs, result.op_stages(cg.cluster_of), n_stages, replicas, micro_batches, stage_pins,
+                              max_steps=refine_steps, deadline=deadline, edges=edges)
     return stage_of, result.objective_s, dict(rstats)
 
 
@@ -149,7 +147,7 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
     clusterings: list[tuple[float, IntArray]] = []
     built: dict[bytes, Transitions | None] = {}
-    dist = reconverging_distance(problem.graph)  # the refinement's D weights: the same for every candidate
+    edges = RefineEdges.of(problem.graph, costs)  # the same for every candidate
     if not (costs.edge_comm_s > 0).any():
         alphas = list(alphas)[:1]  # Eq. 4 without communication does not depend on alpha
     for alpha in alphas:
@@ -171,7 +169,7 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                     continue  # no all-reduce: the same DP as without the term
                 explored["candidates"] += 1
                 found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps, deadline,
-                                  with_ar, dist)
+                                  with_ar, edges)
                 if found is None:
                     explored["infeasible_candidates"] += 1
                     continue
