@@ -27,7 +27,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -45,6 +44,7 @@ from solvers.parmesan.mapping.pipeline import (
     device_bounds,
     edge_costs,
     iteration_bound_s,
+    packing_milp,
     ring_s,
 )
 from solvers.parmesan.mapping.symmetry import twin_classes
@@ -402,13 +402,7 @@ def _packing_quota(groups: list[int], components: list[int]) -> dict[tuple[int, 
     if not sizes or not bins:
         return {}
     k, m = len(bins), len(sizes)
-    fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))
-    count = np.kron(np.ones(k), np.eye(m))
-    need = np.array([groups.count(t) for t in sizes], dtype=np.float64)
-    cap = np.array([components[c] for c in bins], dtype=np.float64)
-    result = milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
-                  constraints=[LinearConstraint(fill, 0, cap), LinearConstraint(count, need, need)],
-                  options={"time_limit": 1.0})
+    result = packing_milp(sizes, [groups.count(t) for t in sizes], [components[c] for c in bins])
     if result.x is None:
         return {}
     x = np.rint(result.x).astype(np.int64).reshape(k, m)

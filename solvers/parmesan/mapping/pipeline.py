@@ -408,6 +408,21 @@ def _components_by_beta(topo: Topology) -> list[tuple[float, IntArray]]:
     return out
 
 
+def packing_milp(sizes: Sequence[int], counts: Sequence[int], capacities: Sequence[int]) -> Any:
+    """HiGHS (``scipy.optimize.milp``, 1 s) on the packing of ``counts[t]`` groups of
+    ``sizes[t]`` devices into components of ``capacities[c]`` devices: ``x[c, t]`` groups of size
+    ``t`` in component ``c`` (row-major), ``sum_t sizes[t] x[c, t] <= capacities[c]``,
+    ``sum_c x[c, t] = counts[t]``.  Returns scipy's result (``status`` 2: proven infeasible)."""
+    k, m = len(capacities), len(sizes)
+    fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))  # row c: sum_t t x[c, t]
+    count = np.kron(np.ones(k), np.eye(m))  # row t: sum_c x[c, t]
+    need = np.array(counts, dtype=np.float64)
+    return milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
+                constraints=[LinearConstraint(fill, 0, np.array(capacities, dtype=np.float64)),
+                             LinearConstraint(count, need, need)],
+                options={"time_limit": 1.0})
+
+
 def _packs(group_count: dict[int, int], components: IntArray, cache: dict[Any, bool] | None = None) -> bool:
     """Whether the groups (``{size: count}``) may pack into the components (sizes): ``False`` only
     when proven impossible.  First a counting condition: for every size ``t``, the groups of ``t``
@@ -426,13 +441,7 @@ def _packs(group_count: dict[int, int], components: IntArray, cache: dict[Any, b
     key = (tuple((t, group_count[t]) for t in sizes), tuple(bins.tolist()))
     if cache is not None and key in cache:
         return bool(cache[key])
-    k, m = len(bins), len(sizes)
-    fill = np.kron(np.eye(k), np.array(sizes, dtype=np.float64))  # row c: sum_t t x[c, t]
-    count = np.kron(np.ones(k), np.eye(m))  # row t: sum_c x[c, t]
-    need = np.array([group_count[t] for t in sizes], dtype=np.float64)
-    result = milp(np.zeros(k * m), integrality=np.ones(k * m), bounds=Bounds(0, np.inf),
-                  constraints=[LinearConstraint(fill, 0, bins.astype(np.float64)), LinearConstraint(count, need, need)],
-                  options={"time_limit": 1.0})
+    result = packing_milp(sizes, [group_count[t] for t in sizes], bins.tolist())
     ok = bool(result.status != 2)  # 2: proven infeasible
     if cache is not None:
         cache[key] = ok
