@@ -73,7 +73,9 @@ class CombinedSpec:
     n_devices: int
 
 
-def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCosts, g: FloatArray) -> CombinedSpec:
+def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCosts, g: FloatArray,
+                       bounds: DeviceBounds | None = None) -> CombinedSpec:
+    """The DFS's view of the problem; ``bounds``: :func:`device_bounds` when the caller has them."""
     s_, r = model.n_stages, model.replicas
     order = [(s, i) for i in range(r) for s in range(s_)]
     depth = {node: x for x, node in enumerate(order)}
@@ -89,7 +91,8 @@ def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCost
             order_after[depth[(0, i)]] = [depth[(0, 0)]]
         if symmetric and r >= 3:
             order_after[depth[(0, r - 1)]].append(depth[(0, 1)])
-    return CombinedSpec(model, costs, device_bounds(model, costs, topo), g, order, edges_of, twin_classes(topo),
+    bounds = device_bounds(model, costs, topo) if bounds is None else bounds
+    return CombinedSpec(model, costs, bounds, g, order, edges_of, twin_classes(topo),
                         order_after, topo.n_devices)
 
 
@@ -462,8 +465,10 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
     witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
-    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started), witnesses)
-    spec = make_combined_spec(model, topo, costs, g)
+    bounds = device_bounds(model, costs, topo)
+    bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started), witnesses,
+                                  bounds)
+    spec = make_combined_spec(model, topo, costs, g, bounds)
     packed = [(f"packing{k}", p) for k, (_, beta, fast) in enumerate(sorted(witnesses, reverse=True)[:PACKING_STARTS])
               if (p := packing_mapping(model, topo, beta, fast)) is not None]
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),

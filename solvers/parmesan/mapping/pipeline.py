@@ -606,11 +606,12 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
 def assignment_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
                        deadline: float = float("inf"),
                        witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] | None = None,
-                       ) -> tuple[float, FloatArray]:
+                       bounds: DeviceBounds | None = None) -> tuple[float, FloatArray]:
     """The proven lower bound of the combined objective over all mappings, and ``g[s, d]``: the
     larger of the bottleneck assignment and the ring/lane conflict bound (``deadline``,
-    ``witnesses``: see :func:`conflict_bound_s`)."""
-    bounds = device_bounds(model, costs, topo)
+    ``witnesses``: see :func:`conflict_bound_s`; ``bounds``: :func:`device_bounds` when the
+    caller has them)."""
+    bounds = device_bounds(model, costs, topo) if bounds is None else bounds
     g = replica_bounds(model, bounds)
     conflict = conflict_bound_s(model, costs, topo, bounds, deadline, witnesses=witnesses)
     return max(bottleneck_assignment_s(g, model.replicas), conflict), g
