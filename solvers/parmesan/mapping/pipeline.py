@@ -46,6 +46,7 @@ import heapq
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,19 @@ class PipelineModel:
     def n_edges(self) -> int:
         return len(self.src)
 
+    @cached_property
+    def recurrence_lists(self) -> tuple[list[float], list[float], list[int], list[int], list[int],
+                                        list[list[int]], list[list[int]]]:
+        """``f_s``, ``b_s``, ``k``, ``src``, ``dst`` as lists, and each stage's edges in and out:
+        what :func:`iteration_bound_s` reads, made once (it runs once per search node)."""
+        src, dst = self.src.tolist(), self.dst.tolist()
+        into: list[list[int]] = [[] for _ in range(self.n_stages)]
+        out: list[list[int]] = [[] for _ in range(self.n_stages)]
+        for j, (a, c) in enumerate(zip(src, dst, strict=True)):
+            into[c].append(j)
+            out[a].append(j)
+        return self.f_s.tolist(), self.b_s.tolist(), self.k.tolist(), src, dst, into, out
+
 
 def pipeline_model(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int,
                    micro_batches: int) -> PipelineModel:
@@ -112,13 +126,7 @@ def iteration_bound_s(model: PipelineModel, cf: list[Any], cb: list[Any], ar: li
     Entries may be floats or numpy arrays of one common shape (evaluated element-wise).
     """
     s_, mb = model.n_stages, model.micro_batches
-    f, b, k = model.f_s.tolist(), model.b_s.tolist(), model.k.tolist()
-    into: list[list[int]] = [[] for _ in range(s_)]
-    out: list[list[int]] = [[] for _ in range(s_)]
-    for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
-        into[c].append(j)
-        out[a].append(j)
-    src, dst = model.src.tolist(), model.dst.tolist()
+    f, b, k, src, dst, into, out = model.recurrence_lists
     e: list[Any] = [0.0] * s_
     for s in range(s_):
         for j in into[s]:
