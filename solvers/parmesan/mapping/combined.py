@@ -30,11 +30,12 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from solvers.arrays import FloatArray, IntArray
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.model.topology import Topology
 from solvers.parmesan.mapping.binary import MappingResult, bisect_targets
 from solvers.parmesan.mapping.dfs import Outcome
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
+from solvers.parmesan.mapping.hosts import HostRelaxation, start_host_relaxation
 from solvers.parmesan.mapping.pipeline import (
     DeviceBounds,
     PipelineCosts,
@@ -51,6 +52,7 @@ from solvers.parmesan.mapping.symmetry import twin_classes
 
 RANDOM_STARTS = 4
 PACKING_STARTS = 3
+HOST_SHARE = 0.2  # of the mapping's time for the host relaxation (solvers.parmesan.mapping.hosts)
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,12 @@ def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCost
 
 
 def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_limit: int,
-                    fixed: IntArray | None = None) -> tuple[Outcome, IntArray | None, int]:
+                    fixed: IntArray | None = None, allowed_at: BoolArray | None = None) -> tuple[Outcome, IntArray | None, int]:
     """Alg. 2 for the combined objective: a mapping whose objective is <= ``target_s``.
 
     ``fixed`` (``S x R``, -1 = free): replicas kept where they are; only the others are placed,
     in ``spec.order``'s order (symmetry breaking by order is then off: it assumes a full search).
+    ``allowed_at`` (``S x R x n``): the devices each replica may take (default: all).
     Returns the outcome, the ``S x R`` placement (found only) and the nodes expanded.
     """
     model, costs, bounds = spec.model, spec.costs, spec.bounds
@@ -146,6 +149,8 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
         """Feasible candidates of depth ``x`` in trial order, with the state each one sets."""
         s, i = spec.order[x]
         ok = ~used & allowed[s]
+        if allowed_at is not None:
+            ok &= allowed_at[s, i]
         for y in order_after[x]:
             ys, yi = spec.order[y]
             ok &= devices > place[ys, yi]
@@ -425,6 +430,25 @@ def _widest_chain(bw: FloatArray, devices: IntArray) -> list[int]:
     return chain
 
 
+def host_starts(spec: CombinedSpec, relax: HostRelaxation, deadline: float) -> list[tuple[str, IntArray]]:
+    """Mappings that follow the host relaxation's layout (:mod:`solvers.parmesan.mapping.hosts`):
+    Alg. 2's greedy dive (each replica on its best device by the partial objective, no target),
+    every replica restricted to its host's devices, lane by lane and stage by stage."""
+    if relax.host_of is None:
+        return []
+    s_, r = relax.host_of.shape
+    allowed_at = relax.host_index[None, None, :] == relax.host_of[:, :, None]
+    free = replace(spec, order_after=[[] for _ in spec.order])
+    out = []
+    for name, order in (("host-lanes", [(t, i) for i in range(r) for t in range(s_)]),
+                        ("host-stages", [(t, i) for t in range(s_) for i in range(r)])):
+        outcome, found, _ = search_combined(replace(free, order=order), float("inf"), deadline, 50 * s_ * r,
+                                            None, allowed_at)
+        if outcome == "found" and found is not None:
+            out.append((name, found))
+    return out
+
+
 def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
     """CS and p2p-first with zigzag rings (:func:`~solvers.parmesan.mapping.heuristics.zigzag_rings`)."""
     s, r = model.n_stages, model.replicas
@@ -466,6 +490,8 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     started = time.monotonic()
     witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
     bounds = device_bounds(model, costs, topo)
+    # the host relaxation runs in a child process while the conflict bound and the starts are found
+    running = start_host_relaxation(model, costs, topo, bounds, HOST_SHARE * max(0.0, deadline - started))
     bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started), witnesses,
                                   bounds)
     spec = make_combined_spec(model, topo, costs, g, bounds)
@@ -473,13 +499,33 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
               if (p := packing_mapping(model, topo, beta, fast)) is not None]
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
                                                  [*starts, *packed])
+    waited = {"host_wait_tries": 0, "host_wait_moves": 0}
+    while running is not None and not running.solve.done() and time.monotonic() < running.solve.deadline:
+        # while HiGHS works: the search improves the best start, a second at a time
+        sub: dict[str, Any] = {}
+        place, t_r = improve(spec, place, t_r, bound, min(running.solve.deadline, time.monotonic() + 1.0), seed,
+                             sub, eps_rel)
+        waited["host_wait_tries"] += sub["improve_tries"]
+        waited["host_wait_moves"] += sub["improve_moves"]
+    relax = running.result() if running is not None else None
+    hosted = host_starts(spec, relax, deadline) if relax is not None else []
+    if relax is not None:
+        bound = max(bound, relax.bound_s)
+        for name, p in hosted:
+            value = combined_objective_s(model, costs, p)
+            if value < t_r:
+                place, t_r, start_name = p, value, name
     t_l = min(bound, t_r)
     stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
                              "bound_s_time": time.monotonic() - started, "rounds": 0, "searches": 0,
-                             "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
+                             "search_nodes": 0, "timeouts": 0, "instantiation": "combined", **waited}
+    if relax is not None:
+        stats.update(host_bound_s=relax.bound_s, host_relaxation_s=relax.value_s, host_status=relax.status,
+                     host_time_s=relax.seconds)
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1]], t_l, until,
+        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1], *hosted],
+                                         t_l, until,
                                          seed, stats, eps_rel)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,

@@ -1,0 +1,375 @@
+"""The host relaxation of the combined mapping objective (not in the paper).
+
+A mapping, seen from its hosts only: replica ``(s, i)`` sits on host ``h(s, i)``; lane ``i`` of
+stage edge ``e = (a, c)`` then pays at least the cheapest transfer between the two hosts
+(``cost_e[h, h']`` = the smallest of ``costs.fwd[e]`` over device pairs of the two hosts, the
+host itself over its distinct pairs), and the ring of stage ``s`` at least Eq. 9 with
+
+* when every replica of ``s`` is on one host ``h``: the widest bottleneck of ``R`` devices joined
+  inside ``h`` (the largest ``beta`` such that a component of ``h``'s pairs of bandwidth
+  ``>= beta`` holds ``R`` devices);
+* when ``s`` spans several hosts: for every host ``h`` it uses, the widest channel from ``h`` to
+  another host it uses (the ring leaves ``h`` somewhere).
+
+The relaxation is the integer program over host counts ``z[s, h]`` (capacity ``sum_s z[s, h] <=
+|h|``, ``sum_h z[s, h] = R``), lane flows ``x[e, h, h']`` (lanes of ``e`` from ``h`` to ``h'``,
+marginals ``z[a, .]`` and ``z[c, .]``), indicators of used host pairs ``v[e, h, h'] >= x / cap``
+and used hosts ``w[s, h]``, the slowest lane ``Cf[e] >= cost_e[h, h'] v[e, h, h']`` (``Cb`` the
+reverse direction), the ring terms above written with ``w`` (the widest used neighbour of ``h``
+is the first used one in ``h``'s neighbours by decreasing bandwidth), and the recurrences of
+:func:`~solvers.parmesan.mapping.pipeline.iteration_bound_s` as linear inequalities over the
+start and end times ``E``, ``G``, ``L`` (their least solution is the longest path), minimising
+the iteration's end.  Every mapping gives a solution of it whose value is at most the mapping's
+combined objective (each term above is at most the mapping's), so its optimum, and HiGHS' dual
+bound when the time limit stops it, is a lower bound of every mapping of the partition.  Lanes
+are relaxed to one flow per edge (a DAG's lanes must agree over all edges); the device bounds of
+:func:`~solvers.parmesan.mapping.pipeline.device_bounds` stay as floors.
+
+Its incumbent is also a layout: :func:`host_lanes` turns the counts and flows into a host per
+replica, and :func:`host_starts` places devices inside those hosts with Alg. 2's greedy dive.
+On hosts whose channels are far wider inside than between (Parmesan App. D-B's random
+topologies, hierarchies of servers) this sees what the device-level bounds cannot: how far apart
+a layout forces its lanes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
+from scipy.sparse import coo_matrix, csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from solvers.arrays import FloatArray, IntArray
+from solvers.model.topology import Topology
+from solvers.parmesan.mapping.pipeline import DeviceBounds, PipelineCosts, PipelineModel, ring_s
+from solvers.supervise import Child
+
+# the relaxation is built only while it stays small: HiGHS' time per node grows with it
+MAX_NONZEROS = 600_000
+
+
+@dataclass(frozen=True)
+class HostRelaxation:
+    """``bound_s``: a proven lower bound of every mapping's combined objective; ``value_s`` the
+    relaxation value of ``host_of`` (``S x R`` host per replica, lanes in ring order; ``None``
+    when HiGHS found no solution in time); ``status``: ``optimal`` or ``time_limit``."""
+
+    bound_s: float
+    value_s: float
+    host_of: IntArray | None
+    host_index: IntArray
+    status: str
+    seconds: float
+
+
+def host_index(topo: Topology) -> IntArray:
+    """``out[d]`` = index of device ``d``'s host in ``topo.hosts``."""
+    order = {h: k for k, h in enumerate(topo.hosts)}
+    return np.array([order[d.node] for d in topo.devices], dtype=np.int64)
+
+
+def _block_min(matrix: FloatArray, hid: IntArray, n_hosts: int) -> FloatArray:
+    """``out[h, h']`` = the smallest entry of ``matrix`` over rows of host ``h`` and columns of
+    ``h'``, the diagonal left out (``inf`` where there is no such pair)."""
+    m = np.array(matrix, dtype=np.float64)
+    np.fill_diagonal(m, np.inf)
+    order = np.argsort(hid, kind="stable")
+    starts = np.searchsorted(hid[order], np.arange(n_hosts))
+    rows = np.minimum.reduceat(m[order], starts, axis=0)
+    return np.asarray(np.minimum.reduceat(rows[:, order], starts, axis=1), dtype=np.float64)
+
+
+def _intra_ring_Bps(bw: FloatArray, hid: IntArray, n_hosts: int, replicas: int) -> FloatArray:
+    """Per host: the largest ``beta`` such that a component of its pairs with bandwidth ``>= beta``
+    (either direction) holds ``replicas`` devices (0 when the host is smaller)."""
+    out = np.zeros(n_hosts)
+    for h in range(n_hosts):
+        members = np.flatnonzero(hid == h)
+        if len(members) < replicas:
+            continue
+        sub = np.maximum(bw[np.ix_(members, members)], bw[np.ix_(members, members)].T)
+        np.fill_diagonal(sub, 0.0)
+        values = np.unique(sub[sub > 0])
+        lo, hi = 0, len(values) - 1  # the largest value whose threshold graph has a big component
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            _, label = connected_components(csr_matrix(sub >= values[mid]), directed=False)
+            if np.bincount(label).max() >= replicas:
+                lo = mid
+            else:
+                hi = mid - 1
+        if len(values):
+            _, label = connected_components(csr_matrix(sub >= values[lo]), directed=False)
+            out[h] = values[lo] if np.bincount(label).max() >= replicas else 0.0
+    return out
+
+
+class _Program:
+    """Columns with bounds and integrality, rows as coordinate lists (a sparse MILP)."""
+
+    def __init__(self) -> None:
+        self.lb: list[FloatArray] = []
+        self.ub: list[FloatArray] = []
+        self.integer: list[FloatArray] = []
+        self.n = 0
+        self.rows: list[IntArray] = []
+        self.cols: list[IntArray] = []
+        self.vals: list[FloatArray] = []
+        self.lo: list[FloatArray] = []
+        self.hi: list[FloatArray] = []
+        self.m = 0
+
+    def columns(self, shape: tuple[int, ...], lb: Any, ub: Any, integer: bool) -> IntArray:
+        size = int(np.prod(shape))
+        idx = np.arange(self.n, self.n + size).reshape(shape)
+        self.n += size
+        self.lb.append(np.broadcast_to(np.asarray(lb, dtype=np.float64), shape).reshape(-1).copy())
+        self.ub.append(np.broadcast_to(np.asarray(ub, dtype=np.float64), shape).reshape(-1).copy())
+        self.integer.append(np.full(size, 1.0 if integer else 0.0))
+        return idx
+
+    def add(self, cols: Any, vals: Any, lo: Any, hi: Any) -> None:
+        """Rows ``lo <= sum_k vals[r, k] x[cols[r, k]] <= hi`` (2-D ``cols``/``vals``, one row each)."""
+        cols = np.atleast_2d(np.asarray(cols, dtype=np.int64))
+        vals = np.broadcast_to(np.asarray(vals, dtype=np.float64), cols.shape)
+        k = cols.shape[0]
+        self.rows.append(np.repeat(np.arange(self.m, self.m + k), cols.shape[1]))
+        self.cols.append(cols.reshape(-1))
+        self.vals.append(vals.reshape(-1))
+        self.lo.append(np.broadcast_to(np.asarray(lo, dtype=np.float64), (k,)).copy())
+        self.hi.append(np.broadcast_to(np.asarray(hi, dtype=np.float64), (k,)).copy())
+        self.m += k
+
+    @property
+    def nonzeros(self) -> int:
+        return int(sum(len(c) for c in self.cols))
+
+    def solve(self, objective_col: int, time_limit_s: float) -> tuple[int, float, FloatArray | None, float | None]:
+        """HiGHS on ``min x[objective_col]``: status (0 optimal, 1 limit), value, solution, dual bound."""
+        c = np.zeros(self.n)
+        c[objective_col] = 1.0
+        keep = np.concatenate(self.vals) != 0
+        a = coo_matrix((np.concatenate(self.vals)[keep], (np.concatenate(self.rows)[keep],
+                                                           np.concatenate(self.cols)[keep])),
+                       shape=(self.m, self.n)).tocsr()
+        res = milp(c, integrality=np.concatenate(self.integer),
+                   bounds=Bounds(np.concatenate(self.lb), np.concatenate(self.ub)),
+                   constraints=[LinearConstraint(a, np.concatenate(self.lo), np.concatenate(self.hi))],
+                   options={"time_limit": max(0.05, time_limit_s)})
+        dual = getattr(res, "mip_dual_bound", None)
+        return int(res.status), float(res.fun) if res.x is not None else float("inf"), res.x, \
+            float(dual) if dual is not None else None
+
+
+def _solve_child(conn: Any, program: _Program, objective_col: int, time_limit_s: float) -> None:
+    quiet = os.open(os.devnull, os.O_WRONLY)  # HiGHS may print on fd 1 / 2
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    try:
+        conn.send(program.solve(objective_col, time_limit_s))
+    except Exception:  # the parent treats a silent child as "no result"
+        conn.send(None)
+    conn.close()
+
+
+class BackgroundSolve:
+    """:meth:`_Program.solve` in a forked child, so that the caller goes on meanwhile; the child
+    is killed ``grace_s`` after the time limit (HiGHS can overrun its own limit inside a
+    heuristic).  Inside a daemonic process (which may not have children) it is solved at once,
+    under HiGHS' own limit only."""
+
+    def __init__(self, program: _Program, objective_col: int, time_limit_s: float, grace_s: float = 1.0) -> None:
+        self.deadline = time.monotonic() + time_limit_s + grace_s
+        self.child: Child | None = None
+        self.solved: tuple[int, float, FloatArray | None, float | None] | None = None
+        try:
+            self.child = Child.start(multiprocessing.get_context("fork"), _solve_child,
+                                     (program, objective_col, time_limit_s), daemon=True)
+        except AssertionError:
+            self.solved = program.solve(objective_col, time_limit_s)
+
+    def done(self) -> bool:
+        """Whether the answer is there (or the child is gone)."""
+        return self.child is None or self.child.conn.poll(0) or not self.child.process.is_alive()
+
+    def answer(self) -> tuple[int, float, FloatArray | None, float | None] | None:
+        """Status, value, solution and dual bound (:meth:`_Program.solve`); ``None`` when the child
+        gave no answer by the deadline.  Call once."""
+        if self.child is None:
+            return self.solved
+        try:
+            ready = self.child.conn.poll(max(0.0, self.deadline - time.monotonic()))
+            return self.child.receive() if ready else None
+        finally:
+            self.child.stop(1.0)
+
+
+@dataclass
+class HostRelaxationRun:
+    """A relaxation being solved (:func:`start_host_relaxation`); :meth:`result` waits for it."""
+
+    model: PipelineModel
+    solve: BackgroundSolve
+    counts: IntArray
+    lane_cost: list[FloatArray]
+    host_index: IntArray
+    started_s: float
+
+    def result(self) -> HostRelaxation:
+        answer = self.solve.answer()
+        if answer is None:
+            return HostRelaxation(0.0, float("inf"), None, self.host_index, "killed",
+                                  time.monotonic() - self.started_s)
+        status, value, sol, dual = answer
+        bound = dual if dual is not None and np.isfinite(dual) else 0.0
+        if status == 0 and sol is not None:
+            bound = max(bound, value)
+        host_of = None
+        if sol is not None:
+            host_of = host_lanes(self.model, np.rint(sol[self.counts]).astype(np.int64), self.lane_cost)
+        return HostRelaxation(bound * (1 - 1e-9), value, host_of, self.host_index,
+                              "optimal" if status == 0 else "time_limit", time.monotonic() - self.started_s)
+
+
+def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds,
+                          time_limit_s: float) -> HostRelaxationRun | None:
+    """The relaxation (module doc) handed to HiGHS for ``time_limit_s`` in the background; ``None``
+    where it does not apply (one host, a host per device, a program over
+    ``MAX_NONZEROS``)."""
+    started = time.monotonic()
+    hid = host_index(topo)
+    n_hosts, n = len(topo.hosts), topo.n_devices
+    s_, r, mb = model.n_stages, model.replicas, model.micro_batches
+    if n_hosts < 2 or n_hosts == n or s_ * r > n:
+        return None
+    size = np.bincount(hid, minlength=n_hosts)
+    e_ = model.n_edges
+    if e_ * n_hosts * n_hosts * 4 + s_ * n_hosts * n_hosts * (n_hosts + 2) > MAX_NONZEROS:
+        return None
+    src, dst = model.src.tolist(), model.dst.tolist()
+    f, b, k = model.f_s.tolist(), model.b_s.tolist(), model.k.tolist()
+    bw = np.array(costs.bandwidth_Bps, dtype=np.float64)
+    np.fill_diagonal(bw, 0.0)
+    lat = costs.latency_s[~np.eye(n, dtype=bool)]
+    lat_min = float(lat.min()) if lat.size else 0.0
+    cap = np.minimum(size, r)
+
+    p = _Program()
+    z = p.columns((s_, n_hosts), 0, np.broadcast_to(cap, (s_, n_hosts)), True)
+    w = p.columns((s_, n_hosts), 0, 1, True)
+    pair_cap = np.minimum(cap[:, None], cap[None, :])
+    x = p.columns((e_, n_hosts, n_hosts), 0, np.broadcast_to(pair_cap, (e_, n_hosts, n_hosts)), True)
+    v = p.columns((e_, n_hosts, n_hosts), 0, 1, True)
+    cf = p.columns((e_,), [fl for fl, _ in bounds.edge_floor], np.inf, False)
+    cb = p.columns((e_,), [gr for _, gr in bounds.edge_floor], np.inf, False)
+    ar = p.columns((s_,), bounds.ar_floor, np.inf, False)
+    e_t = p.columns((s_,), 0, np.inf, False)
+    g_t = p.columns((s_,), 0, np.inf, False)
+    l_t = p.columns((s_,), 0, np.inf, False)
+    end = int(p.columns((1,), 0, np.inf, False)[0])
+
+    hosts = np.arange(n_hosts)
+    lane_cost: list[FloatArray] = []
+    p.add(z, 1.0, r, r)  # every stage's R replicas
+    p.add(z.T, 1.0, -np.inf, size)  # host capacity
+    p.add(np.stack([z.reshape(-1), w.reshape(-1)], axis=1), np.stack([np.ones(s_ * n_hosts),
+                                                                       -np.tile(cap, s_).astype(np.float64)], axis=1),
+          -np.inf, 0.0)  # z <= cap w
+    p.add(np.stack([w.reshape(-1), z.reshape(-1)], axis=1), [1.0, -1.0], -np.inf, 0.0)  # w <= z
+    for j, (a, c) in enumerate(zip(src, dst, strict=True)):
+        # lanes out of a's hosts and into c's hosts
+        p.add(np.concatenate([x[j], z[a][:, None]], axis=1), np.r_[np.ones(n_hosts), -1.0], 0.0, 0.0)
+        p.add(np.concatenate([x[j].T, z[c][:, None]], axis=1), np.r_[np.ones(n_hosts), -1.0], 0.0, 0.0)
+        p.add(np.stack([x[j].reshape(-1), v[j].reshape(-1)], axis=1),
+              np.stack([np.ones(n_hosts * n_hosts), -pair_cap.reshape(-1).astype(np.float64)], axis=1), -np.inf, 0.0)
+        fwd = _block_min(costs.fwd[j], hid, n_hosts)
+        lane_cost.append(np.maximum(fwd, fwd.T))
+        for col, cost in ((cf[j], fwd), (cb[j], fwd.T)):
+            finite = np.isfinite(cost)
+            hh = np.flatnonzero(~finite.reshape(-1))
+            if len(hh):  # no channel at all (a host of one device with itself)
+                p.add(x[j].reshape(-1)[hh][:, None], 1.0, 0.0, 0.0)
+            live = np.flatnonzero(finite.reshape(-1) & (cost.reshape(-1) > 0))
+            if len(live):
+                p.add(np.stack([np.full(len(live), col), v[j].reshape(-1)[live]], axis=1),
+                      np.stack([np.ones(len(live)), -cost.reshape(-1)[live]], axis=1), 0.0, np.inf)
+    if r > 1:
+        ring_in = _intra_ring_Bps(bw, hid, n_hosts, r)
+        between = -_block_min(-bw, hid, n_hosts)  # widest channel between two hosts, either way
+        between = np.maximum(between, between.T)
+        np.fill_diagonal(between, 0.0)
+        for s in range(s_):
+            param = float(model.param_bytes[s])
+            if param <= 0:
+                continue
+            for h in range(n_hosts):
+                others = [int(o) for o in sorted(hosts[hosts != h], key=lambda o: -between[h, o])]
+                if ring_in[h] > 0:  # the whole ring inside h
+                    alone = float(ring_s(r, param, ring_in[h], lat_min))
+                    p.add([[ar[s], w[s, h], *w[s, others]]], [[1.0, -alone, *([alone] * len(others))]], 0.0, np.inf)
+                for pos, o in enumerate(others):  # o the widest used neighbour of h
+                    if between[h, o] <= 0:
+                        continue
+                    hop = float(ring_s(r, param, between[h, o], lat_min))
+                    better = w[s, others[:pos]]
+                    p.add([[ar[s], w[s, h], w[s, o], *better]], [[1.0, -hop, -hop, *([hop] * pos)]], -hop, np.inf)
+    for j, (a, c) in enumerate(zip(src, dst, strict=True)):
+        p.add([[e_t[c], e_t[a], cf[j]]], [[1.0, -1.0, -1.0]], f[a], np.inf)
+        p.add([[g_t[c], e_t[a], cf[j]]], [[1.0, -1.0, -float(k[c])]], f[a] + f[c], np.inf)
+        p.add([[g_t[a], g_t[c], cb[j]]], [[1.0, -1.0, -1.0]], b[c], np.inf)
+        p.add([[l_t[c], e_t[a], cf[j]]], [[1.0, -1.0, -float(mb)]], f[a] + f[c] + b[c], np.inf)
+        p.add([[l_t[a], l_t[c], cb[j]]], [[1.0, -1.0, -1.0]], b[a], np.inf)
+        p.add([[l_t[a], g_t[c], cb[j]]], [[1.0, -1.0, -float(mb)]], b[c] + b[a], np.inf)
+    for s in range(s_):
+        p.add([[g_t[s], e_t[s]]], [[1.0, -1.0]], k[s] * f[s], np.inf)
+        p.add([[l_t[s], e_t[s]]], [[1.0, -1.0]], mb * (f[s] + b[s]), np.inf)
+        p.add([[l_t[s], g_t[s]]], [[1.0, -1.0]], mb * b[s] + (mb - k[s]) * f[s], np.inf)
+        p.add([[end, l_t[s], ar[s]]], [[1.0, -1.0, -1.0]], 0.0, np.inf)
+    if p.nonzeros > MAX_NONZEROS:
+        return None
+    return HostRelaxationRun(model, BackgroundSolve(p, end, time_limit_s - (time.monotonic() - started)), z,
+                             lane_cost, hid, started)
+
+
+def host_lanes(model: PipelineModel, counts: IntArray, lane_cost: list[FloatArray]) -> IntArray:
+    """A host per replica (``S x R``) from the relaxation's counts ``[s, h]``: stages in pipeline
+    order (stage edges go forward), a stage without senders in host order, every other one by
+    an assignment of its lanes to its hosts' slots that first minimises the costliest lane
+    (``lane_cost[e][h, h']``: the dearer direction of edge ``e``'s transfer between the hosts,
+    the largest over the stage's senders) and then the sum; lanes are then ordered zigzag by the
+    host of the stage with the most parameters (up through every other lane, back through the
+    rest), so that its ring hops between neighbouring hosts."""
+    s_, r = model.n_stages, model.replicas
+    into: list[list[int]] = [[] for _ in range(s_)]
+    for j, c in enumerate(model.dst.tolist()):
+        into[c].append(j)
+    host_of = np.zeros((s_, r), dtype=np.int64)
+    for s in range(s_):
+        slots = np.repeat(np.arange(counts.shape[1]), counts[s])
+        if not into[s]:
+            host_of[s] = slots
+            continue
+        cost = np.zeros((r, r))
+        for j in into[s]:
+            cost = np.maximum(cost, lane_cost[j][host_of[int(model.src[j])]][:, slots])
+        values = np.unique(cost)
+        lo, hi = 0, len(values) - 1  # the least bottleneck an assignment of lanes to slots can have
+        while lo < hi:
+            mid = (lo + hi) // 2
+            rows, cols = linear_sum_assignment(cost > values[mid])
+            if (cost[rows, cols] > values[mid]).any():
+                lo = mid + 1
+            else:
+                hi = mid
+        scale = float(cost.sum()) + 1.0
+        rows, cols = linear_sum_assignment(cost + scale * (cost > values[lo]))
+        host_of[s, rows] = slots[cols]
+    by_host = np.argsort(host_of[int(np.argmax(model.param_bytes))], kind="stable")
+    zigzag = np.concatenate([by_host[0::2], by_host[1::2][::-1]])
+    return np.asarray(host_of[:, zigzag], dtype=np.int64)

@@ -1,0 +1,150 @@
+"""The host relaxation of the combined mapping objective (solvers.parmesan.mapping.hosts)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from solvers.generate import generate_topology
+from solvers.model.problem import Problem
+from solvers.parmesan.mapping import hosts
+from solvers.parmesan.mapping.combined import host_starts, make_combined_spec, map_stages_combined
+from solvers.parmesan.mapping.hosts import BackgroundSolve, HostRelaxation, host_lanes, start_host_relaxation
+from solvers.parmesan.mapping.pipeline import (
+    PipelineCosts,
+    PipelineModel,
+    assignment_bound_s,
+    combined_objective_s,
+    device_bounds,
+    pipeline_model,
+)
+from tests.solvers.parmesan.test_mapping_combined import brute_force, case
+from tests.strategies import examples
+
+
+def blk_case(seed: int, kind: str, s: int, r: int, n: int, nodes: int, mb: int = 4) -> tuple[PipelineModel, Problem]:
+    """A random DAG partition on Parmesan App. D-B's random host topologies."""
+    problem, stage_of = case(seed, s, r, n, mb, "1f1b", True)
+    topo = generate_topology(kind, devices=n, nodes=nodes, seed=seed)
+    problem = Problem(problem.graph, topo, "throughput", problem.settings)
+    return pipeline_model(problem, stage_of, s, r, mb), problem
+
+
+def relaxed(model: PipelineModel, problem: Problem, limit_s: float = 10.0) -> HostRelaxation:
+    costs = PipelineCosts.of(model, problem.topology)
+    run = start_host_relaxation(model, costs, problem.topology, device_bounds(model, costs, problem.topology), limit_s)
+    assert run is not None
+    return run.result()
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["random_blk_1", "random_blk_2", "labels"]),
+       shape=st.sampled_from([(2, 2, 5, 2), (3, 2, 6, 3), (2, 3, 7, 3), (2, 2, 4, 2), (3, 1, 6, 3)]),
+       mb=st.integers(1, 5))
+@example(seed=1, kind="random_blk_2", shape=(2, 3, 7, 3), mb=4)
+def test_host_bound_below_brute_force(seed: int, kind: str, shape: tuple[int, int, int, int], mb: int) -> None:
+    """Below the best mapping on host topologies and on random channels with arbitrary host
+    labels (the relaxation holds for any grouping of the devices)."""
+    s, r, n, nodes = shape
+    if kind == "labels":
+        problem, stage_of = case(seed, s, r, n, mb, "1f1b", True, symmetric=seed % 2 == 0)
+        model = pipeline_model(problem, stage_of, s, r, mb)
+    else:
+        model, problem = blk_case(seed, kind, s, r, n, nodes, mb)
+    relax = relaxed(model, problem)
+    assert relax.status == "optimal"
+    costs = PipelineCosts.of(model, problem.topology)
+    best = brute_force(model, costs, n)
+    assert relax.bound_s <= best * (1 + 1e-9)
+    assert relax.value_s <= best * (1 + 1e-9)
+
+
+def test_host_bound_sees_how_far_apart_lanes_are_forced() -> None:
+    """3 hosts in a line (bandwidth / distance between them), 3 stages of 2 replicas on 6
+    devices: the device-level bounds charge slow lanes the neighbouring hosts' bandwidth, the
+    relaxation sees the layouts the host sizes force, and reaches the optimum."""
+    model, problem = blk_case(0, "random_blk_2", 3, 2, 6, 3)
+    costs = PipelineCosts.of(model, problem.topology)
+    best = brute_force(model, costs, 6)
+    old, _ = assignment_bound_s(model, costs, problem.topology)
+    relax = relaxed(model, problem)
+    assert old < 0.8 * best
+    assert relax.bound_s == pytest.approx(best, rel=1e-3)
+    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 30, eps_rel=1e-9)
+    assert result.status == "optimal" and result.objective_s == pytest.approx(best, rel=1e-9)
+    assert result.stats["host_bound_s"] == pytest.approx(relax.bound_s)
+
+
+def test_host_lanes_keep_the_counts_and_the_least_costly_lanes() -> None:
+    """A chain of 3 stages of 4 replicas on 4 hosts in a line (a lane costs the distance)."""
+    ones = np.ones(3)
+    model = PipelineModel(3, 4, 4, ones, ones, np.array([0, 1]), np.array([1, 2]), np.ones(2),
+                          np.array([1.0, 1.0, 5.0]), np.array([3, 2, 1]))
+    counts = np.array([[4, 0, 0, 0], [1, 1, 2, 0], [0, 0, 1, 3]])
+    distance = np.abs(np.arange(4)[:, None] - np.arange(4)[None, :]).astype(np.float64)
+    host_of = host_lanes(model, counts, [distance] * 2)
+    for s in range(3):
+        assert np.bincount(host_of[s], minlength=4).tolist() == counts[s].tolist()
+    # the lane from host 0 goes two hosts on (to 2: the least bottleneck), the one from host 1
+    # then to 3 as well, the two from host 2 one host on (least sum within that bottleneck)
+    assert sorted((host_of[2] - host_of[1]).tolist()) == [1, 1, 2, 2]
+    # stage 2 (the most parameters) rings up and back: no hop skips a host
+    assert np.abs(np.diff(np.r_[host_of[2], host_of[2][:1]])).max() <= 1
+
+
+def test_host_starts_stay_in_their_hosts() -> None:
+    model, problem = blk_case(2, "random_blk_2", 3, 4, 16, 4)
+    topo = problem.topology
+    relax = relaxed(model, problem)
+    assert relax.host_of is not None
+    costs = PipelineCosts.of(model, topo)
+    _, g = assignment_bound_s(model, costs, topo)
+    starts = host_starts(make_combined_spec(model, topo, costs, g), relax, time.monotonic() + 10)
+    assert [name for name, _ in starts] == ["host-lanes", "host-stages"]
+    for _, place in starts:
+        assert np.array_equal(relax.host_index[place], relax.host_of)
+        assert len(set(place.reshape(-1).tolist())) == place.size
+        assert combined_objective_s(model, costs, place) >= relax.bound_s
+
+
+def test_not_built_where_it_cannot_help() -> None:
+    problem, stage_of = case(1, 2, 2, 6, 4, "1f1b", True)
+    model = pipeline_model(problem, stage_of, 2, 2, 4)
+    one_host = generate_topology("uniform_dist", devices=6, seed=1)  # every device on node0
+    costs = PipelineCosts.of(model, one_host)
+    assert start_host_relaxation(model, costs, one_host, device_bounds(model, costs, one_host), 5) is None
+
+
+def _hang(self: object, objective_col: int, time_limit_s: float) -> None:
+    time.sleep(60)
+
+
+def test_a_late_solve_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HiGHS past its own limit (a fault that cannot be caused on demand): the child is killed
+    at the limit plus the grace, the relaxation gives no bound, and the mapping goes on."""
+    monkeypatch.setattr(hosts._Program, "solve", _hang)
+    model, problem = blk_case(0, "random_blk_2", 3, 2, 6, 3)
+    started = time.monotonic()
+    relax = relaxed(model, problem, limit_s=0.5)
+    assert time.monotonic() - started < 5
+    assert relax.status == "killed" and relax.bound_s == 0.0 and relax.host_of is None
+    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 5)
+    assert result.stats["host_status"] == "killed"
+    assert combined_objective_s(model, PipelineCosts.of(model, problem.topology), result.place) == \
+        pytest.approx(result.objective_s)
+
+
+def test_background_solve_answers_once_ready() -> None:
+    model, problem = blk_case(0, "random_blk_2", 3, 2, 6, 3)
+    costs = PipelineCosts.of(model, problem.topology)
+    run = start_host_relaxation(model, costs, problem.topology, device_bounds(model, costs, problem.topology), 10)
+    assert run is not None and isinstance(run.solve, BackgroundSolve)
+    deadline = time.monotonic() + 10
+    while not run.solve.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run.solve.done()
+    assert run.result().status == "optimal"
