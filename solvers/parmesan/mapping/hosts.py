@@ -47,7 +47,7 @@ from scipy.sparse.csgraph import connected_components
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.pipeline import DeviceBounds, PipelineCosts, PipelineModel, ring_s
+from solvers.parmesan.mapping.pipeline import DeviceBounds, PipelineCosts, PipelineModel, iteration_bound_s, ring_s
 from solvers.supervise import Child
 
 # the relaxation is built only while it stays small: HiGHS' time per node grows with it
@@ -58,7 +58,8 @@ MAX_NONZEROS = 600_000
 class HostRelaxation:
     """``bound_s``: a proven lower bound of every mapping's combined objective; ``value_s`` the
     relaxation value of ``host_of`` (``S x R`` host per replica, lanes in ring order; ``None``
-    when HiGHS found no solution in time); ``status``: ``optimal`` or ``time_limit``."""
+    when HiGHS found no solution in time); ``status``: ``optimal``, ``time_limit``, ``killed`` (no
+    answer by the deadline) or ``cancelled`` (not needed any more)."""
 
     bound_s: float
     value_s: float
@@ -187,6 +188,7 @@ class BackgroundSolve:
     def __init__(self, program: _Program, objective_col: int, time_limit_s: float, grace_s: float = 1.0) -> None:
         self.deadline = time.monotonic() + time_limit_s + grace_s
         self.child: Child | None = None
+        self.cancelled = False
         self.solved: tuple[int, float, FloatArray | None, float | None] | None = None
         try:
             self.child = Child.start(multiprocessing.get_context("fork"), _solve_child,
@@ -196,11 +198,19 @@ class BackgroundSolve:
 
     def done(self) -> bool:
         """Whether the answer is there (or the child is gone)."""
-        return self.child is None or self.child.conn.poll(0) or not self.child.process.is_alive()
+        return self.cancelled or self.child is None or self.child.conn.poll(0) or not self.child.process.is_alive()
+
+    def cancel(self) -> None:
+        """Stop the child now (:meth:`answer` then gives ``None``)."""
+        if self.child is not None and not self.cancelled:
+            self.child.stop(1.0)
+        self.cancelled = True
 
     def answer(self) -> tuple[int, float, FloatArray | None, float | None] | None:
         """Status, value, solution and dual bound (:meth:`_Program.solve`); ``None`` when the child
         gave no answer by the deadline.  Call once."""
+        if self.cancelled:
+            return None
         if self.child is None:
             return self.solved
         try:
@@ -217,22 +227,27 @@ class HostRelaxationRun:
     model: PipelineModel
     solve: BackgroundSolve
     counts: IntArray
-    lane_cost: list[FloatArray]
+    lane_fwd: list[FloatArray]
+    hop_Bps: FloatArray
+    lat_min_s: float
     host_index: IntArray
     started_s: float
 
     def result(self) -> HostRelaxation:
         answer = self.solve.answer()
         if answer is None:
-            return HostRelaxation(0.0, float("inf"), None, self.host_index, "killed",
-                                  time.monotonic() - self.started_s)
+            return HostRelaxation(0.0, float("inf"), None, self.host_index,
+                                  "cancelled" if self.solve.cancelled else "killed", time.monotonic() - self.started_s)
         status, value, sol, dual = answer
         bound = dual if dual is not None and np.isfinite(dual) else 0.0
         if status == 0 and sol is not None:
             bound = max(bound, value)
         host_of = None
         if sol is not None:
-            host_of = host_lanes(self.model, np.rint(sol[self.counts]).astype(np.int64), self.lane_cost)
+            host_of = host_lanes(self.model, np.rint(sol[self.counts]).astype(np.int64),
+                                 [np.maximum(m, m.T) for m in self.lane_fwd])
+            host_of = settle_lanes(self.model, host_of, self.lane_fwd, self.hop_Bps, self.lat_min_s,
+                                   time.monotonic() + 0.05 * max(1.0, time.monotonic() - self.started_s))
         return HostRelaxation(bound * (1 - 1e-9), value, host_of, self.host_index,
                               "optimal" if status == 0 else "time_limit", time.monotonic() - self.started_s)
 
@@ -275,7 +290,7 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
     end = int(p.columns((1,), 0, np.inf, False)[0])
 
     hosts = np.arange(n_hosts)
-    lane_cost: list[FloatArray] = []
+    lane_fwd: list[FloatArray] = []
     p.add(z, 1.0, r, r)  # every stage's R replicas
     p.add(z.T, 1.0, -np.inf, size)  # host capacity
     p.add(np.stack([z.reshape(-1), w.reshape(-1)], axis=1), np.stack([np.ones(s_ * n_hosts),
@@ -289,7 +304,7 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
         p.add(np.stack([x[j].reshape(-1), v[j].reshape(-1)], axis=1),
               np.stack([np.ones(n_hosts * n_hosts), -pair_cap.reshape(-1).astype(np.float64)], axis=1), -np.inf, 0.0)
         fwd = _block_min(costs.fwd[j], hid, n_hosts)
-        lane_cost.append(np.maximum(fwd, fwd.T))
+        lane_fwd.append(fwd)
         for col, cost in ((cf[j], fwd), (cb[j], fwd.T)):
             finite = np.isfinite(cost)
             hh = np.flatnonzero(~finite.reshape(-1))
@@ -299,26 +314,51 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
             if len(live):
                 p.add(np.stack([np.full(len(live), col), v[j].reshape(-1)[live]], axis=1),
                       np.stack([np.ones(len(live)), -cost.reshape(-1)[live]], axis=1), 0.0, np.inf)
+        # a lane that leaves its host pays at least the cheapest transfer between two hosts:
+        # ``inside`` = 1 only when every lane stays in its host (tighter than ``v`` alone)
+        crossing = float(np.where(np.eye(n_hosts, dtype=bool), np.inf, fwd).min())
+        if 0 < crossing < np.inf:
+            inside = int(p.columns((1,), 0, 1, True)[0])
+            p.add([[*np.diagonal(x[j]), inside]], [[*np.ones(n_hosts), -float(r)]], 0.0, np.inf)
+            p.add([[cf[j], inside], [cb[j], inside]], [[1.0, crossing], [1.0, crossing]], crossing, np.inf)
     if r > 1:
         ring_in = _intra_ring_Bps(bw, hid, n_hosts, r)
         between = -_block_min(-bw, hid, n_hosts)  # widest channel between two hosts, either way
         between = np.maximum(between, between.T)
+        hop_bw = between.copy()  # a ring hop's bandwidth for the lanes' settling: inside a host,
+        inner = np.diagonal(between).copy()  # its ring bottleneck (its widest pair if under R devices)
+        np.fill_diagonal(hop_bw, np.where(ring_in > 0, ring_in, inner))
         np.fill_diagonal(between, 0.0)
+        alone_in = np.flatnonzero(ring_in > 0)  # hosts that can hold a whole ring
+        widest = float(between.max())
+        holds: list[list[int]] = [[] for _ in range(n_hosts)]
         for s in range(s_):
             param = float(model.param_bytes[s])
             if param <= 0:
                 continue
+            if widest > 0:
+                # ``one[h]`` = 1: the whole ring in host h (R of its devices); a ring over several
+                # hosts has a hop between two of them, at most the widest such channel
+                one = p.columns((len(alone_in),), 0, 1, True)
+                spread = float(ring_s(r, param, widest, lat_min))
+                gain = [spread - float(ring_s(r, param, ring_in[h], lat_min)) for h in alone_in]
+                p.add([[ar[s], *one]], [[1.0, *gain]], spread, np.inf)
+                if len(alone_in):
+                    p.add([one], 1.0, -np.inf, 1.0)
+                    p.add(np.stack([z[s, alone_in], one], axis=1), [1.0, -float(r)], 0.0, np.inf)
+                for h, col in zip(alone_in.tolist(), one.tolist(), strict=True):
+                    holds[h].append(col)
             for h in range(n_hosts):
                 others = [int(o) for o in sorted(hosts[hosts != h], key=lambda o: -between[h, o])]
-                if ring_in[h] > 0:  # the whole ring inside h
-                    alone = float(ring_s(r, param, ring_in[h], lat_min))
-                    p.add([[ar[s], w[s, h], *w[s, others]]], [[1.0, -alone, *([alone] * len(others))]], 0.0, np.inf)
                 for pos, o in enumerate(others):  # o the widest used neighbour of h
-                    if between[h, o] <= 0:
-                        continue
+                    if between[h, o] <= 0 or between[h, o] >= widest:
+                        continue  # no channel, or no more than the spread row above asks
                     hop = float(ring_s(r, param, between[h, o], lat_min))
                     better = w[s, others[:pos]]
                     p.add([[ar[s], w[s, h], w[s, o], *better]], [[1.0, -hop, -hop, *([hop] * pos)]], -hop, np.inf)
+        for h in alone_in.tolist():  # host h holds at most |h| // R whole rings
+            if holds[h]:
+                p.add([holds[h]], 1.0, -np.inf, float(size[h] // r))
     for j, (a, c) in enumerate(zip(src, dst, strict=True)):
         p.add([[e_t[c], e_t[a], cf[j]]], [[1.0, -1.0, -1.0]], f[a], np.inf)
         p.add([[g_t[c], e_t[a], cf[j]]], [[1.0, -1.0, -float(k[c])]], f[a] + f[c], np.inf)
@@ -334,7 +374,7 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
     if p.nonzeros > MAX_NONZEROS:
         return None
     return HostRelaxationRun(model, BackgroundSolve(p, end, time_limit_s - (time.monotonic() - started)), z,
-                             lane_cost, hid, started)
+                             lane_fwd, hop_bw if r > 1 else np.zeros((n_hosts, n_hosts)), lat_min, hid, started)
 
 
 def host_lanes(model: PipelineModel, counts: IntArray, lane_cost: list[FloatArray]) -> IntArray:
@@ -373,3 +413,53 @@ def host_lanes(model: PipelineModel, counts: IntArray, lane_cost: list[FloatArra
     by_host = np.argsort(host_of[int(np.argmax(model.param_bytes))], kind="stable")
     zigzag = np.concatenate([by_host[0::2], by_host[1::2][::-1]])
     return np.asarray(host_of[:, zigzag], dtype=np.int64)
+
+
+def _host_objective(model: PipelineModel, host_of: IntArray, lane_fwd: list[FloatArray], hop_Bps: FloatArray,
+                    lat_min_s: float) -> tuple[float, float]:
+    """The objective of a host layout with every lane at its hosts' cheapest transfer and every
+    ring at its hops' host bandwidths (``hop_Bps``), and the sum of those terms (a tie-break)."""
+    r = model.replicas
+    cf, cb, ar = [], [], []
+    for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
+        cf.append(float(lane_fwd[j][host_of[a], host_of[c]].max()))
+        cb.append(float(lane_fwd[j][host_of[c], host_of[a]].max()))
+    for s in range(model.n_stages):
+        bottleneck = float(hop_Bps[host_of[s], np.roll(host_of[s], -1)].min()) if r > 1 else np.inf
+        with np.errstate(divide="ignore"):
+            ar.append(float(ring_s(r, float(model.param_bytes[s]), bottleneck, lat_min_s)))
+    return float(iteration_bound_s(model, cf, cb, ar)), sum(cf) + sum(cb) + sum(ar)
+
+
+def settle_lanes(model: PipelineModel, host_of: IntArray, lane_fwd: list[FloatArray], hop_Bps: FloatArray,
+                 lat_min_s: float, deadline: float) -> IntArray:
+    """Swaps of two lanes' hosts, in one stage or in a stage and every stage after it on the
+    stage graph (which keeps the lanes' pairing downstream), kept while the layout's host
+    objective (:func:`_host_objective`) falls (then its sum of terms), until none does or the
+    deadline: the relaxation's flows may disagree over a DAG's edges, its layout's lanes must not."""
+    s_ = model.n_stages
+    after = [{s} for s in range(s_)]
+    for s in reversed(range(s_)):
+        for a, c in zip(model.src.tolist(), model.dst.tolist(), strict=True):
+            if a == s:
+                after[s] |= after[c]
+    groups = [np.array([s]) for s in range(s_)] + [np.array(sorted(g)) for g in after if len(g) > 1]
+    place = host_of.copy()
+    best = _host_objective(model, place, lane_fwd, hop_Bps, lat_min_s)
+    better = True
+    while better and time.monotonic() < deadline:
+        better = False
+        for rows in groups:
+            head = place[rows[0]]
+            for i in range(model.replicas):
+                for k in (np.flatnonzero(head[i + 1:] != head[i]) + i + 1).tolist():
+                    pair, swapped = np.ix_(rows, np.array([i, k])), np.ix_(rows, np.array([k, i]))
+                    place[pair] = place[swapped]
+                    value = _host_objective(model, place, lane_fwd, hop_Bps, lat_min_s)
+                    if value < best:
+                        best, better = value, True
+                    else:
+                        place[pair] = place[swapped]
+                if time.monotonic() > deadline:
+                    return place
+    return place

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from solvers.generate import generate_topology
 from solvers.model.problem import Problem
 from solvers.parmesan.mapping import hosts
-from solvers.parmesan.mapping.combined import host_starts, make_combined_spec, map_stages_combined
+from solvers.parmesan.mapping.combined import host_start, make_combined_spec, map_stages_combined
 from solvers.parmesan.mapping.hosts import BackgroundSolve, HostRelaxation, host_lanes, start_host_relaxation
 from solvers.parmesan.mapping.pipeline import (
     PipelineCosts,
@@ -96,19 +96,21 @@ def test_host_lanes_keep_the_counts_and_the_least_costly_lanes() -> None:
     assert np.abs(np.diff(np.r_[host_of[2], host_of[2][:1]])).max() <= 1
 
 
-def test_host_starts_stay_in_their_hosts() -> None:
+def test_host_start_stays_in_its_hosts() -> None:
     model, problem = blk_case(2, "random_blk_2", 3, 4, 16, 4)
     topo = problem.topology
     relax = relaxed(model, problem)
     assert relax.host_of is not None
     costs = PipelineCosts.of(model, topo)
     _, g = assignment_bound_s(model, costs, topo)
-    starts = host_starts(make_combined_spec(model, topo, costs, g), relax, time.monotonic() + 10)
-    assert [name for name, _ in starts] == ["host-lanes", "host-stages"]
-    for _, place in starts:
-        assert np.array_equal(relax.host_index[place], relax.host_of)
-        assert len(set(place.reshape(-1).tolist())) == place.size
-        assert combined_objective_s(model, costs, place) >= relax.bound_s
+    stats: dict[str, int] = {}
+    found = host_start(make_combined_spec(model, topo, costs, g), relax, relax.bound_s, time.monotonic() + 5, 0, stats)
+    assert found is not None and found[0] in ("host-lanes", "host-stages")
+    place = found[1]
+    assert np.array_equal(relax.host_index[place], relax.host_of)
+    assert len(set(place.reshape(-1).tolist())) == place.size
+    assert combined_objective_s(model, costs, place) >= relax.bound_s
+    assert stats["improve_tries"] >= 1
 
 
 def test_not_built_where_it_cannot_help() -> None:
