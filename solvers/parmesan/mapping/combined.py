@@ -22,7 +22,7 @@ target with batched targets, §V-B), same inner DFS structure as
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -247,7 +247,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 
 def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
             stats: dict[str, Any], eps_rel: float = 1e-3, patience: int | None = None,
-            allowed_at: BoolArray | None = None) -> tuple[IntArray, float]:
+            allowed_at: BoolArray | None = None, stop: Callable[[], bool] | None = None) -> tuple[IntArray, float]:
     """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
     stages' rings, a ring and two lanes, a few random replicas, the lanes at a costly hop (the
     narrowest hop of a ring drawn in proportion to its all-reduce time, or the slowest lane of an
@@ -257,7 +257,8 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     budget), keep any improvement; each kind of move is drawn in proportion to (its improvements + 1) / (its
     seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after
     ``patience`` tries in a row without improvement (default ``4 S R``, at least 20);
-    ``allowed_at`` (``S x R x n``) restricts the devices each replica may take.
+    ``allowed_at`` (``S x R x n``) restricts the devices each replica may take; ``stop()`` true
+    ends it early.
     Every mapping it returns is complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
@@ -267,7 +268,8 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     kinds = 7 if len(np.unique(spec.hosts)) > 1 else 6
     spent = np.zeros(kinds)  # seconds and improvements per kind of move: kinds are drawn by their yield
     gained = np.zeros(kinds)
-    while time.monotonic() < deadline and value - floor_s > eps_rel * value and idle < patience:
+    while (time.monotonic() < deadline and value - floor_s > eps_rel * value and idle < patience
+           and not (stop is not None and stop())):
         tries += 1
         idle += 1
         fixed = place.copy()
@@ -338,11 +340,7 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
     cands = [("consecutive", consecutive_mapping(s, r)), ("p2p", p2p_mapping(s, r)), *zigzag_starts(model)]
     cands += [(f"random{k}", random_mapping(s, r, n, seed + k)) for k in range(RANDOM_STARTS)]
     cands += list(starts)
-    by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=[[] for _ in spec.order])
-    for name, greedy_spec in (("greedy-lanes", spec), ("greedy-stages", by_stage)):
-        outcome, found, _ = search_combined(greedy_spec, float("inf"), deadline, 50 * s * r)
-        if outcome == "found" and found is not None:
-            cands.append((name, found))
+    cands += greedy_dives(spec, deadline, "greedy")
     scored = [(combined_objective_s(model, costs, p), k, name, p) for k, (name, p) in enumerate(cands)]
     value, _, name, place = min(scored, key=lambda t: (t[0], t[1]))
     return place, value, name
@@ -443,6 +441,23 @@ def _widest_chain(bw: FloatArray, devices: IntArray) -> list[int]:
     return chain
 
 
+def greedy_dives(spec: CombinedSpec, deadline: float, prefix: str,
+                 allowed_at: BoolArray | None = None) -> list[tuple[str, IntArray]]:
+    """Alg. 2 without a target (each replica on its best device by the partial objective), lane
+    by lane and stage by stage (``prefix-lanes``, ``prefix-stages``); ``allowed_at``: the devices
+    each replica may take (the order's symmetry breaking is then off)."""
+    s, r = spec.model.n_stages, spec.model.replicas
+    plain: list[list[int]] = [[] for _ in spec.order]
+    by_lane = spec if allowed_at is None else replace(spec, order_after=plain)
+    by_stage = replace(spec, order=[(t, i) for t in range(s) for i in range(r)], order_after=plain)
+    out = []
+    for name, greedy_spec in ((f"{prefix}-lanes", by_lane), (f"{prefix}-stages", by_stage)):
+        outcome, found, _ = search_combined(greedy_spec, float("inf"), deadline, 50 * s * r, None, allowed_at)
+        if outcome == "found" and found is not None:
+            out.append((name, found))
+    return out
+
+
 def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadline: float, seed: int,
                stats: dict[str, Any]) -> tuple[str, IntArray] | None:
     """A mapping that follows the host relaxation's layout (:mod:`solvers.parmesan.mapping.hosts`):
@@ -453,16 +468,9 @@ def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadli
     as the layout: random_blk_2 (16,4), 1.24 s after the dive, 1.10 s after 10 s of search)."""
     if relax.host_of is None:
         return None
-    s_, r = relax.host_of.shape
     allowed_at = relax.host_index[None, None, :] == relax.host_of[:, :, None]
-    free = replace(spec, order_after=[[] for _ in spec.order])
-    dives = []
-    for name, order in (("host-lanes", [(t, i) for i in range(r) for t in range(s_)]),
-                        ("host-stages", [(t, i) for t in range(s_) for i in range(r)])):
-        outcome, found, _ = search_combined(replace(free, order=order), float("inf"), deadline, 50 * s_ * r,
-                                            None, allowed_at)
-        if outcome == "found" and found is not None:
-            dives.append((combined_objective_s(spec.model, spec.costs, found), name, found))
+    dives = [(combined_objective_s(spec.model, spec.costs, p), name, p)
+             for name, p in greedy_dives(spec, deadline, "host", allowed_at)]
     if not dives:
         return None
     value, name, place = min(dives, key=lambda t: t[0])
@@ -521,14 +529,11 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
                                                  [*starts, *packed])
     waited = {"host_wait_tries": 0, "host_wait_moves": 0}
-    while (running is not None and not running.solve.done() and time.monotonic() < running.solve.deadline
-           and t_r - bound > eps_rel * t_r):
-        # while HiGHS works: the search improves the best start, a second at a time
+    if running is not None:  # while HiGHS works: the search improves the best start
         sub: dict[str, Any] = {}
-        place, t_r = improve(spec, place, t_r, bound, min(running.solve.deadline, time.monotonic() + 1.0),
-                             seed + 1000 + waited["host_wait_tries"], sub, eps_rel)
-        waited["host_wait_tries"] += sub["improve_tries"]
-        waited["host_wait_moves"] += sub["improve_moves"]
+        place, t_r = improve(spec, place, t_r, bound, running.solve.deadline, seed + 1000, sub, eps_rel,
+                             patience=1 << 60, stop=running.solve.done)
+        waited = {"host_wait_tries": sub["improve_tries"], "host_wait_moves": sub["improve_moves"]}
     if running is not None and t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
         running.solve.cancel()
     relax = running.result() if running is not None else None
@@ -536,6 +541,7 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     host_stats: dict[str, Any] = {}
     if relax is not None:
         bound = max(bound, relax.bound_s)
+    if relax is not None and relax.value_s < t_r:  # its layout may beat the incumbent
         found = host_start(spec, relax, bound, time.monotonic() + HOST_SEARCH_SHARE * max(0.0, deadline - started),
                            seed, host_stats)
         if found is not None:  # the incumbent if best, a start of the search if close

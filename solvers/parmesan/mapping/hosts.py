@@ -42,12 +42,18 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
-from scipy.sparse import coo_matrix, csr_matrix
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse import coo_matrix
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.pipeline import DeviceBounds, PipelineCosts, PipelineModel, iteration_bound_s, ring_s
+from solvers.parmesan.mapping.pipeline import (
+    DeviceBounds,
+    PipelineCosts,
+    PipelineModel,
+    component_threshold_Bps,
+    iteration_bound_s,
+    ring_s,
+)
 from solvers.supervise import Child
 
 # the relaxation is built only while it stays small: HiGHS' time per node grows with it
@@ -92,22 +98,8 @@ def _intra_ring_Bps(bw: FloatArray, hid: IntArray, n_hosts: int, replicas: int) 
     out = np.zeros(n_hosts)
     for h in range(n_hosts):
         members = np.flatnonzero(hid == h)
-        if len(members) < replicas:
-            continue
-        sub = np.maximum(bw[np.ix_(members, members)], bw[np.ix_(members, members)].T)
-        np.fill_diagonal(sub, 0.0)
-        values = np.unique(sub[sub > 0])
-        lo, hi = 0, len(values) - 1  # the largest value whose threshold graph has a big component
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            _, label = connected_components(csr_matrix(sub >= values[mid]), directed=False)
-            if np.bincount(label).max() >= replicas:
-                lo = mid
-            else:
-                hi = mid - 1
-        if len(values):
-            _, label = connected_components(csr_matrix(sub >= values[lo]), directed=False)
-            out[h] = values[lo] if np.bincount(label).max() >= replicas else 0.0
+        if len(members) >= replicas:
+            out[h] = float(component_threshold_Bps(bw[np.ix_(members, members)], replicas).max())
     return out
 
 

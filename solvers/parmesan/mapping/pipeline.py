@@ -227,10 +227,10 @@ class DeviceBounds:
     ar_at: list[FloatArray]
 
 
-def _spanning_merges(topo: Topology) -> list[tuple[int, int, float]]:
+def _spanning_merges(bandwidth_Bps: FloatArray) -> list[tuple[int, int, float]]:
     """Kruskal's merges of the maximum spanning forest on ``max(bw[a, b], bw[b, a])``, widest first:
     the components of every threshold graph {pairs with bandwidth >= beta} are unions along them."""
-    bw = np.maximum(topo.bandwidth_Bps, topo.bandwidth_Bps.T).astype(np.float64)
+    bw = np.maximum(bandwidth_Bps, bandwidth_Bps.T).astype(np.float64)
     np.fill_diagonal(bw, 0.0)
     # weights decreasing in bandwidth; an infinite channel weighs least
     with np.errstate(divide="ignore"):
@@ -240,10 +240,10 @@ def _spanning_merges(topo: Topology) -> list[tuple[int, int, float]]:
     return [(x, y, float(bw[x, y])) for x, y in pairs]
 
 
-def _component_threshold_Bps(topo: Topology, size: int) -> FloatArray:
+def component_threshold_Bps(bandwidth_Bps: FloatArray, size: int) -> FloatArray:
     """Per device: the largest ``beta`` such that its component in {pairs with bandwidth >= beta}
     (either direction) holds at least ``size`` devices (``0`` if never)."""
-    n = topo.n_devices
+    n = len(bandwidth_Bps)
     out = np.zeros(n)
     if size > n:
         return out
@@ -257,7 +257,7 @@ def _component_threshold_Bps(topo: Topology, size: int) -> FloatArray:
             x = parent[x]
         return x
 
-    for x, y, beta in _spanning_merges(topo):
+    for x, y, beta in _spanning_merges(bandwidth_Bps):
         rx, ry = root(x), root(y)
         if rx == ry:
             continue
@@ -290,7 +290,7 @@ def device_bounds(model: PipelineModel, costs: PipelineCosts, topo: Topology) ->
         floors.append((max(fo, fi), max(fo, fi)))
     bw = np.where(off, costs.bandwidth_Bps, 0.0)
     lat = np.where(off, costs.latency_s, np.inf)
-    ring_bw = np.minimum(np.minimum(bw.max(axis=1), bw.max(axis=0)), _component_threshold_Bps(topo, r)) if r > 1 \
+    ring_bw = np.minimum(np.minimum(bw.max(axis=1), bw.max(axis=0)), component_threshold_Bps(topo.bandwidth_Bps, r)) if r > 1 \
         else np.full(n, np.inf)
     ring_lat = np.maximum(lat.min(axis=1), lat.min(axis=0)) if n > 1 else np.zeros(n)
     ar_at, ar_floor = [], []
@@ -403,7 +403,7 @@ def _components_by_beta(topo: Topology) -> list[tuple[float, IntArray]]:
     """``(beta, sizes)`` pairs, ``beta`` descending over the spanning merges' bandwidths: ``sizes`` =
     the component sizes of {pairs with bandwidth > beta} (either direction)."""
     groups = _UnionFind(topo.n_devices)
-    merges = _spanning_merges(topo)
+    merges = _spanning_merges(topo.bandwidth_Bps)
     out: list[tuple[float, IntArray]] = []
     k = 0
     while k < len(merges):

@@ -13,7 +13,14 @@ from solvers.generate import generate_topology
 from solvers.model.problem import Problem
 from solvers.parmesan.mapping import hosts
 from solvers.parmesan.mapping.combined import host_start, make_combined_spec, map_stages_combined
-from solvers.parmesan.mapping.hosts import BackgroundSolve, HostRelaxation, host_lanes, start_host_relaxation
+from solvers.parmesan.mapping.hosts import (
+    BackgroundSolve,
+    HostRelaxation,
+    _host_objective,
+    host_lanes,
+    settle_lanes,
+    start_host_relaxation,
+)
 from solvers.parmesan.mapping.pipeline import (
     PipelineCosts,
     PipelineModel,
@@ -94,6 +101,25 @@ def test_host_lanes_keep_the_counts_and_the_least_costly_lanes() -> None:
     assert sorted((host_of[2] - host_of[1]).tolist()) == [1, 1, 2, 2]
     # stage 2 (the most parameters) rings up and back: no hop skips a host
     assert np.abs(np.diff(np.r_[host_of[2], host_of[2][:1]])).max() <= 1
+
+
+def test_settling_pairs_the_lanes_again_downstream() -> None:
+    """A chain of 4 stages of 2 replicas on 2 hosts, whose stages 2 and 3 swapped their lanes:
+    edge 1 -> 2 crosses between the hosts.  No swap inside one stage helps (stage 2's moves the
+    crossing to the heavier 2 -> 3, stage 1's to the heavier 0 -> 1), swapping stage 2 and all
+    after it mends it."""
+    ones = np.ones(4)
+    model = PipelineModel(4, 2, 4, ones, ones, np.array([0, 1, 2]), np.array([1, 2, 3]),
+                          np.array([300.0, 100.0, 200.0]), np.zeros(4), np.array([4, 3, 2, 1]))
+    apart = np.array([[0.0, 1.0], [1.0, 0.0]])
+    lane_fwd = [apart * m for m in model.lane_bytes.tolist()]
+    crossed = np.array([[0, 1], [0, 1], [1, 0], [1, 0]])
+    hop = np.full((2, 2), 1.0)
+    settled = settle_lanes(model, crossed, lane_fwd, hop, 0.0, time.monotonic() + 10)
+    assert _host_objective(model, settled, lane_fwd, hop, 0.0) < _host_objective(model, crossed, lane_fwd, hop, 0.0)
+    assert (settled == settled[0]).all()  # every lane in one host
+    for s in range(4):
+        assert sorted(settled[s].tolist()) == [0, 1]
 
 
 def test_host_start_stays_in_its_hosts() -> None:
