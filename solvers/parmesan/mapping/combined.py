@@ -254,12 +254,11 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     edge drawn in proportion to its transfer times, with two random lanes), or (two hosts or more)
     up to 24 replicas on two hosts, one of them holding a device of a costly hop or lane, of the
     incumbent and re-place them with Alg. 2 (target just below the incumbent, a small node
-    budget), keep any improvement; each kind of move is drawn in proportion to (its improvements + 1) / (its
-    seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven ``floor_s``, or after
-    ``patience`` tries in a row without improvement (default ``4 S R``, at least 20);
-    ``allowed_at`` (``S x R x n``) restricts the devices each replica may take; ``stop()`` true
-    ends it early.
-    Every mapping it returns is complete and valid."""
+    budget), keep any improvement; each kind of move is drawn in proportion to (its improvements
+    + 1) / (its seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven
+    ``floor_s``, after ``patience`` tries in a row without improvement (default ``4 S R``, at
+    least 20), or when ``stop()`` says so; ``allowed_at`` (``S x R x n``) restricts the devices
+    each replica may take.  Every mapping it returns is complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
@@ -413,6 +412,25 @@ def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
     return place
 
 
+def packing_starts(model: PipelineModel, topo: Topology, costs: PipelineCosts,
+                   witnesses: Sequence[tuple[float, float, tuple[tuple[int, int], ...]]]) -> list[tuple[str, IntArray]]:
+    """The ``PACKING_STARTS`` best mappings (by the combined objective) built by
+    :func:`packing_mapping` from the conflict bound's leaves with the largest values and from
+    each of them with one fast lane element made slow: smaller groups leave the slow hosts to
+    lanes that can afford them (random_blk_1 (8,32): a leaf's stages 0-1-2-3-7 kept together put
+    one lane group on a host 26x slower than the best; with 2 -> 3 and 3 -> 7 slow, stage 3 takes
+    that host and the mapping starts 3 % lower)."""
+    found: dict[tuple[float, tuple[tuple[int, int], ...]], IntArray] = {}
+    for _, beta, fast in sorted(witnesses, reverse=True)[:PACKING_STARTS]:
+        lanes = [e for e in fast if e[0] == 1]
+        for drop in [None, *lanes]:
+            kept = tuple(e for e in fast if e != drop)
+            if (beta, kept) not in found and (p := packing_mapping(model, topo, beta, kept)) is not None:
+                found[(beta, kept)] = p
+    scored = sorted((combined_objective_s(model, costs, p), k, p) for k, p in enumerate(found.values()))
+    return [(f"packing{k}", p) for k, (_, _, p) in enumerate(scored[:PACKING_STARTS])]
+
+
 def _packing_quota(groups: list[int], components: list[int]) -> dict[tuple[int, int], int]:
     """How many groups of each size each component takes in an exact packing (HiGHS; empty when
     none is found)."""
@@ -524,8 +542,7 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     bound, g = assignment_bound_s(model, costs, topo, started + 0.1 * max(0.0, deadline - started), witnesses,
                                   bounds)
     spec = make_combined_spec(model, topo, costs, g, bounds)
-    packed = [(f"packing{k}", p) for k, (_, beta, fast) in enumerate(sorted(witnesses, reverse=True)[:PACKING_STARTS])
-              if (p := packing_mapping(model, topo, beta, fast)) is not None]
+    packed = packing_starts(model, topo, costs, witnesses)
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
                                                  [*starts, *packed])
     waited = {"host_wait_tries": 0, "host_wait_moves": 0}
