@@ -22,6 +22,7 @@ from solvers.parmesan.mapping.combined import (
     make_combined_spec,
     map_stages_combined,
     packing_mapping,
+    packing_starts,
     search_combined,
 )
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
@@ -230,6 +231,25 @@ def test_conflict_bound_adds_slow_elements_up(seed: int, mb: int, single: float)
     place = packing_mapping(model, problem.topology, beta, fast)
     assert place is not None and sorted(place.reshape(-1).tolist()) == list(range(6))
     assert optimum <= combined_objective_s(model, costs, place) <= optimum * 1.001
+
+
+@pytest.mark.parametrize("seed", [2, 4, 5])
+def test_packing_starts_are_the_best_of_the_leaves_and_their_variants(seed: int) -> None:
+    """The starts are valid mappings in order of the combined objective, none worse than the
+    mapping of the best leaf itself."""
+    problem, stage_of = case(seed, 3, 2, 6, 4, "1f1b", True, blocky=True)
+    model = pipeline_model(problem, stage_of, 3, 2, 4)
+    costs = PipelineCosts.of(model, problem.topology)
+    witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
+    conflict_bound_s(model, costs, problem.topology, device_bounds(model, costs, problem.topology),
+                     witnesses=witnesses)
+    starts = packing_starts(model, problem.topology, costs, witnesses)
+    values = [combined_objective_s(model, costs, p) for _, p in starts]
+    assert 1 <= len(starts) <= 3 and values == sorted(values)
+    assert all(sorted(p.reshape(-1).tolist()) == list(range(6)) for _, p in starts)
+    _, beta, fast = max(witnesses)
+    leaf = packing_mapping(model, problem.topology, beta, fast)
+    assert leaf is not None and values[0] <= combined_objective_s(model, costs, leaf)
 
 
 @pytest.mark.parametrize(("n_stages", "replicas", "n_devices"), [(1, 1, 1), (1, 1, 3), (2, 1, 2), (1, 3, 3)])
