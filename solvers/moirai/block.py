@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solvers.model.errors import require
-from solvers.moirai.bounds import TaskBounds, least_durations_s
+from solvers.moirai.bounds import TaskBounds
 from solvers.moirai.instance import Instance
 from solvers.moirai.window import strong_cumulative
 
@@ -54,7 +54,7 @@ class Block:
         self.tick_s = horizon_s / ticks
         self.n_ticks = ticks
         self.p = inst.n_devices
-        d = least_durations_s(inst)
+        d = bounds.least_s
         self.dur = {t: self._ticks(float(d[t])) for t in self.tasks}
         self.head = {t: self._ticks(float(bounds.head_s[t])) for t in self.tasks}
         self.tail = {t: self._ticks(float(bounds.tail_s[t])) for t in self.tasks}

@@ -46,11 +46,13 @@ SHAVE = 1e-9  # relative
 @dataclass(frozen=True)
 class TaskBounds:
     """``head_s[t]`` / ``tail_s[t]``: proven least start of ``t`` / time from its end to the
-    makespan; ``bound_s``: the proven lower bound on the makespan."""
+    makespan; ``bound_s``: the proven lower bound on the makespan; ``least_s[t]``: the task's
+    least duration (:func:`least_durations_s`), which they are computed with."""
 
     head_s: FloatArray
     tail_s: FloatArray
     bound_s: float
+    least_s: FloatArray
 
 
 def least_durations_s(inst: Instance) -> FloatArray:
@@ -117,7 +119,7 @@ def critical_block(inst: Instance, bounds: TaskBounds) -> list[int]:
     n, p = inst.n_tasks, inst.n_devices
     if not 0 < n <= ENERGY_MAX_TASKS or p < 2:
         return []
-    d, head, tail = least_durations_s(inst), bounds.head_s, bounds.tail_s
+    d, head, tail = bounds.least_s, bounds.head_s, bounds.tail_s
     deadline = bounds.bound_s - tail
     best, block = -np.inf, np.zeros(n, dtype=bool)
     for t1, later, need in _mandatory_parts(d, head, deadline):
@@ -153,4 +155,4 @@ def task_bounds(inst: Instance, upper_s: float | None = None) -> TaskBounds | No
                     lo = mid
                 else:
                     hi = mid
-    return TaskBounds(head, tail, lo * (1 - SHAVE))
+    return TaskBounds(head, tail, lo * (1 - SHAVE), d)
