@@ -91,6 +91,8 @@ def optimal_breakpoints(src_pos: IntArray, dst_pos: IntArray, edge_cost_s: Float
     c = np.asarray(edge_cost_s, dtype=np.float64)
     out_s = np.bincount(src_pos, weights=c, minlength=n)
     prefix_out = np.concatenate([[0.0], np.cumsum(out_s)])  # P[j] = sum of out(k), k < j
+    if r_max == 1:  # clusters of one node: every edge is cut, summed as the DP below sums it
+        return np.arange(n, dtype=np.int64), float(np.cumsum(np.diff(prefix_out))[-1]) if n else 0.0
     span = dst_pos + 1 - src_pos  # the edge is inside [i, j) iff i <= src and j >= src + span
     keep = span <= r_max
     e_src, e_span, e_c = src_pos[keep], span[keep], c[keep]
@@ -162,10 +164,6 @@ def fuse(graph: OpGraph, seq: IntArray, edge_cost_s: FloatArray, mem_bytes: Floa
     n = graph.n_ops
     pos = np.empty(n, dtype=np.int64)
     pos[seq] = np.arange(n)
-    if exploration_range <= 1 and n:  # clusters of one op: every edge is cut, summed as the DP sums it
-        out_s = np.bincount(pos[graph.edge_src], weights=np.asarray(edge_cost_s, dtype=np.float64), minlength=n)
-        prefix_out = np.concatenate([[0.0], np.cumsum(out_s)])
-        return Fusion(seq, np.arange(n, dtype=np.int64), pos, float(np.cumsum(np.diff(prefix_out))[-1]))
     starts, cut = optimal_breakpoints(pos[graph.edge_src], pos[graph.edge_dst], edge_cost_s, mem_bytes[seq],
                                       exploration_range, memory_cap_bytes,
                                       None if singleton is None else singleton[seq],
