@@ -44,6 +44,7 @@ from solvers.parmesan.mapping.pipeline import (
     combined_objective_s,
     device_bounds,
     edge_costs,
+    fast_components,
     iteration_bound_s,
     packing_milp,
     ring_s,
@@ -361,25 +362,9 @@ def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
     n_comp, label = connected_components(csr_matrix(bw > beta_Bps), directed=False)
     free = [_widest_chain(bw, np.flatnonzero(label == c)) for c in range(n_comp)]
     quality = [float(bw[np.ix_(m, m)].sum()) / (len(m) * (len(m) - 1)) if len(m) > 1 else 0.0 for m in free]
-    stages = list(range(s_))
-
-    def root(x: int) -> int:
-        while stages[x] != x:
-            x = stages[x]
-        return x
-
-    ringed = set()
-    for kind, idx in fast:
-        if kind == 1:
-            a, c = root(int(model.src[idx])), root(int(model.dst[idx]))
-            stages[max(a, c)] = min(a, c)
-    for kind, idx in fast:
-        if kind == 0:
-            ringed.add(root(idx))
     groups: list[list[tuple[int, int]]] = []
-    for x in sorted({root(t) for t in range(s_)}):
-        members = [t for t in range(s_) if root(t) == x]
-        if x in ringed:
+    for members, ringed in fast_components(model, fast):
+        if ringed:
             groups.append([(t, i) for i in range(r) for t in members])
         else:
             groups += [[(t, i) for t in members] for i in range(r)]

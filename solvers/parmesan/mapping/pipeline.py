@@ -247,26 +247,11 @@ def component_threshold_Bps(bandwidth_Bps: FloatArray, size: int) -> FloatArray:
     out = np.zeros(n)
     if size > n:
         return out
-    parent = list(range(n))
-    members: dict[int, list[int]] = {d: [d] for d in range(n)}
+    groups = _UnionFind(n)
     done = np.zeros(n, dtype=bool)
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
     for x, y, beta in _spanning_merges(bandwidth_Bps):
-        rx, ry = root(x), root(y)
-        if rx == ry:
-            continue
-        if len(members[rx]) < len(members[ry]):
-            rx, ry = ry, rx
-        parent[ry] = rx
-        members[rx].extend(members.pop(ry))
-        if len(members[rx]) >= size:
-            fresh = [d for d in members[rx] if not done[d]]
+        if groups.root(x) != groups.root(y) and groups.join(x, y) >= size:
+            fresh = [d for d in groups.members[groups.root(x)] if not done[d]]
             out[fresh] = beta
             done[fresh] = True
     return out
@@ -369,12 +354,13 @@ def bottleneck_assignment_s(cost: FloatArray, replicas: int) -> float:
 
 
 class _UnionFind:
-    """Disjoint sets with sizes (path halving, union by size)."""
+    """Disjoint sets with sizes and members (path halving, union by size)."""
 
     def __init__(self, n: int) -> None:
         self.parent = list(range(n))
         self.size = [1] * n
         self.count: dict[int, int] = {1: n}  # set size -> how many sets have it
+        self.members: dict[int, list[int]] = {x: [x] for x in range(n)}  # root -> its elements
 
     def root(self, x: int) -> int:
         parent = self.parent
@@ -394,6 +380,7 @@ class _UnionFind:
             if self.size[rx] < self.size[ry]:
                 rx, ry = ry, rx
             self.parent[ry] = rx
+            self.members[rx].extend(self.members.pop(ry))
             self.size[rx] += self.size[ry]
             self.count[self.size[rx]] = self.count.get(self.size[rx], 0) + 1
         return self.size[rx]
@@ -456,30 +443,29 @@ def _packs(group_count: dict[int, int], components: IntArray, cache: dict[Any, b
     return ok
 
 
-def _group_sizes(model: PipelineModel, fast: Sequence[tuple[int, int]]) -> dict[int, int]:
-    """Sizes of the groups of replicas joined by the fast elements (``(0, s)`` the ring of stage
-    ``s``, ``(1, j)`` the lanes of edge ``j``), as ``{size: count}``: the fast edges join stages
-    into components ``C``; a component with a fast ring is one group of ``|C| R`` replicas,
-    otherwise each lane's replicas in ``C`` are one group of ``|C|``."""
-    s_, r = model.n_stages, model.replicas
-    stages = _UnionFind(s_)
-    src, dst = model.src, model.dst
-    rings = []
+def fast_components(model: PipelineModel, fast: Sequence[tuple[int, int]]) -> list[tuple[list[int], bool]]:
+    """The stages joined by the fast elements (``(0, s)`` the ring of stage ``s``, ``(1, j)`` the
+    lanes of edge ``j``): each component's stages (ascending; components by their first stage)
+    and whether one of its rings is fast."""
+    stages = _UnionFind(model.n_stages)
     for kind, idx in fast:
-        if kind == 0:
-            rings.append(idx)
-        else:
-            stages.join(int(src[idx]), int(dst[idx]))
-    ringed = {stages.root(s) for s in rings}
+        if kind == 1:
+            stages.join(int(model.src[idx]), int(model.dst[idx]))
+    ringed = {stages.root(idx) for kind, idx in fast if kind == 0}
+    return sorted(((sorted(m), x in ringed) for x, m in stages.members.items()), key=lambda c: c[0][0])
+
+
+def _group_sizes(model: PipelineModel, fast: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Sizes of the groups of replicas joined by the fast elements (:func:`fast_components`), as
+    ``{size: count}``: a component with a fast ring is one group of ``|C| R`` replicas, otherwise
+    each lane's replicas in ``C`` are one group of ``|C|``."""
+    r = model.replicas
     out: dict[int, int] = {}
-    for s in range(s_):
-        x = stages.root(s)
-        if x == s:
-            size = stages.size[x]
-            if x in ringed:
-                out[size * r] = out.get(size * r, 0) + 1
-            else:
-                out[size] = out.get(size, 0) + r
+    for members, ringed in fast_components(model, fast):
+        if ringed:
+            out[len(members) * r] = out.get(len(members) * r, 0) + 1
+        else:
+            out[len(members)] = out.get(len(members), 0) + r
     return out
 
 
