@@ -149,6 +149,8 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
     def ring_value(s: int, bw: Any, lat: Any, lb: Any) -> Any:
         return np.maximum(lb, ring_s(r, params[s], bw, lat)) if r > 1 else 0.0
 
+    ar_val = [ring_value(t, ar_bw[t], ar_lat[t], ar_lb[t]) for t in range(s_)]  # kept as replicas are placed
+
     def evaluate(x: int) -> tuple[IntArray, dict[str, Any]]:
         """Feasible candidates of depth ``x`` in trial order, with the state each one sets."""
         s, i = spec.order[x]
@@ -179,7 +181,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
             cf_v[j] = np.maximum(cf[j], fwd_t)
             cb_v[j] = np.maximum(cb[j], grad_t)
             new_edges[j] = (cf_v[j], cb_v[j])
-        ar_v: list[Any] = [ring_value(t, ar_bw[t], ar_lat[t], ar_lb[t]) for t in range(s_)]
+        ar_v: list[Any] = list(ar_val)
         bw_v: Any = ar_bw[s]
         lat_v: Any = ar_lat[s]
         if r > 1:
@@ -223,7 +225,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
             place[s, i] = -1
             for j, (a, b) in saved["edges"].items():
                 cf[j], cb[j] = a, b
-            ar_bw[s], ar_lat[s], ar_lb[s] = saved["ring"]
+            ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s] = saved["ring"]
             top[4] = None
         if k >= len(cands):
             stack.pop()
@@ -233,12 +235,13 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
         nodes += 1
         if nodes % 128 == 0 and (time.monotonic() > deadline or nodes > node_limit):
             return "timeout", None, nodes
-        top[4] = {"edges": {j: (cf[j], cb[j]) for j in state["edges"]}, "ring": (ar_bw[s], ar_lat[s], ar_lb[s])}
+        top[4] = {"edges": {j: (cf[j], cb[j]) for j in state["edges"]}, "ring": (ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s])}
         place[s, i] = d
         used[d] = True
         for j, (a, b) in state["edges"].items():
             cf[j], cb[j] = scalar(a, k), scalar(b, k)
         ar_bw[s], ar_lat[s], ar_lb[s] = scalar(state["bw"], k), scalar(state["lat"], k), scalar(state["lb"], k)
+        ar_val[s] = ring_value(s, ar_bw[s], ar_lat[s], ar_lb[s])
         if pos == len(free_order) - 1:
             return "found", place.copy(), nodes
         cands, nstate = evaluate(free_order[pos + 1])
