@@ -54,27 +54,32 @@ class UnsupportedMediaType(PlacerError):
     http_status = 415
 
 
-class RateLimited(PlacerError):
+class RetryLater(PlacerError):
+    """An error answered with a ``Retry-After`` header (:attr:`retry_after`)."""
+
+    def __init__(self, message: str, retry_after_s: float, field: str | None = None, ref: str | None = None) -> None:
+        super().__init__(message, field=field, ref=ref)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retry_after(self) -> str:
+        """``Retry-After``'s value: whole seconds, at least 1."""
+        return str(max(1, round(self.retry_after_s)))
+
+
+class RateLimited(RetryLater):
     type_slug = "rate-limited"
     title = "Too many requests"
     http_status = 429
 
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
-
-class IdempotencyInProgress(PlacerError):
+class IdempotencyInProgress(RetryLater):
     """409: another request with the same ``Idempotency-Key`` is still creating the resource
     (the IETF Idempotency-Key draft); retry after ``Retry-After`` seconds."""
 
     type_slug = "idempotency-in-progress"
     title = "A request with this Idempotency-Key is in progress"
     http_status = 409
-
-    def __init__(self, message: str, retry_after_s: float, field: str | None = None, ref: str | None = None) -> None:
-        super().__init__(message, field=field, ref=ref)
-        self.retry_after_s = retry_after_s
 
 
 def problem_body(status: int, slug: str, title: str, detail: str, instance: str | None = None,
@@ -97,8 +102,8 @@ def placer_error_response(exc: PlacerError, instance: str | None = None) -> JSON
     headers: dict[str, str] = {}
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, RateLimited | IdempotencyInProgress):
-        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+    if isinstance(exc, RetryLater):
+        headers["Retry-After"] = exc.retry_after
     if status >= 500:
         log.error("%s: %s", exc.type_slug, exc.message)
     return problem_response(status, body, headers)

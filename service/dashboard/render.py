@@ -116,7 +116,7 @@ class PageRoute(APIRoute):
                 return error_page(403, "Forbidden", str(exc))
             except RateLimited as exc:
                 response = error_page(429, exc.title, exc.message)
-                response.headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+                response.headers["Retry-After"] = exc.retry_after
                 return response
             except PlacerError as exc:
                 viewer = getattr(request.state, "viewer", None)

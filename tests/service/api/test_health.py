@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.config import load_config
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
+from tests.service.dashboard.test_pages import signed_in
 
 
 def test_health_ready_and_metrics(api: Api) -> None:
@@ -55,6 +56,17 @@ def test_request_size_and_rate_limits(backend: str, tmp_path: Path) -> None:
         limited = api.get("/v1/graphs")
         assert_problem(limited, 429, slug="rate-limited")
         assert int(limited.headers["Retry-After"]) >= 1
+
+
+def test_dashboard_pages_share_the_rate_limit(tmp_path: Path) -> None:
+    """A signed-in page over the project's rate limit: 429, an HTML page and Retry-After."""
+    with running_app("sqlite", tmp_path, workers=0, rate_limit_per_s=0.1, rate_limit_burst=4) as (client, cfg):
+        web, _ = signed_in(new_api(client, cfg))
+        pages = [web.get("/graphs") for _ in range(5)]
+        limited = [p for p in pages if p.status_code == 429]
+        assert limited, [p.status_code for p in pages]
+        assert limited[0].headers["content-type"].startswith("text/html")
+        assert int(limited[0].headers["Retry-After"]) >= 1
 
 
 def test_streamed_body_over_the_limit_is_413_on_a_json_route(tmp_path: Path) -> None:
