@@ -111,10 +111,20 @@ def create_once(session: Session, model: type[Idempotent], project: str, key: st
     return row, True
 
 
+def _the_claim(project: str, scope: str, key: str) -> tuple[Any, ...]:
+    """The conditions that select the claim of ``key``."""
+    return (IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
+            IdempotencyReservation.key == key)
+
+
 def _unclaim(project: str, scope: str, key: str) -> Any:
-    return delete(IdempotencyReservation).where(
-        IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
-        IdempotencyReservation.key == key)
+    return delete(IdempotencyReservation).where(*_the_claim(project, scope, key))
+
+
+def _in_progress(key: str) -> IdempotencyInProgress:
+    return IdempotencyInProgress("Idempotency-Key: a request with this key is still creating the resource; "
+                                 "retry shortly", retry_after_s=IDEMPOTENCY_RETRY_AFTER_S, field="Idempotency-Key",
+                                 ref=key)
 
 
 def _claim(session: Session, model: type[Idempotent], project: str, key: str, request_digest: str,
@@ -132,9 +142,8 @@ def _claim(session: Session, model: type[Idempotent], project: str, key: str, re
             return None
         except IntegrityError:
             session.rollback()
-        held = session.scalar(select(IdempotencyReservation).where(
-            IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
-            IdempotencyReservation.key == key).execution_options(populate_existing=True))
+        held = session.scalar(select(IdempotencyReservation).where(*_the_claim(project, scope, key))
+                              .execution_options(populate_existing=True))
         found = idempotent_existing(session, model, project, key, request_digest)
         if found is not None:
             session.commit()
@@ -148,19 +157,14 @@ def _claim(session: Session, model: type[Idempotent], project: str, key: str, re
                                field="Idempotency-Key", ref=key)
         if held.reserved_until > now:
             session.commit()
-            raise IdempotencyInProgress(
-                "Idempotency-Key: a request with this key is still creating the resource; retry shortly",
-                retry_after_s=IDEMPOTENCY_RETRY_AFTER_S, field="Idempotency-Key", ref=key)
+            raise _in_progress(key)
         taken = session.execute(update(IdempotencyReservation).where(
-            IdempotencyReservation.project_id == project, IdempotencyReservation.scope == scope,
-            IdempotencyReservation.key == key, IdempotencyReservation.reserved_until == held.reserved_until,
+            *_the_claim(project, scope, key), IdempotencyReservation.reserved_until == held.reserved_until,
         ).values(reserved_until=now + timedelta(seconds=reserve_s)))
         session.commit()
         if getattr(taken, "rowcount", 0) == 1:
             return None  # the expired claim of a crashed request is ours now
-    raise IdempotencyInProgress("Idempotency-Key: a request with this key is still creating the resource; "
-                                "retry shortly", retry_after_s=IDEMPOTENCY_RETRY_AFTER_S, field="Idempotency-Key",
-                                ref=key)
+    raise _in_progress(key)
 
 
 def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:
