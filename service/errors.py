@@ -124,17 +124,24 @@ def _field_of(loc: Any) -> str:
 DATABASE_RETRY_AFTER_S = 2
 
 
+OUTAGE_MARKERS = ("connect", "terminating", "closed", "shutting down", "starting up", "server closed", "timeout",
+                  "recovery mode", "database is locked")
+
+
+def is_outage_message(text: str) -> bool:
+    """Whether a driver's operational error says the database is down, restarting or busy (answered
+    503 with Retry-After), not that a statement is wrong (500)."""
+    text = text.lower()
+    return any(s in text for s in OUTAGE_MARKERS)
+
+
 def _is_outage(exc: DBAPIError) -> bool:
     """A lost or refused database connection (not a bad statement): the server is down or restarting."""
     if exc.connection_invalidated:
         return True
     from sqlalchemy.exc import InterfaceError, OperationalError
 
-    if not isinstance(exc, OperationalError | InterfaceError):
-        return False
-    text = str(exc.orig).lower()
-    return any(s in text for s in ("connect", "terminating", "closed", "shutting down", "starting up",
-                                   "server closed", "timeout", "recovery mode"))
+    return isinstance(exc, OperationalError | InterfaceError) and is_outage_message(str(exc.orig))
 
 
 def install_error_handlers(app: FastAPI) -> None:

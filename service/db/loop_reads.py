@@ -25,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Column, Engine, Table, TypeDecorator
 from sqlalchemy.engine import Dialect, make_url
 
+from service.errors import is_outage_message
+
 if TYPE_CHECKING:
     import psycopg
 
 
 class DatabaseUnavailable(Exception):
-    """The database could not be reached for a read (answered 503 like the ORM's outages)."""
+    """The database could not be reached for a read (answered 503 like the ORM's outages; other
+    operational errors, a bad statement say, propagate and are answered 500 as on the full path)."""
 
 
 class AsyncReader:
@@ -62,7 +65,7 @@ class AsyncReader:
             values = await cur.fetchone()
         except BaseException as exc:  # a broken or interrupted connection is not reused
             await self._discard(conn)
-            if isinstance(exc, self._psycopg.OperationalError):
+            if isinstance(exc, self._psycopg.OperationalError) and is_outage_message(str(exc)):
                 raise DatabaseUnavailable(str(exc)) from exc
             raise
         await self._release(conn)
@@ -92,7 +95,7 @@ class AsyncReader:
             return await self._psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         except BaseException as exc:
             await self._discard(None)
-            if isinstance(exc, self._psycopg.OperationalError):
+            if isinstance(exc, self._psycopg.OperationalError) and is_outage_message(str(exc)):
                 raise DatabaseUnavailable(str(exc)) from exc
             raise
 
@@ -160,7 +163,9 @@ class SqliteReader:
                 self._conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             values = self._conn.execute(sql, (row_id,)).fetchone()
         except sqlite3.OperationalError as exc:
-            raise DatabaseUnavailable(str(exc)) from exc
+            if is_outage_message(str(exc)):
+                raise DatabaseUnavailable(str(exc)) from exc
+            raise
         if values is None:
             return None
         return SimpleNamespace(**{name: (proc(value) if proc is not None else value)

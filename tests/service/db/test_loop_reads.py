@@ -4,8 +4,10 @@ concurrent reads, values converted as the ORM converts them, outages answered 50
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,10 @@ from service.db.engine import Database
 from service.db.loop_reads import AsyncReader, DatabaseUnavailable
 from service.db.models import Project
 from tests.service.conftest import BACKENDS, assert_problem, database_url, new_api, running_app
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.postgres
 
@@ -74,6 +80,22 @@ def test_the_hot_get_answers_503_when_the_database_is_gone(backend: str, tmp_pat
         r = api.get(f"/v1/graphs/{gid}")
         assert_problem(r, 503, slug="database-unavailable")
         assert r.headers["Retry-After"] == "2"
+
+
+def test_a_bad_statement_is_500_on_the_hot_path_as_on_the_full_path(tmp_path: Path) -> None:
+    """An operational error that is no outage (SQLite's "no such table") is a bug, answered 500
+    by both paths, not 503 with Retry-After."""
+    with running_app("sqlite", tmp_path, workers=0) as (client, cfg):
+        api = new_api(client, cfg)
+        gid = api.graph()
+        assert api.get(f"/v1/graphs/{gid}").status_code == 200
+        with sqlite3.connect(tmp_path / "placer.db") as conn:
+            conn.execute("DROP TABLE graphs")
+        loose = TestClient(client.app, raise_server_exceptions=False)
+        lean = loose.get(f"/v1/graphs/{gid}", headers=api.headers)
+        full = loose.get("/v1/graphs", headers=api.headers)
+        assert lean.status_code == full.status_code == 500
+        assert "Retry-After" not in lean.headers
 
 
 def test_sqlite_service_runs_without_the_postgres_driver(tmp_path: Path) -> None:
