@@ -36,6 +36,7 @@ import httpx
 from sqlalchemy import create_engine, text
 
 from bench.bench_service import Server, _wait
+from service.jobs.procs import stat_fields
 from solvers.generate import generate_graph, generate_topology
 
 LOAD_DIR = Path(__file__).with_name("load")
@@ -99,7 +100,9 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
+    if fields is None:
+        raise RuntimeError(f"process {pid} is gone")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

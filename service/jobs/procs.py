@@ -29,7 +29,9 @@ PR_SET_PDEATHSIG = 1
 WATCH_INTERVAL_S = 0.5
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, session, ...,
+    utime at 11, stime at 12), ``None`` when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
@@ -42,7 +44,7 @@ def _processes() -> list[tuple[int, int, int]]:
     """``(pid, ppid, session)`` of every live process (Linux ``/proc``)."""
     out = []
     for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat_fields(int(name))) and fields[0] != "Z":
+        if name.isdigit() and (fields := stat_fields(int(name))) and fields[0] != "Z":
             out.append((int(name), int(fields[1]), int(fields[3])))
     return out
 
