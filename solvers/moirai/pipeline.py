@@ -66,6 +66,7 @@ class Run:
         self.best: TimedSchedule | None = None
         self.bounds: TaskBounds | None = None
         self.bound_s = lower_bound_s(problem)
+        self.unanswered: set[float] = set()  # decision targets asked without an answer (refute)
         self.stats: dict[str, Any] = {"nodes_original": problem.graph.n_ops, "backend": options.backend,
                                       "graph_lower_bound_s": self.bound_s, "coarsened": False}
 
@@ -202,7 +203,8 @@ class Run:
         between the bound and the incumbent.  ``infeasible`` proves ``target`` a lower bound; a
         solution (the first one found) becomes the incumbent; no answer in time brings the next
         target to a quarter of its distance from the bound (refutations are quicker there).  It
-        ends when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer.
+        ends when proven, out of time, or after ``REFUTE_MISSES`` questions without an answer; a
+        target already asked without an answer (same bound and incumbent) is not asked again.
         Its ticks (``DECISION_TICKS``) are ten times finer than the window model's default:
         floored durations let the integer optimum undercut the real one by up to a tick per task,
         which at 10⁶ ticks is most of ``OPTIMAL_GAP`` on 60 tasks.  ``questions``: the most
@@ -218,6 +220,8 @@ class Run:
             best, bound = self.best.makespan_s, self.bound_s
             gap_target = bound * (1 + REFUTE_GAP) if close else bound + step * (best - bound)
             target = min(best * (1 - REFUTE_GAP), gap_target)
+            if close and target in self.unanswered:  # asked before, unanswered: bisect instead
+                target = min(best * (1 - REFUTE_GAP), bound + step * (best - bound))
             close = False
             result = solve_window(self.fine, self.best, range(self.fine.n_units), best, limit,
                                   self.problem.settings.seed, self.options.threads, bound, self.bounds,
@@ -232,6 +236,7 @@ class Run:
             else:
                 misses += 1
                 step *= 0.25
+                self.unanswered.add(target)
 
     def coarse_milp(self, share: float) -> None:
         """Step 3: GCOF + node budget + the MILP on the units, expanded back to the ops."""
