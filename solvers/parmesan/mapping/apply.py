@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import map_stages
+from solvers.parmesan.mapping.binary import MappingResult, map_stages
 from solvers.parmesan.mapping.combined import map_stages_combined
 from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
 from solvers.parmesan.mapping.pipeline import pipeline_model
@@ -142,11 +143,7 @@ def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas:
     else:
         modes = [settings.instantiation]
     best: tuple[float, Plan, dict[str, Any]] | None = None
-    for k, mode in enumerate(modes):
-        share = (deadline - time.monotonic()) / (len(modes) - k)
-        result = map_stages(sg, problem.topology, mode, deadline=time.monotonic() + max(0.0, share),
-                            eps_rel=settings.epsilon_rel, parallel_targets=settings.parallel_targets,
-                            workers=settings.workers, seed=settings.seed, guard=settings.guard)
+    for mode, result in _paper_runs(sg, problem.topology, modes, deadline, settings, settings.guard):
         plan = build_plan(problem, stage_of, result.place, micro_batches)
         value = simulated_s(problem, plan)
         stats = {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": _finite_or_none(sg.allreduce_ratio()),
@@ -165,18 +162,23 @@ def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas:
     return best[1], best[0], best[2]
 
 
-def _paper_starts(sg: StageGraph, topo: Topology, deadline: float,
-                  settings: MappingSettings) -> list[tuple[str, IntArray]]:
-    """The paper's Alg. 1 for ``c^m`` and ``c^AR`` (each with half of the time until ``deadline``):
-    starting points for the combined objective."""
-    out = []
-    modes: list[Mode] = ["m", "ar"] if sg.replicas > 1 else ["m"]
+def _paper_runs(sg: StageGraph, topo: Topology, modes: list[Mode], deadline: float, settings: MappingSettings,
+                guard: bool) -> Iterator[tuple[Mode, MappingResult]]:
+    """The paper's Alg. 1 for each instantiation of ``modes``, an equal share each of the time
+    until ``deadline`` (a mode that ends early leaves its time to the next)."""
     for k, mode in enumerate(modes):
         share = (deadline - time.monotonic()) / (len(modes) - k)
-        result = map_stages(sg, topo, mode, deadline=time.monotonic() + max(0.0, share), eps_rel=settings.epsilon_rel,
-                            parallel_targets=settings.parallel_targets, seed=settings.seed)
-        out.append((f"alg1-c^{mode}", result.place))
-    return out
+        yield mode, map_stages(sg, topo, mode, deadline=time.monotonic() + max(0.0, share), eps_rel=settings.epsilon_rel,
+                               parallel_targets=settings.parallel_targets, workers=settings.workers,
+                               seed=settings.seed, guard=guard)
+
+
+def _paper_starts(sg: StageGraph, topo: Topology, deadline: float,
+                  settings: MappingSettings) -> list[tuple[str, IntArray]]:
+    """The paper's Alg. 1 for ``c^m`` and ``c^AR`` (each with half of the time until ``deadline``,
+    no guard): starting points for the combined objective."""
+    modes: list[Mode] = ["m", "ar"] if sg.replicas > 1 else ["m"]
+    return [(f"alg1-c^{mode}", result.place) for mode, result in _paper_runs(sg, topo, modes, deadline, settings, False)]
 
 
 def _map_combined(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
