@@ -10,7 +10,9 @@
   wait a switch interval to get it back.
 
 Values are converted as the ORM converts them (the columns' result processing, e.g. timestamps
-read back as aware UTC, JSON text parsed on SQLite).
+read back as aware UTC, JSON text parsed on SQLite).  On PostgreSQL only the TypeDecorators'
+own step applies: the dialect's result processors expect the values of connections that
+SQLAlchemy configured (its type adapters), which the reader's own psycopg connections are not.
 """
 
 from __future__ import annotations
