@@ -41,6 +41,7 @@ from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, orde
 from solvers.moirai.warmstart import by_rank, list_schedule, schedule_from_plan, single_device
 from solvers.moirai.window import solve_window
 
+TIMING_BLIND = ("m-topo",)  # warm-start heuristics whose placement never reads a time
 OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
 BOUND_SAFETY = 1e-6  # proven bounds are shaved by this relative amount (solver tolerances)
 RESERVE_S = 0.4  # kept for expanding and simulating at the end
@@ -99,12 +100,15 @@ class Run:
     def warm(self, heuristics: tuple[str, ...], postal: bool) -> None:
         """Step 1: every registered heuristic and our own list / single-device schedules; with
         ``postal``, every heuristic also plans with the postal model (no channel queues,
-        :func:`~solvers.listsched.postal_planning`), each plan timed exactly."""
+        :func:`~solvers.listsched.postal_planning`), each plan timed exactly; not those whose
+        placement ignores timing (``TIMING_BLIND``: m-topo places by topological order and memory),
+        whose postal plan is their plan."""
         from solvers import registry
         from solvers.listsched import postal_planning
 
         found: dict[str, float] = {}
-        variants = [(name, False) for name in heuristics] + ([(name, True) for name in heuristics] if postal else [])
+        variants = [(name, False) for name in heuristics]
+        variants += [(name, True) for name in heuristics if name not in TIMING_BLIND] if postal else []
         for name, use_postal in variants:
             if name not in registry.names() or self.left_s() <= 0:
                 continue
