@@ -8,15 +8,19 @@ host itself over its distinct pairs), and the ring of stage ``s`` at least Eq. 9
 * when every replica of ``s`` is on one host ``h``: the widest bottleneck of ``R`` devices joined
   inside ``h`` (the largest ``beta`` such that a component of ``h``'s pairs of bandwidth
   ``>= beta`` holds ``R`` devices);
-* when ``s`` spans several hosts: for every host ``h`` it uses, the widest channel from ``h`` to
+* when ``s`` spans several hosts: the widest channel between two hosts (the ring has a hop
+  between two of its hosts) and, for every host ``h`` it uses, the widest channel from ``h`` to
   another host it uses (the ring leaves ``h`` somewhere).
 
 The relaxation is the integer program over host counts ``z[s, h]`` (capacity ``sum_s z[s, h] <=
 |h|``, ``sum_h z[s, h] = R``), lane flows ``x[e, h, h']`` (lanes of ``e`` from ``h`` to ``h'``,
 marginals ``z[a, .]`` and ``z[c, .]``), indicators of used host pairs ``v[e, h, h'] >= x / cap``
-and used hosts ``w[s, h]``, the slowest lane ``Cf[e] >= cost_e[h, h'] v[e, h, h']`` (``Cb`` the
-reverse direction), the ring terms above written with ``w`` (the widest used neighbour of ``h``
-is the first used one in ``h``'s neighbours by decreasing bandwidth), and the recurrences of
+(``cap`` = the most lanes the pair can hold), of used hosts ``w[s, h]``, of a whole ring in one
+host ``one[s, h]`` (``R one <= z``, at most one host, at most ``|h| // R`` rings per host) and of
+every lane of an edge inside its host (``R inside[e] <= sum_h x[e, h, h]``), the slowest lane
+``Cf[e] >= cost_e[h, h'] v[e, h, h']`` and ``>= crossing_e (1 - inside[e])`` (``Cb`` the reverse
+direction), the ring terms above written with ``one`` and ``w`` (the widest used neighbour of
+``h`` is the first used one in ``h``'s neighbours by decreasing bandwidth), and the recurrences of
 :func:`~solvers.parmesan.mapping.pipeline.iteration_bound_s` as linear inequalities over the
 start and end times ``E``, ``G``, ``L`` (their least solution is the longest path), minimising
 the iteration's end.  Every mapping gives a solution of it whose value is at most the mapping's
@@ -25,8 +29,9 @@ bound when the time limit stops it, is a lower bound of every mapping of the par
 are relaxed to one flow per edge (a DAG's lanes must agree over all edges); the device bounds of
 :func:`~solvers.parmesan.mapping.pipeline.device_bounds` stay as floors.
 
-Its incumbent is also a layout: :func:`host_lanes` turns the counts and flows into a host per
-replica, and :func:`host_starts` places devices inside those hosts with Alg. 2's greedy dive.
+Its incumbent is also a layout: :func:`host_lanes` turns the counts into a host per replica,
+:func:`settle_lanes` makes its lanes agree over the edges, and
+:func:`~solvers.parmesan.mapping.combined.host_start` places devices inside those hosts.
 On hosts whose channels are far wider inside than between (Parmesan App. D-B's random
 topologies, hierarchies of servers) this sees what the device-level bounds cannot: how far apart
 a layout forces its lanes.
