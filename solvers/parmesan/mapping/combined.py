@@ -492,10 +492,11 @@ def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
 
 
 def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], floor_s: float, deadline: float,
-                        seed: int, stats: dict[str, Any], eps_rel: float = 1e-3) -> tuple[IntArray, float]:
+                        seed: int, stats: dict[str, Any], eps_rel: float = 1e-3,
+                        stop: Callable[[], bool] | None = None) -> tuple[IntArray, float]:
     """:func:`improve` from each of ``starts`` (distinct by name) for an equal share of half the
     time, then from the best result for the rest: the best start by value can sit in a poorer
-    basin than a structured one (zigzag rings) a little above it."""
+    basin than a structured one (zigzag rings) a little above it.  ``stop()`` true ends it early."""
     model, costs = spec.model, spec.costs
     named = list({name: p for name, p in starts}.items())
     share = 0.5 * max(0.0, deadline - time.monotonic()) / len(named)
@@ -504,11 +505,11 @@ def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray
     for k, (name, p) in enumerate(named):
         sub: dict[str, Any] = {}
         found, value = improve(spec, p, combined_objective_s(model, costs, p), floor_s,
-                               min(deadline, time.monotonic() + share), seed + k, sub, eps_rel)
+                               min(deadline, time.monotonic() + share), seed + k, sub, eps_rel, stop=stop)
         tries, moves = tries + sub["improve_tries"], moves + sub["improve_moves"]
         results.append((value, k, name, found))
     value, _, name, place = min(results, key=lambda t: (t[0], t[1]))
-    place, value = improve(spec, place, value, floor_s, deadline, seed, stats, eps_rel)
+    place, value = improve(spec, place, value, floor_s, deadline, seed, stats, eps_rel, stop=stop)
     stats["improve_tries"] += tries
     stats["improve_moves"] += moves
     stats["improve_from"] = name
@@ -533,41 +534,39 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     packed = packing_starts(model, topo, costs, witnesses)
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
                                                  [*starts, *packed])
-    waited = {"host_wait_tries": 0, "host_wait_moves": 0}
-    if running is not None:  # while HiGHS works: the search improves the best start
-        sub: dict[str, Any] = {}
-        place, t_r = improve(spec, place, t_r, bound, running.solve.deadline, seed + 1000, sub, eps_rel,
-                             patience=1 << 60, stop=running.solve.done)
-        waited = {"host_wait_tries": sub["improve_tries"], "host_wait_moves": sub["improve_moves"]}
-    if running is not None and t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
-        running.solve.cancel()
-    relax = running.result() if running is not None else None
+    stats: dict[str, Any] = {"initial_upper_bound_s": t_r, "upper_bound_from": start_name, "rounds": 0,
+                             "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
     hosted: list[tuple[str, IntArray]] = []
-    host_stats: dict[str, Any] = {}
-    if relax is not None:
+    if running is not None:
+        if t_r - bound > eps_rel * t_r:  # while HiGHS works: a first pass of the multi-start search
+            sub: dict[str, Any] = {}
+            place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1]], bound,
+                                             running.solve.deadline, seed + 1000, sub, eps_rel, stop=running.solve.done)
+            stats.update(host_wait_tries=sub["improve_tries"], host_wait_moves=sub["improve_moves"])
+            start_name = f"{sub['improve_from']} (searched)"  # not its start's name: distinct in the next pass
+        if t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
+            running.solve.cancel()
+        relax = running.result()
         bound = max(bound, relax.bound_s)
-    if relax is not None and relax.value_s < t_r:  # its layout may beat the incumbent
-        found = host_start(spec, relax, bound, time.monotonic() + HOST_SEARCH_SHARE * max(0.0, deadline - started),
-                           seed, host_stats)
-        if found is not None:  # the incumbent if best, a start of the search if close
-            value = combined_objective_s(model, costs, found[1])
-            hosted = [found] if value <= 1.25 * t_r else []
-            if value < t_r:
-                (start_name, place), t_r = found, value
-    t_l = min(bound, t_r)
-    stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
-                             "bound_s_time": time.monotonic() - started, "rounds": 0, "searches": 0,
-                             "search_nodes": 0, "timeouts": 0, "instantiation": "combined", **waited}
-    if relax is not None:
+        host_stats: dict[str, Any] = {}
+        if relax.value_s < t_r:  # its layout may beat the incumbent
+            found = host_start(spec, relax, bound,
+                               time.monotonic() + HOST_SEARCH_SHARE * max(0.0, deadline - started), seed, host_stats)
+            if found is not None:  # the incumbent if best, a start of the search if close
+                value = combined_objective_s(model, costs, found[1])
+                hosted = [found] if value <= 1.25 * t_r else []
+                if value < t_r:
+                    (start_name, place), t_r = found, value
         stats.update(host_bound_s=relax.bound_s, host_status=relax.status,
                      host_relaxation_s=relax.value_s if np.isfinite(relax.value_s) else None,
                      host_time_s=relax.seconds, host_search_tries=host_stats.get("improve_tries", 0),
                      host_search_moves=host_stats.get("improve_moves", 0))
+    t_l = min(bound, t_r)
+    stats.update(initial_lower_bound_s=t_l, bound_s_time=time.monotonic() - started)
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
         place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1], *hosted],
-                                         t_l, until,
-                                         seed, stats, eps_rel)
+                                         t_l, until, seed, stats, eps_rel)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
                                      parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
