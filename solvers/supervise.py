@@ -8,6 +8,7 @@ The child's target receives the write end of the pipe as its first argument.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,3 +57,11 @@ class Child:
         self.process.join(grace_s)
         self.conn.close()
         return self.process.exitcode
+
+
+def silence_output() -> None:
+    """Point this process's fd 1 and 2 at ``/dev/null`` (a child whose native solver prints banners
+    and logs there)."""
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)

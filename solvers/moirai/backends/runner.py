@@ -19,6 +19,7 @@ from typing import Any
 
 from solvers.moirai.backends.result import BackendResult, Report
 from solvers.moirai.formulation import Formulation
+from solvers.supervise import silence_output
 
 
 def _dispatch(f: Formulation, backend: str, limit_s: float, threads: int, seed: int, report: Report) -> BackendResult:
@@ -37,9 +38,7 @@ def _dispatch(f: Formulation, backend: str, limit_s: float, threads: int, seed: 
 
 def _child(f: Formulation, backend: str, limit_s: float, threads: int, seed: int, conn: Any) -> None:
     os.setpgid(0, 0)
-    quiet = os.open(os.devnull, os.O_WRONLY)  # engines print banners and logs on fd 1 / 2
-    os.dup2(quiet, 1)
-    os.dup2(quiet, 2)
+    silence_output()  # engines print banners and logs on fd 1 / 2
 
     def report(incumbent: float | None, bound: float | None) -> None:
         conn.send(("progress", incumbent, bound))

@@ -537,21 +537,23 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     stats: dict[str, Any] = {"initial_upper_bound_s": t_r, "upper_bound_from": start_name, "rounds": 0,
                              "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
     hosted: list[tuple[str, IntArray]] = []
+    also = [*zigzag_starts(model), *packed[:1]]  # searched beside the incumbent (multi_start_improve)
     if running is not None:
         if t_r - bound > eps_rel * t_r:  # while HiGHS works: a first pass of the multi-start search
             sub: dict[str, Any] = {}
-            place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1]], bound,
-                                             running.solve.deadline, seed + 1000, sub, eps_rel, stop=running.solve.done)
+            place, t_r = multi_start_improve(spec, [(start_name, place), *also], bound, running.solve.deadline,
+                                             seed + 1000, sub, eps_rel, stop=running.solve.done)
             stats.update(host_wait_tries=sub["improve_tries"], host_wait_moves=sub["improve_moves"])
             start_name = f"{sub['improve_from']} (searched)"  # not its start's name: distinct in the next pass
         if t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
             running.solve.cancel()
-        relax = running.result()
+        # the layout's settling (half of it at most), the dives and the search inside its hosts
+        search_s = HOST_SEARCH_SHARE * max(0.0, deadline - started)
+        relax = running.result(time.monotonic() + 0.5 * search_s)
         bound = max(bound, relax.bound_s)
         host_stats: dict[str, Any] = {}
         if relax.value_s < t_r:  # its layout may beat the incumbent
-            found = host_start(spec, relax, bound,
-                               time.monotonic() + HOST_SEARCH_SHARE * max(0.0, deadline - started), seed, host_stats)
+            found = host_start(spec, relax, bound, time.monotonic() + search_s, seed, host_stats)
             if found is not None:  # the incumbent if best, a start of the search if close
                 value = combined_objective_s(model, costs, found[1])
                 hosted = [found] if value <= 1.25 * t_r else []
@@ -565,8 +567,7 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     stats.update(initial_lower_bound_s=t_l, bound_s_time=time.monotonic() - started)
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = multi_start_improve(spec, [(start_name, place), *zigzag_starts(model), *packed[:1], *hosted],
-                                         t_l, until, seed, stats, eps_rel)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], t_l, until, seed, stats, eps_rel)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
                                      parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,

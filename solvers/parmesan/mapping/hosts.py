@@ -40,7 +40,6 @@ a layout forces its lanes.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -56,10 +55,11 @@ from solvers.parmesan.mapping.pipeline import (
     PipelineCosts,
     PipelineModel,
     component_threshold_Bps,
+    edge_costs,
     iteration_bound_s,
     ring_s,
 )
-from solvers.supervise import Child
+from solvers.supervise import Child, silence_output
 
 # the relaxation is built only while it stays small: HiGHS' time per node grows with it
 MAX_NONZEROS = 600_000
@@ -166,9 +166,7 @@ class _Program:
 
 
 def _solve_child(conn: Any, program: _Program, objective_col: int, time_limit_s: float) -> None:
-    quiet = os.open(os.devnull, os.O_WRONLY)  # HiGHS may print on fd 1 / 2
-    os.dup2(quiet, 1)
-    os.dup2(quiet, 2)
+    silence_output()  # HiGHS may print on fd 1 / 2
     try:
         conn.send(program.solve(objective_col, time_limit_s))
     except Exception:  # the parent treats a silent child as "no result"
@@ -224,13 +222,13 @@ class HostRelaxationRun:
     model: PipelineModel
     solve: BackgroundSolve
     counts: IntArray
-    lane_fwd: list[FloatArray]
-    hop_Bps: FloatArray
-    lat_min_s: float
+    host_costs: PipelineCosts
     host_index: IntArray
     started_s: float
 
-    def result(self) -> HostRelaxation:
+    def result(self, settle_deadline: float) -> HostRelaxation:
+        """The relaxation's answer; its layout's lanes settled (:func:`settle_lanes`) until
+        ``settle_deadline``."""
         answer = self.solve.answer()
         if answer is None:
             return HostRelaxation(0.0, float("inf"), None, self.host_index,
@@ -242,9 +240,8 @@ class HostRelaxationRun:
         host_of = None
         if sol is not None:
             host_of = host_lanes(self.model, np.rint(sol[self.counts]).astype(np.int64),
-                                 [np.maximum(m, m.T) for m in self.lane_fwd])
-            host_of = settle_lanes(self.model, host_of, self.lane_fwd, self.hop_Bps, self.lat_min_s,
-                                   time.monotonic() + 0.05 * max(1.0, time.monotonic() - self.started_s))
+                                 [np.maximum(m, m.T) for m in self.host_costs.fwd])
+            host_of = settle_lanes(self.model, host_of, self.host_costs, settle_deadline)
         return HostRelaxation(bound * (1 - 1e-9), value, host_of, self.host_index,
                               "optimal" if status == 0 else "time_limit", time.monotonic() - self.started_s)
 
@@ -329,6 +326,8 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
         alone_in = np.flatnonzero(ring_in > 0)  # hosts that can hold a whole ring
         widest = float(between.max())
         holds: list[list[int]] = [[] for _ in range(n_hosts)]
+        # each host's other hosts, widest channel first: the first used one is its widest used neighbour
+        neighbours = [[int(o) for o in sorted(hosts[hosts != h], key=lambda o: -between[h, o])] for h in range(n_hosts)]
         for s in range(s_):
             param = float(model.param_bytes[s])
             if param <= 0:
@@ -345,8 +344,7 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
                     p.add(np.stack([z[s, alone_in], one], axis=1), [1.0, -float(r)], 0.0, np.inf)
                 for h, col in zip(alone_in.tolist(), one.tolist(), strict=True):
                     holds[h].append(col)
-            for h in range(n_hosts):
-                others = [int(o) for o in sorted(hosts[hosts != h], key=lambda o: -between[h, o])]
+            for h, others in enumerate(neighbours):
                 for pos, o in enumerate(others):  # o the widest used neighbour of h
                     if between[h, o] <= 0 or between[h, o] >= widest:
                         continue  # no channel, or no more than the spread row above asks
@@ -370,8 +368,12 @@ def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topo
         p.add([[end, l_t[s], ar[s]]], [[1.0, -1.0, -1.0]], 0.0, np.inf)
     if p.nonzeros > MAX_NONZEROS:
         return None
+    # the host layout's own costs (settle_lanes): lanes at the hosts' cheapest transfer, ring hops
+    # at the widest channel between the hosts (inside one: its ring bottleneck)
+    host_costs = PipelineCosts(lane_fwd, hop_bw if r > 1 else np.zeros((n_hosts, n_hosts)),
+                               np.full((n_hosts, n_hosts), lat_min))
     return HostRelaxationRun(model, BackgroundSolve(p, end, time_limit_s - (time.monotonic() - started)), z,
-                             lane_fwd, hop_bw if r > 1 else np.zeros((n_hosts, n_hosts)), lat_min, hid, started)
+                             host_costs, hid, started)
 
 
 def host_lanes(model: PipelineModel, counts: IntArray, lane_cost: list[FloatArray]) -> IntArray:
@@ -412,24 +414,14 @@ def host_lanes(model: PipelineModel, counts: IntArray, lane_cost: list[FloatArra
     return np.asarray(host_of[:, zigzag], dtype=np.int64)
 
 
-def _host_objective(model: PipelineModel, host_of: IntArray, lane_fwd: list[FloatArray], hop_Bps: FloatArray,
-                    lat_min_s: float) -> tuple[float, float]:
-    """The objective of a host layout with every lane at its hosts' cheapest transfer and every
-    ring at its hops' host bandwidths (``hop_Bps``), and the sum of those terms (a tie-break)."""
-    r = model.replicas
-    cf, cb, ar = [], [], []
-    for j, (a, c) in enumerate(zip(model.src.tolist(), model.dst.tolist(), strict=True)):
-        cf.append(float(lane_fwd[j][host_of[a], host_of[c]].max()))
-        cb.append(float(lane_fwd[j][host_of[c], host_of[a]].max()))
-    for s in range(model.n_stages):
-        bottleneck = float(hop_Bps[host_of[s], np.roll(host_of[s], -1)].min()) if r > 1 else np.inf
-        with np.errstate(divide="ignore"):
-            ar.append(float(ring_s(r, float(model.param_bytes[s]), bottleneck, lat_min_s)))
+def _host_objective(model: PipelineModel, host_of: IntArray, host_costs: PipelineCosts) -> tuple[float, float]:
+    """The combined objective of a host layout at the hosts' own costs, and the sum of its terms
+    (a tie-break)."""
+    cf, cb, ar = edge_costs(model, host_costs, host_of)
     return float(iteration_bound_s(model, cf, cb, ar)), sum(cf) + sum(cb) + sum(ar)
 
 
-def settle_lanes(model: PipelineModel, host_of: IntArray, lane_fwd: list[FloatArray], hop_Bps: FloatArray,
-                 lat_min_s: float, deadline: float) -> IntArray:
+def settle_lanes(model: PipelineModel, host_of: IntArray, host_costs: PipelineCosts, deadline: float) -> IntArray:
     """Swaps of two lanes' hosts, in one stage or in a stage and every stage after it on the
     stage graph (which keeps the lanes' pairing downstream), kept while the layout's host
     objective (:func:`_host_objective`) falls (then its sum of terms), until none does or the
@@ -442,7 +434,7 @@ def settle_lanes(model: PipelineModel, host_of: IntArray, lane_fwd: list[FloatAr
                 after[s] |= after[c]
     groups = [np.array([s]) for s in range(s_)] + [np.array(sorted(g)) for g in after if len(g) > 1]
     place = host_of.copy()
-    best = _host_objective(model, place, lane_fwd, hop_Bps, lat_min_s)
+    best = _host_objective(model, place, host_costs)
     better = True
     while better and time.monotonic() < deadline:
         better = False
@@ -452,7 +444,7 @@ def settle_lanes(model: PipelineModel, host_of: IntArray, lane_fwd: list[FloatAr
                 for k in (np.flatnonzero(head[i + 1:] != head[i]) + i + 1).tolist():
                     pair, swapped = np.ix_(rows, np.array([i, k])), np.ix_(rows, np.array([k, i]))
                     place[pair] = place[swapped]
-                    value = _host_objective(model, place, lane_fwd, hop_Bps, lat_min_s)
+                    value = _host_objective(model, place, host_costs)
                     if value < best:
                         best, better = value, True
                     else:

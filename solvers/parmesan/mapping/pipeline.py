@@ -354,12 +354,10 @@ def bottleneck_assignment_s(cost: FloatArray, replicas: int) -> float:
 
 
 class _UnionFind:
-    """Disjoint sets with sizes and members (path halving, union by size)."""
+    """Disjoint sets with their members (path halving, union by size)."""
 
     def __init__(self, n: int) -> None:
         self.parent = list(range(n))
-        self.size = [1] * n
-        self.count: dict[int, int] = {1: n}  # set size -> how many sets have it
         self.members: dict[int, list[int]] = {x: [x] for x in range(n)}  # root -> its elements
 
     def root(self, x: int) -> int:
@@ -373,17 +371,11 @@ class _UnionFind:
         """Merge the sets of ``x`` and ``y``; the size of the merged set."""
         rx, ry = self.root(x), self.root(y)
         if rx != ry:
-            for size in (self.size[rx], self.size[ry]):
-                self.count[size] -= 1
-                if not self.count[size]:
-                    del self.count[size]
-            if self.size[rx] < self.size[ry]:
+            if len(self.members[rx]) < len(self.members[ry]):
                 rx, ry = ry, rx
             self.parent[ry] = rx
             self.members[rx].extend(self.members.pop(ry))
-            self.size[rx] += self.size[ry]
-            self.count[self.size[rx]] = self.count.get(self.size[rx], 0) + 1
-        return self.size[rx]
+        return len(self.members[rx])
 
 
 def _components_by_beta(topo: Topology) -> list[tuple[float, IntArray]]:
@@ -395,8 +387,7 @@ def _components_by_beta(topo: Topology) -> list[tuple[float, IntArray]]:
     k = 0
     while k < len(merges):
         beta = merges[k][2]
-        roots = {groups.root(d) for d in range(topo.n_devices)}
-        out.append((beta, np.array([groups.size[x] for x in roots], dtype=np.int64)))
+        out.append((beta, np.array([len(m) for m in groups.members.values()], dtype=np.int64)))
         while k < len(merges) and merges[k][2] == beta:
             groups.join(merges[k][0], merges[k][1])
             k += 1
@@ -494,7 +485,8 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     prefix of the elements by slow value that does not pack has a slow element); past
     ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).  ``witnesses``
     receives ``(value, beta, fast elements)`` of every leaf reached (at a stop: the popped node
-    with the undecided elements made fast while they pack): element sets that may pack, from which :func:`~solvers.parmesan.mapping.combined.packing_mapping` builds mappings.
+    with the undecided elements made fast while they pack): element sets that may pack, from
+    which :func:`~solvers.parmesan.mapping.combined.packing_mapping` builds mappings.
     """
     s_, r = model.n_stages, model.replicas
     n = topo.n_devices

@@ -45,7 +45,7 @@ def relaxed(model: PipelineModel, problem: Problem, limit_s: float = 10.0) -> Ho
     costs = PipelineCosts.of(model, problem.topology)
     run = start_host_relaxation(model, costs, problem.topology, device_bounds(model, costs, problem.topology), limit_s)
     assert run is not None
-    return run.result()
+    return run.result(time.monotonic() + 5)
 
 
 @settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,11 +112,10 @@ def test_settling_pairs_the_lanes_again_downstream() -> None:
     model = PipelineModel(4, 2, 4, ones, ones, np.array([0, 1, 2]), np.array([1, 2, 3]),
                           np.array([300.0, 100.0, 200.0]), np.zeros(4), np.array([4, 3, 2, 1]))
     apart = np.array([[0.0, 1.0], [1.0, 0.0]])
-    lane_fwd = [apart * m for m in model.lane_bytes.tolist()]
+    host_costs = PipelineCosts([apart * m for m in model.lane_bytes.tolist()], np.full((2, 2), 1.0), np.zeros((2, 2)))
     crossed = np.array([[0, 1], [0, 1], [1, 0], [1, 0]])
-    hop = np.full((2, 2), 1.0)
-    settled = settle_lanes(model, crossed, lane_fwd, hop, 0.0, time.monotonic() + 10)
-    assert _host_objective(model, settled, lane_fwd, hop, 0.0) < _host_objective(model, crossed, lane_fwd, hop, 0.0)
+    settled = settle_lanes(model, crossed, host_costs, time.monotonic() + 10)
+    assert _host_objective(model, settled, host_costs) < _host_objective(model, crossed, host_costs)
     assert (settled == settled[0]).all()  # every lane in one host
     for s in range(4):
         assert sorted(settled[s].tolist()) == [0, 1]
@@ -175,4 +174,4 @@ def test_background_solve_answers_once_ready() -> None:
     while not run.solve.done() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert run.solve.done()
-    assert run.result().status == "optimal"
+    assert run.result(time.monotonic() + 5).status == "optimal"
