@@ -43,7 +43,7 @@ from solvers.model.graph import OpGraph
 from solvers.model.importers.pipedream import import_pipedream
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 
 GiB = float(2**30)

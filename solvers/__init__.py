@@ -15,8 +15,6 @@ back-end.  Nothing here imports the web layer; heavy optional libraries load onl
 from __future__ import annotations
 
 import importlib
-import sys
-from types import ModuleType
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
@@ -29,7 +27,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Problem": ("solvers.model.problem", "Problem"),
     "ProblemSettings": ("solvers.model.problem", "ProblemSettings"),
     "Plan": ("solvers.model.plan", "Plan"),
-    "SimulationResult": ("solvers.simulate.result", "SimulationResult"),
+    "SimulationResult": ("solvers.simulator.result", "SimulationResult"),
     "SolverInfo": ("solvers.registry", "SolverInfo"),
     "PlacerError": ("solvers.model.errors", "PlacerError"),
     "load_graph": ("solvers.model.documents", "load_graph"),
@@ -43,7 +41,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "generate_graph": ("solvers.generate", "generate_graph"),
     "generate_topology": ("solvers.generate", "generate_topology"),
     "solve": ("solvers.solving", "solve"),
-    "simulate": ("solvers.simulate", "simulate"),
+    "simulate": ("solvers.simulator", "simulate"),
     "catalogue": ("solvers.registry", "catalogue"),
     "solver_names": ("solvers.registry", "names"),
 }
@@ -68,8 +66,8 @@ if TYPE_CHECKING:
     from solvers.model.topology import Topology
     from solvers.registry import SolverInfo, catalogue
     from solvers.registry import names as solver_names
-    from solvers.simulate import simulate
-    from solvers.simulate.result import SimulationResult
+    from solvers.simulator import simulate
+    from solvers.simulator.result import SimulationResult
     from solvers.solving import solve
 
 
@@ -85,21 +83,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(ModuleType):
-    """The package's module type: ``solvers.simulate`` names the function, not the subpackage.
-
-    Importing a subpackage binds it as an attribute of its parent; the subpackage
-    ``solvers.simulate`` would then hide the exported function ``simulate``.  The binding is
-    skipped for exported names, and the subpackage stays reachable by import
-    (``from solvers.simulate import ...``, ``sys.modules``).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -17,7 +17,7 @@ from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 
 if TYPE_CHECKING:
-    from solvers.simulate import SimulationResult
+    from solvers.simulator import SimulationResult
 
 
 def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | None = None, *,
@@ -89,7 +89,7 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
 
     ``result``: the plan's simulation when the caller already has it (simulated otherwise).
     """
-    from solvers.simulate import simulate
+    from solvers.simulator import simulate
 
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
     plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,

@@ -40,7 +40,7 @@ from solvers.model.importers.pipedream import import_pipedream
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 
 HERE = Path(__file__).resolve().parent

@@ -374,7 +374,7 @@ def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from solvers.model.documents import load_plan
-    from solvers.simulate import simulate
+    from solvers.simulator import simulate
 
     plan = load_plan(args.plan)
     problem = _problem(args, plan)

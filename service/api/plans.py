@@ -26,7 +26,7 @@ MAX_EVALUATE_MICRO_BATCHES = 4096  # the simulation runs inside the request: kee
 @router.post("/plans:evaluate", response_model=EvaluateOut, responses=errors())
 def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) -> EvaluateOut:
     """Validate a ``placer.plan/v1`` against the graph and topology (memory included) and simulate it."""
-    from solvers.simulate import simulate
+    from solvers.simulator import simulate
     from solvers.solving import finish_plan
 
     graph = get_owned(session, Graph, body.graph_id, project, "graph", field="graph_id")

@@ -16,7 +16,7 @@ from service.documents import decompress, load_problem
 from solvers.model.canonical import digest
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.simulate import TimelineEntry, simulate
+from solvers.simulator import TimelineEntry, simulate
 
 V = TypeVar("V")
 TRACE_PID_DEVICES = 1

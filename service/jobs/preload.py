@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import service.jobs.child
 import service.jobs.procs
-import solvers.simulate  # the subpackage (the attribute solvers.simulate is the exported function)
+import solvers.simulator  # the subpackage (the attribute solvers.simulate is the exported function)
 import solvers.solving
 from solvers import registry
 from solvers.model.errors import PlacerError

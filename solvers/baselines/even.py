@@ -54,7 +54,7 @@ class EvenSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: EvenOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        from solvers.simulate import simulate
+        from solvers.simulator import simulate
 
         if problem.objective == "latency":
             candidates = [(min(problem.topology.n_devices, problem.graph.n_ops), 1, 1)]

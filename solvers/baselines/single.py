@@ -25,7 +25,7 @@ class SingleSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: SingleOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        from solvers.simulate import simulate
+        from solvers.simulator import simulate
 
         g, topo = problem.graph, problem.topology
         compute = ComputeModel(g, topo)

@@ -72,7 +72,7 @@ def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
 
 
 def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
-    from solvers.simulate import simulate
+    from solvers.simulator import simulate
 
     try:
         return dict(simulate(problem, plan).metrics)

@@ -74,7 +74,7 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
     when a consumer's start is never below its producer's in floating point (an op-level list
     schedule computes it as the producer's start plus non-negative terms)."""
     from solvers.cost.memory import device_memory_bytes
-    from solvers.simulate import simulate
+    from solvers.simulator import simulate
 
     g, topo = problem.graph, problem.topology
     dev = np.asarray(device_of, dtype=np.int64)

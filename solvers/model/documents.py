@@ -232,7 +232,7 @@ def load_topology(path: str | Path) -> Topology:
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a ``placer.plan/v1`` file (docs/formats.md).
 
-    The plan is checked on its own; :func:`~solvers.simulate.simulate` checks it against a
+    The plan is checked on its own; :func:`~solvers.simulator.simulate` checks it against a
     problem (every op placed once, devices known, memory).
 
     Parameters

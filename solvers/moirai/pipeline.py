@@ -288,7 +288,7 @@ class Run:
 
     # --- the plan ----------------------------------------------------------------------------
     def finish(self) -> Plan:
-        from solvers.simulate import simulate
+        from solvers.simulator import simulate
 
         assert self.best is not None
         stages, order = expand(self.problem, self.fine, self.best)

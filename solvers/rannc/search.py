@@ -172,7 +172,7 @@ class StageSearch:
 
     def run(self, exhaustive: bool, budget: Budget, report: Callable[[SearchResult, float], None]) -> SearchResult:
         """Algorithm 2; the plans are scored with the simulator (per-sample time)."""
-        from solvers.simulate import simulate
+        from solvers.simulator import simulate
 
         result = SearchResult()
         groups = list(self.candidates_by_stage())

@@ -15,7 +15,7 @@ import pytest
 from solvers import registry
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx

@@ -17,7 +17,7 @@ from solvers.model.graph import OpGraph
 from solvers.model.importers import import_pipedream
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository root

@@ -9,7 +9,7 @@ import pytest
 from solvers import registry
 from solvers.model.errors import SolverFailure
 from solvers.portfolio import _choose, portfolio_names
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx

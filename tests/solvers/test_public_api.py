@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # modules whose docstrings carry the examples of the exported names
 DOCUMENTED_MODULES = ["solvers.generate", "solvers.model.documents", "solvers.model.graph", "solvers.model.graphml",
-                      "solvers.model.topology", "solvers.registry", "solvers.simulate", "solvers.solving"]
+                      "solvers.model.topology", "solvers.registry", "solvers.simulator", "solvers.solving"]
 
 
 def test_every_name_is_exported_and_resolves() -> None:
@@ -40,11 +40,11 @@ def test_import_loads_no_numpy_and_no_back_end() -> None:
 def test_simulate_stays_the_function_after_its_subpackage_is_imported() -> None:
     from solvers import simulate as first
 
-    importlib.import_module("solvers.simulate.stage")
+    importlib.import_module("solvers.simulator.stage")
     from solvers import simulate
 
     assert callable(simulate) and simulate is first and solvers.simulate is first
-    assert sys.modules["solvers.simulate"].simulate is first
+    assert sys.modules["solvers.simulator"].simulate is first
 
 
 @pytest.mark.parametrize("name", [n for n in solvers.__all__ if inspect.isfunction(getattr(solvers, n))])

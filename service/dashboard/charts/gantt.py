@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 from service.dashboard.charts.svg import INK, KIND_COLORS, MUTED, esc, svg, x_axis
 from service.dashboard.plan_view import category
-from solvers.simulate import TimelineEntry
+from solvers.simulator import TimelineEntry
 
 WIDTH = 1100.0
 LABEL_W = 120.0

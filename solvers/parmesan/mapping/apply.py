@@ -98,7 +98,7 @@ def simulated_key(problem: Problem, plan: Plan) -> tuple[float, float]:
     with one micro-batch every split of a compute-only pipeline has the same iteration time, and
     the bottleneck is what more micro-batches would pay.
     """
-    from solvers.simulate import simulate
+    from solvers.simulator import simulate
 
     try:
         metrics = simulate(problem, plan).metrics

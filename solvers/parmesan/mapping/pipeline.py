@@ -2,7 +2,7 @@
 
 Parmesan's two instantiations each see half of what the simulator charges: ``c^m`` (Eq. 6, 8)
 the stage-to-stage transfers, ``c^AR`` (Eq. 7, 9) the all-reduce ring.  The stage-level engine
-(:mod:`solvers.simulate.stage`) runs, per stage ``s`` and micro-batch ``m``, ``F(s, m)`` (``f_s``)
+(:mod:`solvers.simulator.stage`) runs, per stage ``s`` and micro-batch ``m``, ``F(s, m)`` (``f_s``)
 and ``B(s, m)`` (``b_s``, + ``f_s`` with recomputation) in the schedule's order; a message of
 lane ``i`` uses the directed channel ``place[a, i] -> place[b, i]`` (one transfer at a time)
 for ``lat + bytes / R / bw``; after its last backward a stage runs its ring all-reduce.  For a

@@ -6,7 +6,7 @@ from typing import Any
 
 from service.dashboard.plan_view import PlanContext, category, chrome_trace, plan_diff
 from solvers.model.plan import Plan, Stage
-from solvers.simulate import TimelineEntry
+from solvers.simulator import TimelineEntry
 
 
 def _plan(*stages: tuple[tuple[str, ...], tuple[str, ...]]) -> Plan:

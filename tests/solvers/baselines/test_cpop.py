@@ -8,7 +8,7 @@ from solvers.base import Budget, no_progress
 from solvers.baselines.cpop import CPOPOptions, CPOPSolver, critical_path
 from solvers.baselines.heft import upward_rank
 from solvers.listsched import latency_costs, levels, op_task_graph
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from tests.solvers.baselines.test_heft import heft_example
 
 

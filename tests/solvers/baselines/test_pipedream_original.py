@@ -18,7 +18,7 @@ from solvers.generate import generate_topology
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.importers import import_pipedream
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.strategies import examples

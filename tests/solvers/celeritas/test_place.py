@@ -32,7 +32,7 @@ from solvers.listsched import (
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.validity import resolve_plan
 from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs, examples, topologies
 

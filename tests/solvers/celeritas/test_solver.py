@@ -15,7 +15,7 @@ from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.strategies import dag_graphs, examples, topologies

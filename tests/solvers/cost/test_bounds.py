@@ -11,7 +11,7 @@ from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from tests.strategies import examples, latency_cases, throughput_cases
 
 

@@ -20,7 +20,7 @@ from solvers.exact.stage_model import (
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx

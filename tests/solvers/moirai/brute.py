@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from solvers.model.errors import InvalidPlan
 from solvers.model.problem import Problem
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from tests.solvers.moirai.tiny import candidates, linear_extensions, plan_of
 
 

@@ -12,7 +12,7 @@ from solvers.model.problem import Problem
 from solvers.moirai.bounds import least_durations_s, task_bounds
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import Instance, build_instance
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.moirai.test_exact import INSTANCES, _case
 from tests.solvers.moirai.test_window_search import classic

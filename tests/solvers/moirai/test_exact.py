@@ -8,7 +8,7 @@ import pytest
 
 from solvers.model.problem import Problem
 from solvers.moirai.backends.result import BACKENDS
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.moirai.brute import brute_force_latency_s
 from tests.solvers.moirai.tiny import tiny_problem

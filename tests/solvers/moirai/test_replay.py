@@ -13,7 +13,7 @@ from solvers.moirai.gcof import gcof, identity_grouping
 from solvers.moirai.instance import build_instance
 from solvers.moirai.rules import FusionRules
 from solvers.moirai.schedule import full_order, replay
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from tests.solvers.moirai.tiny import plan_of, tiny_problem
 from tests.strategies import examples
 

@@ -13,7 +13,7 @@ from solvers.moirai.formulation import Formulation, build
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import build_instance
 from solvers.moirai.warmstart import warm_start
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers.moirai.tiny import tiny_problem

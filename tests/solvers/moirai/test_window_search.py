@@ -17,7 +17,7 @@ from solvers.moirai.lns import window_search
 from solvers.moirai.pipeline import DECISION_TICKS
 from solvers.moirai.warmstart import list_schedule
 from solvers.moirai.window import TICKS, solve_window
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.moirai.brute import brute_force_latency_s
 from tests.solvers.moirai.test_exact import INSTANCES, _case

@@ -37,7 +37,7 @@ from solvers.parmesan.mapping.pipeline import (
     pipeline_model,
     replica_bounds,
 )
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.parmesan.strategies import random_dag
 from tests.strategies import examples

@@ -10,7 +10,7 @@ from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx

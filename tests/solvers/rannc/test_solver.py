@@ -12,7 +12,7 @@ from solvers.model.problem import Problem, ProblemSettings
 from solvers.rannc.allocate import allocate_devices, node_layout
 from solvers.rannc.profile import CostModelProfiler, StageCandidate, StageProfile
 from solvers.rannc.solver import RanncOptions, RanncSolver
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers import contract_fixtures as fx

@@ -1,6 +1,6 @@
 """Stage-level pipeline simulator (DESIGN §5): the fast path for throughput plans.
 
-Stage ``s`` runs its tasks in the schedule's order (:mod:`solvers.simulate.schedule`).
+Stage ``s`` runs its tasks in the schedule's order (:mod:`solvers.simulator.schedule`).
 ``F(s, m)`` takes ``f_s`` = the sum of the stage group's forward op times (slowest replica / R,
 Parmesan Eq. 3) and starts when the stage is free and every forward message for micro-batch
 ``m`` has arrived; ``B(s, m)`` takes ``b_s`` (+ ``f_s`` with recomputation) and waits for the
@@ -24,9 +24,9 @@ from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
-from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate.result import EngineRun, TimelineEntry
-from solvers.simulate.schedule import FORWARD, stage_task_order, task_label
+from solvers.simulator._channels import ChannelTable, Transfers
+from solvers.simulator.result import EngineRun, TimelineEntry
+from solvers.simulator.schedule import FORWARD, stage_task_order, task_label
 
 
 @dataclass

@@ -8,8 +8,8 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.simulate import simulate
-from tests.solvers.simulate.cases import line_topology
+from solvers.simulator import simulate
+from tests.solvers.simulator.cases import line_topology
 
 
 def _problem(pass_: str) -> Problem:

@@ -15,7 +15,7 @@ from solvers.cost.comm import allreduce_s, transfer_pairs, transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from solvers.validity import resolve_plan
 from tests.strategies import examples, latency_cases
 

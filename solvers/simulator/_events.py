@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from solvers.model.errors import InvalidPlan
-from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate.result import TimelineEntry
+from solvers.simulator._channels import ChannelTable, Transfers
+from solvers.simulator.result import TimelineEntry
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from solvers.cost.comm import transfer_pairs, transfer_s
 from solvers.model.topology import Topology
-from solvers.simulate.result import TimelineEntry
+from solvers.simulator.result import TimelineEntry
 
 # One message's transfers: (channel id, duration in seconds) per sender/receiver pair.
 Transfers = list[tuple[int, float]]

@@ -8,8 +8,8 @@ from solvers.cost.comm import allreduce_s
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.simulate import simulate
-from tests.solvers.simulate.cases import chain_graph, line_topology
+from solvers.simulator import simulate
+from tests.solvers.simulator.cases import chain_graph, line_topology
 
 ENGINES = ["stage", "op"]
 

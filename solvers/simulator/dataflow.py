@@ -11,7 +11,7 @@ forward.  In a training pass a replicated group ends with a ring all-reduce of i
 Order on a group: ``plan.order`` (replayed exactly: forward tasks in the order, micro-batch by
 micro-batch, then backward tasks in the reverse order) or, without one, non-idling list
 scheduling by ``(ready time, pass, micro-batch, topological position (reversed for backward),
-op)``; see :mod:`solvers.simulate._events`.
+op)``; see :mod:`solvers.simulator._events`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
-from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate._events import EventGraph, run_tasks
-from solvers.simulate.result import EngineRun, TimelineEntry
+from solvers.simulator._channels import ChannelTable, Transfers
+from solvers.simulator._events import EventGraph, run_tasks
+from solvers.simulator.result import EngineRun, TimelineEntry
 
 
 def group_op_times(rp: ResolvedPlan, compute: ComputeModel, n_ops: int) -> tuple[list[float], list[float]]:

@@ -5,7 +5,7 @@ one unit, its ops back to back in topological (reverse) order, starting when eve
 message for that micro-batch has arrived; its outbound messages, coalesced per destination
 stage, leave when the unit ends.  Task orders (GPipe / 1F1B) and the all-reduce are those of
 the stage-level engine, but everything here is derived op by op and timed by the event core
-(:mod:`solvers.simulate._events`), so the two engines cross-check each other.
+(:mod:`solvers.simulator._events`), so the two engines cross-check each other.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
-from solvers.simulate._channels import ChannelTable, Transfers
-from solvers.simulate._events import EventGraph
-from solvers.simulate.dataflow import group_op_times, run_iteration
-from solvers.simulate.result import EngineRun
-from solvers.simulate.schedule import stage_task_order
+from solvers.simulator._channels import ChannelTable, Transfers
+from solvers.simulator._events import EventGraph
+from solvers.simulator.dataflow import group_op_times, run_iteration
+from solvers.simulator.result import EngineRun
+from solvers.simulator.schedule import stage_task_order
 
 
 def _stage_pair_bytes(problem: Problem, rp: ResolvedPlan) -> dict[tuple[int, int], float]:

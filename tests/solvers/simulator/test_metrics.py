@@ -12,9 +12,9 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.simulate import SimulationResult, TimelineEntry, simulate
+from solvers.simulator import SimulationResult, TimelineEntry, simulate
 from solvers.validity import resolve_plan
-from tests.solvers.simulate.cases import chain_graph, line_topology
+from tests.solvers.simulator.cases import chain_graph, line_topology
 from tests.strategies import examples, latency_cases, throughput_cases
 
 KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "latency_s", "stage_times_s",

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.simulate import simulate
+from solvers.simulator import simulate
 from tests.strategies import examples, throughput_cases
 
 _REL = 1e-9

@@ -13,11 +13,11 @@ from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, ResolvedPlan
 from solvers.model.problem import Problem
-from solvers.simulate.dataflow import run_dataflow
-from solvers.simulate.metrics import build_metrics
-from solvers.simulate.result import SimulationResult, TimelineEntry
-from solvers.simulate.stage import run_stage_engine
-from solvers.simulate.units import run_units
+from solvers.simulator.dataflow import run_dataflow
+from solvers.simulator.metrics import build_metrics
+from solvers.simulator.result import SimulationResult, TimelineEntry
+from solvers.simulator.stage import run_stage_engine
+from solvers.simulator.units import run_units
 from solvers.validity import resolve_plan
 
 Engine = Literal["auto", "stage", "op"]
