@@ -8,6 +8,9 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY solvers ./solvers
 COPY service ./service
 COPY client ./client
+COPY cli ./cli
+COPY extract ./extract
+COPY launcher ./launcher
 COPY migrations ./migrations
 COPY alembic.ini ./
 RUN pip install -c constraints.txt ".[all]" \

@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy solvers service client launcher
+	$(BIN)/mypy solvers service client cli extract launcher
 
 imports: $(STAMP)
 	$(BIN)/lint-imports

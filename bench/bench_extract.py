@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from client.extract.build import example_source
-from client.extract.extract import extract
-from client.extract.profile import profile
+from extract.build import example_source
+from extract.extract import extract
+from extract.profile import profile
 
 BERT_LARGE = {"layers": 24, "hidden": 1024, "heads": 16, "seq": 512}
 GPT2_XL = {"layers": 48, "hidden": 1600, "heads": 25, "seq": 1024, "vocab": 50257}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client.cli import main as placer
+from cli import main as placer
 
 ROOT = Path(__file__).resolve().parents[1]
 THROUGHPUT = [("even", ["--stages", "2"]), ("parmesan", ["--stages", "2"]), ("rannc", [])]

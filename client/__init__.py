@@ -3,8 +3,8 @@
 - :class:`Client` / :class:`AsyncClient` (``client.sync``, ``client.asyncio``): everything the
   REST API offers, typed results (:mod:`client.models`) and errors (:mod:`client.errors`),
   retries; docs/client.md.
-- :mod:`client.cli`: the ``placer`` command, local (no server) and remote (on the client).
-- :mod:`client.extract`: from a PyTorch model to an operator graph; :mod:`client.demo`.
+- :mod:`cli`: the ``placer`` command, local (no server) and remote (on the client).
+- :mod:`extract`: from a PyTorch model to an operator graph; :mod:`cli.demo`.
 
 This package never imports ``service``. ``import client`` stays light: the HTTP client loads
 on first use of its names.

@@ -1,6 +1,6 @@
 """How a training orchestrator uses Placer: from a model to the commands that start it.
 
-1. extract the model's operator graph (a small BERT, with ``client.extract``; without torch a
+1. extract the model's operator graph (a small BERT, with ``extract``; without torch a
    generated transformer graph stands in), and upload it;
 2. upload the cluster's topology (generated here; ``placer measure-topology`` measures a real one);
 3. compare four solvers on the server and wait for the comparison;
@@ -30,8 +30,8 @@ SOLVERS = ("parmesan", "rannc", "pipedream", "even")
 def model_graph() -> OpGraph:
     """A 2-layer BERT's op graph with roofline times for H100s, or a generated stand-in without torch."""
     try:
-        from client.extract.build import example_source
-        from client.extract.extract import extract
+        from extract.build import example_source
+        from extract.extract import extract
 
         source = example_source("bert", {"layers": 2, "hidden": 64, "heads": 2, "intermediate": 128, "seq": 32,
                                          "vocab": 1000}, batch=8)

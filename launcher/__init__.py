@@ -6,7 +6,7 @@
   ``manifest.json``) as files or as a zip in memory;
 - :mod:`launcher.runtime` what ``launch.py`` runs under torchrun (needs torch).
 
-This package imports ``solvers`` and, in the runtime, ``client.extract``; never the service.
+This package imports ``solvers`` and, in the runtime, ``extract``; never the service.
 Importing it does not import torch.
 """
 

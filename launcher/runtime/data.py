@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 import torch
 
-from client.extract.source import InputSpec, make_inputs, with_batch
-from client.extract.spec import load_callable
+from extract.source import InputSpec, make_inputs, with_batch
+from extract.spec import load_callable
 from solvers.model.errors import InvalidInput
 
 Batch = tuple[dict[str, torch.Tensor], torch.Tensor]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from client.extract.source import InputSpec
+from extract.source import InputSpec
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
 from launcher.runtime.loop import run_loop

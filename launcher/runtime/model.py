@@ -22,10 +22,10 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from client.extract.build import build
-from client.extract.export import collect_ops, export_model
-from client.extract.granularity import merge_modules
-from client.extract.source import BuiltModel
+from extract.build import build
+from extract.export import collect_ops, export_model
+from extract.granularity import merge_modules
+from extract.source import BuiltModel
 from launcher.structure import structure_digest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from client.cli import main as placer
+from cli import main as placer
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = {"bert": "tests.launcher.models:bert", "cnn": "tests.launcher.models:cnn"}
@@ -96,8 +96,8 @@ def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[s
     """The single-process step: eager model, the same global batch, the same loss."""
     from torch.utils._pytree import tree_leaves
 
-    from client.extract.build import build
-    from client.extract.source import InputSpec
+    from extract.build import build
+    from extract.source import InputSpec
     from launcher.runtime.data import load_data
 
     manifest = json.loads((folder / "manifest.json").read_text())

@@ -52,7 +52,7 @@ def test_plan_device_absent_from_the_world(workdir: Path, graphs: Callable[[str]
     (workdir / "topo2-hosts.json").write_text(json.dumps(topology(2, hosts=2)))
     plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2")
     folder = workdir / "refuse-absent"
-    from client.cli import main as placer
+    from cli import main as placer
 
     assert placer(["launcher", "--plan", str(plan), "--graph", str(graph), "--topology",
                    str(workdir / "topo2-hosts.json"), "-o", str(folder)]) == 0

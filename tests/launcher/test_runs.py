@@ -75,7 +75,7 @@ def compare_metrics(workdir: Path, plan: Path, graph: Path, metrics: Path) -> No
     import contextlib
     import io
 
-    from client.cli import main as placer
+    from cli import main as placer
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -9,7 +9,7 @@ import sys
 def test_service_app_and_cli_without_torch() -> None:
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
             "from service.app import create_app\n"
-            "from client.cli import build_parser\n"
+            "from cli import build_parser\n"
             "app = create_app()\n"
             "assert app.routes\n"
             "build_parser()\n")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from client.cli import main
-from client.extract.build import example_source
-from client.extract.profile import profile
+from cli import main
+from extract.build import example_source
+from extract.profile import profile
 from solvers.model.documents import load_graph
 
 SMALL = {"layers": 2, "hidden": 256, "heads": 4, "seq": 128, "vocab": 1000}

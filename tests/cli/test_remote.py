@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from client.cli import main
-from client.cli._remote import LiveStatus
+from cli import main
+from cli._remote import LiveStatus
 from client.models import JobEvent
 from solvers.generate import generate_graph, generate_topology
 from tests.client.conftest import Server, free_port

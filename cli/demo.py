@@ -1,6 +1,6 @@
 """A local demonstration: generate a topology and a graph, run every applicable solver, compare.
 
-``python -m client.demo`` (no server): prints a table of the solvers' simulated plans.
+``python -m cli.demo`` (no server): prints a table of the solvers' simulated plans.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from client.cli._output import format_seconds, format_table
+from cli._output import format_seconds, format_table
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import PlacerError
 from solvers.model.problem import Problem, ProblemSettings

@@ -1,7 +1,7 @@
 """``placer extract``: source record -> exported program -> ``placer.opgraph/v1`` with estimated times.
 
 The graph's ``attrs`` hold everything needed to rebuild and re-export the same model:
-``source`` (the :mod:`client.extract.build` record), ``inputs`` (name, shape, dtype),
+``source`` (the :mod:`extract.build` record), ``inputs`` (name, shape, dtype),
 ``versions`` (torch, transformers), ``export`` (non-strict, training mode, op ids = FX node
 names), plus how the times were made (``estimate``) and the model's parameter bytes.
 """
@@ -13,11 +13,11 @@ from typing import Any
 
 from torch.export.graph_signature import InputKind
 
-from client.extract.build import build
-from client.extract.deps import versions
-from client.extract.estimate import DeviceSpec, OpCost, SavedTensors, device_spec, op_cost
-from client.extract.export import ExportedOps, collect_ops, export_model
-from client.extract.source import BuiltModel
+from extract.build import build
+from extract.deps import versions
+from extract.estimate import DeviceSpec, OpCost, SavedTensors, device_spec, op_cost
+from extract.export import ExportedOps, collect_ops, export_model
+from extract.source import BuiltModel
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
 
 
@@ -31,7 +31,7 @@ def extract(source: Mapping[str, Any], device_kind: str = "H100", name: str | No
 
 
 def count_ops(exported: ExportedOps) -> dict[str, OpCost]:
-    """:func:`client.extract.estimate.op_cost` of every ``call_function`` op, in graph order."""
+    """:func:`extract.estimate.op_cost` of every ``call_function`` op, in graph order."""
     program = exported.program
     weights, frozen = set(), set()
     for s in program.graph_signature.input_specs:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from client.cli import main
+from cli import main
 
-M = "tests.client.extract.models"
+M = "tests.extract.models"
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
@@ -44,7 +44,7 @@ def test_data_dependent_says_what_to_try(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_missing_torch_names_the_extra(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['torch'] = None; from client.cli import main; "
+    code = ("import sys; sys.modules['torch'] = None; from cli import main; "
             f"sys.exit(main(['extract', '{M}:mlp', '-o', '{tmp_path / 'g.json'}']))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

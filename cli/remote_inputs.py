@@ -11,8 +11,8 @@ import argparse
 import itertools
 from typing import Any
 
-from client.cli._output import EXIT_OK, print_json
-from client.cli._remote import existing_file, make_client, remote_parser, show, show_list
+from cli._output import EXIT_OK, print_json
+from cli._remote import existing_file, make_client, remote_parser, show, show_list
 
 GRAPH_COLUMNS = ("id", "name", "n_ops", "n_edges", "size_bytes", "created_at")
 TOPOLOGY_COLUMNS = ("id", "name", "n_devices", "n_hosts", "size_bytes", "created_at")
@@ -66,7 +66,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from client.cli._params import parse_params
+    from cli._params import parse_params
     from solvers.generate import TOPOLOGY_KINDS, coerce_params
     from solvers.model.errors import InvalidInput
 

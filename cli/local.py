@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from client.cli._output import EXIT_FAILED, EXIT_OK, format_seconds, format_table, print_json
-from client.cli._params import describe_params, parse_params
+from cli._output import EXIT_FAILED, EXIT_OK, format_seconds, format_table, print_json
+from cli._params import describe_params, parse_params
 from solvers.model.errors import InvalidInput
 
 if TYPE_CHECKING:

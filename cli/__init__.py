@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from client.cli import launcher_cmd, local, remote_inputs, remote_jobs, remote_plans, torch_cmds
-from client.cli._output import report_error
-from client.cli._remote import add_server_options
+from cli import launcher_cmd, local, remote_inputs, remote_jobs, remote_plans, torch_cmds
+from cli._output import report_error
+from cli._remote import add_server_options
 
 ENTRY_POINT_GROUP = "placer.cli"
 LOCAL_GROUPS = (local, torch_cmds, launcher_cmd)

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from client.extract.examples import build_example, example_params
-from client.extract.source import BuiltModel, InputSpec, make_inputs, with_batch
-from client.extract.spec import call_spec
+from extract.examples import build_example, example_params
+from extract.source import BuiltModel, InputSpec, make_inputs, with_batch
+from extract.spec import call_spec
 from solvers.model.errors import InvalidInput
 
 

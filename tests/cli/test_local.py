@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from client.cli import main
+from cli import main
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 

@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from client.extract.measure import fit_link, message_sizes
+from extract.measure import fit_link, message_sizes
 from solvers.model.documents import load_topology
 
 
 def test_measure_topology_four_processes(tmp_path: Path) -> None:
     out = tmp_path / "topo.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-           "-m", "client.cli", "measure-topology", "-o", str(out), "--max-bytes", "65536", "--repeats", "2"]
+           "-m", "cli", "measure-topology", "-o", str(out), "--max-bytes", "65536", "--repeats", "2"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-2000:]

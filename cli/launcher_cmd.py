@@ -1,18 +1,18 @@
 """``placer launcher``: a plan becomes a folder that torchrun runs on the nodes (docs/launcher.md).
 
 ``placer launcher --plan P --graph G [--topology T] -o DIR`` builds the bundle locally;
-``placer launcher get PLAN_ID`` (:mod:`client.cli.remote_plans`) downloads a server's.
+``placer launcher get PLAN_ID`` (:mod:`cli.remote_plans`) downloads a server's.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from client.cli._output import EXIT_OK
+from cli._output import EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from client.cli.remote_plans import register_launcher_verbs
+    from cli.remote_plans import register_launcher_verbs
 
     p = sub.add_parser("launcher", help="write a plan's launcher bundle (launch.py, README.md, plan, manifest); "
                        "`placer launcher get PLAN_ID` downloads a server's")

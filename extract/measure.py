@@ -131,7 +131,7 @@ def measure(min_bytes: int = 4096, max_bytes: int = 256 * 2**20, repeats: int = 
     """Run on every rank of a torchrun job; rank 0 returns the topology, the others ``None``."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise InvalidInput("measure-topology runs under torchrun, e.g. python -m torch.distributed.run "
-                           "--nproc-per-node 4 -m client.cli measure-topology -o topo.json", field="torchrun")
+                           "--nproc-per-node 4 -m cli measure-topology -o topo.json", field="torchrun")
     sizes = message_sizes(min_bytes, max_bytes)
     dev, kind, memory = _device()
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")

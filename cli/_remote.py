@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from client.cli._output import format_seconds, format_table, print_json
+from cli._output import format_seconds, format_table, print_json
 from solvers.model.errors import InvalidInput
 
 if TYPE_CHECKING:

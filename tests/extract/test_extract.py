@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from client.cli import main
-from client.extract.build import build, example_source
-from client.extract.export import export_model, fx_nodes_by_id
-from client.extract.extract import extract
-from client.extract.granularity import merge_modules
+from cli import main
+from extract.build import build, example_source
+from extract.export import export_model, fx_nodes_by_id
+from extract.extract import extract
+from extract.granularity import merge_modules
 from solvers.model.documents import load_graph
 from solvers.model.graph import graph_from_document
 
@@ -114,9 +114,9 @@ def test_module_granularity_keeps_totals(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_spec_with_inputs_and_module_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    assert main(["extract", "tests.client.extract.models:mlp", "--batch", "5", "-o", str(a)]) == 0
+    assert main(["extract", "tests.extract.models:mlp", "--batch", "5", "-o", str(a)]) == 0
     graph = load_graph(a)
     assert graph.profiled_batch_size == 5 and graph.param_bytes.sum() == (16 * 32 + 32 + 32 * 4 + 4) * 4
-    assert graph.nodes[0].op == "input" and graph.attrs["source"]["spec"] == "tests.client.extract.models:mlp"
-    assert main(["extract", "tests.client.extract.models:mlp_module_only", "--input", "x=7x16", "-o", str(b)]) == 0
+    assert graph.nodes[0].op == "input" and graph.attrs["source"]["spec"] == "tests.extract.models:mlp"
+    assert main(["extract", "tests.extract.models:mlp_module_only", "--input", "x=7x16", "-o", str(b)]) == 0
     assert load_graph(b).profiled_batch_size == 7

@@ -10,7 +10,7 @@ import argparse
 import os
 from typing import Any
 
-from client.cli._output import EXIT_OK, format_seconds, print_json
+from cli._output import EXIT_OK, format_seconds, print_json
 from solvers.model.errors import InvalidInput
 
 
@@ -55,11 +55,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _source(args: argparse.Namespace, batch: int | None) -> dict[str, Any]:
-    from client.extract import require_torch
+    from extract import require_torch
 
     require_torch(f"placer {args.command}", transformers=bool(args.example))
-    from client.extract.build import example_source, spec_source
-    from client.extract.source import parse_input
+    from extract.build import example_source, spec_source
+    from extract.source import parse_input
 
     if bool(args.spec) == bool(args.example):
         raise InvalidInput("give either SPEC (package.module:callable) or --example NAME", field="spec")
@@ -80,8 +80,8 @@ def _source(args: argparse.Namespace, batch: int | None) -> dict[str, Any]:
 
 def cmd_extract(args: argparse.Namespace) -> int:
     source = _source(args, args.batch)
-    from client.extract.extract import extract
-    from client.extract.granularity import merge_modules, parse_granularity
+    from extract.extract import extract
+    from extract.granularity import merge_modules, parse_granularity
     from solvers.model.documents import write_json
 
     depth = parse_granularity(args.granularity)
@@ -98,8 +98,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     sources = [_source(args, b) for b in batches]
     import torch
 
-    from client.extract.granularity import merge_modules, parse_granularity
-    from client.extract.profile import profile
+    from extract.granularity import merge_modules, parse_granularity
+    from extract.profile import profile
     from solvers.model.documents import write_json
 
     depth = parse_granularity(args.granularity)
@@ -137,10 +137,10 @@ def _report(args: argparse.Namespace, graph: Any, path: str) -> None:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from client.extract import require_torch
+    from extract import require_torch
 
     require_torch("placer measure-topology")
-    from client.extract.measure import measure
+    from extract.measure import measure
     from solvers.model.documents import write_json
 
     topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name)

@@ -29,7 +29,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from client.extract.source import BuiltModel
+from extract.source import BuiltModel
 from solvers.model.errors import InvalidInput
 
 

@@ -1,5 +1,5 @@
 """Small models for the extraction tests, loaded through SPECs such as
-``tests.client.extract.models:mlp``."""
+``tests.extract.models:mlp``."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
+from cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
+from cli._remote import existing_file, make_client, remote_parser
+from cli.local import _settings
 from client.bundles import torchrun_commands
-from client.cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
-from client.cli._remote import existing_file, make_client, remote_parser
-from client.cli.local import _settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def register_launcher_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``placer launcher get``; the ``launcher`` command itself is :mod:`client.cli.launcher_cmd`'s."""
+    """``placer launcher get``; the ``launcher`` command itself is :mod:`cli.launcher_cmd`'s."""
     p = remote_parser(verbs, "get", "download a plan's launcher bundle (zip) and print its torchrun commands")
     p.add_argument("id", metavar="PLAN_ID")
     p.add_argument("-o", "--output", help="the zip file (default: launcher-PLAN_ID.zip)")

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from client.extract.source import DTYPES, InputSpec
+from extract.source import DTYPES, InputSpec
 from solvers.model.errors import InvalidInput
 
 ParamValue = int | float | str | tuple[int, ...]

@@ -1,6 +1,6 @@
 """``placer profile``: measured forward and backward time and peak memory per op.
 
-The exported program (:mod:`client.extract.export`, the same op ids as ``placer extract``) runs
+The exported program (:mod:`extract.export`, the same op ids as ``placer extract``) runs
 node by node in an ``torch.fx.Interpreter`` that wraps every node in a
 ``torch.profiler.record_function`` range named ``placer.op::<id>``; a training step is that
 forward, a scalar loss (the mean of every floating-point output, summed) and ``backward()``.
@@ -33,10 +33,10 @@ import torch
 from torch.profiler import ProfilerActivity, record_function
 from torch.utils._pytree import tree_leaves
 
-from client.extract.build import build
-from client.extract.estimate import DEVICES, device_spec
-from client.extract.export import collect_ops, export_model
-from client.extract.extract import assemble, count_ops, default_name
+from extract.build import build
+from extract.estimate import DEVICES, device_spec
+from extract.export import collect_ops, export_model
+from extract.extract import assemble, count_ops, default_name
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import KindTimes, Node, OpGraph
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from client.extract.source import InputSpec, dtype_name, make_inputs, with_batch
+from extract.source import InputSpec, dtype_name, make_inputs, with_batch
 from solvers.model.errors import InvalidInput
 
 

@@ -6,9 +6,9 @@ import argparse
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from client.cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
-from client.cli._remote import LiveStatus, comparison_table, dump, make_client, remote_parser, show, show_list
-from client.cli.local import _options, _settings
+from cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
+from cli._remote import LiveStatus, comparison_table, dump, make_client, remote_parser, show, show_list
+from cli.local import _options, _settings
 
 if TYPE_CHECKING:
     from client.models import Job
