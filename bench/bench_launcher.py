@@ -3,7 +3,7 @@
 ``.venv/bin/python -m bench.bench_launcher [--out DIR]``:
 
 1. ``placer profile bench.launcher_model:bert --device cpu --threads 1`` (micro-batch of 8 rows);
-2. ``placer measure-topology`` under torchrun with 2 gloo processes (the two "devices");
+2. ``placer topology measure`` under torchrun with 2 gloo processes (the two "devices");
 3. solve with even, parmesan, rannc (throughput; 1, 2 and 4 micro-batches, GPipe and 1F1B) and
    heft, m-etf, m-topo, single (latency, training pass);
 4. run every plan's bundle with torchrun on 2 processes, one thread each (8 iterations, 2 warm-up);
@@ -46,7 +46,7 @@ def prepare(out: Path) -> tuple[Path, Path]:
         assert placer(["profile", "bench.launcher_model:bert", "--batch", "8", "--device", "cpu", "--threads", "1",
                        "--repeats", "5", "-o", str(graph)]) == 0
     if not topo.exists():
-        torchrun([str(ROOT / "client" / "cli" / "__main__.py"), "measure-topology", "-o", str(topo)], out)
+        torchrun([str(ROOT / "cli" / "__main__.py"), "topology", "measure", "-o", str(topo)], out)
     return graph, topo
 
 
@@ -71,7 +71,7 @@ def plans(out: Path, graph: Path, topo: Path) -> list[Path]:
 
 def run_plan(out: Path, plan: Path, graph: Path, topo: Path) -> tuple[float, float, float]:
     folder = out / plan.stem
-    assert placer(["launcher", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
+    assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
                    "-o", str(folder)]) == 0
     devices = len(json.loads((folder / "manifest.json").read_text())["devices"])
     torchrun(["launch.py", "--steps", "8", "--warmup", "2"], folder, devices)

@@ -1,9 +1,10 @@
 """The ``placer`` command line.
 
-Command groups are modules with a ``register(subparsers)`` function.  The local commands and
-the remote ones (``remote_*``: a Placer server through :class:`client.Client`) are listed here; other distributions' commands (the service's ``serve``, ``worker``, ``migrate``,
-``keys``) plug in through the entry-point group ``placer.cli`` so that this package never
-imports the service.
+Every command is a verb on one noun (``placer graph upload``, ``placer job submit``) or a
+workflow verb (``placer solve``). The nouns and verbs are modules with a ``register(commands)``
+function, listed here; other distributions' commands (the service's ``serve``, ``worker``,
+``migrate``, ``key``) plug in through the entry-point group ``placer.cli``, so that this
+package never imports the service. Nothing imports this package: it is the top.
 
 Exit codes: 0 success, 1 the work failed (e.g. infeasible plan, failed job), 2 bad input or
 usage, 3 a remote/service error, 130 interrupted.
@@ -16,27 +17,55 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from cli import launcher_cmd, local, remote_inputs, remote_jobs, remote_plans, torch_cmds
-from cli._output import report_error
+from cli import files, jobs, launcher_cmd, plans, stored, torch_cmds, workflow
+from cli._output import EXIT_BAD_INPUT, report_error
+from cli._parsers import Commands, command, verbs
 from cli._remote import add_server_options
+from cli.renamed import renamed_message
 
 ENTRY_POINT_GROUP = "placer.cli"
-LOCAL_GROUPS = (local, torch_cmds, launcher_cmd)
-REMOTE_GROUPS = (remote_inputs, remote_jobs, remote_plans)
+INTRO = ("Placement optimizer for deep learning. Local commands read and write files; the server "
+         "commands (upload, list, show, delete, create, submit, get, evaluate) talk to a Placer server.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="placer", description="Placement optimizer for deep learning.")
+    """The whole ``placer`` parser, plugged-in commands included."""
+    parser = argparse.ArgumentParser(prog="placer", description=INTRO)
     add_server_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (*LOCAL_GROUPS, *REMOTE_GROUPS):
-        group.register(sub)
+    _register_inputs(sub)
+    workflow.register(sub)
+    torch_cmds.register(sub)
+    jobs.register(sub)
+    plans.register(sub)
+    launcher_cmd.register(sub)
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         ep.load()(sub)
     return parser
 
 
+def _register_inputs(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``placer graph`` and ``placer topology``: local files and the server's stored inputs."""
+    group = verbs(command(sub, "graph", "operator graphs: generate, import, export, scale (local files); "
+                          "upload, list, show, delete (server)",
+                          ["placer graph generate transformer --layers 24 -o bert.json", "placer graph upload bert.json"]))
+    files.add_file_verbs(group, "graph")
+    stored.add_server_verbs(group, "graph")
+    group = verbs(command(sub, "topology", "topologies: generate, import, export, measure (local files); "
+                          "upload, list, show, delete, create (server)",
+                          ["placer topology generate hierarchical --nodes 4 --gpus-per-node 4 -o topo.json",
+                           "placer topology upload topo.json"]))
+    files.add_file_verbs(group, "topology")
+    torch_cmds.add_measure_verb(group)
+    stored.add_server_verbs(group, "topology")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``placer`` with ``argv`` (default: the process's arguments); returns the exit code."""
+    old = renamed_message(sys.argv[1:] if argv is None else argv)
+    if old is not None:
+        sys.stderr.write(old + "\n")
+        return EXIT_BAD_INPUT
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_params", False):

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from cli._output import format_seconds, format_table, print_json
+from cli._parsers import Commands, command
+from client.sync import Client
 from solvers.model.errors import InvalidInput
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from client.models import Comparison, JobEvent
-    from client.sync import Client
 
 
 def add_server_options(parser: argparse.ArgumentParser, top_level: bool = False) -> None:
@@ -32,16 +33,17 @@ def add_server_options(parser: argparse.ArgumentParser, top_level: bool = False)
     parser.add_argument("--api-key", default=default, help="API key (default: PLACER_API_KEY)")
 
 
-def remote_parser(group: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str) -> argparse.ArgumentParser:
-    p = group.add_parser(name, help=help_text)
+def remote_command(group: Commands[argparse.ArgumentParser], name: str, help_text: str, examples: Sequence[str],
+                   description: str | None = None) -> argparse.ArgumentParser:
+    """A command that talks to the server: ``--url``, ``--api-key`` and ``--json`` on it."""
+    p = command(group, name, help_text, examples, description)
     add_server_options(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
 def make_client(args: argparse.Namespace) -> Client:
-    from client.sync import Client
-
+    """The HTTP client of the server the options (or the environment) name."""
     return Client(getattr(args, "url", None), getattr(args, "api_key", None))
 
 

@@ -1,4 +1,5 @@
-"""Commands that read a PyTorch model or cluster: extract, profile, measure-topology.
+"""Commands that read a PyTorch model or cluster: ``placer extract``, ``placer profile`` and
+``placer topology measure``.
 
 They need the ``torch`` extra; without it they exit 2 with a message naming it.  Nothing is
 written unless the whole command succeeds.
@@ -11,17 +12,33 @@ import os
 from typing import Any
 
 from cli._output import EXIT_OK, format_seconds, print_json
+from cli._parsers import Commands, command
+from extract import require_torch
+from extract.granularity import merge_modules, parse_granularity
+from solvers.model.documents import write_json
 from solvers.model.errors import InvalidInput
 
+TORCHRUN = "python -m torch.distributed.run"
+TORCH_NOTE = ("Needs the torch extra (pip install 'placer[torch]'); without it the command exits 2 naming it. "
+              "Nothing is written unless the whole command succeeds.")
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("extract", help="export a PyTorch model to an op graph with estimated times")
+
+def register(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``placer extract`` and ``placer profile``."""
+    p = command(sub, "extract", "export a PyTorch model to an op graph with estimated times",
+                ["placer extract --example bert --param layers=24 hidden=1024 heads=16 seq=512 --batch 8 -o bert.json",
+                 "placer extract mypkg.models:make_model --input input_ids=8x512:int64 -o model.json"],
+                description="Export the model with torch.export into an op graph whose times are a roofline "
+                            "estimate. " + TORCH_NOTE)
     _add_model_args(p)
     p.add_argument("--batch", type=int, help="batch size (the leading dimension of every input)")
     p.add_argument("--device-kind", default="H100", help="device of the roofline estimate: H100, A100, V100, cpu")
     p.add_argument("--granularity", default="op", help="op (default), module or module:DEPTH")
     p.set_defaults(func=cmd_extract)
-    p = sub.add_parser("profile", help="extract a PyTorch model and measure each op's time with the profiler")
+    p = command(sub, "profile", "extract a PyTorch model and measure each op's time with the profiler",
+                ["placer profile mypkg.models:make_model --batch 4 8 --device cuda -o profile.json"],
+                description="Measure the op times with PyTorch's profiler; several batch sizes write OUT.b<N>.json "
+                            "each, ready for `placer graph scale`. " + TORCH_NOTE)
     _add_model_args(p)
     p.add_argument("--batch", type=int, nargs="+", help="batch sizes; several write one graph each")
     p.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
@@ -30,13 +47,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads (torch.set_num_threads)")
     p.add_argument("--granularity", default="op", help="op (default), module or module:DEPTH")
     p.set_defaults(func=cmd_profile)
-    p = sub.add_parser("measure-topology", help="measure devices and links of a torchrun job (run under torchrun)")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--name", default="measured")
-    p.add_argument("--min-bytes", type=int, default=4096)
-    p.add_argument("--max-bytes", type=int, default=256 * 2**20)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--json", action="store_true")
+
+
+def add_measure_verb(group: Commands[argparse.ArgumentParser]) -> None:
+    """``placer topology measure``, run under torchrun."""
+    p = command(group, "measure", "measure devices and links of a torchrun job (run under torchrun)",
+                [f"{TORCHRUN} --standalone --nproc-per-node 8 -m cli topology measure -o topo.json"],
+                description="Started by torchrun on every node, write a measured placer.topology/v1: each "
+                            "device's speed and every link's bandwidth and latency (docs/extract.md). "
+                            + TORCH_NOTE)
+    p.add_argument("-o", "--output", required=True, help="the topology file to write")
+    p.add_argument("--name", default="measured", help="the topology's name (default: measured)")
+    p.add_argument("--min-bytes", type=int, default=4096, help="the smallest message measured (default 4096)")
+    p.add_argument("--max-bytes", type=int, default=256 * 2**20, help="the largest message measured (default 256 MiB)")
+    p.add_argument("--repeats", type=int, default=5, help="timed transfers per size (median)")
+    p.add_argument("--json", action="store_true", help="print the output file, sizes and digest as JSON")
     p.set_defaults(func=cmd_measure)
 
 
@@ -50,13 +75,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="an input of a SPEC that returns only a module, e.g. input_ids=8x512:int64")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
     p.add_argument("--name", help="graph name (default: the example or callable name)")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("-o", "--output", required=True, help="the graph file to write (placer.opgraph/v1)")
+    p.add_argument("--json", action="store_true", help="print the output file, sizes, digest and times as JSON")
 
 
 def _source(args: argparse.Namespace, batch: int | None) -> dict[str, Any]:
-    from extract import require_torch
-
     require_torch(f"placer {args.command}", transformers=bool(args.example))
     from extract.build import example_source, spec_source
     from extract.source import parse_input
@@ -81,8 +104,6 @@ def _source(args: argparse.Namespace, batch: int | None) -> dict[str, Any]:
 def cmd_extract(args: argparse.Namespace) -> int:
     source = _source(args, args.batch)
     from extract.extract import extract
-    from extract.granularity import merge_modules, parse_granularity
-    from solvers.model.documents import write_json
 
     depth = parse_granularity(args.granularity)
     graph = extract(source, args.device_kind, args.name)
@@ -98,9 +119,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     sources = [_source(args, b) for b in batches]
     import torch
 
-    from extract.granularity import merge_modules, parse_granularity
     from extract.profile import profile
-    from solvers.model.documents import write_json
 
     depth = parse_granularity(args.granularity)
     if args.threads:
@@ -137,11 +156,8 @@ def _report(args: argparse.Namespace, graph: Any, path: str) -> None:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from extract import require_torch
-
-    require_torch("placer measure-topology")
+    require_torch("placer topology measure")
     from extract.measure import measure
-    from solvers.model.documents import write_json
 
     topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name)
     if topo is None:

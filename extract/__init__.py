@@ -9,7 +9,7 @@ Steps, one module each:
 - :mod:`extract.estimate` FLOPs, bytes moved and saved tensors per op, roofline times;
 - :mod:`extract.granularity` ops merged into modules of a given depth;
 - :mod:`extract.profile` measured per-op times with PyTorch's profiler;
-- :mod:`extract.measure` the ``torchrun`` program behind ``placer measure-topology``.
+- :mod:`extract.measure` the ``torchrun`` program behind ``placer topology measure``.
 
 ``build``, ``examples``, ``spec`` and ``export`` depend only on torch, transformers and
 ``solvers``, so that a launcher can rebuild and re-export the model and find each op id again.

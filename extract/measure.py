@@ -1,4 +1,4 @@
-"""``placer measure-topology``: the cluster's devices and links, measured under ``torchrun``.
+"""``placer topology measure``: the cluster's devices and links, measured under ``torchrun``.
 
 Every rank (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` from torchrun) reports its device kind,
 memory and host.  Then, one ordered pair at a time (the others wait at a barrier), rank ``i``
@@ -130,8 +130,8 @@ def _allreduce_busbw(group: Any, size: int, n: int, repeats: int, dev: torch.dev
 def measure(min_bytes: int = 4096, max_bytes: int = 256 * 2**20, repeats: int = 5, name: str = "measured") -> Topology | None:
     """Run on every rank of a torchrun job; rank 0 returns the topology, the others ``None``."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        raise InvalidInput("measure-topology runs under torchrun, e.g. python -m torch.distributed.run "
-                           "--nproc-per-node 4 -m cli measure-topology -o topo.json", field="torchrun")
+        raise InvalidInput("placer topology measure runs under torchrun, e.g. python -m torch.distributed.run "
+                           "--nproc-per-node 4 -m cli topology measure -o topo.json", field="torchrun")
     sizes = message_sizes(min_bytes, max_bytes)
     dev, kind, memory = _device()
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")

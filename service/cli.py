@@ -1,5 +1,5 @@
 """The service's commands, plugged into ``placer`` through the ``placer.cli`` entry-point group:
-``serve``, ``migrate`` and ``keys create``."""
+``serve``, ``worker``, ``migrate`` and ``key create``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from service.config import load_config
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the service's subcommands to the ``placer`` parser."""
     p = sub.add_parser("serve", help="run the API server with its local worker pool",
-                       description="Run the Placer service. Configuration: PLACER_* environment variables "
-                                   "(docs/service.md); the options below override them.")
+                       description="Run the Placer service. Configuration: PLACER_* environment variables\n"
+                                   "(docs/service.md); the options below override them.",
+                       epilog=_example("placer serve --port 8000 --workers 4", "placer serve --demo"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", help="bind address (PLACER_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (PLACER_PORT, default 8000)")
     p.add_argument("--workers", type=int, help="local solver workers (PLACER_WORKERS; 0 = none)")
@@ -23,20 +25,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", help="run a Celery worker for solver jobs (PLACER_BROKER_URL)",
-                       description="Run solver jobs sent by API servers with PLACER_DISPATCH=celery. Each job "
-                                   "runs in its own child process, killed at its time limit.")
+                       description="Run solver jobs sent by API servers with PLACER_DISPATCH=celery. Each job\n"
+                                   "runs in its own child process, killed at its time limit.",
+                       epilog=_example("PLACER_BROKER_URL=redis://broker:6379/0 placer worker --concurrency 8"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=None,
                    help="solver jobs run at once by this worker (default: PLACER_WORKERS)")
     p.add_argument("--queues", nargs="+", default=None, help="broker queues to consume (default: PLACER_QUEUE)")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("migrate", help="upgrade the database (PLACER_DATABASE_URL) to the newest schema")
+    p = sub.add_parser("migrate", help="upgrade the database (PLACER_DATABASE_URL) to the newest schema",
+                       epilog=_example("PLACER_DATABASE_URL=postgresql+psycopg://placer@db/placer placer migrate"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_migrate)
 
-    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
-    p = keys.add_parser("create", help="create an API key for a project (created if new); prints only the key")
+    key = sub.add_parser("key", help="API keys (create)", epilog=_example("placer key create --project team-a"),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    keys = key.add_subparsers(dest="verb", metavar="VERB", required=True)
+    p = keys.add_parser("create", help="create an API key for a project (created if new); prints only the key",
+                        epilog=_example("placer key create --project team-a"),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--project", required=True, help="project name")
     p.set_defaults(func=cmd_keys_create)
+
+
+def _example(*lines: str) -> str:
+    """A command's examples, as ``placer`` shows them after its options."""
+    return f"example{'s' if len(lines) > 1 else ''}:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

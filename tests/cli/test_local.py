@@ -1,4 +1,4 @@
-"""The local CLI contract (issue: foundation): validate, import, generate, solve, simulate, solvers."""
+"""The local CLI contract: validate, graph import, graph and topology generate, solve, simulate, catalogue list."""
 
 from __future__ import annotations
 
@@ -129,14 +129,14 @@ def test_generate_is_seeded(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 @pytest.mark.skipif(not (DATA / "pipedream").exists(), reason="shared data not present")
 def test_import_pipedream(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "resnet18.json"
-    code, _, _ = run(capsys, "import", "--from", "pipedream", str(DATA / "pipedream/profiles/resnet18/graph.txt"),
+    code, _, _ = run(capsys, "graph", "import", "--from", "pipedream", str(DATA / "pipedream/profiles/resnet18/graph.txt"),
                      "-o", str(out))
     assert code == 0
     assert run(capsys, "validate", str(out))[0] == 0
 
 
 def test_solvers_catalogue_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "solvers", "--json")
+    code, out, _ = run(capsys, "catalogue", "list", "--json")
     assert code == 0
     names = {s["name"] for s in json.loads(out)}
     assert {"even", "single"} <= names
@@ -164,7 +164,7 @@ def test_graphml_export_then_import_is_exact(files: dict[str, Path], capsys: pyt
     source = files["graph" if what == "graph" else "topo"]
     exported, back = files["dir"] / f"{what}.graphml", files["dir"] / f"{what}.back.json"
     assert run(capsys, what, "graphml", str(source), "-o", str(exported))[0] == 0
-    code, out, _ = run(capsys, "import", "--from", "graphml", str(exported), "-o", str(back), "--json")
+    code, out, _ = run(capsys, what, "import", "--from", "graphml", str(exported), "-o", str(back), "--json")
     assert code == 0
     assert json.loads(back.read_text()) == json.loads(source.read_text())
     _, validated, _ = run(capsys, "validate", str(source), "--json")
@@ -176,12 +176,12 @@ def test_graphml_to_stdout_and_renamed_import(files: dict[str, Path], capsys: py
     assert code == 0 and text.startswith("<graphml")
     exported, back = files["dir"] / "g.graphml", files["dir"] / "g.json"
     exported.write_text(text)
-    code, out, _ = run(capsys, "import", "--from", "graphml", str(exported), "-o", str(back), "--name", "renamed")
+    code, out, _ = run(capsys, "graph", "import", "--from", "graphml", str(exported), "-o", str(back), "--name", "renamed")
     assert code == 0 and "nodes" in out and json.loads(back.read_text())["name"] == "renamed"
 
 
 def test_graphml_import_of_a_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.graphml"
     bad.write_text("<graphml><graph")
-    code, _, err = run(capsys, "import", "--from", "graphml", str(bad), "-o", str(tmp_path / "out.json"))
+    code, _, err = run(capsys, "graph", "import", "--from", "graphml", str(bad), "-o", str(tmp_path / "out.json"))
     assert code == 2 and "invalid GraphML" in err

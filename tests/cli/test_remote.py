@@ -1,4 +1,4 @@
-"""The remote commands (``placer graphs|topologies|jobs|compare|plans|launcher``) against a real
+"""The server commands (``placer graph|topology|job|comparison|plan|launcher`` verbs) against a real
 ``placer serve``: output, ``--json``, exit codes."""
 
 from __future__ import annotations
@@ -39,92 +39,92 @@ def inputs(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def test_graphs_and_topologies(capsys: pytest.CaptureFixture[str], server: Server, inputs: dict[str, str]) -> None:
-    g = run_json(capsys, server, "graphs", "upload", inputs["graph_file"])
+    g = run_json(capsys, server, "graph", "upload", inputs["graph_file"])
     assert g["id"].startswith("g_") and g["n_ops"] == 24
-    code, out, _ = run(capsys, server, "graphs", "upload", inputs["graph_file"])
+    code, out, _ = run(capsys, server, "graph", "upload", inputs["graph_file"])
     assert code == 0 and out.startswith(g["id"])
-    assert [x["id"] for x in run_json(capsys, server, "graphs", "list", "--limit", "1")] == [g["id"]]
-    code, out, _ = run(capsys, server, "graphs", "list")
+    assert [x["id"] for x in run_json(capsys, server, "graph", "list", "--limit", "1")] == [g["id"]]
+    code, out, _ = run(capsys, server, "graph", "list")
     assert code == 0 and out.splitlines()[0].split() == ["id", "name", "n_ops", "n_edges", "size_bytes", "created_at"]
-    assert run_json(capsys, server, "graphs", "show", g["id"]) == g
-    assert run_json(capsys, server, "graphs", "show", g["id"], "--document")["format"] == "placer.opgraph/v1"
-    t = run_json(capsys, server, "topologies", "upload", inputs["topology_file"])
+    assert run_json(capsys, server, "graph", "show", g["id"]) == g
+    assert run_json(capsys, server, "graph", "show", g["id"], "--document")["format"] == "placer.opgraph/v1"
+    t = run_json(capsys, server, "topology", "upload", inputs["topology_file"])
     assert t["n_devices"] == 4
-    assert t["id"] in [x["id"] for x in run_json(capsys, server, "topologies", "list", "--min-devices", "4")]
+    assert t["id"] in [x["id"] for x in run_json(capsys, server, "topology", "list", "--min-devices", "4")]
 
 
 def test_topologies_generate(capsys: pytest.CaptureFixture[str], server: Server) -> None:
-    made = run_json(capsys, server, "topologies", "generate", "mesh2d", "--nx", "3", "--ny=2", "--speed", "1.5")
+    made = run_json(capsys, server, "topology", "create", "mesh2d", "--nx", "3", "--ny=2", "--speed", "1.5")
     assert made["id"].startswith("t_") and made["n_devices"] == 6
-    stored = run_json(capsys, server, "topologies", "show", made["id"], "--document")
+    stored = run_json(capsys, server, "topology", "show", made["id"], "--document")
     assert stored["devices"][0]["speed"] == 1.5
-    again = run_json(capsys, server, "topologies", "generate", "MESH2D", "--nx", "3", "--ny", "2", "--speed", "1.5")
+    again = run_json(capsys, server, "topology", "create", "MESH2D", "--nx", "3", "--ny", "2", "--speed", "1.5")
     assert again["id"] == made["id"]  # the same parameters make the same document, stored once
-    code, out, _ = run(capsys, server, "topologies", "generate", "hierarchical", "--nodes", "2")
+    code, out, _ = run(capsys, server, "topology", "create", "hierarchical", "--nodes", "2")
     assert code == 0 and out.startswith("t_") and "devices" in out
-    code, _, err = run(capsys, server, "topologies", "generate", "mesh2d", "--nx", "three")
+    code, _, err = run(capsys, server, "topology", "create", "mesh2d", "--nx", "three")
     assert code == 2 and "'nx' must be int" in err
-    code, _, err = run(capsys, server, "topologies", "generate", "mesh2d", "--rows", "3")
+    code, _, err = run(capsys, server, "topology", "create", "mesh2d", "--rows", "3")
     assert code == 2 and "unknown parameter --rows" in err
-    code, _, err = run(capsys, server, "topologies", "generate", "ring")
+    code, _, err = run(capsys, server, "topology", "create", "ring")
     assert code == 2 and "unknown topology kind 'ring'" in err
 
 def test_exit_codes(capsys: pytest.CaptureFixture[str], server: Server, inputs: dict[str, str],
                     tmp_path: Path) -> None:
-    code, _, err = run(capsys, server, "graphs", "upload", inputs["topology_file"], "--json")
+    code, _, err = run(capsys, server, "graph", "upload", inputs["topology_file"], "--json")
     assert code == 2 and json.loads(err)["status"] == 422
-    code, _, err = run(capsys, server, "graphs", "show", "g_nope")
+    code, _, err = run(capsys, server, "graph", "show", "g_nope")
     assert code == 2 and "not found" in err
-    code, _, err = run(capsys, server, "graphs", "upload", str(tmp_path / "missing.json"))
+    code, _, err = run(capsys, server, "graph", "upload", str(tmp_path / "missing.json"))
     assert code == 2 and "no such file" in err
-    assert main(["graphs", "list", "--url", server.url, "--api-key", "plc_wrong"]) == 3
-    assert main(["--url", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "topologies", "list"]) == 3
+    assert main(["graph", "list", "--url", server.url, "--api-key", "plc_wrong"]) == 3
+    assert main(["--url", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "topology", "list"]) == 3
     capsys.readouterr()
 
 
 def test_jobs_submit_wait_show_cancel(capsys: pytest.CaptureFixture[str], server: Server,
                                       inputs: dict[str, str]) -> None:
-    g = run_json(capsys, server, "graphs", "upload", inputs["graph_file"])["id"]
-    t = run_json(capsys, server, "topologies", "upload", inputs["topology_file"])["id"]
-    job = run_json(capsys, server, "jobs", "submit", "--graph", g, "--topology", t, "--solver", "even",
+    g = run_json(capsys, server, "graph", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topology", "upload", inputs["topology_file"])["id"]
+    job = run_json(capsys, server, "job", "submit", "--graph", g, "--topology", t, "--solver", "even",
                    "--micro-batches", "4", "--wait", "--timeout", "60")
     assert job["status"] == "succeeded" and job["settings"]["micro_batches"] == [4]
-    code, out, err = run(capsys, server, "jobs", "wait", job["id"])
+    code, out, err = run(capsys, server, "job", "wait", job["id"])
     assert code == 0 and job["plan_id"] in out and err == ""  # stdout is not a terminal: no live status
-    assert run_json(capsys, server, "jobs", "show", job["id"])["id"] == job["id"]
-    assert job["id"] in [j["id"] for j in run_json(capsys, server, "jobs", "list", "--solver", "even")]
-    code, _, _ = run(capsys, server, "jobs", "cancel", job["id"])
+    assert run_json(capsys, server, "job", "show", job["id"])["id"] == job["id"]
+    assert job["id"] in [j["id"] for j in run_json(capsys, server, "job", "list", "--solver", "even")]
+    code, _, _ = run(capsys, server, "job", "cancel", job["id"])
     assert code == 1  # a finished job cannot be cancelled (409)
-    slow = run_json(capsys, server, "jobs", "submit", "--graph", g, "--topology", t, "--solver", "sleepy",
+    slow = run_json(capsys, server, "job", "submit", "--graph", g, "--topology", t, "--solver", "sleepy",
                     "--option", "sleep_s=20", "--no-cache")
     assert slow["status"] == "queued"
-    code, _, err = run(capsys, server, "jobs", "wait", slow["id"], "--timeout", "0.3")
+    code, _, err = run(capsys, server, "job", "wait", slow["id"], "--timeout", "0.3")
     assert code == 1 and slow["id"] in err
-    assert run_json(capsys, server, "jobs", "cancel", slow["id"])["cancel_requested"] is True
-    code, out, _ = run(capsys, server, "jobs", "wait", slow["id"])
+    assert run_json(capsys, server, "job", "cancel", slow["id"])["cancel_requested"] is True
+    code, out, _ = run(capsys, server, "job", "wait", slow["id"])
     assert code == 1 and "cancelled" in out
-    code, _, err = run(capsys, server, "jobs", "submit", "--graph", g, "--topology", t, "--solver", "even",
+    code, _, err = run(capsys, server, "job", "submit", "--graph", g, "--topology", t, "--solver", "even",
                        "--option", "bogus=1")
     assert code == 2 and "bogus" in err
 
 
 def test_compare_table_plans_and_launcher(capsys: pytest.CaptureFixture[str], server: Server,
                                           inputs: dict[str, str], tmp_path: Path) -> None:
-    g = run_json(capsys, server, "graphs", "upload", inputs["graph_file"])["id"]
-    t = run_json(capsys, server, "topologies", "upload", inputs["topology_file"])["id"]
-    code, out, _ = run(capsys, server, "compare", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
+    g = run_json(capsys, server, "graph", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topology", "upload", inputs["topology_file"])["id"]
+    code, out, _ = run(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
                        "--micro-batches", "4", "--wait")
     assert code == 0
     header = out.splitlines()[1].split()
     assert header[:4] == ["solver", "status", "objective", "throughput/s"] and "efficiency" in header
     assert "best:" in out
-    cmp = run_json(capsys, server, "compare", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
+    cmp = run_json(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
                    "--micro-batches", "4", "--wait")
     best = next(r for r in cmp["rows"] if r["solver"] == cmp["best_solver"])
     plan_file = tmp_path / "plan.json"
-    code, _, _ = run(capsys, server, "plans", "get", best["plan_id"], "-o", str(plan_file))
+    code, _, _ = run(capsys, server, "plan", "get", best["plan_id"], "-o", str(plan_file))
     assert code == 0 and json.loads(plan_file.read_text())["format"] == "placer.plan/v1"
-    metrics = run_json(capsys, server, "plans", "evaluate", "--graph", g, "--topology", t, "--plan", str(plan_file),
+    metrics = run_json(capsys, server, "plan", "evaluate", "--graph", g, "--topology", t, "--plan", str(plan_file),
                        "--micro-batches", "4")
     assert metrics["objective_s"] == pytest.approx(best["objective_s"])
     code, out, err = run(capsys, server, "launcher", "get", best["plan_id"], "-o", str(tmp_path / "l.zip"))

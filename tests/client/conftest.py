@@ -54,7 +54,7 @@ def running_server(folder: Path) -> Iterator[Server]:
            "PYTHONPATH": os.pathsep.join(p for p in (str(PLUGINS), os.environ.get("PYTHONPATH")) if p)}
     for name in ("PLACER_URL", "PLACER_API_KEY"):
         env.pop(name, None)
-    key = subprocess.run([PLACER, "keys", "create", "--project", "client-tests"], env=env, check=True,
+    key = subprocess.run([PLACER, "key", "create", "--project", "client-tests"], env=env, check=True,
                          capture_output=True, text=True).stdout.strip()
     proc = subprocess.Popen([PLACER, "serve"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,4 +1,4 @@
-"""placer measure-topology under a real torchrun with 4 CPU processes (gloo)."""
+"""placer topology measure under a real torchrun with 4 CPU processes (gloo)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from solvers.model.documents import load_topology
 def test_measure_topology_four_processes(tmp_path: Path) -> None:
     out = tmp_path / "topo.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-           "-m", "cli", "measure-topology", "-o", str(out), "--max-bytes", "65536", "--repeats", "2"]
+           "-m", "cli", "topology", "measure", "-o", str(out), "--max-bytes", "65536", "--repeats", "2"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-2000:]

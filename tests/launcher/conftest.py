@@ -66,7 +66,7 @@ def solve(workdir: Path, graph: Path, solver: str, devices: int, *args: str) -> 
 
 def bundle(workdir: Path, plan: Path, graph: Path, devices: int, name: str) -> Path:
     folder = workdir / name
-    assert placer(["launcher", "--plan", str(plan), "--graph", str(graph),
+    assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph),
                    "--topology", str(workdir / f"topo{devices}.json"), "-o", str(folder)]) == 0
     return folder
 

@@ -54,7 +54,7 @@ def test_plan_device_absent_from_the_world(workdir: Path, graphs: Callable[[str]
     folder = workdir / "refuse-absent"
     from cli import main as placer
 
-    assert placer(["launcher", "--plan", str(plan), "--graph", str(graph), "--topology",
+    assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology",
                    str(workdir / "topo2-hosts.json"), "-o", str(folder)]) == 0
     run = torchrun(folder, 2, "--host", "h0")
     assert run.code != 0

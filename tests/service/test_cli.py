@@ -1,4 +1,4 @@
-"""The service's commands (`placer migrate`, `placer keys create`) and its settings."""
+"""The service's commands (`placer migrate`, `placer key create`) and its settings."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_migrate_and_keys_create(tmp_path: Path) -> None:
     env = {**os.environ, "PLACER_DATABASE_URL": url}
     migrated = subprocess.run([PLACER, "migrate"], env=env, capture_output=True, text=True, check=True)
     assert f"revision {head_revision()}" in migrated.stderr and migrated.stdout == ""
-    out = subprocess.run([PLACER, "keys", "create", "--project", "team-a"], env=env, capture_output=True,
+    out = subprocess.run([PLACER, "key", "create", "--project", "team-a"], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith("plc_") and out.count("\n") == 1 and " " not in out.strip()
     db = Database(url)

@@ -1,80 +1,72 @@
-"""``placer jobs ...`` and ``placer compare``: solves on a Placer server, waited on live."""
+"""``placer job ...`` and ``placer comparison submit``: solves on a Placer server, waited on live."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
-from cli._remote import LiveStatus, comparison_table, dump, make_client, remote_parser, show, show_list
-from cli.local import _options, _settings
+from cli._parsers import Commands, command, verbs
+from cli._remote import LiveStatus, comparison_table, dump, make_client, remote_command, show, show_list
+from cli.problem import add_problem_flags, options_from_pairs, settings_from_args, solver_options_from_pairs
 
 if TYPE_CHECKING:
     from client.models import Job
     from client.sync import Client
 
 JOB_COLUMNS = ("id", "solver", "status", "plan_status", "objective", "created_at")
+ON_SERVER = "--graph g_ID --topology t_ID"
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    group = sub.add_parser("jobs", help="solve jobs on the server (submit, list, show, cancel, wait)")
-    verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True)
-    p = remote_parser(verbs, "submit", "queue a solve (with --wait: follow it to the end)")
-    p.add_argument("--solver", required=True)
-    _add_problem_args(p)
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="solver option (VALUE read as JSON when it parses, else as a string)")
+def register(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``placer job submit|list|show|cancel|wait`` and ``placer comparison submit``."""
+    group = verbs(command(sub, "job", "solve jobs on the server (submit, list, show, cancel, wait)",
+                          [f"placer job submit --solver parmesan {ON_SERVER} --micro-batches 8 --wait"]))
+    p = remote_command(group, "submit", "queue a solve (with --wait: follow it to the end)",
+                       [f"placer job submit --solver parmesan {ON_SERVER} --micro-batches 8 --wait",
+                        f"placer job submit --solver pipedream {ON_SERVER} --option mapping=p2p"])
+    p.add_argument("--solver", required=True, help="a solver of `placer catalogue list` (auto: the whole portfolio)")
+    _add_job_flags(p, per_solver_options=False)
     p.add_argument("--idempotency-key", help="default: a fresh one, so that retries never queue twice")
-    _add_wait_args(p)
     p.set_defaults(func=cmd_submit)
-    p = remote_parser(verbs, "list", "list jobs, newest first")
-    for name in ("status", "solver", "graph", "topology", "comparison"):
-        p.add_argument(f"--{name}")
-    p.add_argument("--limit", type=int, default=50)
+    p = remote_command(group, "list", "list jobs, newest first", ["placer job list --status running --limit 10"])
+    p.add_argument("--status", help="only jobs in this state (queued, running, succeeded, failed, cancelled)")
+    p.add_argument("--solver", help="only jobs of this solver")
+    p.add_argument("--graph", help="only jobs on this graph id")
+    p.add_argument("--topology", help="only jobs on this topology id")
+    p.add_argument("--comparison", help="only the jobs of this comparison id")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     p.set_defaults(func=cmd_list)
     for verb, func, text in (("show", cmd_show, "one job"), ("cancel", cmd_cancel, "stop a queued or running job"),
                              ("wait", cmd_wait, "wait until a job finishes")):
-        p = remote_parser(verbs, verb, text)
-        p.add_argument("id")
+        p = remote_command(group, verb, text, [f"placer job {verb} j_ID"])
+        p.add_argument("id", help="the job's id")
         if verb == "wait":
             p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 1)")
         p.set_defaults(func=func)
 
-    p = remote_parser(sub, "compare", "run several solvers on one problem on the server")
+    group = verbs(command(sub, "comparison", "several solvers on one problem on the server",
+                          [f"placer comparison submit --solvers even,pipedream,parmesan {ON_SERVER} --wait"]))
+    p = remote_command(group, "submit", "run several solvers on one problem on the server",
+                       [f"placer comparison submit --solvers even,pipedream,parmesan {ON_SERVER} --wait",
+                        f"placer comparison submit --solvers pipedream,rannc {ON_SERVER} --option pipedream.mapping=p2p"])
     p.add_argument("--solvers", required=True, help="comma-separated solver names")
-    _add_problem_args(p)
-    p.add_argument("--option", action="append", default=[], metavar="SOLVER.KEY=VALUE",
-                   help="an option of one solver")
-    _add_wait_args(p)
+    _add_job_flags(p, per_solver_options=True)
     p.set_defaults(func=cmd_compare)
 
 
-def _add_problem_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--graph", required=True, help="graph id on the server")
-    p.add_argument("--topology", required=True, help="topology id on the server")
-    p.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
-    p.add_argument("--pass", dest="pass_", choices=("forward", "training"))
-    p.add_argument("--stages", type=int)
-    p.add_argument("--replicas", type=int)
-    p.add_argument("--micro-batches", help="a count or a comma-separated list of candidates")
-    p.add_argument("--schedule", choices=("1f1b", "gpipe"))
-    p.add_argument("--recompute", action="store_true")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--settings", help="JSON object of further problem settings")
-    p.add_argument("--time-limit", type=float, help="seconds (default: the server's)")
+def _add_job_flags(p: argparse.ArgumentParser, per_solver_options: bool) -> None:
+    add_problem_flags(p, on_server=True, objective_default="throughput", per_solver_options=per_solver_options)
     p.add_argument("--no-cache", action="store_true", help="solve again even if an identical job has a plan")
-
-
-def _add_wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="wait for the result (a live status on a terminal)")
     p.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds (exit 1)")
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     with make_client(args) as c:
-        job = c.submit(args.graph, args.topology, args.solver, objective=args.objective, settings=_settings(args),
-                       options=_options(args.option), time_limit_s=args.time_limit, cache=not args.no_cache,
+        job = c.submit(args.graph, args.topology, args.solver, objective=args.objective, settings=settings_from_args(args),
+                       options=options_from_pairs(args.option), time_limit_s=args.time_limit, cache=not args.no_cache,
                        idempotency_key=args.idempotency_key)
         if not args.wait:
             _print_job(job, args.json, brief=True)
@@ -138,8 +130,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     with make_client(args) as c:
-        cmp = c.compare(args.graph, args.topology, solvers, objective=args.objective, settings=_settings(args),
-                        options=_solver_options(args.option), time_limit_s=args.time_limit,
+        cmp = c.compare(args.graph, args.topology, solvers, objective=args.objective, settings=settings_from_args(args),
+                        options=solver_options_from_pairs(args.option), time_limit_s=args.time_limit,
                         cache=not args.no_cache)
         if args.wait:
             live = LiveStatus(cmp.id)
@@ -155,15 +147,3 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if cmp.best is not None:
             print(f"best: {cmp.best.solver} (plan {cmp.best.plan_id}, objective {format_seconds(cmp.best.objective_s)})")
     return EXIT_FAILED if args.wait and cmp.best_solver is None else EXIT_OK
-
-
-def _solver_options(pairs: list[str]) -> dict[str, dict[str, Any]]:
-    from solvers.model.errors import InvalidInput
-
-    out: dict[str, dict[str, Any]] = {}
-    for pair in pairs:
-        solver, dot, rest = pair.partition(".")
-        if not dot or not solver:
-            raise InvalidInput(f"--option {pair!r}: expected SOLVER.KEY=VALUE", field="option")
-        out.setdefault(solver, {}).update(_options([rest]))
-    return out

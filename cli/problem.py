@@ -1,0 +1,134 @@
+"""The problem flags, declared once for ``placer solve``, ``placer job submit``,
+``placer comparison submit``, ``placer simulate`` and ``placer plan evaluate``.
+
+Locally ``--graph`` and ``--topology`` are files; on a server they are ids. The settings flags
+become a ``placer.problem/v1`` settings object (:func:`settings_from_args`), the ``--option``
+pairs a solver's options (:func:`options_from_pairs`, :func:`solver_options_from_pairs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any, cast
+
+from solvers.model.documents import load_graph, load_topology
+from solvers.model.errors import InvalidInput
+from solvers.model.problem import Objective, Problem, settings_from_dict
+
+if TYPE_CHECKING:
+    from solvers.model.plan import Plan
+
+OBJECTIVES = ("throughput", "latency")
+
+
+def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_default: str | None = None,
+                      settings: bool = True, solving: bool = True, per_solver_options: bool = False) -> None:
+    """Add the problem flags to ``p``.
+
+    Parameters
+    ----------
+    p
+        The command's parser.
+    on_server
+        ``--graph`` and ``--topology`` name ids on the server rather than files.
+    objective_default
+        The default of ``--objective`` (``None``: the plan's, else throughput).
+    settings
+        Add the settings flags beyond ``--pass`` (stages, replicas, micro-batches, schedule,
+        recompute, seed, settings).
+    solving
+        Add ``--option`` and ``--time-limit``.
+    per_solver_options
+        ``--option`` names its solver (``SOLVER.KEY=VALUE``; several solvers at once).
+    """
+    where = "id on the server" if on_server else "file (placer.opgraph/v1, JSON or gzip)"
+    p.add_argument("--graph", required=True, help=f"the operator graph: {where}")
+    p.add_argument("--topology", required=True, help="the topology: " + (
+        "id on the server" if on_server else "file (placer.topology/v1)"))
+    p.add_argument("--objective", choices=OBJECTIVES, default=objective_default,
+                   help="throughput (time per iteration) or latency (one forward pass); default: "
+                        + (objective_default or "the plan's, else throughput"))
+    p.add_argument("--pass", dest="pass_", choices=("forward", "training"),
+                   help="what one iteration runs (default: training for throughput, forward for latency)")
+    if settings:
+        p.add_argument("--stages", type=int, help="exactly this many pipeline stages")
+        p.add_argument("--replicas", type=int, help="data-parallel replicas of every stage")
+        p.add_argument("--micro-batches", help="a count or a comma-separated list of candidates, e.g. 4,8,16")
+        p.add_argument("--schedule", choices=("1f1b", "gpipe"), help="the pipeline schedule")
+        p.add_argument("--recompute", action="store_true", help="recompute activations in the backward pass")
+        p.add_argument("--seed", type=int, help="seed of randomised solvers")
+        p.add_argument("--settings", metavar="JSON", help="JSON object of further problem settings (docs/formats.md)")
+    if solving:
+        if per_solver_options:
+            p.add_argument("--option", action="append", default=[], metavar="SOLVER.KEY=VALUE",
+                           help="an option of one solver (VALUE read as JSON when it parses, else as a string)")
+        else:
+            p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                           help="solver option (VALUE read as JSON when it parses, else as a string)")
+        p.add_argument("--time-limit", type=float, metavar="SECONDS",
+                       help="the solve's time budget in seconds (default: " + (
+                           "the server's)" if on_server else "the solver's)"))
+
+
+def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The problem settings the flags give (``--settings`` first, the single flags over it)."""
+    settings: dict[str, Any] = json.loads(args.settings) if getattr(args, "settings", None) else {}
+    if not isinstance(settings, dict):
+        raise InvalidInput("--settings: must be a JSON object", field="settings")
+    for key in ("stages", "replicas", "seed", "schedule"):
+        if getattr(args, key, None) is not None:
+            settings[key] = getattr(args, key)
+    if getattr(args, "micro_batches", None):
+        try:
+            settings["micro_batches"] = [int(x) for x in str(args.micro_batches).split(",")]
+        except ValueError:
+            raise InvalidInput(f"--micro-batches: not a count or list: {args.micro_batches!r}",
+                               field="micro_batches") from None
+    if getattr(args, "recompute", False):
+        settings["recompute"] = True
+    if getattr(args, "pass_", None):
+        settings["pass"] = args.pass_
+    return settings
+
+
+def options_from_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a solver's options; VALUE is read as JSON when it parses."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise InvalidInput(f"--option {pair!r}: expected KEY=VALUE", field="option")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def solver_options_from_pairs(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """``SOLVER.KEY=VALUE`` pairs as the options of each solver."""
+    out: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        solver, dot, rest = pair.partition(".")
+        if not dot or not solver:
+            raise InvalidInput(f"--option {pair!r}: expected SOLVER.KEY=VALUE", field="option")
+        out.setdefault(solver, {}).update(options_from_pairs([rest]))
+    return out
+
+
+def problem_from_args(args: argparse.Namespace, plan: Plan | None = None) -> Problem:
+    """The problem named by ``--graph``, ``--topology``, ``--objective`` and the settings flags."""
+    return load_problem(args.graph, args.topology, args.objective, settings_from_args(args), plan)
+
+
+def load_problem(graph_path: str | None, topology_path: str | None, objective: str | None,
+                 settings: dict[str, Any], plan: Plan | None = None) -> Problem:
+    """Load the documents and build the problem; a plan supplies the objective and pass it was made for."""
+    if not graph_path or not topology_path:
+        raise InvalidInput("--graph and --topology are both needed", field="graph" if not graph_path else "topology")
+    graph, topology = load_graph(graph_path), load_topology(topology_path)
+    chosen = objective or (plan.objective if plan is not None and plan.objective else "throughput")
+    if plan is not None and "pass" not in settings and plan.pass_:
+        settings = {**settings, "pass": plan.pass_}
+    return Problem(graph, topology, cast(Objective, chosen), settings_from_dict(settings))
