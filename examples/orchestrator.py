@@ -2,7 +2,7 @@
 
 1. extract the model's operator graph (a small BERT, with ``extract``; without torch a
    generated transformer graph stands in), and upload it;
-2. upload the cluster's topology (generated here; ``placer measure-topology`` measures a real one);
+2. upload the cluster's topology (generated here; ``placer topology measure`` measures a real one);
 3. compare four solvers on the server and wait for the comparison;
 4. take the best plan, download its launcher bundle if the server builds them, and print the
    torchrun command of each node.

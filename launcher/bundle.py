@@ -21,6 +21,7 @@ from typing import Any
 
 from launcher.placement import DeviceSlot, device_slots, hosts, torchrun_command
 from launcher.structure import model_source, structure_digest
+from solvers import __version__
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import OpGraph
@@ -46,8 +47,6 @@ def plan_kind(plan: Plan) -> str:
 
 
 def build_manifest(plan: Plan, graph: OpGraph, slots: list[DeviceSlot]) -> dict[str, Any]:
-    from solvers import __version__
-
     attrs = graph.attrs or {}
     return {
         "format": MANIFEST_FORMAT,

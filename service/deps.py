@@ -62,7 +62,7 @@ async def get_session(ctx: CtxDep, request: Request) -> AsyncIterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
-bearer = HTTPBearer(auto_error=False, description="an API key from `placer keys create --project NAME`")
+bearer = HTTPBearer(auto_error=False, description="an API key from `placer key create --project NAME`")
 
 
 def _lookup_project(db: Database, key_hash: str) -> str:

@@ -19,6 +19,9 @@ import torch.distributed as dist
 
 from launcher.bundle import plan_kind
 from launcher.runtime.context import LaunchContext
+from launcher.runtime.dataflow import DataflowRunner
+from launcher.runtime.pipeline import PipelineRunner
+from launcher.runtime.uneven import UnevenRunner
 
 
 class Runner(Protocol):
@@ -50,16 +53,10 @@ def now() -> float:
 
 def make_runner(ctx: LaunchContext) -> Runner:
     if plan_kind(ctx.plan) == "latency":
-        from launcher.runtime.dataflow import DataflowRunner
-
         return DataflowRunner(ctx)
     widths = {len(s.devices) for s in ctx.plan.stages}
     if len(widths) > 1:
-        from launcher.runtime.uneven import UnevenRunner
-
         return UnevenRunner(ctx)
-    from launcher.runtime.pipeline import PipelineRunner
-
     return PipelineRunner(ctx)
 
 
