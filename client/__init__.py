@@ -1,13 +1,13 @@
-"""Placer's client side: the HTTP client of the service and the ``placer`` command line.
+"""The HTTP client of the Placer service.
 
 - :class:`Client` / :class:`AsyncClient` (``client.sync``, ``client.asyncio``): everything the
   REST API offers, typed results (:mod:`client.models`) and errors (:mod:`client.errors`),
   retries; docs/client.md.
-- :mod:`cli`: the ``placer`` command, local (no server) and remote (on the client).
-- :mod:`extract`: from a PyTorch model to an operator graph; :mod:`cli.demo`.
+- :mod:`client.bundles`: the launcher bundles a server answers (a zip), unpacked and read.
 
-This package never imports ``service``. ``import client`` stays light: the HTTP client loads
-on first use of its names.
+The ``placer`` command (:mod:`cli`) is built on it. This package imports no torch and none of
+``cli``, ``extract``, ``launcher`` or ``service``. ``import client`` stays light: the HTTP
+client loads on first use of its names.
 """
 
 from __future__ import annotations
