@@ -33,8 +33,9 @@ from solvers.moirai.backends.runner import run_backend
 from solvers.moirai.block import Block
 from solvers.moirai.bounds import TaskBounds, critical_block, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
-from solvers.moirai.formulation import Formulation, build
+from solvers.moirai.formulation import build
 from solvers.moirai.instance import Instance, build_instance
+from solvers.moirai.linear_model import Formulation
 from solvers.moirai.lns import window_search
 from solvers.moirai.options import MoiraiOptions
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, order_by_start, replay
