@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from solvers.cost.memory import device_memory_bytes
 from solvers.listsched.schedule import ListSchedule
 from solvers.listsched.tasks import (
     check_latency_pins,
@@ -17,6 +18,7 @@ from solvers.listsched.tasks import (
 )
 from solvers.model.plan import Plan, Stage, Status
 from solvers.model.problem import Problem
+from solvers.simulator import simulate
 
 
 def infeasible_plan(problem: Problem, reason: str, stats: Mapping[str, Any] | None = None) -> Plan:
@@ -73,9 +75,6 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
     dependency) when given, else by start time then topological position, which is safe only
     when a consumer's start is never below its producer's in floating point (an op-level list
     schedule computes it as the producer's start plus non-negative terms)."""
-    from solvers.cost.memory import device_memory_bytes
-    from solvers.simulator import simulate
-
     g, topo = problem.graph, problem.topology
     dev = np.asarray(device_of, dtype=np.int64)
     caps = device_caps_bytes(problem)
