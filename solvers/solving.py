@@ -51,12 +51,14 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     ------
     UnknownSolver
         ``solver`` is not registered (the message lists the valid names).
+    SolverUnavailable
+        ``solver`` is registered, but its module or an extra it needs is missing here.
     NotApplicable
         The solver does not answer ``problem.objective``.
     InvalidInput
         ``options`` do not fit the solver's options schema.
 
-    All three are :class:`~solvers.model.errors.PlacerError` and raise before any work is done.
+    All four are :class:`~solvers.model.errors.PlacerError` and raise before any work is done.
 
     Examples
     --------

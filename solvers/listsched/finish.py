@@ -59,7 +59,7 @@ TIMED_OUT_NOTE = "time limit reached: the remaining ops were placed by the fast 
 def finish_schedule(problem: Problem, sched: ListSchedule, *, timed_out: bool, stats: Mapping[str, Any],
                     notes: Sequence[str] = ()) -> Plan:
     """:func:`finish_latency_plan` of an op-level schedule, with its best-effort count and
-    whether the time limit cut it short (then :func:`complete_fast` placed the rest)."""
+    whether the time limit cut it short (then :func:`~solvers.listsched.schedule.complete_fast` placed the rest)."""
     return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible",
                                stats={**stats, "best_effort_ops": sched.best_effort, "timed_out": timed_out},
                                notes=[*notes, TIMED_OUT_NOTE] if timed_out else notes)
