@@ -13,6 +13,7 @@ import ast
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,6 +220,7 @@ def deferred_light_imports(modules: dict[str, Module], root: Path) -> list[str]:
     return list(dict.fromkeys(offenders))
 
 
+@cache
 def _project() -> dict[str, Module]:
     return discover(ROOT, first_party_packages(ROOT))
 
