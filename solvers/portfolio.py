@@ -31,6 +31,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.errors import PlacerError, SolverFailure
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
+from solvers.solving import solve
 from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
@@ -62,8 +63,6 @@ def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> li
 
 def _run_one(problem: Problem, name: str, time_limit_s: float) -> tuple[str, Any]:
     """One portfolio member: ("ok", plan document) or ("error", message)."""
-    from solvers.solving import solve
-
     try:
         return "ok", solve(problem, name, time_limit_s=time_limit_s).to_document()
     except PlacerError as exc:

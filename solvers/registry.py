@@ -157,8 +157,9 @@ def catalogue() -> list[SolverInfo]:
 
     Raises
     ------
-    UnknownSolver, ImportError
-        A registered back-end cannot be loaded (each entry imports its solver's module).
+    SolverUnavailable
+        A registered back-end cannot be loaded here: its module or an extra it needs is missing
+        (each entry imports its solver's module).
 
     Examples
     --------

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from solvers import registry
 from solvers.base import Budget, ProgressCallback, no_progress, parse_options
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-
-if TYPE_CHECKING:
-    from solvers.simulator import SimulationResult
+from solvers.simulator import SimulationResult, simulate
 
 
 def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | None = None, *,
@@ -53,12 +51,14 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     ------
     UnknownSolver
         ``solver`` is not registered (the message lists the valid names).
+    SolverUnavailable
+        ``solver`` is registered, but its module or an extra it needs is missing here.
     NotApplicable
         The solver does not answer ``problem.objective``.
     InvalidInput
         ``options`` do not fit the solver's options schema.
 
-    All three are :class:`~solvers.model.errors.PlacerError` and raise before any work is done.
+    All four are :class:`~solvers.model.errors.PlacerError` and raise before any work is done.
 
     Examples
     --------
@@ -89,8 +89,6 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
 
     ``result``: the plan's simulation when the caller already has it (simulated otherwise).
     """
-    from solvers.simulator import simulate
-
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
     plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
                       topology_digest=problem.topology.digest, problem_digest=problem.digest)

@@ -1,6 +1,6 @@
 """Lower bounds on a problem's objective: the physical limit efficiency is reported against.
 
-Every bound holds for *every* plan :func:`~solvers.model.plan.resolve_plan` accepts, whatever
+Every bound holds for *every* plan :func:`~solvers.validity.resolve_plan` accepts, whatever
 its stages, replicas, micro-batch schedule or communication (docs/simulator.md gives the proofs).
 
 The total-work bound (``MB`` micro-batches): a replica group

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from solvers.cost.memory import device_memory_bytes
 from solvers.listsched.schedule import ListSchedule
 from solvers.listsched.tasks import (
     check_latency_pins,
@@ -17,6 +18,7 @@ from solvers.listsched.tasks import (
 )
 from solvers.model.plan import Plan, Stage, Status
 from solvers.model.problem import Problem
+from solvers.simulator import simulate
 
 
 def infeasible_plan(problem: Problem, reason: str, stats: Mapping[str, Any] | None = None) -> Plan:
@@ -57,7 +59,7 @@ TIMED_OUT_NOTE = "time limit reached: the remaining ops were placed by the fast 
 def finish_schedule(problem: Problem, sched: ListSchedule, *, timed_out: bool, stats: Mapping[str, Any],
                     notes: Sequence[str] = ()) -> Plan:
     """:func:`finish_latency_plan` of an op-level schedule, with its best-effort count and
-    whether the time limit cut it short (then :func:`complete_fast` placed the rest)."""
+    whether the time limit cut it short (then :func:`~solvers.listsched.schedule.complete_fast` placed the rest)."""
     return finish_latency_plan(problem, sched.device, sched.start_s, status="feasible",
                                stats={**stats, "best_effort_ops": sched.best_effort, "timed_out": timed_out},
                                notes=[*notes, TIMED_OUT_NOTE] if timed_out else notes)
@@ -73,9 +75,6 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
     dependency) when given, else by start time then topological position, which is safe only
     when a consumer's start is never below its producer's in floating point (an op-level list
     schedule computes it as the producer's start plus non-negative terms)."""
-    from solvers.cost.memory import device_memory_bytes
-    from solvers.simulator import simulate
-
     g, topo = problem.graph, problem.topology
     dev = np.asarray(device_of, dtype=np.int64)
     caps = device_caps_bytes(problem)

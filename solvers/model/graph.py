@@ -7,10 +7,10 @@ topological order, so that solvers and the simulator never re-derive them.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,73 +20,16 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidGraph
+from solvers.model.fields import GRAPH_FORMAT, GRAPH_KEYS
+from solvers.model.graph_records import Edge, KindTimes, Node, parse_edges, parse_nodes
+from solvers.model.interop import graph_document_from_networkx, graph_to_networkx
 
 if TYPE_CHECKING:
     import networkx as nx
 
-GRAPH_FORMAT = "placer.opgraph/v1"
+__all__ = ["GRAPH_FORMAT", "MAX_GRAPH_NODES", "Edge", "KindTimes", "Node", "OpGraph", "graph_from_document"]
+
 MAX_GRAPH_NODES = 2_000_000
-
-_NODE_KEYS = frozenset(
-    {"id", "op", "fwd_s", "bwd_s", "times", "param_bytes", "act_bytes", "mem_fwd_bytes",
-     "mem_bwd_bytes", "constant", "layer", "attrs"}
-)
-_EDGE_KEYS = frozenset({"src", "dst", "bytes"})
-_GRAPH_KEYS = frozenset({"format", "name", "profiled_batch_size", "nodes", "edges", "attrs"})
-
-
-
-@dataclass(frozen=True, slots=True)
-class KindTimes:
-    """Per-device-kind override of an op's times (seconds on that kind)."""
-
-    fwd_s: float
-    bwd_s: float
-
-
-@dataclass(slots=True)
-class Node:
-    """One operator. Times are on the reference device, per profiled micro-batch."""
-
-    id: str
-    op: str
-    fwd_s: float
-    bwd_s: float = 0.0
-    param_bytes: float = 0.0
-    act_bytes: float = 0.0
-    mem_fwd_bytes: float = 0.0
-    mem_bwd_bytes: float = 0.0
-    constant: bool = False
-    layer: str | None = None
-    times: Mapping[str, KindTimes] | None = None
-    attrs: Mapping[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id, "op": self.op, "fwd_s": self.fwd_s, "bwd_s": self.bwd_s,
-            "param_bytes": self.param_bytes, "act_bytes": self.act_bytes,
-            "mem_fwd_bytes": self.mem_fwd_bytes, "mem_bwd_bytes": self.mem_bwd_bytes,
-            "constant": self.constant,
-        }
-        if self.layer is not None:
-            out["layer"] = self.layer
-        if self.times:
-            out["times"] = {k: {"fwd_s": t.fwd_s, "bwd_s": t.bwd_s} for k, t in sorted(self.times.items())}
-        if self.attrs:
-            out["attrs"] = dict(self.attrs)
-        return out
-
-
-@dataclass(slots=True)
-class Edge:
-    """A tensor from ``src`` to ``dst``; ``bytes`` per profiled micro-batch."""
-
-    src: str
-    dst: str
-    bytes: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"src": self.src, "dst": self.dst, "bytes": self.bytes}
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,8 +202,6 @@ class OpGraph:
 
         Hand-written for speed (on the validation path): 50k ops / 104k edges in 20 ms, networkx's
         ``lexicographical_topological_sort`` with the same ties 371 ms (``bench.bench_graph_algorithms``)."""
-        import heapq
-
         if bool((self.edge_src < self.edge_dst).all()):
             # Node order is already topological; Kahn with ties by position returns it unchanged.
             return np.arange(len(self.nodes), dtype=np.int64)
@@ -338,8 +279,6 @@ class OpGraph:
         >>> nx.dag_longest_path_length(g, weight="bytes") > 0
         True
         """
-        from solvers.model.interop import graph_to_networkx
-
         return graph_to_networkx(self)
 
     @classmethod
@@ -392,9 +331,8 @@ class OpGraph:
         ...
         solvers.model.errors.InvalidGraph: edges: the graph has a cycle: ...
         """
-        from solvers.model.interop import graph_from_networkx
-
-        return graph_from_networkx(g, name=name, profiled_batch_size=profiled_batch_size)
+        return graph_from_document(graph_document_from_networkx(g, name=name,
+                                                                profiled_batch_size=profiled_batch_size))
 
     def to_document(self) -> dict[str, Any]:
         """The ``placer.opgraph/v1`` document of this graph."""
@@ -410,158 +348,6 @@ class OpGraph:
         return doc
 
 
-_NUM_KEYS = ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes")
-_INF = float("inf")
-
-
-def _fast_number(v: Any) -> bool:
-    t = type(v)
-    return (t is float and 0.0 <= v < _INF) or (t is int and 0 <= v <= check.MAX_INTEGER)
-
-
-def _column(values: list[Any]) -> list[float] | None:
-    """The values as floats if every one is an int or float, finite and >= 0 (as :func:`_fast_number`)."""
-    if not set(map(type, values)) <= {float, int}:
-        return None
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except OverflowError:
-        return None
-    if not (np.isfinite(arr).all() and (arr >= 0).all()):
-        return None
-    out: list[float] = arr.tolist()
-    return out
-
-
-_BULK_NODE_KEYS = _NODE_KEYS - {"times", "attrs"}
-
-
-def _nodes_bulk(raw_nodes: list[Any]) -> list[Node] | None:
-    """All nodes at once, column by column; ``None`` when any node needs the per-node path."""
-    if not all(type(r) is dict for r in raw_nodes):
-        return None
-    if not set(chain.from_iterable(raw_nodes)) <= _BULK_NODE_KEYS:
-        return None
-    ids = [r.get("id") for r in raw_nodes]
-    ops = [r.get("op") for r in raw_nodes]
-    if not all(type(x) is str and x for x in ids) or not all(type(x) is str and x for x in ops):
-        return None
-    if any(r.get("fwd_s") is None for r in raw_nodes):
-        return None
-    floats: list[list[float]] = []
-    for key in _NUM_KEYS:
-        col = _column([r.get(key, 0.0) for r in raw_nodes])
-        if col is None:
-            return None
-        floats.append(col)
-    constant = [r.get("constant", False) for r in raw_nodes]
-    layer = [r.get("layer") for r in raw_nodes]
-    if not all(type(c) is bool for c in constant) or not all(x is None or type(x) is str for x in layer):
-        return None
-    return [Node(*row) for row in zip(ids, ops, *floats, constant, layer, strict=True)]
-
-
-def _edges_bulk(raw_edges: list[Any]) -> list[Edge] | None:
-    """All edges at once; ``None`` when any edge needs the per-edge path."""
-    if not all(type(r) is dict for r in raw_edges):
-        return None
-    if not set(chain.from_iterable(raw_edges)) <= _EDGE_KEYS:
-        return None
-    src = [r.get("src") for r in raw_edges]
-    dst = [r.get("dst") for r in raw_edges]
-    size = [r.get("bytes", 0.0) for r in raw_edges]
-    if not all(type(x) is str and x for x in src) or not all(type(x) is str and x for x in dst):
-        return None
-    sizes = _column(size)
-    if sizes is None:
-        return None
-    return [Edge(a, b, c) for a, b, c in zip(src, dst, sizes, strict=True)]
-
-
-def _node_fast(raw: Any) -> Node | None:
-    """The common case without per-field checks; ``None`` sends it to the checked path."""
-    if type(raw) is not dict or not raw.keys() <= _NODE_KEYS or "times" in raw or "attrs" in raw:
-        return None
-    node_id, op = raw.get("id"), raw.get("op", "")
-    if type(node_id) is not str or not node_id or type(op) is not str or not op:
-        return None
-    fwd = raw.get("fwd_s")
-    if fwd is None or not _fast_number(fwd):
-        return None
-    vals = [raw.get(k, 0.0) for k in _NUM_KEYS[1:]]
-    for v in vals:
-        if not _fast_number(v):
-            return None
-    constant, layer = raw.get("constant", False), raw.get("layer")
-    if type(constant) is not bool or (layer is not None and type(layer) is not str):
-        return None
-    return Node(node_id, op, float(fwd), float(vals[0]), float(vals[1]), float(vals[2]), float(vals[3]),
-                float(vals[4]), constant, layer)
-
-
-def _edge_fast(raw: Any) -> Edge | None:
-    if type(raw) is not dict or not raw.keys() <= _EDGE_KEYS:
-        return None
-    src, dst, size = raw.get("src"), raw.get("dst"), raw.get("bytes", 0.0)
-    if type(src) is not str or type(dst) is not str or not src or not dst or not _fast_number(size):
-        return None
-    return Edge(src, dst, float(size))
-
-
-def _node_from_dict(raw: Any, i: int) -> Node:
-    where = f"nodes[{i}]"
-    raw = check.mapping(raw, where, InvalidGraph)
-    if not raw.keys() <= _NODE_KEYS:
-        check.known_keys(raw, _NODE_KEYS, where, InvalidGraph)
-    if "id" not in raw:
-        raise check.fail(InvalidGraph, f"{where}.id", "missing")
-    node_id = check.string(raw["id"], f"{where}.id", InvalidGraph)
-    op = check.string(raw.get("op", ""), f"{where}.op", InvalidGraph)
-    if "fwd_s" not in raw:
-        raise check.fail(InvalidGraph, f"{where}.fwd_s", "missing", node_id)
-    nums: dict[str, float] = {}
-    for key in ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes"):
-        if key in raw:
-            nums[key] = check.number(raw[key], f"{where}.{key} (node {node_id!r})", InvalidGraph, ref=node_id)
-    times = None
-    if raw.get("times") is not None:
-        tmap = check.mapping(raw["times"], f"{where}.times", InvalidGraph)
-        times = {}
-        for kind, t in tmap.items():
-            tw = f"{where}.times.{kind}"
-            t = check.mapping(t, tw, InvalidGraph)
-            check.known_keys(t, frozenset({"fwd_s", "bwd_s"}), tw, InvalidGraph)
-            times[str(kind)] = KindTimes(
-                check.number(t.get("fwd_s", 0.0), f"{tw}.fwd_s", InvalidGraph, ref=node_id),
-                check.number(t.get("bwd_s", 0.0), f"{tw}.bwd_s", InvalidGraph, ref=node_id),
-            )
-    constant = raw.get("constant", False)
-    if not isinstance(constant, bool):
-        raise check.fail(InvalidGraph, f"{where}.constant", f"must be true or false, got {constant!r}", node_id)
-    layer = raw.get("layer")
-    if layer is not None:
-        layer = check.string(layer, f"{where}.layer", InvalidGraph, nonempty=False)
-    attrs = raw.get("attrs")
-    if attrs is not None:
-        attrs = dict(check.shallow(check.mapping(attrs, f"{where}.attrs", InvalidGraph), f"{where}.attrs",
-                                   InvalidGraph))
-    return Node(node_id, op, constant=constant, layer=layer, times=times, attrs=attrs, **nums)
-
-
-def _edge_from_dict(raw: Any, j: int) -> Edge:
-    where = f"edges[{j}]"
-    raw = check.mapping(raw, where, InvalidGraph)
-    if not raw.keys() <= _EDGE_KEYS:
-        check.known_keys(raw, _EDGE_KEYS, where, InvalidGraph)
-    for end in ("src", "dst"):
-        if end not in raw:
-            raise check.fail(InvalidGraph, f"{where}.{end}", "missing")
-    src = check.string(raw["src"], f"{where}.src", InvalidGraph)
-    dst = check.string(raw["dst"], f"{where}.dst", InvalidGraph)
-    size = check.number(raw.get("bytes", 0.0), f"{where}.bytes", InvalidGraph, ref=src) if "bytes" in raw else 0.0
-    return Edge(src, dst, size)
-
-
 def graph_from_document(doc: Any) -> OpGraph:
     """Validate a ``placer.opgraph/v1`` document and build the graph.
 
@@ -571,19 +357,15 @@ def graph_from_document(doc: Any) -> OpGraph:
     fmt = doc.get("format")
     if fmt != GRAPH_FORMAT:
         raise InvalidGraph(f"format: expected {GRAPH_FORMAT!r}, got {fmt!r}", field="format")
-    check.known_keys(doc, _GRAPH_KEYS, "", InvalidGraph)
+    check.known_keys(doc, GRAPH_KEYS, "", InvalidGraph)
     name = check.string(doc.get("name", "graph"), "name", InvalidGraph)
     batch = check.integer(doc.get("profiled_batch_size", 1), "profiled_batch_size", InvalidGraph, minimum=1)
     raw_nodes = check.sequence(doc.get("nodes"), "nodes", InvalidGraph, nonempty=True)
     if len(raw_nodes) > MAX_GRAPH_NODES:
         raise InvalidGraph(f"nodes: {len(raw_nodes)} nodes exceed the limit of {MAX_GRAPH_NODES}", field="nodes")
     raw_edges = check.sequence(doc.get("edges", []), "edges", InvalidGraph)
-    nodes = _nodes_bulk(raw_nodes)
-    if nodes is None:
-        nodes = [_node_fast(raw) or _node_from_dict(raw, i) for i, raw in enumerate(raw_nodes)]
-    edges = _edges_bulk(raw_edges)
-    if edges is None:
-        edges = [_edge_fast(raw) or _edge_from_dict(raw, j) for j, raw in enumerate(raw_edges)]
+    nodes = parse_nodes(raw_nodes)
+    edges = parse_edges(raw_edges)
     attrs = doc.get("attrs")
     if attrs is not None:
         attrs = dict(check.mapping(attrs, "attrs", InvalidGraph))

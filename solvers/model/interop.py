@@ -7,8 +7,10 @@ holds ``format``, ``name``, ``profiled_batch_size`` and ``attrs``.  A topology b
 ``latency_s`` and ``bidirectional``; a topology given as matrices has one edge per ordered pair
 with a direct channel (or a latency entry) and ``graph["matrices"] = True``.  Edges carry their
 ``position`` in the document, since networkx keeps edges grouped by source: with it, the round
-trip gives the same document and digest.  The way back builds the document and validates it
-with the document loaders, so it accepts exactly what a document may say.
+trip gives the same document and digest.  The way back builds the document, which
+:meth:`OpGraph.from_networkx <solvers.model.graph.OpGraph.from_networkx>` and
+:meth:`Topology.from_networkx <solvers.model.topology.Topology.from_networkx>` validate with the
+document loaders, so they accept exactly what a document may say.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from solvers.model.errors import InvalidGraph, InvalidInput, InvalidTopology
-from solvers.model.graph import _EDGE_KEYS, _NODE_KEYS, GRAPH_FORMAT, graph_from_document
-from solvers.model.topology import _DEVICE_KEYS, _LINK_KEYS, TOPOLOGY_FORMAT, topology_from_document
+from solvers.model.fields import DEVICE_KEYS, EDGE_KEYS, GRAPH_FORMAT, LINK_KEYS, NODE_KEYS, TOPOLOGY_FORMAT
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -46,8 +47,10 @@ def graph_to_networkx(graph: OpGraph) -> nx.DiGraph:
     return g
 
 
-def graph_from_networkx(g: Any, *, name: str | None = None, profiled_batch_size: int | None = None) -> OpGraph:
-    """Validate a ``networkx.DiGraph`` as an op graph (see :meth:`OpGraph.from_networkx`)."""
+def graph_document_from_networkx(g: Any, *, name: str | None = None,
+                                 profiled_batch_size: int | None = None) -> dict[str, Any]:
+    """The ``placer.opgraph/v1`` document of a ``networkx.DiGraph`` (see :meth:`OpGraph.from_networkx`),
+    its attribute names checked; the document loader checks the rest."""
     if not (g.is_directed() and not g.is_multigraph()):
         raise InvalidGraph("an op graph comes from a networkx.DiGraph (directed, one edge per pair)", field="graph")
     _check_format(g.graph, GRAPH_FORMAT, InvalidGraph)
@@ -57,16 +60,16 @@ def graph_from_networkx(g: Any, *, name: str | None = None, profiled_batch_size:
                                                    else g.graph.get("profiled_batch_size", 1))}
     if g.graph.get("attrs") is not None:
         doc["attrs"] = g.graph["attrs"]
-    node_keys = _NODE_KEYS - {"id"}
+    node_keys = NODE_KEYS - {"id"}
     doc["nodes"] = [{"id": _id(v, InvalidGraph), **_known(data, node_keys, "attribute", f"op {v!r}",
                                                            f"nodes[{i}]", InvalidGraph, ("op", "fwd_s"))}
                     for i, (v, data) in enumerate(g.nodes(data=True))]
-    edge_keys = _EDGE_KEYS - {"src", "dst"}
+    edge_keys = EDGE_KEYS - {"src", "dst"}
     edges = [{"src": _id(u, InvalidGraph), "dst": _id(v, InvalidGraph),
               **_known(data, edge_keys | {POSITION}, "attribute", f"edge {u!r} -> {v!r}", f"edges[{j}]", InvalidGraph)}
              for j, (u, v, data) in enumerate(g.edges(data=True))]
     doc["edges"] = _in_document_order(edges, InvalidGraph)
-    return graph_from_document(doc)
+    return doc
 
 
 def topology_to_networkx(topology: Topology) -> nx.DiGraph:
@@ -94,8 +97,9 @@ def topology_to_networkx(topology: Topology) -> nx.DiGraph:
     return g
 
 
-def topology_from_networkx(g: Any, *, name: str | None = None) -> Topology:
-    """Validate a networkx graph as a topology (see :meth:`Topology.from_networkx`)."""
+def topology_document_from_networkx(g: Any, *, name: str | None = None) -> dict[str, Any]:
+    """The ``placer.topology/v1`` document of a networkx graph (see :meth:`Topology.from_networkx`),
+    its attribute names checked; the document loader checks the rest."""
     if g.is_multigraph():
         raise InvalidTopology("a topology comes from a networkx.DiGraph or Graph (one edge per pair)", field="links")
     _check_format(g.graph, TOPOLOGY_FORMAT, InvalidTopology)
@@ -103,11 +107,11 @@ def topology_from_networkx(g: Any, *, name: str | None = None) -> Topology:
     doc: dict[str, Any] = {"format": TOPOLOGY_FORMAT, "name": name if name is not None else g.graph.get("name", "topology")}
     if g.graph.get("attrs") is not None:
         doc["attrs"] = g.graph["attrs"]
-    device_keys = _DEVICE_KEYS - {"id"}
+    device_keys = DEVICE_KEYS - {"id"}
     doc["devices"] = [{"id": _id(v, InvalidTopology), **_known(data, device_keys, "attribute", f"device {v!r}",
                                                                f"devices[{i}]", InvalidTopology, ("memory_bytes",))}
                       for i, (v, data) in enumerate(g.nodes(data=True))]
-    link_keys = (_LINK_KEYS - {"src", "dst"}) | {POSITION}
+    link_keys = (LINK_KEYS - {"src", "dst"}) | {POSITION}
     links = [{"src": _id(u, InvalidTopology), "dst": _id(v, InvalidTopology),
               **_known(data, link_keys, "attribute", f"link {u!r} -> {v!r}", f"links[{j}]", InvalidTopology,
                        ("bandwidth_Bps",))}
@@ -118,7 +122,7 @@ def topology_from_networkx(g: Any, *, name: str | None = None) -> Topology:
         if g.is_directed():  # an edge of a DiGraph is one direction unless it says otherwise
             links = [{"bidirectional": False, **link} for link in links]
         doc["links"] = _in_document_order(links, InvalidTopology)
-    return topology_from_document(doc)
+    return doc
 
 
 def _matrices(devices: list[dict[str, Any]], links: list[dict[str, Any]]) -> tuple[list[list[Any]], list[list[Any]]]:

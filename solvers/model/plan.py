@@ -117,7 +117,7 @@ def check_finite(value: Any, path: str) -> None:
 
 
 def plan_from_document(doc: Any) -> Plan:
-    """Parse a ``placer.plan/v1`` document (structure only; see :func:`resolve_plan`)."""
+    """Parse a ``placer.plan/v1`` document (structure only; see :func:`~solvers.validity.resolve_plan`)."""
     doc = check.mapping(doc, "", InvalidPlan)
     if doc.get("format") != PLAN_FORMAT:
         raise InvalidPlan(f"format: expected {PLAN_FORMAT!r}, got {doc.get('format')!r}", field="format")

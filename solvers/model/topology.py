@@ -19,16 +19,15 @@ import numpy.typing as npt
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidTopology
+from solvers.model.fields import DEVICE_KEYS, LINK_KEYS, TOPOLOGY_FORMAT, TOPOLOGY_KEYS
+from solvers.model.interop import topology_document_from_networkx, topology_to_networkx
 
 if TYPE_CHECKING:
     import networkx as nx
 
-TOPOLOGY_FORMAT = "placer.topology/v1"
-MAX_DEVICES = 16_384
+__all__ = ["MAX_DEVICES", "TOPOLOGY_FORMAT", "Device", "Link", "Topology", "topology_from_document"]
 
-_DEVICE_KEYS = frozenset({"id", "kind", "node", "memory_bytes", "speed", "attrs"})
-_LINK_KEYS = frozenset({"src", "dst", "bandwidth_Bps", "latency_s", "bidirectional"})
-_TOPO_KEYS = frozenset({"format", "name", "devices", "links", "bandwidth_Bps", "latency_s", "attrs"})
+MAX_DEVICES = 16_384
 
 FloatMatrix = npt.NDArray[np.float64]
 
@@ -232,8 +231,6 @@ class Topology:
         >>> g.edges["gpu0", "gpu1"]["bandwidth_Bps"]
         11000000000.0
         """
-        from solvers.model.interop import topology_to_networkx
-
         return topology_to_networkx(self)
 
     @classmethod
@@ -280,9 +277,7 @@ class Topology:
         >>> Topology.from_networkx(topology.to_networkx()).digest == topology.digest
         True
         """
-        from solvers.model.interop import topology_from_networkx
-
-        return topology_from_networkx(g, name=name)
+        return topology_from_document(topology_document_from_networkx(g, name=name))
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"format": TOPOLOGY_FORMAT, "name": self.name,
@@ -328,7 +323,7 @@ def _matrix(raw: Any, n: int, name: str) -> FloatMatrix:
 def _device_from_dict(raw: Any, i: int) -> Device:
     where = f"devices[{i}]"
     raw = check.mapping(raw, where, InvalidTopology)
-    check.known_keys(raw, _DEVICE_KEYS, where, InvalidTopology)
+    check.known_keys(raw, DEVICE_KEYS, where, InvalidTopology)
     if "id" not in raw:
         raise check.fail(InvalidTopology, f"{where}.id", "missing")
     dev_id = check.string(raw["id"], f"{where}.id", InvalidTopology)
@@ -348,7 +343,7 @@ def _device_from_dict(raw: Any, i: int) -> Device:
 def _link_from_dict(raw: Any, j: int) -> Link:
     where = f"links[{j}]"
     raw = check.mapping(raw, where, InvalidTopology)
-    check.known_keys(raw, _LINK_KEYS, where, InvalidTopology)
+    check.known_keys(raw, LINK_KEYS, where, InvalidTopology)
     for key in ("src", "dst", "bandwidth_Bps"):
         if key not in raw:
             raise check.fail(InvalidTopology, f"{where}.{key}", "missing")
@@ -367,7 +362,7 @@ def topology_from_document(doc: Any) -> Topology:
     fmt = doc.get("format")
     if fmt != TOPOLOGY_FORMAT:
         raise InvalidTopology(f"format: expected {TOPOLOGY_FORMAT!r}, got {fmt!r}", field="format")
-    check.known_keys(doc, _TOPO_KEYS, "", InvalidTopology)
+    check.known_keys(doc, TOPOLOGY_KEYS, "", InvalidTopology)
     name = check.string(doc.get("name", "topology"), "name", InvalidTopology)
     raw_devices = check.sequence(doc.get("devices"), "devices", InvalidTopology, nonempty=True)
     devices = [_device_from_dict(raw, i) for i, raw in enumerate(raw_devices)]

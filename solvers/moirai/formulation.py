@@ -26,74 +26,13 @@ horizon ``M``: every time variable lies in ``[0, M]``, so a relaxed row always h
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-
+from solvers.moirai.hint import hint_from_schedule
 from solvers.moirai.instance import Instance
+from solvers.moirai.linear_model import Formulation, LinearModel, Message
 from solvers.moirai.schedule import TimedSchedule
 
 HORIZON_UNITS = 1000.0
 TINY_UNITS = 1e-7  # transfer times under 1e-10 of the horizon are left out of the model
-Terms = Iterable[tuple[int, float]]
-
-
-@dataclass
-class LinearModel:
-    """Variables with bounds and integrality, rows ``lb <= sum(coef * var) <= ub``, a minimised objective."""
-
-    names: list[str] = field(default_factory=list)
-    lb: list[float] = field(default_factory=list)
-    ub: list[float] = field(default_factory=list)
-    integer: list[bool] = field(default_factory=list)
-    rows: list[tuple[tuple[tuple[int, float], ...], float, float]] = field(default_factory=list)
-    objective: dict[int, float] = field(default_factory=dict)
-    hint: dict[int, float] = field(default_factory=dict)
-
-    def var(self, name: str, lb: float, ub: float, integer: bool = False) -> int:
-        self.names.append(name)
-        self.lb.append(lb)
-        self.ub.append(ub)
-        self.integer.append(integer)
-        return len(self.names) - 1
-
-    def row(self, terms: Terms, lb: float = float("-inf"), ub: float = float("inf")) -> None:
-        merged: dict[int, float] = {}
-        for v, c in terms:
-            merged[v] = merged.get(v, 0.0) + c
-        self.rows.append((tuple((v, c) for v, c in merged.items() if c != 0.0), lb, ub))
-
-
-@dataclass
-class Message:
-    """Communication node: producer ``task``'s send ``slot`` to device ``dst``; consumers with
-    positive / zero bytes."""
-
-    task: int
-    slot: int
-    dst: int
-    consumers: list[tuple[int, float]]
-    zero_consumers: list[int]
-    S: int = -1
-    C: int = -1
-    T: int = -1
-    z: int = -1
-    u: dict[int, int] = field(default_factory=dict)  # source device k' -> u_{q k' dst}
-
-
-@dataclass
-class Formulation:
-    """The model plus the variable indices needed to read a solution back."""
-
-    inst: Instance
-    model: LinearModel
-    scale: float  # model time units per second
-    horizon_s: float
-    x: list[dict[int, int]]  # x[u][k]; a missing k = not allowed
-    S: list[int]
-    C: list[int]
-    messages: list[Message]
-    delta: dict[tuple[int, int], int]
-    cmax: int
 
 
 def horizon_s(inst: Instance, incumbent: TimedSchedule | None) -> float:
@@ -152,8 +91,6 @@ def build(inst: Instance, incumbent: TimedSchedule | None) -> Formulation:
     m.objective[cmax] = 1.0
     f = Formulation(inst, m, scale, hz, x, S, C, msgs, delta, cmax)
     if incumbent is not None:
-        from solvers.moirai.hint import hint_from_schedule
-
         m.hint.update({v: min(max(val, m.lb[v]), m.ub[v]) for v, val in hint_from_schedule(f, incumbent).items()})
     return f
 

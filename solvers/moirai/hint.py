@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from solvers.moirai.formulation import Formulation
+from solvers.moirai.linear_model import Formulation
 from solvers.moirai.schedule import TimedSchedule
 
 

@@ -23,8 +23,10 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
+from solvers import registry
 from solvers.base import Budget, ProgressCallback, ProgressEvent, no_progress, parse_options
 from solvers.cost.bounds import lower_bound_s
+from solvers.listsched import postal_planning
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
@@ -33,13 +35,15 @@ from solvers.moirai.backends.runner import run_backend
 from solvers.moirai.block import Block
 from solvers.moirai.bounds import TaskBounds, critical_block, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
-from solvers.moirai.formulation import Formulation, build
+from solvers.moirai.formulation import build
 from solvers.moirai.instance import Instance, build_instance
+from solvers.moirai.linear_model import Formulation
 from solvers.moirai.lns import window_search
 from solvers.moirai.options import MoiraiOptions
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, order_by_start, replay
 from solvers.moirai.warmstart import by_rank, list_schedule, schedule_from_plan, single_device
 from solvers.moirai.window import solve_window
+from solvers.simulator import simulate
 
 TIMING_BLIND = ("m-topo",)  # warm-start heuristics whose placement never reads a time
 OPTIMAL_GAP = 1e-4  # "optimal" = proven within this relative gap
@@ -103,9 +107,6 @@ class Run:
         :func:`~solvers.listsched.postal_planning`), each plan timed exactly; not those whose
         placement ignores timing (``TIMING_BLIND``: m-topo places by topological order and memory),
         whose postal plan is their plan."""
-        from solvers import registry
-        from solvers.listsched import postal_planning
-
         found: dict[str, float] = {}
         variants = [(name, False) for name in heuristics]
         variants += [(name, True) for name in heuristics if name not in TIMING_BLIND] if postal else []
@@ -288,8 +289,6 @@ class Run:
 
     # --- the plan ----------------------------------------------------------------------------
     def finish(self) -> Plan:
-        from solvers.simulator import simulate
-
         assert self.best is not None
         stages, order = expand(self.problem, self.fine, self.best)
         plan = Plan(stages=stages, micro_batches=1, order=order)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from solvers import registry
 from solvers.base import Budget, no_progress, parse_options
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
@@ -151,8 +152,6 @@ def schedule_from_plan(inst: Instance, plan: Plan) -> TimedSchedule | None:
 
 def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budget) -> list[TimedSchedule]:
     """Run the registered heuristics among ``problem_solvers`` and map their plans onto the units."""
-    from solvers import registry
-
     out = []
     for name in problem_solvers:
         if name not in registry.names() or budget.expired():

@@ -5,6 +5,9 @@ A task is ``(pass, micro_batch)`` with pass ``0`` = forward, ``1`` = backward.
 
 from __future__ import annotations
 
+from solvers.model.errors import InvalidPlan
+from solvers.model.settings import SCHEDULES
+
 FORWARD, BACKWARD = 0, 1
 
 
@@ -13,12 +16,17 @@ def stage_task_order(schedule: str, n_stages: int, stage: int, micro_batches: in
 
     GPipe: ``F0 .. F(MB-1)`` then ``B0 .. B(MB-1)``.  1F1B: ``w = min(S - s - 1, MB)`` warm-up
     forwards, then alternately one forward and one backward, then the remaining backwards.
+
+    Raises
+    ------
+    InvalidPlan
+        ``schedule`` is not one of :data:`~solvers.model.settings.SCHEDULES`; the message lists them.
     """
     mb = micro_batches
     if schedule == "gpipe":
         return [(FORWARD, m) for m in range(mb)] + [(BACKWARD, m) for m in range(mb)]
     if schedule != "1f1b":
-        raise ValueError(f"unknown schedule {schedule!r}")
+        raise InvalidPlan(f"schedule: must be one of {', '.join(SCHEDULES)}, got {schedule!r}", field="schedule")
     warm = min(n_stages - stage - 1, mb)
     order = [(FORWARD, m) for m in range(warm)]
     for i in range(mb - warm):

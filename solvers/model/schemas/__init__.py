@@ -7,6 +7,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from solvers.model.settings import settings_json_schema
+
 SCHEMA_NAMES = ("opgraph", "topology", "plan", "problem")
 
 
@@ -23,8 +25,6 @@ def load_schema(name: str) -> dict[str, Any]:
 def generated_problem_schema() -> dict[str, Any]:
     """``problem.v1.json`` with its ``settings`` definition generated from the code
     (:func:`solvers.model.settings.settings_json_schema`), the one definition of the settings."""
-    from solvers.model.settings import settings_json_schema
-
     schema = dict(load_schema("problem"))
     schema["$defs"] = {**schema["$defs"], "settings": settings_json_schema()}
     return schema

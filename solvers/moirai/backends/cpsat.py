@@ -22,7 +22,8 @@ from typing import Any
 
 from solvers.model.errors import require
 from solvers.moirai.backends.result import BackendResult, Report
-from solvers.moirai.formulation import Formulation, fwd_before_bwd, order_key, precedes
+from solvers.moirai.formulation import fwd_before_bwd, order_key, precedes
+from solvers.moirai.linear_model import Formulation
 
 TICKS = 1_000_000
 PRESOLVED_SHARE = 0.6  # of the time for the presolved search when a hint exists (module doc)

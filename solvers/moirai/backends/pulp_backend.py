@@ -16,7 +16,7 @@ from typing import Any
 
 from solvers.model.errors import require
 from solvers.moirai.backends.result import BackendResult, Report
-from solvers.moirai.formulation import LinearModel
+from solvers.moirai.linear_model import LinearModel
 
 RELATIVE_GAP = 1e-7
 

@@ -17,22 +17,19 @@ import signal
 import time
 from typing import Any
 
+from solvers.moirai.backends.cpsat import solve_cpsat
+from solvers.moirai.backends.mpsolver import solve_mpsolver
+from solvers.moirai.backends.pulp_backend import solve_pulp
 from solvers.moirai.backends.result import BackendResult, Report
-from solvers.moirai.formulation import Formulation
+from solvers.moirai.linear_model import Formulation
 from solvers.supervise import silence_output
 
 
 def _dispatch(f: Formulation, backend: str, limit_s: float, threads: int, seed: int, report: Report) -> BackendResult:
     if backend in ("cbc", "scip", "highs"):
-        from solvers.moirai.backends.mpsolver import solve_mpsolver
-
         return solve_mpsolver(f.model, backend, limit_s, threads, seed, report)
     if backend == "pulp-cbc":
-        from solvers.moirai.backends.pulp_backend import solve_pulp
-
         return solve_pulp(f.model, limit_s, threads, report)
-    from solvers.moirai.backends.cpsat import solve_cpsat
-
     return solve_cpsat(f, limit_s, threads, seed, report)
 
 

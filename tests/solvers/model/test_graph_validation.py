@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -203,8 +204,8 @@ def test_bad_constant_layer_attrs() -> None:
         assert rejected(d).field == f"nodes[1].{key}"
 
 
-def test_fast_and_checked_paths_agree() -> None:
-    """A node that takes the per-field checked path (attrs) gives the same record as the fast path."""
+def test_nodes_with_and_without_attrs_agree() -> None:
+    """A node with ``attrs`` gives the same record fields as the same node without them."""
     d = doc()
     g1 = graph_from_document(d)
     d2 = copy.deepcopy(d)
@@ -264,11 +265,11 @@ def test_topological_order_is_kahn_by_position(graph: OpGraph) -> None:
 
 @settings(max_examples=examples(40), deadline=None)
 @given(dag_graphs(max_ops=10))
-def test_bulk_and_per_node_parsing_agree(graph: OpGraph) -> None:
+def test_parsing_does_not_depend_on_the_other_nodes(graph: OpGraph) -> None:
     doc = graph.to_document()
     bulk = graph_from_document(doc)
     slow_doc = copy.deepcopy(doc)
-    slow_doc["nodes"][0]["attrs"] = {"x": 1}  # one node with attrs sends every node through the checked path
+    slow_doc["nodes"][0]["attrs"] = {"x": 1}  # one node with attrs leaves every other record as it was
     slow = graph_from_document(slow_doc)
     for a, b in zip(bulk.nodes[1:], slow.nodes[1:], strict=True):
         assert a.to_dict() == b.to_dict()
@@ -283,3 +284,30 @@ def test_integers_load_as_floats() -> None:
     g = graph_from_document(d)
     assert type(g.nodes[0].fwd_s) is float and g.nodes[0].param_bytes == 10.0
     assert type(g.edges[0].bytes) is float
+
+
+def test_records_that_are_not_plain_json_take_the_field_checkers() -> None:
+    """A ``Mapping`` that is not a ``dict``, or an integer beyond 64 bits, loads as a JSON value would."""
+    d = doc()
+    d["nodes"][0] = MappingProxyType({"id": "a", "op": "aten.mm", "fwd_s": 1.0, "param_bytes": 2**70})
+    d["edges"][0] = MappingProxyType({"src": "a", "dst": "b", "bytes": 2**64})
+    g = graph_from_document(d)
+    assert g.nodes[0].param_bytes == float(2**70) and g.edges[0].bytes == float(2**64)
+    assert g.to_document() == graph_from_document(doc(nodes=[n.to_dict() for n in g.nodes],
+                                                       edges=[e.to_dict() for e in g.edges])).to_document()
+
+
+def test_an_integer_beyond_a_double_names_its_field() -> None:
+    d = doc()
+    d["nodes"][2]["act_bytes"] = 10**400
+    err = rejected(d)
+    assert err.field == "nodes[2].act_bytes (node 'c')" and "beyond the range of a double" in err.message
+    assert err.ref == "c"
+
+
+def test_the_first_fault_in_document_order_is_named() -> None:
+    d = doc()
+    d["nodes"][2]["fwd_s"] = -1.0
+    d["nodes"][1]["layer"] = 3
+    d["nodes"][1]["bwd_s"] = "slow"
+    assert rejected(d).field == "nodes[1].bwd_s (node 'b')"

@@ -9,9 +9,10 @@ import pytest
 
 from solvers.base import ProgressEvent
 from solvers.moirai.backends.runner import run_backend
-from solvers.moirai.formulation import Formulation, build
+from solvers.moirai.formulation import build
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import build_instance
+from solvers.moirai.linear_model import Formulation
 from solvers.moirai.warmstart import warm_start
 from solvers.simulator import simulate
 from solvers.solving import solve
