@@ -8,10 +8,13 @@ from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api._common import create_once, errors, get_owned, next_cursor, paginate
+from service.api.cursors import next_cursor, paginate
+from service.api.error_docs import errors
+from service.api.idempotency import create_once
 from service.api.jobs import job_out
 from service.boundary import PlacerRoute
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
+from service.db.owned import get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
 from service.jobs.caps import check_queued_cap

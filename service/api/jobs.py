@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from types import SimpleNamespace
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Query, Response
-from sqlalchemy import Row, select
+from sqlalchemy import Row, Table, select
 
-from service.api._common import (
-    MAX_PAGE,
-    create_once,
-    document_response,
-    errors,
-    get_owned,
-    next_cursor,
-    paginate,
-)
+from service.api.answers import document_response, json_response
+from service.api.cursors import MAX_PAGE, next_cursor, paginate
+from service.api.error_docs import errors
+from service.api.head import serve_head
+from service.api.idempotency import create_once
 from service.boundary import PlacerRoute
 from service.db.models import Job, PlanRow
+from service.db.owned import check_owned, get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.errors import Conflict
 from service.jobs import store
@@ -32,8 +30,16 @@ PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
     "description": "the placer.plan/v1 document", "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
-def job_out(job: Job | Row[Any]) -> JobOut:
-    """The answer for a job, from its ORM row or a Core row of the ``jobs`` table."""
+JOBS = cast(Table, Job.__table__)
+JOB_COLUMNS = [JOBS.c[name] for name in (
+    "id", "project_id", "state", "graph_id", "topology_id", "comparison_id", "parent_id", "solver", "objective",
+    "settings", "options", "time_limit_s", "use_cache", "cached", "cached_from", "attempts", "cancel_requested",
+    "progress", "error", "plan_id", "plan_status", "created_at", "started_at", "finished_at")]
+"""What ``GET /v1/jobs/{id}`` reads: the answer's columns and the owner (no lease, digest or key)."""
+
+
+def job_out(job: Job | Row[Any] | SimpleNamespace) -> JobOut:
+    """The answer for a job, from its ORM row or the columns :data:`JOB_COLUMNS` of its row."""
     return JobOut(id=job.id, status=job.state, graph_id=job.graph_id, topology_id=job.topology_id,
                   comparison_id=job.comparison_id, parent_id=job.parent_id, solver=job.solver, objective=job.objective,
                   settings=job.settings, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,
@@ -90,12 +96,17 @@ def list_jobs(session: SessionDep, project: ProjectDep,
 
 
 @router.get("/jobs/{job_id:id}", response_model=JobOut, responses=errors())
-async def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
+async def get_job(job_id: str, ctx: CtxDep, project: ProjectDep) -> Response:
     """One job: its status, progress, error and plan id.
 
-    The hottest read (clients poll it), answered on the event loop: one primary-key lookup.
+    The hottest read (clients poll it), answered on the event loop: one primary-key read of the
+    answer's columns, no ORM session, the answer serialised once.
     """
-    return job_out(get_owned(session, Job, job_id, project, "job"))
+    row = check_owned(await ctx.db.read_row(JOBS, JOB_COLUMNS, job_id), job_id, project, "job")
+    return json_response(job_out(row))
+
+
+serve_head(router, "/jobs/{job_id:id}", get_job, errors())
 
 
 @router.post("/jobs/{job_id:id}:cancel", status_code=202, response_model=JobOut, responses=errors(409))

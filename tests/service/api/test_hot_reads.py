@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from service.api._common import etag_matches
-from service.api.hot import PlanCache
+from service.api.etags import etag_matches
 from service.db.models import ApiKey, utcnow
+from service.plan_cache import PlanCache
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 
 
@@ -136,3 +136,19 @@ def test_plan_cache_keeps_the_recently_used_within_its_bytes() -> None:
 def test_if_none_match_uses_weak_comparison() -> None:
     assert etag_matches('"a", W/"p"', '"p"') and etag_matches("*", '"p"')
     assert not etag_matches('"q"', '"p"') and not etag_matches(None, '"p"') and not etag_matches("", '"p"')
+
+
+def test_head_answers_as_get_without_a_body(api: Api, other_api: Api) -> None:
+    job = _finished_job(api)
+    for path in _paths(job):
+        got, head = api.get(path), api.client.head(path, headers=api.headers)
+        assert head.status_code == 200 and head.content == b"", path
+        for name in ("content-type", "content-length", "etag"):
+            assert head.headers.get(name) == got.headers.get(name), (path, name)
+    plan = f"/v1/plans/{job['plan_id']}"
+    etag = api.get(plan).headers["etag"]
+    assert api.client.head(plan, headers={**api.headers, "If-None-Match": etag}).status_code == 304
+    other_api.get("/v1/graphs")
+    for path in _paths(job):
+        assert api.client.head(path).status_code == 401
+        assert other_api.client.head(path, headers=other_api.headers).status_code == 404
