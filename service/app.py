@@ -64,7 +64,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
                   description="Solver-backed placement optimizer for deep learning. Authenticate with "
                               "`Authorization: Bearer <key>`; errors are RFC 9457 problem+json.")
     app.state.ctx = ctx
-    for module in (graphs, topologies, jobs, comparisons, plans, solvers_api, health):
+    for module in (jobs, plans, graphs, topologies, comparisons, solvers_api, health):  # the polled GETs first
         app.include_router(module.router)
     install_error_handlers(app)
     dashboard.mount(app, cfg.session_secret)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from sqlalchemy import Row, Table, select
 
 from service.api.answers import document_response, json_response
@@ -16,7 +16,7 @@ from service.api.idempotency import create_once
 from service.boundary import PlacerRoute
 from service.db.models import Job, PlanRow
 from service.db.owned import check_owned, get_owned
-from service.deps import CtxDep, ProjectDep, SessionDep
+from service.deps import Context, CtxDep, ProjectDep, SessionDep
 from service.errors import Conflict
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
@@ -96,12 +96,13 @@ def list_jobs(session: SessionDep, project: ProjectDep,
 
 
 @router.get("/jobs/{job_id:id}", response_model=JobOut, responses=errors())
-async def get_job(job_id: str, ctx: CtxDep, project: ProjectDep) -> Response:
+async def get_job(job_id: str, request: Request, project: ProjectDep) -> Response:
     """One job: its status, progress, error and plan id.
 
     The hottest read (clients poll it), answered on the event loop: one primary-key read of the
     answer's columns, no ORM session, the answer serialised once.
     """
+    ctx: Context = request.app.state.ctx
     row = check_owned(await ctx.db.read_row(JOBS, JOB_COLUMNS, job_id), job_id, project, "job")
     return json_response(job_out(row))
 

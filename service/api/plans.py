@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, cast
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from sqlalchemy import Table
 
 from service.api.answers import document_json
@@ -15,7 +15,7 @@ from service.api.jobs import PLAN_RESPONSE
 from service.boundary import PlacerRoute
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.db.owned import check_owned, get_owned
-from service.deps import CtxDep, ProjectDep, SessionDep
+from service.deps import Context, ProjectDep, SessionDep
 from service.documents import load_problem
 from service.launchers import launcher_zip
 from service.plan_cache import CachedPlan
@@ -58,7 +58,7 @@ PLAN_GET_RESPONSES = {**errors(), **PLAN_RESPONSE, 304: {
 
 
 @router.get("/plans/{plan_id:id}", responses=PLAN_GET_RESPONSES)
-async def get_plan(plan_id: str, ctx: CtxDep, project: ProjectDep,
+async def get_plan(plan_id: str, request: Request, project: ProjectDep,
                    if_none_match: Annotated[str | None, Header(max_length=IF_NONE_MATCH_MAX_CHARS)] = None,
                    ) -> Response:
     """A stored ``placer.plan/v1`` document, with an ``ETag`` (plans are immutable).
@@ -66,6 +66,7 @@ async def get_plan(plan_id: str, ctx: CtxDep, project: ProjectDep,
     Answered on the event loop: from the plan cache (:class:`~service.plan_cache.PlanCache`), or
     by one primary-key read of the plan's owner and document, kept in the cache afterwards.
     """
+    ctx: Context = request.app.state.ctx
     hit = ctx.plans.get(plan_id)
     if hit is None:
         row = await ctx.db.read_row(PLANS, PLAN_COLUMNS, plan_id)
