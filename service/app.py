@@ -28,6 +28,7 @@ from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.plan_cache import PlanCache
 from service.schemas import ProblemOut
+from solvers.model.schemas import load_schema
 
 log = logging.getLogger("placer.service")
 API_VERSION = "1"
@@ -132,8 +133,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 def _document_schema(name: str, component: str, components: dict[str, Any]) -> dict[str, Any]:
     """The library's JSON Schema of ``placer.<name>/v1`` as an OpenAPI component; its ``$defs``
     become components ``<component>_<def>`` (references inside OpenAPI resolve from its root)."""
-    from solvers.model.schemas import load_schema
-
     def rewrite(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: (f"#/components/schemas/{component}_" + v.removeprefix("#/$defs/")

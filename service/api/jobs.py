@@ -21,7 +21,7 @@ from service.errors import Conflict
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.events import event_stream
-from service.jobs.validate import validate_job
+from service.jobs.validate import JobRequest, validate_job
 from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
 from solvers.model.canonical import digest
 
@@ -60,9 +60,9 @@ def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep
 
     def create() -> Job:
         check_queued_cap(session, ctx.config, project)
-        spec = validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
-                            solver=body.solver, objective=body.objective, settings=body.settings,
-                            options=body.options, time_limit_s=body.time_limit_s)
+        spec = validate_job(session, ctx.config, project, JobRequest(
+            body.graph_id, body.topology_id, body.solver, body.objective, body.settings, body.options,
+            body.time_limit_s))
         return store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
                             request_digest=request_digest)
 

@@ -23,6 +23,8 @@ from service.schemas import EvaluateIn, EvaluateOut
 from solvers.model.canonical import plain_json
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import plan_from_document
+from solvers.simulator import simulate
+from solvers.solving import finish_plan
 from solvers.validity import resolve_plan
 
 router = APIRouter(prefix="/v1", tags=["plans"], route_class=PlacerRoute)
@@ -35,9 +37,6 @@ PLAN_COLUMNS = [PLANS.c.project_id, PLANS.c.body]
 @router.post("/plans:evaluate", response_model=EvaluateOut, responses=errors())
 def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) -> EvaluateOut:
     """Validate a ``placer.plan/v1`` against the graph and topology (memory included) and simulate it."""
-    from solvers.simulator import simulate
-    from solvers.solving import finish_plan
-
     graph = get_owned(session, Graph, body.graph_id, project, "graph", field="graph_id")
     topology = get_owned(session, TopologyRow, body.topology_id, project, "topology", field="topology_id")
     session.commit()  # the inputs are read: do not hold a transaction (SQLite's write lock) while simulating

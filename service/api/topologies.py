@@ -18,6 +18,7 @@ from service.deps import CtxDep, ProjectDep, SessionDep
 from service.documents import decode_body, parse_topology
 from service.inputs import refuse_if_in_use, store_topology
 from service.schemas import GenerateTopologyIn, Page, TopologyOut
+from solvers.generate import generate_topology as generate
 from solvers.model.topology import Topology
 
 router = APIRouter(prefix="/v1", tags=["topologies"], route_class=PlacerRoute)
@@ -56,8 +57,6 @@ async def upload_topology(request: Request, response: Response, ctx: CtxDep, ses
 
 def generate_topology(kind: str, params: dict[str, Any]) -> Topology:
     """Run the library's generator (unknown kinds or parameters raise errors naming them)."""
-    from solvers.generate import generate_topology as generate
-
     return generate(kind, **params)
 
 
