@@ -1,5 +1,10 @@
 """The service's commands, plugged into ``placer`` through the ``placer.cli`` entry-point group:
-``serve``, ``migrate`` and ``keys create``."""
+``serve``, ``worker``, ``migrate`` and ``keys create``.
+
+Every ``placer`` command loads this module to build its parser, so each command imports the
+service's modules (SQLAlchemy, FastAPI, the app: about 1.8 s) only when it runs; at module
+level they took ``placer --help`` from 0.6 s to 2.4 s.
+"""
 
 from __future__ import annotations
 
