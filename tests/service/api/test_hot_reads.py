@@ -1,7 +1,9 @@
-"""The lean path of the hot GETs (service.api.hot) answers as the full path does.
+"""The polled GETs (``/v1/jobs/{id}``, ``/v1/plans/{id}``, ``/v1/graphs/{id}``): one path for every
+request, without an ORM session, with the same answers whatever the query string.
 
-A query string sends a request the full way (FastAPI's route), so each check compares the
-lean answer with the full one for the same resource, project and key.
+These checks once compared a lean path (a middleware) with the full route; a query string sent a
+request the full way.  They still compare the answers with and without one: both now take the
+ordinary route.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatc
     ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
 
     def broken() -> None:
-        raise AssertionError("the lean path opened an ORM session")
+        raise AssertionError("a polled GET opened an ORM session")
 
     monkeypatch.setattr(ctx.db, "read_sessions", broken)
     for path in _paths(job):
@@ -60,7 +62,7 @@ def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatc
 
 def test_another_projects_ids_are_404_on_both_paths(api: Api, other_api: Api) -> None:
     job = _finished_job(api)
-    other_api.get("/v1/graphs")  # the other key is cached: its hot GETs take the lean path
+    other_api.get("/v1/graphs")  # the other key is cached
     for path in [*_paths(job), "/v1/jobs/job_nosuch", "/v1/plans/plan_nosuch", "/v1/graphs/g_nosuch"]:
         lean, full = other_api.get(path), other_api.get(path, params={"full": "1"})
         assert_problem(lean, 404, field="id", slug="not-found")
