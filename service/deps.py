@@ -37,10 +37,15 @@ class Context:
     plans: PlanCache
 
 
-async def get_context(request: Request) -> Context:
-    """The app's :class:`Context`."""
+def context_of(request: Request) -> Context:
+    """The :class:`Context` of the request's app."""
     ctx: Context = request.app.state.ctx
     return ctx
+
+
+async def get_context(request: Request) -> Context:
+    """The app's :class:`Context` (a dependency)."""
+    return context_of(request)
 
 
 CtxDep = Annotated[Context, Depends(get_context)]
@@ -92,7 +97,7 @@ async def get_project(request: Request) -> str:
     its entry expires.  One dependency with no dependencies of its own: it reads the header and
     the app's :class:`Context` itself.
     """
-    ctx: Context = request.app.state.ctx
+    ctx = context_of(request)
     key_hash = bearer_key_hash(bearer_credentials(request.headers.get("authorization")))
     project_id = ctx.keys.get(key_hash)
     if project_id is None:

@@ -20,7 +20,10 @@ class CachedPlan(NamedTuple):
 
 class PlanCache:
     """Answers of ``GET /v1/plans/{id}``: plan id -> (project id, compact JSON), least recently
-    used first out, at most ``max_bytes`` of JSON in all (0: off)."""
+    used first out, at most ``max_bytes`` of JSON in all (0: off).
+
+    Used on the event loop only (the route is a coroutine), so it takes no lock.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes

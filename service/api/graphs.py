@@ -16,7 +16,7 @@ from service.api.head import serve_head
 from service.boundary import PlacerRoute
 from service.db.models import Graph, Job
 from service.db.owned import check_owned, get_owned
-from service.deps import Context, CtxDep, ProjectDep, SessionDep
+from service.deps import CtxDep, ProjectDep, SessionDep, context_of
 from service.documents import decode_body, parse_graph
 from service.inputs import refuse_if_in_use, store_graph
 from service.schemas import GraphOut, Page
@@ -86,7 +86,7 @@ def list_graphs(session: SessionDep, project: ProjectDep,
 async def get_graph(graph_id: str, request: Request, project: ProjectDep) -> Response:
     """A graph's metadata (not its document), answered on the event loop: one primary-key read of
     the answer's columns, no ORM session."""
-    ctx: Context = request.app.state.ctx
+    ctx = context_of(request)
     row = check_owned(await ctx.db.read_row(GRAPHS, GRAPH_COLUMNS, graph_id), graph_id, project, "graph")
     return json_response(graph_out(row))
 

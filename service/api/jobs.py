@@ -16,7 +16,7 @@ from service.api.idempotency import create_once
 from service.boundary import PlacerRoute
 from service.db.models import Job, PlanRow
 from service.db.owned import check_owned, get_owned
-from service.deps import Context, CtxDep, ProjectDep, SessionDep
+from service.deps import CtxDep, ProjectDep, SessionDep, context_of
 from service.errors import Conflict
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
@@ -102,7 +102,7 @@ async def get_job(job_id: str, request: Request, project: ProjectDep) -> Respons
     The hottest read (clients poll it), answered on the event loop: one primary-key read of the
     answer's columns, no ORM session, the answer serialised once.
     """
-    ctx: Context = request.app.state.ctx
+    ctx = context_of(request)
     row = check_owned(await ctx.db.read_row(JOBS, JOB_COLUMNS, job_id), job_id, project, "job")
     return json_response(job_out(row))
 

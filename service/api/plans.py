@@ -15,7 +15,7 @@ from service.api.jobs import PLAN_RESPONSE
 from service.boundary import PlacerRoute
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.db.owned import check_owned, get_owned
-from service.deps import Context, ProjectDep, SessionDep
+from service.deps import ProjectDep, SessionDep, context_of
 from service.documents import load_problem
 from service.launchers import launcher_zip
 from service.plan_cache import CachedPlan
@@ -65,7 +65,7 @@ async def get_plan(plan_id: str, request: Request, project: ProjectDep,
     Answered on the event loop: from the plan cache (:class:`~service.plan_cache.PlanCache`), or
     by one primary-key read of the plan's owner and document, kept in the cache afterwards.
     """
-    ctx: Context = request.app.state.ctx
+    ctx = context_of(request)
     hit = ctx.plans.get(plan_id)
     if hit is None:
         row = await ctx.db.read_row(PLANS, PLAN_COLUMNS, plan_id)
