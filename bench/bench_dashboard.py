@@ -26,7 +26,7 @@ from service.auth import create_key, ensure_project
 from service.config import load_config
 from service.dashboard.plan_view import PROBLEMS, TIMELINES
 from service.jobs import store
-from service.jobs.validate import validate_job
+from service.jobs.validate import JobRequest, validate_job
 from solvers.generate import generate_graph, generate_topology
 
 with warnings.catch_warnings():
@@ -80,9 +80,8 @@ def main() -> None:
             plans[objective] = job["plan_id"]
         with db.session() as s:  # 12 jobs of one comparison, finished from the plan cache
             project = ensure_project(s, "bench").id
-            spec = validate_job(s, cfg, project, graph_id=graph_id, topology_id=topology_id, solver="pipedream",
-                                objective="throughput", settings={"micro_batches": [16], "pass": "training"},
-                                options={}, time_limit_s=120)
+            spec = validate_job(s, cfg, project, JobRequest(
+                graph_id, topology_id, "pipedream", "throughput", {"micro_batches": [16], "pass": "training"}, {}, 120))
             cmp, _ = store.create_comparison(s, project, [spec] * 12, "throughput", use_cache=True)
             s.commit()
             comparison_id = cmp.id

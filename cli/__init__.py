@@ -4,7 +4,10 @@ Every command is a verb on one noun (``placer graph upload``, ``placer job submi
 workflow verb (``placer solve``). The nouns and verbs are modules with a ``register(commands)``
 function, listed here; other distributions' commands (the service's ``serve``, ``worker``,
 ``migrate``, ``key``) plug in through the entry-point group ``placer.cli``, so that this
-package never imports the service. Nothing imports this package: it is the top.
+package never imports the service. A plugged-in command may name its handler by import path
+(``"module:function"``, as an entry point does): that module loads only when the command runs,
+so a plugin's heavy modules cost nothing to the other commands. Nothing imports this package:
+it is the top.
 
 Exit codes: 0 success, 1 the work failed (e.g. infeasible plan, failed job), 2 bad input or
 usage, 3 a remote/service error, 130 interrupted.
@@ -13,8 +16,9 @@ usage, 3 a remote/service error, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from cli import files, jobs, launcher_cmd, plans, stored, torch_cmds, workflow
@@ -60,6 +64,15 @@ def _register_inputs(sub: Commands[argparse.ArgumentParser]) -> None:
     stored.add_server_verbs(group, "topology")
 
 
+def _handler(func: Callable[[argparse.Namespace], int] | str) -> Callable[[argparse.Namespace], int]:
+    """A command's handler: the function itself, or the one a plugin names by ``"module:function"``."""
+    if not isinstance(func, str):
+        return func
+    module, _, name = func.partition(":")
+    loaded: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+    return loaded
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``placer`` with ``argv`` (default: the process's arguments); returns the exit code."""
     old = renamed_message(sys.argv[1:] if argv is None else argv)
@@ -72,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.params = extra
     try:
-        code: int = args.func(args)
+        code: int = _handler(args.func)(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one place turns errors into messages and exit codes

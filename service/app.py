@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from service import dashboard
 from service.api import comparisons, graphs, health, jobs, plans, topologies
 from service.api import solvers as solvers_api
-from service.api.hot import HotReadMiddleware, PlanCache
 from service.auth import KeyCache, RateLimiter
-from service.boundary import BoundaryMiddleware
+from service.boundary import BoundaryMiddleware, flat_routes
 from service.config import ServiceConfig, load_config
 from service.db import migrate
 from service.db.engine import Database
-from service.deps import Context
+from service.deps import BEARER_SCHEME, Context, get_project
 from service.errors import PROBLEM_JSON, install_error_handlers
 from service.jobs.dispatch import Dispatcher, LocalPool, make_dispatcher
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, RequestMetricsMiddleware
+from service.plan_cache import PlanCache
 from service.schemas import ProblemOut
+from solvers.model.schemas import load_schema
 
 log = logging.getLogger("placer.service")
 API_VERSION = "1"
@@ -62,16 +65,20 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
                   description="Solver-backed placement optimizer for deep learning. Authenticate with "
                               "`Authorization: Bearer <key>`; errors are RFC 9457 problem+json.")
     app.state.ctx = ctx
-    for module in (graphs, topologies, jobs, comparisons, plans, solvers_api, health):
+    for module in (jobs, plans, graphs, topologies, comparisons, solvers_api, health):  # the polled GETs first
         app.include_router(module.router)
     install_error_handlers(app)
     dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
-    app.add_middleware(HotReadMiddleware, ctx=ctx, router_routes=lambda: app.router.routes)
     app.add_middleware(BoundaryMiddleware, router=app.router)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _depends_on(dependant: Dependant, call: Callable[..., Any]) -> bool:
+    """Whether a route's dependency tree calls ``call``."""
+    return any(d.call is call or _depends_on(d, call) for d in dependant.dependencies)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -80,10 +87,15 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
+    schema["components"]["securitySchemes"] = {"HTTPBearer": BEARER_SCHEME}
+    authenticated = {route.operation_id or route.unique_id for route in flat_routes(app.routes)
+                     if isinstance(route, APIRoute) and _depends_on(route.dependant, get_project)}
     components["ProblemOut"] = ProblemOut.model_json_schema(ref_template="#/components/schemas/{model}")
     problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
     for path, ops in schema.get("paths", {}).items():
-        for op in ops.values():
+        for method, op in ops.items():
+            if op.get("operationId") in authenticated:
+                op["security"] = [{"HTTPBearer": []}]
             responses = op.setdefault("responses", {})
             if "requestBody" in op:
                 responses.setdefault("400", {"description": "the body could not be parsed"})
@@ -94,7 +106,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     responses.setdefault(code, {"description": text})
             responses.setdefault("500", {"description": "internal error (a bug; logged)"})
             for code, resp in responses.items():
-                if code.isdigit() and int(code) >= 400 and not (path == "/readyz" and code == "503"):
+                if method == "head":  # no body (service.api.head)
+                    resp.pop("content", None)
+                elif code.isdigit() and int(code) >= 400 and not (path == "/readyz" and code == "503"):
                     resp["content"] = problem
     for name, component in components.items():
         if "Out" not in name:  # request schemas only
@@ -119,8 +133,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 def _document_schema(name: str, component: str, components: dict[str, Any]) -> dict[str, Any]:
     """The library's JSON Schema of ``placer.<name>/v1`` as an OpenAPI component; its ``$defs``
     become components ``<component>_<def>`` (references inside OpenAPI resolve from its root)."""
-    from solvers.model.schemas import load_schema
-
     def rewrite(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: (f"#/components/schemas/{component}_" + v.removeprefix("#/$defs/")

@@ -63,6 +63,8 @@ class PlacerRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler  # no body to parse: no wrapper
 
         async def checked(request: Request) -> Response:
             return await handler(JsonRequest(request.scope, request.receive))

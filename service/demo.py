@@ -12,7 +12,7 @@ from service.auth import create_key, ensure_project
 from service.config import ServiceConfig
 from service.inputs import store_graph, store_topology
 from service.jobs import store
-from service.jobs.validate import validate_job
+from service.jobs.validate import JobRequest, validate_job
 from solvers.generate import generate_graph, generate_topology
 
 DEMO_PROJECT = "demo"
@@ -41,8 +41,8 @@ def seed_demo(session: Session, config: ServiceConfig) -> Demo:
     topology, _ = store_topology(session, project_id, generate_topology("hierarchical", nodes=2, gpus_per_node=4))
     names = tuple(s.name for s in catalogue() if s.available and "throughput" in s.objectives)
     limit = min(DEMO_TIME_LIMIT_S, config.max_time_limit_s)
-    specs = [validate_job(session, config, project_id, graph_id=graph.id, topology_id=topology.id, solver=name,
-                          objective="throughput", settings={"micro_batches": [8]}, options={}, time_limit_s=limit)
+    specs = [validate_job(session, config, project_id, JobRequest(graph.id, topology.id, name, "throughput",
+                                                                  {"micro_batches": [8]}, {}, limit))
              for name in names]
     cmp, _ = store.create_comparison(session, project_id, specs, "throughput", use_cache=True)
     session.commit()

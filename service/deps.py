@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the service context, a database session, the caller's project."""
+"""FastAPI dependencies: the service context, a database session, the caller's project.
+
+Every dependency here is a coroutine: FastAPI runs a plain function dependency in its thread
+pool, a hand-off that would cost more than the dependency itself.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,14 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from service.auth import KeyCache, RateLimiter, bearer_key_hash, project_for_key_hash
 from service.config import ServiceConfig
 from service.db.engine import Database
+from service.plan_cache import PlanCache
 
 if TYPE_CHECKING:
-    from service.api.hot import PlanCache
     from service.jobs.dispatch import Dispatcher
     from service.metrics import Metrics
 
@@ -34,9 +37,15 @@ class Context:
     plans: PlanCache
 
 
-def get_context(request: Request) -> Context:
+def context_of(request: Request) -> Context:
+    """The :class:`Context` of the request's app."""
     ctx: Context = request.app.state.ctx
     return ctx
+
+
+async def get_context(request: Request) -> Context:
+    """The app's :class:`Context` (a dependency)."""
+    return context_of(request)
 
 
 CtxDep = Annotated[Context, Depends(get_context)]
@@ -62,7 +71,9 @@ async def get_session(ctx: CtxDep, request: Request) -> AsyncIterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
-bearer = HTTPBearer(auto_error=False, description="an API key from `placer key create --project NAME`")
+BEARER_SCHEME = {"type": "http", "scheme": "bearer",
+                 "description": "an API key from `placer key create --project NAME`"}
+"""The OpenAPI security scheme of :func:`get_project` (``HTTPBearer``, stated in :mod:`service.app`)."""
 
 
 def _lookup_project(db: Database, key_hash: str) -> str:
@@ -70,10 +81,24 @@ def _lookup_project(db: Database, key_hash: str) -> str:
         return project_for_key_hash(s, key_hash)
 
 
-async def get_project(ctx: CtxDep,
-                      credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
-    """The project of the request's API key (cached for ``key_cache_s``); rate-limited per project."""
-    key_hash = bearer_key_hash(f"{credentials.scheme} {credentials.credentials}" if credentials else None)
+def bearer_credentials(authorization: str | None) -> str | None:
+    """``Bearer <key>`` from an ``Authorization`` header, or ``None`` if it holds no bearer key
+    (missing, another scheme, no key)."""
+    scheme, _, key = (authorization or "").partition(" ")
+    key = key.strip()
+    return f"{scheme} {key}" if scheme.lower() == "bearer" and key else None
+
+
+async def get_project(request: Request) -> str:
+    """The project of the request's API key; rate-limited per project.
+
+    A key found is cached for ``key_cache_s`` (:class:`~service.auth.KeyCache`): most requests
+    authenticate without a database round trip, and a revoked key is refused at the latest when
+    its entry expires.  One dependency with no dependencies of its own: it reads the header and
+    the app's :class:`Context` itself.
+    """
+    ctx = context_of(request)
+    key_hash = bearer_key_hash(bearer_credentials(request.headers.get("authorization")))
     project_id = ctx.keys.get(key_hash)
     if project_id is None:
         project_id = await run_in_threadpool(_lookup_project, ctx.db, key_hash)

@@ -20,6 +20,7 @@ from solvers.model.canonical import canonical_bytes
 from solvers.model.documents import parse_json
 from solvers.model.errors import FormatError, MalformedJSON
 from solvers.model.graph import OpGraph, graph_from_document
+from solvers.model.importers import import_pipedream, import_piper
 from solvers.model.problem import Objective, Problem, ProblemSettings, settings_from_dict
 from solvers.model.topology import Topology, topology_from_document
 
@@ -85,16 +86,12 @@ def parse_graph(raw: bytes, fmt: str | None, max_bytes: int, name: str | None = 
     if fmt is None or fmt == "placer":
         return graph_from_document(parse_json(raw, "body", max_bytes, field="body"))
     if fmt == "pipedream":
-        from solvers.model.importers import import_pipedream
-
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise FormatError("body: a PipeDream graph.txt must be UTF-8 text", field="body") from None
         return import_pipedream(text, name or "pipedream")
     if fmt == "piper":
-        from solvers.model.importers import import_piper
-
         doc = parse_json(raw, "body", max_bytes, field="body")
         if not isinstance(doc, dict):
             raise FormatError("body: a Piper input must be a JSON object", field="body")

@@ -82,6 +82,12 @@ class IdempotencyInProgress(RetryLater):
     http_status = 409
 
 
+class DatabaseUnavailable(Exception):
+    """The database could not be reached for a read on the event loop (answered 503 with
+    ``Retry-After``, like the ORM's outages; other operational errors, a bad statement say,
+    propagate and are answered 500)."""
+
+
 def problem_body(status: int, slug: str, title: str, detail: str, instance: str | None = None,
                  **extra: Any) -> dict[str, Any]:
     """A problem+json body; ``extra`` members with value ``None`` are left out."""
@@ -179,6 +185,10 @@ def install_error_handlers(app: FastAPI) -> None:
         field = "body" if exc.status_code == 400 else None
         body = problem_body(exc.status_code, slug, title, detail, request.url.path, field=field)
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def _unavailable(request: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        return outage_response(request.method, request.url.path, exc)
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from launcher import bundle_zip
 from service.db.models import Graph, Job, PlanRow, TopologyRow
 from service.documents import decompress
 from service.errors import Conflict
@@ -19,8 +20,6 @@ def launcher_zip(session: Session, row: PlanRow, project_id: str) -> tuple[bytes
     (:class:`~solvers.model.errors.InvalidPlan`) when the graph records no model to rebuild
     (only graphs made by ``placer extract`` / ``placer profile`` can be launched).
     """
-    from launcher import bundle_zip
-
     job = session.get(Job, row.job_id) if row.job_id else None
     graph = session.get(Graph, job.graph_id) if job is not None and job.graph_id else None
     topology = session.get(TopologyRow, job.topology_id) if job is not None and job.topology_id else None

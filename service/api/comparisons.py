@@ -8,14 +8,17 @@ from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api._common import create_once, errors, get_owned, next_cursor, paginate
+from service.api.cursors import next_cursor, paginate
+from service.api.error_docs import errors
+from service.api.idempotency import create_once
 from service.api.jobs import job_out
 from service.boundary import PlacerRoute
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
+from service.db.owned import get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
-from service.jobs.validate import validate_job
+from service.jobs.validate import JobRequest, validate_job
 from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
@@ -58,10 +61,9 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
 
     def create() -> Comparison:
         check_queued_cap(session, ctx.config, project, len(body.solvers))
-        specs = [validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
-                              solver=name, objective=body.objective, settings=body.settings,
-                              options=body.options.get(name, {}), time_limit_s=body.time_limit_s,
-                              solver_field=f"solvers[{i}]", options_field=f"options.{name}")
+        specs = [validate_job(session, ctx.config, project, JobRequest(
+                     body.graph_id, body.topology_id, name, body.objective, body.settings, body.options.get(name, {}),
+                     body.time_limit_s, solver_field=f"solvers[{i}]", options_field=f"options.{name}"))
                  for i, name in enumerate(body.solvers)]
         if len({s.lower() for s in body.solvers}) != len(body.solvers):
             raise InvalidInput("solvers: a solver is listed twice", field="solvers")

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from types import SimpleNamespace
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import Row, select
-from sqlalchemy.orm import defer
+from sqlalchemy import Row, Table, select
 
-from service.api._common import MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
+from service.api.answers import document_response, json_response
+from service.api.cursors import MAX_PAGE, next_cursor, paginate
+from service.api.error_docs import errors
+from service.api.head import serve_head
 from service.boundary import PlacerRoute
 from service.db.models import Graph, Job
-from service.deps import CtxDep, ProjectDep, SessionDep
+from service.db.owned import check_owned, get_owned
+from service.deps import CtxDep, ProjectDep, SessionDep, context_of
 from service.documents import decode_body, parse_graph
 from service.inputs import refuse_if_in_use, store_graph
 from service.schemas import GraphOut, Page
@@ -27,8 +31,14 @@ DOC_BODY: dict[str, Any] = {
 }
 
 
-def graph_out(row: Graph | Row[Any]) -> GraphOut:
-    """The answer for a graph's metadata, from its ORM row or a Core row of its columns."""
+GRAPHS = cast(Table, Graph.__table__)
+GRAPH_COLUMNS = [GRAPHS.c[name] for name in
+                 ("id", "project_id", "digest", "name", "n_ops", "n_edges", "size_bytes", "created_at")]
+"""What ``GET /v1/graphs/{id}`` reads: the metadata and the owner, not the document."""
+
+
+def graph_out(row: Graph | Row[Any] | SimpleNamespace) -> GraphOut:
+    """The answer for a graph's metadata, from its ORM row or the columns :data:`GRAPH_COLUMNS` of its row."""
     return GraphOut(id=row.id, digest=row.digest, name=row.name, n_ops=row.n_ops, n_edges=row.n_edges,
                     size_bytes=row.size_bytes, created_at=row.created_at)
 
@@ -73,9 +83,15 @@ def list_graphs(session: SessionDep, project: ProjectDep,
 
 
 @router.get("/graphs/{graph_id:id}", response_model=GraphOut, responses=errors())
-async def get_graph(graph_id: str, session: SessionDep, project: ProjectDep) -> GraphOut:
-    """A graph's metadata (not its document), answered on the event loop: one primary-key lookup."""
-    return graph_out(get_owned(session, Graph, graph_id, project, "graph", options=[defer(Graph.body)]))
+async def get_graph(graph_id: str, request: Request, project: ProjectDep) -> Response:
+    """A graph's metadata (not its document), answered on the event loop: one primary-key read of
+    the answer's columns, no ORM session."""
+    ctx = context_of(request)
+    row = check_owned(await ctx.db.read_row(GRAPHS, GRAPH_COLUMNS, graph_id), graph_id, project, "graph")
+    return json_response(graph_out(row))
+
+
+serve_head(router, "/graphs/{graph_id:id}", get_graph, errors())
 
 
 @router.get("/graphs/{graph_id:id}/document", responses={**errors(), 200: {

@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from types import SimpleNamespace
+from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Header, Query, Response
-from sqlalchemy import Row, select
+from fastapi import APIRouter, Header, Query, Request, Response
+from sqlalchemy import Row, Table, select
 
-from service.api._common import (
-    MAX_PAGE,
-    create_once,
-    document_response,
-    errors,
-    get_owned,
-    next_cursor,
-    paginate,
-)
+from service.api.answers import document_response, json_response
+from service.api.cursors import MAX_PAGE, next_cursor, paginate
+from service.api.error_docs import errors
+from service.api.head import serve_head
+from service.api.idempotency import create_once
 from service.boundary import PlacerRoute
 from service.db.models import Job, PlanRow
-from service.deps import CtxDep, ProjectDep, SessionDep
+from service.db.owned import check_owned, get_owned
+from service.deps import CtxDep, ProjectDep, SessionDep, context_of
 from service.errors import Conflict
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.events import event_stream
-from service.jobs.validate import validate_job
+from service.jobs.validate import JobRequest, validate_job
 from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
 from solvers.model.canonical import digest
 
@@ -32,8 +30,16 @@ PLAN_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
     "description": "the placer.plan/v1 document", "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
-def job_out(job: Job | Row[Any]) -> JobOut:
-    """The answer for a job, from its ORM row or a Core row of the ``jobs`` table."""
+JOBS = cast(Table, Job.__table__)
+JOB_COLUMNS = [JOBS.c[name] for name in (
+    "id", "project_id", "state", "graph_id", "topology_id", "comparison_id", "parent_id", "solver", "objective",
+    "settings", "options", "time_limit_s", "use_cache", "cached", "cached_from", "attempts", "cancel_requested",
+    "progress", "error", "plan_id", "plan_status", "created_at", "started_at", "finished_at")]
+"""What ``GET /v1/jobs/{id}`` reads: the answer's columns and the owner (no lease, digest or key)."""
+
+
+def job_out(job: Job | Row[Any] | SimpleNamespace) -> JobOut:
+    """The answer for a job, from its ORM row or the columns :data:`JOB_COLUMNS` of its row."""
     return JobOut(id=job.id, status=job.state, graph_id=job.graph_id, topology_id=job.topology_id,
                   comparison_id=job.comparison_id, parent_id=job.parent_id, solver=job.solver, objective=job.objective,
                   settings=job.settings, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,
@@ -54,9 +60,9 @@ def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep
 
     def create() -> Job:
         check_queued_cap(session, ctx.config, project)
-        spec = validate_job(session, ctx.config, project, graph_id=body.graph_id, topology_id=body.topology_id,
-                            solver=body.solver, objective=body.objective, settings=body.settings,
-                            options=body.options, time_limit_s=body.time_limit_s)
+        spec = validate_job(session, ctx.config, project, JobRequest(
+            body.graph_id, body.topology_id, body.solver, body.objective, body.settings, body.options,
+            body.time_limit_s))
         return store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
                             request_digest=request_digest)
 
@@ -90,12 +96,18 @@ def list_jobs(session: SessionDep, project: ProjectDep,
 
 
 @router.get("/jobs/{job_id:id}", response_model=JobOut, responses=errors())
-async def get_job(job_id: str, session: SessionDep, project: ProjectDep) -> JobOut:
+async def get_job(job_id: str, request: Request, project: ProjectDep) -> Response:
     """One job: its status, progress, error and plan id.
 
-    The hottest read (clients poll it), answered on the event loop: one primary-key lookup.
+    The hottest read (clients poll it), answered on the event loop: one primary-key read of the
+    answer's columns, no ORM session, the answer serialised once.
     """
-    return job_out(get_owned(session, Job, job_id, project, "job"))
+    ctx = context_of(request)
+    row = check_owned(await ctx.db.read_row(JOBS, JOB_COLUMNS, job_id), job_id, project, "job")
+    return json_response(job_out(row))
+
+
+serve_head(router, "/jobs/{job_id:id}", get_job, errors())
 
 
 @router.post("/jobs/{job_id:id}:cancel", status_code=202, response_model=JobOut, responses=errors(409))

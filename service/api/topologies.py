@@ -8,16 +8,21 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
-from service.api._common import MAX_INT32, MAX_PAGE, document_response, errors, get_owned, next_cursor, paginate
+from service.api.answers import document_response
+from service.api.cursors import MAX_PAGE, next_cursor, paginate
+from service.api.error_docs import errors
 from service.boundary import PlacerRoute
 from service.db.models import Job, TopologyRow
+from service.db.owned import get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.documents import decode_body, parse_topology
 from service.inputs import refuse_if_in_use, store_topology
 from service.schemas import GenerateTopologyIn, Page, TopologyOut
+from solvers.generate import generate_topology as generate
 from solvers.model.topology import Topology
 
 router = APIRouter(prefix="/v1", tags=["topologies"], route_class=PlacerRoute)
+MAX_INT32 = 2**31 - 1  # integer query parameters compared with 32-bit columns
 TOPOLOGY_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"$ref": "#/components/schemas/TopologyDocument"}}}}}
 
@@ -52,8 +57,6 @@ async def upload_topology(request: Request, response: Response, ctx: CtxDep, ses
 
 def generate_topology(kind: str, params: dict[str, Any]) -> Topology:
     """Run the library's generator (unknown kinds or parameters raise errors naming them)."""
-    from solvers.generate import generate_topology as generate
-
     return generate(kind, **params)
 
 

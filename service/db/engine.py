@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Column, Engine, Table, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -114,6 +115,34 @@ class Database:
             except BaseException:
                 s.rollback()
                 raise
+
+    async def read_row(self, table: Table, columns: Sequence[Column[Any]], row_id: str) -> SimpleNamespace | None:
+        """The ``columns`` of the row of ``table`` whose ``id`` is ``row_id``, read on the event loop.
+
+        One statement and no ORM session: on PostgreSQL awaited on the autocommit connections of
+        :class:`~service.db.loop_reads.AsyncReader` (the loop serves other requests during the
+        round trip), on SQLite one ``sqlite3`` call on :class:`~service.db.loop_reads.SqliteReader`'s
+        connection.  An outage raises :class:`~service.errors.DatabaseUnavailable` (503).
+
+        Parameters
+        ----------
+        table
+            The table, whose primary key is ``id``.
+        columns
+            The columns to read (only those the answer needs).
+        row_id
+            The primary key.
+
+        Returns
+        -------
+        SimpleNamespace or None
+            The values by column name, converted as the ORM converts them; ``None`` if there is no
+            such row.
+        """
+        if self.async_reader is not None:
+            return await self.async_reader.row(table, columns, row_id)
+        assert self.sqlite_reader is not None  # one of the two, by the URL
+        return self.sqlite_reader.row(table, columns, row_id)
 
     def dispose(self) -> None:
         if self.sqlite_reader is not None:

@@ -1,4 +1,5 @@
-"""Primary-key reads on the event loop, for the lean path of the hot GETs (:mod:`service.api.hot`).
+"""Primary-key reads on the event loop, for the polled GETs (``/v1/jobs/{id}``, ``/v1/plans/{id}``,
+``/v1/graphs/{id}``: :meth:`service.db.engine.Database.read_row`).
 
 * PostgreSQL: a blocking driver call on the loop stops every other request for a database
   round trip; under load the loop would spend a third of its time waiting for PostgreSQL.
@@ -27,15 +28,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Column, Engine, Table, TypeDecorator
 from sqlalchemy.engine import Dialect, make_url
 
-from service.errors import is_outage_message
+from service.errors import DatabaseUnavailable, is_outage_message
 
 if TYPE_CHECKING:
     import psycopg
-
-
-class DatabaseUnavailable(Exception):
-    """The database could not be reached for a read (answered 503 like the ORM's outages; other
-    operational errors, a bad statement say, propagate and are answered 500 as on the full path)."""
 
 
 class AsyncReader:

@@ -24,6 +24,7 @@ from service.jobs.claimed import Claimed
 from solvers.base import ProgressEvent
 from solvers.model.canonical import plain_json
 from solvers.model.errors import PlacerError
+from solvers.solving import solve
 
 PROGRESS_MIN_INTERVAL_S = 0.05
 MAIN_PATH_ENV = "PLACER_FORKSERVER_MAIN_PATH"
@@ -78,8 +79,6 @@ def run(conn: Connection, job: Claimed) -> None:
 
 
 def _solve(conn: Connection, job: Claimed) -> dict[str, Any]:
-    from solvers.solving import solve
-
     problem = load_problem(job.graph_body, job.topology_body, job.objective, job.settings)
     last_sent = [0.0]
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, aliased
 
 from service.db.models import (
     ACTIVE_STATES,
+    FINAL_STATES,
     Comparison,
     Graph,
     IdempotencyReservation,
@@ -31,7 +32,9 @@ from service.db.models import (
 )
 from service.documents import compress
 from service.jobs.claimed import Claimed
+from service.jobs.portfolio_plan import OWNER, chosen_plan
 from service.jobs.validate import JobSpec
+from solvers.model.errors import PlacerError
 
 
 def add_event(session: Session, job: Job | tuple[str, str], kind: str, data: dict[str, Any]) -> None:
@@ -146,14 +149,32 @@ def _finish(session: Session, job: Job, state: str, *, error: dict[str, Any] | N
     job.lease_owner, job.lease_expires_at, job.child_pid = None, None, None
     add_event(session, job, "state", {"status": state, "plan_status": job.plan_status, "error": error})
     if job.parent_id is not None:
-        _settle_parent(session, job.parent_id)
+        settle_parent(session, job.parent_id)
 
 
-def _settle_parent(session: Session, parent_id: str) -> None:
-    """A member of a fanned-out ``auto`` job ended: the parent may be due its choice (``fanout``)."""
-    from service.jobs.fanout import settle
-
-    settle(session, parent_id)
+def settle_parent(session: Session, parent_id: str) -> None:
+    """A member of a fanned-out ``auto`` job ended (:mod:`service.jobs.fanout`): record the parent's
+    progress, or finish it once every child ended, with the portfolio's choice among their plans."""
+    parent = session.scalar(select(Job).where(Job.id == parent_id).with_for_update())
+    if parent is None or parent.state != "running" or parent.lease_owner != OWNER:
+        return
+    session.flush()
+    children = list(session.scalars(select(Job).where(Job.parent_id == parent_id).order_by(Job.id)))
+    done = [c for c in children if c.state in FINAL_STATES]
+    if len(done) < len(children):
+        parent.progress = {**(parent.progress or {}), "fraction": len(done) / len(children),
+                           "message": f"{len(done)} of {len(children)} portfolio members done"}
+        add_event(session, parent, "progress", parent.progress)
+        return
+    if parent.cancel_requested:
+        cancel_running(session, parent_id, OWNER)
+        return
+    try:
+        doc = chosen_plan(session, parent, children)
+    except PlacerError as exc:
+        fail(session, parent_id, OWNER, {**exc.to_dict(), "status": exc.http_status})
+        return
+    succeed(session, parent_id, OWNER, doc)
 
 
 def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any]) -> bool:
@@ -263,7 +284,7 @@ def request_cancel(session: Session, job: Job) -> None:
             add_event(session, job, "state", {"status": "cancelled"})
             session.refresh(job)
             if job.parent_id is not None:
-                _settle_parent(session, job.parent_id)
+                settle_parent(session, job.parent_id)
             return
         session.refresh(job)
     if job.state in ACTIVE_STATES:

@@ -32,25 +32,60 @@ class JobSpec:
     cache_key: str
 
 
-def validate_job(session: Session, cfg: ServiceConfig, project_id: str, *, graph_id: str, topology_id: str,
-                 solver: str, objective: str, settings: ProblemSettings | dict[str, Any], options: dict[str, Any],
-                 time_limit_s: float | None, solver_field: str = "solver", options_field: str = "options",
-                 ) -> JobSpec:
-    """Resolve ids (404 naming them), the solver, its options, the settings and the time limit."""
-    graph = get_owned(session, Graph, graph_id, project_id, "graph", field="graph_id")
-    topology = get_owned(session, TopologyRow, topology_id, project_id, "topology", field="topology_id")
+@dataclass(frozen=True)
+class JobRequest:
+    """A job as asked for, before validation.
+
+    ``solver_field`` and ``options_field`` name where the request gave the solver and its options,
+    for the ``field`` of an error about them (``solvers[1]`` and ``options.pipedream`` in a
+    comparison).
+    """
+
+    graph_id: str
+    topology_id: str
+    solver: str
+    objective: str
+    settings: ProblemSettings | dict[str, Any]
+    options: dict[str, Any]
+    time_limit_s: float | None
+    solver_field: str = "solver"
+    options_field: str = "options"
+
+
+def validate_job(session: Session, cfg: ServiceConfig, project_id: str, request: JobRequest) -> JobSpec:
+    """Resolve ids (404 naming them), the solver, its options, the settings and the time limit.
+
+    Parameters
+    ----------
+    session
+        The request's session (the graph and topology are read in it).
+    cfg
+        The server's configuration (its default and maximum time limits).
+    project_id
+        The caller's project: another project's graph or topology is not found.
+    request
+        The job as asked for.
+
+    Returns
+    -------
+    JobSpec
+        The job in canonical form, with the key of its plan in the cache.
+    """
+    graph = get_owned(session, Graph, request.graph_id, project_id, "graph", field="graph_id")
+    topology = get_owned(session, TopologyRow, request.topology_id, project_id, "topology", field="topology_id")
+    objective = request.objective
     try:
-        cls = registry.solver_for(solver, objective)
+        cls = registry.solver_for(request.solver, objective)
     except (UnknownSolver, SolverUnavailable) as exc:
-        exc.field = solver_field
+        exc.field = request.solver_field
         raise
     try:
-        opts = parse_options(cls.options_type, options, cls.name).model_dump(mode="json")
+        opts = parse_options(cls.options_type, request.options, cls.name).model_dump(mode="json")
     except InvalidInput as exc:
-        exc.field = (exc.field or "options").replace("options", options_field, 1)
+        exc.field = (exc.field or "options").replace("options", request.options_field, 1)
         raise
-    parsed = settings_from_dict(settings)
-    limit = cfg.default_time_limit_s if time_limit_s is None else float(time_limit_s)
+    parsed = settings_from_dict(request.settings)
+    limit = cfg.default_time_limit_s if request.time_limit_s is None else float(request.time_limit_s)
     if limit > cfg.max_time_limit_s:
         raise InvalidInput(f"time_limit_s: {limit:g} s exceeds the server's maximum of {cfg.max_time_limit_s:g} s",
                            field="time_limit_s")

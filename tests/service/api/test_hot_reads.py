@@ -1,7 +1,9 @@
-"""The lean path of the hot GETs (service.api.hot) answers as the full path does.
+"""The polled GETs (``/v1/jobs/{id}``, ``/v1/plans/{id}``, ``/v1/graphs/{id}``): one path for every
+request, without an ORM session, with the same answers whatever the query string.
 
-A query string sends a request the full way (FastAPI's route), so each check compares the
-lean answer with the full one for the same resource, project and key.
+These checks once compared a lean path (a middleware) with the full route; a query string sent a
+request the full way.  They still compare the answers with and without one: both now take the
+ordinary route.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from service.api._common import etag_matches
-from service.api.hot import PlanCache
+from service.api.etags import etag_matches
 from service.db.models import ApiKey, utcnow
+from service.plan_cache import PlanCache
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 
 
@@ -51,7 +53,7 @@ def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatc
     ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
 
     def broken() -> None:
-        raise AssertionError("the lean path opened an ORM session")
+        raise AssertionError("a polled GET opened an ORM session")
 
     monkeypatch.setattr(ctx.db, "read_sessions", broken)
     for path in _paths(job):
@@ -60,7 +62,7 @@ def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatc
 
 def test_another_projects_ids_are_404_on_both_paths(api: Api, other_api: Api) -> None:
     job = _finished_job(api)
-    other_api.get("/v1/graphs")  # the other key is cached: its hot GETs take the lean path
+    other_api.get("/v1/graphs")  # the other key is cached
     for path in [*_paths(job), "/v1/jobs/job_nosuch", "/v1/plans/plan_nosuch", "/v1/graphs/g_nosuch"]:
         lean, full = other_api.get(path), other_api.get(path, params={"full": "1"})
         assert_problem(lean, 404, field="id", slug="not-found")
@@ -136,3 +138,19 @@ def test_plan_cache_keeps_the_recently_used_within_its_bytes() -> None:
 def test_if_none_match_uses_weak_comparison() -> None:
     assert etag_matches('"a", W/"p"', '"p"') and etag_matches("*", '"p"')
     assert not etag_matches('"q"', '"p"') and not etag_matches(None, '"p"') and not etag_matches("", '"p"')
+
+
+def test_head_answers_as_get_without_a_body(api: Api, other_api: Api) -> None:
+    job = _finished_job(api)
+    for path in _paths(job):
+        got, head = api.get(path), api.client.head(path, headers=api.headers)
+        assert head.status_code == 200 and head.content == b"", path
+        for name in ("content-type", "content-length", "etag"):
+            assert head.headers.get(name) == got.headers.get(name), (path, name)
+    plan = f"/v1/plans/{job['plan_id']}"
+    etag = api.get(plan).headers["etag"]
+    assert api.client.head(plan, headers={**api.headers, "If-None-Match": etag}).status_code == 304
+    other_api.get("/v1/graphs")
+    for path in _paths(job):
+        assert api.client.head(path).status_code == 401
+        assert other_api.client.head(path, headers=other_api.headers).status_code == 404

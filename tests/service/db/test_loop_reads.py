@@ -14,8 +14,9 @@ import pytest
 
 from service.db import migrate
 from service.db.engine import Database
-from service.db.loop_reads import AsyncReader, DatabaseUnavailable
+from service.db.loop_reads import AsyncReader
 from service.db.models import Project
+from service.errors import DatabaseUnavailable
 from tests.service.conftest import BACKENDS, assert_problem, database_url, new_api, running_app
 
 with warnings.catch_warnings():

@@ -1,45 +1,20 @@
-"""Helpers shared by the routers: documented error responses, ownership lookups, cursors."""
+"""Creating a job or a comparison at most once per ``Idempotency-Key`` (the IETF Idempotency-Key draft)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from fastapi import Response
-from sqlalchemy import Select, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.models import Comparison, IdempotencyReservation, Job, utcnow
-from service.db.owned import get_owned
-from service.documents import decompress
 from service.errors import IdempotencyInProgress
 from solvers.model.errors import InvalidInput
 
-__all__ = ["ERRORS", "MAX_INT32", "MAX_PAGE", "create_once", "document_json", "document_response", "errors", "get_owned", "idempotent_existing",
-           "next_cursor", "paginate"]
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"description": text} for code, text in (
-        (401, "missing or invalid API key"), (404, "not found (or another project's)"),
-        (413, "request body too large"), (422, "invalid input; `field` names what is wrong"),
-        (429, "rate limit exceeded"))
-}
-MAX_PAGE = 500
-MAX_INT32 = 2**31 - 1  # integer query parameters compared with 32-bit columns
 Idempotent = TypeVar("Idempotent", Job, Comparison)
-
-
-def errors(*extra: int) -> dict[int | str, dict[str, Any]]:
-    """The documented error responses of a route (problem+json), plus ``extra`` codes."""
-    texts = {409: "conflict with the resource's current state", 415: "unsupported Content-Encoding",
-             501: "an optional dependency is missing"}
-    out = dict(ERRORS)
-    for code in extra:
-        out[code] = {"description": texts.get(code, "error")}
-    return out
 
 
 def idempotent_existing(session: Session, model: type[Idempotent], project: str, key: str,
@@ -165,54 +140,3 @@ def _claim(session: Session, model: type[Idempotent], project: str, key: str, re
         if getattr(taken, "rowcount", 0) == 1:
             return None  # the expired claim of a crashed request is ours now
     raise _in_progress(key)
-
-
-def paginate(stmt: Select[Any], id_column: Any, cursor: str | None, limit: int) -> Select[Any]:
-    """Newest first; ``cursor`` is the last id of the previous page."""
-    if cursor:
-        stmt = stmt.where(id_column < cursor)
-    return stmt.order_by(id_column.desc()).limit(limit + 1)
-
-
-def document_response(body: bytes, accept_encoding: str | None, headers: dict[str, str] | None = None) -> Response:
-    """A stored (gzip) document: sent as stored when the client accepts gzip, else as compact JSON."""
-    if accept_encoding and "gzip" in accept_encoding.lower():
-        return Response(body, media_type="application/json", headers={**(headers or {}), "Content-Encoding": "gzip"})
-    return Response(document_json(body), media_type="application/json", headers=headers)
-
-
-IF_NONE_MATCH_MAX_CHARS = 2000  # a longer If-None-Match is refused (422)
-
-
-def plan_etag(plan_id: str) -> str:
-    """A stored plan never changes: its id is its strong entity tag (RFC 9110 §8.8.3)."""
-    return f'"{plan_id}"'
-
-
-def etag_matches(if_none_match: str | None, etag: str) -> bool:
-    """Whether ``If-None-Match`` names ``etag`` (or ``*``), by weak comparison (RFC 9110 §13.1.2)."""
-    if not if_none_match:
-        return False
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
-
-
-def plan_response(plan_id: str, data: bytes, if_none_match: str | None) -> Response:
-    """``GET /v1/plans/{id}``'s answer: the plan's compact JSON ``data`` with its ``ETag``, or
-    304 when ``If-None-Match`` names it (the full path and the lean one, :mod:`service.api.hot`)."""
-    etag = plan_etag(plan_id)
-    if etag_matches(if_none_match, etag):
-        return Response(status_code=304, headers={"ETag": etag})
-    return Response(data, media_type="application/json", headers={"ETag": etag})
-
-
-def document_json(body: bytes) -> bytes:
-    """A stored (gzip) document as compact JSON."""
-    return json.dumps(decompress(body), separators=(",", ":")).encode()
-
-
-def next_cursor(rows: list[Any], limit: int) -> tuple[list[Any], str | None]:
-    if len(rows) > limit:
-        rows = rows[:limit]
-        return rows, str(rows[-1].id)
-    return rows, None
