@@ -27,11 +27,11 @@ import time
 from typing import Any
 
 from solvers.generate import generate_graph, generate_topology
+from solvers.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
+from solvers.mapping.heuristics import p2p_mapping
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
-from solvers.parmesan.mapping.heuristics import p2p_mapping
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 

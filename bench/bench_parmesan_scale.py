@@ -29,10 +29,10 @@ import time
 
 from bench.bench_parmesan_mapping import semantic_fpn
 from solvers.generate import generate_graph, generate_topology
+from solvers.mapping.apply import MappingSettings, map_partition
+from solvers.mapping.binary import map_stages
+from solvers.mapping.stage_graph import stage_graph
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.parmesan.mapping.apply import MappingSettings, map_partition
-from solvers.parmesan.mapping.binary import map_stages
-from solvers.parmesan.mapping.stage_graph import stage_graph
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 

@@ -32,11 +32,7 @@ from solvers.baselines._pipedream_hier import Group as StateGroup
 from solvers.baselines._pipedream_hier import pipedream_dp
 from solvers.baselines._pipedream_states import AntichainStates, antichain_states
 from solvers.cost.compute import ComputeModel
-from solvers.model.errors import InvalidProblem
-from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem
-from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
-from solvers.parmesan.mapping.apply import (
+from solvers.mapping.apply import (
     MAPPING_TIME_LIMIT_DOC,
     MappingSettings,
     build_plan,
@@ -44,8 +40,12 @@ from solvers.parmesan.mapping.apply import (
     mapping_deadline,
     simulated_s,
 )
-from solvers.parmesan.mapping.heuristics import consecutive_mapping
-from solvers.parmesan.search import sr_candidates
+from solvers.mapping.heuristics import consecutive_mapping
+from solvers.model.errors import InvalidProblem
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem
+from solvers.partition.costs import stage_capacity_bytes, stage_memory_vec
+from solvers.partition.shapes import sr_candidates
 
 
 class PipeDreamOptions(SolverOptions):

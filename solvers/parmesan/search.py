@@ -23,15 +23,16 @@ import numpy as np
 from solvers.arrays import IntArray
 from solvers.base import Budget
 from solvers.cost.memory import capacity_bytes
+from solvers.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.parmesan.bands import band_refine
 from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_further
-from solvers.parmesan.costs import ReferenceCosts, allreduce_terms
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
-from solvers.parmesan.fronted import enumerate_fronted
-from solvers.parmesan.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
 from solvers.parmesan.refine import RefineEdges, refine
+from solvers.partition.costs import ReferenceCosts, allreduce_terms
+from solvers.partition.fronted import enumerate_fronted
+from solvers.partition.shapes import sr_candidates
 
 
 @dataclass
@@ -48,21 +49,6 @@ class Configuration:
     bottleneck_s: float
     plan: Plan
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
-    """(S, R) pairs to search: the settings' values, else S in powers of two and divisors of D."""
-    d = problem.topology.n_devices
-    s_fix, r_fix = problem.settings.stages, problem.settings.replicas
-    pins = [t for t in problem.settings.pinned.values() if isinstance(t, int)]
-    s_min = max(pins, default=-1) + 1
-    if s_fix is not None:
-        return [(s_fix, r_fix or max(1, d // s_fix))]
-    most = d // (r_fix or 1)
-    stages = {1 << i for i in range(most.bit_length()) if (1 << i) <= most}
-    stages |= {s for s in range(1, most + 1) if most % s == 0}
-    out = [(s, r_fix or d // s) for s in sorted(stages) if s <= max_stages and s >= max(1, s_min)]
-    return out or [(max(1, min(max_stages, most)), r_fix or 1)]
 
 
 def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k: int, max_sets: int,
@@ -105,7 +91,7 @@ def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Tra
     """DP then refinement for one configuration; ``None`` when no partition fits memory.
 
     ``with_allreduce``: the DP's stage time also holds the amortised all-reduce of the stage's
-    parameters (:func:`~solvers.parmesan.costs.allreduce_terms`; not in the paper's Eq. 3).
+    parameters (:func:`~solvers.partition.costs.allreduce_terms`; not in the paper's Eq. 3).
     """
     terms = allreduce_terms(problem, replicas, micro_batches) if with_allreduce else (0.0, 0.0)
     result = run_dp(problem, tr, n_stages, replicas, micro_batches, terms)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from solvers.mapping.binary import map_stages
+from solvers.mapping.bounds import lower_bound
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping
+from solvers.mapping.stage_graph import StageGraph, mapping_objective_s
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import map_stages
-from solvers.parmesan.mapping.bounds import lower_bound
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
-from solvers.parmesan.mapping.stage_graph import StageGraph, mapping_objective_s
 from tests.solvers.parmesan.strategies import random_topology
 from tests.strategies import examples
 
@@ -91,7 +91,7 @@ def test_symmetry_breaking_keeps_exactness(seed: int, shape: tuple[int, int], mo
 
 
 def test_twin_classes_of_a_hierarchy() -> None:
-    from solvers.parmesan.mapping.symmetry import twin_classes
+    from solvers.mapping.symmetry import twin_classes
 
     topo = hierarchy(3, 2, 0)
     assert twin_classes(topo).tolist() == [0, 0, 2, 2, 4, 4]
@@ -122,7 +122,7 @@ def test_parallel_workers_agree() -> None:
        mode=st.sampled_from(["m", "ar"]), hier=st.booleans())
 def test_guarded_mapping_equals_constrained_brute_force(seed: int, shape: tuple[int, int], mode: str,
                                                         hier: bool) -> None:
-    from solvers.parmesan.mapping.binary import guard_cap_s
+    from solvers.mapping.binary import guard_cap_s
 
     s, r = shape
     topo = hierarchy(2, 3, seed) if hier else random_topology(seed, 6)

@@ -12,12 +12,18 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from solvers.arrays import IntArray
-from solvers.model.errors import InvalidPlan
-from solvers.model.problem import Problem, ProblemSettings
-from solvers.model.topology import Device, Topology
-from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
-from solvers.parmesan.mapping.binary import MappingResult
-from solvers.parmesan.mapping.combined import (
+from solvers.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
+from solvers.mapping.binary import MappingResult
+from solvers.mapping.bounds import (
+    assignment_bound_s,
+    bottleneck_assignment_s,
+    conflict_bound_s,
+    device_bounds,
+    replica_bounds,
+)
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.mapping.objective import PipelineCosts, PipelineModel, combined_objective_s, pipeline_model
+from solvers.mapping.search import (
     _packing_quota,
     make_combined_spec,
     map_stages_combined,
@@ -25,18 +31,9 @@ from solvers.parmesan.mapping.combined import (
     packing_starts,
     search_combined,
 )
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
-from solvers.parmesan.mapping.pipeline import (
-    PipelineCosts,
-    PipelineModel,
-    assignment_bound_s,
-    bottleneck_assignment_s,
-    combined_objective_s,
-    conflict_bound_s,
-    device_bounds,
-    pipeline_model,
-    replica_bounds,
-)
+from solvers.model.errors import InvalidPlan
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.model.topology import Device, Topology
 from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.parmesan.strategies import random_dag

@@ -17,15 +17,16 @@ from typing import Any, Literal
 
 from solvers.arrays import IntArray
 from solvers.base import Budget
+from solvers.mapping.binary import MappingResult, map_stages
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping
+from solvers.mapping.objective import pipeline_model
+from solvers.mapping.search import map_stages_combined
+from solvers.mapping.stage_graph import Mode, StageGraph, stage_graph
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import MappingResult, map_stages
-from solvers.parmesan.mapping.combined import map_stages_combined
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
-from solvers.parmesan.mapping.pipeline import pipeline_model
-from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, stage_graph
+from solvers.simulator import simulate
 
 Mapper = Literal["parmesan", "consecutive", "p2p"]
 Instantiation = Literal["combined", "auto", "m", "ar", "both"]
@@ -36,11 +37,11 @@ class MappingSettings:
     """How Alg. 1 runs: instantiation, tolerance, targets per round, worker processes, seed.
 
     ``instantiation``: ``combined`` (default) optimises the simulator's critical paths, transfers
-    and all-reduce together (:mod:`~solvers.parmesan.mapping.pipeline`); ``auto``, ``m``, ``ar``
+    and all-reduce together (:mod:`~solvers.mapping.objective`); ``auto``, ``m``, ``ar``
     and ``both`` are the paper's instantiations (§V-B).
 
     ``guard``: each instantiation is optimised with the other one kept within the better of CS
-    and p2p-first (:func:`~solvers.parmesan.mapping.binary.guard_cap_s`), so optimising
+    and p2p-first (:func:`~solvers.mapping.binary.guard_cap_s`), so optimising
     inter-stage traffic cannot scatter a stage's all-reduce ring, nor the reverse.
     ``ensemble_heuristics``: also simulate the CS and p2p-first mappings (Alg. 1's starting
     upper bounds) and return whichever of all candidates simulates best — the instantiations
@@ -98,8 +99,6 @@ def simulated_key(problem: Problem, plan: Plan) -> tuple[float, float]:
     with one micro-batch every split of a compute-only pipeline has the same iteration time, and
     the bottleneck is what more micro-batches would pay.
     """
-    from solvers.simulator import simulate
-
     try:
         metrics = simulate(problem, plan).metrics
     except InvalidPlan:

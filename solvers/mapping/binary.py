@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from solvers.arrays import IntArray
+from solvers.mapping.bounds import lower_bound
+from solvers.mapping.dfs import Outcome, make_spec, placement_array, search
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.bounds import lower_bound
-from solvers.parmesan.mapping.dfs import Outcome, make_spec, placement_array, search
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
-from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 
 RANDOM_STARTS = 4
 

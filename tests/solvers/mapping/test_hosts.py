@@ -1,4 +1,4 @@
-"""The host relaxation of the combined mapping objective (solvers.parmesan.mapping.hosts)."""
+"""The host relaxation of the combined mapping objective (solvers.mapping.hosts)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from solvers.generate import generate_topology
-from solvers.model.problem import Problem
-from solvers.parmesan.mapping import hosts
-from solvers.parmesan.mapping.combined import host_start, make_combined_spec, map_stages_combined
-from solvers.parmesan.mapping.hosts import (
+from solvers.mapping import hosts
+from solvers.mapping.bounds import assignment_bound_s, device_bounds
+from solvers.mapping.hosts import (
     BackgroundSolve,
     HostRelaxation,
     _host_objective,
@@ -21,15 +20,10 @@ from solvers.parmesan.mapping.hosts import (
     settle_lanes,
     start_host_relaxation,
 )
-from solvers.parmesan.mapping.pipeline import (
-    PipelineCosts,
-    PipelineModel,
-    assignment_bound_s,
-    combined_objective_s,
-    device_bounds,
-    pipeline_model,
-)
-from tests.solvers.parmesan.test_mapping_combined import brute_force, case
+from solvers.mapping.objective import PipelineCosts, PipelineModel, combined_objective_s, pipeline_model
+from solvers.mapping.search import host_start, make_combined_spec, map_stages_combined
+from solvers.model.problem import Problem
+from tests.solvers.mapping.test_search import brute_force, case
 from tests.strategies import examples
 
 

@@ -1,10 +1,10 @@
-"""Alg. 1 + Alg. 2 with the combined objective (:mod:`solvers.parmesan.mapping.pipeline`).
+"""Alg. 1 + Alg. 2 with the combined objective (:mod:`solvers.mapping.objective`).
 
-Same outer loop as :func:`~solvers.parmesan.mapping.binary.map_stages` (binary search on the
+Same outer loop as :func:`~solvers.mapping.binary.map_stages` (binary search on the
 target with batched targets, §V-B), same inner DFS structure as
-:func:`~solvers.parmesan.mapping.dfs.search`; what changes is the quantity checked:
+:func:`~solvers.mapping.dfs.search`; what changes is the quantity checked:
 
-* the interval starts at the assignment bound (:func:`~solvers.parmesan.mapping.pipeline.assignment_bound_s`)
+* the interval starts at the assignment bound (:func:`~solvers.mapping.bounds.assignment_bound_s`)
   and the best of CS, p2p-first, their zigzag rings, a few random mappings and the mappings
   built from the conflict bound's leaves (:func:`packing_mapping`) under the combined objective,
   improved by a large-neighbourhood search (:func:`multi_start_improve`);
@@ -31,29 +31,26 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from solvers.arrays import BoolArray, FloatArray, IntArray
-from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import MappingResult, bisect_targets
-from solvers.parmesan.mapping.dfs import Outcome
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
-from solvers.parmesan.mapping.hosts import HostRelaxation, host_index, start_host_relaxation
-from solvers.parmesan.mapping.pipeline import (
-    DeviceBounds,
+from solvers.mapping.binary import MappingResult, bisect_targets
+from solvers.mapping.bounds import DeviceBounds, assignment_bound_s, device_bounds
+from solvers.mapping.dfs import Outcome
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
+from solvers.mapping.hosts import HostRelaxation, host_index, start_host_relaxation
+from solvers.mapping.objective import (
     PipelineCosts,
     PipelineModel,
-    assignment_bound_s,
     combined_objective_s,
-    device_bounds,
     edge_costs,
-    fast_components,
     iteration_bound_s,
-    packing_milp,
     ring_s,
 )
-from solvers.parmesan.mapping.symmetry import twin_classes
+from solvers.mapping.packing import fast_components, packing_milp
+from solvers.mapping.symmetry import twin_classes
+from solvers.model.topology import Topology
 
 RANDOM_STARTS = 4
 PACKING_STARTS = 3
-HOST_SHARE = 0.25  # of the mapping's time for the host relaxation (solvers.parmesan.mapping.hosts)
+HOST_SHARE = 0.25  # of the mapping's time for the host relaxation (solvers.mapping.hosts)
 HOST_SEARCH_SHARE = 0.1  # then at most this share for the search inside its layout
 
 
@@ -100,6 +97,42 @@ def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCost
     bounds = device_bounds(model, costs, topo) if bounds is None else bounds
     return CombinedSpec(model, costs, bounds, g, order, edges_of, twin_classes(topo),
                         order_after, topo.n_devices, host_index(topo))
+
+
+@dataclass(slots=True)
+class _Candidates:
+    """The feasible devices of one depth in trial order, and what placing the ``k``-th sets.
+
+    ``edges[j]`` = the edge's ``(Cf, Cb)`` lower bounds, ``bw`` / ``lat`` / ``lb`` = the stage
+    ring's bottleneck bandwidth, largest hop latency and floor: each a scalar or one entry per
+    candidate.
+    """
+
+    devices: IntArray
+    edges: dict[int, tuple[Any, Any]]
+    bw: Any
+    lat: Any
+    lb: Any
+
+
+@dataclass(slots=True)
+class _Undo:
+    """What a depth's placed candidate replaced: ``edges[j]`` = ``(Cf, Cb)`` before, ``ring`` =
+    the stage ring's ``(bw, lat, lb, value)`` before."""
+
+    edges: dict[int, tuple[float, float]]
+    ring: tuple[float, float, float, Any]
+
+
+@dataclass(slots=True)
+class _Frame:
+    """One depth of the DFS: ``pos`` in the free order, its candidates, the next one to try and
+    the undo record of the one placed (``None`` when none is)."""
+
+    pos: int
+    candidates: _Candidates
+    next: int = 0
+    undo: _Undo | None = None
 
 
 def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_limit: int,
@@ -151,7 +184,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 
     ar_val = [ring_value(t, ar_bw[t], ar_lat[t], ar_lb[t]) for t in range(s_)]  # kept as replicas are placed
 
-    def evaluate(x: int) -> tuple[IntArray, dict[str, Any]]:
+    def evaluate(x: int) -> _Candidates:
         """Feasible candidates of depth ``x`` in trial order, with the state each one sets."""
         s, i = spec.order[x]
         ok = ~used & allowed[s]
@@ -162,7 +195,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
             ok &= devices > place[ys, yi]
         cand = np.flatnonzero(ok)
         if len(cand) == 0:
-            return cand, {}
+            return _Candidates(cand, {}, 0.0, 0.0, 0.0)
         cf_v: list[Any] = list(cf)
         cb_v: list[Any] = list(cb)
         local = np.zeros(len(cand))
@@ -206,46 +239,42 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
         def pick(v: Any) -> Any:
             return v[idx] if isinstance(v, np.ndarray) and v.shape == (len(cand),) else v
 
-        state = {"edges": {j: (pick(a), pick(b)) for j, (a, b) in new_edges.items()},
-                 "bw": pick(bw_v), "lat": pick(lat_v), "lb": pick(lb_v)}
-        return cand[idx], state
+        return _Candidates(cand[idx], {j: (pick(a), pick(b)) for j, (a, b) in new_edges.items()},
+                           pick(bw_v), pick(lat_v), pick(lb_v))
 
     def scalar(v: Any, k: int) -> float:
         return float(v[k]) if isinstance(v, np.ndarray) and v.ndim else float(v)
 
-    stack: list[list[Any]] = []  # [position in free_order, candidates, state, next index, saved or None]
-    cands, state = evaluate(free_order[0])
-    stack.append([0, cands, state, 0, None])
+    stack = [_Frame(0, evaluate(free_order[0]))]
     while stack:
         top = stack[-1]
-        pos, cands, state, k, saved = top
+        pos, cands, k = top.pos, top.candidates, top.next
         s, i = spec.order[free_order[pos]]
-        if saved is not None:  # undo this depth's previous candidate
+        if top.undo is not None:  # undo this depth's previous candidate
             used[place[s, i]] = False
             place[s, i] = -1
-            for j, (a, b) in saved["edges"].items():
+            for j, (a, b) in top.undo.edges.items():
                 cf[j], cb[j] = a, b
-            ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s] = saved["ring"]
-            top[4] = None
-        if k >= len(cands):
+            ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s] = top.undo.ring
+            top.undo = None
+        if k >= len(cands.devices):
             stack.pop()
             continue
-        d = int(cands[k])
-        top[3] = k + 1
+        d = int(cands.devices[k])
+        top.next = k + 1
         nodes += 1
         if nodes % 128 == 0 and (time.monotonic() > deadline or nodes > node_limit):
             return "timeout", None, nodes
-        top[4] = {"edges": {j: (cf[j], cb[j]) for j in state["edges"]}, "ring": (ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s])}
+        top.undo = _Undo({j: (cf[j], cb[j]) for j in cands.edges}, (ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s]))
         place[s, i] = d
         used[d] = True
-        for j, (a, b) in state["edges"].items():
+        for j, (a, b) in cands.edges.items():
             cf[j], cb[j] = scalar(a, k), scalar(b, k)
-        ar_bw[s], ar_lat[s], ar_lb[s] = scalar(state["bw"], k), scalar(state["lat"], k), scalar(state["lb"], k)
+        ar_bw[s], ar_lat[s], ar_lb[s] = scalar(cands.bw, k), scalar(cands.lat, k), scalar(cands.lb, k)
         ar_val[s] = ring_value(s, ar_bw[s], ar_lat[s], ar_lb[s])
         if pos == len(free_order) - 1:
             return "found", place.copy(), nodes
-        cands, nstate = evaluate(free_order[pos + 1])
-        stack.append([pos + 1, cands, nstate, 0, None])
+        stack.append(_Frame(pos + 1, evaluate(free_order[pos + 1])))
     return "exhausted", None, nodes
 
 
@@ -466,7 +495,7 @@ def greedy_dives(spec: CombinedSpec, deadline: float, prefix: str,
 
 def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadline: float, seed: int,
                stats: dict[str, Any]) -> tuple[str, IntArray] | None:
-    """A mapping that follows the host relaxation's layout (:mod:`solvers.parmesan.mapping.hosts`):
+    """A mapping that follows the host relaxation's layout (:mod:`solvers.mapping.hosts`):
     the better of Alg. 2's two greedy dives (each replica on its best device by the partial
     objective, no target; lane by lane, stage by stage), every replica restricted to its host's
     devices, improved by the large-neighbourhood search under the same restriction until
@@ -485,7 +514,7 @@ def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadli
 
 
 def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
-    """CS and p2p-first with zigzag rings (:func:`~solvers.parmesan.mapping.heuristics.zigzag_rings`)."""
+    """CS and p2p-first with zigzag rings (:func:`~solvers.mapping.heuristics.zigzag_rings`)."""
     s, r = model.n_stages, model.replicas
     return [("zigzag-consecutive", zigzag_rings(consecutive_mapping(s, r))),
             ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
