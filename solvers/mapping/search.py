@@ -31,7 +31,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from solvers.arrays import BoolArray, FloatArray, IntArray
-from solvers.mapping.binary import MappingResult, bisect_targets
+from solvers.mapping.binary import BisectOptions, Bracket, MappingResult, bisect_targets
 from solvers.mapping.bounds import DeviceBounds, assignment_bound_s, device_bounds
 from solvers.mapping.dfs import Outcome
 from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
@@ -597,10 +597,9 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
         place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], t_l, until, seed, stats, eps_rel)
+    options = BisectOptions(deadline, eps_rel, parallel_targets, workers, node_limit)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
-                                     place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
-                                     parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
-                                     stats=stats)
+                                     Bracket(place, t_r, t_l), options, stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
     return MappingResult(place, t_r, t_l, status, "combined", stats)

@@ -22,7 +22,7 @@ from solvers.mapping.apply import (
 from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.parmesan.search import search_partitions
+from solvers.parmesan.search import SearchSettings, search_partitions
 from solvers.partition.costs import reference_costs
 
 
@@ -117,10 +117,10 @@ class ParmesanSolver:
         k = min(problem.graph.n_ops, options.clusters or default_clusters(problem))
         search_budget = budget.sub(options.search_fraction)
         progress(ProgressEvent(0.0, None, None, "partitioning"))
-        best, explored = search_partitions(problem, costs, options.alphas, k, options.max_fronted_sets,
-                                           options.max_dp_pairs, options.refine_steps, options.mapping,
-                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition],
-                                           options.band_rounds)
+        searched = SearchSettings(options.alphas, k, options.max_fronted_sets, options.max_dp_pairs,
+                                  options.refine_steps, options.mapping, _AR_VARIANTS[options.allreduce_in_partition],
+                                  options.band_rounds)
+        best, explored = search_partitions(problem, costs, searched, search_budget)
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
