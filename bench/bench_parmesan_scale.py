@@ -29,7 +29,7 @@ import time
 
 from bench.bench_parmesan_mapping import semantic_fpn
 from solvers.generate import generate_graph, generate_topology
-from solvers.mapping.apply import MappingSettings, map_partition
+from solvers.mapping.apply import MappingSettings, StagePartition, map_partition
 from solvers.mapping.binary import map_stages
 from solvers.mapping.stage_graph import stage_graph
 from solvers.model.problem import Problem, ProblemSettings
@@ -64,7 +64,7 @@ def big_mapping(map_limit_s: float, modes: list[str]) -> None:
         sg = stage_graph(problem, stage_of, 16, 32)
         if "combined" in modes:
             started = time.monotonic()
-            _, value, st = map_partition(problem, stage_of, 16, 32, plan.micro_batches, "parmesan",
+            _, value, st = map_partition(problem, StagePartition(stage_of, 16, 32, plan.micro_batches), "parmesan",
                                          MappingSettings("combined", ensemble_heuristics=False), started + map_limit_s)
             print(f"512 devices {name}, (16,32), combined: {time.monotonic() - started:.1f} s, status "
                   f"{st['mapping_status']}, gap {st['mapping_gap']:.3f}, objective {st['mapping_objective_s']:.4g} s, "

@@ -35,6 +35,7 @@ from solvers.cost.compute import ComputeModel
 from solvers.mapping.apply import (
     MAPPING_TIME_LIMIT_DOC,
     MappingSettings,
+    StagePartition,
     build_plan,
     map_partition,
     mapping_deadline,
@@ -272,7 +273,8 @@ class PipeDreamSolver:
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
-        plan, value, mstats = map_partition(problem, stage_of, s, r, mb, options.mapping, settings, deadline)
+        plan, value, mstats = map_partition(problem, StagePartition(stage_of, s, r, mb), options.mapping, settings,
+                                            deadline)
         stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "micro_batches": mb,
                  "pipedream_dp_objective_s": value_dp, "candidates": len(cands), "timed_out": skipped > 0,
                  **mstats}

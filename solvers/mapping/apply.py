@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from solvers.arrays import IntArray
 from solvers.base import Budget
@@ -30,6 +30,16 @@ from solvers.simulator import simulate
 
 Mapper = Literal["parmesan", "consecutive", "p2p"]
 Instantiation = Literal["combined", "auto", "m", "ar", "both"]
+
+
+class StagePartition(NamedTuple):
+    """A partition to map: ``stage_of[op]`` in ``0..S-1``, ``S`` stages of ``R`` replicas each,
+    ``MB`` micro-batches an iteration."""
+
+    stage_of: IntArray
+    n_stages: int
+    replicas: int
+    micro_batches: int
 
 
 @dataclass(frozen=True)
@@ -125,15 +135,16 @@ def heuristic_place(mapper: Mapper, n_stages: int, replicas: int) -> IntArray:
     return consecutive_mapping(n_stages, replicas) if mapper == "consecutive" else p2p_mapping(n_stages, replicas)
 
 
-def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
-                  mapper: Mapper, settings: MappingSettings, deadline: float) -> tuple[Plan, float, dict[str, Any]]:
+def map_partition(problem: Problem, partition: StagePartition, mapper: Mapper, settings: MappingSettings,
+                  deadline: float) -> tuple[Plan, float, dict[str, Any]]:
     """Map a partition; returns the plan, its simulated objective and the mapping's stats."""
+    stage_of, n_stages, replicas, micro_batches = partition
     if mapper != "parmesan":
         plan = build_plan(problem, stage_of, heuristic_place(mapper, n_stages, replicas), micro_batches)
         return plan, simulated_s(problem, plan), {"mapper": mapper}
     sg = stage_graph(problem, stage_of, n_stages, replicas)
     if settings.instantiation == "combined":
-        return _map_combined(problem, stage_of, n_stages, replicas, micro_batches, settings, deadline, sg)
+        return _map_combined(problem, partition, settings, deadline, sg)
     modes: list[Mode]
     if settings.instantiation == "both":
         modes = ["m", "ar"] if replicas > 1 else ["m"]
@@ -180,11 +191,12 @@ def _paper_starts(sg: StageGraph, topo: Topology, deadline: float,
     return [(f"alg1-c^{mode}", result.place) for mode, result in _paper_runs(sg, topo, modes, deadline, settings, False)]
 
 
-def _map_combined(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
-                  settings: MappingSettings, deadline: float, sg: StageGraph) -> tuple[Plan, float, dict[str, Any]]:
+def _map_combined(problem: Problem, partition: StagePartition, settings: MappingSettings, deadline: float,
+                  sg: StageGraph) -> tuple[Plan, float, dict[str, Any]]:
     """Alg. 1 with the combined objective, started from (among others) the paper's instantiations'
     Alg. 1 mappings (a fifth of the time); with ``ensemble_heuristics`` CS, p2p-first and those
     mappings stay simulated candidates."""
+    stage_of, n_stages, replicas, micro_batches = partition
     model = pipeline_model(problem, stage_of, n_stages, replicas, micro_batches)
     starts = _paper_starts(sg, problem.topology, time.monotonic() + 0.2 * max(0.0, deadline - time.monotonic()),
                            settings)

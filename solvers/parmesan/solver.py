@@ -14,6 +14,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, Solver
 from solvers.mapping.apply import (
     MAPPING_TIME_LIMIT_DOC,
     MappingSettings,
+    StagePartition,
     better,
     map_partition,
     mapping_deadline,
@@ -136,8 +137,9 @@ class ParmesanSolver:
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
-        plan, value, mstats = map_partition(problem, best.stage_of, best.n_stages, best.replicas,
-                                            best.micro_batches, options.mapping, settings, deadline)
+        plan, value, mstats = map_partition(problem, StagePartition(best.stage_of, best.n_stages, best.replicas,
+                                                                    best.micro_batches),
+                                            options.mapping, settings, deadline)
         notes: tuple[str, ...] = ()
         if explored["clusterings"] and any(c["fronted_budget_exceeded"] for c in explored["clusterings"]):
             notes = ("the fronted subgraphs exceeded max_fronted_sets / max_dp_pairs: the graph was "

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from solvers.arrays import IntArray
-from solvers.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
+from solvers.mapping.apply import MappingSettings, StagePartition, build_plan, map_partition, simulated_s
 from solvers.mapping.binary import MappingResult
 from solvers.mapping.bounds import (
     assignment_bound_s,
@@ -274,7 +274,7 @@ def test_bottleneck_assignment() -> None:
 
 def test_default_mapping_is_combined_and_never_behind_the_heuristics() -> None:
     problem, stage_of = case(11, 3, 2, 6, 4, "1f1b", True)
-    plan, value, stats = map_partition(problem, stage_of, 3, 2, 4, "parmesan", MappingSettings(),
+    plan, value, stats = map_partition(problem, StagePartition(stage_of, 3, 2, 4), "parmesan", MappingSettings(),
                                        time.monotonic() + 10)
     assert stats["instantiation"] == "combined"
     assert stats["mapping_status"] == "optimal"
