@@ -10,17 +10,18 @@ possibly have on the best device (Proposition 1), computed by sorting:
 * Eq. 11 (``c^AR``): a replica has two ring neighbours on distinct devices (one when ``R = 2``),
   so the ring's bottleneck is at most the second-best (best) channel from its device.
 
-For the combined objective (:mod:`solvers.mapping.objective`), :func:`assignment_bound_s` is a lower bound of the objective over all mappings (hence of the
-best simulated iteration time of the partition): replica ``(s, i)`` on device ``d`` forces, for
-the edges of ``s``, at least ``d``'s cheapest channel, for the other edges at least the
-``R``-th smallest cheapest channel over devices (the ``R`` lanes sit on ``R`` distinct devices),
-and for the rings the widest bottleneck a ring of ``R`` devices through ``d`` can have (the
-component of ``d`` in the threshold graph must hold ``R`` devices).  ``g(s, d)`` = the objective
-evaluated with those bounds; every mapping pays ``max g(s, place[s, i])``, so the bound is the
-bottleneck assignment of the ``S R`` replicas to distinct devices minimising that maximum,
-solved exactly by bisection over the values with a max-flow.  :func:`conflict_bound_s` adds
-the conflict between rings and lanes (a stage's ring and its lanes cannot all use fast channels
-when the fast components are too small); the proven bound is the larger of the two.
+For the combined objective (:mod:`solvers.mapping.objective`), :func:`assignment_bound_s` is a
+lower bound of the objective over all mappings (hence of the best simulated iteration time of
+the partition): replica ``(s, i)`` on device ``d`` forces, for the edges of ``s``, at least
+``d``'s cheapest channel, for the other edges at least the ``R``-th smallest cheapest channel
+over devices (the ``R`` lanes sit on ``R`` distinct devices), and for the rings the widest
+bottleneck a ring of ``R`` devices through ``d`` can have (the component of ``d`` in the
+threshold graph must hold ``R`` devices).  ``g(s, d)`` = the objective evaluated with those
+bounds; every mapping pays ``max g(s, place[s, i])``, so the bound is the bottleneck assignment
+of the ``S R`` replicas to distinct devices minimising that maximum, solved exactly by bisection
+over the values with a max-flow.  :func:`conflict_bound_s` adds the conflict between rings and
+lanes (a stage's ring and its lanes cannot all use fast channels when the fast components are
+too small); the proven bound is the larger of the two.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ def conflict_bound_s(model: PipelineModel, costs: PipelineCosts, topo: Topology,
     ``deadline`` the ``beta`` not yet tried are skipped (the bound stays valid).  ``witnesses``
     receives ``(value, beta, fast elements)`` of every leaf reached (at a stop: the popped node
     with the undecided elements made fast while they pack): element sets that may pack, from
-    which :func:`~solvers.mapping.search.packing_mapping` builds mappings.
+    which :func:`~solvers.mapping.packing.packing_mapping` builds mappings.
     """
     s_, r = model.n_stages, model.replicas
     n = topo.n_devices

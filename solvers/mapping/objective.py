@@ -25,7 +25,8 @@ waits for more than the counted chain (it misses the queueing of 1F1B's steady s
 compute is each op's fastest time over the devices divided by ``R`` — the simulator's time on
 homogeneous devices, a lower bound otherwise.  The objective is non-decreasing in every
 ``Cf``, ``Cb``, ``AR``, so a partial mapping evaluated with lower bounds for the transfers not
-yet known is a lower bound of every completion (exact pruning for Alg. 2).
+yet known is a lower bound of every completion (exact pruning for Alg. 2).  Its lower bounds over
+all mappings are in :mod:`solvers.mapping.bounds`.
 """
 
 from __future__ import annotations

@@ -23,12 +23,10 @@ from solvers.mapping.bounds import (
 )
 from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
 from solvers.mapping.objective import PipelineCosts, PipelineModel, combined_objective_s, pipeline_model
+from solvers.mapping.packing import _packing_quota, packing_mapping, packing_starts
 from solvers.mapping.search import (
-    _packing_quota,
     make_combined_spec,
     map_stages_combined,
-    packing_mapping,
-    packing_starts,
     search_combined,
 )
 from solvers.model.errors import InvalidPlan
