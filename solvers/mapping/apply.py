@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from solvers.arrays import IntArray
 from solvers.base import Budget
-from solvers.mapping.binary import MappingResult, map_stages
+from solvers.mapping.binary import BisectOptions, MappingResult, map_stages
 from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping
 from solvers.mapping.objective import pipeline_model
 from solvers.mapping.search import map_stages_combined
@@ -66,6 +66,10 @@ class MappingSettings:
     seed: int = 0
     ensemble_heuristics: bool = True
     guard: bool = False
+
+    def bisect_options(self, deadline: float) -> BisectOptions:
+        """Alg. 1's outer loop with these settings, until ``deadline``."""
+        return BisectOptions(deadline, self.epsilon_rel, self.parallel_targets, self.workers)
 
 
 UNLIMITED_MAPPING_S = 10.0  # the mapping's time when neither the option nor a time limit bounds it
@@ -178,8 +182,7 @@ def _paper_runs(sg: StageGraph, topo: Topology, modes: list[Mode], deadline: flo
     until ``deadline`` (a mode that ends early leaves its time to the next)."""
     for k, mode in enumerate(modes):
         share = (deadline - time.monotonic()) / (len(modes) - k)
-        yield mode, map_stages(sg, topo, mode, deadline=time.monotonic() + max(0.0, share), eps_rel=settings.epsilon_rel,
-                               parallel_targets=settings.parallel_targets, workers=settings.workers,
+        yield mode, map_stages(sg, topo, mode, settings.bisect_options(time.monotonic() + max(0.0, share)),
                                seed=settings.seed, guard=guard)
 
 
@@ -201,9 +204,8 @@ def _map_combined(problem: Problem, partition: StagePartition, settings: Mapping
     starts = _paper_starts(sg, problem.topology, time.monotonic() + 0.2 * max(0.0, deadline - time.monotonic()),
                            settings)
     ratio = _finite_or_none(sg.allreduce_ratio())
-    result = map_stages_combined(model, problem.topology, deadline=deadline, eps_rel=settings.epsilon_rel,
-                                 parallel_targets=settings.parallel_targets, workers=settings.workers,
-                                 seed=settings.seed, starts=starts)
+    result = map_stages_combined(model, problem.topology, settings.bisect_options(deadline), seed=settings.seed,
+                                 starts=starts)
     plan = build_plan(problem, stage_of, result.place, micro_batches)
     value = simulated_s(problem, plan)
     stats = {"mapper": "parmesan", "instantiation": "combined", "allreduce_p2p_ratio": ratio,

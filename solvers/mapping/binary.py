@@ -96,10 +96,10 @@ class BisectOptions:
     stopping after ``node_limit`` nodes."""
 
     deadline: float
-    eps_rel: float
-    parallel_targets: int
-    workers: int
-    node_limit: int
+    eps_rel: float = 1e-3
+    parallel_targets: int = 2
+    workers: int = 1
+    node_limit: int = 2_000_000
 
 
 def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray], tuple[IntArray, float]],
@@ -166,9 +166,8 @@ def _run_round(search_fn: SearchFn, spec: Any, targets: list[float], share: floa
     return results
 
 
-def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, eps_rel: float = 1e-3,
-               parallel_targets: int = 2, workers: int = 1, seed: int = 0, guard: bool = False,
-               node_limit: int = 2_000_000) -> MappingResult:
+def map_stages(sg: StageGraph, topo: Topology, mode: Mode, options: BisectOptions, *, seed: int = 0,
+               guard: bool = False) -> MappingResult:
     """Alg. 1 with batched targets; see the module doc.
 
     ``guard``: solve Problem (5) for ``mode`` subject to every replica's time under the other
@@ -185,8 +184,7 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, e
         cand = placement_array(spec, by_depth, sg.n_stages)
         return cand, mapping_objective_s(sg, topo, cand, mode)
 
-    options = BisectOptions(deadline, eps_rel, parallel_targets, workers, node_limit)
     place, t_r, t_l = bisect_targets(search, spec, value_of, Bracket(place, t_r, t_l), options, stats)
-    status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
+    status = "optimal" if t_r - t_l <= options.eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
     return MappingResult(place, t_r, t_l, status, mode, stats)

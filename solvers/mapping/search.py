@@ -444,12 +444,12 @@ def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray
     return place, value
 
 
-def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float, eps_rel: float = 1e-3,
-                        parallel_targets: int = 2, workers: int = 1, seed: int = 0,
-                        node_limit: int = 2_000_000, improve_share: float = 0.5,
-                        starts: Sequence[tuple[str, IntArray]] = ()) -> MappingResult:
+def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOptions, *, seed: int = 0,
+                        improve_share: float = 0.5, starts: Sequence[tuple[str, IntArray]] = ()) -> MappingResult:
     """Alg. 1 (binary search on the target, batched targets) with the combined objective;
+    ``improve_share``: of the time left for the large-neighbourhood search before the bisection;
     ``starts``: more named mappings for the starting upper bound."""
+    deadline, eps_rel = options.deadline, options.eps_rel
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
     witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
@@ -496,7 +496,6 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
         place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], t_l, until, seed, stats, eps_rel)
-    options = BisectOptions(deadline, eps_rel, parallel_targets, workers, node_limit)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      Bracket(place, t_r, t_l), options, stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from solvers.arrays import IntArray
 from solvers.mapping.apply import MappingSettings, StagePartition, build_plan, map_partition, simulated_s
-from solvers.mapping.binary import MappingResult
+from solvers.mapping.binary import BisectOptions, MappingResult
 from solvers.mapping.bounds import (
     assignment_bound_s,
     bottleneck_assignment_s,
@@ -123,7 +123,7 @@ def solved_beside_brute_force(problem: Problem, stage_of: IntArray, n_stages: in
     expected = brute_force(model, costs, n_devices)
     bound, _ = assignment_bound_s(model, costs, problem.topology)
     assert bound <= expected * (1 + 1e-9)
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + limit_s, eps_rel=1e-9)
+    result = map_stages_combined(model, problem.topology, BisectOptions(time.monotonic() + limit_s, eps_rel=1e-9))
     assert result.status == "optimal"
     return model, costs, expected, result
 
