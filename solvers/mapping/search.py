@@ -275,9 +275,21 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
     return "exhausted", None, nodes
 
 
-def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
-            stats: dict[str, Any], eps_rel: float = 1e-3, patience: int | None = None,
-            allowed_at: BoolArray | None = None, stop: Callable[[], bool] | None = None) -> tuple[IntArray, float]:
+@dataclass(frozen=True)
+class StopRule:
+    """When the large-neighbourhood search stops: at ``deadline`` (``time.monotonic``), within
+    ``eps_rel`` of the proven ``floor_s``, after ``patience`` tries in a row without improvement
+    (``None``: ``4 S R``, at least 20), or when ``stop()`` says so."""
+
+    deadline: float
+    floor_s: float
+    eps_rel: float = 1e-3
+    patience: int | None = None
+    stop: Callable[[], bool] | None = None
+
+
+def improve(spec: CombinedSpec, place: IntArray, value: float, until: StopRule, seed: int, stats: dict[str, Any],
+            allowed_at: BoolArray | None = None) -> tuple[IntArray, float]:
     """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
     stages' rings, a ring and two lanes, a few random replicas, the lanes at a costly hop (the
     narrowest hop of a ring drawn in proportion to its all-reduce time, or the slowest lane of an
@@ -285,15 +297,15 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     up to 24 replicas on two hosts, one of them holding a device of a costly hop or lane, of the
     incumbent and re-place them with Alg. 2 (target just below the incumbent, a small node
     budget), keep any improvement; each kind of move is drawn in proportion to (its improvements
-    + 1) / (its seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven
-    ``floor_s``, after ``patience`` tries in a row without improvement (default ``4 S R``, at
-    least 20), or when ``stop()`` says so; ``allowed_at`` (``S x R x n``) restricts the devices
-    each replica may take.  Every mapping it returns is complete and valid."""
+    + 1) / (its seconds + 1).  Stops as ``until`` says (:class:`StopRule`); ``allowed_at``
+    (``S x R x n``) restricts the devices each replica may take.  Every mapping it returns is
+    complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
     tries = improved = idle = 0
-    patience = max(20, 4 * s_ * r) if patience is None else patience
+    deadline, floor_s, eps_rel, stop = until.deadline, until.floor_s, until.eps_rel, until.stop
+    patience = max(20, 4 * s_ * r) if until.patience is None else until.patience
     kinds = 7 if len(np.unique(spec.hosts)) > 1 else 6
     spent = np.zeros(kinds)  # seconds and improvements per kind of move: kinds are drawn by their yield
     gained = np.zeros(kinds)
@@ -408,7 +420,7 @@ def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadli
     if not dives:
         return None
     value, name, place = min(dives, key=lambda t: t[0])
-    place, _ = improve(spec, place, value, floor_s, deadline, seed, stats, allowed_at=allowed_at)
+    place, _ = improve(spec, place, value, StopRule(deadline, floor_s), seed, stats, allowed_at)
     return name, place
 
 
@@ -419,25 +431,24 @@ def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
             ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
 
 
-def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], floor_s: float, deadline: float,
-                        seed: int, stats: dict[str, Any], eps_rel: float = 1e-3,
-                        stop: Callable[[], bool] | None = None) -> tuple[IntArray, float]:
+def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], until: StopRule, seed: int,
+                        stats: dict[str, Any]) -> tuple[IntArray, float]:
     """:func:`improve` from each of ``starts`` (distinct by name) for an equal share of half the
     time, then from the best result for the rest: the best start by value can sit in a poorer
-    basin than a structured one (zigzag rings) a little above it.  ``stop()`` true ends it early."""
+    basin than a structured one (zigzag rings) a little above it.  ``until``: :class:`StopRule`."""
     model, costs = spec.model, spec.costs
     named = list({name: p for name, p in starts}.items())
-    share = 0.5 * max(0.0, deadline - time.monotonic()) / len(named)
+    share = 0.5 * max(0.0, until.deadline - time.monotonic()) / len(named)
     tries = moves = 0
     results = []
     for k, (name, p) in enumerate(named):
         sub: dict[str, Any] = {}
-        found, value = improve(spec, p, combined_objective_s(model, costs, p), floor_s,
-                               min(deadline, time.monotonic() + share), seed + k, sub, eps_rel, stop=stop)
+        found, value = improve(spec, p, combined_objective_s(model, costs, p),
+                               replace(until, deadline=min(until.deadline, time.monotonic() + share)), seed + k, sub)
         tries, moves = tries + sub["improve_tries"], moves + sub["improve_moves"]
         results.append((value, k, name, found))
     value, _, name, place = min(results, key=lambda t: (t[0], t[1]))
-    place, value = improve(spec, place, value, floor_s, deadline, seed, stats, eps_rel, stop=stop)
+    place, value = improve(spec, place, value, until, seed, stats)
     stats["improve_tries"] += tries
     stats["improve_moves"] += moves
     stats["improve_from"] = name
@@ -469,8 +480,8 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
     if running is not None:
         if t_r - bound > eps_rel * t_r:  # while HiGHS works: a first pass of the multi-start search
             sub: dict[str, Any] = {}
-            place, t_r = multi_start_improve(spec, [(start_name, place), *also], bound, running.solve.deadline,
-                                             seed + 1000, sub, eps_rel, stop=running.solve.done)
+            first = StopRule(running.solve.deadline, bound, eps_rel, stop=running.solve.done)
+            place, t_r = multi_start_improve(spec, [(start_name, place), *also], first, seed + 1000, sub)
             stats.update(host_wait_tries=sub["improve_tries"], host_wait_moves=sub["improve_moves"])
             start_name = f"{sub['improve_from']} (searched)"  # not its start's name: distinct in the next pass
         if t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
@@ -495,7 +506,8 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
     stats.update(initial_lower_bound_s=t_l, bound_s_time=time.monotonic() - started)
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], t_l, until, seed, stats, eps_rel)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], StopRule(until, t_l, eps_rel),
+                                         seed, stats)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      Bracket(place, t_r, t_l), options, stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
