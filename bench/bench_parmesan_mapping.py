@@ -27,11 +27,11 @@ import time
 from typing import Any
 
 from solvers.generate import generate_graph, generate_topology
+from solvers.mapping.apply import MappingSettings, StagePartition, build_plan, map_partition, simulated_s
+from solvers.mapping.heuristics import p2p_mapping
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
-from solvers.parmesan.mapping.heuristics import p2p_mapping
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 
@@ -86,7 +86,7 @@ def run_case(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: float,
     out["p2p"] = simulated_s(problem, build_plan(problem, stage_of, p2p_mapping(s, r), 4))  # the same partition
     for inst in ("m", "ar"):
         t0 = time.monotonic()
-        _, value, stats = map_partition(problem, stage_of, s, r, 4, "parmesan", MappingSettings(inst, ensemble_heuristics=False, guard=guard),  # type: ignore[arg-type]
+        _, value, stats = map_partition(problem, StagePartition(stage_of, s, r, 4), "parmesan", MappingSettings(inst, ensemble_heuristics=False, guard=guard),  # type: ignore[arg-type]
                                         time.monotonic() + map_limit_s)
         out[inst] = value
         out[f"{inst}_s"] = time.monotonic() - t0
@@ -113,7 +113,7 @@ def run_combined(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: fl
     p2p = build_plan(problem, stage_of, p2p_mapping(s, r), 4)
     out["p2p"] = simulated_s(problem, p2p)
     t0 = time.monotonic()
-    _, value, stats = map_partition(problem, stage_of, s, r, 4, "parmesan",
+    _, value, stats = map_partition(problem, StagePartition(stage_of, s, r, 4), "parmesan",
                                     MappingSettings("combined", ensemble_heuristics=False), time.monotonic() + map_limit_s)
     out.update(alg1=value, time_s=time.monotonic() - t0, status=stats["mapping_status"], gap=stats["mapping_gap"],
                objective=stats["mapping_objective_s"], bound=stats["mapping_lower_bound_s"],

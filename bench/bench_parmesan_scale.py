@@ -29,10 +29,10 @@ import time
 
 from bench.bench_parmesan_mapping import semantic_fpn
 from solvers.generate import generate_graph, generate_topology
+from solvers.mapping.apply import MappingSettings, StagePartition, map_partition
+from solvers.mapping.binary import BisectOptions, map_stages
+from solvers.mapping.stage_graph import stage_graph
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.parmesan.mapping.apply import MappingSettings, map_partition
-from solvers.parmesan.mapping.binary import map_stages
-from solvers.parmesan.mapping.stage_graph import stage_graph
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 
@@ -64,7 +64,7 @@ def big_mapping(map_limit_s: float, modes: list[str]) -> None:
         sg = stage_graph(problem, stage_of, 16, 32)
         if "combined" in modes:
             started = time.monotonic()
-            _, value, st = map_partition(problem, stage_of, 16, 32, plan.micro_batches, "parmesan",
+            _, value, st = map_partition(problem, StagePartition(stage_of, 16, 32, plan.micro_batches), "parmesan",
                                          MappingSettings("combined", ensemble_heuristics=False), started + map_limit_s)
             print(f"512 devices {name}, (16,32), combined: {time.monotonic() - started:.1f} s, status "
                   f"{st['mapping_status']}, gap {st['mapping_gap']:.3f}, objective {st['mapping_objective_s']:.4g} s, "
@@ -73,7 +73,7 @@ def big_mapping(map_limit_s: float, modes: list[str]) -> None:
                   flush=True)
         for mode in [m for m in ("m", "ar") if m in modes]:
             started = time.monotonic()
-            res = map_stages(sg, topo, mode, deadline=started + map_limit_s, guard=False)
+            res = map_stages(sg, topo, mode, BisectOptions(started + map_limit_s), guard=False)
             took = time.monotonic() - started
             print(f"512 devices {name}, (16,32), c^{mode}: {took:.1f} s, status {res.status}, gap {res.gap:.3f}, "
                   f"objective {res.objective_s:.4g} s, bound {res.lower_bound_s:.4g} s, "
@@ -95,7 +95,7 @@ def parallel_targets(limit_s: float) -> None:
         sg = stage_graph(problem, resolve_plan(problem, plan).stage_of, s, r)
         for workers in (1, 2):
             started = time.monotonic()
-            res = map_stages(sg, topo, "m", deadline=started + limit_s, workers=workers, parallel_targets=2,
+            res = map_stages(sg, topo, "m", BisectOptions(started + limit_s, workers=workers, parallel_targets=2),
                              guard=False)
             print(f"{kind} ({s},{r}) c^m workers={workers}: {time.monotonic() - started:.1f} s, {res.status}, "
                   f"gap {res.gap:.4f}, objective {res.objective_s:.5g}, {res.stats['searches']} searches, "

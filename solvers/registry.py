@@ -25,7 +25,7 @@ BUILTIN: dict[str, str] = {
     "even": "solvers.baselines.even:EvenSolver",
     "single": "solvers.baselines.single:SingleSolver",
     # parmesan family
-    "parmesan": "solvers.parmesan.solver:ParmesanSolver",
+    "parmesan": "solvers.safety_net:ParmesanWithSafetyNet",
     "pipedream": "solvers.baselines.pipedream:PipeDreamSolver",
     # exact contiguous partition (Tarnawski et al.)
     "exact": "solvers.exact.solver:ExactSolver",

@@ -30,10 +30,10 @@ from typing import Any
 from bench.peers.convert import balance_to_bounds, pipedream_plan, sequence_plan
 from solvers.cost.bounds import lower_bound_s
 from solvers.generate import generate_topology
+from solvers.mapping.apply import simulated_s
 from solvers.model.importers import import_pipedream
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.parmesan.mapping.apply import simulated_s
 from solvers.portfolio import portfolio_names
 from solvers.solving import solve
 

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from solvers.arrays import IntArray
+from solvers.mapping.apply import build_plan
+from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
-from solvers.parmesan.mapping.apply import build_plan
-from solvers.parmesan.mapping.heuristics import consecutive_mapping
 
 
 def hosts_of(problem: Problem) -> list[list[int]]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.problem import Problem
-from solvers.parmesan.costs import reference_costs
+from solvers.partition.costs import reference_costs
 
 
 @dataclass(frozen=True)

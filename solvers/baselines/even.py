@@ -13,10 +13,11 @@ from typing import ClassVar
 import numpy as np
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines._split import balanced_chunks
 from solvers.model.errors import InvalidPlan
-from solvers.model.plan import Plan, Stage
+from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.partition.even import even_plan
+from solvers.simulator import simulate
 
 
 class EvenOptions(SolverOptions):
@@ -31,21 +32,6 @@ def _stage_candidates(problem: Problem, replicas: int) -> list[int]:
     return sorted(set(powers) | {most})
 
 
-def even_plan(problem: Problem, n_stages: int, replicas: int, micro_batches: int) -> Plan:
-    """The even-split plan with ``n_stages`` stages of ``replicas`` devices each."""
-    g = problem.graph
-    order = g.topo_order
-    weights = g.fwd_s + (g.bwd_s if problem.training else 0.0)
-    chunks = balanced_chunks(np.asarray(weights[order], dtype=np.float64), n_stages)
-    devices = [d.id for d in problem.topology.devices]
-    stages = tuple(
-        Stage(tuple(g.nodes[int(v)].id for v in order[a:b]), tuple(devices[s * replicas:(s + 1) * replicas]))
-        for s, (a, b) in enumerate(chunks)
-    )
-    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
-                recompute=problem.settings.recompute, status="feasible")
-
-
 class EvenSolver:
     name: ClassVar[str] = "even"
     summary: ClassVar[str] = "Contiguous topological split balancing compute, consecutive device mapping"
@@ -54,8 +40,6 @@ class EvenSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: EvenOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        from solvers.simulator import simulate
-
         if problem.objective == "latency":
             candidates = [(min(problem.topology.n_devices, problem.graph.n_ops), 1, 1)]
         else:

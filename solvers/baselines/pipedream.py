@@ -32,20 +32,21 @@ from solvers.baselines._pipedream_hier import Group as StateGroup
 from solvers.baselines._pipedream_hier import pipedream_dp
 from solvers.baselines._pipedream_states import AntichainStates, antichain_states
 from solvers.cost.compute import ComputeModel
-from solvers.model.errors import InvalidProblem
-from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem
-from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
-from solvers.parmesan.mapping.apply import (
+from solvers.mapping.apply import (
     MAPPING_TIME_LIMIT_DOC,
     MappingSettings,
+    StagePartition,
     build_plan,
     map_partition,
     mapping_deadline,
     simulated_s,
 )
-from solvers.parmesan.mapping.heuristics import consecutive_mapping
-from solvers.parmesan.search import sr_candidates
+from solvers.mapping.heuristics import consecutive_mapping
+from solvers.model.errors import InvalidProblem
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem
+from solvers.partition.costs import stage_capacity_bytes, stage_memory_vec
+from solvers.partition.shapes import sr_candidates
 
 
 class PipeDreamOptions(SolverOptions):
@@ -272,7 +273,8 @@ class PipeDreamSolver:
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
-        plan, value, mstats = map_partition(problem, stage_of, s, r, mb, options.mapping, settings, deadline)
+        plan, value, mstats = map_partition(problem, StagePartition(stage_of, s, r, mb), options.mapping, settings,
+                                            deadline)
         stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "micro_batches": mb,
                  "pipedream_dp_objective_s": value_dp, "candidates": len(cands), "timed_out": skipped > 0,
                  **mstats}

@@ -11,6 +11,7 @@ from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, device_memory_bytes
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
+from solvers.simulator import simulate
 
 
 class SingleOptions(SolverOptions):
@@ -25,8 +26,6 @@ class SingleSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: SingleOptions, budget: Budget, progress: ProgressCallback) -> Plan:
-        from solvers.simulator import simulate
-
         g, topo = problem.graph, problem.topology
         compute = ComputeModel(g, topo)
         all_ops = np.arange(g.n_ops)

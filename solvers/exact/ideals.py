@@ -10,7 +10,7 @@ Enumeration is breadth first by size: an ideal of size ``k + 1`` is an ideal of 
 plus one op whose predecessors are all in it (its *frontier*).  Each ideal keeps its frontier,
 so producing a child costs ``O(frontier + out-degree)``, not ``O(|V|)``; duplicates (the same
 set reached by adding its frontier ops in different orders) are merged by a hash set
-(:func:`solvers.parmesan.fronted.down_sets`, shared with Parmesan's fronted subgraphs).  The
+(:func:`solvers.partition.fronted.down_sets`, shared with Parmesan's fronted subgraphs).  The
 number of ideals is ``O(|V|^w)`` for a graph of width ``w`` (its largest antichain): small for
 chains of blocks, exponential for wide graphs, hence the budget.
 """
@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from solvers.arrays import BoolArray, IntArray
 from solvers.model.graph import OpGraph
-from solvers.parmesan.fronted import down_sets
+from solvers.partition.fronted import down_sets
 
 WordArray = npt.NDArray[np.uint64]
 BoolMatrix = BoolArray
@@ -56,7 +56,7 @@ class Ideals:
 
 def enumerate_ideals(graph: OpGraph, max_ideals: int) -> Ideals | None:
     """All ideals of ``graph``, or ``None`` as soon as there are more than ``max_ideals``
-    (the frontier enumeration of :func:`solvers.parmesan.fronted.down_sets`: Parmesan's fronted
+    (the frontier enumeration of :func:`solvers.partition.fronted.down_sets`: Parmesan's fronted
     subgraphs, Definition 2, are the same sets)."""
     found = down_sets(graph.n_ops, graph.edge_src, graph.edge_dst, max_ideals)
     if found is None:

@@ -2,7 +2,7 @@
 NeurIPS 2020, §4), then the consecutive device mapping.  Objective: throughput.
 
 For every candidate ``(S, R)`` (the settings' values, else Parmesan's Appendix B list:
-:func:`solvers.parmesan.search.sr_candidates`) the DP of :mod:`solvers.exact.dp` finds the
+:func:`solvers.partition.shapes.sr_candidates`) the DP of :mod:`solvers.exact.dp` finds the
 contiguous partition into ``S`` stages of ``R`` replicas with the smallest bottleneck stage time
 (:mod:`solvers.exact.stage_model`), warm-started by ``even``'s split; each partition is placed
 consecutively (stage ``s`` on devices ``s·R .. s·R + R - 1``) for every micro-batch count and
@@ -28,7 +28,6 @@ from pydantic import Field
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.baselines.even import even_plan
 from solvers.exact.dp import DPResult, build_pairs, ideal_sums, run_dp, stage_of_chain
 from solvers.exact.ideals import Ideals, enumerate_ideals
 from solvers.exact.stage_model import (
@@ -39,12 +38,14 @@ from solvers.exact.stage_model import (
     stage_capacities_bytes,
     stage_model,
 )
+from solvers.mapping.apply import build_plan
+from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
-from solvers.parmesan.mapping.apply import build_plan
-from solvers.parmesan.mapping.heuristics import consecutive_mapping
-from solvers.parmesan.search import sr_candidates
+from solvers.partition.even import even_plan
+from solvers.partition.shapes import sr_candidates
+from solvers.simulator import simulate
 
 
 class ExactOptions(SolverOptions):
@@ -72,8 +73,6 @@ def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
 
 
 def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
-    from solvers.simulator import simulate
-
     try:
         return dict(simulate(problem, plan).metrics)
     except InvalidPlan:

@@ -25,9 +25,9 @@ import numpy as np
 from solvers.arrays import IntArray
 from solvers.model.problem import Problem
 from solvers.parmesan.clustering import build_cluster_graph
-from solvers.parmesan.costs import ReferenceCosts
 from solvers.parmesan.dp import build_transitions, run_dp
-from solvers.parmesan.fronted import down_sets, masks_to_rows
+from solvers.partition.costs import ReferenceCosts
+from solvers.partition.fronted import down_sets, masks_to_rows
 
 MAX_WINDOW = 32  # ops on each side of a boundary in the first try
 

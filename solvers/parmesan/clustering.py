@@ -23,8 +23,9 @@ import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.cost.traffic import group_traffic_bytes
+from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem
-from solvers.parmesan.costs import ReferenceCosts
+from solvers.partition.costs import ReferenceCosts
 
 VISIT_LIMIT = 4096
 
@@ -64,9 +65,6 @@ class ClusterGraph:
 def coarsen_further(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, k: int, alpha: float,
                     param_cap_bytes: float, deadline: float = float("inf")) -> tuple[ClusterGraph, dict[str, int]]:
     """Eq. 4 clustering continued on the hyper-operator graph itself (cheap: K nodes, not |V|)."""
-
-    from solvers.model.graph import Edge, Node, OpGraph
-
     nodes = [Node(str(c), "cluster", float(cg.work_s[c]), 0.0, float(cg.param_bytes[c]), float(cg.act_bytes[c]),
                   float(cg.working_bytes[c]), 0.0) for c in range(cg.k)]
     edges = [Edge(str(a), str(b), float(m)) for a, b, m in zip(cg.src.tolist(), cg.dst.tolist(), cg.bytes.tolist(),

@@ -1,7 +1,7 @@
 """Stage DP over fronted subgraphs (Parmesan §IV-A, Eq. 2 with constant replicas, Eq. 13).
 
 ``T[s][f]`` = the smallest achievable maximum stage time when the fronted subgraph ``f`` (a
-row of the matrix from :func:`solvers.parmesan.fronted.enumerate_fronted`) is split into
+row of the matrix from :func:`solvers.partition.fronted.enumerate_fronted`) is split into
 ``s`` stages of ``R`` replicas each, stage ``s - 1`` (0-based) being ``f - f'``::
 
     T[s][f] = min_{f' proper fronted subset of f} max(T[s-1][f'], t(f - f', R))
@@ -24,7 +24,7 @@ import numpy.typing as npt
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.problem import Problem
 from solvers.parmesan.clustering import ClusterGraph
-from solvers.parmesan.costs import stage_capacity_bytes, stage_memory_vec
+from solvers.partition.costs import stage_capacity_bytes, stage_memory_vec
 
 BoolMatrix = npt.NDArray[np.bool_]
 

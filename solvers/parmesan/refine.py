@@ -30,7 +30,7 @@ from solvers.cost.memory import in_flight_micro_batches, stage_memory_bytes
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem
-from solvers.parmesan.costs import ReferenceCosts, stage_capacity_bytes
+from solvers.partition.costs import ReferenceCosts, stage_capacity_bytes
 
 MAX_STEPS = 100
 

@@ -16,22 +16,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from solvers.arrays import IntArray
 from solvers.base import Budget
 from solvers.cost.memory import capacity_bytes
+from solvers.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.parmesan.bands import band_refine
 from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_further
-from solvers.parmesan.costs import ReferenceCosts, allreduce_terms
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
-from solvers.parmesan.fronted import enumerate_fronted
-from solvers.parmesan.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
 from solvers.parmesan.refine import RefineEdges, refine
+from solvers.partition.costs import ReferenceCosts, allreduce_terms
+from solvers.partition.fronted import enumerate_fronted
+from solvers.partition.shapes import sr_candidates
 
 
 @dataclass
@@ -50,36 +51,66 @@ class Configuration:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
-    """(S, R) pairs to search: the settings' values, else S in powers of two and divisors of D."""
-    d = problem.topology.n_devices
-    s_fix, r_fix = problem.settings.stages, problem.settings.replicas
-    pins = [t for t in problem.settings.pinned.values() if isinstance(t, int)]
-    s_min = max(pins, default=-1) + 1
-    if s_fix is not None:
-        return [(s_fix, r_fix or max(1, d // s_fix))]
-    most = d // (r_fix or 1)
-    stages = {1 << i for i in range(most.bit_length()) if (1 << i) <= most}
-    stages |= {s for s in range(1, most + 1) if most % s == 0}
-    out = [(s, r_fix or d // s) for s in sorted(stages) if s <= max_stages and s >= max(1, s_min)]
-    return out or [(max(1, min(max_stages, most)), r_fix or 1)]
+@dataclass(frozen=True)
+class SearchSettings:
+    """What the search tries and its budgets.
+
+    ``alphas``: Eq. 4 weights; ``clusters``: K to start from; ``max_fronted_sets`` /
+    ``max_dp_pairs``: the budgets past which the graph is clustered further; ``refine_steps``:
+    the refinement's step limit I; ``mapper``: the cheap mapper ranking candidates;
+    ``allreduce_variants``: the DP without (``False``) and / or with (``True``) the amortised
+    all-reduce term; ``band_rounds``: rounds of the band DP (0: none).
+    """
+
+    alphas: tuple[float, ...]
+    clusters: int
+    max_fronted_sets: int
+    max_dp_pairs: int
+    refine_steps: int
+    mapper: Mapper
+    allreduce_variants: tuple[bool, ...] = (False,)
+    band_rounds: int = 0
 
 
-def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k: int, max_sets: int,
-                       max_pairs: int, stage_pins: dict[int, int], deadline: float,
+@dataclass(frozen=True)
+class SearchContext:
+    """What every step of one search reads: the problem, its reference costs, the settings, the
+    stage pins (op index -> stage) and the refinement's edge data."""
+
+    problem: Problem
+    costs: ReferenceCosts
+    settings: SearchSettings
+    stage_pins: dict[int, int]
+    edges: RefineEdges
+
+
+class Shape(NamedTuple):
+    """One searched configuration: ``S`` stages of ``R`` replicas, ``MB`` micro-batches, with the
+    amortised all-reduce in the DP or not."""
+
+    n_stages: int
+    replicas: int
+    micro_batches: int
+    with_allreduce: bool = False
+
+
+def clustered_dp_input(ctx: SearchContext, alpha: float, deadline: float,
                        cache: dict[bytes, Transitions | None] | None = None,
                        ) -> tuple[ClusterGraph, Transitions, dict[str, Any]]:
-    """Cluster to ``k`` (fewer if the fronted-set or pair budget is exceeded) and build the DP pairs.
+    """Cluster to ``settings.clusters`` (fewer if the fronted-set or pair budget is exceeded) and
+    build the DP pairs.
 
     Past a budget the hyper-operator graph is clustered further (K reduced by a quarter) from
     where it is, not from the op graph again.  ``cache`` (op -> cluster map -> transitions, or
     ``None`` past the budget) spares rebuilding what an earlier alpha already built: without
     traffic, or when K needs no merge, every alpha gives the same graph.
     """
+    problem, costs, k = ctx.problem, ctx.costs, ctx.settings.clusters
+    max_sets, max_pairs = ctx.settings.max_fronted_sets, ctx.settings.max_dp_pairs
     cache = {} if cache is None else cache
     cap = min(capacity_bytes(problem, d) for d in range(problem.topology.n_devices))
     stats: dict[str, Any] = {"k_requested": k, "fronted_budget_exceeded": 0}
-    cg, cstats = cluster_ops(problem, costs, k, alpha, cap, stage_pins, deadline)
+    cg, cstats = cluster_ops(problem, costs, k, alpha, cap, ctx.stage_pins, deadline)
     while True:
         key = cg.cluster_of.tobytes()
         if key not in cache:
@@ -98,21 +129,20 @@ def clustered_dp_input(problem: Problem, costs: ReferenceCosts, alpha: float, k:
     return cg, tr, stats
 
 
-def partition(problem: Problem, costs: ReferenceCosts, cg: ClusterGraph, tr: Transitions, n_stages: int,
-              replicas: int, micro_batches: int, stage_pins: dict[int, int], refine_steps: int,
-              deadline: float = float("inf"), with_allreduce: bool = False,
-              edges: RefineEdges | None = None) -> tuple[IntArray, float, dict[str, Any]] | None:
+def partition(ctx: SearchContext, cg: ClusterGraph, tr: Transitions, shape: Shape,
+              deadline: float = float("inf")) -> tuple[IntArray, float, dict[str, Any]] | None:
     """DP then refinement for one configuration; ``None`` when no partition fits memory.
 
-    ``with_allreduce``: the DP's stage time also holds the amortised all-reduce of the stage's
-    parameters (:func:`~solvers.parmesan.costs.allreduce_terms`; not in the paper's Eq. 3).
+    ``shape.with_allreduce``: the DP's stage time also holds the amortised all-reduce of the
+    stage's parameters (:func:`~solvers.partition.costs.allreduce_terms`; not in the paper's Eq. 3).
     """
+    problem, (n_stages, replicas, micro_batches, with_allreduce) = ctx.problem, shape
     terms = allreduce_terms(problem, replicas, micro_batches) if with_allreduce else (0.0, 0.0)
     result = run_dp(problem, tr, n_stages, replicas, micro_batches, terms)
     if result is None:
         return None
-    stage_of, rstats = refine(problem, costs, result.op_stages(cg.cluster_of), n_stages, replicas, micro_batches, stage_pins,
-                              max_steps=refine_steps, deadline=deadline, edges=edges)
+    stage_of, rstats = refine(problem, ctx.costs, result.op_stages(cg.cluster_of), n_stages, replicas, micro_batches,
+                              ctx.stage_pins, max_steps=ctx.settings.refine_steps, deadline=deadline, edges=ctx.edges)
     return stage_of, result.objective_s, dict(rstats)
 
 
@@ -132,13 +162,11 @@ def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mi
     return best
 
 
-def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[float], k: int,
-                      max_sets: int, max_pairs: int, refine_steps: int, mapper: Mapper,
-                      budget: Budget, allreduce_variants: tuple[bool, ...] = (False,), band_rounds: int = 0,
-                      ) -> tuple[Configuration | None, dict[str, Any]]:
+def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchSettings,
+                      budget: Budget) -> tuple[Configuration | None, dict[str, Any]]:
     """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored.
 
-    ``band_rounds`` > 0: when the winner's graph was clustered (K < |V|), the band DP
+    ``settings.band_rounds`` > 0: when the winner's graph was clustered (K < |V|), the band DP
     (:mod:`solvers.parmesan.bands`, not in the paper) re-solves its boundaries at op level, and
     its partition replaces the winner's when it simulates better.
     """
@@ -147,15 +175,16 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
     clusterings: list[tuple[float, IntArray]] = []
     built: dict[bytes, Transitions | None] = {}
-    edges = RefineEdges.of(problem.graph, costs)  # the same for every candidate
+    # the refinement's edge data is the same for every candidate
+    ctx = SearchContext(problem, costs, settings, stage_pins, RefineEdges.of(problem.graph, costs))
+    alphas, mapper, allreduce_variants = settings.alphas, settings.mapper, settings.allreduce_variants
     if not (costs.edge_comm_s > 0).any():
-        alphas = list(alphas)[:1]  # Eq. 4 without communication does not depend on alpha
+        alphas = alphas[:1]  # Eq. 4 without communication does not depend on alpha
     for alpha in alphas:
         if best is not None and budget.expired():
             break
         deadline = time.monotonic() + budget.remaining_s()
-        cg, tr, cstats = clustered_dp_input(problem, costs, alpha, k, max_sets, max_pairs, stage_pins, deadline,
-                                            built)
+        cg, tr, cstats = clustered_dp_input(ctx, alpha, deadline, built)
         same = next((a for a, seen in clusterings if np.array_equal(seen, cg.cluster_of)), None)
         explored["clusterings"].append({"alpha": alpha, **cstats, "same_as_alpha": same})
         if same is not None:
@@ -168,8 +197,7 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                 if with_ar and replicas == 1 and len(allreduce_variants) > 1:
                     continue  # no all-reduce: the same DP as without the term
                 explored["candidates"] += 1
-                found = partition(problem, costs, cg, tr, n_stages, replicas, mb, stage_pins, refine_steps, deadline,
-                                  with_ar, edges)
+                found = partition(ctx, cg, tr, Shape(n_stages, replicas, mb, with_ar), deadline)
                 if found is None:
                     explored["infeasible_candidates"] += 1
                     continue
@@ -181,24 +209,24 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, alphas: Iterable[
                 if better(key, (best.score_s, best.bottleneck_s) if best is not None else None):
                     best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], plan,
                                      {**rstats, **cstats, "allreduce_in_partition": with_ar})
-    if best is not None and band_rounds > 0 and best.n_stages > 1 and best.stats["k"] < problem.graph.n_ops \
+    if best is not None and settings.band_rounds > 0 and best.n_stages > 1 and best.stats["k"] < problem.graph.n_ops \
             and not budget.expired():
-        best = _with_bands(problem, costs, best, stage_pins, band_rounds, max_sets, max_pairs, mapper,
-                           time.monotonic() + budget.remaining_s())
+        best = _with_bands(ctx, best, time.monotonic() + budget.remaining_s())
     return best, explored
 
 
-def _with_bands(problem: Problem, costs: ReferenceCosts, best: Configuration, stage_pins: dict[int, int],
-                rounds: int, max_sets: int, max_pairs: int, mapper: Mapper, deadline: float) -> Configuration:
+def _with_bands(ctx: SearchContext, best: Configuration, deadline: float) -> Configuration:
     """The winner after the band DP (:mod:`solvers.parmesan.bands`) when that simulates better."""
+    problem, settings = ctx.problem, ctx.settings
     terms = (allreduce_terms(problem, best.replicas, best.micro_batches) if best.stats["allreduce_in_partition"]
              else (0.0, 0.0))
-    found = band_refine(problem, costs, best.stage_of, best.n_stages, best.replicas, best.micro_batches, stage_pins,
-                        rounds, max_sets, max_pairs, terms, deadline)
+    found = band_refine(problem, ctx.costs, best.stage_of, best.n_stages, best.replicas, best.micro_batches,
+                        ctx.stage_pins, settings.band_rounds, settings.max_fronted_sets, settings.max_dp_pairs, terms,
+                        deadline)
     if found is None:
         return replace(best, stats={**best.stats, "band_rounds": 0, "band_improved": False})
     stage_of, bstats = found
-    key, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches, mapper)
+    key, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches, settings.mapper)
     if not better(key, (best.score_s, best.bottleneck_s)):
         return replace(best, stats={**best.stats, **bstats, "band_improved": False})
     return replace(best, stage_of=stage_of, score_s=key[0], bottleneck_s=key[1], plan=plan,

@@ -4,25 +4,27 @@ then optimal device mapping (Parmesan §IV, §V, Appendix B).  Objective: throug
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
 from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress
-from solvers.model.errors import InvalidProblem, PlacerError
-from solvers.model.plan import Plan
-from solvers.model.problem import Problem
-from solvers.parmesan.costs import reference_costs
-from solvers.parmesan.mapping.apply import (
+from solvers.mapping.apply import (
     MAPPING_TIME_LIMIT_DOC,
     MappingSettings,
+    StagePartition,
     better,
     map_partition,
     mapping_deadline,
     simulated_key,
 )
-from solvers.parmesan.search import search_partitions
+from solvers.model.errors import InvalidProblem, PlacerError
+from solvers.model.plan import Plan
+from solvers.model.problem import Problem
+from solvers.parmesan.search import SearchSettings, search_partitions
+from solvers.partition.costs import reference_costs
 
 
 class ParmesanOptions(SolverOptions):
@@ -61,6 +63,10 @@ class ParmesanOptions(SolverOptions):
 
 
 _GUARD_MIN_S = 0.05
+Baseline = tuple[str, Solver, SolverOptions]
+"""A solver of the safety net: its name in ``stats.partition_source``, the solver, its options."""
+SafetyNet = Callable[[Problem], Sequence[Baseline]]
+"""The baselines the safety net runs on a problem (they come from above the solver families)."""
 _AR_VARIANTS = {"off": (False,), "candidate": (False, True), "on": (True,)}
 
 
@@ -84,7 +90,18 @@ def fixed_clusters(problem: Problem) -> int:
     return max(2, min(problem.graph.n_ops, max(32, 4 * min(s_max, 32))))
 
 
+def no_baselines(problem: Problem) -> list[Baseline]:
+    """The safety net of a bare :class:`ParmesanSolver`: none."""
+    return []
+
+
 class ParmesanSolver:
+    """Parmesan; with ``baseline_guard``, the plans of ``safety_net``'s baselines compete with its own.
+
+    The baselines are another solver family, so they are handed in from above
+    (:class:`solvers.safety_net.ParmesanWithSafetyNet`, the registry's ``parmesan``).
+    """
+
     name: ClassVar[str] = "parmesan"
     summary: ClassVar[str] = ("Op-level clustering + DP over fronted subgraphs + refinement, then optimal "
                               "device mapping on general topologies (Parmesan)")
@@ -92,16 +109,19 @@ class ParmesanSolver:
     options_type: ClassVar[type[SolverOptions]] = ParmesanOptions
     version: ClassVar[str] = "1"
 
+    def __init__(self, safety_net: SafetyNet = no_baselines) -> None:
+        self.safety_net = safety_net
+
     def solve(self, problem: Problem, options: ParmesanOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         check_pins(problem, self.name)
         costs = reference_costs(problem)
         k = min(problem.graph.n_ops, options.clusters or default_clusters(problem))
         search_budget = budget.sub(options.search_fraction)
         progress(ProgressEvent(0.0, None, None, "partitioning"))
-        best, explored = search_partitions(problem, costs, options.alphas, k, options.max_fronted_sets,
-                                           options.max_dp_pairs, options.refine_steps, options.mapping,
-                                           search_budget, _AR_VARIANTS[options.allreduce_in_partition],
-                                           options.band_rounds)
+        searched = SearchSettings(options.alphas, k, options.max_fronted_sets, options.max_dp_pairs,
+                                  options.refine_steps, options.mapping, _AR_VARIANTS[options.allreduce_in_partition],
+                                  options.band_rounds)
+        best, explored = search_partitions(problem, costs, searched, search_budget)
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
@@ -111,14 +131,15 @@ class ParmesanSolver:
         if options.baseline_guard:  # before the mapping, so that the mapping gets what they leave
             progress(ProgressEvent(0.5, best.score_s, None, "safety net"))
             guard_started = time.monotonic()
-            guarded = _baseline_plans(problem, budget.sub(options.guard_fraction))
+            guarded = _baseline_plans(problem, self.safety_net(problem), budget.sub(options.guard_fraction))
             guard_s = time.monotonic() - guard_started
         progress(ProgressEvent(0.6, best.score_s, None, "mapping"))
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
-        plan, value, mstats = map_partition(problem, best.stage_of, best.n_stages, best.replicas,
-                                            best.micro_batches, options.mapping, settings, deadline)
+        plan, value, mstats = map_partition(problem, StagePartition(best.stage_of, best.n_stages, best.replicas,
+                                                                    best.micro_batches),
+                                            options.mapping, settings, deadline)
         notes: tuple[str, ...] = ()
         if explored["clusterings"] and any(c["fronted_budget_exceeded"] for c in explored["clusterings"]):
             notes = ("the fronted subgraphs exceeded max_fronted_sets / max_dp_pairs: the graph was "
@@ -132,17 +153,10 @@ class ParmesanSolver:
         return plan.with_(claimed_objective_s=value, stats=stats, notes=notes)
 
 
-def _baseline_plans(problem: Problem, budget: Budget) -> list[tuple[str, Plan, tuple[float, float]]]:
-    """The safety net's plans: ``even``'s and ``pipedream``'s (PipeDream's own cost model, its
-    default, and Placer's), each with its simulated key; they share ``budget`` (each stops at
-    its share, after its first candidate at least)."""
-    from solvers.baselines.even import EvenOptions, EvenSolver
-    from solvers.baselines.pipedream import PipeDreamOptions, PipeDreamSolver
-
-    baselines: list[tuple[str, Solver, SolverOptions]] = [("even", EvenSolver(), EvenOptions())]
-    if not problem.settings.pinned:
-        baselines += [(f"pipedream-{model}", PipeDreamSolver(), PipeDreamOptions(cost_model=model))
-                      for model in ("placer", "pipedream")]
+def _baseline_plans(problem: Problem, baselines: Sequence[Baseline],
+                    budget: Budget) -> list[tuple[str, Plan, tuple[float, float]]]:
+    """The safety net's plans: each baseline's, with its simulated key; they share ``budget``
+    (each stops at its share, after its first candidate at least)."""
     out: list[tuple[str, Plan, tuple[float, float]]] = []
     for i, (name, solver, options) in enumerate(baselines):
         share = Budget(None if budget.time_limit_s is None
@@ -159,7 +173,7 @@ def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
            guarded: list[tuple[str, Plan, tuple[float, float]]]) -> tuple[Plan, float, dict[str, Any]]:
     """The safety net: the best of Parmesan's plan and the baselines' (:func:`_baseline_plans`).
 
-    Ranked by (objective, bottleneck stage) (:func:`~solvers.parmesan.mapping.apply.better`).
+    Ranked by (objective, bottleneck stage) (:func:`~solvers.mapping.apply.better`).
     ``stats.partition_source`` names the winner, ``stats.guard_objectives_s`` what each scored.
     """
     best_key = simulated_key(problem, plan)

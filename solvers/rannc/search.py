@@ -25,6 +25,7 @@ from solvers.rannc.blocks import BlockPartition
 from solvers.rannc.groups import reference_capacity_bytes
 from solvers.rannc.profile import RangeTable, StageCandidate, StageProfiler, intra_node_channel
 from solvers.rannc.stage_dp import StageSolution, StageTables, form_stage_dp
+from solvers.simulator import simulate
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,6 @@ class StageSearch:
 
     def run(self, exhaustive: bool, budget: Budget, report: Callable[[SearchResult, float], None]) -> SearchResult:
         """Algorithm 2; the plans are scored with the simulator (per-sample time)."""
-        from solvers.simulator import simulate
-
         result = SearchResult()
         groups = list(self.candidates_by_stage())
         for gi, group in enumerate(groups):

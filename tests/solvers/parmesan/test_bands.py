@@ -10,8 +10,8 @@ import pytest
 
 from solvers.generate import generate_graph
 from solvers.parmesan.bands import band_refine
-from solvers.parmesan.costs import reference_costs
 from solvers.parmesan.refine import Partition
+from solvers.partition.costs import reference_costs
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers.parmesan.strategies import compute_only_problem

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from solvers.model.graph import OpGraph
 from solvers.parmesan.clustering import cluster_ops
-from solvers.parmesan.costs import reference_costs
+from solvers.partition.costs import reference_costs
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
 from tests.strategies import examples
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from solvers.model.graph import OpGraph
 from solvers.parmesan.clustering import ClusterGraph, build_cluster_graph
-from solvers.parmesan.costs import reference_costs
 from solvers.parmesan.dp import build_transitions, run_dp, stage_base_s
-from solvers.parmesan.fronted import enumerate_fronted
+from solvers.partition.costs import reference_costs
+from solvers.partition.fronted import enumerate_fronted
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
 from tests.strategies import examples
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.parmesan.costs import reference_costs
 from solvers.parmesan.refine import Partition, articulation_points, refine
+from solvers.partition.costs import reference_costs
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
 from tests.strategies import examples
 

@@ -21,16 +21,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from solvers.arrays import IntArray
+from solvers.mapping.bounds import lower_bound
+from solvers.mapping.dfs import Outcome, make_spec, placement_array, search
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.bounds import lower_bound
-from solvers.parmesan.mapping.dfs import Outcome, make_spec, placement_array, search
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
-from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 
 RANDOM_STARTS = 4
 
@@ -80,13 +80,36 @@ SearchFn = Callable[[Any, float, float, int], Result]
 module-level function, so that a process pool can pickle it."""
 
 
+class Bracket(NamedTuple):
+    """Alg. 1's interval ``[t_l, t_r]``: the best mapping found, its objective ``t_r`` and the
+    proven lower bound ``t_l``."""
+
+    place: IntArray
+    t_r: float
+    t_l: float
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """How Alg. 1's outer loop runs: until ``deadline`` (``time.monotonic``) or a relative gap of
+    ``eps_rel``, ``parallel_targets`` targets a round on ``workers`` processes, each inner search
+    stopping after ``node_limit`` nodes."""
+
+    deadline: float
+    eps_rel: float = 1e-3
+    parallel_targets: int = 2
+    workers: int = 1
+    node_limit: int = 2_000_000
+
+
 def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray], tuple[IntArray, float]],
-                   place: IntArray, t_r: float, t_l: float, *, deadline: float, eps_rel: float,
-                   parallel_targets: int, workers: int, node_limit: int,
-                   stats: dict[str, Any]) -> tuple[IntArray, float, float]:
+                   start: Bracket, options: BisectOptions, stats: dict[str, Any]) -> Bracket:
     """Alg. 1's outer loop on ``[t_l, t_r]`` (module doc), for any inner search: ``value_of``
     turns what a search found into a mapping and its objective.  Returns the best mapping, its
     value and the proven lower bound; counts rounds, searches, nodes and timeouts in ``stats``."""
+    place, t_r, t_l = start
+    deadline, eps_rel, node_limit = options.deadline, options.eps_rel, options.node_limit
+    parallel_targets, workers = options.parallel_targets, options.workers
     pool = None
     if workers > 1:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
@@ -121,7 +144,7 @@ def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray]
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    return place, t_r, t_l
+    return Bracket(place, t_r, t_l)
 
 
 def _run_round(search_fn: SearchFn, spec: Any, targets: list[float], share: float, deadline: float,
@@ -143,9 +166,8 @@ def _run_round(search_fn: SearchFn, spec: Any, targets: list[float], share: floa
     return results
 
 
-def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, eps_rel: float = 1e-3,
-               parallel_targets: int = 2, workers: int = 1, seed: int = 0, guard: bool = False,
-               node_limit: int = 2_000_000) -> MappingResult:
+def map_stages(sg: StageGraph, topo: Topology, mode: Mode, options: BisectOptions, *, seed: int = 0,
+               guard: bool = False) -> MappingResult:
     """Alg. 1 with batched targets; see the module doc.
 
     ``guard``: solve Problem (5) for ``mode`` subject to every replica's time under the other
@@ -162,9 +184,7 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, *, deadline: float, e
         cand = placement_array(spec, by_depth, sg.n_stages)
         return cand, mapping_objective_s(sg, topo, cand, mode)
 
-    place, t_r, t_l = bisect_targets(search, spec, value_of, place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
-                                     parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
-                                     stats=stats)
-    status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
+    place, t_r, t_l = bisect_targets(search, spec, value_of, Bracket(place, t_r, t_l), options, stats)
+    status = "optimal" if t_r - t_l <= options.eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
     return MappingResult(place, t_r, t_l, status, mode, stats)

@@ -1,7 +1,9 @@
-"""Contiguous min-max partition of a sequence of weights (the "linear partition" problem).
+"""The even split: a contiguous min-max partition of the ops in topological order.
 
-Used by the ``even`` baseline: ops in topological order are cut into ``k`` contiguous,
-non-empty chunks so that the heaviest chunk is as light as possible.
+:func:`balanced_chunks` solves the "linear partition" problem (``k`` contiguous, non-empty
+chunks of a sequence of weights, the heaviest as light as possible); :func:`even_plan` cuts the
+ops in topological order by their compute and maps stage ``s`` to devices ``s R .. s R + R - 1``.
+The ``even`` baseline searches its shapes; the exact solver falls back to it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from solvers.arrays import FloatArray
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem
 
 
 def _greedy_cuts(weights: FloatArray, cap: float) -> list[int]:
@@ -56,3 +60,18 @@ def balanced_chunks(weights: FloatArray, k: int) -> list[tuple[int, int]]:
         mid = min(max(mid, s + 1), e - 1)
         chunks[i : i + 1] = [(s, mid), (mid, e)]
     return chunks
+
+
+def even_plan(problem: Problem, n_stages: int, replicas: int, micro_batches: int) -> Plan:
+    """The even-split plan with ``n_stages`` stages of ``replicas`` devices each."""
+    g = problem.graph
+    order = g.topo_order
+    weights = g.fwd_s + (g.bwd_s if problem.training else 0.0)
+    chunks = balanced_chunks(np.asarray(weights[order], dtype=np.float64), n_stages)
+    devices = [d.id for d in problem.topology.devices]
+    stages = tuple(
+        Stage(tuple(g.nodes[int(v)].id for v in order[a:b]), tuple(devices[s * replicas:(s + 1) * replicas]))
+        for s, (a, b) in enumerate(chunks)
+    )
+    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
+                recompute=problem.settings.recompute, status="feasible")

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from solvers.mapping.binary import BisectOptions, map_stages
+from solvers.mapping.bounds import lower_bound
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping
+from solvers.mapping.stage_graph import StageGraph, mapping_objective_s
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import map_stages
-from solvers.parmesan.mapping.bounds import lower_bound
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
-from solvers.parmesan.mapping.stage_graph import StageGraph, mapping_objective_s
 from tests.solvers.parmesan.strategies import random_topology
 from tests.strategies import examples
 
@@ -51,7 +51,7 @@ def test_mapping_equals_brute_force(seed: int, shape: tuple[int, int], mode: str
     n_devices = min(7, s * r + extra)
     topo = random_topology(seed, n_devices)
     sg = random_stage_graph(seed, s, r, skip)
-    result = map_stages(sg, topo, mode, deadline=time.monotonic() + 20, eps_rel=1e-9)  # type: ignore[arg-type]
+    result = map_stages(sg, topo, mode, BisectOptions(time.monotonic() + 20, eps_rel=1e-9))  # type: ignore[arg-type]
     expected = brute_force(sg, topo, mode)
     assert result.status == "optimal"
     assert result.objective_s == pytest.approx(expected, rel=1e-6)
@@ -86,12 +86,12 @@ def test_symmetry_breaking_keeps_exactness(seed: int, shape: tuple[int, int], mo
     if s * r > topo.n_devices:
         return
     sg = random_stage_graph(seed, s, r, True)
-    result = map_stages(sg, topo, mode, deadline=time.monotonic() + 20, eps_rel=1e-9)  # type: ignore[arg-type]
+    result = map_stages(sg, topo, mode, BisectOptions(time.monotonic() + 20, eps_rel=1e-9))  # type: ignore[arg-type]
     assert result.objective_s == pytest.approx(brute_force(sg, topo, mode), rel=1e-6)
 
 
 def test_twin_classes_of_a_hierarchy() -> None:
-    from solvers.parmesan.mapping.symmetry import twin_classes
+    from solvers.mapping.symmetry import twin_classes
 
     topo = hierarchy(3, 2, 0)
     assert twin_classes(topo).tolist() == [0, 0, 2, 2, 4, 4]
@@ -102,7 +102,7 @@ def test_timeout_returns_best_with_bound() -> None:
     topo = random_topology(5, 64)
     sg = random_stage_graph(5, 16, 4, True)
     started = time.monotonic()
-    result = map_stages(sg, topo, "m", deadline=started + 0.5, eps_rel=1e-12)
+    result = map_stages(sg, topo, "m", BisectOptions(started + 0.5, eps_rel=1e-12))
     assert time.monotonic() - started < 1.5
     assert result.lower_bound_s <= result.objective_s
     assert result.objective_s <= mapping_objective_s(sg, topo, consecutive_mapping(16, 4), "m")
@@ -112,8 +112,8 @@ def test_timeout_returns_best_with_bound() -> None:
 def test_parallel_workers_agree() -> None:
     topo = random_topology(11, 6)
     sg = random_stage_graph(11, 3, 2, False)
-    one = map_stages(sg, topo, "m", deadline=time.monotonic() + 20, eps_rel=1e-9)
-    two = map_stages(sg, topo, "m", deadline=time.monotonic() + 20, eps_rel=1e-9, workers=2, parallel_targets=2)
+    one = map_stages(sg, topo, "m", BisectOptions(time.monotonic() + 20, eps_rel=1e-9))
+    two = map_stages(sg, topo, "m", BisectOptions(time.monotonic() + 20, eps_rel=1e-9, workers=2, parallel_targets=2))
     assert one.objective_s == pytest.approx(two.objective_s, rel=1e-9)
 
 
@@ -122,7 +122,7 @@ def test_parallel_workers_agree() -> None:
        mode=st.sampled_from(["m", "ar"]), hier=st.booleans())
 def test_guarded_mapping_equals_constrained_brute_force(seed: int, shape: tuple[int, int], mode: str,
                                                         hier: bool) -> None:
-    from solvers.parmesan.mapping.binary import guard_cap_s
+    from solvers.mapping.binary import guard_cap_s
 
     s, r = shape
     topo = hierarchy(2, 3, seed) if hier else random_topology(seed, 6)
@@ -134,6 +134,6 @@ def test_guarded_mapping_equals_constrained_brute_force(seed: int, shape: tuple[
         place = np.array(perm, dtype=np.int64).reshape(s, r)
         if mapping_objective_s(sg, topo, place, other) <= cap:  # type: ignore[arg-type]
             best = min(best, mapping_objective_s(sg, topo, place, mode))  # type: ignore[arg-type]
-    result = map_stages(sg, topo, mode, deadline=time.monotonic() + 20, eps_rel=1e-9, guard=True)  # type: ignore[arg-type]
+    result = map_stages(sg, topo, mode, BisectOptions(time.monotonic() + 20, eps_rel=1e-9), guard=True)  # type: ignore[arg-type]
     assert result.objective_s == pytest.approx(best, rel=1e-6)
     assert mapping_objective_s(sg, topo, result.place, other) <= cap  # type: ignore[arg-type]

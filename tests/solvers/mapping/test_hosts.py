@@ -1,4 +1,4 @@
-"""The host relaxation of the combined mapping objective (solvers.parmesan.mapping.hosts)."""
+"""The host relaxation of the combined mapping objective (solvers.mapping.hosts)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from solvers.generate import generate_topology
-from solvers.model.problem import Problem
-from solvers.parmesan.mapping import hosts
-from solvers.parmesan.mapping.combined import host_start, make_combined_spec, map_stages_combined
-from solvers.parmesan.mapping.hosts import (
+from solvers.mapping import hosts
+from solvers.mapping.binary import BisectOptions
+from solvers.mapping.bounds import assignment_bound_s, device_bounds
+from solvers.mapping.hosts import (
     BackgroundSolve,
     HostRelaxation,
     _host_objective,
@@ -21,15 +21,10 @@ from solvers.parmesan.mapping.hosts import (
     settle_lanes,
     start_host_relaxation,
 )
-from solvers.parmesan.mapping.pipeline import (
-    PipelineCosts,
-    PipelineModel,
-    assignment_bound_s,
-    combined_objective_s,
-    device_bounds,
-    pipeline_model,
-)
-from tests.solvers.parmesan.test_mapping_combined import brute_force, case
+from solvers.mapping.objective import PipelineCosts, PipelineModel, combined_objective_s, pipeline_model
+from solvers.mapping.search import host_start, make_combined_spec, map_stages_combined
+from solvers.model.problem import Problem
+from tests.solvers.mapping.test_search import brute_force, case
 from tests.strategies import examples
 
 
@@ -81,7 +76,7 @@ def test_host_bound_sees_how_far_apart_lanes_are_forced() -> None:
     relax = relaxed(model, problem)
     assert old < 0.8 * best
     assert relax.bound_s == pytest.approx(best, rel=1e-3)
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 30, eps_rel=1e-9)
+    result = map_stages_combined(model, problem.topology, BisectOptions(time.monotonic() + 30, eps_rel=1e-9))
     assert result.status == "optimal" and result.objective_s == pytest.approx(best, rel=1e-9)
     assert result.stats["host_bound_s"] == pytest.approx(relax.bound_s)
 
@@ -159,7 +154,7 @@ def test_a_late_solve_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     relax = relaxed(model, problem, limit_s=0.5)
     assert time.monotonic() - started < 5
     assert relax.status == "killed" and relax.bound_s == 0.0 and relax.host_of is None
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + 5)
+    result = map_stages_combined(model, problem.topology, BisectOptions(time.monotonic() + 5))
     assert result.stats["host_status"] == "killed"
     assert combined_objective_s(model, PipelineCosts.of(model, problem.topology), result.place) == \
         pytest.approx(result.objective_s)

@@ -14,7 +14,7 @@ the instantiation (§V-A):
 
 Every feasible candidate device is evaluated at once with numpy; candidates are tried in order
 of the placed replica's own time, one per class of twin devices, with lane / ring symmetry
-broken (:mod:`solvers.parmesan.mapping.symmetry`).  The search stops at a deadline or a node limit and then
+broken (:mod:`solvers.mapping.symmetry`).  The search stops at a deadline or a node limit and then
 reports ``timeout`` (the target counts as "not found" without proof).
 """
 
@@ -27,9 +27,9 @@ from typing import Literal
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.mapping.stage_graph import Channels, Mode, StageGraph
+from solvers.mapping.symmetry import twin_classes
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.stage_graph import Channels, Mode, StageGraph
-from solvers.parmesan.mapping.symmetry import twin_classes
 
 Outcome = Literal["found", "exhausted", "timeout"]
 

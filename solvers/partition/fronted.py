@@ -3,7 +3,7 @@
 The DP of Eq. 2 / Eq. 13 runs over every fronted subgraph, so it handles graphs with many
 topological orders.  Their number is between ``|V| + 1`` (a unique order, Theorem 2) and
 ``2^|V|``, so the enumeration stops at a budget and reports ``None``; the caller then
-coarsens further (:mod:`solvers.parmesan.search`).
+coarsens further (Parmesan's search, :mod:`solvers.parmesan.search`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.baselines._split import balanced_chunks
+from solvers.partition.even import balanced_chunks
 from tests.strategies import examples
 
 

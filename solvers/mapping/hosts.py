@@ -21,17 +21,17 @@ every lane of an edge inside its host (``R inside[e] <= sum_h x[e, h, h]``), the
 ``Cf[e] >= cost_e[h, h'] v[e, h, h']`` and ``>= crossing_e (1 - inside[e])`` (``Cb`` the reverse
 direction), the ring terms above written with ``one`` and ``w`` (the widest used neighbour of
 ``h`` is the first used one in ``h``'s neighbours by decreasing bandwidth), and the recurrences of
-:func:`~solvers.parmesan.mapping.pipeline.iteration_bound_s` as linear inequalities over the
+:func:`~solvers.mapping.objective.iteration_bound_s` as linear inequalities over the
 start and end times ``E``, ``G``, ``L`` (their least solution is the longest path), minimising
 the iteration's end.  Every mapping gives a solution of it whose value is at most the mapping's
 combined objective (each term above is at most the mapping's), so its optimum, and HiGHS' dual
 bound when the time limit stops it, is a lower bound of every mapping of the partition.  Lanes
 are relaxed to one flow per edge (a DAG's lanes must agree over all edges); the device bounds of
-:func:`~solvers.parmesan.mapping.pipeline.device_bounds` stay as floors.
+:func:`~solvers.mapping.bounds.device_bounds` stay as floors.
 
 Its incumbent is also a layout: :func:`host_lanes` turns the counts into a host per replica,
 :func:`settle_lanes` makes its lanes agree over the edges, and
-:func:`~solvers.parmesan.mapping.combined.host_start` places devices inside those hosts.
+:func:`~solvers.mapping.search.host_start` places devices inside those hosts.
 On hosts whose channels are far wider inside than between (Parmesan App. D-B's random
 topologies, hierarchies of servers) this sees what the device-level bounds cannot: how far apart
 a layout forces its lanes.
@@ -49,16 +49,10 @@ from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 from scipy.sparse import coo_matrix
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.mapping.bounds import DeviceBounds
+from solvers.mapping.objective import PipelineCosts, PipelineModel, edge_costs, iteration_bound_s, ring_s
+from solvers.mapping.unionfind import component_threshold_Bps
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.pipeline import (
-    DeviceBounds,
-    PipelineCosts,
-    PipelineModel,
-    component_threshold_Bps,
-    edge_costs,
-    iteration_bound_s,
-    ring_s,
-)
 from solvers.supervise import Child, silence_output
 
 # the relaxation is built only while it stays small: HiGHS' time per node grows with it

@@ -24,7 +24,7 @@ from solvers.cost.comm import allreduce_s
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
-from solvers.parmesan.costs import reference_costs
+from solvers.partition.costs import reference_costs
 
 Mode = Literal["m", "ar"]
 

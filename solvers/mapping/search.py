@@ -1,13 +1,13 @@
-"""Alg. 1 + Alg. 2 with the combined objective (:mod:`solvers.parmesan.mapping.pipeline`).
+"""Alg. 1 + Alg. 2 with the combined objective (:mod:`solvers.mapping.objective`).
 
-Same outer loop as :func:`~solvers.parmesan.mapping.binary.map_stages` (binary search on the
+Same outer loop as :func:`~solvers.mapping.binary.map_stages` (binary search on the
 target with batched targets, §V-B), same inner DFS structure as
-:func:`~solvers.parmesan.mapping.dfs.search`; what changes is the quantity checked:
+:func:`~solvers.mapping.dfs.search`; what changes is the quantity checked:
 
-* the interval starts at the assignment bound (:func:`~solvers.parmesan.mapping.pipeline.assignment_bound_s`)
+* the interval starts at the assignment bound (:func:`~solvers.mapping.bounds.assignment_bound_s`)
   and the best of CS, p2p-first, their zigzag rings, a few random mappings and the mappings
-  built from the conflict bound's leaves (:func:`packing_mapping`) under the combined objective,
-  improved by a large-neighbourhood search (:func:`multi_start_improve`);
+  built from the conflict bound's leaves (:func:`~solvers.mapping.packing.packing_starts`) under
+  the combined objective, improved by a large-neighbourhood search (:func:`multi_start_improve`);
 * Alg. 2 places replicas lane by lane; placing ``(s, i)`` on ``d`` fixes lane ``i``'s transfers
   to its placed neighbours and the ring hops to its placed ring neighbours, and bounds the
   transfers to unplaced neighbours by ``d``'s cheapest channel and the ring by the widest ring
@@ -27,33 +27,27 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from solvers.arrays import BoolArray, FloatArray, IntArray
-from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import MappingResult, bisect_targets
-from solvers.parmesan.mapping.dfs import Outcome
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
-from solvers.parmesan.mapping.hosts import HostRelaxation, host_index, start_host_relaxation
-from solvers.parmesan.mapping.pipeline import (
-    DeviceBounds,
+from solvers.mapping.binary import BisectOptions, Bracket, MappingResult, bisect_targets
+from solvers.mapping.bounds import DeviceBounds, assignment_bound_s, device_bounds
+from solvers.mapping.dfs import Outcome
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
+from solvers.mapping.hosts import HostRelaxation, host_index, start_host_relaxation
+from solvers.mapping.objective import (
     PipelineCosts,
     PipelineModel,
-    assignment_bound_s,
     combined_objective_s,
-    device_bounds,
     edge_costs,
-    fast_components,
     iteration_bound_s,
-    packing_milp,
     ring_s,
 )
-from solvers.parmesan.mapping.symmetry import twin_classes
+from solvers.mapping.packing import packing_starts
+from solvers.mapping.symmetry import twin_classes
+from solvers.model.topology import Topology
 
 RANDOM_STARTS = 4
-PACKING_STARTS = 3
-HOST_SHARE = 0.25  # of the mapping's time for the host relaxation (solvers.parmesan.mapping.hosts)
+HOST_SHARE = 0.25  # of the mapping's time for the host relaxation (solvers.mapping.hosts)
 HOST_SEARCH_SHARE = 0.1  # then at most this share for the search inside its layout
 
 
@@ -100,6 +94,42 @@ def make_combined_spec(model: PipelineModel, topo: Topology, costs: PipelineCost
     bounds = device_bounds(model, costs, topo) if bounds is None else bounds
     return CombinedSpec(model, costs, bounds, g, order, edges_of, twin_classes(topo),
                         order_after, topo.n_devices, host_index(topo))
+
+
+@dataclass(slots=True)
+class _Candidates:
+    """The feasible devices of one depth in trial order, and what placing the ``k``-th sets.
+
+    ``edges[j]`` = the edge's ``(Cf, Cb)`` lower bounds, ``bw`` / ``lat`` / ``lb`` = the stage
+    ring's bottleneck bandwidth, largest hop latency and floor: each a scalar or one entry per
+    candidate.
+    """
+
+    devices: IntArray
+    edges: dict[int, tuple[Any, Any]]
+    bw: Any
+    lat: Any
+    lb: Any
+
+
+@dataclass(slots=True)
+class _Undo:
+    """What a depth's placed candidate replaced: ``edges[j]`` = ``(Cf, Cb)`` before, ``ring`` =
+    the stage ring's ``(bw, lat, lb, value)`` before."""
+
+    edges: dict[int, tuple[float, float]]
+    ring: tuple[float, float, float, Any]
+
+
+@dataclass(slots=True)
+class _Frame:
+    """One depth of the DFS: ``pos`` in the free order, its candidates, the next one to try and
+    the undo record of the one placed (``None`` when none is)."""
+
+    pos: int
+    candidates: _Candidates
+    next: int = 0
+    undo: _Undo | None = None
 
 
 def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_limit: int,
@@ -151,7 +181,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
 
     ar_val = [ring_value(t, ar_bw[t], ar_lat[t], ar_lb[t]) for t in range(s_)]  # kept as replicas are placed
 
-    def evaluate(x: int) -> tuple[IntArray, dict[str, Any]]:
+    def evaluate(x: int) -> _Candidates:
         """Feasible candidates of depth ``x`` in trial order, with the state each one sets."""
         s, i = spec.order[x]
         ok = ~used & allowed[s]
@@ -162,7 +192,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
             ok &= devices > place[ys, yi]
         cand = np.flatnonzero(ok)
         if len(cand) == 0:
-            return cand, {}
+            return _Candidates(cand, {}, 0.0, 0.0, 0.0)
         cf_v: list[Any] = list(cf)
         cb_v: list[Any] = list(cb)
         local = np.zeros(len(cand))
@@ -206,52 +236,60 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
         def pick(v: Any) -> Any:
             return v[idx] if isinstance(v, np.ndarray) and v.shape == (len(cand),) else v
 
-        state = {"edges": {j: (pick(a), pick(b)) for j, (a, b) in new_edges.items()},
-                 "bw": pick(bw_v), "lat": pick(lat_v), "lb": pick(lb_v)}
-        return cand[idx], state
+        return _Candidates(cand[idx], {j: (pick(a), pick(b)) for j, (a, b) in new_edges.items()},
+                           pick(bw_v), pick(lat_v), pick(lb_v))
 
     def scalar(v: Any, k: int) -> float:
         return float(v[k]) if isinstance(v, np.ndarray) and v.ndim else float(v)
 
-    stack: list[list[Any]] = []  # [position in free_order, candidates, state, next index, saved or None]
-    cands, state = evaluate(free_order[0])
-    stack.append([0, cands, state, 0, None])
+    stack = [_Frame(0, evaluate(free_order[0]))]
     while stack:
         top = stack[-1]
-        pos, cands, state, k, saved = top
+        pos, cands, k = top.pos, top.candidates, top.next
         s, i = spec.order[free_order[pos]]
-        if saved is not None:  # undo this depth's previous candidate
+        if top.undo is not None:  # undo this depth's previous candidate
             used[place[s, i]] = False
             place[s, i] = -1
-            for j, (a, b) in saved["edges"].items():
+            for j, (a, b) in top.undo.edges.items():
                 cf[j], cb[j] = a, b
-            ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s] = saved["ring"]
-            top[4] = None
-        if k >= len(cands):
+            ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s] = top.undo.ring
+            top.undo = None
+        if k >= len(cands.devices):
             stack.pop()
             continue
-        d = int(cands[k])
-        top[3] = k + 1
+        d = int(cands.devices[k])
+        top.next = k + 1
         nodes += 1
         if nodes % 128 == 0 and (time.monotonic() > deadline or nodes > node_limit):
             return "timeout", None, nodes
-        top[4] = {"edges": {j: (cf[j], cb[j]) for j in state["edges"]}, "ring": (ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s])}
+        top.undo = _Undo({j: (cf[j], cb[j]) for j in cands.edges}, (ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s]))
         place[s, i] = d
         used[d] = True
-        for j, (a, b) in state["edges"].items():
+        for j, (a, b) in cands.edges.items():
             cf[j], cb[j] = scalar(a, k), scalar(b, k)
-        ar_bw[s], ar_lat[s], ar_lb[s] = scalar(state["bw"], k), scalar(state["lat"], k), scalar(state["lb"], k)
+        ar_bw[s], ar_lat[s], ar_lb[s] = scalar(cands.bw, k), scalar(cands.lat, k), scalar(cands.lb, k)
         ar_val[s] = ring_value(s, ar_bw[s], ar_lat[s], ar_lb[s])
         if pos == len(free_order) - 1:
             return "found", place.copy(), nodes
-        cands, nstate = evaluate(free_order[pos + 1])
-        stack.append([pos + 1, cands, nstate, 0, None])
+        stack.append(_Frame(pos + 1, evaluate(free_order[pos + 1])))
     return "exhausted", None, nodes
 
 
-def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, deadline: float, seed: int,
-            stats: dict[str, Any], eps_rel: float = 1e-3, patience: int | None = None,
-            allowed_at: BoolArray | None = None, stop: Callable[[], bool] | None = None) -> tuple[IntArray, float]:
+@dataclass(frozen=True)
+class StopRule:
+    """When the large-neighbourhood search stops: at ``deadline`` (``time.monotonic``), within
+    ``eps_rel`` of the proven ``floor_s``, after ``patience`` tries in a row without improvement
+    (``None``: ``4 S R``, at least 20), or when ``stop()`` says so."""
+
+    deadline: float
+    floor_s: float
+    eps_rel: float = 1e-3
+    patience: int | None = None
+    stop: Callable[[], bool] | None = None
+
+
+def improve(spec: CombinedSpec, place: IntArray, value: float, until: StopRule, seed: int, stats: dict[str, Any],
+            allowed_at: BoolArray | None = None) -> tuple[IntArray, float]:
     """Large-neighbourhood search for Alg. 1's upper bound (not in the paper): free two lanes, two
     stages' rings, a ring and two lanes, a few random replicas, the lanes at a costly hop (the
     narrowest hop of a ring drawn in proportion to its all-reduce time, or the slowest lane of an
@@ -259,15 +297,15 @@ def improve(spec: CombinedSpec, place: IntArray, value: float, floor_s: float, d
     up to 24 replicas on two hosts, one of them holding a device of a costly hop or lane, of the
     incumbent and re-place them with Alg. 2 (target just below the incumbent, a small node
     budget), keep any improvement; each kind of move is drawn in proportion to (its improvements
-    + 1) / (its seconds + 1).  Stops at the deadline, within ``eps_rel`` of the proven
-    ``floor_s``, after ``patience`` tries in a row without improvement (default ``4 S R``, at
-    least 20), or when ``stop()`` says so; ``allowed_at`` (``S x R x n``) restricts the devices
-    each replica may take.  Every mapping it returns is complete and valid."""
+    + 1) / (its seconds + 1).  Stops as ``until`` says (:class:`StopRule`); ``allowed_at``
+    (``S x R x n``) restricts the devices each replica may take.  Every mapping it returns is
+    complete and valid."""
     model, costs = spec.model, spec.costs
     rng = np.random.default_rng(seed)
     s_, r = model.n_stages, model.replicas
     tries = improved = idle = 0
-    patience = max(20, 4 * s_ * r) if patience is None else patience
+    deadline, floor_s, eps_rel, stop = until.deadline, until.floor_s, until.eps_rel, until.stop
+    patience = max(20, 4 * s_ * r) if until.patience is None else until.patience
     kinds = 7 if len(np.unique(spec.hosts)) > 1 else 6
     spent = np.zeros(kinds)  # seconds and improvements per kind of move: kinds are drawn by their yield
     gained = np.zeros(kinds)
@@ -349,104 +387,6 @@ def initial_upper_bound(spec: CombinedSpec, seed: int, deadline: float,
     return place, value, name
 
 
-def packing_mapping(model: PipelineModel, topo: Topology, beta_Bps: float,
-                    fast: Sequence[tuple[int, int]]) -> IntArray | None:
-    """A mapping in which the elements ``fast`` (a conflict-bound leaf, :func:`conflict_bound_s`)
-    are fast at ``beta_Bps``: the groups of replicas they join go, largest first, each into the
-    component of {pairs wider than ``beta_Bps``} with the widest mean channel among those with
-    room (lane by lane, so a fast ring's hops and a group's lanes stay inside it; if that fails,
-    each into the one with the least room that fits; if that fails too, as an exact packing by
-    HiGHS says); the other replicas fill the free devices lane by lane.  ``None`` when none packs."""
-    s_, r, n = model.n_stages, model.replicas, topo.n_devices
-    if s_ * r > n:
-        return None
-    bw = np.maximum(topo.bandwidth_Bps, topo.bandwidth_Bps.T).astype(np.float64)
-    np.fill_diagonal(bw, 0.0)
-    n_comp, label = connected_components(csr_matrix(bw > beta_Bps), directed=False)
-    free = [_widest_chain(bw, np.flatnonzero(label == c)) for c in range(n_comp)]
-    quality = [float(bw[np.ix_(m, m)].sum()) / (len(m) * (len(m) - 1)) if len(m) > 1 else 0.0 for m in free]
-    groups: list[list[tuple[int, int]]] = []
-    for members, ringed in fast_components(model, fast):
-        if ringed:
-            groups.append([(t, i) for i in range(r) for t in members])
-        else:
-            groups += [[(t, i) for t in members] for i in range(r)]
-    big = sorted((g for g in groups if len(g) > 1), key=len, reverse=True)
-    quota = _packing_quota([len(g) for g in big], [len(m) for m in free])
-    for rule in ("widest", "tightest", "quota"):  # the first that packs every group
-        place = np.full((s_, r), -1, dtype=np.int64)
-        left = [list(m) for m in free]
-        for grp in big:
-            room = [c for c in range(n_comp) if len(left[c]) >= len(grp)]
-            if rule == "quota":
-                room = [c for c in room if quota.get((c, len(grp)), 0) > 0]
-            if not room:
-                break
-            c = max(room, key=lambda c: (-len(left[c]), quality[c]) if rule == "tightest" else (quality[c], -len(left[c])))
-            if rule == "quota":
-                quota[(c, len(grp))] -= 1
-            for (t, i), d in zip(grp, left[c][: len(grp)], strict=True):
-                place[t, i] = d
-            left[c] = left[c][len(grp):]
-        else:
-            break
-    else:
-        return None
-    rest = iter(sorted(d for m in left for d in m))
-    for i in range(r):
-        for t in range(s_):
-            if place[t, i] < 0:
-                place[t, i] = next(rest)
-    return place
-
-
-def packing_starts(model: PipelineModel, topo: Topology, costs: PipelineCosts,
-                   witnesses: Sequence[tuple[float, float, tuple[tuple[int, int], ...]]]) -> list[tuple[str, IntArray]]:
-    """The ``PACKING_STARTS`` best mappings (by the combined objective) built by
-    :func:`packing_mapping` from the conflict bound's leaves with the largest values and from
-    each of them with one fast lane element made slow: smaller groups leave the slow hosts to
-    lanes that can afford them (random_blk_1 (8,32): a leaf's stages 0-1-2-3-7 kept together put
-    one lane group on a host 26x slower than the best; with the light 0 -> 1 slow, groups of
-    stages 1-2-3-7 and stage 0 alone, the mapping starts 3.5 % lower)."""
-    found: dict[tuple[float, tuple[tuple[int, int], ...]], IntArray] = {}
-    for _, beta, fast in sorted(witnesses, reverse=True)[:PACKING_STARTS]:
-        lanes = [e for e in fast if e[0] == 1]
-        for drop in [None, *lanes]:
-            kept = tuple(e for e in fast if e != drop)
-            if (beta, kept) not in found and (p := packing_mapping(model, topo, beta, kept)) is not None:
-                found[(beta, kept)] = p
-    scored = sorted((combined_objective_s(model, costs, p), k, p) for k, p in enumerate(found.values()))
-    return [(f"packing{k}", p) for k, (_, _, p) in enumerate(scored[:PACKING_STARTS])]
-
-
-def _packing_quota(groups: list[int], components: list[int]) -> dict[tuple[int, int], int]:
-    """How many groups of each size each component takes in an exact packing (HiGHS; empty when
-    none is found)."""
-    sizes = sorted(set(groups))
-    bins = [c for c in range(len(components)) if sizes and components[c] >= sizes[0]]
-    if not sizes or not bins:
-        return {}
-    k, m = len(bins), len(sizes)
-    result = packing_milp(sizes, [groups.count(t) for t in sizes], [components[c] for c in bins])
-    if result.x is None:
-        return {}
-    x = np.rint(result.x).astype(np.int64).reshape(k, m)
-    return {(bins[a], sizes[b]): int(x[a, b]) for a in range(k) for b in range(m) if x[a, b] > 0}
-
-
-def _widest_chain(bw: FloatArray, devices: IntArray) -> list[int]:
-    """``devices`` in a greedy chain order: each next device the one with the widest channel from
-    the previous (so that neighbours in the order, which share lanes and rings, are well linked)."""
-    left = [int(d) for d in devices]
-    if len(left) <= 2:
-        return left
-    chain = [left.pop(0)]
-    while left:
-        k = int(np.argmax(bw[chain[-1], left]))
-        chain.append(left.pop(k))
-    return chain
-
-
 def greedy_dives(spec: CombinedSpec, deadline: float, prefix: str,
                  allowed_at: BoolArray | None = None) -> list[tuple[str, IntArray]]:
     """Alg. 2 without a target (each replica on its best device by the partial objective), lane
@@ -466,7 +406,7 @@ def greedy_dives(spec: CombinedSpec, deadline: float, prefix: str,
 
 def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadline: float, seed: int,
                stats: dict[str, Any]) -> tuple[str, IntArray] | None:
-    """A mapping that follows the host relaxation's layout (:mod:`solvers.parmesan.mapping.hosts`):
+    """A mapping that follows the host relaxation's layout (:mod:`solvers.mapping.hosts`):
     the better of Alg. 2's two greedy dives (each replica on its best device by the partial
     objective, no target; lane by lane, stage by stage), every replica restricted to its host's
     devices, improved by the large-neighbourhood search under the same restriction until
@@ -480,48 +420,47 @@ def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadli
     if not dives:
         return None
     value, name, place = min(dives, key=lambda t: t[0])
-    place, _ = improve(spec, place, value, floor_s, deadline, seed, stats, allowed_at=allowed_at)
+    place, _ = improve(spec, place, value, StopRule(deadline, floor_s), seed, stats, allowed_at)
     return name, place
 
 
 def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
-    """CS and p2p-first with zigzag rings (:func:`~solvers.parmesan.mapping.heuristics.zigzag_rings`)."""
+    """CS and p2p-first with zigzag rings (:func:`~solvers.mapping.heuristics.zigzag_rings`)."""
     s, r = model.n_stages, model.replicas
     return [("zigzag-consecutive", zigzag_rings(consecutive_mapping(s, r))),
             ("zigzag-p2p", zigzag_rings(p2p_mapping(s, r)))]
 
 
-def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], floor_s: float, deadline: float,
-                        seed: int, stats: dict[str, Any], eps_rel: float = 1e-3,
-                        stop: Callable[[], bool] | None = None) -> tuple[IntArray, float]:
+def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], until: StopRule, seed: int,
+                        stats: dict[str, Any]) -> tuple[IntArray, float]:
     """:func:`improve` from each of ``starts`` (distinct by name) for an equal share of half the
     time, then from the best result for the rest: the best start by value can sit in a poorer
-    basin than a structured one (zigzag rings) a little above it.  ``stop()`` true ends it early."""
+    basin than a structured one (zigzag rings) a little above it.  ``until``: :class:`StopRule`."""
     model, costs = spec.model, spec.costs
     named = list({name: p for name, p in starts}.items())
-    share = 0.5 * max(0.0, deadline - time.monotonic()) / len(named)
+    share = 0.5 * max(0.0, until.deadline - time.monotonic()) / len(named)
     tries = moves = 0
     results = []
     for k, (name, p) in enumerate(named):
         sub: dict[str, Any] = {}
-        found, value = improve(spec, p, combined_objective_s(model, costs, p), floor_s,
-                               min(deadline, time.monotonic() + share), seed + k, sub, eps_rel, stop=stop)
+        found, value = improve(spec, p, combined_objective_s(model, costs, p),
+                               replace(until, deadline=min(until.deadline, time.monotonic() + share)), seed + k, sub)
         tries, moves = tries + sub["improve_tries"], moves + sub["improve_moves"]
         results.append((value, k, name, found))
     value, _, name, place = min(results, key=lambda t: (t[0], t[1]))
-    place, value = improve(spec, place, value, floor_s, deadline, seed, stats, eps_rel, stop=stop)
+    place, value = improve(spec, place, value, until, seed, stats)
     stats["improve_tries"] += tries
     stats["improve_moves"] += moves
     stats["improve_from"] = name
     return place, value
 
 
-def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float, eps_rel: float = 1e-3,
-                        parallel_targets: int = 2, workers: int = 1, seed: int = 0,
-                        node_limit: int = 2_000_000, improve_share: float = 0.5,
-                        starts: Sequence[tuple[str, IntArray]] = ()) -> MappingResult:
+def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOptions, *, seed: int = 0,
+                        improve_share: float = 0.5, starts: Sequence[tuple[str, IntArray]] = ()) -> MappingResult:
     """Alg. 1 (binary search on the target, batched targets) with the combined objective;
+    ``improve_share``: of the time left for the large-neighbourhood search before the bisection;
     ``starts``: more named mappings for the starting upper bound."""
+    deadline, eps_rel = options.deadline, options.eps_rel
     costs = PipelineCosts.of(model, topo)
     started = time.monotonic()
     witnesses: list[tuple[float, float, tuple[tuple[int, int], ...]]] = []
@@ -541,8 +480,8 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     if running is not None:
         if t_r - bound > eps_rel * t_r:  # while HiGHS works: a first pass of the multi-start search
             sub: dict[str, Any] = {}
-            place, t_r = multi_start_improve(spec, [(start_name, place), *also], bound, running.solve.deadline,
-                                             seed + 1000, sub, eps_rel, stop=running.solve.done)
+            first = StopRule(running.solve.deadline, bound, eps_rel, stop=running.solve.done)
+            place, t_r = multi_start_improve(spec, [(start_name, place), *also], first, seed + 1000, sub)
             stats.update(host_wait_tries=sub["improve_tries"], host_wait_moves=sub["improve_moves"])
             start_name = f"{sub['improve_from']} (searched)"  # not its start's name: distinct in the next pass
         if t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
@@ -567,11 +506,10 @@ def map_stages_combined(model: PipelineModel, topo: Topology, *, deadline: float
     stats.update(initial_lower_bound_s=t_l, bound_s_time=time.monotonic() - started)
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], t_l, until, seed, stats, eps_rel)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], StopRule(until, t_l, eps_rel),
+                                         seed, stats)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
-                                     place, t_r, t_l, deadline=deadline, eps_rel=eps_rel,
-                                     parallel_targets=parallel_targets, workers=workers, node_limit=node_limit,
-                                     stats=stats)
+                                     Bracket(place, t_r, t_l), options, stats)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
     stats["lower_bound_s"] = t_l
     return MappingResult(place, t_r, t_l, status, "combined", stats)

@@ -13,22 +13,33 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from solvers.arrays import IntArray
 from solvers.base import Budget
+from solvers.mapping.binary import BisectOptions, MappingResult, map_stages
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping
+from solvers.mapping.objective import pipeline_model
+from solvers.mapping.search import map_stages_combined
+from solvers.mapping.stage_graph import Mode, StageGraph, stage_graph
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
-from solvers.parmesan.mapping.binary import MappingResult, map_stages
-from solvers.parmesan.mapping.combined import map_stages_combined
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping
-from solvers.parmesan.mapping.pipeline import pipeline_model
-from solvers.parmesan.mapping.stage_graph import Mode, StageGraph, stage_graph
+from solvers.simulator import simulate
 
 Mapper = Literal["parmesan", "consecutive", "p2p"]
 Instantiation = Literal["combined", "auto", "m", "ar", "both"]
+
+
+class StagePartition(NamedTuple):
+    """A partition to map: ``stage_of[op]`` in ``0..S-1``, ``S`` stages of ``R`` replicas each,
+    ``MB`` micro-batches an iteration."""
+
+    stage_of: IntArray
+    n_stages: int
+    replicas: int
+    micro_batches: int
 
 
 @dataclass(frozen=True)
@@ -36,11 +47,11 @@ class MappingSettings:
     """How Alg. 1 runs: instantiation, tolerance, targets per round, worker processes, seed.
 
     ``instantiation``: ``combined`` (default) optimises the simulator's critical paths, transfers
-    and all-reduce together (:mod:`~solvers.parmesan.mapping.pipeline`); ``auto``, ``m``, ``ar``
+    and all-reduce together (:mod:`~solvers.mapping.objective`); ``auto``, ``m``, ``ar``
     and ``both`` are the paper's instantiations (§V-B).
 
     ``guard``: each instantiation is optimised with the other one kept within the better of CS
-    and p2p-first (:func:`~solvers.parmesan.mapping.binary.guard_cap_s`), so optimising
+    and p2p-first (:func:`~solvers.mapping.binary.guard_cap_s`), so optimising
     inter-stage traffic cannot scatter a stage's all-reduce ring, nor the reverse.
     ``ensemble_heuristics``: also simulate the CS and p2p-first mappings (Alg. 1's starting
     upper bounds) and return whichever of all candidates simulates best — the instantiations
@@ -55,6 +66,10 @@ class MappingSettings:
     seed: int = 0
     ensemble_heuristics: bool = True
     guard: bool = False
+
+    def bisect_options(self, deadline: float) -> BisectOptions:
+        """Alg. 1's outer loop with these settings, until ``deadline``."""
+        return BisectOptions(deadline, self.epsilon_rel, self.parallel_targets, self.workers)
 
 
 UNLIMITED_MAPPING_S = 10.0  # the mapping's time when neither the option nor a time limit bounds it
@@ -98,8 +113,6 @@ def simulated_key(problem: Problem, plan: Plan) -> tuple[float, float]:
     with one micro-batch every split of a compute-only pipeline has the same iteration time, and
     the bottleneck is what more micro-batches would pay.
     """
-    from solvers.simulator import simulate
-
     try:
         metrics = simulate(problem, plan).metrics
     except InvalidPlan:
@@ -126,15 +139,16 @@ def heuristic_place(mapper: Mapper, n_stages: int, replicas: int) -> IntArray:
     return consecutive_mapping(n_stages, replicas) if mapper == "consecutive" else p2p_mapping(n_stages, replicas)
 
 
-def map_partition(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
-                  mapper: Mapper, settings: MappingSettings, deadline: float) -> tuple[Plan, float, dict[str, Any]]:
+def map_partition(problem: Problem, partition: StagePartition, mapper: Mapper, settings: MappingSettings,
+                  deadline: float) -> tuple[Plan, float, dict[str, Any]]:
     """Map a partition; returns the plan, its simulated objective and the mapping's stats."""
+    stage_of, n_stages, replicas, micro_batches = partition
     if mapper != "parmesan":
         plan = build_plan(problem, stage_of, heuristic_place(mapper, n_stages, replicas), micro_batches)
         return plan, simulated_s(problem, plan), {"mapper": mapper}
     sg = stage_graph(problem, stage_of, n_stages, replicas)
     if settings.instantiation == "combined":
-        return _map_combined(problem, stage_of, n_stages, replicas, micro_batches, settings, deadline, sg)
+        return _map_combined(problem, partition, settings, deadline, sg)
     modes: list[Mode]
     if settings.instantiation == "both":
         modes = ["m", "ar"] if replicas > 1 else ["m"]
@@ -168,8 +182,7 @@ def _paper_runs(sg: StageGraph, topo: Topology, modes: list[Mode], deadline: flo
     until ``deadline`` (a mode that ends early leaves its time to the next)."""
     for k, mode in enumerate(modes):
         share = (deadline - time.monotonic()) / (len(modes) - k)
-        yield mode, map_stages(sg, topo, mode, deadline=time.monotonic() + max(0.0, share), eps_rel=settings.epsilon_rel,
-                               parallel_targets=settings.parallel_targets, workers=settings.workers,
+        yield mode, map_stages(sg, topo, mode, settings.bisect_options(time.monotonic() + max(0.0, share)),
                                seed=settings.seed, guard=guard)
 
 
@@ -181,18 +194,18 @@ def _paper_starts(sg: StageGraph, topo: Topology, deadline: float,
     return [(f"alg1-c^{mode}", result.place) for mode, result in _paper_runs(sg, topo, modes, deadline, settings, False)]
 
 
-def _map_combined(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
-                  settings: MappingSettings, deadline: float, sg: StageGraph) -> tuple[Plan, float, dict[str, Any]]:
+def _map_combined(problem: Problem, partition: StagePartition, settings: MappingSettings, deadline: float,
+                  sg: StageGraph) -> tuple[Plan, float, dict[str, Any]]:
     """Alg. 1 with the combined objective, started from (among others) the paper's instantiations'
     Alg. 1 mappings (a fifth of the time); with ``ensemble_heuristics`` CS, p2p-first and those
     mappings stay simulated candidates."""
+    stage_of, n_stages, replicas, micro_batches = partition
     model = pipeline_model(problem, stage_of, n_stages, replicas, micro_batches)
     starts = _paper_starts(sg, problem.topology, time.monotonic() + 0.2 * max(0.0, deadline - time.monotonic()),
                            settings)
     ratio = _finite_or_none(sg.allreduce_ratio())
-    result = map_stages_combined(model, problem.topology, deadline=deadline, eps_rel=settings.epsilon_rel,
-                                 parallel_targets=settings.parallel_targets, workers=settings.workers,
-                                 seed=settings.seed, starts=starts)
+    result = map_stages_combined(model, problem.topology, settings.bisect_options(deadline), seed=settings.seed,
+                                 starts=starts)
     plan = build_plan(problem, stage_of, result.place, micro_batches)
     value = simulated_s(problem, plan)
     stats = {"mapper": "parmesan", "instantiation": "combined", "allreduce_p2p_ratio": ratio,

@@ -12,31 +12,26 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from solvers.arrays import IntArray
+from solvers.mapping.apply import MappingSettings, StagePartition, build_plan, map_partition, simulated_s
+from solvers.mapping.binary import BisectOptions, MappingResult
+from solvers.mapping.bounds import (
+    assignment_bound_s,
+    bottleneck_assignment_s,
+    conflict_bound_s,
+    device_bounds,
+    replica_bounds,
+)
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
+from solvers.mapping.objective import PipelineCosts, PipelineModel, combined_objective_s, pipeline_model
+from solvers.mapping.packing import _packing_quota, packing_mapping, packing_starts
+from solvers.mapping.search import (
+    make_combined_spec,
+    map_stages_combined,
+    search_combined,
+)
 from solvers.model.errors import InvalidPlan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
-from solvers.parmesan.mapping.apply import MappingSettings, build_plan, map_partition, simulated_s
-from solvers.parmesan.mapping.binary import MappingResult
-from solvers.parmesan.mapping.combined import (
-    _packing_quota,
-    make_combined_spec,
-    map_stages_combined,
-    packing_mapping,
-    packing_starts,
-    search_combined,
-)
-from solvers.parmesan.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
-from solvers.parmesan.mapping.pipeline import (
-    PipelineCosts,
-    PipelineModel,
-    assignment_bound_s,
-    bottleneck_assignment_s,
-    combined_objective_s,
-    conflict_bound_s,
-    device_bounds,
-    pipeline_model,
-    replica_bounds,
-)
 from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.parmesan.strategies import random_dag
@@ -128,7 +123,7 @@ def solved_beside_brute_force(problem: Problem, stage_of: IntArray, n_stages: in
     expected = brute_force(model, costs, n_devices)
     bound, _ = assignment_bound_s(model, costs, problem.topology)
     assert bound <= expected * (1 + 1e-9)
-    result = map_stages_combined(model, problem.topology, deadline=time.monotonic() + limit_s, eps_rel=1e-9)
+    result = map_stages_combined(model, problem.topology, BisectOptions(time.monotonic() + limit_s, eps_rel=1e-9))
     assert result.status == "optimal"
     return model, costs, expected, result
 
@@ -277,7 +272,7 @@ def test_bottleneck_assignment() -> None:
 
 def test_default_mapping_is_combined_and_never_behind_the_heuristics() -> None:
     problem, stage_of = case(11, 3, 2, 6, 4, "1f1b", True)
-    plan, value, stats = map_partition(problem, stage_of, 3, 2, 4, "parmesan", MappingSettings(),
+    plan, value, stats = map_partition(problem, StagePartition(stage_of, 3, 2, 4), "parmesan", MappingSettings(),
                                        time.monotonic() + 10)
     assert stats["instantiation"] == "combined"
     assert stats["mapping_status"] == "optimal"

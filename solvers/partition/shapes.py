@@ -1,0 +1,25 @@
+"""The pipeline shapes ``(S, R)`` a partition search tries (Parmesan Appendix B).
+
+The settings' values when given; otherwise ``S`` in powers of two and divisors of the device
+count ``D`` (``R = D / S``), at least one more than the largest stage pin.  Parmesan's search,
+PipeDream's and the exact solver search the same list.
+"""
+
+from __future__ import annotations
+
+from solvers.model.problem import Problem
+
+
+def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
+    """(S, R) pairs to search: the settings' values, else S in powers of two and divisors of D."""
+    d = problem.topology.n_devices
+    s_fix, r_fix = problem.settings.stages, problem.settings.replicas
+    pins = [t for t in problem.settings.pinned.values() if isinstance(t, int)]
+    s_min = max(pins, default=-1) + 1
+    if s_fix is not None:
+        return [(s_fix, r_fix or max(1, d // s_fix))]
+    most = d // (r_fix or 1)
+    stages = {1 << i for i in range(most.bit_length()) if (1 << i) <= most}
+    stages |= {s for s in range(1, most + 1) if most % s == 0}
+    out = [(s, r_fix or d // s) for s in sorted(stages) if s <= max_stages and s >= max(1, s_min)]
+    return out or [(max(1, min(max_stages, most)), r_fix or 1)]
