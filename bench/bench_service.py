@@ -48,7 +48,7 @@ class Server:
         self.env = {**os.environ, "PLACER_DATABASE_URL": database_url, "PLACER_PORT": self.url.rsplit(":", 1)[1],
                     "PLACER_WORKERS": str(workers), "PLACER_RATE_LIMIT_PER_S": "0", "PLACER_AUTO_MIGRATE": "true",
                     "PLACER_LOG_LEVEL": "warning", **(extra_env or {})}
-        key = subprocess.run([PLACER, "keys", "create", "--project", f"bench-{os.getpid()}"], env=self.env,
+        key = subprocess.run([PLACER, "key", "create", "--project", f"bench-{os.getpid()}"], env=self.env,
                              check=True, capture_output=True, text=True).stdout.strip()
         self.headers = {"Authorization": f"Bearer {key}"}
         self.proc = subprocess.Popen([PLACER, "serve"], env=self.env, start_new_session=True,

@@ -37,7 +37,7 @@ SLEEPY = {"sleep_s": 0.5, "report_progress": False}
 
 
 def _key(env: dict[str, str], project: str) -> dict[str, str]:
-    key = subprocess.run([PLACER, "keys", "create", "--project", project], env=env, check=True,
+    key = subprocess.run([PLACER, "key", "create", "--project", project], env=env, check=True,
                          capture_output=True, text=True).stdout.strip()
     return {"Authorization": f"Bearer {key}"}
 

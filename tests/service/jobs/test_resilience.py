@@ -176,7 +176,7 @@ def test_server_killed_mid_job_resumes_after_restart(backend: str, tmp_path: Pat
                "PLACER_LEASE_S": "6", "PLACER_REAPER_INTERVAL_S": "0.5", "PLACER_AUTO_MIGRATE": "true",
                "PLACER_RATE_LIMIT_PER_S": "0",
                "PYTHONPATH": os.pathsep.join(p for p in (str(PLUGINS), os.environ.get("PYTHONPATH")) if p)}
-        key = subprocess.run([PLACER, "keys", "create", "--project", "restart"], env=env, check=True,
+        key = subprocess.run([PLACER, "key", "create", "--project", "restart"], env=env, check=True,
                              capture_output=True, text=True).stdout
         assert key.count("\n") == 1 and key.startswith("plc_")
         headers = {"Authorization": f"Bearer {key.strip()}"}
