@@ -1,4 +1,4 @@
-"""The ``exact`` oracle and the throughput solvers in the compute-only setting of issue 13.
+"""The ``exact`` oracle and the throughput solvers in the compute-only setting.
 
 ``.venv/bin/python -m bench.bench_exact [--piper DIR] [--pipedream DIR] [--time-limit S]``
 
@@ -50,7 +50,7 @@ def six_devices() -> Topology:
 
 
 def compute_only_problem(graph: OpGraph) -> Problem:
-    """Issue 13's setting: compute only, no memory limit, 6 devices, 6 stages, 1 micro-batch."""
+    """The compute-only setting: no memory limit, 6 devices, 6 stages, 1 micro-batch."""
     return Problem(compute_only(graph), six_devices(), "throughput",
                    ProblemSettings(stages=6, replicas=1, micro_batches=(1,)))
 

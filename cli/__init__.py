@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
@@ -29,12 +30,19 @@ from cli.renamed import renamed_message
 
 ENTRY_POINT_GROUP = "placer.cli"
 INTRO = ("Placement optimizer for deep learning. Local commands read and write files; the server "
-         "commands (upload, list, show, delete, create, submit, get, evaluate) talk to a Placer server.")
+         "commands (upload, list, show, delete, create, submit, cancel, wait, get, evaluate) talk to a "
+         "Placer server.")
+EXAMPLES = ("examples:\n"
+            "  placer graph generate transformer --layers 24 -o bert.json\n"
+            "  placer topology generate hierarchical --nodes 4 --gpus-per-node 4 -o topo.json\n"
+            "  placer solve --graph bert.json --topology topo.json --micro-batches 8 -o plan.json\n"
+            "  placer job submit --graph g_ID --topology t_ID --micro-batches 8 --wait")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole ``placer`` parser, plugged-in commands included."""
-    parser = argparse.ArgumentParser(prog="placer", description=INTRO)
+    parser = argparse.ArgumentParser(prog="placer", description=textwrap.fill(INTRO, 79), epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _register_inputs(sub)

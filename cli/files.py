@@ -1,7 +1,7 @@
 """The local verbs of ``placer graph`` and ``placer topology``: documents on disk, no server.
 
 ``generate`` (the generators of docs/generators.md), ``import`` (another tool's profile, or
-GraphML), ``graphml`` (export), and for graphs ``dot`` (Graphviz) and ``scale`` (Celeritas'
+GraphML), ``export`` (GraphML, and for graphs Graphviz DOT) and for graphs ``scale`` (Celeritas'
 Standard Evaluation).
 """
 
@@ -36,8 +36,7 @@ EXAMPLES = {
 
 
 def add_file_verbs(group: Commands[argparse.ArgumentParser], what: str) -> None:
-    """``generate``, ``import``, ``graphml`` (and for graphs ``dot`` and ``scale``) on the noun ``what``."""
-    fmt = "opgraph" if what == "graph" else "topology"
+    """``generate``, ``import``, ``export`` (and for graphs ``scale``) on the noun ``what``."""
     p = command(group, "generate", f"generate a {what}; `placer {what} generate KIND --help-params` lists its parameters",
                 EXAMPLES[what],
                 description=f"Generate a {what} of a kind of docs/generators.md. Parameters are given as "
@@ -49,13 +48,7 @@ def add_file_verbs(group: Commands[argparse.ArgumentParser], what: str) -> None:
     p.add_argument("--json", action="store_true", help="print the output file, name and digest as JSON")
     p.set_defaults(func=cmd_generate, what=what, accepts_params=True)
     _add_import(group, what)
-    p = command(group, "graphml", f"export a {what} as GraphML (networkx, yEd, Gephi ...)",
-                [f"placer {what} graphml {'bert' if what == 'graph' else 'topo'}.json -o {what}.graphml"],
-                description=f"Write a {what} as GraphML for networkx, yEd or Gephi, exactly (docs/formats.md); "
-                            f"`placer {what} import --from graphml` reads it back.")
-    p.add_argument("file", help=f"a placer.{fmt}/v1 document")
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_graphml, what=what, json=False)
+    _add_export(group, what)
     if what == "graph":
         _add_graph_tools(group)
 
@@ -67,14 +60,14 @@ def _add_import(group: Commands[argparse.ArgumentParser], what: str) -> None:
                      "placer graph import --from graphml bert.graphml -o bert.json"],
                     description="Convert a PipeDream graph.txt or a Piper input JSON into placer.opgraph/v1. "
                                 "--from graphml reads a GraphML file (the attribute names of docs/formats.md); "
-                                "it is the exact inverse of `placer graph graphml`.")
+                                "it is the exact inverse of `placer graph export`.")
         p.add_argument("--from", dest="source", choices=("pipedream", "piper", "graphml"), required=True,
                        help="the format of FILE")
     else:
         p = command(group, "import", "read a topology from a GraphML file",
                     ["placer topology import --from graphml topo.graphml -o topo.json"],
                     description="Read a GraphML file (the attribute names of docs/formats.md) into "
-                                "placer.topology/v1; the exact inverse of `placer topology graphml`.")
+                                "placer.topology/v1; the exact inverse of `placer topology export`.")
         p.add_argument("--from", dest="source", choices=("graphml",), default="graphml",
                        help="the format of FILE (graphml, the default)")
     p.add_argument("file", help="the file to convert")
@@ -82,6 +75,28 @@ def _add_import(group: Commands[argparse.ArgumentParser], what: str) -> None:
     p.add_argument("--name", help=f"{what} name (default: the file's folder or stem; GraphML: its own name)")
     p.add_argument("--json", action="store_true", help="print the output file, name, size and digest as JSON")
     p.set_defaults(func=cmd_import)
+
+
+def _add_export(group: Commands[argparse.ArgumentParser], what: str) -> None:
+    fmt = "opgraph" if what == "graph" else "topology"
+    stem = "bert" if what == "graph" else "topo"
+    formats = ("graphml", "dot") if what == "graph" else ("graphml",)
+    examples = [f"placer {what} export {stem}.json -o {what}.graphml"]
+    description = (f"Write a {what} as GraphML for networkx, yEd or Gephi, exactly (docs/formats.md); "
+                   f"`placer {what} import --from graphml` reads it back.")
+    if what == "graph":
+        examples.append("placer graph export --format dot bert.json --plan plan.json --topology topo.json -o bert.dot")
+        description += " --format dot writes Graphviz DOT; with a plan, one cluster per stage."
+    p = command(group, "export", f"write a {what} in another tool's format ({', '.join(formats)})", examples,
+                description=description)
+    p.add_argument("file", help=f"a placer.{fmt}/v1 document")
+    p.add_argument("--format", choices=formats, default="graphml", help="the format to write (default: graphml)")
+    if what == "graph":
+        p.add_argument("--plan", help="with --format dot: a plan of the graph, its stages drawn as clusters")
+        p.add_argument("--topology", help="with --plan: the topology the plan runs on")
+        p.add_argument("--objective", choices=("throughput", "latency"), help="with --plan: override its objective")
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_export, what=what, json=False)
 
 
 def _add_graph_tools(group: Commands[argparse.ArgumentParser]) -> None:
@@ -97,15 +112,6 @@ def _add_graph_tools(group: Commands[argparse.ArgumentParser]) -> None:
     p.add_argument("-o", "--output", required=True, help="the estimated graph to write")
     p.add_argument("--json", action="store_true", help="print the output file, digest and batch size as JSON")
     p.set_defaults(func=cmd_scale)
-    p = command(group, "dot", "export a graph (optionally with a plan's stages) as Graphviz DOT",
-                ["placer graph dot bert.json --plan plan.json --topology topo.json -o bert.dot"],
-                description="Write Graphviz DOT; with a plan, one cluster per stage.")
-    p.add_argument("file", help="a placer.opgraph/v1 document")
-    p.add_argument("--plan", help="a plan of the graph: its stages become clusters")
-    p.add_argument("--topology", help="with --plan: the topology the plan runs on")
-    p.add_argument("--objective", choices=("throughput", "latency"), help="with --plan: override its objective")
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_dot, json=False)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -184,7 +190,21 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_dot(args: argparse.Namespace) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "dot":
+        text = _dot(args)
+    elif getattr(args, "plan", None):
+        raise InvalidInput("--plan draws a plan's stages in DOT only: add --format dot", field="plan")
+    else:
+        text = to_graphml(load_graph(args.file) if args.what == "graph" else load_topology(args.file))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _dot(args: argparse.Namespace) -> str:
     graph = load_graph(args.file)
     resolved = None
     if args.plan:
@@ -193,19 +213,4 @@ def cmd_dot(args: argparse.Namespace) -> int:
         plan = load_plan(args.plan)
         resolved = resolve_plan(load_problem(args.file, args.topology, args.objective, {}, plan), plan,
                                 check_memory=False)
-    text = to_dot(graph, resolved)
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK
-
-
-def cmd_graphml(args: argparse.Namespace) -> int:
-    obj = load_graph(args.file) if args.what == "graph" else load_topology(args.file)
-    text = to_graphml(obj)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK
+    return to_dot(graph, resolved)

@@ -26,7 +26,8 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     p = remote_command(group, "submit", "queue a solve (with --wait: follow it to the end)",
                        [f"placer job submit --solver parmesan {ON_SERVER} --micro-batches 8 --wait",
                         f"placer job submit --solver pipedream {ON_SERVER} --option mapping=p2p"])
-    p.add_argument("--solver", required=True, help="a solver of `placer catalogue list` (auto: the whole portfolio)")
+    p.add_argument("--solver", default="auto",
+                   help="a solver of `placer catalogue list` (default: auto, the whole portfolio)")
     _add_job_flags(p, per_solver_options=False)
     p.add_argument("--idempotency-key", help="default: a fresh one, so that retries never queue twice")
     p.set_defaults(func=cmd_submit)

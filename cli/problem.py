@@ -73,7 +73,10 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
 
 def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The problem settings the flags give (``--settings`` first, the single flags over it)."""
-    settings: dict[str, Any] = json.loads(args.settings) if getattr(args, "settings", None) else {}
+    try:
+        settings: dict[str, Any] = json.loads(args.settings) if getattr(args, "settings", None) else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--settings: not JSON ({exc})", field="settings") from None
     if not isinstance(settings, dict):
         raise InvalidInput("--settings: must be a JSON object", field="settings")
     for key in ("stages", "replicas", "seed", "schedule"):

@@ -19,6 +19,11 @@ RENAMED = {
     "import": "placer graph import --from pipedream|piper|graphml (a topology: placer topology import)",
     "measure-topology": "placer topology measure",
 }
+RENAMED_VERBS = {
+    ("graph", "graphml"): "placer graph export --format graphml",
+    ("graph", "dot"): "placer graph export --format dot",
+    ("topology", "graphml"): "placer topology export --format graphml",
+}
 LAUNCHER_BUILD = "placer launcher build --plan P --graph G [--topology T] -o DIR"
 GLOBAL_OPTIONS_WITH_VALUE = ("--url", "--api-key")
 
@@ -35,6 +40,8 @@ def renamed_message(argv: Sequence[str]) -> str | None:
     if old in RENAMED:
         return f"placer: `placer {old}` is now `{RENAMED[old]}`"
     following = words[i + 1] if i + 1 < len(words) else ""
+    if (old, following) in RENAMED_VERBS:
+        return f"placer: `placer {old} {following}` is now `{RENAMED_VERBS[old, following]}`"
     if old == "launcher" and following.startswith("-") and following not in ("-h", "--help"):
         return f"placer: `placer launcher {following} ...` is now `{LAUNCHER_BUILD}`"
     return None

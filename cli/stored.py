@@ -29,12 +29,13 @@ def add_server_verbs(group: Commands[argparse.ArgumentParser], what: str) -> Non
     prefix = "g_" if what == "graph" else "t_"
     p = remote_command(group, "upload", "upload a document (gzip-encoded on the wire when large)",
                        [f"placer {what} upload {file}"] + (
-                           ["placer graph upload profiles/resnet18/graph.txt --format pipedream --name resnet18"]
+                           ["placer graph upload profiles/resnet18/graph.txt --from pipedream --name resnet18"]
                            if what == "graph" else []))
     p.add_argument("file", help="a placer document (.json or .json.gz)" + (
-        ", or an importer format with --format" if what == "graph" else ""))
+        ", or another tool's profile with --from" if what == "graph" else ""))
     if what == "graph":
-        p.add_argument("--format", choices=("placer", "pipedream", "piper"), help="importer format of FILE")
+        p.add_argument("--from", dest="format", choices=("placer", "pipedream", "piper"),
+                       help="the format of FILE, as in `placer graph import --from` (default: placer)")
         p.add_argument("--name", help="name of an imported graph")
     p.set_defaults(func=cmd_upload, kind=what)
     p = remote_command(group, "list", f"list the project's {plural}, newest first",

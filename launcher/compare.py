@@ -5,7 +5,7 @@
   latency plan).
 - ``stage s forward``: the stage's measured forward compute per iteration (slowest replica) against
   the cost model's: the stage's ops' forward times on its device kind, over its replicas, times
-  the micro-batches (DESIGN §4; one pass for a latency plan).
+  the micro-batches (docs/cost-model.md; one pass for a latency plan).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class JobIn(Strict):
     topology_id: str = Field(max_length=40)
     solver: str = Field(min_length=1, max_length=100)
     objective: Objective = "throughput"
-    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
+    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
     options: dict[str, Any] = Field(default_factory=dict, description="solver options (see GET /v1/solvers)")
     time_limit_s: float | None = Field(None, gt=0, description="defaults to the server's default time limit")
     cache: bool = Field(True, description="reuse a finished plan of an identical job")
@@ -114,7 +114,7 @@ class ComparisonIn(Strict):
     topology_id: str = Field(max_length=40)
     solvers: list[str] = Field(min_length=1, max_length=64, json_schema_extra={"uniqueItems": True})
     objective: Objective = "throughput"
-    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
+    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="solver name -> its options")
     time_limit_s: float | None = Field(None, gt=0)
     cache: bool = True
@@ -153,7 +153,7 @@ class EvaluateIn(Strict):
     graph_id: str = Field(max_length=40)
     topology_id: str = Field(max_length=40)
     objective: Objective = "throughput"
-    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (DESIGN §3)")
+    settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
     plan: dict[str, Any] = Field(description="a placer.plan/v1 document")
     timeline: bool = False
 

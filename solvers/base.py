@@ -1,4 +1,4 @@
-"""The solver interface: options, budgets, progress, and the ``Solver`` protocol (DESIGN §6).
+"""The solver interface: options, budgets, progress, and the ``Solver`` protocol (docs/python.md).
 
 A solver receives a :class:`~solvers.model.problem.Problem`, its typed options, a
 :class:`Budget` and a progress callback, and returns a :class:`~solvers.model.plan.Plan`

@@ -1,4 +1,4 @@
-"""``auto``: a portfolio of every registered solver that answers the problem's objective (DESIGN §6).
+"""``auto``: a portfolio of every registered solver that answers the problem's objective (docs/python.md).
 
 The solvers run in parallel child processes (``workers``, default one per core), each started
 with a share of the time left (``left x workers / solvers not yet started``, never more than

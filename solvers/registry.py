@@ -1,4 +1,4 @@
-"""The explicit list of solver back-ends (DESIGN §2, §6).
+"""The explicit list of solver back-ends (docs/architecture.md, docs/python.md).
 
 Each entry names its class by import path, so ``import solvers`` stays fast and a back-end's
 heavy dependencies load only when it is used.  Third-party back-ends register through the

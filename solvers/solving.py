@@ -1,7 +1,7 @@
 """Run one solver on one problem and finish the plan (digests, timing, simulated metrics).
 
 This is the single entry point the CLI and the service call; it is where the contract of
-DESIGN §6 is enforced: objective applicability, typed options, the time budget, and metrics
+docs/python.md is enforced: objective applicability, typed options, the time budget, and metrics
 that come from the simulator, never from the solver.
 """
 

@@ -1,4 +1,4 @@
-"""Whether a plan is valid for a problem (DESIGN §3): its structure and its memory.
+"""Whether a plan is valid for a problem (docs/formats.md): its structure and its memory.
 
 A plan is valid only if every op is in exactly one stage, every device is used at most once,
 stage order respects dependencies for throughput plans, pins are honoured, and memory fits.

@@ -5,7 +5,7 @@ on another device is sent with ``isend`` as soon as it is made and received (blo
 before its first reader runs.  The per-device orders come from one feasible schedule, so every
 receive is matched by a send that is already posted or will be: no deadlock.
 
-Training pass (DESIGN §3): each op's backward runs on its forward's device, in the reverse of
+Training pass (docs/formats.md): each op's backward runs on its forward's device, in the reverse of
 the device's order, on the reversed edges.  Every op reads its inputs through fresh leaves, so
 backward runs op by op: an op's output gradient is the sum of its local readers' leaf gradients
 and the gradients received from remote readers; its input gradients go back to local producers

@@ -2,7 +2,7 @@
 
 With R replicas per stage there are R pipelines; pipeline r is replica r of every stage and
 processes slice r of every micro-batch (Parmesan Eq. 3).  Each stage's replicas form one
-data-parallel group whose gradients are averaged by all-reduce after the schedule (DESIGN §3:
+data-parallel group whose gradients are averaged by all-reduce after the schedule (docs/formats.md:
 all-reduce at the end of the iteration).  A plan with ``recompute`` checkpoints every stage
 (only its inputs are kept for backward).  The model is re-exported at the slice's row count
 when R > 1 (the export has static shapes); the op ids must be the same.

@@ -1,4 +1,4 @@
-"""What a plan's page shows, computed from the stored plan and the simulator (DESIGN §5):
+"""What a plan's page shows, computed from the stored plan and the simulator (docs/simulator.md):
 the timeline, compute and communication per stage, memory per device, the mapping, the diff
 of two plans, and the timeline as a Chrome trace (Trace Event Format)."""
 

@@ -1,6 +1,6 @@
 """The Celery application shared by the API (which sends job ids) and ``placer worker`` (which runs them).
 
-Redis is the broker; the jobs table stays the source of truth (DESIGN §7).  Delivery is at
+Redis is the broker; the jobs table stays the source of truth (docs/service.md).  Delivery is at
 least once and execution once: a task is acknowledged only after it ran (``acks_late``), is
 given back when its worker dies (``reject_on_worker_lost``), and the broker delivers an
 unacknowledged task again only after a visibility timeout longer than any job can run

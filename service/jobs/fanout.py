@@ -1,5 +1,5 @@
 """``auto`` on Celery workers: each portfolio member is its own job, and the parent job's choice
-is made in the database when its last child ends (DESIGN §6, §7).
+is made in the database when its last child ends (docs/python.md, docs/service.md).
 
 A worker that claims an ``auto`` job *expands* it in the claim's transaction: one queued child
 job per member (:func:`solvers.portfolio.portfolio_names`), each with the parent's full time

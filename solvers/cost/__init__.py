@@ -1,1 +1,1 @@
-"""The one cost model (DESIGN §4): compute, communication, traffic, memory and lower bounds."""
+"""The one cost model (docs/cost-model.md): compute, communication, traffic, memory and lower bounds."""

@@ -1,4 +1,4 @@
-"""Communication costs (DESIGN §4).
+"""Communication costs (docs/cost-model.md).
 
 Postal model on the widest-path channel: ``latency_s + bytes / bandwidth_Bps``.  Between
 replica groups of equal size replica ``i`` talks to replica ``i``; otherwise the bytes are

@@ -1,4 +1,4 @@
-"""Compute times (DESIGN §4).
+"""Compute times (docs/cost-model.md).
 
 The time of op ``v`` on device ``d`` is ``fwd_s[v] / speed(d)`` unless the graph gives
 ``times`` for the device's kind, which then win unscaled.  A stage with ``R`` replicas

@@ -1,4 +1,4 @@
-"""Memory model (DESIGN §4; Parmesan Appendix C, Eq. 14 for recomputation).
+"""Memory model (docs/cost-model.md; Parmesan Appendix C, Eq. 14 for recomputation).
 
 Throughput plans, per device of stage ``s`` (``R`` replicas, ``k`` micro-batches in flight):
 

@@ -1,4 +1,4 @@
-"""Topology and op-graph generators (DESIGN §3; sources in docs/generators.md).
+"""Topology and op-graph generators (docs/formats.md; sources in docs/generators.md).
 
 ``generate_topology(kind, **params)`` and ``generate_graph(kind, **params)`` call the generator
 registered under ``kind`` in :data:`TOPOLOGY_KINDS` / :data:`GRAPH_KINDS`; every generator has

@@ -1,7 +1,7 @@
 """Shared list-scheduling machinery for latency plans (m-TOPO, m-ETF, m-SCT, HEFT, Celeritas).
 
 The schedulers work on a :class:`TaskGraph` (the op graph itself, or Celeritas' coarse graph)
-and time it with the shared cost model (DESIGN §4) under the op-level simulator's rules:
+and time it with the shared cost model (docs/cost-model.md) under the op-level simulator's rules:
 
 * a task's duration on device ``d`` is its forward time there (``ComputeModel``); in a
   training pass (``problem.training``) forward + backward, and every message counts twice

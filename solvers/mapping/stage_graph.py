@@ -1,7 +1,7 @@
 """The replicated stage graph G' of §V and the two stage-time instantiations (Eq. 6–9).
 
 A mapping is an ``S x R`` array ``place[s, i]`` = device of replica ``i`` of stage ``s``.  Replica
-``i`` of a stage talks to replica ``i`` of its neighbours (DESIGN §4, equal replica counts), and
+``i`` of a stage talks to replica ``i`` of its neighbours (docs/cost-model.md, equal replica counts), and
 the replicas of a stage all-reduce in ring order ``place[s, 0], ..., place[s, R-1]``.
 
 * ``c^m`` (Eq. 6, 8): ``c_u(s) + sum over adjacent stages`` of the forward activation and the

@@ -1,4 +1,4 @@
-"""Canonical JSON form and sha256 digests of documents (DESIGN §3).
+"""Canonical JSON form and sha256 digests of documents (docs/formats.md).
 
 Two documents that differ only in key order or whitespace get the same digest; the digest
 is what the service uses to deduplicate uploads and to cache plans.  The canonical form is

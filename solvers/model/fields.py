@@ -1,5 +1,5 @@
 """The format names of the op-graph and topology documents and the fields each of their records
-may carry (DESIGN §3; docs/formats.md).
+may carry (docs/formats.md; docs/formats.md).
 
 Shared by the document loaders (:mod:`solvers.model.graph`, :mod:`solvers.model.topology`) and
 the networkx views (:mod:`solvers.model.interop`), which refuse a field the format does not know.

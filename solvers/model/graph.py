@@ -1,4 +1,4 @@
-"""The operator graph ``placer.opgraph/v1`` (DESIGN §3).
+"""The operator graph ``placer.opgraph/v1`` (docs/formats.md).
 
 An :class:`OpGraph` is immutable once built.  Besides the node and edge records it keeps
 numpy arrays indexed by op position (``fwd_s``, ``param_bytes`` ...), adjacency lists and a

@@ -1,4 +1,4 @@
-"""The records of an op graph, one per node and edge of ``placer.opgraph/v1`` (DESIGN §3), and
+"""The records of an op graph, one per node and edge of ``placer.opgraph/v1`` (docs/formats.md), and
 their parser.
 
 The parser checks every field of every record, in document order, and raises

@@ -1,4 +1,4 @@
-"""networkx views of op graphs and topologies, both ways (DESIGN §3; attributes in docs/formats.md).
+"""networkx views of op graphs and topologies, both ways (docs/formats.md; attributes in docs/formats.md).
 
 A graph becomes a ``networkx.DiGraph`` whose nodes are op ids carrying the node fields of
 ``placer.opgraph/v1`` as attributes, whose edges carry ``bytes``, and whose ``graph`` dict

@@ -1,4 +1,4 @@
-"""The plan ``placer.plan/v1`` and its validation against a problem (DESIGN §3).
+"""The plan ``placer.plan/v1`` and its validation against a problem (docs/formats.md).
 
 A hand-written plan holding only ``format``, ``stages`` (``ops``, ``devices``),
 ``micro_batches`` and ``schedule`` is complete: every other field has a default.

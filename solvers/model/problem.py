@@ -1,4 +1,4 @@
-"""The problem: graph + topology + objective + settings (DESIGN §3).
+"""The problem: graph + topology + objective + settings (docs/formats.md).
 
 ``objective="throughput"``: synchronous pipelined training (GPipe or 1F1B) with stages and
 replicas; minimise the iteration time.  ``objective="latency"``: one pass of one batch placed

@@ -1,4 +1,4 @@
-"""Problem settings, defined once (DESIGN §3).
+"""Problem settings, defined once (docs/formats.md).
 
 :class:`ProblemSettings` is the single definition of every setting: its type, bounds, default
 and description.  The library validates with it (:func:`settings_from_dict`), the HTTP API uses

@@ -1,4 +1,4 @@
-"""The device topology ``placer.topology/v1`` (DESIGN §3).
+"""The device topology ``placer.topology/v1`` (docs/formats.md).
 
 Devices and either ``links`` or full ``bandwidth_Bps`` / ``latency_s`` matrices.  A pair of
 devices with a direct link uses it; a pair with no direct link talks over the *widest path* (largest bottleneck bandwidth; among
@@ -147,7 +147,7 @@ class Topology:
             if better.any():
                 bw = np.where(better, cand_bw, bw)
                 lat = np.where(better, cand_lat, lat)
-        direct = self.direct_bandwidth_Bps > 0  # a direct link is used as it is (DESIGN §3)
+        direct = self.direct_bandwidth_Bps > 0  # a direct link is used as it is (docs/formats.md)
         return np.where(direct, self.direct_bandwidth_Bps, bw), np.where(direct, self.direct_latency_s, lat)
 
     @property

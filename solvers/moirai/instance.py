@@ -4,7 +4,7 @@ A *unit* is a node of the coarsened graph ``G = (N, L)`` (§III-D), placed as a 
 is one pass of a unit: a forward pass has one task per unit; a training pass adds a backward
 task per unit, run on its forward's device, with the edges reversed and an edge from each
 unit's forward to its backward (so a backward starts after the forward of everything
-downstream, DESIGN §3).  Task times per device come from
+downstream, docs/formats.md).  Task times per device come from
 :class:`~solvers.cost.compute.ComputeModel` (heterogeneous devices), memory from the latency
 memory model of :mod:`solvers.cost.memory`, channels from the topology's widest-path matrices.
 

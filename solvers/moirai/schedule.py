@@ -1,6 +1,6 @@
 """Exact timing of a placement + per-device task order on an :class:`Instance`.
 
-The rules are those the MILP encodes and the op-level simulator replays (DESIGN §4, §5): a task
+The rules are those the MILP encodes and the op-level simulator replays (docs/cost-model.md, docs/simulator.md): a task
 starts at ``max(device free, inputs arrived)`` in its device's order; when it ends, one message
 per consumer device leaves with the largest edge bytes to that device, starting at
 ``max(task end, channel free)`` — a channel serves its messages in request order, which is the

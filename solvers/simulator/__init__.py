@@ -1,4 +1,4 @@
-"""The one evaluator (DESIGN §5): every plan is scored here.
+"""The one evaluator (docs/simulator.md): every plan is scored here.
 
 ``simulate(problem, plan)`` runs the stage-level pipeline simulator for throughput plans and the
 op-level dataflow simulator for latency plans (``engine="auto"``); either can be forced.  See

@@ -1,4 +1,4 @@
-"""Directed device-pair channels: one transfer at a time on each (DESIGN §4, MOIRAI congestion).
+"""Directed device-pair channels: one transfer at a time on each (docs/cost-model.md, MOIRAI congestion).
 
 A message between two replica groups is split into its :func:`~solvers.cost.comm.transfer_pairs`;
 each pair is one transfer on its channel, the pairs run in parallel, and the message arrives

@@ -1,4 +1,4 @@
-"""Op-level dataflow simulator (DESIGN §5) for latency plans: any placement, eager messages.
+"""Op-level dataflow simulator (docs/simulator.md) for latency plans: any placement, eager messages.
 
 Each op ``v`` of group ``g`` gives a forward task ``F(v, m)`` per micro-batch ``m`` (and in a
 training pass a backward task ``B(v, m)``), timed with the group's op times (slowest replica /

@@ -1,4 +1,4 @@
-"""Stage-level pipeline simulator (DESIGN §5): the fast path for throughput plans.
+"""Stage-level pipeline simulator (docs/simulator.md): the fast path for throughput plans.
 
 Stage ``s`` runs its tasks in the schedule's order (:mod:`solvers.simulator.schedule`).
 ``F(s, m)`` takes ``f_s`` = the sum of the stage group's forward op times (slowest replica / R,

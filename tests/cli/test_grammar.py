@@ -24,6 +24,9 @@ OLD_SPELLINGS = {
     ("measure-topology", "-o", "topo.json"): "placer topology measure",
     ("launcher", "--plan", "p.json", "--graph", "g.json", "-o", "run"): "placer launcher build --plan P --graph G",
     ("--url", "http://h:1", "graphs", "upload", "g.json"): "placer graph upload",
+    ("graph", "graphml", "g.json"): "placer graph export --format graphml",
+    ("graph", "dot", "g.json", "-o", "g.dot"): "placer graph export --format dot",
+    ("topology", "graphml", "t.json"): "placer topology export --format graphml",
 }
 
 
@@ -101,3 +104,9 @@ def test_problem_flags_are_the_same_locally_and_on_the_server() -> None:
 def test_docs_cli_md_is_generated_from_the_parser() -> None:
     assert (ROOT / "docs" / "cli.md").read_text() == reference(), \
         "docs/cli.md is stale: python -m cli.reference > docs/cli.md"
+
+
+@pytest.mark.parametrize("argv", [["solve", "--graph", "g.json", "--topology", "t.json", "-o", "p.json"],
+                                  ["job", "submit", "--graph", "g_1", "--topology", "t_1"]])
+def test_the_solver_defaults_to_auto_locally_and_on_the_server(argv: list[str]) -> None:
+    assert build_parser().parse_args(argv).solver == "auto"

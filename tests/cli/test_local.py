@@ -163,7 +163,7 @@ def test_graphml_export_then_import_is_exact(files: dict[str, Path], capsys: pyt
                                              what: str) -> None:
     source = files["graph" if what == "graph" else "topo"]
     exported, back = files["dir"] / f"{what}.graphml", files["dir"] / f"{what}.back.json"
-    assert run(capsys, what, "graphml", str(source), "-o", str(exported))[0] == 0
+    assert run(capsys, what, "export", str(source), "-o", str(exported))[0] == 0
     code, out, _ = run(capsys, what, "import", "--from", "graphml", str(exported), "-o", str(back), "--json")
     assert code == 0
     assert json.loads(back.read_text()) == json.loads(source.read_text())
@@ -172,7 +172,7 @@ def test_graphml_export_then_import_is_exact(files: dict[str, Path], capsys: pyt
 
 
 def test_graphml_to_stdout_and_renamed_import(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    code, text, _ = run(capsys, "graph", "graphml", str(files["graph"]))
+    code, text, _ = run(capsys, "graph", "export", "--format", "graphml", str(files["graph"]))
     assert code == 0 and text.startswith("<graphml")
     exported, back = files["dir"] / "g.graphml", files["dir"] / "g.json"
     exported.write_text(text)
@@ -185,3 +185,25 @@ def test_graphml_import_of_a_bad_file_exits_2(tmp_path: Path, capsys: pytest.Cap
     bad.write_text("<graphml><graph")
     code, _, err = run(capsys, "graph", "import", "--from", "graphml", str(bad), "-o", str(tmp_path / "out.json"))
     assert code == 2 and "invalid GraphML" in err
+
+
+def test_dot_export_draws_a_plans_stages(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    plan = files["dir"] / "dot-plan.json"
+    assert run(capsys, "solve", "--solver", "even", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
+               "--micro-batches", "2", "-o", str(plan), "--quiet")[0] == 0
+    code, text, _ = run(capsys, "graph", "export", "--format", "dot", str(files["graph"]), "--plan", str(plan),
+                        "--topology", str(files["topo"]))
+    assert code == 0 and text.startswith("digraph") and "subgraph cluster_" in text
+
+
+def test_a_plan_outside_dot_is_refused_naming_the_option(files: dict[str, Path],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "graph", "export", str(files["graph"]), "--plan", "p.json")
+    assert code == 2 and "--format dot" in err
+
+
+def test_settings_that_are_not_json_exit_2_naming_the_flag(files: dict[str, Path],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "solve", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
+                       "--settings", "{bad", "-o", str(files["dir"] / "p.json"))
+    assert code == 2 and "--settings: not JSON" in err

@@ -111,7 +111,7 @@ def _degenerate_problems(objective: str) -> list[Problem]:
 
 @pytest.mark.parametrize(("solver", "objective"), CASES)
 def test_document_is_json_on_one_stage_and_one_device(solver: str, objective: str) -> None:
-    """No stat, metric or number of a plan is NaN or infinite (issue: a one-stage plan's ratio was inf)."""
+    """No stat, metric or number of a plan is NaN or infinite (a one-stage plan's ratio was once inf)."""
     for problem in _degenerate_problems(objective):
         plan = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
         doc = plan.to_document()

@@ -1,4 +1,4 @@
-"""Every latency solver on every PipeDream profile (issue 12): forward and training pass, on 4
+"""Every latency solver on every PipeDream profile: forward and training pass, on 4
 identical V100 over PCIe and on 4 heterogeneous devices over a slow network.  Each plan must be
 valid (the simulator replays its order without deadlock) and claim exactly what the simulator
 measures.  Small time limits: 0.5 s per solver, 4 s for the portfolio ``auto`` (marked slow: it
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(not PROFILES, reason="shared/data not present")
 
 
 def pcie_identical() -> Topology:
-    """4 V100 (32 GiB), every pair 12 GB/s and 10 us (the issue's reproduction)."""
+    """4 V100 (32 GiB), every pair 12 GB/s and 10 us."""
     devices = [Device(f"gpu{i}", "V100", "server", 32 * GiB, 1.0) for i in range(4)]
     return Topology.from_links("pcie4", devices, [Link(a.id, b.id, 12e9, 1e-5)
                                                   for i, a in enumerate(devices) for b in devices[i + 1:]])

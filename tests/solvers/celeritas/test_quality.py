@@ -1,4 +1,4 @@
-"""Celeritas against the best list scheduler (issue 12): within 5 % of min(HEFT, m-ETF) on
+"""Celeritas against the best list scheduler: within 5 % of min(HEFT, m-ETF) on
 branchy graphs, ahead where communication dominates, on the paper's testbed (4 V100, 32 GiB,
 PCIe at 12 GB/s and 10 us).  Deterministic: the time limit is far above the solve times."""
 

@@ -40,7 +40,7 @@ dag_seeds = st.integers(min_value=0, max_value=10_000)
 
 
 def compute_only_problem(graph: OpGraph, n_devices: int = 6, n_stages: int = 6) -> Problem:
-    """Issue 13's setting: zero edge bytes, no memory limit, identical devices and channels,
+    """The compute-only setting: zero edge bytes, no memory limit, identical devices and channels,
     ``n_stages`` stages of one replica, one micro-batch."""
     graph = OpGraph.build(graph.name, list(graph.nodes), [Edge(e.src, e.dst, 0.0) for e in graph.edges],
                           profiled_batch_size=graph.profiled_batch_size)

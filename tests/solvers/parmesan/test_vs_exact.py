@@ -1,4 +1,4 @@
-"""Parmesan against the ``exact`` oracle and the trivial splits (issue 13, compute-only setting).
+"""Parmesan against the ``exact`` oracle and the trivial splits (compute-only setting).
 
 Zero edge bytes, no memory limit, 6 identical devices, 6 stages, 1 micro-batch.  With one
 micro-batch every split has the same iteration time, so plans are compared by their simulated
@@ -82,7 +82,7 @@ def test_parmesan_never_behind_even_pipedream_and_near_the_oracle(key: str) -> N
 
 
 def test_piper_resnet_regression() -> None:
-    """The issue's case: Parmesan's bottleneck was 4.7 % above even's on Piper's resnet."""
+    """The case that was behind: Parmesan's bottleneck was 4.7 % above even's on Piper's resnet."""
     if not PIPER:
         pytest.skip("shared/data not present")
     problem = compute_only_problem(_graph("piper/resnet"))

@@ -1,9 +1,5 @@
 """The polled GETs (``/v1/jobs/{id}``, ``/v1/plans/{id}``, ``/v1/graphs/{id}``): one path for every
 request, without an ORM session, with the same answers whatever the query string.
-
-These checks once compared a lean path (a middleware) with the full route; a query string sent a
-request the full way.  They still compare the answers with and without one: both now take the
-ordinary route.
 """
 
 from __future__ import annotations
@@ -30,14 +26,14 @@ def _paths(job: dict[str, Any]) -> list[str]:
     return [f"/v1/jobs/{job['id']}", f"/v1/plans/{job['plan_id']}", f"/v1/graphs/{job['graph_id']}"]
 
 
-def _same(lean: Any, full: Any) -> None:
-    assert lean.status_code == full.status_code, (lean.text, full.text)
-    assert lean.headers["content-type"] == full.headers["content-type"]
-    assert lean.headers.get("etag") == full.headers.get("etag")
-    assert lean.content == full.content
+def _same(plain: Any, queried: Any) -> None:
+    assert plain.status_code == queried.status_code, (plain.text, queried.text)
+    assert plain.headers["content-type"] == queried.headers["content-type"]
+    assert plain.headers.get("etag") == queried.headers.get("etag")
+    assert plain.content == queried.content
 
 
-def test_lean_answers_equal_the_full_path(api: Api) -> None:
+def test_a_query_string_changes_no_answer(api: Api) -> None:
     job = _finished_job(api)
     for path in _paths(job):
         _same(api.get(path), api.get(path, params={"full": "1"}))
@@ -47,7 +43,7 @@ def test_lean_answers_equal_the_full_path(api: Api) -> None:
     assert ctx.plans.get(job["plan_id"]) is not None  # kept after its first read
 
 
-def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_polled_gets_need_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the per-request ORM sessions broken, the hot GETs of a cached key still answer."""
     job = _finished_job(api)
     ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
@@ -60,13 +56,13 @@ def test_lean_path_needs_no_orm_session(api: Api, monkeypatch: pytest.MonkeyPatc
         assert api.get(path).status_code == 200, path
 
 
-def test_another_projects_ids_are_404_on_both_paths(api: Api, other_api: Api) -> None:
+def test_another_projects_ids_are_404_with_or_without_a_query_string(api: Api, other_api: Api) -> None:
     job = _finished_job(api)
     other_api.get("/v1/graphs")  # the other key is cached
     for path in [*_paths(job), "/v1/jobs/job_nosuch", "/v1/plans/plan_nosuch", "/v1/graphs/g_nosuch"]:
-        lean, full = other_api.get(path), other_api.get(path, params={"full": "1"})
-        assert_problem(lean, 404, field="id", slug="not-found")
-        _same(lean, full)
+        plain, queried = other_api.get(path), other_api.get(path, params={"full": "1"})
+        assert_problem(plain, 404, field="id", slug="not-found")
+        _same(plain, queried)
 
 
 def test_plan_etag_answers_304(api: Api) -> None:
@@ -79,13 +75,13 @@ def test_plan_etag_answers_304(api: Api) -> None:
         assert api.get(path, params=params, headers={"If-None-Match": '"other"'}).status_code == 200
 
 
-def test_an_over_long_if_none_match_is_refused_on_both_paths(api: Api) -> None:
+def test_an_over_long_if_none_match_is_refused_with_or_without_a_query_string(api: Api) -> None:
     job = _finished_job(api)
     path = f"/v1/plans/{job['plan_id']}"
     tags = ", ".join(f'"t{i:05d}"' for i in range(300))  # over 2,000 characters
-    lean, full = (api.get(path, params=params, headers={"If-None-Match": tags}) for params in ({}, {"full": "1"}))
-    assert lean.status_code == 422
-    _same(lean, full)
+    plain, queried = (api.get(path, params=params, headers={"If-None-Match": tags}) for params in ({}, {"full": "1"}))
+    assert plain.status_code == 422
+    _same(plain, queried)
 
 
 def test_revoked_key_is_refused_once_its_cache_entry_expires(api: Api) -> None:
