@@ -7,6 +7,12 @@ number of replicas in DP units (the paper's ``d - d'``; the final count is ``r x
 Choices where the paper is loose (docs/rannc.md): ``V_{0,b,d}`` is 0 only for ``b = d = 0``
 (no stage may skip blocks or leave devices idle), and at ``s = S`` only ``b = |B|`` and
 ``d = D`` are computed (the other cells cannot change ``V_{S,|B|,D}``).
+
+Placer adds one term the paper's ``h`` leaves out (docs/rannc.md, "What the DP charges"): the
+data-parallel gradient all-reduce of a stage's parameters over its replicas, which the
+simulator runs after the stage's last backward.  It depends on where the stage sits (``d'``
+and ``d`` fix its devices, see :mod:`.allocate`), so it is an :class:`AllReduceTable` over
+``(b', b)`` and ``(d', d)``, spread over the iteration's micro-batches and added to ``t^b``.
 """
 
 from __future__ import annotations
@@ -42,24 +48,46 @@ class StageTables:
 
 
 @dataclass(frozen=True)
+class AllReduceTable:
+    """All-reduce per micro-batch of a stage ``(b', b]`` on devices ``d' .. d - 1`` of every copy.
+
+    ``param_bytes[b', b] * per_byte_s[d', d] + fixed_s[d', d]`` (0 where ``param_bytes`` is 0):
+    the ring all-reduce of the cost model (Parmesan Eq. 9) is linear in the bytes.  Both time
+    tables are already divided by the micro-batch count.
+    """
+
+    param_bytes: FloatArray
+    per_byte_s: FloatArray
+    fixed_s: FloatArray
+
+    def seconds(self, bp: IntArray, b: int, dp: IntArray, d: int) -> FloatArray:
+        """``[len(bp), len(dp)]`` all-reduce seconds per micro-batch of the candidate stages."""
+        params = self.param_bytes[bp, b][:, None]
+        ar = params * self.per_byte_s[dp, d][None, :] + self.fixed_s[dp, d][None, :]
+        return np.where(params > 0, ar, 0.0)
+
+
+@dataclass(frozen=True)
 class StageSolution:
     """``bounds[i]`` = ``b_{i+1}`` (last block of stage i, 1-based); ``replicas[i]`` in DP units."""
 
     bounds: tuple[int, ...]
     replicas: tuple[int, ...]
-    value_s: float  # V_{S,|B|,D} = max forward + max backward
+    value_s: float  # V_{S,|B|,D} = max forward + max backward (all-reduce share included)
     fwd_max_s: float
     bwd_max_s: float
 
 
 def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes: FloatArray,
-                  in_flight: IntArray, allowed: BoolArray | None = None, prune: bool = True) -> StageSolution | None:
+                  in_flight: IntArray, allowed: BoolArray | None = None, prune: bool = True,
+                  allreduce: AllReduceTable | None = None) -> StageSolution | None:
     """Algorithm 1: stages and per-stage replica counts minimising max fwd + max bwd.
 
     ``cap_bytes[s]`` / ``in_flight[s]``: usable memory and micro-batches in flight of stage
     ``s`` (0-based); ``allowed[r]``: whether a stage may have ``r`` replicas; ``prune``: the
-    ``d_min`` pruning of lines 30-33 (off when ``allowed`` excludes some counts).  ``None``
-    when infeasible.
+    ``d_min`` pruning of lines 30-33 (off when ``allowed`` excludes some counts);
+    ``allreduce``: the gradient all-reduce per micro-batch added to a stage's backward time
+    (``None``: the paper's ``h``, compute and outbound transfer only).  ``None`` when infeasible.
     """
     S, D, K = n_stages, n_devices, tables.n_blocks
     if S < 1 or S > K or S > D or tables.max_replicas + S - 1 < D:
@@ -90,6 +118,8 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
                 prev = V[s - 1][np.ix_(bp, dp)]
                 f = tables.fwd_s[r[None, :], bp[:, None], b]
                 bw = tables.bwd_s[r[None, :], bp[:, None], b]
+                if allreduce is not None:
+                    bw = bw + allreduce.seconds(bp, b, dp, d)
                 mem = tables.mem_fixed_bytes[r[None, :], bp[:, None], b] + \
                     in_flight[s - 1] * tables.mem_kept_bytes[r[None, :], bp[:, None], b]
                 tf = np.maximum(TF[s - 1][np.ix_(bp, dp)], f)
@@ -118,3 +148,15 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
         at_b, at_d = prev_b, prev_d
     return StageSolution(tuple(reversed(bounds)), tuple(reversed(reps)), float(V[S, K, D]),
                          float(TF[S, K, D]), float(TB[S, K, D]))
+
+
+def pipeline_estimate_s(solution: StageSolution, n_stages: int, micro_batches: int) -> float:
+    """Iteration time the DP's value implies: ``(MB + S - 1) (max t^f + max t^b)``.
+
+    The simulator's closed form for ``S`` equal stages (docs/simulator.md) applied to the
+    bottleneck: ``MB`` micro-batches through the slowest stage plus the pipeline's fill and
+    drain of ``S - 1`` steps.  The all-reduce share in ``t^b`` is counted per step.  Placer's
+    addition: Algorithm 1 compares solutions of one ``S`` and ``MB``, where this factor is a
+    constant; Algorithm 2 compares across them.
+    """
+    return (micro_batches + n_stages - 1) * solution.value_s
