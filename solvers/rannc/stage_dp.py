@@ -60,10 +60,11 @@ class AllReduceTable:
     per_byte_s: FloatArray
     fixed_s: FloatArray
 
-    def seconds(self, bp: IntArray, b: int, dp: IntArray, d: int) -> FloatArray:
-        """``[len(bp), len(dp)]`` all-reduce seconds per micro-batch of the candidate stages."""
-        params = self.param_bytes[bp, b][:, None]
-        ar = params * self.per_byte_s[dp, d][None, :] + self.fixed_s[dp, d][None, :]
+    def seconds(self, bp: IntArray, b: int, dp: IntArray, d: IntArray) -> FloatArray:
+        """``[len(bp), len(dp), len(d)]`` all-reduce seconds per micro-batch of the candidate stages."""
+        params = self.param_bytes[bp, b][:, None, None]
+        grid = np.ix_(dp, d)
+        ar = params * self.per_byte_s[grid][None] + self.fixed_s[grid][None]
         return np.where(params > 0, ar, 0.0)
 
 
@@ -109,33 +110,43 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
     for s in range(1, S + 1):
         b_values = range(s, K - S + s + 1) if s < S else range(K, K + 1)
         for b in b_values:
-            d_top = D - (S - s)
-            d_values = range(d_top, max(d_min, s) - 1, -1) if s < S else range(D, D + 1)
-            for d in d_values:
-                bp = np.arange(s - 1, b)  # b' candidates
-                dp = np.arange(s - 1, d)  # d' candidates
-                r = d - dp  # replicas of stage s
-                prev = V[s - 1][np.ix_(bp, dp)]
-                f = tables.fwd_s[r[None, :], bp[:, None], b]
-                bw = tables.bwd_s[r[None, :], bp[:, None], b]
-                if allreduce is not None:
-                    bw = bw + allreduce.seconds(bp, b, dp, d)
-                mem = tables.mem_fixed_bytes[r[None, :], bp[:, None], b] + \
-                    in_flight[s - 1] * tables.mem_kept_bytes[r[None, :], bp[:, None], b]
-                tf = np.maximum(TF[s - 1][np.ix_(bp, dp)], f)
-                tb = np.maximum(TB[s - 1][np.ix_(bp, dp)], bw)
-                v = tf + tb
-                ok = np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & allowed[r][None, :] & np.isfinite(v)
-                if not ok.any():
-                    if prune:
-                        d_min = d + 1
-                        break
-                    continue
-                v = np.where(ok, v, np.inf)
-                i, j = np.unravel_index(int(np.argmin(v)), v.shape)
-                V[s, b, d] = v[i, j]
-                TF[s, b, d], TB[s, b, d] = tf[i, j], tb[i, j]
-                CB[s, b, d], CD[s, b, d] = bp[i], dp[j]
+            # the paper's loop over d (descending) is vectorised: every d of this (s, b) at once
+            d_hi, d_lo = (D - (S - s), max(d_min, s)) if s < S else (D, D)
+            if d_hi < d_lo:
+                continue
+            ds = np.arange(d_hi, d_lo - 1, -1)  # d, descending
+            bp = np.arange(s - 1, b)  # b' candidates
+            dp = np.arange(s - 1, d_hi)  # d' candidates of the largest d; d' < d is masked below
+            r_all = ds[None, :] - dp[:, None]  # [d', d] replicas of stage s
+            r = np.clip(r_all, 0, None)
+            at = (r[None], bp[:, None, None], b)  # -> [b', d', d]
+            f = tables.fwd_s[at]
+            bw = tables.bwd_s[at]
+            if allreduce is not None:
+                bw = bw + allreduce.seconds(bp, b, dp, ds)
+            mem = tables.mem_fixed_bytes[at] + in_flight[s - 1] * tables.mem_kept_bytes[at]
+            cell = np.ix_(bp, dp)
+            prev = V[s - 1][cell][:, :, None]
+            tf = np.maximum(TF[s - 1][cell][:, :, None], f)
+            tb = np.maximum(TB[s - 1][cell][:, :, None], bw)
+            v = tf + tb
+            ok = ((r_all >= 1) & allowed[r])[None] & np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & np.isfinite(v)
+            has = ok.any(axis=(0, 1))
+            if prune and not has.all():
+                stop = int(np.argmin(has))  # the largest d without a solution: lines 30-33
+                d_min = int(ds[stop]) + 1
+                has[stop:] = False
+            keep = np.flatnonzero(has)
+            if len(keep) == 0:
+                continue
+            # per d, the first minimum in (b', d') row-major order, as the scalar loop finds it
+            flat = np.where(ok, v, np.inf).transpose(2, 0, 1).reshape(len(ds), -1)[keep]
+            best = flat.argmin(axis=1)
+            i, j = np.unravel_index(best, (len(bp), len(dp)))
+            dk = ds[keep]
+            V[s, b, dk] = flat[np.arange(len(keep)), best]
+            TF[s, b, dk], TB[s, b, dk] = tf[i, j, keep], tb[i, j, keep]
+            CB[s, b, dk], CD[s, b, dk] = bp[i], dp[j]
     if not np.isfinite(V[S, K, D]):
         return None
     bounds: list[int] = []

@@ -188,7 +188,7 @@ def test_allreduce_table_is_the_simulators_ring_on_the_allocated_devices() -> No
             for hi in range(lo + 1, D + 1):
                 sizes = [lo, hi - lo, D - hi]
                 devs = allocate_devices(layout, nodes, copies, [r for r in sizes if r > 0])[1 if lo else 0]
-                got = float(table.seconds(np.asarray([0]), blocks.k, np.asarray([lo]), hi)[0, 0]) * 4
+                got = float(table.seconds(np.asarray([0]), blocks.k, np.asarray([lo]), np.asarray([hi]))[0, 0, 0]) * 4
                 assert got == pytest.approx(allreduce_s(topo, devs, params), rel=1e-9, abs=1e-15)
 
 

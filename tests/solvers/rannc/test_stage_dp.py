@@ -168,7 +168,7 @@ def test_dp_value_with_allreduce_is_its_own_solution_and_bounded_by_brute_force(
             lo, d0, fmax, bmax, fits = 0, 0, 0.0, 0.0, True
             for s, (hi, r) in enumerate(zip(bounds, reps, strict=True)):
                 fits &= bool(t.mem_fixed_bytes[r, lo, hi] + in_flight[s] * t.mem_kept_bytes[r, lo, hi] <= caps[s])
-                extra = float(ar.seconds(np.asarray([lo]), hi, np.asarray([d0]), d0 + r)[0, 0])
+                extra = float(ar.seconds(np.asarray([lo]), hi, np.asarray([d0]), np.asarray([d0 + r]))[0, 0, 0])
                 fmax, bmax = max(fmax, t.fwd_s[r, lo, hi]), max(bmax, bwd[r, lo, hi] + extra)
                 lo, d0 = hi, d0 + r
             if fits:
