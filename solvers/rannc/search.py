@@ -27,7 +27,14 @@ from solvers.rannc.allocate import NodeLayout, allocate_devices
 from solvers.rannc.blocks import BlockPartition
 from solvers.rannc.groups import reference_capacity_bytes
 from solvers.rannc.profile import RangeTable, StageCandidate, StageProfiler, intra_node_channel
-from solvers.rannc.stage_dp import AllReduceTable, StageSolution, StageTables, form_stage_dp, pipeline_estimate_s
+from solvers.rannc.stage_dp import (
+    AllReduceTable,
+    StageSolution,
+    StageTables,
+    evaluate_stages,
+    form_stage_dp,
+    pipeline_estimate_s,
+)
 from solvers.simulator import simulate
 
 
@@ -199,8 +206,14 @@ class StageSearch:
                 used = n_stages * fixed if fixed else devices
                 yield [SearchPoint(n, copies, n_stages, mb, used, fixed) for mb in self.micro_batches]
 
-    def solve_candidate(self, cand: SearchPoint) -> StageSolution | None:
-        """Algorithm 1 for one candidate."""
+    def solve_candidate(self, cand: SearchPoint) -> list[StageSolution]:
+        """Algorithm 1 for one candidate, with the all-reduce and with the paper's ``h``.
+
+        The DP keeps one (max forward, max backward) pair per cell, so it is a heuristic once
+        backward times are not proportional to forward times, which the all-reduce makes them;
+        its solution then need not simulate better than the paper's.  Both are returned (once
+        when equal), each valued with the all-reduce (:func:`.stage_dp.evaluate_stages`).
+        """
         problem = self.problem
         recompute = self.recompute_for(cand.stages)
         max_r = cand.devices - cand.stages + 1
@@ -212,8 +225,14 @@ class StageSearch:
         if cand.fixed_replicas is not None:
             allowed = np.zeros(max_r + 1, dtype=bool)
             allowed[cand.fixed_replicas] = True
-        return form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune,
-                             self.allreduce_table(cand, recompute))
+        allreduce = self.allreduce_table(cand, recompute)
+        out: list[StageSolution] = []
+        for charged in (allreduce, None):
+            sol = form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune, charged)
+            if sol is None or any((sol.bounds, sol.replicas) == (o.bounds, o.replicas) for o in out):
+                continue
+            out.append(sol if charged is not None else evaluate_stages(tables, sol.bounds, sol.replicas, allreduce))
+        return out
 
     def to_plan(self, cand: SearchPoint, sol: StageSolution) -> Plan:
         """Stages of ops (a cloned op in its earliest stage) on allocated devices."""
@@ -253,23 +272,21 @@ class StageSearch:
             for cand in group:
                 if result.plan is not None and budget.expired():
                     return result
-                sol = self.solve_candidate(cand)
-                result.dp_calls += 1
-                if sol is None:
-                    continue
-                group_estimate = min(group_estimate,
-                                     pipeline_estimate_s(sol, cand.stages, cand.micro_batches) / cand.micro_batches)
-                plan = self.to_plan(cand, sol)
-                try:
-                    objective_s = float(simulate(self.problem, plan).metrics["objective_s"])
-                except InvalidPlan:
-                    result.rejected += 1
-                    continue
-                result.simulated += 1
-                per_sample = objective_s / cand.micro_batches
-                if per_sample < result.per_sample_s:
-                    result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
-                    result.chosen, result.solution = cand, sol
+                result.dp_calls += 2
+                for sol in self.solve_candidate(cand):
+                    group_estimate = min(group_estimate, pipeline_estimate_s(sol, cand.stages, cand.micro_batches)
+                                         / cand.micro_batches)
+                    plan = self.to_plan(cand, sol)
+                    try:
+                        objective_s = float(simulate(self.problem, plan).metrics["objective_s"])
+                    except InvalidPlan:
+                        result.rejected += 1
+                        continue
+                    result.simulated += 1
+                    per_sample = objective_s / cand.micro_batches
+                    if per_sample < result.per_sample_s:
+                        result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
+                        result.chosen, result.solution = cand, sol
             report(result, (gi + 1) / len(groups))
             if not exhaustive and group_estimate > best_estimate.get(nodes, float("inf")):
                 stopped.add(nodes)

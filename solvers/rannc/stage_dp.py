@@ -171,3 +171,16 @@ def pipeline_estimate_s(solution: StageSolution, n_stages: int, micro_batches: i
     constant; Algorithm 2 compares across them.
     """
     return (micro_batches + n_stages - 1) * solution.value_s
+
+
+def evaluate_stages(tables: StageTables, bounds: tuple[int, ...], replicas: tuple[int, ...],
+                    allreduce: AllReduceTable | None = None) -> StageSolution:
+    """The DP's value (lines 21-23) of given stages and replica counts, all-reduce included."""
+    lo, d0, fwd, bwd = 0, 0, 0.0, 0.0
+    for hi, r in zip(bounds, replicas, strict=True):
+        b = float(tables.bwd_s[r, lo, hi])
+        if allreduce is not None:
+            b += float(allreduce.seconds(np.asarray([lo]), hi, np.asarray([d0]), np.asarray([d0 + r]))[0, 0, 0])
+        fwd, bwd = max(fwd, float(tables.fwd_s[r, lo, hi])), max(bwd, b)
+        lo, d0 = hi, d0 + r
+    return StageSolution(bounds, replicas, fwd + bwd, fwd, bwd)

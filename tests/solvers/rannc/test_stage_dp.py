@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.rannc.stage_dp import AllReduceTable, StageSolution, StageTables, form_stage_dp, pipeline_estimate_s
+from solvers.rannc.stage_dp import (
+    AllReduceTable,
+    StageSolution,
+    StageTables,
+    evaluate_stages,
+    form_stage_dp,
+    pipeline_estimate_s,
+)
 from tests.strategies import examples
 
 
@@ -178,3 +185,7 @@ def test_dp_value_with_allreduce_is_its_own_solution_and_bounded_by_brute_force(
     assert (sol is None) == (not np.isfinite(best))
     if sol is not None:
         assert sol.value_s >= best - 1e-9
+        assert evaluate_stages(t, sol.bounds, sol.replicas, ar).value_s == pytest.approx(sol.value_s)
+        paper = form_stage_dp(t, S, D, caps, in_flight, prune=False)
+        assert paper is not None  # the same memory check: the paper's h finds a solution as well
+        assert evaluate_stages(t, paper.bounds, paper.replicas).value_s == pytest.approx(paper.value_s)
