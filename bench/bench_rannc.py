@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=60.0, help="per solver run in the quality part")
     parser.add_argument("--quick", action="store_true", help="fewer quality cases")
+    parser.add_argument("--solvers", default="", help="quality part: only these labels, comma-separated "
+                                                       "(e.g. 'rannc (paper),rannc (exhaustive)')")
     parser.add_argument("--json", default="", help="also write the rows to this file")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
@@ -140,6 +142,8 @@ def main() -> None:
     if args.part in ("quality", "all"):
         for case in quality_cases(args.quick):
             for label, solver, options in SOLVERS:
+                if args.solvers and label not in args.solvers.split(","):
+                    continue
                 row = quality_row(case, label, solver, options, args.time_limit)
                 rows.append(row)
                 print(json.dumps(row), flush=True)

@@ -15,7 +15,7 @@ the stage's time and activation memory by ``R`` accordingly (Parmesan Eq. 3), wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -56,7 +56,14 @@ class StageProfiler(Protocol):
 
 
 class CostModelProfiler:
-    """Default profiler: the shared cost model on the merged ops, slowest device as reference."""
+    """Default profiler: the shared cost model on the merged ops, slowest device as reference.
+
+    Its profile of ``r`` replicas is its profile of one replica with times, kept and working
+    bytes divided by ``r`` (``scales_with_replicas``), which lets the search build the tables
+    of every replica count from one profile per block range.
+    """
+
+    scales_with_replicas: ClassVar[bool] = True
 
     def __init__(self, problem: Problem, recompute: bool) -> None:
         self.problem = problem

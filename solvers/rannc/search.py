@@ -1,10 +1,12 @@
 """Stage-level partitioning, Algorithm 2 ``form_stage`` (RaNNC §III-C): nodes, stages, micro-batches.
 
 For ``n = 1, 2, 4, ...`` nodes per pipeline copy (``D = D_node · n`` devices, ``R = N / n``
-copies), every stage count ``S`` not tried with a smaller ``n`` and every micro-batch
-candidate, Algorithm 1 proposes a plan; the plans are scored by the one simulator and the best
-per-sample time wins.  ``search="paper"`` returns at the first ``S`` with a feasible plan, as
-Algorithm 2 does; ``search="exhaustive"`` goes through every ``(n, S, MB)`` within the budget.
+copies), stage counts ``S`` and every micro-batch candidate, Algorithm 1 proposes a plan; the
+plans are scored by the one simulator and the best per-sample time wins.  Algorithm 2 returns
+at the first ``S`` with a feasible plan (lines 16-18), which is right only for an objective in
+which more stages never pay off; with the all-reduce in the DP (:mod:`.stage_dp`) they can, so
+``search="paper"`` walks ``S`` upwards per ``n`` while the DP's pipeline estimate improves
+(docs/rannc.md).  ``search="exhaustive"`` goes through every ``(n, S, MB)`` within the budget.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray
 from solvers.base import Budget
+from solvers.cost.comm import allreduce_s
 from solvers.cost.memory import in_flight_micro_batches
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
@@ -24,7 +27,14 @@ from solvers.rannc.allocate import NodeLayout, allocate_devices
 from solvers.rannc.blocks import BlockPartition
 from solvers.rannc.groups import reference_capacity_bytes
 from solvers.rannc.profile import RangeTable, StageCandidate, StageProfiler, intra_node_channel
-from solvers.rannc.stage_dp import StageSolution, StageTables, form_stage_dp
+from solvers.rannc.stage_dp import (
+    AllReduceTable,
+    StageSolution,
+    StageTables,
+    evaluate_stages,
+    form_stage_dp,
+    pipeline_estimate_s,
+)
 from solvers.simulator import simulate
 
 
@@ -70,43 +80,100 @@ class StageSearch:
         self.ranges = RangeTable(problem, blocks.block_ops)
         self.bandwidth_Bps, self.latency_s = intra_node_channel(problem.topology)
         self._tables: dict[tuple[bool, int], tuple[FloatArray, ...]] = {}
+        k = blocks.k
+        # bytes entering / leaving every block range, [b', b] (inf where undefined)
+        self._in_bytes, self._out_bytes = np.full((k + 1, k + 1), np.inf), np.full((k + 1, k + 1), np.inf)
+        for i in range(k):
+            for j in range(i, k):
+                _, self._in_bytes[i, j + 1], self._out_bytes[i, j + 1] = self.ranges.get(i, j)
+        self._rings: dict[tuple[int, int, int], tuple[FloatArray, FloatArray]] = {}
 
     # ---- candidate stages -----------------------------------------------------------
-    def _comm_s(self, size_bytes: float, replicas: int) -> float:
-        if size_bytes <= 0:
-            return 0.0
-        return self.latency_s + size_bytes / replicas / self.bandwidth_Bps
-
     def _replica_table(self, recompute: bool, total: int) -> tuple[FloatArray, ...]:
-        """[b', b] tables of every block range for stages of ``total`` replicas (cached)."""
+        """[b', b] tables of every block range for stages of ``total`` replicas (cached).
+
+        ``(fwd, bwd, fixed memory, kept memory, parameter bytes)``.  A profiler that declares
+        ``scales_with_replicas`` is called once per range (one replica) and scaled; any other
+        is called for every range and replica count.
+        """
         hit = self._tables.get((recompute, total))
         if hit is not None:
             return hit
-        k = self.blocks.k
-        f, b, fixed, kept = (np.full((k + 1, k + 1), np.inf) for _ in range(4))
         profiler = self.profilers[recompute]
+        if total > 1 and getattr(profiler, "scales_with_replicas", False):
+            one = self._tables.get((recompute, 0))  # the one-replica profiles, unscaled
+            if one is None:
+                one = self._tables[(recompute, 0)] = self._profiles(recompute, 1)
+            f1, b1, params, kept1, work1 = one
+            f, b, kept, work = f1 / total, b1 / total, kept1 / total, work1 / total
+        else:
+            f, b, params, kept, work = self._profiles(recompute, total)
         factor = 1.0 + self.problem.settings.optimizer_bytes_per_param_byte
+        hit = (f + self._comm_table(self._out_bytes, total), b + self._comm_table(self._in_bytes, total),
+               params * factor + work, kept, params)
+        self._tables[(recompute, total)] = hit
+        return hit
+
+    def _profiles(self, recompute: bool, total: int) -> tuple[FloatArray, ...]:
+        """The profiler's ``(fwd, bwd, params, kept, working)`` of every block range, ``[b', b]``."""
+        k = self.blocks.k
+        out = tuple(np.full((k + 1, k + 1), np.inf) for _ in range(5))
+        profiler = self.profilers[recompute]
         samples = self.problem.graph.profiled_batch_size / total
         for i in range(k):
             for j in range(i, k):
                 ops, in_bytes, out_bytes = self.ranges.get(i, j)
                 prof = profiler(StageCandidate(i, j, ops, in_bytes, out_bytes, total, samples))
-                f[i, j + 1] = prof.fwd_s + self._comm_s(out_bytes, total)
-                b[i, j + 1] = prof.bwd_s + self._comm_s(in_bytes, total)
-                fixed[i, j + 1] = prof.param_bytes * factor + prof.working_bytes
-                kept[i, j + 1] = prof.kept_bytes
-        hit = (f, b, fixed, kept)
-        self._tables[(recompute, total)] = hit
-        return hit
+                for arr, value in zip(out, (prof.fwd_s, prof.bwd_s, prof.param_bytes, prof.kept_bytes,
+                                            prof.working_bytes), strict=True):
+                    arr[i, j + 1] = value
+        return out
+
+    def _comm_table(self, size_bytes: FloatArray, replicas: int) -> FloatArray:
+        """Transfer of every block range's boundary bytes, each replica sending its ``1/R`` share:
+        ``latency + bytes / R / bandwidth`` on the intra-node channel (footnote 3), 0 for no bytes,
+        ``inf`` where the range is undefined."""
+        with np.errstate(invalid="ignore"):
+            comm = self.latency_s + size_bytes / replicas / self.bandwidth_Bps
+        return np.where(size_bytes > 0, comm, np.where(np.isfinite(size_bytes), 0.0, np.inf))
 
     def tables(self, recompute: bool, copies: int, max_replicas: int) -> StageTables:
         """Algorithm 1's profile tables for DP-unit replicas ``1 .. max_replicas``."""
         k = self.blocks.k
         parts = [np.full((max_replicas + 1, k + 1, k + 1), np.inf) for _ in range(4)]
         for r in range(1, max_replicas + 1):
-            for arr, tab in zip(parts, self._replica_table(recompute, r * copies), strict=True):
+            for arr, tab in zip(parts, self._replica_table(recompute, r * copies)[:4], strict=True):
                 arr[r] = tab
         return StageTables(*parts)
+
+    def _ring_table(self, nodes: int, copies: int, devices: int) -> tuple[FloatArray, FloatArray]:
+        """Per-byte and fixed seconds of the all-reduce of a stage on positions ``d' .. d - 1``.
+
+        The stage's devices are those :func:`.allocate.allocate_devices` gives it: positions
+        ``d' .. d - 1`` of every copy's pool, copy-major, which is the ring order the simulator
+        uses.  ``comm.allreduce_s`` is linear in the bytes, so two evaluations give both terms.
+        """
+        key = (nodes, copies, devices)
+        hit = self._rings.get(key)
+        if hit is not None:
+            return hit
+        topo = self.problem.topology
+        pools = [[d for node in self.layout.nodes[j * nodes:(j + 1) * nodes] for d in node] for j in range(copies)]
+        per_byte, fixed = np.zeros((devices + 1, devices + 1)), np.zeros((devices + 1, devices + 1))
+        for lo in range(devices):
+            for hi in range(lo + 1, devices + 1):
+                ring = [d for pool in pools for d in pool[lo:hi]]
+                one, two = allreduce_s(topo, ring, 1.0), allreduce_s(topo, ring, 2.0)
+                per_byte[lo, hi], fixed[lo, hi] = two - one, 2.0 * one - two
+        hit = (per_byte, fixed)
+        self._rings[key] = hit
+        return hit
+
+    def allreduce_table(self, cand: SearchPoint, recompute: bool) -> AllReduceTable:
+        """The gradient all-reduce of every candidate stage, per micro-batch of ``cand``."""
+        params = self._replica_table(recompute, cand.copies)[4]
+        per_byte, fixed = self._ring_table(cand.nodes, cand.copies, cand.devices)
+        return AllReduceTable(params, per_byte / cand.micro_batches, fixed / cand.micro_batches)
 
     # ---- Algorithm 2 ----------------------------------------------------------------
     def node_counts(self) -> list[int]:
@@ -115,10 +182,14 @@ class StageSearch:
         return counts if counts[-1] == n_nodes else [*counts, n_nodes]
 
     def candidates_by_stage(self) -> Iterator[list[SearchPoint]]:
-        """Algorithm 2's loops; each yielded list shares ``(n, S)`` and spans the micro-batches."""
+        """Algorithm 2's loops; each yielded list shares ``(n, S)`` and spans the micro-batches.
+
+        Every ``n`` tries ``S = 1 .. min(D, k)`` in increasing order (the paper gives each ``n``
+        only ``D_node (n - 1) + 1 .. D_node n``): the node count fixes which devices a stage's
+        replicas and its all-reduce ring span, so the same ``S`` costs differently per ``n``.
+        """
         s = self.problem.settings
         per_node = self.layout.devices_per_node
-        tried: set[int] = set()
         for n in self.node_counts():
             copies = self.layout.n_nodes // n
             devices = per_node * n
@@ -130,16 +201,19 @@ class StageSearch:
             most = devices // fixed if fixed else devices
             stage_counts = [s.stages] if s.stages is not None else range(1, most + 1)
             for n_stages in stage_counts:
-                if n_stages in tried and s.stages is None:
-                    continue
                 if n_stages > min(most, self.blocks.k):
                     break
-                tried.add(n_stages)
                 used = n_stages * fixed if fixed else devices
                 yield [SearchPoint(n, copies, n_stages, mb, used, fixed) for mb in self.micro_batches]
 
-    def solve_candidate(self, cand: SearchPoint) -> StageSolution | None:
-        """Algorithm 1 for one candidate."""
+    def solve_candidate(self, cand: SearchPoint) -> list[StageSolution]:
+        """Algorithm 1 for one candidate, with the all-reduce and with the paper's ``h``.
+
+        The DP keeps one (max forward, max backward) pair per cell, so it is a heuristic once
+        backward times are not proportional to forward times, which the all-reduce makes them;
+        its solution then need not simulate better than the paper's.  Both are returned (once
+        when equal), each valued with the all-reduce (:func:`.stage_dp.evaluate_stages`).
+        """
         problem = self.problem
         recompute = self.recompute_for(cand.stages)
         max_r = cand.devices - cand.stages + 1
@@ -151,7 +225,14 @@ class StageSearch:
         if cand.fixed_replicas is not None:
             allowed = np.zeros(max_r + 1, dtype=bool)
             allowed[cand.fixed_replicas] = True
-        return form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune)
+        allreduce = self.allreduce_table(cand, recompute)
+        out: list[StageSolution] = []
+        for charged in (allreduce, None):
+            sol = form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune, charged)
+            if sol is None or any((sol.bounds, sol.replicas) == (o.bounds, o.replicas) for o in out):
+                continue
+            out.append(sol if charged is not None else evaluate_stages(tables, sol.bounds, sol.replicas, allreduce))
+        return out
 
     def to_plan(self, cand: SearchPoint, sol: StageSolution) -> Plan:
         """Stages of ops (a cloned op in its earliest stage) on allocated devices."""
@@ -172,31 +253,42 @@ class StageSearch:
                     recompute=self.recompute_for(cand.stages), status="feasible")
 
     def run(self, exhaustive: bool, budget: Budget, report: Callable[[SearchResult, float], None]) -> SearchResult:
-        """Algorithm 2; the plans are scored with the simulator (per-sample time)."""
+        """Algorithm 2; every Algorithm 1 solution is scored with the simulator (per-sample time).
+
+        ``exhaustive=False`` (the default search): for each node count the stage counts are
+        tried upwards until the best pipeline estimate of a stage count
+        (:func:`.stage_dp.pipeline_estimate_s` per sample) is no better than that of a smaller
+        one; ``exhaustive=True`` tries every ``(n, S, MB)`` within the budget.
+        """
         result = SearchResult()
         groups = list(self.candidates_by_stage())
+        best_estimate: dict[int, float] = {}  # node count -> best per-sample estimate so far
+        stopped: set[int] = set()
         for gi, group in enumerate(groups):
-            found = False
+            nodes = group[0].nodes
+            if nodes in stopped:
+                continue
+            group_estimate = float("inf")
             for cand in group:
                 if result.plan is not None and budget.expired():
                     return result
-                sol = self.solve_candidate(cand)
-                result.dp_calls += 1
-                if sol is None:
-                    continue
-                plan = self.to_plan(cand, sol)
-                try:
-                    objective_s = float(simulate(self.problem, plan).metrics["objective_s"])
-                except InvalidPlan:
-                    result.rejected += 1
-                    continue
-                result.simulated += 1
-                found = True
-                per_sample = objective_s / cand.micro_batches
-                if per_sample < result.per_sample_s:
-                    result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
-                    result.chosen, result.solution = cand, sol
+                result.dp_calls += 2
+                for sol in self.solve_candidate(cand):
+                    group_estimate = min(group_estimate, pipeline_estimate_s(sol, cand.stages, cand.micro_batches)
+                                         / cand.micro_batches)
+                    plan = self.to_plan(cand, sol)
+                    try:
+                        objective_s = float(simulate(self.problem, plan).metrics["objective_s"])
+                    except InvalidPlan:
+                        result.rejected += 1
+                        continue
+                    result.simulated += 1
+                    per_sample = objective_s / cand.micro_batches
+                    if per_sample < result.per_sample_s:
+                        result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
+                        result.chosen, result.solution = cand, sol
             report(result, (gi + 1) / len(groups))
-            if found and not exhaustive:
-                break
+            if not exhaustive and group_estimate > best_estimate.get(nodes, float("inf")):
+                stopped.add(nodes)
+            best_estimate[nodes] = min(best_estimate.get(nodes, float("inf")), group_estimate)
         return result

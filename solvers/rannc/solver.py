@@ -3,7 +3,8 @@
 Atomic level (§III-A, :mod:`.atomic`) -> block level (§III-B, :mod:`.blocks`: coarsening,
 uncoarsening, compaction to ``k`` blocks) -> stage level (§III-C, :mod:`.stage_dp` Algorithm 1
 inside :mod:`.search` Algorithm 2) -> devices (:mod:`.allocate`).  Every choice the paper
-leaves open is listed in docs/rannc.md.
+leaves open, and the terms Placer adds to its objective (the gradient all-reduce in Algorithm 1,
+the pipeline's fill and drain in Algorithm 2), are listed in docs/rannc.md.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class RanncOptions(SolverOptions):
         "problem", description="candidates: the problem's micro_batches, or 1, 2, 4 .. max_micro_batches (Alg. 2)")
     max_micro_batches: int = Field(64, ge=1, le=4096, description="largest power of two tried")
     search: Literal["paper", "exhaustive"] = Field(
-        "paper", description="paper: stop at the first stage count with a plan (Alg. 2); exhaustive: try all")
+        "paper", description="paper: Alg. 2, each node count trying stage counts while the DP's pipeline "
+                             "estimate improves; exhaustive: try all")
     recompute: Literal["problem", "auto"] = Field(
         "problem", description="problem: settings.recompute; auto: recompute when S > 1 (RaNNC §IV-A)")
     uncoarsen: bool = Field(True, description="run the uncoarsening step of §III-B")
@@ -55,7 +57,7 @@ class RanncSolver:
                               "and node-aligned device allocation")
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = RanncOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
 
     def __init__(self, profiler: StageProfiler | None = None) -> None:
         """``profiler`` replaces the cost-model profile (used for both recompute settings)."""

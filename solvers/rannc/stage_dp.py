@@ -7,6 +7,12 @@ number of replicas in DP units (the paper's ``d - d'``; the final count is ``r x
 Choices where the paper is loose (docs/rannc.md): ``V_{0,b,d}`` is 0 only for ``b = d = 0``
 (no stage may skip blocks or leave devices idle), and at ``s = S`` only ``b = |B|`` and
 ``d = D`` are computed (the other cells cannot change ``V_{S,|B|,D}``).
+
+Placer adds one term the paper's ``h`` leaves out (docs/rannc.md, "What the DP charges"): the
+data-parallel gradient all-reduce of a stage's parameters over its replicas, which the
+simulator runs after the stage's last backward.  It depends on where the stage sits (``d'``
+and ``d`` fix its devices, see :mod:`.allocate`), so it is an :class:`AllReduceTable` over
+``(b', b)`` and ``(d', d)``, spread over the iteration's micro-batches and added to ``t^b``.
 """
 
 from __future__ import annotations
@@ -42,24 +48,47 @@ class StageTables:
 
 
 @dataclass(frozen=True)
+class AllReduceTable:
+    """All-reduce per micro-batch of a stage ``(b', b]`` on devices ``d' .. d - 1`` of every copy.
+
+    ``param_bytes[b', b] * per_byte_s[d', d] + fixed_s[d', d]`` (0 where ``param_bytes`` is 0):
+    the ring all-reduce of the cost model (Parmesan Eq. 9) is linear in the bytes.  Both time
+    tables are already divided by the micro-batch count.
+    """
+
+    param_bytes: FloatArray
+    per_byte_s: FloatArray
+    fixed_s: FloatArray
+
+    def seconds(self, bp: IntArray, b: int, dp: IntArray, d: IntArray) -> FloatArray:
+        """``[len(bp), len(dp), len(d)]`` all-reduce seconds per micro-batch of the candidate stages."""
+        params = self.param_bytes[bp, b][:, None, None]
+        grid = np.ix_(dp, d)
+        ar = params * self.per_byte_s[grid][None] + self.fixed_s[grid][None]
+        return np.where(params > 0, ar, 0.0)
+
+
+@dataclass(frozen=True)
 class StageSolution:
     """``bounds[i]`` = ``b_{i+1}`` (last block of stage i, 1-based); ``replicas[i]`` in DP units."""
 
     bounds: tuple[int, ...]
     replicas: tuple[int, ...]
-    value_s: float  # V_{S,|B|,D} = max forward + max backward
+    value_s: float  # V_{S,|B|,D} = max forward + max backward (all-reduce share included)
     fwd_max_s: float
     bwd_max_s: float
 
 
 def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes: FloatArray,
-                  in_flight: IntArray, allowed: BoolArray | None = None, prune: bool = True) -> StageSolution | None:
+                  in_flight: IntArray, allowed: BoolArray | None = None, prune: bool = True,
+                  allreduce: AllReduceTable | None = None) -> StageSolution | None:
     """Algorithm 1: stages and per-stage replica counts minimising max fwd + max bwd.
 
     ``cap_bytes[s]`` / ``in_flight[s]``: usable memory and micro-batches in flight of stage
     ``s`` (0-based); ``allowed[r]``: whether a stage may have ``r`` replicas; ``prune``: the
-    ``d_min`` pruning of lines 30-33 (off when ``allowed`` excludes some counts).  ``None``
-    when infeasible.
+    ``d_min`` pruning of lines 30-33 (off when ``allowed`` excludes some counts);
+    ``allreduce``: the gradient all-reduce per micro-batch added to a stage's backward time
+    (``None``: the paper's ``h``, compute and outbound transfer only).  ``None`` when infeasible.
     """
     S, D, K = n_stages, n_devices, tables.n_blocks
     if S < 1 or S > K or S > D or tables.max_replicas + S - 1 < D:
@@ -81,31 +110,43 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
     for s in range(1, S + 1):
         b_values = range(s, K - S + s + 1) if s < S else range(K, K + 1)
         for b in b_values:
-            d_top = D - (S - s)
-            d_values = range(d_top, max(d_min, s) - 1, -1) if s < S else range(D, D + 1)
-            for d in d_values:
-                bp = np.arange(s - 1, b)  # b' candidates
-                dp = np.arange(s - 1, d)  # d' candidates
-                r = d - dp  # replicas of stage s
-                prev = V[s - 1][np.ix_(bp, dp)]
-                f = tables.fwd_s[r[None, :], bp[:, None], b]
-                bw = tables.bwd_s[r[None, :], bp[:, None], b]
-                mem = tables.mem_fixed_bytes[r[None, :], bp[:, None], b] + \
-                    in_flight[s - 1] * tables.mem_kept_bytes[r[None, :], bp[:, None], b]
-                tf = np.maximum(TF[s - 1][np.ix_(bp, dp)], f)
-                tb = np.maximum(TB[s - 1][np.ix_(bp, dp)], bw)
-                v = tf + tb
-                ok = np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & allowed[r][None, :] & np.isfinite(v)
-                if not ok.any():
-                    if prune:
-                        d_min = d + 1
-                        break
-                    continue
-                v = np.where(ok, v, np.inf)
-                i, j = np.unravel_index(int(np.argmin(v)), v.shape)
-                V[s, b, d] = v[i, j]
-                TF[s, b, d], TB[s, b, d] = tf[i, j], tb[i, j]
-                CB[s, b, d], CD[s, b, d] = bp[i], dp[j]
+            # the paper's loop over d (descending) is vectorised: every d of this (s, b) at once
+            d_hi, d_lo = (D - (S - s), max(d_min, s)) if s < S else (D, D)
+            if d_hi < d_lo:
+                continue
+            ds = np.arange(d_hi, d_lo - 1, -1)  # d, descending
+            bp = np.arange(s - 1, b)  # b' candidates
+            dp = np.arange(s - 1, d_hi)  # d' candidates of the largest d; d' < d is masked below
+            r_all = ds[None, :] - dp[:, None]  # [d', d] replicas of stage s
+            r = np.clip(r_all, 0, None)
+            at = (r[None], bp[:, None, None], b)  # -> [b', d', d]
+            f = tables.fwd_s[at]
+            bw = tables.bwd_s[at]
+            if allreduce is not None:
+                bw = bw + allreduce.seconds(bp, b, dp, ds)
+            mem = tables.mem_fixed_bytes[at] + in_flight[s - 1] * tables.mem_kept_bytes[at]
+            cell = np.ix_(bp, dp)
+            prev = V[s - 1][cell][:, :, None]
+            tf = np.maximum(TF[s - 1][cell][:, :, None], f)
+            tb = np.maximum(TB[s - 1][cell][:, :, None], bw)
+            v = tf + tb
+            ok = ((r_all >= 1) & allowed[r])[None] & np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & np.isfinite(v)
+            has = ok.any(axis=(0, 1))
+            if prune and not has.all():
+                stop = int(np.argmin(has))  # the largest d without a solution: lines 30-33
+                d_min = int(ds[stop]) + 1
+                has[stop:] = False
+            keep = np.flatnonzero(has)
+            if len(keep) == 0:
+                continue
+            # per d, the first minimum in (b', d') row-major order, as the scalar loop finds it
+            flat = np.where(ok, v, np.inf).transpose(2, 0, 1).reshape(len(ds), -1)[keep]
+            best = flat.argmin(axis=1)
+            i, j = np.unravel_index(best, (len(bp), len(dp)))
+            dk = ds[keep]
+            V[s, b, dk] = flat[np.arange(len(keep)), best]
+            TF[s, b, dk], TB[s, b, dk] = tf[i, j, keep], tb[i, j, keep]
+            CB[s, b, dk], CD[s, b, dk] = bp[i], dp[j]
     if not np.isfinite(V[S, K, D]):
         return None
     bounds: list[int] = []
@@ -118,3 +159,28 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
         at_b, at_d = prev_b, prev_d
     return StageSolution(tuple(reversed(bounds)), tuple(reversed(reps)), float(V[S, K, D]),
                          float(TF[S, K, D]), float(TB[S, K, D]))
+
+
+def pipeline_estimate_s(solution: StageSolution, n_stages: int, micro_batches: int) -> float:
+    """Iteration time the DP's value implies: ``(MB + S - 1) (max t^f + max t^b)``.
+
+    The simulator's closed form for ``S`` equal stages (docs/simulator.md) applied to the
+    bottleneck: ``MB`` micro-batches through the slowest stage plus the pipeline's fill and
+    drain of ``S - 1`` steps.  The all-reduce share in ``t^b`` is counted per step.  Placer's
+    addition: Algorithm 1 compares solutions of one ``S`` and ``MB``, where this factor is a
+    constant; Algorithm 2 compares across them.
+    """
+    return (micro_batches + n_stages - 1) * solution.value_s
+
+
+def evaluate_stages(tables: StageTables, bounds: tuple[int, ...], replicas: tuple[int, ...],
+                    allreduce: AllReduceTable | None = None) -> StageSolution:
+    """The DP's value (lines 21-23) of given stages and replica counts, all-reduce included."""
+    lo, d0, fwd, bwd = 0, 0, 0.0, 0.0
+    for hi, r in zip(bounds, replicas, strict=True):
+        b = float(tables.bwd_s[r, lo, hi])
+        if allreduce is not None:
+            b += float(allreduce.seconds(np.asarray([lo]), hi, np.asarray([d0]), np.asarray([d0 + r]))[0, 0, 0])
+        fwd, bwd = max(fwd, float(tables.fwd_s[r, lo, hi])), max(bwd, b)
+        lo, d0 = hi, d0 + r
+    return StageSolution(bounds, replicas, fwd + bwd, fwd, bwd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
@@ -77,3 +78,11 @@ def one_device_problem(objective: str) -> Problem:
     """A topology of a single device: one stage, no communication of any kind."""
     topo = Topology.from_links("one-device", [Device("g0", "V100", "h0", 16 * GiB, 1.0)], [])
     return Problem(diamond_graph(), topo, objective, ProblemSettings())  # type: ignore[arg-type]
+
+
+def demo_problem() -> Problem:
+    """The problem of ``make run``'s demo (service/demo.py): a 4-layer, 1024-wide transformer on
+    two hosts of four GPUs, 8 micro-batches."""
+    graph = generate_graph("transformer", layers=4, hidden=1024, heads=16, name="demo-transformer-4L")
+    topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
+    return Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(8,)))

@@ -1,7 +1,8 @@
 """The solver contract (DESIGN §6, §10), run against every registered solver.
 
 valid plan, honest status, claimed objective equal to the simulator's, time limit honoured,
-deterministic for a seed, infeasible fixtures reported as ``infeasible``.
+deterministic for a seed, infeasible fixtures reported as ``infeasible``, and no throughput
+solver behind ``even``'s trivial split on the same problem.
 """
 
 from __future__ import annotations
@@ -120,3 +121,31 @@ def test_document_is_json_on_one_stage_and_one_device(solver: str, objective: st
         assert plan_from_document(json.loads(text)).to_document() == doc
         if plan.stages:
             resolve_plan(problem, plan)
+
+
+THROUGHPUT_SOLVERS = [name for name, objective in CASES if objective == "throughput"]
+EVEN_PROBLEMS = {"diamonds": fx.throughput_problem, "one-stage": fx.one_stage_problem,
+                 "one-device": lambda: fx.one_device_problem("throughput"),
+                 "larger": lambda: fx.larger_problem("throughput"), "demo": fx.demo_problem}
+# Known shortfalls, each with its figure: the test fails as soon as one is fixed, so it is removed.
+BEHIND_EVEN = {("pipedream", "larger"): "1005.71 ms against even's 1004.91 ms (PipeDream's DP has no even fallback)"}
+
+
+def _even_cases() -> list[object]:
+    out: list[object] = []
+    for solver in THROUGHPUT_SOLVERS:
+        for name in EVEN_PROBLEMS:
+            reason = BEHIND_EVEN.get((solver, name))
+            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            out.append(pytest.param(solver, name, id=f"{solver}-{name}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("solver", "problem_name"), _even_cases())
+def test_throughput_solver_is_no_worse_than_even(solver: str, problem_name: str) -> None:
+    """Every throughput solver's simulated objective is at most ``even``'s on the same problem."""
+    problem = EVEN_PROBLEMS[problem_name]()
+    even = solve(problem, "even")
+    plan = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
+    assert even.metrics is not None and plan.metrics is not None, plan.notes
+    assert plan.metrics["objective_s"] <= even.metrics["objective_s"] * (1 + 1e-9)
