@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from solvers.arrays import IntArray
 from solvers.base import Budget
@@ -26,20 +26,11 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
+from solvers.partition.shapes import StagePartition as StagePartition  # the partition to map
 from solvers.simulator import simulate
 
 Mapper = Literal["parmesan", "consecutive", "p2p"]
 Instantiation = Literal["combined", "auto", "m", "ar", "both"]
-
-
-class StagePartition(NamedTuple):
-    """A partition to map: ``stage_of[op]`` in ``0..S-1``, ``S`` stages of ``R`` replicas each,
-    ``MB`` micro-batches an iteration."""
-
-    stage_of: IntArray
-    n_stages: int
-    replicas: int
-    micro_batches: int
 
 
 @dataclass(frozen=True)
