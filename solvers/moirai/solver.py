@@ -2,7 +2,7 @@
 
 Steps (:mod:`solvers.moirai.pipeline`): warm start from the best list schedule of the ops (the
 list schedulers of other families are handed in, ``MoiraiSolver(warm_start=…)``;
-:class:`solvers.composed.MoiraiWithWarmStart`, the registry's ``moirai``, hands in ``heft``,
+:class:`solvers.composed.moirai.MoiraiWithWarmStart`, the registry's ``moirai``, hands in ``heft``,
 ``cpop``, ``m-etf``, ``m-sct``, ``m-topo`` and ``celeritas``) ->
 heads, tails and energetic bound of the task DAG -> on graphs of at most ``max_nodes`` ops the
 MILP on the chosen ``backend`` (in a child process killed at the deadline), the critical block's
@@ -53,7 +53,7 @@ class MoiraiSolver:
 
     ``warm_start``: the other families' list schedulers whose plans are warm-start candidates, in
     order (with ``options.warm_start``); they are handed in from above
-    (:class:`solvers.composed.MoiraiWithWarmStart`, the registry's ``moirai``), a bare
+    (:class:`solvers.composed.moirai.MoiraiWithWarmStart`, the registry's ``moirai``), a bare
     ``MoiraiSolver`` runs only its own list schedule and the single-device plans.
     """
 

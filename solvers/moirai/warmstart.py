@@ -1,16 +1,17 @@
 """Warm start: a memory-aware list schedule and single-device plans, timed exactly.
 
 Candidates: the plans of the heuristics handed in (:class:`Heuristic`: list schedulers of other
-families, so the composition above the families names them, :mod:`solvers.composed`; on the uncoarsened graph with their own
-per-device order; on units, each unit goes to the device holding most of its ops' work and each
-device runs its units by decreasing upward rank), our own list schedule, and every single-device
-plan.  The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
-devices plus the mean transfer time of the heaviest path to a sink), and each unit's forward
-task goes to the allowed device, with room left, that finishes it earliest (transfers estimated
-without channel contention); a backward task runs on its forward's device.  Every candidate is
-timed by :func:`~solvers.moirai.schedule.replay` (in a training pass the list schedule orders the
-forward tasks and each device runs its backward tasks after them, reversed); the best one is the MILP's incumbent, the
-source of its hint and of the big-M horizon (docs/moirai.md).
+families, named by the composition above the families, :mod:`solvers.composed.moirai`), on the
+uncoarsened graph with their own per-device order (on units, each unit goes to the device holding
+most of its ops' work and each device runs its units by decreasing upward rank); our own list
+schedule, and every single-device plan. The list schedule is HEFT-like: tasks are taken by
+decreasing upward rank (mean time on the devices plus the mean transfer time of the heaviest path to
+a sink), and each unit's forward task goes to the allowed device, with room left, that finishes it
+earliest (transfers estimated without channel contention); a backward task runs on its forward's
+device. Every candidate is timed by :func:`~solvers.moirai.schedule.replay` (in a training pass the
+list schedule orders the forward tasks and each device runs its backward tasks after them,
+reversed); the best one is the MILP's incumbent, the source of its hint and of the big-M horizon
+(docs/moirai.md).
 """
 
 from __future__ import annotations

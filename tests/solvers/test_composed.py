@@ -5,7 +5,8 @@ warm-starts from the list schedulers, a bare ``MoiraiSolver`` from its own sched
 from __future__ import annotations
 
 from solvers.base import Budget, no_progress
-from solvers.composed import MoiraiWithWarmStart, ParmesanWithSafetyNet, parmesan_baselines
+from solvers.composed.moirai import MoiraiWithWarmStart
+from solvers.composed.parmesan import ParmesanWithSafetyNet, parmesan_baselines
 from solvers.moirai.options import MoiraiOptions
 from solvers.moirai.solver import MoiraiSolver
 from solvers.parmesan.solver import ParmesanOptions, ParmesanSolver
