@@ -25,14 +25,14 @@ BUILTIN: dict[str, str] = {
     "even": "solvers.baselines.even:EvenSolver",
     "single": "solvers.baselines.single:SingleSolver",
     # parmesan family
-    "parmesan": "solvers.safety_net:ParmesanWithSafetyNet",
+    "parmesan": "solvers.composed.parmesan:ParmesanWithSafetyNet",
     "pipedream": "solvers.baselines.pipedream:PipeDreamSolver",
     # exact contiguous partition (Tarnawski et al.)
     "exact": "solvers.exact.solver:ExactSolver",
     # rannc family
     "rannc": "solvers.rannc.solver:RanncSolver",
     # moirai family
-    "moirai": "solvers.moirai.solver:MoiraiSolver",
+    "moirai": "solvers.composed.moirai:MoiraiWithWarmStart",
     # celeritas family and list-scheduling baselines
     "celeritas": "solvers.celeritas.solver:CeleritasSolver",
     "m-topo": "solvers.baselines.mtopo:MTopoSolver",

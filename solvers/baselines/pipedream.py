@@ -45,7 +45,7 @@ from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
-from solvers.partition.costs import stage_capacity_bytes, stage_memory_vec
+from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
 from solvers.partition.shapes import sr_candidates
 
 
@@ -99,7 +99,7 @@ def _flat_costs(problem: Problem, chain: LayerChain, n_stages: int, replicas: in
         b_ar = _ring_min_bw(problem, place[s].tolist())
         allreduce = 2.0 * (replicas - 1) * params / b_ar if replicas > 1 else 0.0
         t = np.maximum(work, allreduce) / replicas
-        mem = stage_memory_vec(problem, params, kept, working, replicas, n_stages, s, micro_batches)
+        mem = stage_memory_vec(problem, StageBytes(params, kept, working), replicas, n_stages, s, micro_batches)
         stage_cost.append(np.where(upper & (mem <= stage_capacity_bytes(problem, s)), t, np.inf))
         b_cut = min((float(bw[place[s - 1, i], place[s, i]]) for i in range(replicas)), default=np.inf) if s else np.inf
         cut_cost.append(2.0 * chain.cut_bytes / (replicas * b_cut))

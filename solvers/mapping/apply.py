@@ -26,20 +26,11 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
+from solvers.partition.shapes import StagePartition as StagePartition  # the partition to map
 from solvers.simulator import simulate
 
 Mapper = Literal["parmesan", "consecutive", "p2p"]
 Instantiation = Literal["combined", "auto", "m", "ar", "both"]
-
-
-class StagePartition(NamedTuple):
-    """A partition to map: ``stage_of[op]`` in ``0..S-1``, ``S`` stages of ``R`` replicas each,
-    ``MB`` micro-batches an iteration."""
-
-    stage_of: IntArray
-    n_stages: int
-    replicas: int
-    micro_batches: int
 
 
 @dataclass(frozen=True)
@@ -156,24 +147,48 @@ def map_partition(problem: Problem, partition: StagePartition, mapper: Mapper, s
         modes = [sg.default_mode()]
     else:
         modes = [settings.instantiation]
-    best: tuple[float, Plan, dict[str, Any]] | None = None
+    best: _Candidate | None = None
     for mode, result in _paper_runs(sg, problem.topology, modes, deadline, settings, settings.guard):
         plan = build_plan(problem, stage_of, result.place, micro_batches)
         value = simulated_s(problem, plan)
-        stats = {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": _finite_or_none(sg.allreduce_ratio()),
-                 "mapping_status": result.status, "mapping_objective_s": result.objective_s,
-                 "mapping_lower_bound_s": result.lower_bound_s, "mapping_gap": result.gap,
-                 **{f"mapping_{k}": v for k, v in result.stats.items() if k not in ("instantiation",)}}
-        if best is None or value < best[0]:
-            best = (value, plan, {**stats, "mapping_chosen": f"alg1-{mode}"})
+        if best is None or value < best.value:
+            best = _Candidate(value, plan, _mapping_stats(sg, mode, result, f"alg1-{mode}"))
     assert best is not None
     if settings.ensemble_heuristics:
-        for name in ("consecutive", "p2p"):
-            plan = build_plan(problem, stage_of, heuristic_place(name, n_stages, replicas), micro_batches)
-            value = simulated_s(problem, plan)
-            if value < best[0]:
-                best = (value, plan, {**best[2], "mapping_chosen": name})
-    return best[1], best[0], best[2]
+        best = _ensemble(problem, partition, best, [(name, heuristic_place(name, n_stages, replicas))
+                                                    for name in ("consecutive", "p2p")])
+    return best.plan, best.value, best.stats
+
+
+class _Candidate(NamedTuple):
+    """A mapped plan, its simulated objective and the mapping's stats."""
+
+    value: float
+    plan: Plan
+    stats: dict[str, Any]
+
+
+def _mapping_stats(sg: StageGraph, mode: str, result: MappingResult, chosen: str) -> dict[str, Any]:
+    """The stats of Alg. 1's mapping ``result`` for instantiation ``mode``, chosen as ``chosen``."""
+    return {"mapper": "parmesan", "instantiation": mode, "allreduce_p2p_ratio": _finite_or_none(sg.allreduce_ratio()),
+            "mapping_status": result.status, "mapping_objective_s": result.objective_s,
+            "mapping_lower_bound_s": result.lower_bound_s, "mapping_gap": result.gap,
+            **{f"mapping_{k}": v for k, v in result.stats.items() if k not in ("instantiation",)},
+            "mapping_chosen": chosen}
+
+
+def _ensemble(problem: Problem, partition: StagePartition, best: _Candidate,
+              others: list[tuple[str, IntArray]]) -> _Candidate:
+    """``best``, or the first of the named mappings ``others`` whose plan simulates strictly better
+    than every one before it (its stats are ``best``'s, chosen by its name)."""
+    stage_of, _, _, micro_batches = partition
+    chosen = best
+    for name, place in others:
+        plan = build_plan(problem, stage_of, place, micro_batches)
+        value = simulated_s(problem, plan)
+        if value < chosen.value:
+            chosen = _Candidate(value, plan, {**best.stats, "mapping_chosen": name})
+    return chosen
 
 
 def _paper_runs(sg: StageGraph, topo: Topology, modes: list[Mode], deadline: float, settings: MappingSettings,
@@ -203,22 +218,11 @@ def _map_combined(problem: Problem, partition: StagePartition, settings: Mapping
     model = pipeline_model(problem, stage_of, n_stages, replicas, micro_batches)
     starts = _paper_starts(sg, problem.topology, time.monotonic() + 0.2 * max(0.0, deadline - time.monotonic()),
                            settings)
-    ratio = _finite_or_none(sg.allreduce_ratio())
     result = map_stages_combined(model, problem.topology, settings.bisect_options(deadline), seed=settings.seed,
                                  starts=starts)
     plan = build_plan(problem, stage_of, result.place, micro_batches)
-    value = simulated_s(problem, plan)
-    stats = {"mapper": "parmesan", "instantiation": "combined", "allreduce_p2p_ratio": ratio,
-             "mapping_status": result.status, "mapping_objective_s": result.objective_s,
-             "mapping_lower_bound_s": result.lower_bound_s, "mapping_gap": result.gap,
-             **{f"mapping_{k}": v for k, v in result.stats.items() if k not in ("instantiation",)},
-             "mapping_chosen": "alg1-combined"}
-    best: tuple[float, Plan, dict[str, Any]] = (value, plan, stats)
+    best = _Candidate(simulated_s(problem, plan), plan, _mapping_stats(sg, "combined", result, "alg1-combined"))
     if settings.ensemble_heuristics:
         others = [(name, heuristic_place(name, n_stages, replicas)) for name in ("consecutive", "p2p")]
-        for name, place in others + starts:
-            other = build_plan(problem, stage_of, place, micro_batches)
-            other_value = simulated_s(problem, other)
-            if other_value < best[0]:
-                best = (other_value, other, {**stats, "mapping_chosen": name})
-    return best[1], best[0], best[2]
+        best = _ensemble(problem, partition, best, others + starts)
+    return best.plan, best.value, best.stats

@@ -20,14 +20,14 @@ import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
 from solvers.arrays import IntArray
 from solvers.mapping.bounds import lower_bound
-from solvers.mapping.dfs import Outcome, make_spec, placement_array, search
+from solvers.mapping.dfs import SearchResult, make_spec, placement_array, search
 from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping
 from solvers.mapping.stage_graph import Mode, StageGraph, mapping_objective_s
 from solvers.model.topology import Topology
@@ -74,10 +74,26 @@ def guard_cap_s(sg: StageGraph, topo: Topology, mode: Mode) -> float:
     return min(mapping_objective_s(sg, topo, p, other) for p in heuristics) * (1 + 1e-12)
 
 
-Result = tuple[Outcome, IntArray | None, int]
-SearchFn = Callable[[Any, float, float, int], Result]
-"""An inner search ``(spec, target, deadline, node_limit) -> (outcome, found, nodes)``: a
-module-level function, so that a process pool can pickle it."""
+SpecT = TypeVar("SpecT")
+"""What an inner search reads (:class:`~solvers.mapping.dfs.SearchSpec`, or the combined objective's spec)."""
+SearchFn = Callable[[SpecT, float, float, int], SearchResult]
+"""An inner search ``(spec, target, deadline, node_limit) -> SearchResult``: a module-level
+function, so that a process pool can pickle it."""
+
+
+@dataclass
+class SearchCounters:
+    """Alg. 1's counters: rounds, inner searches, the nodes they expanded and the searches that hit
+    their time slice (``timeouts``)."""
+
+    rounds: int = 0
+    searches: int = 0
+    search_nodes: int = 0
+    timeouts: int = 0
+
+    def as_stats(self) -> dict[str, int]:
+        """The counters under their ``plan.stats`` keys."""
+        return asdict(self)
 
 
 class Bracket(NamedTuple):
@@ -102,11 +118,11 @@ class BisectOptions:
     node_limit: int = 2_000_000
 
 
-def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray], tuple[IntArray, float]],
-                   start: Bracket, options: BisectOptions, stats: dict[str, Any]) -> Bracket:
+def bisect_targets(search_fn: SearchFn[SpecT], spec: SpecT, value_of: Callable[[IntArray], tuple[IntArray, float]],
+                   start: Bracket, options: BisectOptions, counters: SearchCounters) -> Bracket:
     """Alg. 1's outer loop on ``[t_l, t_r]`` (module doc), for any inner search: ``value_of``
     turns what a search found into a mapping and its objective.  Returns the best mapping, its
-    value and the proven lower bound; counts rounds, searches, nodes and timeouts in ``stats``."""
+    value and the proven lower bound; counts rounds, searches, nodes and timeouts in ``counters``."""
     place, t_r, t_l = start
     deadline, eps_rel, node_limit = options.deadline, options.eps_rel, options.node_limit
     parallel_targets, workers = options.parallel_targets, options.workers
@@ -123,11 +139,11 @@ def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray]
             share = 1.0 if stalled else 0.5
             targets = [t_l + (t_r - t_l) * (j + 1) / (k + 1) for j in range(k)]
             results = _run_round(search_fn, spec, targets, share, deadline, node_limit, pool)
-            stats["rounds"] += 1
+            counters.rounds += 1
             progress = False
             for t, (outcome, found, nodes) in zip(targets, results, strict=False):
-                stats["searches"] += 1
-                stats["search_nodes"] += nodes
+                counters.searches += 1
+                counters.search_nodes += nodes
                 if outcome == "found" and found is not None:
                     cand, value = value_of(found)
                     if value < t_r:
@@ -137,7 +153,7 @@ def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray]
                     t_l = max(t_l, t)
                     progress = True
                 else:
-                    stats["timeouts"] += 1
+                    counters.timeouts += 1
             if not progress and stalled:
                 break
             stalled = not progress
@@ -147,8 +163,8 @@ def bisect_targets(search_fn: SearchFn, spec: Any, value_of: Callable[[IntArray]
     return Bracket(place, t_r, t_l)
 
 
-def _run_round(search_fn: SearchFn, spec: Any, targets: list[float], share: float, deadline: float,
-               node_limit: int, pool: ProcessPoolExecutor | None) -> list[Result]:
+def _run_round(search_fn: SearchFn[SpecT], spec: SpecT, targets: list[float], share: float, deadline: float,
+               node_limit: int, pool: ProcessPoolExecutor | None) -> list[SearchResult]:
     """One round of inner searches: in the pool together, or one after another (ascending targets,
     each with its share of what is left; stop at the first found, larger targets are found too)."""
     remaining = deadline - time.monotonic()
@@ -156,12 +172,12 @@ def _run_round(search_fn: SearchFn, spec: Any, targets: list[float], share: floa
         until = min(deadline, time.monotonic() + max(0.02, remaining * share))
         futures = [pool.submit(search_fn, spec, t, until, node_limit) for t in targets]
         return [f.result() for f in futures]
-    results: list[Result] = []
+    results: list[SearchResult] = []
     for j, t in enumerate(targets):
         left = deadline - time.monotonic()
         until = min(deadline, time.monotonic() + max(0.02, left * share / (len(targets) - j)))
         results.append(search_fn(spec, t, until, node_limit))
-        if results[-1][0] == "found":
+        if results[-1].outcome == "found":
             break
     return results
 
@@ -177,14 +193,15 @@ def map_stages(sg: StageGraph, topo: Topology, mode: Mode, options: BisectOption
     place, t_r, start_name = initial_upper_bound(sg, topo, mode, seed, cap)
     t_l = min(lower_bound(sg, topo, mode), t_r)
     spec = make_spec(sg, topo, mode, *((float("inf"), cap) if mode == "m" else (cap, float("inf"))))
-    stats: dict[str, Any] = {"initial_lower_bound_s": t_l, "initial_upper_bound_s": t_r, "upper_bound_from": start_name,
-                             "rounds": 0, "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": mode,
-                             "guard_s": cap if np.isfinite(cap) else None}
     def value_of(by_depth: IntArray) -> tuple[IntArray, float]:
         cand = placement_array(spec, by_depth, sg.n_stages)
         return cand, mapping_objective_s(sg, topo, cand, mode)
 
-    place, t_r, t_l = bisect_targets(search, spec, value_of, Bracket(place, t_r, t_l), options, stats)
+    counters = SearchCounters()
+    initial = Bracket(place, t_r, t_l)
+    place, t_r, t_l = bisect_targets(search, spec, value_of, initial, options, counters)
     status = "optimal" if t_r - t_l <= options.eps_rel * t_r else "feasible"
-    stats["lower_bound_s"] = t_l
+    stats: dict[str, Any] = {"initial_lower_bound_s": initial.t_l, "initial_upper_bound_s": initial.t_r,
+                             "upper_bound_from": start_name, **counters.as_stats(), "instantiation": mode,
+                             "guard_s": cap if np.isfinite(cap) else None, "lower_bound_s": t_l}
     return MappingResult(place, t_r, t_l, status, mode, stats)

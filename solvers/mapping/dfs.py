@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,15 @@ from solvers.mapping.symmetry import twin_classes
 from solvers.model.topology import Topology
 
 Outcome = Literal["found", "exhausted", "timeout"]
+
+
+class SearchResult(NamedTuple):
+    """What an inner search (Alg. 2) returns: its outcome, the placement it found (``found``
+    only) and the nodes it expanded."""
+
+    outcome: Outcome
+    found: IntArray | None
+    nodes: int
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,7 @@ class _Frame:
     saved: list[tuple[int, float]]
 
 
-def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) -> tuple[Outcome, IntArray | None, int]:
+def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) -> SearchResult:
     """Alg. 2: a placement (device per depth) with every checked time <= ``target_s``.
 
     Returns the outcome, the placement in mapping order (found only) and the nodes expanded.
@@ -169,7 +178,7 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
         top.next += 1
         nodes += 1
         if nodes % 256 == 0 and (time.monotonic() > deadline or nodes > node_limit):
-            return "timeout", None, nodes
+            return SearchResult("timeout", None, nodes)
         x = top.x
         top.saved = [(x, float(partial[x]))]
         place[x] = d
@@ -182,9 +191,9 @@ def search(spec: SearchSpec, target_s: float, deadline: float, node_limit: int) 
         if track_ar:
             _ring_update(spec, x, d, place, ring_bw, ring_lat)
         if x == n - 1:
-            return "found", place.copy(), nodes
+            return SearchResult("found", place.copy(), nodes)
         stack.append(frame(x + 1))
-    return "exhausted", None, nodes
+    return SearchResult("exhausted", None, nodes)
 
 
 def _ring_times(spec: SearchSpec, x: int, place: IntArray, ring_bw: FloatArray, ring_lat: FloatArray) -> FloatArray:

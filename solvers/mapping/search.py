@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from solvers.arrays import BoolArray, FloatArray, IntArray
-from solvers.mapping.binary import BisectOptions, Bracket, MappingResult, bisect_targets
+from solvers.mapping.binary import BisectOptions, Bracket, MappingResult, SearchCounters, bisect_targets
 from solvers.mapping.bounds import DeviceBounds, assignment_bound_s, device_bounds
-from solvers.mapping.dfs import Outcome
+from solvers.mapping.dfs import SearchResult
 from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_mapping, zigzag_rings
 from solvers.mapping.hosts import HostRelaxation, host_index, start_host_relaxation
 from solvers.mapping.objective import (
@@ -106,10 +106,10 @@ class _Candidates:
     """
 
     devices: IntArray
-    edges: dict[int, tuple[Any, Any]]
-    bw: Any
-    lat: Any
-    lb: Any
+    edges: dict[int, tuple[float | FloatArray, float | FloatArray]]
+    bw: float | FloatArray
+    lat: float | FloatArray
+    lb: float | FloatArray
 
 
 @dataclass(slots=True)
@@ -133,7 +133,7 @@ class _Frame:
 
 
 def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_limit: int,
-                    fixed: IntArray | None = None, allowed_at: BoolArray | None = None) -> tuple[Outcome, IntArray | None, int]:
+                    fixed: IntArray | None = None, allowed_at: BoolArray | None = None) -> SearchResult:
     """Alg. 2 for the combined objective: a mapping whose objective is <= ``target_s``.
 
     ``fixed`` (``S x R``, -1 = free): replicas kept where they are; only the others are placed,
@@ -174,7 +174,7 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
     nodes = 0
     if not free_order:
         value = combined_objective_s(model, costs, place)
-        return ("found", place, 0) if value <= target_s * (1 + 1e-12) else ("exhausted", None, 0)
+        return SearchResult("found", place, 0) if value <= target_s * (1 + 1e-12) else SearchResult("exhausted", None, 0)
 
     def ring_value(s: int, bw: Any, lat: Any, lb: Any) -> Any:
         return np.maximum(lb, ring_s(r, params[s], bw, lat)) if r > 1 else 0.0
@@ -261,18 +261,18 @@ def search_combined(spec: CombinedSpec, target_s: float, deadline: float, node_l
         top.next = k + 1
         nodes += 1
         if nodes % 128 == 0 and (time.monotonic() > deadline or nodes > node_limit):
-            return "timeout", None, nodes
+            return SearchResult("timeout", None, nodes)
         top.undo = _Undo({j: (cf[j], cb[j]) for j in cands.edges}, (ar_bw[s], ar_lat[s], ar_lb[s], ar_val[s]))
         place[s, i] = d
         used[d] = True
-        for j, (a, b) in cands.edges.items():
-            cf[j], cb[j] = scalar(a, k), scalar(b, k)
+        for j, (cf_j, cb_j) in cands.edges.items():
+            cf[j], cb[j] = scalar(cf_j, k), scalar(cb_j, k)
         ar_bw[s], ar_lat[s], ar_lb[s] = scalar(cands.bw, k), scalar(cands.lat, k), scalar(cands.lb, k)
         ar_val[s] = ring_value(s, ar_bw[s], ar_lat[s], ar_lb[s])
         if pos == len(free_order) - 1:
-            return "found", place.copy(), nodes
+            return SearchResult("found", place.copy(), nodes)
         stack.append(_Frame(pos + 1, evaluate(free_order[pos + 1])))
-    return "exhausted", None, nodes
+    return SearchResult("exhausted", None, nodes)
 
 
 @dataclass(frozen=True)
@@ -473,8 +473,9 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
     packed = packing_starts(model, topo, costs, witnesses)
     place, t_r, start_name = initial_upper_bound(spec, seed, started + 0.1 * max(0.0, deadline - started),
                                                  [*starts, *packed])
-    stats: dict[str, Any] = {"initial_upper_bound_s": t_r, "upper_bound_from": start_name, "rounds": 0,
-                             "searches": 0, "search_nodes": 0, "timeouts": 0, "instantiation": "combined"}
+    counters = SearchCounters()
+    stats: dict[str, Any] = {"initial_upper_bound_s": t_r, "upper_bound_from": start_name, **counters.as_stats(),
+                             "instantiation": "combined"}
     hosted: list[tuple[str, IntArray]] = []
     also = [*zigzag_starts(model), *packed[:1]]  # searched beside the incumbent (multi_start_improve)
     if running is not None:
@@ -509,7 +510,7 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
         place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], StopRule(until, t_l, eps_rel),
                                          seed, stats)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
-                                     Bracket(place, t_r, t_l), options, stats)
+                                     Bracket(place, t_r, t_l), options, counters)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"
-    stats["lower_bound_s"] = t_l
+    stats.update(counters.as_stats(), lower_bound_s=t_l)
     return MappingResult(place, t_r, t_l, status, "combined", stats)

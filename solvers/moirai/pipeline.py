@@ -1,6 +1,6 @@
 """The steps of one ``moirai`` solve on the uncoarsened graph (docs/moirai.md "Pipeline").
 
-1. warm start: the registered list schedulers and our own, each timed exactly on the ops (with
+1. warm start: the list schedulers handed in (:class:`~solvers.moirai.warmstart.Heuristic`) and our own, each timed exactly on the ops (with
    communication the list schedulers also plan postal, :func:`~solvers.listsched.postal_planning`);
    then heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`);
 2. when the graph has at most ``max_nodes`` ops: the §III-D MILP on the chosen back-end (only
@@ -20,11 +20,11 @@ worse than the best list schedule; the bound is the largest of the graph's lower
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from solvers import registry
-from solvers.base import Budget, ProgressCallback, ProgressEvent, no_progress, parse_options
+from solvers.base import Budget, ProgressCallback, ProgressEvent
 from solvers.cost.bounds import lower_bound_s
 from solvers.listsched import postal_planning
 from solvers.model.errors import PlacerError
@@ -41,7 +41,7 @@ from solvers.moirai.linear_model import Formulation
 from solvers.moirai.lns import window_search
 from solvers.moirai.options import MoiraiOptions
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, order_by_start, replay
-from solvers.moirai.warmstart import by_rank, list_schedule, schedule_from_plan, single_device
+from solvers.moirai.warmstart import Heuristic, by_rank, list_schedule, schedule_from_plan, single_device
 from solvers.moirai.window import solve_window
 from solvers.simulator import simulate
 
@@ -101,24 +101,23 @@ class Run:
         self.progress(ProgressEvent(frac, None if self.best is None else self.best.makespan_s, self.bound_s, message))
 
     # --- steps -------------------------------------------------------------------------------
-    def warm(self, heuristics: tuple[str, ...], postal: bool) -> None:
-        """Step 1: every registered heuristic and our own list / single-device schedules; with
+    def warm(self, heuristics: Sequence[Heuristic], postal: bool) -> None:
+        """Step 1: every heuristic handed in and our own list / single-device schedules; with
         ``postal``, every heuristic also plans with the postal model (no channel queues,
         :func:`~solvers.listsched.postal_planning`), each plan timed exactly; not those whose
         placement ignores timing (``TIMING_BLIND``: m-topo places by topological order and memory),
         whose postal plan is their plan."""
         found: dict[str, float] = {}
-        variants = [(name, False) for name in heuristics]
-        variants += [(name, True) for name in heuristics if name not in TIMING_BLIND] if postal else []
-        for name, use_postal in variants:
-            if name not in registry.names() or self.left_s() <= 0:
+        variants = [(heuristic, False) for heuristic in heuristics]
+        variants += [(h, True) for h in heuristics if h.name not in TIMING_BLIND] if postal else []
+        for heuristic, use_postal in variants:
+            if self.left_s() <= 0:
                 continue
-            cls = registry.get_solver_class(name)
             sub = Budget(max(0.1, WARM_SHARE * self.left_s()))
-            label = f"{name} (postal)" if use_postal else name
+            label = f"{heuristic.name} (postal)" if use_postal else heuristic.name
             try:
                 with postal_planning() if use_postal else nullcontext():
-                    plan = cls().solve(self.problem, parse_options(cls.options_type, {}, name), sub, no_progress)
+                    plan = heuristic.plan(self.problem, sub)
             except PlacerError:
                 continue
             if plan.status != "infeasible" and plan.stages:

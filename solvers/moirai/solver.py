@@ -1,6 +1,9 @@
 """The ``moirai`` solver: MOIRAI's placement model (§III-D) on the uncoarsened graph.
 
-Steps (:mod:`solvers.moirai.pipeline`): warm start from the best list schedule of the ops ->
+Steps (:mod:`solvers.moirai.pipeline`): warm start from the best list schedule of the ops (the
+list schedulers of other families are handed in, ``MoiraiSolver(warm_start=…)``;
+:class:`solvers.composed.moirai.MoiraiWithWarmStart`, the registry's ``moirai``, hands in ``heft``,
+``cpop``, ``m-etf``, ``m-sct``, ``m-topo`` and ``celeritas``) ->
 heads, tails and energetic bound of the task DAG -> on graphs of at most ``max_nodes`` ops the
 MILP on the chosen ``backend`` (in a child process killed at the deadline), the critical block's
 bound, the decision form of the CP-SAT window model of the whole graph and its minimisation, all
@@ -12,6 +15,7 @@ plan has one stage per used device and ``order`` = each device's ops in schedule
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import ClassVar
 
 from solvers.base import Budget, ProgressCallback, SolverOptions
@@ -21,8 +25,8 @@ from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import Instance, build_instance
 from solvers.moirai.options import MoiraiOptions
 from solvers.moirai.pipeline import Run
+from solvers.moirai.warmstart import Heuristic
 
-HEURISTICS = ("heft", "cpop", "m-etf", "m-sct", "m-topo", "celeritas")  # warm-start candidates, when registered
 EXACT_SHARE = 0.5  # of the time left, for the §III-D MILP of the whole graph (with communication)
 WHOLE_SHARE = 0.6  # of the time left, for the window model of the whole graph
 REFUTE_SHARE = 0.3  # of the time left, per question of the decision step
@@ -45,7 +49,13 @@ def _proved_infeasible(problem: Problem, inst: Instance) -> str | None:
 
 
 class MoiraiSolver:
-    """MOIRAI: operator-fusion coarsening and exact MILP placement on heterogeneous devices."""
+    """MOIRAI: operator-fusion coarsening and exact MILP placement on heterogeneous devices.
+
+    ``warm_start``: the other families' list schedulers whose plans are warm-start candidates, in
+    order (with ``options.warm_start``); they are handed in from above
+    (:class:`solvers.composed.moirai.MoiraiWithWarmStart`, the registry's ``moirai``), a bare
+    ``MoiraiSolver`` runs only its own list schedule and the single-device plans.
+    """
 
     name: ClassVar[str] = "moirai"
     summary: ClassVar[str] = ("MOIRAI: exact placement and scheduling (latency) by MILP / CP-SAT on CBC / SCIP / "
@@ -53,6 +63,9 @@ class MoiraiSolver:
     objectives: ClassVar[tuple[str, ...]] = ("latency",)
     options_type: ClassVar[type[SolverOptions]] = MoiraiOptions
     version: ClassVar[str] = "2.0"
+
+    def __init__(self, warm_start: Sequence[Heuristic] = ()) -> None:
+        self.warm_start = tuple(warm_start)
 
     def solve(self, problem: Problem, options: MoiraiOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         t0 = time.perf_counter()
@@ -62,7 +75,7 @@ class MoiraiSolver:
         if proof is not None:
             return Plan(stages=(), status="infeasible", stats=run.stats, notes=(proof,))
         communicates = _communicates(fine)
-        run.warm(HEURISTICS if options.warm_start else (), communicates)
+        run.warm(self.warm_start if options.warm_start else (), communicates)
         if run.best is None:
             return Plan(stages=(), status="infeasible", stats=run.stats,
                         notes=("no memory-feasible placement found (not proven infeasible)",))

@@ -1,30 +1,45 @@
 """Warm start: a memory-aware list schedule and single-device plans, timed exactly.
 
-Candidates: the plans of the registered heuristics (on the uncoarsened graph with their own
-per-device order; on units, each unit goes to the device holding most of its ops' work and each
-device runs its units by decreasing upward rank), our own list schedule, and every single-device
-plan.  The list schedule is HEFT-like: tasks are taken by decreasing upward rank (mean time on the
-devices plus the mean transfer time of the heaviest path to a sink), and each unit's forward
-task goes to the allowed device, with room left, that finishes it earliest (transfers estimated
-without channel contention); a backward task runs on its forward's device.  Every candidate is
-timed by :func:`~solvers.moirai.schedule.replay` (in a training pass the list schedule orders the
-forward tasks and each device runs its backward tasks after them, reversed); the best one is the MILP's incumbent, the
-source of its hint and of the big-M horizon (docs/moirai.md).
+Candidates: the plans of the heuristics handed in (:class:`Heuristic`: list schedulers of other
+families, named by the composition above the families, :mod:`solvers.composed.moirai`), on the
+uncoarsened graph with their own per-device order (on units, each unit goes to the device holding
+most of its ops' work and each device runs its units by decreasing upward rank); our own list
+schedule, and every single-device plan. The list schedule is HEFT-like: tasks are taken by
+decreasing upward rank (mean time on the devices plus the mean transfer time of the heaviest path to
+a sink), and each unit's forward task goes to the allowed device, with room left, that finishes it
+earliest (transfers estimated without channel contention); a backward task runs on its forward's
+device. Every candidate is timed by :func:`~solvers.moirai.schedule.replay` (in a training pass the
+list schedule orders the forward tasks and each device runs its backward tasks after them,
+reversed); the best one is the MILP's incumbent, the source of its hint and of the big-M horizon
+(docs/moirai.md).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from solvers import registry
-from solvers.base import Budget, no_progress, parse_options
+from solvers.base import Budget, Solver, no_progress, parse_options
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
+from solvers.model.problem import Problem
 from solvers.moirai.instance import Instance
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, replay
+
+
+class Heuristic(NamedTuple):
+    """A warm-start candidate: another family's solver, run with its default options on the problem."""
+
+    name: str
+    solver: type[Solver]
+
+    def plan(self, problem: Problem, budget: Budget) -> Plan:
+        """The solver's plan for ``problem`` within ``budget`` (its default options, no progress)."""
+        return self.solver().solve(problem, parse_options(self.solver.options_type, {}, self.name), budget,
+                                   no_progress)
 
 
 def upward_rank(inst: Instance) -> list[float]:
@@ -150,15 +165,14 @@ def schedule_from_plan(inst: Instance, plan: Plan) -> TimedSchedule | None:
         return from_plan(inst, plan)
 
 
-def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budget) -> list[TimedSchedule]:
-    """Run the registered heuristics among ``problem_solvers`` and map their plans onto the units."""
+def heuristic_plans(heuristics: Sequence[Heuristic], inst: Instance, budget: Budget) -> list[TimedSchedule]:
+    """Run ``heuristics`` and map their plans onto the units."""
     out = []
-    for name in problem_solvers:
-        if name not in registry.names() or budget.expired():
+    for heuristic in heuristics:
+        if budget.expired():
             continue
-        cls = registry.get_solver_class(name)
         try:
-            plan = cls().solve(inst.problem, parse_options(cls.options_type, {}, name), budget.sub(0.5), no_progress)
+            plan = heuristic.plan(inst.problem, budget.sub(0.5))
         except PlacerError:
             continue
         if plan.status != "infeasible" and plan.stages:
@@ -168,7 +182,7 @@ def heuristic_plans(problem_solvers: Sequence[str], inst: Instance, budget: Budg
     return out
 
 
-def warm_start(inst: Instance, heuristics: Sequence[str] = (), budget: Budget | None = None) -> TimedSchedule | None:
+def warm_start(inst: Instance, heuristics: Sequence[Heuristic] = (), budget: Budget | None = None) -> TimedSchedule | None:
     """The best of the heuristics' plans, the list schedule and the single-device plans (``None``
     if none fits)."""
     candidates = heuristic_plans(heuristics, inst, budget or Budget(None)) if heuristics else []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,15 +29,27 @@ from solvers.parmesan.clustering import build_cluster_graph
 from solvers.parmesan.dp import build_transitions, run_dp
 from solvers.partition.costs import ReferenceCosts
 from solvers.partition.fronted import down_sets, masks_to_rows
+from solvers.partition.shapes import StagePartition
 
 MAX_WINDOW = 32  # ops on each side of a boundary in the first try
 
 
-def _band_dp(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
-             micro_batches: int, stage_pins: Mapping[int, int], half: int, max_sets: int, max_pairs: int,
-             allreduce: tuple[float, float]) -> tuple[IntArray, float] | None:
-    """One band DP with windows of ``half`` ops each side; ``None`` past a budget or when no
-    partition of the family fits."""
+@dataclass(frozen=True)
+class BandBudgets:
+    """How far the band DP goes: ``rounds`` band DPs at most, each within the DP's budgets
+    ``max_sets`` (down-closed sets) and ``max_pairs`` (pairs of them)."""
+
+    rounds: int
+    max_sets: int
+    max_pairs: int
+
+
+def _band_dp(problem: Problem, costs: ReferenceCosts, current: StagePartition, stage_pins: Mapping[int, int],
+             half: int, budgets: BandBudgets, allreduce: tuple[float, float]) -> tuple[IntArray, float] | None:
+    """One band DP with windows of ``half`` ops each side around the boundaries of ``current``;
+    ``None`` past a budget or when no partition of the family fits."""
+    stage_of, n_stages, replicas, micro_batches = current
+    max_sets, max_pairs = budgets.max_sets, budgets.max_pairs
     g = problem.graph
     order = np.lexsort((g.topo_position, stage_of))  # topological, every stage a contiguous run
     n = g.n_ops
@@ -93,22 +106,20 @@ def _band_dp(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stag
     return result.op_stages(cg.cluster_of), result.objective_s
 
 
-def band_refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
-                micro_batches: int, stage_pins: Mapping[int, int], rounds: int, max_sets: int, max_pairs: int,
-                allreduce: tuple[float, float] = (0.0, 0.0), deadline: float = float("inf"),
+def band_refine(problem: Problem, costs: ReferenceCosts, start: StagePartition, stage_pins: Mapping[int, int],
+                budgets: BandBudgets, allreduce: tuple[float, float] = (0.0, 0.0), deadline: float = float("inf"),
                 ) -> tuple[IntArray, dict[str, float]] | None:
-    """Up to ``rounds`` band DPs (module docstring), each around the boundaries of the one before,
+    """Up to ``budgets.rounds`` band DPs (module docstring) from ``start``, each around the boundaries of the one before,
     while the DP's objective falls and ``time.monotonic()`` is before ``deadline`` (checked before
     each DP); ``None`` when the first one finds nothing (budgets, memory, time).  Returns the last
     improving partition and counters for ``plan.stats``."""
     best: tuple[IntArray, float] | None = None
     done, window = 0, 0
-    current = stage_of
-    for _ in range(rounds):
+    current = start.stage_of
+    for _ in range(budgets.rounds):
         half, found = MAX_WINDOW, None
         while half >= 1 and found is None and time.monotonic() < deadline:
-            found = _band_dp(problem, costs, current, n_stages, replicas, micro_batches, stage_pins, half, max_sets,
-                             max_pairs, allreduce)
+            found = _band_dp(problem, costs, start._replace(stage_of=current), stage_pins, half, budgets, allreduce)
             if found is None:
                 half //= 2
         if found is None or (best is not None and not found[1] < best[1] * (1 - 1e-12)):

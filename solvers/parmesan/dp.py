@@ -24,7 +24,7 @@ import numpy.typing as npt
 from solvers.arrays import FloatArray, IntArray
 from solvers.model.problem import Problem
 from solvers.parmesan.clustering import ClusterGraph
-from solvers.partition.costs import stage_capacity_bytes, stage_memory_vec
+from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
 
 BoolMatrix = npt.NDArray[np.bool_]
 
@@ -158,14 +158,14 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
     nonempty = np.flatnonzero(np.diff(tr.start) > 0)
     seg_start = tr.start[nonempty]
     seg_len = np.diff(tr.start)[nonempty]
-    kept = tr.input_bytes if problem.settings.recompute else tr.act_bytes
+    candidates = StageBytes(tr.param_bytes, tr.input_bytes if problem.settings.recompute else tr.act_bytes,
+                            tr.working_bytes)
     t_prev = np.full(n, np.inf)
     t_prev[0] = 0.0
     choice: list[IntArray] = []  # choice[s][f] = pair index realising T[s+1][f] (-1: none)
     stage_times: list[FloatArray] = []  # stage_times[s][p] = time of stage s through pair p
     for s in range(n_stages):
-        mem = stage_memory_vec(problem, tr.param_bytes, kept, tr.working_bytes, replicas, n_stages, s,
-                               micro_batches)
+        mem = stage_memory_vec(problem, candidates, replicas, n_stages, s, micro_batches)
         stage_t = tr.base_s / replicas
         if allreduce[0] > 0 or allreduce[1] > 0:
             stage_t = stage_t + np.where(tr.param_bytes > 0, allreduce[0] * tr.param_bytes + allreduce[1], 0.0)

@@ -31,6 +31,7 @@ from solvers.cost.traffic import group_input_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem
 from solvers.partition.costs import ReferenceCosts, stage_capacity_bytes
+from solvers.partition.shapes import StagePartition
 
 MAX_STEPS = 100
 
@@ -213,12 +214,12 @@ def _candidate_moves(g: OpGraph, part: Partition, edges: RefineEdges, fixed: set
     return moves
 
 
-def refine(problem: Problem, costs: ReferenceCosts, stage_of: IntArray, n_stages: int, replicas: int,
-           micro_batches: int, pinned_ops: Mapping[int, int] | None = None,
+def refine(problem: Problem, costs: ReferenceCosts, start: StagePartition, pinned_ops: Mapping[int, int] | None = None,
            max_steps: int = MAX_STEPS, deadline: float = float("inf"),
            edges: RefineEdges | None = None) -> tuple[IntArray, dict[str, float]]:
-    """Refine ``stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``.
+    """Refine ``start.stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``.
     ``edges``: :class:`RefineEdges` of the graph and ``costs`` when the caller has them."""
+    stage_of, n_stages, replicas, micro_batches = start
     g = problem.graph
     part = Partition.of(g, costs, stage_of, n_stages)
     before = part.objective_s(replicas)

@@ -26,13 +26,13 @@ from solvers.cost.memory import capacity_bytes
 from solvers.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.parmesan.bands import band_refine
+from solvers.parmesan.bands import BandBudgets, band_refine
 from solvers.parmesan.clustering import ClusterGraph, cluster_ops, coarsen_further
 from solvers.parmesan.dp import Transitions, build_transitions, run_dp
 from solvers.parmesan.refine import RefineEdges, refine
 from solvers.partition.costs import ReferenceCosts, allreduce_terms
 from solvers.partition.fronted import enumerate_fronted
-from solvers.partition.shapes import sr_candidates
+from solvers.partition.shapes import StagePartition, sr_candidates
 
 
 @dataclass
@@ -141,8 +141,9 @@ def partition(ctx: SearchContext, cg: ClusterGraph, tr: Transitions, shape: Shap
     result = run_dp(problem, tr, n_stages, replicas, micro_batches, terms)
     if result is None:
         return None
-    stage_of, rstats = refine(problem, ctx.costs, result.op_stages(cg.cluster_of), n_stages, replicas, micro_batches,
-                              ctx.stage_pins, max_steps=ctx.settings.refine_steps, deadline=deadline, edges=ctx.edges)
+    start = StagePartition(result.op_stages(cg.cluster_of), n_stages, replicas, micro_batches)
+    stage_of, rstats = refine(problem, ctx.costs, start, ctx.stage_pins, max_steps=ctx.settings.refine_steps,
+                              deadline=deadline, edges=ctx.edges)
     return stage_of, result.objective_s, dict(rstats)
 
 
@@ -220,8 +221,9 @@ def _with_bands(ctx: SearchContext, best: Configuration, deadline: float) -> Con
     problem, settings = ctx.problem, ctx.settings
     terms = (allreduce_terms(problem, best.replicas, best.micro_batches) if best.stats["allreduce_in_partition"]
              else (0.0, 0.0))
-    found = band_refine(problem, ctx.costs, best.stage_of, best.n_stages, best.replicas, best.micro_batches,
-                        ctx.stage_pins, settings.band_rounds, settings.max_fronted_sets, settings.max_dp_pairs, terms,
+    start = StagePartition(best.stage_of, best.n_stages, best.replicas, best.micro_batches)
+    found = band_refine(problem, ctx.costs, start, ctx.stage_pins,
+                        BandBudgets(settings.band_rounds, settings.max_fronted_sets, settings.max_dp_pairs), terms,
                         deadline)
     if found is None:
         return replace(best, stats={**best.stats, "band_rounds": 0, "band_improved": False})

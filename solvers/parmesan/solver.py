@@ -99,7 +99,7 @@ class ParmesanSolver:
     """Parmesan; with ``baseline_guard``, the plans of ``safety_net``'s baselines compete with its own.
 
     The baselines are another solver family, so they are handed in from above
-    (:class:`solvers.safety_net.ParmesanWithSafetyNet`, the registry's ``parmesan``).
+    (:class:`solvers.composed.parmesan.ParmesanWithSafetyNet`, the registry's ``parmesan``).
     """
 
     name: ClassVar[str] = "parmesan"

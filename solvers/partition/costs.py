@@ -20,6 +20,7 @@ vectorised form so the DP can test thousands of candidate stages at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,15 +89,21 @@ def stage_capacity_bytes(problem: Problem, stage: int) -> float:
     return min(capacity_bytes(problem, d, stage) for d in range(problem.topology.n_devices))
 
 
-def stage_memory_vec(problem: Problem, param_bytes: FloatArray, kept_bytes: FloatArray,
-                     working_bytes: FloatArray, replicas: int, n_stages: int, stage: int,
-                     micro_batches: int) -> FloatArray:
-    """Vectorised :func:`solvers.cost.memory.stage_memory_bytes` for candidate stages.
+class StageBytes(NamedTuple):
+    """The bytes of candidate stages, one entry each: their parameters, what each micro-batch in
+    flight keeps (the boundary input with recompute, Eq. 14, or the activation sum without, as the
+    caller chooses from ``problem.settings.recompute``) and their working memory."""
 
-    ``kept_bytes`` is the boundary input (recompute, Eq. 14) or the activation sum (no
-    recompute), as the caller chooses from ``problem.settings.recompute``.
-    """
+    param: FloatArray
+    kept: FloatArray
+    working: FloatArray
+
+
+def stage_memory_vec(problem: Problem, candidates: StageBytes, replicas: int, n_stages: int, stage: int,
+                     micro_batches: int) -> FloatArray:
+    """Vectorised :func:`solvers.cost.memory.stage_memory_bytes` for ``candidates`` as stage
+    ``stage`` of ``n_stages`` stages of ``replicas`` replicas, ``micro_batches`` an iteration."""
     s = problem.settings
     k = in_flight_micro_batches(s.schedule, n_stages, stage, micro_batches)
-    return np.asarray(param_bytes * (1.0 + s.optimizer_bytes_per_param_byte)
-                      + (k * kept_bytes + working_bytes) / replicas, dtype=np.float64)
+    return np.asarray(candidates.param * (1.0 + s.optimizer_bytes_per_param_byte)
+                      + (k * candidates.kept + candidates.working) / replicas, dtype=np.float64)

@@ -7,7 +7,20 @@ PipeDream's and the exact solver search the same list.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from solvers.arrays import IntArray
 from solvers.model.problem import Problem
+
+
+class StagePartition(NamedTuple):
+    """A partition into one shape: ``stage_of[op]`` in ``0..S-1``, ``S`` stages of ``R`` replicas
+    each, ``MB`` micro-batches an iteration."""
+
+    stage_of: IntArray
+    n_stages: int
+    replicas: int
+    micro_batches: int
 
 
 def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from solvers.generate import generate_graph
-from solvers.parmesan.bands import band_refine
+from solvers.parmesan.bands import BandBudgets, band_refine
 from solvers.parmesan.refine import Partition
 from solvers.partition.costs import reference_costs
+from solvers.partition.shapes import StagePartition
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.solvers.parmesan.strategies import compute_only_problem
@@ -24,7 +25,7 @@ def test_band_dp_keeps_or_lowers_the_objective(seed: int) -> None:
     plan = solve(problem, "parmesan", {"baseline_guard": False, "band_rounds": 0, "clusters": 12}, time_limit_s=10)
     stage_of = resolve_plan(problem, plan).stage_of
     before = Partition.of(problem.graph, costs, stage_of, 6).objective_s(1)
-    found = band_refine(problem, costs, stage_of, 6, 1, 1, {}, 3, 3000, 250_000)
+    found = band_refine(problem, costs, StagePartition(stage_of, 6, 1, 1), {}, BandBudgets(3, 3000, 250_000))
     assert found is not None
     after, stats = found
     g = problem.graph
@@ -33,7 +34,8 @@ def test_band_dp_keeps_or_lowers_the_objective(seed: int) -> None:
     value = Partition.of(g, costs, after, 6).objective_s(1)
     assert value == pytest.approx(stats["band_dp_objective_s"], rel=1e-9)
     assert value <= before * (1 + 1e-12)
-    assert band_refine(problem, costs, stage_of, 6, 1, 1, {}, 3, 3000, 250_000, deadline=time.monotonic() - 1) is None
+    assert band_refine(problem, costs, StagePartition(stage_of, 6, 1, 1), {}, BandBudgets(3, 3000, 250_000),
+                       deadline=time.monotonic() - 1) is None
 
 
 def test_band_rounds_option_only_acts_on_clustered_graphs() -> None:

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from solvers.parmesan.refine import Partition, articulation_points, refine
 from solvers.partition.costs import reference_costs
+from solvers.partition.shapes import StagePartition
 from tests.solvers.parmesan.strategies import dag_seeds, problem_of, random_dag, random_topology
 from tests.strategies import examples
 
@@ -26,7 +27,7 @@ def test_refinement_never_worsens(seed: int, n_ops: int, n_stages: int) -> None:
     stage_of[graph.topo_order] = np.searchsorted(cuts, np.arange(n_ops), side="right")
     before = Partition.of(graph, costs, stage_of, n_stages).objective_s(2)
     pinned = {int(graph.topo_order[0]): 0}
-    out, stats = refine(problem, costs, stage_of, n_stages, 2, 4, pinned)
+    out, stats = refine(problem, costs, StagePartition(stage_of, n_stages, 2, 4), pinned)
     after = Partition.of(graph, costs, out, n_stages).objective_s(2)
     assert after <= before * (1 + 1e-12)
     assert stats["refine_after_s"] == after

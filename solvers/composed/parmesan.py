@@ -1,10 +1,9 @@
-"""Parmesan's safety net, composed above the solver families.
+"""Parmesan as registered: its safety net runs ``even`` and ``pipedream``.
 
 With ``baseline_guard`` (the default), Parmesan also simulates the plans of ``even`` and
 ``pipedream`` (PipeDream's own cost model, its default, and Placer's) and keeps the best
-(docs/parmesan.md).  Those are the baselines family, and no family imports another, so the
-composition lives here, above both as the registry is: the registry's ``parmesan`` is
-:class:`ParmesanWithSafetyNet`, a :class:`~solvers.parmesan.solver.ParmesanSolver` handed
+(docs/parmesan.md).  Those are the baselines family, so :class:`ParmesanWithSafetyNet`, the
+registry's ``parmesan``, is a :class:`~solvers.parmesan.solver.ParmesanSolver` handed
 :func:`parmesan_baselines`.
 """
 
