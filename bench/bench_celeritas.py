@@ -19,7 +19,8 @@
 4. ``--r-sweep``: Celeritas and Order-Place on the Table 3 graphs for R in 1 .. 200.
 5. ``--versus`` (alone): Celeritas (default and the paper's configuration) against HEFT, m-ETF
    and the lower bound on branchy profiles, a 2,000-op layered DAG, a heterogeneous slow
-   network and the communication-heavy Table 3 graphs.
+   network and the communication-heavy Table 3 graphs; ``--versus-only TEXT`` keeps the rows
+   whose graph or setting contains TEXT.
 
 "Celeritas (paper)" is the paper's pipeline (``PAPER``: R fixed, contiguous fusion, CPD-TOPO
 placement order, Eq. 9 threshold 1, one candidate); "Celeritas" the solver's defaults
@@ -37,7 +38,7 @@ from typing import Any
 
 from solvers.celeritas.estimate import scale_graph
 from solvers.cost.bounds import lower_bound_s
-from solvers.generate import generate_graph
+from solvers.generate import generate_graph, generate_topology
 from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.importers.pipedream import import_pipedream
@@ -52,9 +53,10 @@ TARGET_S = 3.0
 PAPER_SIZES = {3810: ("Tensor Holography", 3.586), 6332: ("Inception_V3", 7.183), 25463: ("NMT", 59.418),
                36352: ("Transformer", 95.304)}
 DATA = Path("/work/shared/data/pipedream/profiles")
-# the paper's pipeline: one R, any run of the order fused, CPD-TOPO placement order, Eq. 9 as written
+# the paper's pipeline: one R, any run of the order fused, CPD-TOPO placement order, Eq. 9 as written,
+# no list schedulers kept beside it
 PAPER: dict[str, Any] = {"adaptive": False, "fusion": "contiguous", "placement_order": "cpd-topo",
-                         "move_threshold": 1.0, "finalists": 1}
+                         "move_threshold": 1.0, "finalists": 1, "list_schedulers": False}
 TABLE3_SOLVERS: list[tuple[str, str, dict[str, Any]]] = [
     ("Celeritas", "celeritas", {}), ("Celeritas (paper)", "celeritas", PAPER),
     ("Order-Place", "celeritas", {**PAPER, "placement": "order"}),
@@ -130,12 +132,17 @@ def versus_cases() -> list[tuple[str, str, Problem]]:
         return import_pipedream((DATA / name / "graph.txt").read_text(), name)
 
     layered = generate_graph("random_dag", n_ops=2000, width=8, edge_prob=0.1, bytes_max=1e7, seed=1)
+    layered_default = generate_graph("random_dag", n_ops=2000, seed=0)
+    v100_10 = generate_topology("hierarchical", nodes=1, gpus_per_node=4, intra_bandwidth_GBps=10.0, device="V100",
+                                memory_gib=32.0)
     big = table3_graphs()
     fwd, train = ProblemSettings(pass_="forward"), ProblemSettings(pass_="training")
     return [
         ("nasnetamobile", "4 V100 PCIe, forward", Problem(profile("nasnetamobile"), pcie, "latency", fwd)),
         ("inception_v3", "4 V100 PCIe, forward", Problem(profile("inception_v3"), pcie, "latency", fwd)),
         ("random_dag 2,000 ops, width 8", "4 V100 PCIe, forward", Problem(layered, pcie, "latency", fwd)),
+        ("random_dag 2,000 ops, generator defaults", "4 V100 10 GB/s, training",
+         Problem(layered_default, v100_10, "latency", train)),
         ("nasnetamobile", "4 V100 PCIe, training", Problem(profile("nasnetamobile"), pcie, "latency", train)),
         ("nasnetalarge", "hetero4-slow, training", Problem(profile("nasnetalarge"), het, "latency", train)),
         ("resnext101", "hetero4-slow, forward", Problem(profile("resnext101"), het, "latency", fwd)),
@@ -145,11 +152,13 @@ def versus_cases() -> list[tuple[str, str, Problem]]:
     ]
 
 
-def versus(time_limit_s: float) -> None:
+def versus(time_limit_s: float, only: str = "") -> None:
     print("| graph | ops | setting | CCR | Celeritas | Celeritas (paper) | HEFT | m-ETF | lower bound | "
           "Celeritas / best of HEFT, m-ETF | solve time (Celeritas, paper, HEFT, m-ETF) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for graph, setting, problem in versus_cases():
+        if only and only not in graph and only not in setting:
+            continue
         plans = [solve(problem, solver, options, time_limit_s=time_limit_s)
                  for solver, options in (("celeritas", {}), ("celeritas", PAPER), ("heft", {}), ("m-etf", {}))]
         ms = [float(p.claimed_objective_s or 0.0) * 1e3 for p in plans]
@@ -234,10 +243,11 @@ def main() -> None:
     parser.add_argument("--table4-sizes", type=int, nargs="*", default=[3810, 6332])
     parser.add_argument("--r-sweep", action="store_true")
     parser.add_argument("--versus", action="store_true", help="only the table versus HEFT and m-ETF")
+    parser.add_argument("--versus-only", default="", help="with --versus: the rows whose graph or setting has this")
     args = parser.parse_args()
     if args.versus:
         print("Celeritas versus the list schedulers: simulated latency, ms")
-        versus(args.time_limit)
+        versus(args.time_limit, args.versus_only)
         return
     print(f"Celeritas solve time (target <= {TARGET_S} s at 36k ops)")
     solve_times(args.repeat, args.sizes)

@@ -16,9 +16,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from solvers.arrays import FloatArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.baselines.heft import upward_rank
 from solvers.listsched import (
+    LatencyCosts,
     ListSchedule,
     TaskGraph,
     complete_fast,
@@ -48,6 +50,50 @@ def critical_path(tasks: TaskGraph, priority: np.ndarray) -> list[int]:
     return path
 
 
+def cpop_priority(tasks: TaskGraph, costs: LatencyCosts) -> FloatArray:
+    """``rank_u + rank_d`` of every op (§4.2, Eq. 8 and 9): upward rank (including the op's own
+    device-averaged time) plus downward rank (the longest path from an entry op to the op,
+    excluding its own time), both with device-averaged op and message times."""
+    f = costs.msg_factor
+    rank_d, _ = levels(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
+                       f * costs.mean_latency_s, f * costs.mean_inv_bandwidth_sPB,
+                       np.argsort(tasks.rank, kind="stable"))
+    return upward_rank(tasks, costs) + rank_d
+
+
+def critical_path_device(tasks: TaskGraph, on_path: set[int]) -> int:
+    """The critical-path processor (§4.2): the device on which the critical
+    path's ops take the least time in total (ties: the lower device)."""
+    return int(np.argmin(tasks.dur_s[sorted(on_path)].sum(axis=0)))
+
+
+def cpop_schedule(sched: ListSchedule, pins: dict[int, int], priority: FloatArray, on_path: set[int],
+                  cp_device: int, insertion: bool, budget: Budget) -> bool:
+    """The list phase of §4.2: ready ops by decreasing priority (ties: topological position); a
+    critical-path op on ``cp_device`` (when it has room), any other on the device of earliest
+    finish time.  Returns True when the budget ran out (the rest placed by ``complete_fast``)."""
+    tasks = sched.tasks
+    indeg = [len(p) for p in tasks.pred]
+    ready = [(-float(priority[v]), int(tasks.rank[v]), v) for v in range(tasks.n) if indeg[v] == 0]
+    heapq.heapify(ready)
+    done: list[int] = []
+    step = 0
+    while ready:
+        _, _, v = heapq.heappop(ready)
+        if expired_every(budget, step):
+            rest = sorted(set(range(tasks.n)) - set(done), key=lambda u: int(tasks.rank[u]))
+            complete_fast(sched, rest, pins)
+            return True
+        step += 1
+        CPOPSolver.place(sched, tasks, v, pins, cp_device if v in on_path else None, insertion)
+        done.append(v)
+        for s in tasks.succ[v]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (-float(priority[s]), int(tasks.rank[s]), s))
+    return False
+
+
 class CPOPOptions(SolverOptions):
     """``insertion``: fill idle gaps (the paper's policy) or append at the end of a device."""
 
@@ -66,39 +112,18 @@ class CPOPSolver:
         if isinstance(start, Plan):
             return start
         sched, pins = start
-        tasks, costs = sched.tasks, sched.costs
-        f = costs.msg_factor
-        tlevel, _ = levels(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
-                           f * costs.mean_latency_s, f * costs.mean_inv_bandwidth_sPB,
-                           np.argsort(tasks.rank, kind="stable"))
-        priority = upward_rank(tasks, costs) + tlevel
+        tasks = sched.tasks
+        priority = cpop_priority(tasks, sched.costs)
         on_path = set(critical_path(tasks, priority))
-        cp_device = int(np.argmin(tasks.dur_s[sorted(on_path)].sum(axis=0)))
-        indeg = [len(p) for p in tasks.pred]
-        ready = [(-float(priority[v]), int(tasks.rank[v]), v) for v in range(tasks.n) if indeg[v] == 0]
-        heapq.heapify(ready)
-        ins, timed_out, step = options.insertion, False, 0
-        done: list[int] = []
-        while ready:
-            _, _, v = heapq.heappop(ready)
-            if expired_every(budget, step):
-                rest = sorted(set(range(tasks.n)) - set(done), key=lambda u: int(tasks.rank[u]))
-                complete_fast(sched, rest, pins)
-                timed_out = True
-                break
-            step += 1
-            self._place(sched, tasks, v, pins, cp_device if v in on_path else None, ins)
-            done.append(v)
-            for s in tasks.succ[v]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(ready, (-float(priority[s]), int(tasks.rank[s]), s))
+        cp_device = critical_path_device(tasks, on_path)
+        timed_out = cpop_schedule(sched, pins, priority, on_path, cp_device, options.insertion, budget)
         progress(ProgressEvent(0.9, sched.makespan_s()))
         return finish_schedule(problem, sched, timed_out=timed_out,
-                               stats={"insertion": ins, "critical_path_ops": len(on_path), "cp_device": cp_device})
+                               stats={"insertion": options.insertion, "critical_path_ops": len(on_path),
+                                      "cp_device": cp_device})
 
     @staticmethod
-    def _place(sched: ListSchedule, tasks: TaskGraph, v: int, pins: dict[int, int], cp_device: int | None,
+    def place(sched: ListSchedule, tasks: TaskGraph, v: int, pins: dict[int, int], cp_device: int | None,
                ins: bool) -> None:
         if v in pins:
             sched.commit_forced(v, pins[v], ins)

@@ -98,7 +98,7 @@ def test_the_portfolio_gives_a_valid_plan_that_claims_its_simulation(profile: st
 
 
 PAPER_CELERITAS = {"adaptive": False, "fusion": "contiguous", "placement_order": "cpd-topo", "move_threshold": 1.0,
-                   "finalists": 1}
+                   "finalists": 1, "list_schedulers": False}
 
 
 @pytest.mark.parametrize("profile", PROFILES)
