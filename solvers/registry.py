@@ -34,7 +34,7 @@ BUILTIN: dict[str, str] = {
     # moirai family
     "moirai": "solvers.composed.moirai:MoiraiWithWarmStart",
     # celeritas family and list-scheduling baselines
-    "celeritas": "solvers.celeritas.solver:CeleritasSolver",
+    "celeritas": "solvers.composed.celeritas:CeleritasWithListSchedulers",
     "m-topo": "solvers.baselines.mtopo:MTopoSolver",
     "m-etf": "solvers.baselines.metf:METFSolver",
     "m-sct": "solvers.baselines.msct:MSCTSolver",

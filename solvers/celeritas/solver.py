@@ -13,9 +13,10 @@ configuration; :mod:`solvers.celeritas.search`), and the best few plans are simu
 (docs/celeritas.md, "Deviations from the paper").
 
 List schedulers kept (``list_schedulers``, on by default): when the whole search fits the
-node budget, the registered list schedulers (``heft``, ``cpop``, ``m-etf``, ``m-sct``,
-``m-topo``) are run too and Celeritas returns the best simulated plan of all, so it is never
-behind them.  The paper's Adjusting Placement (§5.2) only moves a node when its EST gain exceeds
+node budget, the list schedulers the solver was handed are run too and Celeritas returns the
+best simulated plan of all, so it is never behind them.  The registry's ``celeritas``
+(:class:`solvers.composed.celeritas.CeleritasWithListSchedulers`) hands it ``heft``, ``cpop``,
+``m-etf``, ``m-sct`` and ``m-topo``; a bare :class:`CeleritasSolver` has none.  The paper's Adjusting Placement (§5.2) only moves a node when its EST gain exceeds
 the back cost; with a fine fusion (small R) that rule's plans are close to HEFT's and can lose to
 one of them by tie-breaks, so the kept plan is the guard, not a result of Algorithm 2
 (docs/celeritas.md, "Deviations from the paper").
@@ -29,16 +30,15 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
-from solvers import registry
 from solvers.arrays import IntArray
-from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions, no_progress, parse_options
+from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
 from solvers.celeritas import orders
 from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
 from solvers.celeritas.place import adjusting_place, expand_schedule, order_place
@@ -68,8 +68,6 @@ from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 
-LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")  # kept beside the candidates, when registered
-
 
 class CeleritasOptions(SolverOptions):
     """``exploration_range``: R of Eq. 6 (largest cluster, in ops; with ``adaptive`` the upper
@@ -85,7 +83,7 @@ class CeleritasOptions(SolverOptions):
     the coarse nodes the search may place, and the ops its finalists may simulate, in total;
     a graph whose whole search exceeds it gets a search directed by its CCR
     (:mod:`solvers.celeritas.search`) and fewer finalists (the first candidate and the best
-    finalist always run).  ``list_schedulers``: also run the registered list schedulers and keep
+    finalist always run).  ``list_schedulers``: also run the list schedulers handed to the solver and keep
     the best simulated plan of all (module doc) when the whole search fits the node budget."""
 
     exploration_range: int = Field(200, ge=1)
@@ -125,7 +123,12 @@ class CeleritasSolver:
                               "Adjusting Placement of the coarse graph")
     objectives: ClassVar[tuple[str, ...]] = ("latency",)
     options_type: ClassVar[type[SolverOptions]] = CeleritasOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
+
+    def __init__(self, list_schedulers: Sequence[tuple[str, type[Solver]]] = ()) -> None:
+        """``list_schedulers``: ``(name, solver class)`` of the schedulers whose plans compete with
+        Celeritas' own (option ``list_schedulers``), run with their default options."""
+        self.list_schedulers = tuple(list_schedulers)
 
     def solve(self, problem: Problem, options: CeleritasOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         with gc_paused():
@@ -171,7 +174,7 @@ class CeleritasSolver:
             if budget.expired():
                 break
         if options.list_schedulers and nodes is None:
-            plans += _list_scheduler_plans(problem, budget, stats)
+            plans += _list_scheduler_plans(problem, budget, stats, self.list_schedulers)
         plan = min(plans, key=lambda p: (p.status != "feasible", p.claimed_objective_s or 0.0))
         progress(ProgressEvent(1.0, plan.claimed_objective_s))
         return plan
@@ -271,14 +274,14 @@ def _variants(options: CeleritasOptions) -> list[Variant]:
     return out
 
 
-def _list_scheduler_plans(problem: Problem, budget: Budget, stats: dict[str, Any]) -> list[Plan]:
-    """The plans of the registered :data:`LIST_SCHEDULERS` (their defaults, each simulated), with
-    Celeritas' stats and ``plan_from`` naming the scheduler; a scheduler that fails is skipped."""
+def _list_scheduler_plans(problem: Problem, budget: Budget, stats: dict[str, Any],
+                          schedulers: Sequence[tuple[str, type[Solver]]]) -> list[Plan]:
+    """The plans of ``schedulers`` (their defaults, each simulated), with Celeritas' stats and
+    ``plan_from`` naming the scheduler; a scheduler that fails is skipped."""
     out = []
-    for name in LIST_SCHEDULERS:
-        if name not in registry.names() or budget.expired():
+    for name, cls in schedulers:
+        if budget.expired():
             continue
-        cls = registry.get_solver_class(name)
         try:
             plan = cls().solve(problem, parse_options(cls.options_type, {}, name), budget.sub(0.5), no_progress)
         except PlacerError:

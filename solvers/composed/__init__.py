@@ -12,4 +12,7 @@ loading one loads only the families it runs:
   ``heft``, ``cpop``, ``m-etf``, ``m-sct``, ``m-topo`` (the baselines family) and ``celeritas``
   are warm-start candidates (docs/moirai.md); the registry's ``moirai`` is
   :class:`~solvers.composed.moirai.MoiraiWithWarmStart`.
+* :mod:`solvers.composed.celeritas`: the list schedulers ``heft``, ``cpop``, ``m-etf``, ``m-sct``
+  and ``m-topo`` compete with Celeritas' own plans (option ``list_schedulers``); the registry's
+  ``celeritas`` is :class:`~solvers.composed.celeritas.CeleritasWithListSchedulers`.
 """

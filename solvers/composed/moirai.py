@@ -3,7 +3,8 @@
 The plans of ``heft``, ``cpop``, ``m-etf``, ``m-sct``, ``m-topo`` (the baselines family) and
 ``celeritas`` are MOIRAI's warm-start candidates (docs/moirai.md), so :class:`MoiraiWithWarmStart`,
 the registry's ``moirai``, is a :class:`~solvers.moirai.solver.MoiraiSolver` handed
-:data:`MOIRAI_WARM_START`.
+:data:`MOIRAI_WARM_START`.  Its Celeritas is the bare solver, without the list schedulers the
+registry's ``celeritas`` keeps beside its plans: the warm start runs them itself.
 """
 
 from __future__ import annotations

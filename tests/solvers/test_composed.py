@@ -5,6 +5,8 @@ warm-starts from the list schedulers, a bare ``MoiraiSolver`` from its own sched
 from __future__ import annotations
 
 from solvers.base import Budget, no_progress
+from solvers.celeritas.solver import CeleritasSolver
+from solvers.composed.celeritas import CeleritasWithListSchedulers
 from solvers.composed.moirai import MoiraiWithWarmStart
 from solvers.composed.parmesan import ParmesanWithSafetyNet, parmesan_baselines
 from solvers.moirai.options import MoiraiOptions
@@ -39,7 +41,13 @@ def test_the_registry_serves_moirai_with_its_warm_start() -> None:
     assert MoiraiWithWarmStart.name == MoiraiSolver.name == "moirai"
     assert [h.name for h in MoiraiWithWarmStart().warm_start] == ["heft", "cpop", "m-etf", "m-sct", "m-topo",
                                                                   "celeritas"]
-    assert all(get_solver_class(h.name) is h.solver for h in MoiraiWithWarmStart().warm_start)
+    # the list schedulers as registered; Celeritas bare, without the list schedulers the warm start runs itself
+    assert all(get_solver_class(h.name) is h.solver for h in MoiraiWithWarmStart().warm_start if h.name != "celeritas")
+    celeritas = next(h.solver for h in MoiraiWithWarmStart().warm_start if h.name == "celeritas")
+    assert celeritas is CeleritasSolver and get_solver_class("celeritas") is CeleritasWithListSchedulers
+    assert CeleritasSolver().list_schedulers == ()
+    assert [name for name, _ in CeleritasWithListSchedulers().list_schedulers] == ["heft", "cpop", "m-etf", "m-sct",
+                                                                                     "m-topo"]
 
 
 def test_a_bare_moirai_solver_warm_starts_from_its_own_schedules_only() -> None:
