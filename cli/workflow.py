@@ -115,9 +115,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     write_json(plan.to_document(), args.output)
     if args.json:
         print_json({"status": plan.status, "output": args.output, "solve_time_s": plan.solve_time_s,
-                    "claimed_objective_s": plan.claimed_objective_s, "metrics": plan.metrics})
+                    "claimed_objective_s": plan.claimed_objective_s, "metrics": plan.metrics,
+                    "notes": list(plan.notes)})
     else:
         _print_summary(plan.solver, plan.status, plan.metrics, plan.solve_time_s)
+        for note in plan.notes:
+            print(f"  note: {note}")
         print(f"wrote {args.output}")
     return EXIT_FAILED if plan.status == "infeasible" else EXIT_OK
 

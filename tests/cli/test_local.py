@@ -185,3 +185,13 @@ def test_graphml_import_of_a_bad_file_exits_2(tmp_path: Path, capsys: pytest.Cap
     bad.write_text("<graphml><graph")
     code, _, err = run(capsys, "graph", "import", "--from", "graphml", str(bad), "-o", str(tmp_path / "out.json"))
     assert code == 2 and "invalid GraphML" in err
+
+
+def test_solve_prints_the_plans_notes(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    plan = files["dir"] / "plan.json"
+    common = ("--graph", str(files["graph"]), "--topology", str(files["topo"]), "--stages", "2", "-o", str(plan))
+    code, out, _ = run(capsys, "solve", "--solver", "exact", "--option", "max_ideals=2", *common)
+    assert code == 0 and "unknown" in out
+    assert "  note: ideals: more than 2 in the whole graph" in out
+    code, out, _ = run(capsys, "solve", "--solver", "exact", "--option", "max_ideals=2", *common, "--json")
+    assert any("ideals: more than 2" in n for n in json.loads(out)["notes"])
