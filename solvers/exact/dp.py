@@ -73,8 +73,17 @@ class DPResult:
 
 def ideal_sums(ideals: Ideals, values: FloatArray, chunk: int = 4096) -> FloatArray:
     """``out[i]`` = sum of ``values`` over the ops of ideal ``i``."""
+    out = timed_ideal_sums(ideals, values, float("inf"), chunk)
+    assert out is not None
+    return out
+
+
+def timed_ideal_sums(ideals: Ideals, values: FloatArray, deadline: float, chunk: int = 4096) -> FloatArray | None:
+    """:func:`ideal_sums`, or ``None`` once the ``deadline`` (monotonic clock) has passed."""
     out = np.empty(ideals.count)
     for a in range(0, ideals.count, chunk):
+        if time.monotonic() > deadline:
+            return None
         rows = np.arange(a, min(a + chunk, ideals.count))
         out[rows] = ideals.members(rows) @ values
     return out
@@ -106,7 +115,11 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
     """Every transition whose stage time is at most ``upper_s``; ``None`` past ``max_pairs`` or
     the ``deadline`` (monotonic clock).  ``with_memory=False``: no stage can exceed memory, the
     memory columns are skipped."""
-    sums = _IdealSums(ideal_sums(ideals, model.act_bytes), ideal_sums(ideals, model.param_bytes))
+    act = timed_ideal_sums(ideals, model.act_bytes, deadline) if with_memory else np.zeros(ideals.count)
+    params = timed_ideal_sums(ideals, model.param_bytes, deadline) if with_memory else np.zeros(ideals.count)
+    if act is None or params is None:
+        return None
+    sums = _IdealSums(act, params)
     by_work = np.argsort(work_s, kind="stable")
     sorted_work = work_s[by_work]
     limit = upper_s * (1 + _TOL) + 1e-15
@@ -114,7 +127,7 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
     heads: list[int] = []
     total = 0
     for i in range(1, ideals.count):
-        if i % 256 == 0 and time.monotonic() > deadline:
+        if i % 16 == 0 and time.monotonic() > deadline:
             return None
         lo = np.searchsorted(sorted_work, work_s[i] - replicas * limit, side="left")
         hi = np.searchsorted(sorted_work, work_s[i], side="right")

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.exact.dp import DPResult, build_pairs, ideal_sums, run_dp, stage_of_chain
+from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
 from solvers.exact.ideals import Ideals, enumerate_ideals
 from solvers.exact.relax import lift, light_ops, reduce_problem
 from solvers.exact.stage_model import (
@@ -177,10 +177,12 @@ class ExactSolver:
             reason = "memory: the relaxation without light ops needs memory that cannot bind"
         pairs = None
         dp_model = space.model
+        deadline = time.monotonic() + budget.remaining_s()
+        work = None
         if reason is None and ideals is not None and n_stages <= space.problem.graph.n_ops:
-            work = ideal_sums(ideals, dp_model.work_s)
+            work = timed_ideal_sums(ideals, dp_model.work_s, deadline)
+        if work is not None and ideals is not None:
             for bound in _bounds(dp_model, n_stages, replicas, upper):
-                deadline = time.monotonic() + budget.remaining_s()
                 pairs = build_pairs(ideals, dp_model, work, replicas, bound, options.max_pairs, deadline,
                                     with_memory=with_memory)
                 if pairs is None:
@@ -189,9 +191,9 @@ class ExactSolver:
                                   in_flight(problem, n_stages, mb)) for mb in mbs]
                 if bound >= upper or all(r is not None for r in results):
                     break
-            if pairs is None:
-                reason = (f"time: the {budget.time_limit_s:g} s limit ran out while building the DP's pairs"
-                          if budget.expired() else f"pairs: more than {options.max_pairs:,} DP transitions")
+        if reason is None and ideals is not None and pairs is None and n_stages <= space.problem.graph.n_ops:
+            reason = (f"time: the {budget.time_limit_s:g} s limit ran out while building the DP's pairs"
+                      if budget.expired() else f"pairs: more than {options.max_pairs:,} DP transitions")
         for k, (mb, (warm_of, _)) in enumerate(zip(mbs, warm, strict=True)):
             result = results[k] if pairs is not None else None
             if ideals is not None and result is not None:
