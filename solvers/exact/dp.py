@@ -64,11 +64,14 @@ class Pairs:
 @dataclass(frozen=True)
 class DPResult:
     """The optimum ``bottleneck_s``, the chain of ideals ``chain`` (``∅ = chain[0] ⊂ ... ⊂ V``) and
-    each stage's time ``stage_times_s`` in the DP's model."""
+    each stage's time ``stage_times_s`` in the DP's model; ``fewer_stages_s`` = the least
+    bottleneck of fewer non-empty stages covering every op (a relaxation's bound needs it:
+    :mod:`solvers.exact.relax`)."""
 
     bottleneck_s: float
     chain: list[int]
     stage_times_s: list[float]
+    fewer_stages_s: float = float("inf")  # min over s < S of T[s][V] (inf: none, or above the cap)
 
 
 def ideal_sums(ideals: Ideals, values: FloatArray, chunk: int = 4096) -> FloatArray:
@@ -207,7 +210,10 @@ def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, repli
     table = np.full(n_ideals, np.inf)
     table[0] = 0.0
     choice: list[IntArray] = []  # choice[s-1][i] = pair chosen for T[s][i] (-1: none)
+    fewer = float("inf")
     for s in range(1, n_stages + 1):
+        if s > 1:
+            fewer = min(fewer, float(table[full]))
         value = np.maximum(table[pairs.prev], pairs.time_s)
         if pairs.fixed_bytes is not None and pairs.kept_bytes is not None:
             fits = pairs.fixed_bytes + in_flight[s - 1] * pairs.kept_bytes <= capacity_bytes[s - 1]
@@ -233,7 +239,7 @@ def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, repli
         chain.append(int(pairs.prev[p]))
     chain.reverse()
     times.reverse()
-    return DPResult(float(table[full]), chain, times)
+    return DPResult(float(table[full]), chain, times, fewer)
 
 
 def stage_of_chain(ideals: Ideals, chain: list[int]) -> IntArray:

@@ -11,8 +11,11 @@ BERT-Large by more than 200.  Such ops carry next to no work.
 contiguous partition of the graph, its restriction to the kept ops is a chain of ideals of the
 reduced graph, and every stage's time and memory in the DP model (:mod:`solvers.exact.stage_model`:
 work, parameters, activations, working memory, bytes in and out) does not grow when ops leave
-it.  Hence the reduced DP's optimum ``B'`` (with at most ``S`` non-empty stages) is a lower bound
-on the bottleneck of every contiguous partition of the whole graph.
+it (bytes out of and into a stage only shrink: the added edges carry none), nor depends on the
+stage's index when memory cannot bind (the solver uses the relaxation only then).  A stage made
+only of removed ops vanishes, so the reduced DP's least bottleneck over at most ``S`` non-empty
+stages, ``B' = min_{s <= S} T[s][V']``, is a lower bound on the bottleneck of every contiguous
+partition of the whole graph into ``S`` stages.
 
 **Lifting.**  A reduced partition is extended to the whole graph by giving each removed op a stage
 between its predecessors' and its kept descendants' (:func:`lift`); every edge then goes forward

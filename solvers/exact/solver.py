@@ -198,9 +198,11 @@ class ExactSolver:
             result = results[k] if pairs is not None else None
             if ideals is not None and result is not None:
                 stage_of = stage_of_chain(ideals, result.chain)
-                if space.kept is not None:
+                bound_s = result.bottleneck_s
+                if space.kept is not None:  # a relaxation's stages may be fewer: relax.py's bound
                     stage_of = lift(problem.graph, space.kept, stage_of, model.work_s)
-                _consider(problem, stage_of, n_stages, replicas, mb, result.bottleneck_s, best)
+                    bound_s = min(bound_s, result.fewer_stages_s)
+                _consider(problem, stage_of, n_stages, replicas, mb, bound_s, best)
             else:
                 _consider(problem, warm_of, n_stages, replicas, mb, None, best)
         return reason if reason is not None else (pairs.count if pairs is not None else 0)
@@ -237,9 +239,6 @@ def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: B
     if time.monotonic() > deadline:
         return out_of_time()
     whole = f"ideals: more than {options.max_ideals:,} in the whole graph ({graph.n_ops} ops)"
-    if model.has_traffic:
-        return _Space(None, problem, model, None, (), f"{whole}; its relaxation without light ops is only "
-                      "used when no edge carries bytes")
     tried: set[int] = set()
     for fraction, detached in RELAXATIONS:
         removed = light_ops(graph, model.work_s, fraction, detached)

@@ -142,11 +142,13 @@ def test_registered_for_throughput_only() -> None:
     assert "exact" in registry.names()
 
 
-def _chains_problem(n_chains: int, length: int, light_s: float, heavy: int = 0, stages: int = 3) -> Problem:
-    """``heavy`` ops of 1 s in a chain, beside ``n_chains`` separate chains of ``length`` ops of
-    ``light_s`` each; zero edge bytes, unbounded memory, ``stages`` identical devices."""
+def _chains_problem(n_chains: int, length: int, light_s: float, heavy: int = 0, stages: int = 3,
+                    heavy_bytes: float = 0.0) -> Problem:
+    """``heavy`` ops of 1 s in a chain (edges of ``heavy_bytes``), beside ``n_chains`` separate
+    chains of ``length`` ops of ``light_s`` each (edges of zero bytes); unbounded memory,
+    ``stages`` identical devices."""
     nodes = [Node(f"h{i}", "x", 1.0 + 0.1 * (i % 3), 1.0, 0.0, 0.0) for i in range(heavy)]
-    edges = [Edge(f"h{i}", f"h{i + 1}", 0.0) for i in range(heavy - 1)]
+    edges = [Edge(f"h{i}", f"h{i + 1}", heavy_bytes * (1 + i % 4)) for i in range(heavy - 1)]
     for c in range(n_chains):
         nodes += [Node(f"c{c}.{k}", "x", light_s, 0.0, 0.0, 0.0) for k in range(length)]
         edges += [Edge(f"c{c}.{k}", f"c{c}.{k + 1}", 0.0) for k in range(length - 1)]
@@ -168,9 +170,10 @@ def test_time_limit_holds_while_the_ideals_are_enumerated() -> None:
     resolve_plan(problem, plan)
 
 
-def test_relaxation_without_detached_light_ops_proves_the_optimum() -> None:
+@pytest.mark.parametrize("heavy_bytes", [0.0, 2e9])
+def test_relaxation_without_detached_light_ops_proves_the_optimum(heavy_bytes: float) -> None:
     # 4 separate chains of 3 light ops multiply the 13 ideals of the heavy chain by 4^4
-    problem = _chains_problem(4, 3, 1e-9, heavy=12)
+    problem = _chains_problem(4, 3, 1e-9, heavy=12, heavy_bytes=heavy_bytes)
     whole = solve(problem, "exact", {"max_ideals": 10**6})
     assert whole.stats["relaxed_ops"] is None and whole.stats["ideals"] == 13 * 4**4
     plan = solve(problem, "exact", {"max_ideals": 1000})
