@@ -12,8 +12,8 @@ bottleneck stage time (ms) of ``parmesan`` (with and without its safety net), ``
 iteration is the sum of all stages whatever the split, so the bottleneck stage is what a
 partition changes.)
 
-With ``--bert``: operator graphs from ``placer extract --example bert`` (compute only, no memory
-limit, ``S`` identical devices, ``S`` stages of 1 replica, 1 micro-batch, for each ``S`` of
+With ``--bert``: operator graphs from ``placer extract --example bert`` (compute only, then with
+the extracted edge bytes; no memory limit, ``S`` identical devices, ``S`` stages of 1 replica, 1 micro-batch, for each ``S`` of
 ``--stages``): the wall time of ``exact`` within ``--time-limit``, its status and what it
 proves (the bottleneck bound, the simulated bottleneck, the notes); then the solves of each graph
 as extracted (edge bytes kept) on 8 such devices with default settings and a 5 s limit, with
@@ -86,11 +86,13 @@ def bert(paths: list[Path], stages: list[int], time_limit_s: float) -> None:
     """The ``--bert`` tables (module doc)."""
     from solvers.model.graph import graph_from_document
 
-    print("| graph | ops | S | exact s | status | proven for | ideals | relaxed ops | bound ms | simulated ms | even ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| graph | edge bytes | ops | S | exact s | status | proven for | ideals | relaxed ops | bound ms | simulated ms "
+          "| even ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     loaded = [(path.stem, graph_from_document(json.loads(path.read_text()))) for path in paths]
-    for name, graph in loaded:
-        g = compute_only(graph)
+    variants = [(name, "zero", compute_only(graph)) for name, graph in loaded]
+    variants += [(name, "extracted", graph) for name, graph in loaded]
+    for name, edges, g in variants:
         for n in stages:
             problem = Problem(g, identical_devices(n), "throughput", ProblemSettings(stages=n, replicas=1, micro_batches=(1,)))
             started = time.perf_counter()
@@ -100,7 +102,7 @@ def bert(paths: list[Path], stages: list[int], time_limit_s: float) -> None:
             st = plan.stats
             bound = st.get("bottleneck_lower_bound_s")
             proven = st.get("optimal_objective", "objective") if plan.status == "optimal" else "–"
-            print(f"| {name} | {g.n_ops} | {n} | {took:.2f} | {plan.status} | {proven} | {st.get('ideals') or '> ' + str(st['max_ideals'])} | "
+            print(f"| {name} | {edges} | {g.n_ops} | {n} | {took:.2f} | {plan.status} | {proven} | {st.get('ideals') or '> ' + str(st['max_ideals'])} | "
                   f"{st.get('relaxed_ops', '–')} | {'–' if bound is None else f'{bound * 1e3:.4f}'} | "
                   f"{(plan.metrics or {}).get('bottleneck_stage_s', float('nan')) * 1e3:.4f} | "
                   f"{(even.metrics or {}).get('bottleneck_stage_s', float('nan')) * 1e3:.4f} |", flush=True)
