@@ -100,10 +100,13 @@ def reduce_problem(problem: Problem, removed: IntArray, work_s: FloatArray) -> R
                    float(work_s[removed].sum()))
 
 
-def lift(graph: OpGraph, kept: IntArray, kept_stage: IntArray, work_s: FloatArray) -> IntArray:
+def lift(graph: OpGraph, kept: IntArray, kept_stage: IntArray, work_s: FloatArray,
+         load_s: FloatArray | None = None) -> IntArray:
     """The whole graph's op -> stage: kept ops as given, each removed op in the least loaded
     stage between its predecessors' stages and its kept descendants' (taken in topological
-    order, so the interval is never empty: the reduced graph holds every kept path)."""
+    order, so the interval is never empty: the reduced graph holds every kept path).  A stage's
+    load starts at ``load_s`` (its time, traffic included; default: the work of its kept ops)
+    and grows by ``work_s`` of each removed op put in it."""
     n = graph.n_ops
     n_stages = int(kept_stage.max()) + 1
     stage = np.full(n, -1, dtype=np.int64)
@@ -120,7 +123,8 @@ def lift(graph: OpGraph, kept: IntArray, kept_stage: IntArray, work_s: FloatArra
     for v in reversed(order):
         for w in succ[v]:
             hi[v] = min(hi[v], stage[w] if kept_mask[w] else hi[w])
-    load = np.bincount(kept_stage, weights=work_s[kept], minlength=n_stages)
+    load = (np.bincount(kept_stage, weights=work_s[kept], minlength=n_stages) if load_s is None
+            else np.array(load_s, dtype=np.float64))
     for v in order:
         if kept_mask[v]:
             continue

@@ -175,6 +175,10 @@ class ExactSolver:
         with_memory = _memory_binds(model, capacity, replicas, n_stages, mbs)
         if ideals is not None and space.kept is not None and with_memory:
             reason = "memory: the relaxation without light ops needs memory that cannot bind"
+        if n_stages == 1:  # one partition only (the whole graph), even's split: no DP needed
+            for mb, (warm_of, warm_s) in zip(mbs, warm, strict=True):
+                _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best)
+            return 0
         pairs = None
         dp_model = space.model
         deadline = time.monotonic() + budget.remaining_s()
@@ -200,7 +204,8 @@ class ExactSolver:
                 stage_of = stage_of_chain(ideals, result.chain)
                 bound_s = result.bottleneck_s
                 if space.kept is not None:  # a relaxation's stages may be fewer: relax.py's bound
-                    stage_of = lift(problem.graph, space.kept, stage_of, model.work_s)
+                    stage_of = lift(problem.graph, space.kept, stage_of, model.work_s / replicas,
+                                    partition_times_s(dp_model, stage_of, n_stages, replicas))
                     bound_s = min(bound_s, result.fewer_stages_s)
                 _consider(problem, stage_of, n_stages, replicas, mb, bound_s, best)
             else:
