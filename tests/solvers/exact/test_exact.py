@@ -119,7 +119,8 @@ def test_compute_only_plan_reaches_the_bound(problem: Problem) -> None:
 
 
 def test_ideal_budget_exceeded_is_unknown_with_even_split() -> None:
-    problem = fx.throughput_problem()
+    # two stages: one stage needs no DP (the whole graph is its only partition)
+    problem = fx.throughput_problem().with_settings(stages=2)
     plan = solve(problem, "exact", {"max_ideals": 3})
     assert plan.status == "unknown"
     assert plan.stats["exact"] is False and plan.stats["ideals"] is None
@@ -132,7 +133,7 @@ def test_ideal_budget_exceeded_is_unknown_with_even_split() -> None:
 
 
 def test_pair_budget_exceeded_is_unknown() -> None:
-    plan = solve(fx.throughput_problem(), "exact", {"max_pairs": 1})
+    plan = solve(fx.throughput_problem().with_settings(stages=2), "exact", {"max_pairs": 1})
     assert plan.status == "unknown" and plan.stats["configs_over_budget"]
 
 
@@ -193,3 +194,10 @@ def test_lift_keeps_every_edge_forward() -> None:
     stage_of = lift(g, kept, np.array([0, 2, 1], dtype=np.int64), np.array([1.0, 0.5, 1.0, 1.0, 0.5]))
     assert (stage_of[g.edge_src] <= stage_of[g.edge_dst]).all()
     assert stage_of[1] in (0, 1, 2) and stage_of[4] >= 1
+
+
+def test_one_stage_is_proven_without_the_dp() -> None:
+    problem = fx.throughput_problem().with_settings(stages=1)
+    plan = solve(problem, "exact", {"max_ideals": 3})
+    assert plan.stats["partition"] == "dp" and plan.stats["bottleneck_optimal"] is True
+    assert plan.status == "optimal"
