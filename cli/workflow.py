@@ -86,6 +86,8 @@ def _register_solve(sub: Commands[argparse.ArgumentParser]) -> None:
                 ["placer solve --graph bert.json --topology topo.json --micro-batches 8 -o plan.json",
                  "placer solve --solver parmesan --graph bert.json --topology topo.json --time-limit 60 -o plan.json"],
                 description="Solves locally and writes the plan; the plan carries the simulator's metrics. "
+                            "The summary line is followed by the solver's notes (why a budget ran out, what "
+                            "an optimal is for); --json returns them too. "
                             "--option values are read as JSON when they parse (--option alpha=1, "
                             "--option mapping='\"p2p\"' or --option mapping=p2p). Exit code 1 when the plan "
                             "is infeasible (the plan is still written).")
