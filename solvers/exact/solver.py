@@ -11,10 +11,13 @@ simulated, and the best simulated plan is returned.
 What is proven, and the status (docs/exact.md): ``stats.bottleneck_lower_bound_s`` of the chosen
 ``(S, R)`` is a lower bound on the simulated ``bottleneck_stage_s`` of every contiguous plan with
 ``S`` stages of ``R`` replicas that fits memory; ``stats.bottleneck_optimal`` says the returned
-plan reaches it.  The simulated iteration time is not what the DP minimises, so the status is
-``feasible`` unless the simulator's own lower bound meets the plan (then ``optimal``).  When the
-ideals, the DP pairs or the time exceed the budget for some candidate, that candidate is
-answered by ``even``'s split and the status is ``unknown``.
+plan reaches it.  The simulated iteration time is not what the DP minimises, so ``optimal``
+names what it proves: the iteration time when the simulator's own lower bound meets the plan,
+else the bottleneck stage time (``stats.optimal_objective``, ``stats.optimal_bound_s``) when the
+plan reaches the DP's bound; otherwise ``feasible``.  Past the ideal budget the DP runs on the
+relaxation of :mod:`solvers.exact.relax`.  When the ideals, the DP pairs or the time exceed the
+budget for some candidate, that candidate is answered by ``even``'s split, the status is
+``unknown`` and the notes say why, with the numbers.  Every phase stops at the time limit.
 """
 
 from __future__ import annotations
