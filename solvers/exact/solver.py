@@ -178,6 +178,8 @@ class ExactSolver:
         with_memory = _memory_binds(model, capacity, replicas, n_stages, mbs)
         if ideals is not None and space.kept is not None and with_memory:
             reason = "memory: the relaxation without light ops needs memory that cannot bind"
+        elif ideals is not None and space.kept is not None and n_stages > space.problem.graph.n_ops:
+            reason = f"ideals: the relaxation has {space.problem.graph.n_ops} ops, fewer than the stages"
         if n_stages == 1:  # one partition only (the whole graph), even's split: no DP needed
             for mb, (warm_of, warm_s) in zip(mbs, warm, strict=True):
                 _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best)
