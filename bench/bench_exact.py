@@ -1,6 +1,7 @@
 """The ``exact`` oracle and the throughput solvers in the compute-only setting.
 
 ``.venv/bin/python -m bench.bench_exact [--piper DIR] [--pipedream DIR] [--time-limit S]``
+``.venv/bin/python -m bench.bench_exact --bert GRAPH.json [GRAPH.json ...] [--stages 2-8] [--time-limit S]``
 
 Every Piper input (``*.json``) and PipeDream profile (``profiles/*/graph.txt``) plus generated
 graphs (a ResNet-50-like CNN, a 4-layer transformer, two random DAGs), with zero edge bytes and no
@@ -10,6 +11,13 @@ bottleneck stage time (ms) of ``parmesan`` (with and without its safety net), ``
 ``pipedream`` and ``exact``, and parmesan's ratio to the oracle.  (With one micro-batch the
 iteration is the sum of all stages whatever the split, so the bottleneck stage is what a
 partition changes.)
+
+With ``--bert``: operator graphs from ``placer extract --example bert`` (compute only, then with
+the extracted edge bytes; no memory limit, ``S`` identical devices, ``S`` stages of 1 replica, 1 micro-batch, for each ``S`` of
+``--stages``): the wall time of ``exact`` within ``--time-limit``, its status and what it
+proves (the bottleneck bound, the simulated bottleneck, the notes); then the solves of each graph
+as extracted (edge bytes kept) on 8 such devices with default settings and a 5 s limit, with
+the default ideal budget and with 2,000,000, to show that the limit holds.
 """
 
 from __future__ import annotations
@@ -67,12 +75,60 @@ def graphs(piper: Path, pipedream: Path) -> Iterator[tuple[str, OpGraph]]:
         yield f"generated/random-{seed}", generate_graph("random_dag", n_ops=120, width=4, seed=seed)
 
 
+def identical_devices(n: int) -> Topology:
+    """``n`` identical devices with unbounded memory, every pair on the same 10 GB/s channel."""
+    devices = [Device(f"d{i}", "GPU", f"h{i}", 1e18) for i in range(n)]
+    links = [Link(a.id, b.id, 1e10, 0.0) for i, a in enumerate(devices) for b in devices[i + 1:]]
+    return Topology.from_links(f"identical-{n}", devices, links)
+
+
+def bert(paths: list[Path], stages: list[int], time_limit_s: float) -> None:
+    """The ``--bert`` tables (module doc)."""
+    from solvers.model.graph import graph_from_document
+
+    print("| graph | edge bytes | ops | S | exact s | status | proven for | ideals | relaxed ops | bound ms | simulated ms "
+          "| even ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    loaded = [(path.stem, graph_from_document(json.loads(path.read_text()))) for path in paths]
+    variants = [(name, "zero", compute_only(graph)) for name, graph in loaded]
+    variants += [(name, "extracted", graph) for name, graph in loaded]
+    for name, edges, g in variants:
+        for n in stages:
+            problem = Problem(g, identical_devices(n), "throughput", ProblemSettings(stages=n, replicas=1, micro_batches=(1,)))
+            started = time.perf_counter()
+            plan = solve(problem, "exact", time_limit_s=time_limit_s)
+            took = time.perf_counter() - started
+            even = solve(problem, "even")
+            st = plan.stats
+            bound = st.get("bottleneck_lower_bound_s")
+            proven = st.get("optimal_objective", "objective") if plan.status == "optimal" else "–"
+            print(f"| {name} | {edges} | {g.n_ops} | {n} | {took:.2f} | {plan.status} | {proven} | {st.get('ideals') or '> ' + str(st['max_ideals'])} | "
+                  f"{st.get('relaxed_ops', '–')} | {'–' if bound is None else f'{bound * 1e3:.4f}'} | "
+                  f"{(plan.metrics or {}).get('bottleneck_stage_s', float('nan')) * 1e3:.4f} | "
+                  f"{(even.metrics or {}).get('bottleneck_stage_s', float('nan')) * 1e3:.4f} |", flush=True)
+    print("\n| graph (edge bytes kept, 8 devices, default settings) | max_ideals | limit s | exact s | status | notes |")
+    print("|---|---|---|---|---|---|")
+    for name, graph in loaded:
+        problem = Problem(graph, identical_devices(8), "throughput")
+        for max_ideals in (50_000, 2_000_000):
+            started = time.perf_counter()
+            plan = solve(problem, "exact", {"max_ideals": max_ideals}, time_limit_s=5.0)
+            print(f"| {name} | {max_ideals:,} | 5 | {time.perf_counter() - started:.2f} | {plan.status} | "
+                  f"{' / '.join(plan.notes) or '–'} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--piper", type=Path, default=PIPER)
     parser.add_argument("--pipedream", type=Path, default=PIPEDREAM)
     parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--bert", type=Path, nargs="+", help="operator graphs (placer extract --example bert)")
+    parser.add_argument("--stages", default="2-8", help="with --bert: the stage counts, a range a-b")
     args = parser.parse_args()
+    if args.bert:
+        low, _, high = args.stages.partition("-")
+        bert(args.bert, list(range(int(low), int(high or low) + 1)), args.time_limit)
+        return
     rows = []
     for name, graph in graphs(args.piper, args.pipedream):
         problem = compute_only_problem(graph)

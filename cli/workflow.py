@@ -86,6 +86,8 @@ def _register_solve(sub: Commands[argparse.ArgumentParser]) -> None:
                 ["placer solve --graph bert.json --topology topo.json --micro-batches 8 -o plan.json",
                  "placer solve --solver parmesan --graph bert.json --topology topo.json --time-limit 60 -o plan.json"],
                 description="Solves locally and writes the plan; the plan carries the simulator's metrics. "
+                            "The summary line is followed by the solver's notes (why a budget ran out, what "
+                            "an optimal is for); --json returns them too. "
                             "--option values are read as JSON when they parse (--option alpha=1, "
                             "--option mapping='\"p2p\"' or --option mapping=p2p). Exit code 1 when the plan "
                             "is infeasible (the plan is still written).")
@@ -115,9 +117,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     write_json(plan.to_document(), args.output)
     if args.json:
         print_json({"status": plan.status, "output": args.output, "solve_time_s": plan.solve_time_s,
-                    "claimed_objective_s": plan.claimed_objective_s, "metrics": plan.metrics})
+                    "claimed_objective_s": plan.claimed_objective_s, "metrics": plan.metrics,
+                    "notes": list(plan.notes)})
     else:
         _print_summary(plan.solver, plan.status, plan.metrics, plan.solve_time_s)
+        for note in plan.notes:
+            print(f"  note: {note}")
         print(f"wrote {args.output}")
     return EXIT_FAILED if plan.status == "infeasible" else EXIT_OK
 

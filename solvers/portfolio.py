@@ -9,7 +9,8 @@ The answer is the plan with the smallest simulated objective (ties, within a rel
 smaller bottleneck stage, then the solver name), the largest proven lower bound among all the
 plans, and a per-solver summary in
 ``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
-plan's, upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
+plan's (``feasible`` where its ``optimal`` is for another metric, ``stats.optimal_objective``),
+upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
 portfolio as soon as they are registered.  When no member returns a plan in time (a heavily
 loaded machine), the linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``)
 runs in-process after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not fork
@@ -193,7 +194,8 @@ def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Pla
     chosen = min(tied, key=lambda n: (float((placed[n].metrics or {}).get("bottleneck_stage_s") or 0.0), n))
     best = placed[chosen]
     objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
-    status = best.status
+    # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
+    status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
     if bound is not None and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,

@@ -64,17 +64,29 @@ class Pairs:
 @dataclass(frozen=True)
 class DPResult:
     """The optimum ``bottleneck_s``, the chain of ideals ``chain`` (``∅ = chain[0] ⊂ ... ⊂ V``) and
-    each stage's time ``stage_times_s`` in the DP's model."""
+    each stage's time ``stage_times_s`` in the DP's model; ``fewer_stages_s`` = the least
+    bottleneck of fewer non-empty stages covering every op (a relaxation's bound needs it:
+    :mod:`solvers.exact.relax`)."""
 
     bottleneck_s: float
     chain: list[int]
     stage_times_s: list[float]
+    fewer_stages_s: float = float("inf")  # min over s < S of T[s][V] (inf: none, or above the cap)
 
 
 def ideal_sums(ideals: Ideals, values: FloatArray, chunk: int = 4096) -> FloatArray:
     """``out[i]`` = sum of ``values`` over the ops of ideal ``i``."""
+    out = timed_ideal_sums(ideals, values, float("inf"), chunk)
+    assert out is not None
+    return out
+
+
+def timed_ideal_sums(ideals: Ideals, values: FloatArray, deadline: float, chunk: int = 4096) -> FloatArray | None:
+    """:func:`ideal_sums`, or ``None`` once the ``deadline`` (monotonic clock) has passed."""
     out = np.empty(ideals.count)
     for a in range(0, ideals.count, chunk):
+        if time.monotonic() > deadline:
+            return None
         rows = np.arange(a, min(a + chunk, ideals.count))
         out[rows] = ideals.members(rows) @ values
     return out
@@ -106,7 +118,11 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
     """Every transition whose stage time is at most ``upper_s``; ``None`` past ``max_pairs`` or
     the ``deadline`` (monotonic clock).  ``with_memory=False``: no stage can exceed memory, the
     memory columns are skipped."""
-    sums = _IdealSums(ideal_sums(ideals, model.act_bytes), ideal_sums(ideals, model.param_bytes))
+    act = timed_ideal_sums(ideals, model.act_bytes, deadline) if with_memory else np.zeros(ideals.count)
+    params = timed_ideal_sums(ideals, model.param_bytes, deadline) if with_memory else np.zeros(ideals.count)
+    if act is None or params is None:
+        return None
+    sums = _IdealSums(act, params)
     by_work = np.argsort(work_s, kind="stable")
     sorted_work = work_s[by_work]
     limit = upper_s * (1 + _TOL) + 1e-15
@@ -114,7 +130,7 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
     heads: list[int] = []
     total = 0
     for i in range(1, ideals.count):
-        if i % 256 == 0 and time.monotonic() > deadline:
+        if i % 16 == 0 and time.monotonic() > deadline:
             return None
         lo = np.searchsorted(sorted_work, work_s[i] - replicas * limit, side="left")
         hi = np.searchsorted(sorted_work, work_s[i], side="right")
@@ -194,7 +210,10 @@ def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, repli
     table = np.full(n_ideals, np.inf)
     table[0] = 0.0
     choice: list[IntArray] = []  # choice[s-1][i] = pair chosen for T[s][i] (-1: none)
+    fewer = float("inf")
     for s in range(1, n_stages + 1):
+        if s > 1:
+            fewer = min(fewer, float(table[full]))
         value = np.maximum(table[pairs.prev], pairs.time_s)
         if pairs.fixed_bytes is not None and pairs.kept_bytes is not None:
             fits = pairs.fixed_bytes + in_flight[s - 1] * pairs.kept_bytes <= capacity_bytes[s - 1]
@@ -220,7 +239,7 @@ def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, repli
         chain.append(int(pairs.prev[p]))
     chain.reverse()
     times.reverse()
-    return DPResult(float(table[full]), chain, times)
+    return DPResult(float(table[full]), chain, times, fewer)
 
 
 def stage_of_chain(ideals: Ideals, chain: list[int]) -> IntArray:

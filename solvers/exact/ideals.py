@@ -17,6 +17,7 @@ chains of blocks, exponential for wide graphs, hence the budget.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,11 +55,12 @@ class Ideals:
         return bits[:, : self.n_ops].astype(bool)
 
 
-def enumerate_ideals(graph: OpGraph, max_ideals: int) -> Ideals | None:
-    """All ideals of ``graph``, or ``None`` as soon as there are more than ``max_ideals``
-    (the frontier enumeration of :func:`solvers.partition.fronted.down_sets`: Parmesan's fronted
-    subgraphs, Definition 2, are the same sets)."""
-    found = down_sets(graph.n_ops, graph.edge_src, graph.edge_dst, max_ideals)
+def enumerate_ideals(graph: OpGraph, max_ideals: int, deadline: float = math.inf) -> Ideals | None:
+    """All ideals of ``graph``, or ``None`` as soon as there are more than ``max_ideals`` or the
+    ``deadline`` (``time.monotonic()``) has passed (the frontier enumeration of
+    :func:`solvers.partition.fronted.down_sets`: Parmesan's fronted subgraphs, Definition 2, are
+    the same sets)."""
+    found = down_sets(graph.n_ops, graph.edge_src, graph.edge_dst, max_ideals, deadline)
     if found is None:
         return None
     sizes = np.array([m.bit_count() for m in found], dtype=np.int64)

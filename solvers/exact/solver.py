@@ -11,10 +11,13 @@ simulated, and the best simulated plan is returned.
 What is proven, and the status (docs/exact.md): ``stats.bottleneck_lower_bound_s`` of the chosen
 ``(S, R)`` is a lower bound on the simulated ``bottleneck_stage_s`` of every contiguous plan with
 ``S`` stages of ``R`` replicas that fits memory; ``stats.bottleneck_optimal`` says the returned
-plan reaches it.  The simulated iteration time is not what the DP minimises, so the status is
-``feasible`` unless the simulator's own lower bound meets the plan (then ``optimal``).  When the
-ideals, the DP pairs or the time exceed the budget for some candidate, that candidate is
-answered by ``even``'s split and the status is ``unknown``.
+plan reaches it.  The simulated iteration time is not what the DP minimises, so ``optimal``
+names what it proves: the iteration time when the simulator's own lower bound meets the plan,
+else the bottleneck stage time (``stats.optimal_objective``, ``stats.optimal_bound_s``) when the
+plan reaches the DP's bound; otherwise ``feasible``.  Past the ideal budget the DP runs on the
+relaxation of :mod:`solvers.exact.relax`.  When the ideals, the DP pairs or the time exceed the
+budget for some candidate, that candidate is answered by ``even``'s split, the status is
+``unknown`` and the notes say why, with the numbers.  Every phase stops at the time limit.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from pydantic import Field
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
-from solvers.exact.dp import DPResult, build_pairs, ideal_sums, run_dp, stage_of_chain
+from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
 from solvers.exact.ideals import Ideals, enumerate_ideals
+from solvers.exact.relax import lift, light_ops, reduce_problem
 from solvers.exact.stage_model import (
     StageModel,
     in_flight,
@@ -46,6 +50,10 @@ from solvers.model.problem import Problem
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import sr_candidates
 from solvers.simulator import simulate
+
+# the relaxations tried in turn: (the fraction of the whole graph's work under which an op is light,
+# whether only light ops whose ancestors and descendants are all light are left out)
+RELAXATIONS = ((1e-6, True), (1e-6, False), (1e-4, False))
 
 
 class ExactOptions(SolverOptions):
@@ -126,39 +134,38 @@ class ExactSolver:
             raise InvalidProblem(f"settings.pinned.{op}: solver 'exact' does not take pins",
                                  field=f"settings.pinned.{op}", ref=op)
         started = time.perf_counter()
-        ideals = enumerate_ideals(problem.graph, options.max_ideals)
-        enum_s = time.perf_counter() - started
         model = stage_model(problem)
+        space = _space(problem, options, model, budget)
+        enum_s = time.perf_counter() - started
         configs = sr_candidates(problem, problem.graph.n_ops)
         best = _Best()
-        over_budget: list[str] = []
+        over_budget: list[tuple[str, str]] = []  # (S x R, why it has no proof)
         pairs_total = 0
         for k, (n_stages, replicas) in enumerate(configs):
             if best.plan is not None and budget.expired():
-                over_budget.append(f"{n_stages}x{replicas}: time")
+                over_budget.append((f"{n_stages}x{replicas}", f"time: the {budget.time_limit_s:g} s limit ran out "
+                                    "before these (S, R)"))
                 continue
-            found = self._config(problem, options, model, ideals, n_stages, replicas, budget, best)
+            found = self._config(problem, options, model, space, n_stages, replicas, budget, best)
             if isinstance(found, str):
-                over_budget.append(f"{n_stages}x{replicas}: {found}")
+                over_budget.append((f"{n_stages}x{replicas}", found))
             else:
                 pairs_total += found
             progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None))
-        stats = {"ideals": ideals.count if ideals is not None else None, "max_ideals": options.max_ideals,
-                 "ideals_time_s": enum_s, "dp_pairs": pairs_total, "configs": len(configs),
-                 "configs_over_budget": over_budget, "exact": not over_budget, **best.stats}
+        stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
+                 "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
+                 problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
+                 "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget, **best.stats}
         if best.plan is None:
             return Plan(stages=(), status="infeasible", stats=stats,
-                        notes=("no contiguous partition into the searched (S, R) fits the devices' memory",))
-        status: Status = "unknown" if over_budget else "feasible"
-        lower = best.stats.get("simulator_lower_bound_s")
-        if not over_budget and lower is not None and lower >= best.objective_s * (1 - 1e-9):
-            status = "optimal"
-        notes = (f"budget exceeded for {len(over_budget)} of {len(configs)} (S, R): even's split answers "
-                 "those",) if over_budget else ()
-        return best.plan.with_(status=status, claimed_objective_s=best.objective_s, stats=stats, notes=notes)
+                        notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
+                               *space.notes))
+        status, notes, proven = _verdict(best, over_budget, len(configs), space.notes)
+        return best.plan.with_(status=status, claimed_objective_s=best.objective_s, stats={**stats, **proven},
+                               notes=notes)
 
     @staticmethod
-    def _config(problem: Problem, options: ExactOptions, model: StageModel, ideals: Ideals | None,
+    def _config(problem: Problem, options: ExactOptions, model: StageModel, space: _Space,
                 n_stages: int, replicas: int, budget: Budget, best: _Best) -> int | str:
         """Solve one (S, R) for every micro-batch count; the pairs built, or why it fell back."""
         capacity = stage_capacities_bytes(problem, n_stages)
@@ -166,30 +173,124 @@ class ExactSolver:
         warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]
         upper = max(w[1] for w in warm)
         results: list[DPResult | None] = [None] * len(mbs)
-        reason: str | None = "ideals" if ideals is None else None
+        ideals = space.ideals
+        reason = space.reason
+        with_memory = _memory_binds(model, capacity, replicas, n_stages, mbs)
+        if ideals is not None and space.kept is not None and with_memory:
+            reason = "memory: the relaxation without light ops needs memory that cannot bind"
+        elif ideals is not None and space.kept is not None and n_stages > space.problem.graph.n_ops:
+            reason = f"ideals: the relaxation has {space.problem.graph.n_ops} ops, fewer than the stages"
+        if n_stages == 1:  # one partition only (the whole graph), even's split: no DP needed
+            for mb, (warm_of, warm_s) in zip(mbs, warm, strict=True):
+                _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best)
+            return 0
         pairs = None
-        work = ideal_sums(ideals, model.work_s) if ideals is not None else None
-        if ideals is not None and work is not None and n_stages <= problem.graph.n_ops:
-            pairs = None
-            for bound in _bounds(model, n_stages, replicas, upper):
-                deadline = time.monotonic() + budget.remaining_s()
-                pairs = build_pairs(ideals, model, work, replicas, bound, options.max_pairs, deadline,
-                                    with_memory=_memory_binds(model, capacity, replicas, n_stages, mbs))
+        dp_model = space.model
+        deadline = time.monotonic() + budget.remaining_s()
+        work = None
+        if reason is None and ideals is not None and n_stages <= space.problem.graph.n_ops:
+            work = timed_ideal_sums(ideals, dp_model.work_s, deadline)
+        if work is not None and ideals is not None:
+            for bound in _bounds(dp_model, n_stages, replicas, upper):
+                pairs = build_pairs(ideals, dp_model, work, replicas, bound, options.max_pairs, deadline,
+                                    with_memory=with_memory)
                 if pairs is None:
                     break
                 results = [run_dp(pairs, ideals.count, work, n_stages, replicas, bound, capacity,
                                   in_flight(problem, n_stages, mb)) for mb in mbs]
                 if bound >= upper or all(r is not None for r in results):
                     break
-            reason = "pairs or time" if pairs is None else None
+        if reason is None and ideals is not None and pairs is None and n_stages <= space.problem.graph.n_ops:
+            reason = (f"time: the {budget.time_limit_s:g} s limit ran out while building the DP's pairs"
+                      if budget.expired() else f"pairs: more than {options.max_pairs:,} DP transitions")
         for k, (mb, (warm_of, _)) in enumerate(zip(mbs, warm, strict=True)):
             result = results[k] if pairs is not None else None
             if ideals is not None and result is not None:
-                _consider(problem, stage_of_chain(ideals, result.chain), n_stages, replicas, mb,
-                          result.bottleneck_s, best)
+                stage_of = stage_of_chain(ideals, result.chain)
+                bound_s = result.bottleneck_s
+                if space.kept is not None:  # a relaxation's stages may be fewer: relax.py's bound
+                    stage_of = lift(problem.graph, space.kept, stage_of, model.work_s / replicas,
+                                    partition_times_s(dp_model, stage_of, n_stages, replicas))
+                    bound_s = min(bound_s, result.fewer_stages_s)
+                _consider(problem, stage_of, n_stages, replicas, mb, bound_s, best)
             else:
                 _consider(problem, warm_of, n_stages, replicas, mb, None, best)
         return reason if reason is not None else (pairs.count if pairs is not None else 0)
+
+
+@dataclass(frozen=True)
+class _Space:
+    """What the DP runs over: the ideals of ``problem`` (the whole one, or a relaxation without
+    light ops whose ops sit at ``kept`` in the whole graph: :mod:`solvers.exact.relax`), or
+    ``None`` and the ``reason``."""
+
+    ideals: Ideals | None
+    problem: Problem
+    model: StageModel
+    kept: IntArray | None
+    notes: tuple[str, ...]
+    reason: str | None
+
+
+def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: Budget) -> _Space:
+    """The ideals of the whole graph; past the budget, of the first relaxation that fits it
+    (ops of work at most ``RELAXATIONS[k]`` of the total left out); else why none."""
+    started = time.monotonic()
+    deadline = started + budget.remaining_s()
+    graph = problem.graph
+
+    def out_of_time() -> _Space:
+        return _Space(None, problem, model, None, (), f"time: the {budget.time_limit_s:g} s limit ran out while "
+                      f"enumerating the ideals ({time.monotonic() - started:.1f} s)")
+
+    ideals = enumerate_ideals(graph, options.max_ideals, deadline)
+    if ideals is not None:
+        return _Space(ideals, problem, model, None, (), None)
+    if time.monotonic() > deadline:
+        return out_of_time()
+    whole = f"ideals: more than {options.max_ideals:,} in the whole graph ({graph.n_ops} ops)"
+    tried: set[int] = set()
+    for fraction, detached in RELAXATIONS:
+        removed = light_ops(graph, model.work_s, fraction, detached)
+        if len(removed) in tried or not 0 < len(removed) < graph.n_ops:
+            continue
+        tried.add(len(removed))
+        reduced = reduce_problem(problem, removed, model.work_s)
+        found = enumerate_ideals(reduced.problem.graph, options.max_ideals, deadline)
+        if found is not None:
+            note = (f"{whole}: the DP ran on a relaxation without the {len(removed)} "
+                    f"{'detached ' if detached else ''}ops of work at most {fraction:g} of the total ({reduced.removed_work_s:.3g} s in all; {found.count:,} ideals), "
+                    "each placed afterwards between its neighbours' stages")
+            return _Space(found, reduced.problem, stage_model(reduced.problem), reduced.kept, (note,), None)
+        if time.monotonic() > deadline:
+            return out_of_time()
+    return _Space(None, problem, model, None, (), f"{whole} and in its relaxations without light ops")
+
+
+def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
+             ) -> tuple[Status, tuple[str, ...], dict[str, Any]]:
+    """The plan's status, notes and the stats naming what ``optimal`` proves (docs/exact.md,
+    "Budget and status"): the problem's objective when the simulator's bound meets the plan,
+    else ``optimal_objective = "bottleneck_stage_s"`` with ``optimal_bound_s`` when the DP's
+    bound is met (the plan's ``metrics`` hold that metric)."""
+    notes = list(space_notes)
+    if over_budget:
+        by_reason: dict[str, list[str]] = {}
+        for sr, why in over_budget:
+            by_reason.setdefault(why, []).append(sr)
+        notes.extend(f"{why}: even's split answers {len(srs)} of {n_configs} (S, R) ({', '.join(srs)}), no proof"
+                     for why, srs in by_reason.items())
+        return "unknown", tuple(notes), {}
+    lower = best.stats.get("simulator_lower_bound_s")
+    if lower is not None and lower >= best.objective_s * (1 - 1e-9):
+        return "optimal", tuple(notes), {}
+    if best.stats.get("bottleneck_optimal"):
+        bound = best.stats["bottleneck_lower_bound_s"]
+        notes.append(f"optimal for the bottleneck stage time ({bound:.6g} s, proven by the DP) among the contiguous "
+                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas; the "
+                     "iteration time is not proven optimal")
+        return "optimal", tuple(notes), {"optimal_objective": "bottleneck_stage_s", "optimal_bound_s": bound}
+    return "feasible", tuple(notes), {}
 
 
 def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mb: int,

@@ -8,6 +8,9 @@ coarsens further (Parmesan's search, :mod:`solvers.parmesan.search`).
 
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 import numpy.typing as npt
 
@@ -22,9 +25,11 @@ def predecessor_masks(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.in
     return masks
 
 
-def down_sets(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], max_sets: int) -> list[int] | None:
+def down_sets(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], max_sets: int,
+              deadline: float = math.inf) -> list[int] | None:
     """Every down-closed subset of the DAG on nodes ``0..k-1`` as a bitmask, or ``None`` past
-    ``max_sets``; sorted by size, then by bitmask (the empty set first, the full set last).
+    ``max_sets`` or past ``deadline`` (``time.monotonic()``, checked every 4,096 children);
+    sorted by size, then by bitmask (the empty set first, the full set last).
 
     Level by level: a set of size ``n + 1`` is a set of size ``n`` plus one node of its
     *frontier* (nodes outside it whose predecessors it holds).  Each set carries its frontier,
@@ -37,6 +42,8 @@ def down_sets(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], ma
         succ[a].append(b)
     level: dict[int, tuple[int, ...]] = {0: tuple(c for c in range(k) if preds[c] == 0)}
     found: list[int] = [0]
+    timed = math.isfinite(deadline)
+    made = 0
     for _ in range(k):
         nxt: dict[int, tuple[int, ...]] = {}
         for mask, frontier in level.items():
@@ -44,6 +51,11 @@ def down_sets(k: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], ma
                 child = mask | (1 << c)
                 if child in nxt:
                     continue
+                made += 1
+                if timed and made % 4096 == 0 and time.monotonic() > deadline:
+                    return None
+                if len(found) + len(nxt) > max_sets:
+                    return None
                 opened = tuple(w for w in succ[c] if preds[w] & ~child == 0)
                 nxt[child] = tuple(x for x in frontier if x != c) + opened
         if len(found) + len(nxt) > max_sets:

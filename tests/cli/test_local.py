@@ -207,3 +207,13 @@ def test_settings_that_are_not_json_exit_2_naming_the_flag(files: dict[str, Path
     code, _, err = run(capsys, "solve", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
                        "--settings", "{bad", "-o", str(files["dir"] / "p.json"))
     assert code == 2 and "--settings: not JSON" in err
+
+
+def test_solve_prints_the_plans_notes(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    plan = files["dir"] / "plan.json"
+    common = ("--graph", str(files["graph"]), "--topology", str(files["topo"]), "--stages", "2", "-o", str(plan))
+    code, out, _ = run(capsys, "solve", "--solver", "exact", "--option", "max_ideals=2", *common)
+    assert code == 0 and "unknown" in out
+    assert "  note: ideals: more than 2 in the whole graph" in out
+    code, out, _ = run(capsys, "solve", "--solver", "exact", "--option", "max_ideals=2", *common, "--json")
+    assert any("ideals: more than 2" in n for n in json.loads(out)["notes"])

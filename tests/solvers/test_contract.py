@@ -56,6 +56,11 @@ def test_plan_is_valid_and_claim_matches_simulator(solver: str, objective: str) 
             assert plan.lower_bound_s <= simulated * (1 + 1e-6)
         if plan.status == "optimal":
             assert plan.stats is not None
+            named = plan.stats.get("optimal_objective")
+            if named is not None:  # optimal for another metric than the objective: its bound is met
+                bound = plan.stats["optimal_bound_s"]
+                assert bound <= plan.metrics[named] * (1 + 1e-6)
+                assert plan.metrics[named] <= bound * (1 + 1e-6)
         assert plan.solver == registry.get_solver_class(solver).name
         assert plan.solve_time_s is not None and plan.solve_time_s >= 0
 

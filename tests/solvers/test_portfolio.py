@@ -66,6 +66,15 @@ def test_a_bound_that_meets_the_objective_proves_optimality() -> None:
     assert plan.status == "optimal" and plan.lower_bound_s == objective
 
 
+def test_an_optimal_for_another_metric_is_not_the_portfolios() -> None:
+    doc = solve(fx.throughput_problem(), "even").to_document()
+    other = {**doc, "status": "optimal", "lower_bound_s": None,
+             "stats": {"optimal_objective": "bottleneck_stage_s",
+                       "optimal_bound_s": doc["metrics"]["bottleneck_stage_s"]}}
+    plan = _choose(["exact"], {"exact": ("ok", other, 0.1)})
+    assert plan.status == "feasible"
+
+
 def test_sequential_mode_inside_a_daemon_process() -> None:
     """A daemonic process may not fork: the members then run in-process, one after the other."""
     from solvers.base import no_progress

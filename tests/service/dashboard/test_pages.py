@@ -178,3 +178,13 @@ def test_launcher_download_for_a_model_graph_and_its_absence_otherwise(api: Api)
         assert {"launch.py", "README.md", "plan.json", "manifest.json"} <= names
     r = api.get(f"/v1/plans/{without['plan_id']}/launcher")
     assert r.status_code == 422 and "placer extract" in r.json()["detail"]
+
+
+def test_plan_page_shows_the_solvers_notes(api: Api) -> None:
+    """``exact`` past its ideal budget answers with even's split and says why: the page shows it."""
+    job = api.wait(api.submit(api.graph(n_ops=12), api.topology(), "exact", options={"max_ideals": 2})["id"])
+    assert job["status"] == "succeeded", job
+    web, _ = signed_in(api)
+    page = web.get(f"/plans/{job['plan_id']}").text
+    notes = page.split("data-plan-notes>", 1)[1].split("</ul>", 1)[0]
+    assert "ideals: more than 2 in the whole graph" in notes and "even&#39;s split answers" in notes

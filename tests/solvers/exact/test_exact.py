@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import example, given, settings
 
 from solvers import registry
 from solvers.exact.ideals import enumerate_ideals
+from solvers.exact.relax import lift
 from solvers.exact.stage_model import (
     in_flight,
     partition_memory_bytes,
@@ -108,15 +110,22 @@ def test_compute_only_plan_reaches_the_bound(problem: Problem) -> None:
     assert plan.stats["bottleneck_optimal"] is True
     assert plan.metrics is not None
     assert plan.metrics["bottleneck_stage_s"] == pytest.approx(plan.stats["bottleneck_lower_bound_s"], rel=1e-9)
+    # proven: optimal, for the objective the plan names when the simulator's own bound is not met
+    assert plan.status == "optimal"
+    if plan.stats.get("optimal_objective") is not None:
+        assert plan.stats["optimal_objective"] == "bottleneck_stage_s"
+        assert plan.stats["optimal_bound_s"] == plan.stats["bottleneck_lower_bound_s"]
+        assert any("optimal for the bottleneck stage time" in n for n in plan.notes)
 
 
 def test_ideal_budget_exceeded_is_unknown_with_even_split() -> None:
-    problem = fx.throughput_problem()
+    # two stages: one stage needs no DP (the whole graph is its only partition)
+    problem = fx.throughput_problem().with_settings(stages=2)
     plan = solve(problem, "exact", {"max_ideals": 3})
     assert plan.status == "unknown"
     assert plan.stats["exact"] is False and plan.stats["ideals"] is None
     assert plan.stats["partition"] == "even" and plan.stats["bottleneck_optimal"] is False
-    assert plan.notes and "budget" in plan.notes[0]
+    assert plan.notes and "ideals: more than 3 in the whole graph" in plan.notes[0]
     resolve_plan(problem, plan)
     even = solve(problem, "even")
     assert plan.claimed_objective_s is not None and even.claimed_objective_s is not None
@@ -124,7 +133,7 @@ def test_ideal_budget_exceeded_is_unknown_with_even_split() -> None:
 
 
 def test_pair_budget_exceeded_is_unknown() -> None:
-    plan = solve(fx.throughput_problem(), "exact", {"max_pairs": 1})
+    plan = solve(fx.throughput_problem().with_settings(stages=2), "exact", {"max_pairs": 1})
     assert plan.status == "unknown" and plan.stats["configs_over_budget"]
 
 
@@ -132,3 +141,63 @@ def test_registered_for_throughput_only() -> None:
     cls = registry.get_solver_class("exact")
     assert cls.objectives == ("throughput",)
     assert "exact" in registry.names()
+
+
+def _chains_problem(n_chains: int, length: int, light_s: float, heavy: int = 0, stages: int = 3,
+                    heavy_bytes: float = 0.0) -> Problem:
+    """``heavy`` ops of 1 s in a chain (edges of ``heavy_bytes``), beside ``n_chains`` separate
+    chains of ``length`` ops of ``light_s`` each (edges of zero bytes); unbounded memory,
+    ``stages`` identical devices."""
+    nodes = [Node(f"h{i}", "x", 1.0 + 0.1 * (i % 3), 1.0, 0.0, 0.0) for i in range(heavy)]
+    edges = [Edge(f"h{i}", f"h{i + 1}", heavy_bytes * (1 + i % 4)) for i in range(heavy - 1)]
+    for c in range(n_chains):
+        nodes += [Node(f"c{c}.{k}", "x", light_s, 0.0, 0.0, 0.0) for k in range(length)]
+        edges += [Edge(f"c{c}.{k}", f"c{c}.{k + 1}", 0.0) for k in range(length - 1)]
+    devices = [Device(f"d{i}", "GPU", f"h{i}", 1e18) for i in range(stages)]
+    topo = Topology.from_links("t", devices, [Link(a.id, b.id, 1e10, 0.0) for i, a in enumerate(devices)
+                                              for b in devices[i + 1:]])
+    return Problem(OpGraph.build("chains", nodes, edges), topo, "throughput",
+                   ProblemSettings(micro_batches=(1,), stages=stages, replicas=1))
+
+
+def test_time_limit_holds_while_the_ideals_are_enumerated() -> None:
+    # 12 separate chains of 6 ops: 7^12 ideals, far past what 0.3 s enumerates
+    problem = _chains_problem(12, 6, 1.0)
+    started = time.monotonic()
+    plan = solve(problem, "exact", {"max_ideals": 10**9}, time_limit_s=0.3)
+    assert time.monotonic() - started <= 0.3 + 1.0
+    assert plan.status == "unknown" and plan.stats["partition"] == "even"
+    assert any("time: the 0.3 s limit ran out while enumerating the ideals" in n for n in plan.notes)
+    resolve_plan(problem, plan)
+
+
+@pytest.mark.parametrize("heavy_bytes", [0.0, 2e9])
+def test_relaxation_without_detached_light_ops_proves_the_optimum(heavy_bytes: float) -> None:
+    # 4 separate chains of 3 light ops multiply the 13 ideals of the heavy chain by 4^4
+    problem = _chains_problem(4, 3, 1e-9, heavy=12, heavy_bytes=heavy_bytes)
+    whole = solve(problem, "exact", {"max_ideals": 10**6})
+    assert whole.stats["relaxed_ops"] is None and whole.stats["ideals"] == 13 * 4**4
+    plan = solve(problem, "exact", {"max_ideals": 1000})
+    assert plan.stats["relaxed_ops"] == 12 and plan.stats["ideals"] == 13
+    assert plan.status == "optimal" and plan.stats["bottleneck_optimal"] is True
+    assert plan.stats["bottleneck_lower_bound_s"] == pytest.approx(whole.stats["bottleneck_lower_bound_s"], rel=1e-12)
+    assert plan.metrics is not None and whole.metrics is not None
+    assert plan.metrics["bottleneck_stage_s"] == pytest.approx(whole.metrics["bottleneck_stage_s"], rel=1e-12)
+    assert "relaxation without the 12 detached ops" in plan.notes[0]
+    resolve_plan(problem, plan)
+
+
+def test_lift_keeps_every_edge_forward() -> None:
+    g = OpGraph.build("g", [Node(n, "x", 1.0, 0.0, 0.0, 0.0) for n in "abcde"],
+                      [Edge("a", "b", 0.0), Edge("b", "c", 0.0), Edge("a", "d", 0.0), Edge("d", "e", 0.0)])
+    kept = np.array([0, 2, 3], dtype=np.int64)  # a, c, d; b and e removed
+    stage_of = lift(g, kept, np.array([0, 2, 1], dtype=np.int64), np.array([1.0, 0.5, 1.0, 1.0, 0.5]))
+    assert (stage_of[g.edge_src] <= stage_of[g.edge_dst]).all()
+    assert stage_of[1] in (0, 1, 2) and stage_of[4] >= 1
+
+
+def test_one_stage_is_proven_without_the_dp() -> None:
+    problem = fx.throughput_problem().with_settings(stages=1)
+    plan = solve(problem, "exact", {"max_ideals": 3})
+    assert plan.stats["partition"] == "dp" and plan.stats["bottleneck_optimal"] is True
+    assert plan.status == "optimal"
