@@ -16,8 +16,9 @@ module's parameters (same objects, same qualified names).
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import fx
@@ -68,6 +69,28 @@ def _is_tensor(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
+def _is_float_tensor(node: fx.Node) -> bool:
+    return _is_tensor(node) and bool(node.meta["val"].dtype.is_floating_point)
+
+
+class _ContiguousGrad(torch.autograd.Function):
+    """The identity whose backward makes the gradient contiguous (a point-to-point send needs it)."""
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+def contiguous_grad(value: torch.Tensor) -> torch.Tensor:
+    """``value`` unchanged; the gradient it passes back is contiguous."""
+    out: torch.Tensor = _ContiguousGrad.apply(value)  # type: ignore[no-untyped-call]
+    return out
+
+
 def _is_tuple(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), list | tuple)
 
@@ -103,9 +126,10 @@ def live_values(gm: fx.GraphModule, stage: Mapping[str, int], n_stages: int) -> 
     return [[] if b == 0 else [v for v in order if stage[v] < b <= last_reader.get(v, -1)] for b in range(n_stages)]
 
 
-def build_stages(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[str, int],
+def build_stages(gm: fx.GraphModule, lookup: Callable[[str], Any], stage: Mapping[str, int],
                  n_stages: int) -> list[StageGraph]:
-    """One :class:`StageGraph` per stage, reading parameters and buffers from ``weights`` by name."""
+    """One :class:`StageGraph` per stage; ``lookup`` gives a ``get_attr`` target's value (parameters,
+    buffers, lifted constants: the same objects in every stage that reads them)."""
     live = live_values(gm, stage, n_stages)
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     finals = model_outputs(gm)
@@ -113,16 +137,18 @@ def build_stages(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[st
     for s in range(n_stages):
         inputs = placeholders if s == 0 else live[s]
         outputs = finals if s == n_stages - 1 else live[s + 1]
-        stages.append(_stage_graph(gm, weights, stage, s, inputs, outputs))
+        stages.append(_stage_graph(gm, lookup, stage, s, inputs, outputs))
     return stages
 
 
-def _stage_graph(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[str, int], s: int,
+def _stage_graph(gm: fx.GraphModule, lookup: Callable[[str], Any], stage: Mapping[str, int], s: int,
                  inputs: list[str], outputs: list[str]) -> StageGraph:
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
     for name in inputs:
         env[name] = graph.placeholder(name)
+        if _is_float_tensor(_node(gm, name)):  # its gradient goes back over a boundary: contiguous
+            env[name] = graph.call_function(contiguous_grad, (env[name],))
     ops = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and stage.get(node.name) == s:
@@ -139,11 +165,8 @@ def _stage_graph(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[st
               for name in outputs]
     graph.output(tuple(values))
     graph.lint()
-    missing = [n.target for n in graph.nodes if n.op == "get_attr" and not _has_attr(weights, str(n.target))]
-    if missing:
-        raise InvalidPlan(f"the exported model reads {missing[0]!r}, which is not a parameter or buffer of the model "
-                          "(a tensor created inside forward); register it as a buffer", field="source", ref=str(missing[0]))
-    return StageGraph(s, fx.GraphModule(weights, graph, class_name=f"Stage{s}"), list(inputs), list(outputs), ops)
+    attrs = {str(n.target): lookup(str(n.target)) for n in graph.nodes if n.op == "get_attr"}
+    return StageGraph(s, fx.GraphModule(attrs, graph, class_name=f"Stage{s}"), list(inputs), list(outputs), ops)
 
 
 def runnable_graph(gm: fx.GraphModule) -> fx.Graph:
@@ -180,14 +203,31 @@ def _node(gm: fx.GraphModule, name: str) -> fx.Node:
     return found
 
 
+def parameter_aliases(weights: torch.nn.Module) -> dict[str, str]:
+    """Every name a parameter has in the model -> its first name (tied parameters have several)."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, param in weights.named_parameters(remove_duplicate=False):
+        out[name] = first.setdefault(id(param), name)
+    return out
+
+
+def stage_parameters(module: torch.nn.Module, aliases: Mapping[str, str]) -> dict[str, torch.nn.Parameter]:
+    """A stage module's parameters under their first names in the model (each tied parameter once)."""
+    out: dict[str, torch.nn.Parameter] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        name = name.removeprefix("inner.")
+        out.setdefault(aliases.get(name, name), param)
+    return out
+
+
 def shared_parameters(weights: torch.nn.Module, stages: list[StageGraph]) -> dict[str, list[int]]:
-    """Parameters read by more than one stage (tied weights): name -> stages."""
-    params = {name for name, _ in weights.named_parameters()}
+    """Parameters read by more than one stage, under any of their names (tied weights): first name -> stages."""
+    aliases = parameter_aliases(weights)
     owners: dict[str, list[int]] = {}
     for st in stages:
-        for name, _ in st.module.named_parameters():
-            if name in params:
-                owners.setdefault(name, []).append(st.index)
+        for name in stage_parameters(st.module, aliases):
+            owners.setdefault(name, []).append(st.index)
     return {k: v for k, v in owners.items() if len(v) > 1}
 
 
