@@ -141,8 +141,8 @@ def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) 
     latency = plan_kind(plan) == "latency"
     micro = 1 if latency else plan.micro_batches
     width = 1 if latency else max(len(s.devices) for s in plan.stages)
-    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []])
     model = build(source, "cpu").module
+    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
     inputs, target = data.batch(0, batch * micro)
     losses = []
     share = batch // width
@@ -197,3 +197,62 @@ def format_report(report: VerifyReport) -> str:
     lines.append(f"differs: {failure} (a model with dropout on draws other random numbers in every process: "
                  "extract it with dropout 0 to verify it)" if failure else f"ok: every difference <= {TOLERANCE:g}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Training:
+    """The options of a training run (``launch.py``'s), for the single-process reference."""
+
+    steps: int
+    data: str | None = None
+    optimizer: str = "AdamW"
+    optimizer_args: tuple[str, ...] = ()
+    lr: float = 1e-3
+    lr_warmup: int = 0
+    lr_decay: str = "constant"
+    clip_norm: float | None = None
+    accumulate: int = 1
+
+    def launch_args(self) -> list[str]:
+        """The same options as ``launch.py`` arguments."""
+        out = ["--steps", str(self.steps), "--optimizer", self.optimizer, "--lr", repr(self.lr),
+               "--lr-warmup", str(self.lr_warmup), "--lr-decay", self.lr_decay, "--accumulate", str(self.accumulate),
+               "--autocast", "none"]
+        out += [x for pair in self.optimizer_args for x in ("--optimizer-arg", pair)]
+        out += ["--clip-norm", repr(self.clip_norm)] if self.clip_norm is not None else []
+        return out + (["--data", self.data] if self.data else [])
+
+
+def reference_losses(manifest: dict[str, Any], plan: Plan, training: Training) -> list[float]:
+    """The loss of every step of the same training in one process: same weights, batches, optimizer, schedule."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from extract.build import build
+    from extract.source import InputSpec
+    from launcher.runtime.data import load_data
+    from launcher.runtime.training import learning_rate, make_optimizer
+
+    source = manifest["source"]
+    rows = int(source.get("batch") or 1) * (1 if plan_kind(plan) == "latency" else plan.micro_batches)
+    model = build(source, "cpu").module
+    data = load_data(training.data, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
+    params = list(model.parameters())
+    optimizer = make_optimizer(training.optimizer, training.optimizer_args, params, training.lr)
+    losses = []
+    for step in range(training.steps):
+        optimizer.zero_grad(set_to_none=True)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, training.lr, training.lr_warmup, training.steps, training.lr_decay)
+        total = 0.0
+        for k in range(training.accumulate):
+            inputs, target = data.batch(step * training.accumulate + k, rows)
+            outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
+            loss = data.loss(outputs, target) / training.accumulate
+            loss.backward()  # type: ignore[no-untyped-call]
+            total += float(loss.detach())
+        if training.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, training.clip_norm)
+        optimizer.step()
+        losses.append(total)
+    return losses

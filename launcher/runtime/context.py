@@ -24,6 +24,7 @@ class LaunchContext:
     stage_of: dict[str, int]
     data: DataSource
     export_device: str = "meta"
+    autocast: bool = False  # pipeline stages run under bf16 autocast
 
     @property
     def batch(self) -> int:

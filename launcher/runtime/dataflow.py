@@ -74,6 +74,7 @@ class DataflowRunner:
     def __init__(self, ctx: LaunchContext) -> None:
         self.ctx = ctx
         self.stage_index = next(s for s, st in enumerate(ctx.plan.stages) if ctx.world.device in st.devices)
+        self.replica = 0
         self.fwd_s = 0.0
         whole = runnable_graph(ctx.reference.module)
         attrs = {str(n.target): ctx.reference.attr(str(n.target)) for n in whole.nodes if n.op == "get_attr"}
@@ -157,6 +158,11 @@ class DataflowRunner:
         read = {self.aliases.get(str(n.target), str(n.target)) for n in self.gm.graph.nodes if n.op == "get_attr"
                 and any(self.device.get(u.name) == mine for u in n.users)}
         return {k: v for k, v in params.items() if k in read}
+
+    def counted_parameters(self) -> set[str]:
+        """The parameters this rank adds to the global gradient norm: a shared one on its first device only."""
+        mine = self.ctx.world.device
+        return {n for n in self.named_parameters() if n not in self.groups or self.groups[n][1][0] == mine}
 
     # ---- forward -----------------------------------------------------------------------------
     def _forward(self, inputs: dict[str, torch.Tensor], training: bool) -> tuple[torch.Tensor, ...] | None:

@@ -216,7 +216,8 @@ def stage_parameters(module: torch.nn.Module, aliases: Mapping[str, str]) -> dic
     """A stage module's parameters under their first names in the model (each tied parameter once)."""
     out: dict[str, torch.nn.Parameter] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
-        name = name.removeprefix("inner.")
+        while name.startswith("inner."):  # wrappers: Checkpointed, Autocast
+            name = name.removeprefix("inner.")
         out.setdefault(aliases.get(name, name), param)
     return out
 
@@ -243,3 +244,31 @@ class Checkpointed(torch.nn.Module):
 
         out: tuple[torch.Tensor, ...] = checkpoint(self.inner, *args, use_reentrant=False)
         return out
+
+
+class Autocast(torch.nn.Module):
+    """A stage run under ``torch.autocast`` (bf16); its floating outputs are cast back to the export's dtypes,
+    so the boundaries keep the shapes and dtypes the pipeline was given."""
+
+    def __init__(self, inner: torch.nn.Module, device_type: str, dtypes: list[torch.dtype]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.device_type = device_type
+        self.dtypes = dtypes
+
+    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            out = self.inner(*args)
+        return tuple(o.to(d) if isinstance(o, torch.Tensor) and o.is_floating_point() else o
+                     for o, d in zip(out, self.dtypes, strict=True))
+
+
+def wrap_stage(inner: torch.nn.Module, graph: StageGraph, gm: fx.GraphModule, recompute: bool, autocast: bool,
+               device: torch.device) -> torch.nn.Module:
+    """The stage module as it runs: recomputed in backward (``recompute``), under bf16 autocast (``autocast``)."""
+    module = Checkpointed(inner) if recompute else inner
+    if autocast:
+        vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+        dtypes = [getattr(vals.get(name), "dtype", torch.float32) for name in graph.outputs]
+        module = Autocast(module, device.type, dtypes)
+    return module

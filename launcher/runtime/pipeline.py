@@ -21,7 +21,6 @@ from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.model import Rebuilt, rebuild
 from launcher.runtime.partition import (
-    Checkpointed,
     StageGraph,
     assign_stages,
     build_stages,
@@ -29,6 +28,7 @@ from launcher.runtime.partition import (
     shared_parameters,
     stage_parameters,
     to_device,
+    wrap_stage,
 )
 from launcher.runtime.world import new_groups
 from solvers.model.errors import InvalidPlan
@@ -67,6 +67,10 @@ class TiedGroups:
         sets = sorted({tuple(v) for v in self.stages.values()})
         ranks = [sorted(ctx.world.rank_of[d] for s in group for d in ctx.plan.stages[s].devices) for group in sets]
         self.groups = dict(zip(sets, new_groups(ranks), strict=True))
+
+    def counted(self, names: list[str], stage: int, replica: int) -> set[str]:
+        """The parameters a rank adds to the global gradient norm: each once, in its first stage's replica 0."""
+        return {n for n in names if replica == 0 and (n not in self.stages or self.stages[n][0] == stage)}
 
     def group_of(self, name: str) -> dist.ProcessGroup | None:
         where = self.stages.get(name)
@@ -109,7 +113,8 @@ class PipelineRunner:
         self.aliases = parameter_aliases(sliced.weights)
         self.graph = stages[self.stage_index]
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.module = (Checkpointed(inner) if plan.recompute else inner).to(ctx.world.torch_device)
+        self.module = wrap_stage(inner, self.graph, sliced.module, plan.recompute, ctx.autocast,
+                                 ctx.world.torch_device).to(ctx.world.torch_device)
         self.fwd_s = 0.0
         self.module.register_forward_pre_hook(self._start)
         self.module.register_forward_hook(self._stop)
@@ -147,6 +152,9 @@ class PipelineRunner:
     def named_parameters(self) -> dict[str, torch.nn.Parameter]:
         """This stage's parameters under their first names in the model."""
         return stage_parameters(self.module, self.aliases)
+
+    def counted_parameters(self) -> set[str]:
+        return self.tied.counted(list(self.named_parameters()), self.stage_index, self.replica)
 
     def _args(self, inputs: dict[str, torch.Tensor], rows: torch.Tensor) -> list[torch.Tensor]:
         if not self.is_first:

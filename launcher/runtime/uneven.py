@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.runtime.context import LaunchContext
-from launcher.runtime.partition import Checkpointed, StageGraph, parameter_aliases, stage_parameters, to_device
+from launcher.runtime.partition import StageGraph, parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, slice_model, split_model
 from launcher.runtime.world import new_groups
 from solvers.model.errors import InvalidPlan
@@ -98,7 +98,7 @@ class UnevenRunner:
         self.aliases = parameter_aliases(mine.weights)
         self.graph: StageGraph = stages[self.stage_index]
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.module = Checkpointed(inner) if plan.recompute else inner
+        self.module = wrap_stage(inner, self.graph, mine.module, plan.recompute, ctx.autocast, ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)
         self.meta = {n.name: n.meta.get("val") for n in mine.module.graph.nodes}
         self.fwd_s = 0.0
@@ -115,6 +115,9 @@ class UnevenRunner:
     def named_parameters(self) -> dict[str, torch.nn.Parameter]:
         """This stage's parameters under their first names in the model."""
         return stage_parameters(self.module, self.aliases)
+
+    def counted_parameters(self) -> set[str]:
+        return self.tied.counted(list(self.named_parameters()), self.stage_index, self.replica)
 
     def _rank(self, stage: int, replica: int) -> int:
         return self.ctx.world.rank_of[self.ctx.plan.stages[stage].devices[replica]]

@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = {"bert": ["tests.launcher.models:bert"], "cnn": ["tests.launcher.models:cnn"],
           "constants": ["tests.launcher.models:constants"], "causal_lm": ["tests.launcher.models:causal_lm"],
           "gpt2": ["--example", "gpt2", "--param", "layers=2", "hidden=32", "heads=2", "seq=8", "vocab=64",
-                   "dropout=0"]}
+                   "dropout=0"],
+          "gpt2_text": ["--example", "gpt2", "--param", "layers=2", "hidden=32", "heads=2", "seq=16", "vocab=256",
+                        "dropout=0"]}
 
 
 def topology(n: int, hosts: int = 1) -> dict[str, Any]:
@@ -107,8 +109,8 @@ def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[s
     plan = json.loads((folder / "plan.json").read_text())
     source = manifest["source"]
     rows = source["batch"] * (1 if manifest["kind"] == "latency" else plan["micro_batches"])
-    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest["inputs"]])
     model = build(source, "cpu").module
+    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest["inputs"]], model)
     inputs, target = data.batch(0, rows)
     outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
     loss = data.loss(outputs, target)
