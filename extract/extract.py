@@ -84,6 +84,7 @@ def graph_attrs(built: BuiltModel, exported: ExportedOps, spec: DeviceSpec) -> d
         "module_types": exported.module_types,
         "granularity": "op",
         **({"adjusted": list(built.adjusted)} if built.adjusted else {}),
+        **({"shared_params": exported.shared_params} if exported.shared_params else {}),
     }
 
 
