@@ -9,7 +9,8 @@ slices of the plan's stages, as the pipeline does (so batch statistics see the s
 loss is the mean over the slices and a gradient the mean of the slices' gradients.
 
 It reports the largest relative difference (``max |a - b| / max |b|``; a gradient that is zero up
-to rounding compares with an absolute floor) of the loss and of every parameter's gradient on
+to rounding, its largest entry below 1e-3 of the model's largest gradient entry, is compared at
+that scale, and differences below 1e-9 are ignored) of the loss and of every parameter's gradient on
 every rank that holds it, tied parameters under their first name in every stage that reads them.
 
 Needs torch; importing this module does not import it.
@@ -34,6 +35,7 @@ from solvers.model.topology import Topology
 
 TOLERANCE = 1e-5  # float32
 ZERO_FLOOR = 1e-9  # absolute: a gradient that is zero up to rounding (a bias before a softmax)
+NEGLIGIBLE = 1e-3  # a gradient whose largest entry is below this share of the model's largest is compared at that scale
 
 
 @dataclass
@@ -157,8 +159,9 @@ def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) 
     return sum(losses) / len(losses), grads
 
 
-def relative(got: Any, want: Any) -> tuple[float, float]:
-    scale = float(want.abs().max()) if want.numel() else 0.0
+def relative(got: Any, want: Any, floor: float = 0.0) -> tuple[float, float]:
+    """``max |got - want| / max(max |want|, floor)`` and the absolute difference."""
+    scale = max(float(want.abs().max()) if want.numel() else 0.0, floor)
     err = float((got.float() - want.float()).abs().max()) if want.numel() else 0.0
     return (err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))), err
 
@@ -177,10 +180,12 @@ def compare(steps: list[dict[str, Any]], want_loss: float, want_grads: dict[str,
             raise InvalidPlan(f"rank {step['device']} has a gradient for {unknown[0]!r}, which the model does not have",
                               field="plan", ref=unknown[0])
     seen: set[str] = set()
+    # a gradient that is zero up to rounding (below 1e-3 of the model's largest entry) is compared at that scale
+    floor = NEGLIGIBLE * max((float(g.abs().max()) for g in want_grads.values() if g.numel()), default=0.0)
     for name, want in want_grads.items():  # the model's order
         for step in steps:
             if name in step["grads"]:
-                rel, err = relative(step["grads"][name], want)
+                rel, err = relative(step["grads"][name], want, floor)
                 report.differences.append(Difference(f"{name} on {step['device']}", rel, err))
                 seen.add(name)
     report.missing = sorted(set(want_grads) - seen)

@@ -214,7 +214,8 @@ class DataflowRunner:
             leaf = value.detach().requires_grad_(True)
             self.leaves.setdefault(reader, []).append((name, leaf))
             self.reads[name] = self.reads.get(name, 0) + 1
-            return leaf
+            schema = getattr(self.nodes[reader].target, "_schema", None) if reader in self.nodes else None
+            return leaf.clone() if schema is not None and schema.is_mutable else leaf  # a leaf cannot change in place
         return value
 
     def _send_forward(self, name: str) -> None:

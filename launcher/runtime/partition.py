@@ -73,22 +73,23 @@ def _is_float_tensor(node: fx.Node) -> bool:
     return _is_tensor(node) and bool(node.meta["val"].dtype.is_floating_point)
 
 
-class _ContiguousGrad(torch.autograd.Function):
-    """The identity whose backward makes the gradient contiguous (a point-to-point send needs it)."""
-
-    @staticmethod
-    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
-        return value.view_as(value)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad.contiguous()
-
-
 def contiguous_grad(value: torch.Tensor) -> torch.Tensor:
-    """``value`` unchanged; the gradient it passes back is contiguous."""
-    out: torch.Tensor = _ContiguousGrad.apply(value)  # type: ignore[no-untyped-call]
-    return out
+    """``value`` itself; the gradient it passes back is made contiguous (a point-to-point send needs it).
+
+    A tensor hook, not a custom autograd function: the stage may modify the value in place.
+    """
+    if value.requires_grad:
+        value.register_hook(torch.Tensor.contiguous)  # type: ignore[no-untyped-call]
+    return value
+
+
+def _modified_in_place(node: fx.Node, stage: Mapping[str, int], s: int) -> bool:
+    """Whether an op of stage ``s`` writes into ``node``'s value (an in-place ATen op on it)."""
+    for user in node.users:
+        schema = getattr(user.target, "_schema", None)
+        if stage.get(user.name) == s and schema is not None and schema.is_mutable:
+            return True
+    return False
 
 
 def _is_tuple(node: fx.Node) -> bool:
@@ -149,6 +150,8 @@ def _stage_graph(gm: fx.GraphModule, lookup: Callable[[str], Any], stage: Mappin
         env[name] = graph.placeholder(name)
         if _is_float_tensor(_node(gm, name)):  # its gradient goes back over a boundary: contiguous
             env[name] = graph.call_function(contiguous_grad, (env[name],))
+            if _modified_in_place(_node(gm, name), stage, s):  # a received leaf cannot be: work on a copy
+                env[name] = graph.call_function(torch.ops.aten.clone.default, (env[name],))
     ops = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and stage.get(node.name) == s:
