@@ -36,6 +36,7 @@ from launcher.runtime.partition import (
     stage_parameters,
     to_device,
 )
+from launcher.runtime.weights import materialize
 from launcher.runtime.world import new_groups
 from launcher.structure import fx_ops
 from solvers.model.errors import InvalidPlan
@@ -78,16 +79,21 @@ class DataflowRunner:
         self.fwd_s = 0.0
         whole = runnable_graph(ctx.reference.module)
         attrs = {str(n.target): ctx.reference.attr(str(n.target)) for n in whole.nodes if n.op == "get_attr"}
-        gm = to_device(fx.GraphModule(attrs, whole), ctx.world.torch_device)
+        gm = fx.GraphModule(attrs, whole)
+        self.aliases = parameter_aliases(ctx.reference.weights)
+        self.device = device_of_ops(ctx, gm)
+        if ctx.weights:  # only what this rank's ops read
+            mine = [str(n.target) for n in gm.graph.nodes if n.op == "get_attr"
+                    and any(self.device.get(u.name) == ctx.world.device for u in n.users)]
+            materialize(gm, mine, self.aliases, ctx.weights, ctx.world.torch_device)
+        gm = to_device(gm, ctx.world.torch_device)
         self.gm = gm
         self.nodes = {n.name: n for n in gm.graph.nodes}
-        self.device = device_of_ops(ctx, gm)
         self.outputs = model_outputs(gm)
         self.loss_device = self.device.get(self.outputs[0], ctx.plan.stages[-1].devices[0])
         self.tag = {n.name: i for i, n in enumerate(gm.graph.nodes)}
         self.readers = self._readers()
         self.units = self._my_units()
-        self.aliases = parameter_aliases(ctx.reference.weights)
         self.all_parameters = stage_parameters(gm, self.aliases)
         self.groups = self._parameter_groups()
 

@@ -56,6 +56,15 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def resident_bytes() -> int:
+    """The process's current resident set (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * resource.getpagesize()
+
+
 def summarize(times_s: list[float], warmup: int) -> dict[str, float]:
     kept = times_s[warmup:] or times_s
     return {"median_s": median(kept), "min_s": min(kept), "max_s": max(kept)}
@@ -69,8 +78,9 @@ def make_runner(ctx: LaunchContext) -> Runner:
     if plan_kind(ctx.plan) == "latency":
         return DataflowRunner(ctx)
     widths = {len(s.devices) for s in ctx.plan.stages}
-    if len(widths) > 1:
-        return UnevenRunner(ctx)
+    plan = ctx.plan
+    if len(widths) > 1 or (plan.schedule == "1f1b" and plan.micro_batches < len(plan.stages)):
+        return UnevenRunner(ctx)  # torch's Schedule1F1B needs at least as many micro-batches as stages
     return PipelineRunner(ctx)
 
 
@@ -167,7 +177,8 @@ def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], los
     mine = {"rank": ctx.world.rank, "device": ctx.world.device, "stage": runner.stage_index,
             "iteration": summarize(times_s, args.warmup), "iteration_s": times_s,
             "fwd_s_per_iteration": runner.fwd_s / steps,
-            "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device), "losses": losses}
+            "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device),
+            "start_memory_bytes": ctx.start_memory_bytes, "losses": losses}
     ranks: list[Any] = [None] * ctx.world.size
     dist.all_gather_object(ranks, mine)
     stages: dict[int, list[float]] = {}

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from extract.source import InputSpec
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
-from launcher.runtime.loop import run_loop
+from launcher.runtime.loop import resident_bytes, run_loop
 from launcher.runtime.model import Rebuilt, check_structure, export_device, rebuild
 from launcher.runtime.training import optimizer_class, optimizer_kwargs
 from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
@@ -54,6 +54,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    "(torch.distributed.checkpoint) after the last step")
     p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (default: at the end only)")
     p.add_argument("--resume", default=None, metavar="DIR", help="continue from a checkpoint --save wrote")
+    p.add_argument("--weights", default=None, metavar="FILE",
+                   help="safetensors file of the model's weights: each rank builds the model on meta and loads "
+                        "only what its stage reads (launcher.runtime.weights.write_weights writes it)")
     p.add_argument("--data", default=None,
                    help="text:PATH (byte-level text, causal LMs) or package.module:callable giving batches and loss")
     p.add_argument("--inference", action="store_true", help="forward passes only")
@@ -67,8 +70,10 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     """Run the bundle in ``bundle``; 0 on success, 2 when refused (the message names why)."""
     args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    start_memory_bytes = resident_bytes()
     try:
         ctx = prepare(bundle, args)
+        ctx.start_memory_bytes = start_memory_bytes
     except PlacerError as exc:
         sys.stderr.write(f"launch.py: refused: {exc}\n")
         return 2
@@ -105,8 +110,10 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     device = export_device(graph.attrs)
     if device == "cuda":
         select_gpu(devices, host)
+    if args.weights and not Path(args.weights).is_file():
+        raise InvalidInput(f"--weights {args.weights}: no such file", field="weights", ref=args.weights)
     if reference is None:
-        reference = rebuild(manifest["source"], device=device)
+        reference = rebuild(manifest["source"], device=device, meta_weights=bool(args.weights))
     check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
     start_process_group()
     world = locate(devices, host)
@@ -114,7 +121,7 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     data = load_data(args.data, specs, reference.weights)
     autocast = args.autocast == "bf16" or (args.autocast == "auto" and world.torch_device.type == "cuda"
                                            and torch.cuda.is_bf16_supported())
-    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, device, autocast)
+    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, device, autocast, args.weights)
 
 
 def _only_host(devices: Sequence[dict[str, Any]]) -> str:

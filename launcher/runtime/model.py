@@ -62,17 +62,20 @@ def export_device(graph_attrs: Mapping[str, Any]) -> str:
 
 
 def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.nn.Module | None = None,
-            device: str = "meta") -> Rebuilt:
+            device: str = "meta", meta_weights: bool = False) -> Rebuilt:
     """Export on ``device`` with the weights built seeded (the same on every rank).
 
-    ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights).
+    ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights);
+    ``meta_weights``: no CPU build, the weights stay on ``meta`` (each rank loads its own stage's,
+    :mod:`launcher.runtime.weights`).
     """
     record = dict(source)
     if batch is not None:
         record["batch"] = batch
     built = build(record, device=device)
     program = export_model(built)
-    real = weights if weights is not None else built.module if device != "meta" else build(dict(source), "cpu").module
+    real = (weights if weights is not None else built.module if device != "meta" or meta_weights
+            else build(dict(source), "cpu").module)
     module = program.module()
     return Rebuilt(built, program, module, real, lifted_constants(module, record, real, device))
 

@@ -192,13 +192,16 @@ def _has_attr(module: torch.nn.Module, target: str) -> bool:
 
 
 def to_device(module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
-    """Ops that name the export's device create their tensors on ``device`` instead; weights moved there."""
+    """Ops that name the export's device create their tensors on ``device`` instead; weights moved there
+    (those on ``meta`` stay: another rank's under ``--weights``)."""
     for node in module.graph.nodes:
         if isinstance(node.kwargs.get("device"), torch.device):
             node.kwargs = {**node.kwargs, "device": device}
         node.args = tuple(device if isinstance(a, torch.device) else a for a in node.args)
     module.recompile()
-    return module.to(device)
+    # tensors left on meta (other ranks' weights under --weights) stay there: they hold no memory
+    moved: fx.GraphModule = module._apply(lambda t: t if t.is_meta else t.to(device))  # type: ignore[no-untyped-call]
+    return moved
 
 
 def _node(gm: fx.GraphModule, name: str) -> fx.Node:

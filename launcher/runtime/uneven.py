@@ -29,6 +29,7 @@ import torch.distributed as dist
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.partition import StageGraph, parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, slice_model, split_model
+from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from solvers.model.errors import InvalidPlan
 
@@ -97,6 +98,9 @@ class UnevenRunner:
         self.tied = TiedGroups(ctx, mine.weights, stages)
         self.aliases = parameter_aliases(mine.weights)
         self.graph: StageGraph = stages[self.stage_index]
+        if ctx.weights:
+            materialize(self.graph.module, read_targets(self.graph.module), self.aliases, ctx.weights,
+                        ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
         self.module = wrap_stage(inner, self.graph, mine.module, plan.recompute, ctx.autocast, ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)
