@@ -68,3 +68,16 @@ def test_text_training_is_the_single_process_training_and_resumes(workdir: Path,
         assert abs(got - ref) <= 1e-4 * abs(ref), (losses, want)
     resumed = _run(folder, *training.launch_args(), "--resume", "ck/step2")
     assert resumed == losses[2:], (resumed, losses)
+
+
+@pytest.mark.slow
+def test_bf16_autocast_trains_close_to_float32(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("gpt2_text")
+    ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
+    plan = cut_plan(workdir, graph, lambda nodes: ids[:ids.index("scaled_dot_product_attention_1") + 1],
+                    "gpt2-bf16")
+    folder = bundle(workdir, plan, graph, 2, "gpt2-bf16")
+    common = ["--steps", "2", "--data", f"text:{TEXT}"]
+    exact = _run(folder, *common, "--autocast", "none")
+    half = _run(folder, *common, "--autocast", "bf16")
+    assert len(half) == 2 and all(abs(h - e) <= 0.05 * e for h, e in zip(half, exact, strict=True)), (half, exact)
