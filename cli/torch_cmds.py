@@ -153,6 +153,8 @@ def _report(args: argparse.Namespace, graph: Any, path: str) -> None:
     else:
         print(f"wrote {path}: {graph.n_ops} ops, {len(graph.edges)} edges, batch {graph.profiled_batch_size}, "
               f"forward {format_seconds(info['fwd_s'])}, backward {format_seconds(info['bwd_s'])}")
+    for line in (graph.attrs or {}).get("adjusted") or []:
+        print(f"  changed: {line}")
 
 
 def cmd_measure(args: argparse.Namespace) -> int:

@@ -54,4 +54,19 @@ def build(source: Mapping[str, Any], device: str = "cpu") -> BuiltModel:
         raise InvalidInput("source: needs 'example' or 'spec'", field="source")
     module = module.to(device).train()
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    return BuiltModel(module, inputs, dict(source))
+    return BuiltModel(module, inputs, dict(source), prepare_for_export(module))
+
+
+def prepare_for_export(module: torch.nn.Module) -> list[str]:
+    """Turn off what a transformers model returns besides tensors (its key/value cache); says what it changed.
+
+    With ``use_cache`` on, a causal LM returns a cache object that ``torch.export`` cannot
+    flatten ("Found DynamicCache in output") and that training never reads.  The outputs left
+    (a ``ModelOutput``) flatten to tensors.
+    """
+    config = getattr(module, "config", None)
+    if config is not None and getattr(config, "use_cache", False):
+        config.use_cache = False
+        return ["use_cache=False: the model's key/value cache is turned off (training does not read it, "
+                "and torch.export cannot return it)"]
+    return []

@@ -1,7 +1,9 @@
 """Built-in example models: transformers config classes with random weights, no download.
 
 ``--example NAME --param key=value ...``; every example takes ``dtype`` (float32, bfloat16,
-float16) besides the sizes below.  Defaults are the published base sizes (BERT-Base, GPT-2
+float16) besides the sizes below, and the transformer examples ``dropout`` (every dropout
+probability of the config; ``dropout=0`` gives a deterministic model that a pipelined step can be
+compared with exactly).  Defaults are the published base sizes (BERT-Base, GPT-2
 small, a 7B-shaped Llama cut to 2 layers, T5-small, ViT-B/16, ResNet-50, Swin-T).  The weights are
 drawn by the transformers initialisers after ``torch.manual_seed(seed)``, so the same parameters
 give the same model on every rank.
@@ -44,7 +46,8 @@ def _bert(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
 
     cfg = BertConfig(vocab_size=p["vocab"], hidden_size=p["hidden"], num_hidden_layers=p["layers"],
                      num_attention_heads=p["heads"], intermediate_size=p["intermediate"] or 4 * p["hidden"],
-                     max_position_embeddings=max(512, p["seq"]))
+                     max_position_embeddings=max(512, p["seq"]), hidden_dropout_prob=p["dropout"],
+                     attention_probs_dropout_prob=p["dropout"])
     return BertModel(cfg), [_ids(p)]
 
 
@@ -53,6 +56,7 @@ def _gpt2(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
 
     cfg = GPT2Config(vocab_size=p["vocab"], n_embd=p["hidden"], n_layer=p["layers"], n_head=p["heads"],
                      n_inner=p["intermediate"] or None, n_positions=max(1024, p["seq"]), use_cache=False,
+                     resid_pdrop=p["dropout"], embd_pdrop=p["dropout"], attn_pdrop=p["dropout"],
                      bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(cfg), [_ids(p)]
 
@@ -63,7 +67,7 @@ def _llama(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
     cfg = LlamaConfig(vocab_size=p["vocab"], hidden_size=p["hidden"], num_hidden_layers=p["layers"],
                       num_attention_heads=p["heads"], num_key_value_heads=p["heads"],
                       intermediate_size=p["intermediate"] or 4 * p["hidden"],
-                      max_position_embeddings=max(2048, p["seq"]), use_cache=False,
+                      max_position_embeddings=max(2048, p["seq"]), use_cache=False, attention_dropout=p["dropout"],
                       bos_token_id=0, eos_token_id=0, pad_token_id=0)
     return LlamaModel(cfg), [_ids(p)]
 
@@ -73,6 +77,7 @@ def _t5(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
 
     cfg = T5Config(vocab_size=p["vocab"], d_model=p["hidden"], num_layers=p["layers"], num_heads=p["heads"],
                    d_kv=p["hidden"] // p["heads"], d_ff=p["intermediate"] or 4 * p["hidden"], use_cache=False,
+                   dropout_rate=p["dropout"],
                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)  # type: ignore[call-arg]
     return T5Model(cfg), [_ids(p), _ids(p, "decoder_input_ids")]
 
@@ -82,7 +87,7 @@ def _vit(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
 
     cfg = ViTConfig(hidden_size=p["hidden"], num_hidden_layers=p["layers"], num_attention_heads=p["heads"],
                     intermediate_size=p["intermediate"] or 4 * p["hidden"], image_size=p["image"],
-                    patch_size=p["patch"])
+                    patch_size=p["patch"], hidden_dropout_prob=p["dropout"], attention_probs_dropout_prob=p["dropout"])
     return ViTModel(cfg), [_pixels(p)]
 
 
@@ -102,27 +107,29 @@ def _swin(p: Mapping[str, Any]) -> tuple[torch.nn.Module, list[InputSpec]]:
     if len(depths) != len(heads):
         raise InvalidInput(f"--param depths and heads need the same length, got {depths} and {heads}", field="param")
     cfg = SwinConfig(image_size=p["image"], patch_size=p["patch"], embed_dim=p["hidden"], depths=depths,
-                     num_heads=heads, window_size=p["window"])
+                     num_heads=heads, window_size=p["window"], drop_path_rate=p["dropout"])
     return SwinModel(cfg), [_pixels(p)]
 
 
 _TEXT: dict[str, ParamValue] = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 0, "seq": 512,
-                                "vocab": 30522, "dtype": "float32"}
+                                "vocab": 30522, "dropout": 0.1, "dtype": "float32"}
 EXAMPLES: dict[str, Example] = {e.name: e for e in (
     Example("bert", "BertModel (BERT-Base)", _TEXT, _bert),
     Example("gpt2", "GPT2LMHeadModel, use_cache=False (GPT-2 small; tied embedding)",
             {**_TEXT, "seq": 1024, "vocab": 50257}, _gpt2),
     Example("llama", "LlamaModel (Llama-2-7B layer shape, 2 layers)",
-            {**_TEXT, "layers": 2, "hidden": 4096, "heads": 32, "intermediate": 11008, "seq": 512, "vocab": 32000},
+            {**_TEXT, "layers": 2, "hidden": 4096, "heads": 32, "intermediate": 11008, "seq": 512, "vocab": 32000,
+             "dropout": 0.0},
             _llama),
     Example("t5", "T5Model encoder-decoder (T5-small)",
             {**_TEXT, "layers": 6, "hidden": 512, "heads": 8, "intermediate": 2048, "vocab": 32128}, _t5),
     Example("vit", "ViTModel (ViT-B/16)", {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 0,
-                                            "image": 224, "patch": 16, "dtype": "float32"}, _vit),
+                                            "image": 224, "patch": 16, "dropout": 0.0, "dtype": "float32"}, _vit),
     Example("resnet", "ResNetModel, bottleneck blocks (ResNet-50)",
             {"depths": (3, 4, 6, 3), "hidden": 64, "image": 224, "dtype": "float32"}, _resnet),
     Example("swin", "SwinModel (Swin-T)", {"depths": (2, 2, 6, 2), "heads": (3, 6, 12, 24), "hidden": 96,
-                                          "image": 224, "patch": 4, "window": 7, "dtype": "float32"}, _swin),
+                                          "image": 224, "patch": 4, "window": 7, "dropout": 0.1,
+                                          "dtype": "float32"}, _swin),
 )}
 
 

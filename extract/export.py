@@ -54,6 +54,7 @@ class ExportedOps:
     model_param_bytes: int
     unread_params: list[str]
     module_types: dict[str, str]
+    shared_params: list[dict[str, Any]] = field(default_factory=list)
 
 
 def export_model(built: BuiltModel) -> ExportedProgram:
@@ -154,7 +155,31 @@ def collect_ops(built: BuiltModel, program: ExportedProgram) -> ExportedOps:
     unread = _attribute_unread(records, params, owner)
     _mark_constant(nodes, records, kinds)
     model_bytes = sum(p.numel() * p.element_size() for p in built.module.parameters())
-    return ExportedOps(program, records, model_bytes, unread, module_types(nodes))
+    return ExportedOps(program, records, model_bytes, unread, module_types(nodes), shared_params(nodes, kinds, params))
+
+
+def shared_params(nodes: list[torch.fx.Node], kinds: dict[str, tuple[InputKind, str | None]],
+                  params: dict[str, torch.nn.Parameter]) -> list[dict[str, Any]]:
+    """Parameters that more than one op reads (tied weights, under any of their names).
+
+    ``{"param": first name, "bytes": size, "ops": readers in graph order}``; the first reader holds
+    its ``param_bytes``; a pipeline stage with another reader holds a copy (the memory model counts
+    it, the launcher keeps the copies equal).
+    """
+    first: dict[int, str] = {}
+    for name, param in params.items():
+        first.setdefault(id(param), name)
+    readers: dict[int, list[str]] = {}
+    for node in nodes:
+        for arg in node.all_input_nodes:
+            kind = kinds.get(arg.name)
+            if kind is not None and kind[0] == InputKind.PARAMETER and kind[1] in params:
+                ops = readers.setdefault(id(params[str(kind[1])]), [])
+                if node.name not in ops:
+                    ops.append(node.name)
+    by_id = {id(p): p for p in params.values()}
+    return [{"param": first[pid], "bytes": by_id[pid].numel() * by_id[pid].element_size(), "ops": ops}
+            for pid, ops in readers.items() if len(ops) > 1]
 
 
 def module_types(nodes: Iterable[torch.fx.Node]) -> dict[str, str]:

@@ -83,6 +83,8 @@ def graph_attrs(built: BuiltModel, exported: ExportedOps, spec: DeviceSpec) -> d
         "unread_params": exported.unread_params,
         "module_types": exported.module_types,
         "granularity": "op",
+        **({"adjusted": list(built.adjusted)} if built.adjusted else {}),
+        **({"shared_params": exported.shared_params} if exported.shared_params else {}),
     }
 
 

@@ -46,6 +46,7 @@ class BuiltModel:
     module: torch.nn.Module
     inputs: dict[str, torch.Tensor]
     source: dict[str, Any] = field(default_factory=dict)
+    adjusted: list[str] = field(default_factory=list)  # what the build changed so that the model exports
 
     @property
     def input_specs(self) -> list[InputSpec]:

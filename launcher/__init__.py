@@ -4,6 +4,8 @@
 - :mod:`launcher.placement` rank <-> device: hosts, local indices and one torchrun command per node;
 - :mod:`launcher.bundle` the bundle (``launch.py``, ``README.md``, ``plan.json``, ``graph.json``,
   ``manifest.json``) as files or as a zip in memory;
+- :mod:`launcher.check` ``placer launcher check``: a plan proved to launch on the meta device (needs torch);
+- :mod:`launcher.verify` ``placer launcher verify``: one step under torchrun beside the single-process model;
 - :mod:`launcher.runtime` what ``launch.py`` runs under torchrun (needs torch).
 
 This package imports ``solvers`` and, in the runtime, ``extract``; never the service.

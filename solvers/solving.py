@@ -15,6 +15,7 @@ from solvers import registry
 from solvers.base import Budget, ProgressCallback, no_progress, parse_options
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.runnable import runnable_notes
 from solvers.simulator import SimulationResult, simulate
 
 
@@ -88,12 +89,17 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
     """Stamp the problem's digests on a plan and attach the simulator's metrics.
 
     ``result``: the plan's simulation when the caller already has it (simulated otherwise).
+    A throughput plan with a stage that does no compute is marked infeasible, the stage named in
+    its notes (:mod:`solvers.runnable`).
     """
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
     plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
                       topology_digest=problem.topology.digest, problem_digest=problem.digest)
     if plan.status == "infeasible" and not plan.stages:
         return plan
+    idle = runnable_notes(problem.graph, plan)
+    if idle:  # a plan the launcher cannot run is not a solution
+        plan = plan.with_(status="infeasible", notes=(*plan.notes, *idle))
     if result is None:
         result = simulate(problem, plan)
     bound = result.metrics.get("lower_bound_s")

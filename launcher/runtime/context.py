@@ -24,6 +24,9 @@ class LaunchContext:
     stage_of: dict[str, int]
     data: DataSource
     export_device: str = "meta"
+    autocast: bool = False  # pipeline stages run under bf16 autocast
+    weights: str | None = None  # safetensors file: each rank loads only its stage's tensors
+    start_memory_bytes: int = 0  # resident set before the model was built (torch and the process group)
 
     @property
     def batch(self) -> int:

@@ -12,7 +12,9 @@ dtype) and returns an object with two methods:
 
 Synthetic data, seeded by the step: floating inputs standard normal, integer inputs 0 or 1 (valid
 token ids and indices for any vocabulary of two or more; rows differ, so a wrong slice shows),
-an all-zero target, and the loss ``sum(mean(o ** 2))`` over the floating outputs.
+an all-zero target, and the loss ``sum(mean(o ** 2))`` over the floating outputs; for a causal LM
+its own loss, next-token cross-entropy against its token ids.  ``--data text:PATH``: byte-level
+windows of a text file for a causal LM (:mod:`launcher.runtime.text`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from extract.source import InputSpec, make_inputs, with_batch
 from extract.spec import load_callable
+from launcher.runtime.text import CausalSynthetic, TextData, is_causal_lm, vocab_size
 from solvers.model.errors import InvalidInput
 
 Batch = tuple[dict[str, torch.Tensor], torch.Tensor]
@@ -57,10 +60,20 @@ class SyntheticData:
         return total
 
 
-def load_data(spec: str | None, specs: Sequence[InputSpec]) -> DataSource:
-    """The synthetic source, or the user's (``package.module:callable``)."""
+def load_data(spec: str | None, specs: Sequence[InputSpec], model: torch.nn.Module | None = None) -> DataSource:
+    """The synthetic source, byte-level text (``text:PATH``), or the user's (``package.module:callable``).
+
+    ``model`` (the rebuilt model, on any device): a causal LM trains on its own loss, shifted
+    cross-entropy (:mod:`launcher.runtime.text`).
+    """
+    causal = is_causal_lm(model)
+    if spec and spec.startswith("text:"):
+        if model is None or not causal:
+            raise InvalidInput(f"--data {spec}: text trains a causal LM (its own loss, next-token cross-entropy); "
+                               f"this model is {type(model).__name__}", field="data", ref=spec)
+        return TextData(spec.removeprefix("text:"), specs, vocab_size(model))
     if not spec:
-        return SyntheticData(specs)
+        return CausalSynthetic(specs) if causal else SyntheticData(specs)
     made: Any = load_callable(spec)(list(specs))
     for method in ("batch", "loss"):
         if not callable(getattr(made, method, None)):

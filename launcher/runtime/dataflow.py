@@ -28,7 +28,15 @@ import torch.distributed as dist
 from torch import fx
 
 from launcher.runtime.context import LaunchContext
-from launcher.runtime.partition import compute_nodes, model_outputs, runnable_graph, to_device
+from launcher.runtime.partition import (
+    compute_nodes,
+    model_outputs,
+    parameter_aliases,
+    runnable_graph,
+    stage_parameters,
+    to_device,
+)
+from launcher.runtime.weights import materialize
 from launcher.runtime.world import new_groups
 from launcher.structure import fx_ops
 from solvers.model.errors import InvalidPlan
@@ -67,16 +75,26 @@ class DataflowRunner:
     def __init__(self, ctx: LaunchContext) -> None:
         self.ctx = ctx
         self.stage_index = next(s for s, st in enumerate(ctx.plan.stages) if ctx.world.device in st.devices)
+        self.replica = 0
         self.fwd_s = 0.0
-        gm = to_device(fx.GraphModule(ctx.reference.weights, runnable_graph(ctx.reference.module)), ctx.world.torch_device)
+        whole = runnable_graph(ctx.reference.module)
+        attrs = {str(n.target): ctx.reference.attr(str(n.target)) for n in whole.nodes if n.op == "get_attr"}
+        gm = fx.GraphModule(attrs, whole)
+        self.aliases = parameter_aliases(ctx.reference.weights)
+        self.device = device_of_ops(ctx, gm)
+        if ctx.weights:  # only what this rank's ops read
+            mine = [str(n.target) for n in gm.graph.nodes if n.op == "get_attr"
+                    and any(self.device.get(u.name) == ctx.world.device for u in n.users)]
+            materialize(gm, mine, self.aliases, ctx.weights, ctx.world.torch_device)
+        gm = to_device(gm, ctx.world.torch_device)
         self.gm = gm
         self.nodes = {n.name: n for n in gm.graph.nodes}
-        self.device = device_of_ops(ctx, gm)
         self.outputs = model_outputs(gm)
         self.loss_device = self.device.get(self.outputs[0], ctx.plan.stages[-1].devices[0])
         self.tag = {n.name: i for i, n in enumerate(gm.graph.nodes)}
         self.readers = self._readers()
         self.units = self._my_units()
+        self.all_parameters = stage_parameters(gm, self.aliases)
         self.groups = self._parameter_groups()
 
     # ---- structure ---------------------------------------------------------------------------
@@ -129,22 +147,28 @@ class DataflowRunner:
         users: dict[str, set[str]] = {}
         for node in self.gm.graph.nodes:
             if node.op == "get_attr":
+                name = self.aliases.get(str(node.target), str(node.target))  # tied: one name for every alias
                 for u in node.users:
                     if u.name in self.device:
-                        users.setdefault(str(node.target), set()).add(self.device[u.name])
-        params = dict(self.gm.named_parameters())
+                        users.setdefault(name, set()).add(self.device[u.name])
+        params = self.all_parameters
         sets = sorted({tuple(sorted(d)) for t, d in users.items() if t in params and len(d) > 1})
         groups = new_groups([[self.ctx.world.rank_of[d] for d in s] for s in sets])
         by_set = dict(zip(sets, groups, strict=True))
         return {t: (by_set[tuple(sorted(d))], sorted(d)) for t, d in users.items() if t in params and len(d) > 1}
 
     def named_parameters(self) -> dict[str, torch.nn.Parameter]:
-        """The parameters this rank's ops read."""
+        """The parameters this rank's ops read, under their first names in the model."""
         mine = self.ctx.world.device
-        params = dict(self.gm.named_parameters())
-        read = {str(n.target) for n in self.gm.graph.nodes if n.op == "get_attr"
+        params = self.all_parameters
+        read = {self.aliases.get(str(n.target), str(n.target)) for n in self.gm.graph.nodes if n.op == "get_attr"
                 and any(self.device.get(u.name) == mine for u in n.users)}
         return {k: v for k, v in params.items() if k in read}
+
+    def counted_parameters(self) -> set[str]:
+        """The parameters this rank adds to the global gradient norm: a shared one on its first device only."""
+        mine = self.ctx.world.device
+        return {n for n in self.named_parameters() if n not in self.groups or self.groups[n][1][0] == mine}
 
     # ---- forward -----------------------------------------------------------------------------
     def _forward(self, inputs: dict[str, torch.Tensor], training: bool) -> tuple[torch.Tensor, ...] | None:
@@ -196,7 +220,8 @@ class DataflowRunner:
             leaf = value.detach().requires_grad_(True)
             self.leaves.setdefault(reader, []).append((name, leaf))
             self.reads[name] = self.reads.get(name, 0) + 1
-            return leaf
+            schema = getattr(self.nodes[reader].target, "_schema", None) if reader in self.nodes else None
+            return leaf.clone() if schema is not None and schema.is_mutable else leaf  # a leaf cannot change in place
         return value
 
     def _send_forward(self, name: str) -> None:
@@ -260,7 +285,7 @@ class DataflowRunner:
         mine = self.ctx.world.device
         for target, (group, devices) in sorted(self.groups.items()):
             if mine in devices:
-                param = _attr(self.gm, target)
+                param = self.all_parameters[target]
                 if param.grad is None:
                     param.grad = torch.zeros_like(param)
                 dist.all_reduce(param.grad, group=group)

@@ -1,8 +1,11 @@
 """The training (or inference) loop around a runner, and the measurements it writes.
 
 A runner has ``train_step(inputs, target) -> loss | None``, ``infer(inputs) -> outputs | None``,
-``named_parameters()``, ``stage_index`` and ``fwd_s`` (forward compute seconds so far).  The
-loop asks the data source for the global batch of each step; every rank takes its share.
+``named_parameters()``, ``counted_parameters()`` (those this rank adds to the global gradient
+norm), ``stage_index``, ``replica`` and ``fwd_s`` (forward compute seconds so far).  The loop asks
+the data source for the global batch of each step (``--accumulate`` batches per optimizer step);
+every rank takes its share.  Optimizer, learning rate, clipping and checkpoints:
+:mod:`launcher.runtime.training`.
 """
 
 from __future__ import annotations
@@ -21,12 +24,23 @@ from launcher.bundle import plan_kind
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.dataflow import DataflowRunner
 from launcher.runtime.pipeline import PipelineRunner
+from launcher.runtime.training import (
+    clip_global_norm,
+    latest_checkpoint,
+    learning_rate,
+    load_checkpoint,
+    make_optimizer,
+    save_checkpoint,
+)
 from launcher.runtime.uneven import UnevenRunner
 
 
 class Runner(Protocol):
     stage_index: int
+    replica: int
     fwd_s: float
+
+    def counted_parameters(self) -> set[str]: ...
 
     def train_step(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> float | None: ...
 
@@ -42,6 +56,15 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def resident_bytes() -> int:
+    """The process's current resident set (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * resource.getpagesize()
+
+
 def summarize(times_s: list[float], warmup: int) -> dict[str, float]:
     kept = times_s[warmup:] or times_s
     return {"median_s": median(kept), "min_s": min(kept), "max_s": max(kept)}
@@ -55,8 +78,9 @@ def make_runner(ctx: LaunchContext) -> Runner:
     if plan_kind(ctx.plan) == "latency":
         return DataflowRunner(ctx)
     widths = {len(s.devices) for s in ctx.plan.stages}
-    if len(widths) > 1:
-        return UnevenRunner(ctx)
+    plan = ctx.plan
+    if len(widths) > 1 or (plan.schedule == "1f1b" and plan.micro_batches < len(plan.stages)):
+        return UnevenRunner(ctx)  # torch's Schedule1F1B needs at least as many micro-batches as stages
     return PipelineRunner(ctx)
 
 
@@ -68,32 +92,75 @@ def global_rows(ctx: LaunchContext) -> int:
 def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> dict[str, Any]:
     runner = make_runner(ctx)
     params = runner.named_parameters()
-    optimizer = torch.optim.SGD(list(params.values()), lr=args.lr) if params and not args.inference else None
+    optimizer = (make_optimizer(args.optimizer, args.optimizer_arg, list(params.values()), args.lr)
+                 if params and not args.inference else None)
+    first = 0
+    if args.resume and optimizer is not None:
+        first = load_checkpoint(latest_checkpoint(Path(args.resume)), runner.stage_index, params, optimizer)
     rows = global_rows(ctx)
     times_s: list[float] = []
     losses: list[float | None] = []
-    for step in range(args.steps):
-        inputs, target = ctx.data.batch(step, rows)
+    for step in range(first, args.steps):
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, args.lr, args.lr_warmup, args.steps, args.lr_decay)
         dist.barrier()
         started = now()
+        outputs: tuple[torch.Tensor, ...] | None = None
         if args.inference:
-            outputs = runner.infer(inputs)
-            loss = None
+            outputs, loss = runner.infer(ctx.data.batch(step, rows)[0]), None
         else:
-            outputs, loss = None, runner.train_step(inputs, target)
+            loss = accumulate(runner, params, [ctx.data.batch(step * args.accumulate + k, rows)
+                                               for k in range(args.accumulate)])
         dist.barrier()
         times_s.append(now() - started)
         losses.append(loss)
-        if step == 0 and args.save_step:
+        if step == first and args.save_step:
             save_step(Path(args.save_step), ctx, runner, loss, outputs)
         if optimizer is not None:
+            if args.clip_norm is not None:
+                clip_global_norm(params, runner.counted_parameters(), args.clip_norm, ctx.world.torch_device)
             optimizer.step()
+            if args.save and ((args.save_every and (step + 1) % args.save_every == 0) or step == args.steps - 1):
+                checkpoint(Path(args.save) / f"step{step + 1}", runner, params, optimizer, step + 1)
         print(f"rank {ctx.world.rank} ({ctx.world.device}) step {step}: {times_s[-1] * 1e3:.1f} ms"
               + (f", loss {loss:.6g}" if loss is not None else "")
               + f", peak memory {peak_memory_bytes(ctx.world.torch_device) / 2**20:.1f} MiB", flush=True)
     return gather_metrics(ctx, runner, times_s, losses, args)
+
+
+def accumulate(runner: Runner, params: dict[str, torch.nn.Parameter],
+               batches: list[tuple[dict[str, torch.Tensor], torch.Tensor]]) -> float | None:
+    """One training step over ``batches``: the mean of their gradients and of their losses.
+
+    Each batch runs the whole schedule (which scales its own gradients), so the gradients of the
+    earlier batches are kept aside and added back.
+    """
+    if len(batches) == 1:
+        return runner.train_step(*batches[0])
+    kept: dict[str, torch.Tensor] = {}
+    losses: list[float] = []
+    for inputs, target in batches:
+        for p in params.values():
+            p.grad = None
+        loss = runner.train_step(inputs, target)
+        if loss is not None:
+            losses.append(loss)
+        for name, p in params.items():
+            if p.grad is not None:
+                kept[name] = kept[name] + p.grad if name in kept else p.grad.clone()
+    for name, p in params.items():
+        p.grad = kept[name] / len(batches) if name in kept else None
+    return sum(losses) / len(losses) if losses else None
+
+
+def checkpoint(folder: Path, runner: Runner, params: dict[str, torch.nn.Parameter], optimizer: torch.optim.Optimizer,
+               next_step: int) -> None:
+    """Replica 0 of every stage writes the stage's checkpoint; every rank waits for all of them."""
+    if runner.replica == 0:
+        save_checkpoint(folder, runner.stage_index, params, optimizer, next_step)
+    dist.barrier()
 
 
 def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | None,
@@ -110,7 +177,8 @@ def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], los
     mine = {"rank": ctx.world.rank, "device": ctx.world.device, "stage": runner.stage_index,
             "iteration": summarize(times_s, args.warmup), "iteration_s": times_s,
             "fwd_s_per_iteration": runner.fwd_s / steps,
-            "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device), "losses": losses}
+            "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device),
+            "start_memory_bytes": ctx.start_memory_bytes, "losses": losses}
     ranks: list[Any] = [None] * ctx.world.size
     dist.all_gather_object(ranks, mine)
     stages: dict[int, list[float]] = {}

@@ -23,8 +23,9 @@ import torch.distributed as dist
 from extract.source import InputSpec
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
-from launcher.runtime.loop import run_loop
-from launcher.runtime.model import check_structure, export_device, rebuild
+from launcher.runtime.loop import resident_bytes, run_loop
+from launcher.runtime.model import Rebuilt, check_structure, export_device, rebuild
+from launcher.runtime.training import optimizer_class, optimizer_kwargs
 from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
 from launcher.structure import granularity_depth, op_stage
 from solvers.model.documents import load_graph, load_plan
@@ -36,8 +37,28 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--host", default=None, help="this node's host id in the plan (README.md); default: the only host")
     p.add_argument("--steps", type=int, default=3, help="training iterations (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="iterations left out of the timing (default 1)")
-    p.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate (default 1e-3)")
-    p.add_argument("--data", default=None, help="package.module:callable giving batches and loss")
+    p.add_argument("--optimizer", default="AdamW", help="a torch.optim class (default AdamW)")
+    p.add_argument("--optimizer-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword argument of the optimizer, VALUE read as JSON when it parses (repeatable)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    p.add_argument("--lr-warmup", type=int, default=0, help="steps of linear warm-up from 0 to --lr (default 0)")
+    p.add_argument("--lr-decay", default="constant", choices=("constant", "linear", "cosine"),
+                   help="after the warm-up, down to 0 at the last step (default constant)")
+    p.add_argument("--clip-norm", type=float, default=None,
+                   help="clip the model's gradient to this global L2 norm (across all stages)")
+    p.add_argument("--autocast", default="auto", choices=("auto", "bf16", "none"),
+                   help="run pipeline stages under bf16 autocast: auto = where the GPU supports bf16 (default)")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="batches whose gradients are averaged before each optimizer step (default 1)")
+    p.add_argument("--save", default=None, metavar="DIR", help="checkpoint every stage here "
+                   "(torch.distributed.checkpoint) after the last step")
+    p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (default: at the end only)")
+    p.add_argument("--resume", default=None, metavar="DIR", help="continue from a checkpoint --save wrote")
+    p.add_argument("--weights", default=None, metavar="FILE",
+                   help="safetensors file of the model's weights: each rank builds the model on meta and loads "
+                        "only what its stage reads (launcher.runtime.weights.write_weights writes it)")
+    p.add_argument("--data", default=None,
+                   help="text:PATH (byte-level text, causal LMs) or package.module:callable giving batches and loss")
     p.add_argument("--inference", action="store_true", help="forward passes only")
     p.add_argument("--metrics", default="metrics.json", help="where rank 0 writes the measurements")
     p.add_argument("--save-step", default=None, metavar="DIR",
@@ -49,12 +70,18 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     """Run the bundle in ``bundle``; 0 on success, 2 when refused (the message names why)."""
     args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    start_memory_bytes = resident_bytes()
     try:
         ctx = prepare(bundle, args)
+        ctx.start_memory_bytes = start_memory_bytes
     except PlacerError as exc:
         sys.stderr.write(f"launch.py: refused: {exc}\n")
         return 2
-    metrics = run_loop(ctx, args)
+    try:
+        metrics = run_loop(ctx, args)
+    except PlacerError as exc:  # every rank meets it (a checkpoint that does not fit the plan)
+        sys.stderr.write(f"launch.py: refused: {exc}\n")
+        return 2
     if ctx.world.rank == 0:
         Path(args.metrics).write_text(json.dumps(metrics, indent=1) + "\n")
     dist.barrier()
@@ -62,8 +89,17 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     return 0
 
 
-def prepare(bundle: Path, args: argparse.Namespace) -> LaunchContext:
-    """Everything checked before any work: world size, model structure, ops, devices."""
+def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = None) -> LaunchContext:
+    """Everything checked before any work: world size, model structure, ops, devices.
+
+    ``reference``: the model already rebuilt from the same source (a process that runs several
+    bundles of one model rebuilds it once); it is checked against this bundle's graph all the same.
+    """
+    optimizer_class(args.optimizer)
+    optimizer_kwargs(args.optimizer_arg)
+    if args.accumulate < 1 or args.steps < 0:
+        raise InvalidInput(f"--accumulate {args.accumulate} / --steps {args.steps}: expected >= 1 / >= 0",
+                           field="accumulate")
     manifest: dict[str, Any] = json.loads((bundle / "manifest.json").read_text())
     plan = load_plan(bundle / "plan.json")
     graph = load_graph(bundle / "graph.json")
@@ -74,12 +110,18 @@ def prepare(bundle: Path, args: argparse.Namespace) -> LaunchContext:
     device = export_device(graph.attrs)
     if device == "cuda":
         select_gpu(devices, host)
-    reference = rebuild(manifest["source"], device=device)
+    if args.weights and not Path(args.weights).is_file():
+        raise InvalidInput(f"--weights {args.weights}: no such file", field="weights", ref=args.weights)
+    if reference is None:
+        reference = rebuild(manifest["source"], device=device, meta_weights=bool(args.weights))
     check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
     start_process_group()
     world = locate(devices, host)
     specs = [InputSpec.from_dict(s) for s in manifest.get("inputs") or []]
-    return LaunchContext(plan, graph, manifest, world, reference, stage_of, load_data(args.data, specs), device)
+    data = load_data(args.data, specs, reference.weights)
+    autocast = args.autocast == "bf16" or (args.autocast == "auto" and world.torch_device.type == "cuda"
+                                           and torch.cuda.is_bf16_supported())
+    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, device, autocast, args.weights)
 
 
 def _only_host(devices: Sequence[dict[str, Any]]) -> str:

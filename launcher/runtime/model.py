@@ -16,7 +16,7 @@ before any process group work starts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +39,16 @@ class Rebuilt:
     program: ExportedProgram
     module: torch.fx.GraphModule
     weights: torch.nn.Module
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted constants by attribute name
+
+    def attr(self, target: str) -> Any:
+        """A ``get_attr`` target's value: a parameter or buffer of the weights, else a lifted constant."""
+        if _has(self.weights, target):
+            return _get(self.weights, target)
+        if target in self.constants:
+            return self.constants[target]
+        raise InvalidPlan(f"the exported model reads {target!r}, which is neither a parameter or buffer of the "
+                          "model nor a constant the export recorded", field="source", ref=target)
 
     @property
     def batch(self) -> int:
@@ -52,18 +62,62 @@ def export_device(graph_attrs: Mapping[str, Any]) -> str:
 
 
 def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.nn.Module | None = None,
-            device: str = "meta") -> Rebuilt:
+            device: str = "meta", meta_weights: bool = False) -> Rebuilt:
     """Export on ``device`` with the weights built seeded (the same on every rank).
 
-    ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights).
+    ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights);
+    ``meta_weights``: no CPU build, the weights stay on ``meta`` (each rank loads its own stage's,
+    :mod:`launcher.runtime.weights`).
     """
     record = dict(source)
     if batch is not None:
         record["batch"] = batch
     built = build(record, device=device)
     program = export_model(built)
-    real = weights if weights is not None else built.module if device != "meta" else build(dict(source), "cpu").module
-    return Rebuilt(built, program, program.module(), real)
+    real = (weights if weights is not None else built.module if device != "meta" or meta_weights
+            else build(dict(source), "cpu").module)
+    module = program.module()
+    return Rebuilt(built, program, module, real, lifted_constants(module, record, real, device))
+
+
+def rebuild_meta(source: Mapping[str, Any], batch: int | None = None) -> Rebuilt:
+    """The model built and exported on ``meta`` only: shapes, dtypes and names, no memory, no values."""
+    record = dict(source)
+    if batch is not None:
+        record["batch"] = batch
+    built = build(record, device="meta")
+    program = export_model(built)
+    module = program.module()
+    lifted = [str(n.target) for n in module.graph.nodes if n.op == "get_attr" and not _has(built.module, str(n.target))]
+    return Rebuilt(built, program, module, built.module, {t: _get(module, t) for t in lifted if _has(module, t)})
+
+
+def lifted_constants(module: torch.fx.GraphModule, source: Mapping[str, Any],
+                     real: torch.nn.Module, device: str) -> dict[str, torch.Tensor]:
+    """Tensors made inside ``forward`` that the export lifted, by their attribute name in ``module``.
+
+    On ``meta`` they hold no values: the model (the real weights) is exported once more on the
+    CPU for them, only when there are any.
+    """
+    targets = [str(n.target) for n in module.graph.nodes if n.op == "get_attr" and not _has(real, str(n.target))]
+    if not targets:
+        return {}
+    values = module if device != "meta" else export_model(build(dict(source), "cpu")).module()
+    return {t: _get(values, t) for t in targets if _has(values, t)}
+
+
+def _has(module: Any, target: str) -> bool:
+    for part in target.split("."):
+        if not hasattr(module, part):
+            return False
+        module = getattr(module, part)
+    return True
+
+
+def _get(module: Any, target: str) -> Any:
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def reexported_graph(rebuilt: Rebuilt, depth: int | None) -> OpGraph:

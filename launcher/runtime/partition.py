@@ -16,8 +16,9 @@ module's parameters (same objects, same qualified names).
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import fx
@@ -68,6 +69,29 @@ def _is_tensor(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
+def _is_float_tensor(node: fx.Node) -> bool:
+    return _is_tensor(node) and bool(node.meta["val"].dtype.is_floating_point)
+
+
+def contiguous_grad(value: torch.Tensor) -> torch.Tensor:
+    """``value`` itself; the gradient it passes back is made contiguous (a point-to-point send needs it).
+
+    A tensor hook, not a custom autograd function: the stage may modify the value in place.
+    """
+    if value.requires_grad:
+        value.register_hook(torch.Tensor.contiguous)  # type: ignore[no-untyped-call]
+    return value
+
+
+def _modified_in_place(node: fx.Node, stage: Mapping[str, int], s: int) -> bool:
+    """Whether an op of stage ``s`` writes into ``node``'s value (an in-place ATen op on it)."""
+    for user in node.users:
+        schema = getattr(user.target, "_schema", None)
+        if stage.get(user.name) == s and schema is not None and schema.is_mutable:
+            return True
+    return False
+
+
 def _is_tuple(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), list | tuple)
 
@@ -103,9 +127,10 @@ def live_values(gm: fx.GraphModule, stage: Mapping[str, int], n_stages: int) -> 
     return [[] if b == 0 else [v for v in order if stage[v] < b <= last_reader.get(v, -1)] for b in range(n_stages)]
 
 
-def build_stages(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[str, int],
+def build_stages(gm: fx.GraphModule, lookup: Callable[[str], Any], stage: Mapping[str, int],
                  n_stages: int) -> list[StageGraph]:
-    """One :class:`StageGraph` per stage, reading parameters and buffers from ``weights`` by name."""
+    """One :class:`StageGraph` per stage; ``lookup`` gives a ``get_attr`` target's value (parameters,
+    buffers, lifted constants: the same objects in every stage that reads them)."""
     live = live_values(gm, stage, n_stages)
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     finals = model_outputs(gm)
@@ -113,16 +138,20 @@ def build_stages(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[st
     for s in range(n_stages):
         inputs = placeholders if s == 0 else live[s]
         outputs = finals if s == n_stages - 1 else live[s + 1]
-        stages.append(_stage_graph(gm, weights, stage, s, inputs, outputs))
+        stages.append(_stage_graph(gm, lookup, stage, s, inputs, outputs))
     return stages
 
 
-def _stage_graph(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[str, int], s: int,
+def _stage_graph(gm: fx.GraphModule, lookup: Callable[[str], Any], stage: Mapping[str, int], s: int,
                  inputs: list[str], outputs: list[str]) -> StageGraph:
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
     for name in inputs:
         env[name] = graph.placeholder(name)
+        if _is_float_tensor(_node(gm, name)):  # its gradient goes back over a boundary: contiguous
+            env[name] = graph.call_function(contiguous_grad, (env[name],))
+            if _modified_in_place(_node(gm, name), stage, s):  # a received leaf cannot be: work on a copy
+                env[name] = graph.call_function(torch.ops.aten.clone.default, (env[name],))
     ops = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and stage.get(node.name) == s:
@@ -139,11 +168,8 @@ def _stage_graph(gm: fx.GraphModule, weights: torch.nn.Module, stage: Mapping[st
               for name in outputs]
     graph.output(tuple(values))
     graph.lint()
-    missing = [n.target for n in graph.nodes if n.op == "get_attr" and not _has_attr(weights, str(n.target))]
-    if missing:
-        raise InvalidPlan(f"the exported model reads {missing[0]!r}, which is not a parameter or buffer of the model "
-                          "(a tensor created inside forward); register it as a buffer", field="source", ref=str(missing[0]))
-    return StageGraph(s, fx.GraphModule(weights, graph, class_name=f"Stage{s}"), list(inputs), list(outputs), ops)
+    attrs = {str(n.target): lookup(str(n.target)) for n in graph.nodes if n.op == "get_attr"}
+    return StageGraph(s, fx.GraphModule(attrs, graph, class_name=f"Stage{s}"), list(inputs), list(outputs), ops)
 
 
 def runnable_graph(gm: fx.GraphModule) -> fx.Graph:
@@ -166,13 +192,16 @@ def _has_attr(module: torch.nn.Module, target: str) -> bool:
 
 
 def to_device(module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
-    """Ops that name the export's device create their tensors on ``device`` instead; weights moved there."""
+    """Ops that name the export's device create their tensors on ``device`` instead; weights moved there
+    (those on ``meta`` stay: another rank's under ``--weights``)."""
     for node in module.graph.nodes:
         if isinstance(node.kwargs.get("device"), torch.device):
             node.kwargs = {**node.kwargs, "device": device}
         node.args = tuple(device if isinstance(a, torch.device) else a for a in node.args)
     module.recompile()
-    return module.to(device)
+    # tensors left on meta (other ranks' weights under --weights) stay there: they hold no memory
+    moved: fx.GraphModule = module._apply(lambda t: t if t.is_meta else t.to(device))  # type: ignore[no-untyped-call]
+    return moved
 
 
 def _node(gm: fx.GraphModule, name: str) -> fx.Node:
@@ -180,14 +209,32 @@ def _node(gm: fx.GraphModule, name: str) -> fx.Node:
     return found
 
 
+def parameter_aliases(weights: torch.nn.Module) -> dict[str, str]:
+    """Every name a parameter has in the model -> its first name (tied parameters have several)."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, param in weights.named_parameters(remove_duplicate=False):
+        out[name] = first.setdefault(id(param), name)
+    return out
+
+
+def stage_parameters(module: torch.nn.Module, aliases: Mapping[str, str]) -> dict[str, torch.nn.Parameter]:
+    """A stage module's parameters under their first names in the model (each tied parameter once)."""
+    out: dict[str, torch.nn.Parameter] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        while name.startswith("inner."):  # wrappers: Checkpointed, Autocast
+            name = name.removeprefix("inner.")
+        out.setdefault(aliases.get(name, name), param)
+    return out
+
+
 def shared_parameters(weights: torch.nn.Module, stages: list[StageGraph]) -> dict[str, list[int]]:
-    """Parameters read by more than one stage (tied weights): name -> stages."""
-    params = {name for name, _ in weights.named_parameters()}
+    """Parameters read by more than one stage, under any of their names (tied weights): first name -> stages."""
+    aliases = parameter_aliases(weights)
     owners: dict[str, list[int]] = {}
     for st in stages:
-        for name, _ in st.module.named_parameters():
-            if name in params:
-                owners.setdefault(name, []).append(st.index)
+        for name in stage_parameters(st.module, aliases):
+            owners.setdefault(name, []).append(st.index)
     return {k: v for k, v in owners.items() if len(v) > 1}
 
 
@@ -203,3 +250,31 @@ class Checkpointed(torch.nn.Module):
 
         out: tuple[torch.Tensor, ...] = checkpoint(self.inner, *args, use_reentrant=False)
         return out
+
+
+class Autocast(torch.nn.Module):
+    """A stage run under ``torch.autocast`` (bf16); its floating outputs are cast back to the export's dtypes,
+    so the boundaries keep the shapes and dtypes the pipeline was given."""
+
+    def __init__(self, inner: torch.nn.Module, device_type: str, dtypes: list[torch.dtype]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.device_type = device_type
+        self.dtypes = dtypes
+
+    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            out = self.inner(*args)
+        return tuple(o.to(d) if isinstance(o, torch.Tensor) and o.is_floating_point() else o
+                     for o, d in zip(out, self.dtypes, strict=True))
+
+
+def wrap_stage(inner: torch.nn.Module, graph: StageGraph, gm: fx.GraphModule, recompute: bool, autocast: bool,
+               device: torch.device) -> torch.nn.Module:
+    """The stage module as it runs: recomputed in backward (``recompute``), under bf16 autocast (``autocast``)."""
+    module = Checkpointed(inner) if recompute else inner
+    if autocast:
+        vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+        dtypes = [getattr(vals.get(name), "dtype", torch.float32) for name in graph.outputs]
+        module = Autocast(module, device.type, dtypes)
+    return module

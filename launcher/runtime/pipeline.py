@@ -21,13 +21,16 @@ from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.model import Rebuilt, rebuild
 from launcher.runtime.partition import (
-    Checkpointed,
     StageGraph,
     assign_stages,
     build_stages,
+    parameter_aliases,
     shared_parameters,
+    stage_parameters,
     to_device,
+    wrap_stage,
 )
+from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from solvers.model.errors import InvalidPlan
 
@@ -47,15 +50,46 @@ def slice_model(ctx: LaunchContext, rows: int) -> Rebuilt:
 
 
 def split_model(ctx: LaunchContext, rebuilt: Rebuilt) -> list[StageGraph]:
-    """The stage modules; refuses parameters shared by two stages."""
+    """The stage modules (every rank builds every stage's graph; it runs only its own)."""
     assignment = assign_stages(rebuilt.module, ctx.stage_of)
-    stages = build_stages(rebuilt.module, rebuilt.weights, assignment, len(ctx.plan.stages))
-    shared = shared_parameters(rebuilt.weights, stages)
-    if shared:
-        name, where = next(iter(shared.items()))
-        raise InvalidPlan(f"parameter {name!r} is read by ops in stages {where}: tied weights across stages are not "
-                          "supported; put those ops in one stage", field="stages", ref=name)
-    return stages
+    return build_stages(rebuilt.module, rebuilt.attr, assignment, len(ctx.plan.stages))
+
+
+class TiedGroups:
+    """Parameters that several stages read (tied weights) and the process group of each stage set.
+
+    Every rank creates the same groups in the same order.  A group holds every replica of every
+    stage that reads the parameter; after backward the parameter's gradient is summed over it,
+    so all copies take the same step and stay equal (the input/output embedding of Megatron-LM).
+    """
+
+    def __init__(self, ctx: LaunchContext, weights: torch.nn.Module, stages: list[StageGraph]) -> None:
+        self.stages = shared_parameters(weights, stages)
+        sets = sorted({tuple(v) for v in self.stages.values()})
+        ranks = [sorted(ctx.world.rank_of[d] for s in group for d in ctx.plan.stages[s].devices) for group in sets]
+        self.groups = dict(zip(sets, new_groups(ranks), strict=True))
+
+    def counted(self, names: list[str], stage: int, replica: int) -> set[str]:
+        """The parameters a rank adds to the global gradient norm: each once, in its first stage's replica 0."""
+        return {n for n in names if replica == 0 and (n not in self.stages or self.stages[n][0] == stage)}
+
+    def group_of(self, name: str) -> dist.ProcessGroup | None:
+        where = self.stages.get(name)
+        return None if where is None else self.groups[tuple(where)]
+
+
+def boundary_examples(gm: torch.fx.GraphModule, device: torch.device) -> dict[str, torch.Tensor]:
+    """Value name -> an empty tensor of its exported shape and dtype (contiguous) on ``device``.
+
+    Floating tensors require grad: their gradients cross the boundary in backward.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            example = torch.empty(tuple(val.shape), dtype=val.dtype, device=device)
+            out[node.name] = example.requires_grad_(val.dtype.is_floating_point)
+    return out
 
 
 class PipelineRunner:
@@ -74,15 +108,26 @@ class PipelineRunner:
         pp_groups = new_groups(pipelines)
         dp_groups = new_groups([[rank_of[d] for d in st.devices] for st in plan.stages])
         self.dp_group = dp_groups[self.stage_index]
-        stages = split_model(ctx, slice_model(ctx, ctx.batch // self.width))
+        sliced = slice_model(ctx, ctx.batch // self.width)
+        stages = split_model(ctx, sliced)
+        self.tied = TiedGroups(ctx, sliced.weights, stages)
+        self.aliases = parameter_aliases(sliced.weights)
         self.graph = stages[self.stage_index]
+        if ctx.weights:
+            materialize(self.graph.module, read_targets(self.graph.module), self.aliases, ctx.weights,
+                        ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.module = (Checkpointed(inner) if plan.recompute else inner).to(ctx.world.torch_device)
+        self.module = wrap_stage(inner, self.graph, sliced.module, plan.recompute, ctx.autocast,
+                                 ctx.world.torch_device).to(ctx.world.torch_device)
         self.fwd_s = 0.0
         self.module.register_forward_pre_hook(self._start)
         self.module.register_forward_hook(self._stop)
         mine = pipelines[self.replica]
+        # the boundary values' shapes and dtypes from the export: no shape inference at run time
+        examples = boundary_examples(sliced.module, ctx.world.torch_device)
         stage = PipelineStage(self.module, self.stage_index, len(plan.stages), ctx.world.torch_device,
+                              input_args=tuple(examples[n] for n in self.graph.inputs),
+                              output_args=tuple(examples[n] for n in self.graph.outputs),
                               group=pp_groups[self.replica])
         stage.stage_index_to_group_rank = {i: sorted(mine).index(r) for i, r in enumerate(mine)}
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
@@ -108,11 +153,12 @@ class PipelineRunner:
     def is_last(self) -> bool:
         return self.stage_index == len(self.ctx.plan.stages) - 1
 
-    def parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.module.parameters())
-
     def named_parameters(self) -> dict[str, torch.nn.Parameter]:
-        return {k.removeprefix("inner."): v for k, v in self.module.named_parameters()}
+        """This stage's parameters under their first names in the model."""
+        return stage_parameters(self.module, self.aliases)
+
+    def counted_parameters(self) -> set[str]:
+        return self.tied.counted(list(self.named_parameters()), self.stage_index, self.replica)
 
     def _args(self, inputs: dict[str, torch.Tensor], rows: torch.Tensor) -> list[torch.Tensor]:
         if not self.is_first:
@@ -125,11 +171,15 @@ class PipelineRunner:
         losses: list[torch.Tensor] = []
         tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
         self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses)
-        if self.width > 1:
-            for p in self.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad, group=self.dp_group)
-                    p.grad /= self.width
+        for name, p in self.named_parameters().items():
+            tied = self.tied.group_of(name)
+            if tied is None and self.width == 1:
+                continue
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            # replicas average; the stages that share a tied parameter add their parts
+            dist.all_reduce(p.grad, group=tied or self.dp_group)
+            p.grad /= self.width
         if not self.is_last:
             return None
         loss = torch.stack([x.detach() for x in losses]).mean()

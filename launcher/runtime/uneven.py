@@ -13,7 +13,8 @@ one side, a gather on the other); gradients go back the same way.
   over the micro-batches, with blocking receives and non-blocking sends.
 - **Loss and gradients.** Each last-stage replica's loss is the mean over its rows divided by the
   micro-batch count and the last stage's width, so the input gradients are those of the global
-  mean loss; the replicas of a stage then sum their parameter gradients (all-reduce).
+  mean loss; the replicas of a stage then sum their parameter gradients (all-reduce), and a
+  parameter that several stages read (tied weights) is summed over all their replicas.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import torch
 import torch.distributed as dist
 
 from launcher.runtime.context import LaunchContext
-from launcher.runtime.partition import Checkpointed, StageGraph, to_device
-from launcher.runtime.pipeline import slice_model, split_model
+from launcher.runtime.partition import StageGraph, parameter_aliases, stage_parameters, to_device, wrap_stage
+from launcher.runtime.pipeline import TiedGroups, slice_model, split_model
+from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from solvers.model.errors import InvalidPlan
 
@@ -92,9 +94,15 @@ class UnevenRunner:
         self.dp_group = groups[self.stage_index]
         smallest = slice_model(ctx, ctx.batch // max(self.widths))
         mine = slice_model(ctx, ctx.batch // width)
-        self.graph: StageGraph = split_model(ctx, mine)[self.stage_index]
+        stages = split_model(ctx, mine)
+        self.tied = TiedGroups(ctx, mine.weights, stages)
+        self.aliases = parameter_aliases(mine.weights)
+        self.graph: StageGraph = stages[self.stage_index]
+        if ctx.weights:
+            materialize(self.graph.module, read_targets(self.graph.module), self.aliases, ctx.weights,
+                        ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.module = Checkpointed(inner) if plan.recompute else inner
+        self.module = wrap_stage(inner, self.graph, mine.module, plan.recompute, ctx.autocast, ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)
         self.meta = {n.name: n.meta.get("val") for n in mine.module.graph.nodes}
         self.fwd_s = 0.0
@@ -109,7 +117,11 @@ class UnevenRunner:
         return self.stage_index == len(self.widths) - 1
 
     def named_parameters(self) -> dict[str, torch.nn.Parameter]:
-        return {k.removeprefix("inner."): v for k, v in self.module.named_parameters()}
+        """This stage's parameters under their first names in the model."""
+        return stage_parameters(self.module, self.aliases)
+
+    def counted_parameters(self) -> set[str]:
+        return self.tied.counted(list(self.named_parameters()), self.stage_index, self.replica)
 
     def _rank(self, stage: int, replica: int) -> int:
         return self.ctx.world.rank_of[self.ctx.plan.stages[stage].devices[replica]]
@@ -265,11 +277,12 @@ class UnevenRunner:
                 self._backward(mb)
         for work in self.works:
             work.wait()
-        for p in self.module.parameters():
+        for name, p in self.named_parameters().items():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            if self.widths[self.stage_index] > 1:
-                dist.all_reduce(p.grad, group=self.dp_group)
+            tied = self.tied.group_of(name)  # the replicas, and the stages sharing a tied parameter, add
+            if tied is not None or self.widths[self.stage_index] > 1:
+                dist.all_reduce(p.grad, group=tied or self.dp_group)
         if not self.is_last:
             return None
         loss = torch.stack(self.losses).mean()

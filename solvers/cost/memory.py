@@ -2,7 +2,9 @@
 
 Throughput plans, per device of stage ``s`` (``R`` replicas, ``k`` micro-batches in flight):
 
-* parameters ``P_s * (1 + optimizer_bytes_per_param_byte)`` (every replica holds all of them);
+* parameters ``P_s * (1 + optimizer_bytes_per_param_byte)`` (every replica holds all of them),
+  plus a copy of each shared parameter (a tied weight) that the stage reads but whose first
+  reader is in another stage (:func:`shared_copy_bytes`);
 * without recomputation: activations ``k * A_s / R`` plus the largest single-op working memory
   ``max_v max(mem_fwd, mem_bwd) / R``;
 * with recomputation: only the stage-boundary inputs ``k * B_s / R`` are kept, plus the largest
@@ -79,10 +81,44 @@ def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
     """Per stage: peak bytes on each of its devices (throughput or latency model, see module doc)."""
     plan = rp.plan
     if problem.objective != "throughput":
-        return [device_memory_bytes(problem, ops, len(devs)) for ops, devs in zip(rp.stage_ops, rp.stage_devices,
-                                                                                  strict=True)]
+        copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * param_bytes_factor(problem)
+        return [device_memory_bytes(problem, ops, len(devs)) + float(copies[s])
+                for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True))]
     inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
+    copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * (1.0 + problem.settings.optimizer_bytes_per_param_byte)
     return [stage_memory_bytes(problem, ops, len(devs),
                                in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches),
-                               float(inputs[s]), plan.recompute)
+                               float(inputs[s]), plan.recompute) + float(copies[s])
             for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True))]
+
+
+def shared_copy_bytes(problem: Problem, stage_of: IntArray, n_stages: int) -> np.ndarray:
+    """Per stage: bytes of the copies of shared parameters it holds (a tied weight read in two stages).
+
+    The graph's ``attrs.shared_params`` (written by ``placer extract``) lists each parameter that
+    several ops read; its ``param_bytes`` belong to its first reader, and every other stage with a
+    reader holds one more copy (with its gradient and optimizer state), as the launcher runs it.
+    """
+    out = np.zeros(n_stages)
+    for owner, stages, size in shared_param_stages(problem, stage_of):
+        for s in stages - {owner}:
+            out[s] += size
+    return out
+
+
+def shared_param_stages(problem: Problem, stage_of: IntArray) -> list[tuple[int, set[int], float]]:
+    """Each shared parameter read in more than one stage: (its first reader's stage, the stages, bytes)."""
+    records = (problem.graph.attrs or {}).get("shared_params") or []
+    if not records:
+        return []
+    where: dict[str, int] = {}  # FX op name -> graph node index (merged nodes list theirs in attrs.ops)
+    for i, node in enumerate(problem.graph.nodes):
+        for name in (node.attrs or {}).get("ops") or [node.id]:
+            where[str(name)] = i
+    out = []
+    for record in records:
+        readers = [where[op] for op in record.get("ops", []) if op in where]
+        stages = {int(stage_of[i]) for i in readers}
+        if len(stages) > 1:
+            out.append((int(stage_of[readers[0]]), stages, float(record.get("bytes", 0.0))))
+    return out

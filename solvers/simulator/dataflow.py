@@ -22,6 +22,7 @@ import numpy as np
 
 from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
+from solvers.cost.memory import shared_param_stages
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulator._channels import ChannelTable, Transfers
@@ -129,11 +130,17 @@ def run_iteration(problem: Problem, rp: ResolvedPlan, tg: EventGraph, channels: 
     log: list[TimelineEntry] | None = [] if timeline else None
     last_end = run_tasks(tg, channels, label, log, transfer_label)
     makespan = 0.0
+    tied = [0.0] * rp.n_stages  # tied[s]: all-reduce time of the shared parameters stage s reads
+    for _, stages, size in (shared_param_stages(problem, rp.stage_of) if allreduce else []):
+        ring = [d for t in sorted(stages) for d in rp.stage_devices[t]]
+        channels.add_allreduce(ring, size)
+        for t in stages:
+            tied[t] += allreduce_s(problem.topology, ring, size)
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
-        tail = 0.0
+        tail = tied[s]
         if allreduce and len(devs) > 1:
             params = float(problem.graph.param_bytes[ops].sum())
-            tail = allreduce_s(problem.topology, devs, params)
+            tail += allreduce_s(problem.topology, devs, params)
             channels.add_allreduce(devs, params)
             if log is not None and tail > 0:
                 log.extend(TimelineEntry(problem.topology.devices[d].id, "allreduce", last_end[s],

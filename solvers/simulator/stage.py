@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
+from solvers.cost.memory import shared_param_stages
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
@@ -39,7 +40,7 @@ class _Pipeline:
     readers: list[list[int]]  # readers[a] = stages b that read stage a's outputs
     fwd_msg: dict[tuple[int, int], Transfers]  # (a, b) -> transfers of one forward message a -> b
     grad_msg: dict[tuple[int, int], Transfers]  # (a, b) -> transfers of one gradient message b -> a
-    allreduce_s: list[float]  # allreduce_s[s] = ring all-reduce time of stage s (0 if R = 1)
+    allreduce_s: list[float]  # allreduce_s[s] = all-reduce time of stage s: its replicas, then tied weights
 
 
 def _pipeline(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channels: ChannelTable,
@@ -55,6 +56,13 @@ def _pipeline(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channel
         ar.append(allreduce_s(problem.topology, devs, params) if allreduce else 0.0)
         if allreduce:
             channels.add_allreduce(devs, params)
+    if allreduce:  # a tied weight read in several stages: its copies' gradients are summed (all-reduce)
+        for _, stages, size in shared_param_stages(problem, rp.stage_of):
+            ring = [d for t in sorted(stages) for d in rp.stage_devices[t]]
+            tied_s = allreduce_s(problem.topology, ring, size)
+            channels.add_allreduce(ring, size)
+            for t in stages:
+                ar[t] += tied_s
     senders: list[list[int]] = [[] for _ in range(n_stages)]
     readers: list[list[int]] = [[] for _ in range(n_stages)]
     fwd_msg: dict[tuple[int, int], Transfers] = {}

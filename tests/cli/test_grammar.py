@@ -71,7 +71,7 @@ def _one_edit(a: str, b: str) -> bool:
 
 def test_launcher_verbs() -> None:
     verbs = {name for name, _ in all_commands() if name.startswith("placer launcher ")}
-    assert verbs == {"placer launcher build", "placer launcher get"}
+    assert verbs == {"placer launcher build", "placer launcher check", "placer launcher get", "placer launcher verify"}
 
 
 @pytest.mark.parametrize("argv", sorted(OLD_SPELLINGS), ids=lambda argv: " ".join(argv))

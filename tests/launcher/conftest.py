@@ -22,7 +22,12 @@ import torch
 from cli import main as placer
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = {"bert": "tests.launcher.models:bert", "cnn": "tests.launcher.models:cnn"}
+MODELS = {"bert": ["tests.launcher.models:bert"], "cnn": ["tests.launcher.models:cnn"],
+          "constants": ["tests.launcher.models:constants"], "causal_lm": ["tests.launcher.models:causal_lm"],
+          "gpt2": ["--example", "gpt2", "--param", "layers=2", "hidden=32", "heads=2", "seq=8", "vocab=64",
+                   "dropout=0"],
+          "gpt2_text": ["--example", "gpt2", "--param", "layers=2", "hidden=32", "heads=2", "seq=16", "vocab=256",
+                        "dropout=0"]}
 
 
 def topology(n: int, hosts: int = 1) -> dict[str, Any]:
@@ -49,7 +54,7 @@ def graphs(workdir: Path) -> Callable[[str], Path]:
     def get(name: str) -> Path:
         if name not in made:
             path = workdir / f"{name}.json"
-            assert placer(["extract", MODELS[name], "--batch", "4", "--device-kind", "cpu", "-o", str(path)]) == 0
+            assert placer(["extract", *MODELS[name], "--batch", "4", "--device-kind", "cpu", "-o", str(path)]) == 0
             made[name] = path
         return made[name]
 
@@ -104,8 +109,8 @@ def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[s
     plan = json.loads((folder / "plan.json").read_text())
     source = manifest["source"]
     rows = source["batch"] * (1 if manifest["kind"] == "latency" else plan["micro_batches"])
-    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest["inputs"]])
     model = build(source, "cpu").module
+    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest["inputs"]], model)
     inputs, target = data.batch(0, rows)
     outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
     loss = data.loss(outputs, target)
@@ -137,6 +142,19 @@ def check_training_step(run: Run, folder: Path, nproc: int, data_spec: str | Non
             assert_close(grad, grads[name], f"gradient of {name} on {step['device']}")
             seen.add(name)
     assert seen == set(grads), f"parameters without a gradient: {sorted(set(grads) - seen)}"
+
+
+def cut_plan(workdir: Path, graph: Path, first: Callable[[list[dict[str, Any]]], list[str]], name: str,
+             schedule: str = "gpipe") -> Path:
+    """A 2-stage plan on 2 devices whose stage 0 holds the ops ``first(nodes)`` gives, stage 1 the rest."""
+    nodes = json.loads(graph.read_text())["nodes"]
+    mine = set(first(nodes))
+    stages = [{"ops": [n["id"] for n in nodes if n["id"] in mine], "devices": ["cpu0"]},
+              {"ops": [n["id"] for n in nodes if n["id"] not in mine], "devices": ["cpu1"]}]
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps({"format": "placer.plan/v1", "solver": "user", "status": "feasible", "stages": stages,
+                                "micro_batches": 2, "schedule": schedule, "objective": "throughput"}))
+    return path
 
 
 def stage_counts(plan: Path) -> list[int]:

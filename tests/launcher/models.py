@@ -57,3 +57,61 @@ class Classes:
 
 def classes(specs: list[object]) -> Classes:
     return Classes(specs)
+
+
+def causal_lm(batch: int = 4) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A user's own causal LM as the library makes it: ``use_cache`` on (its default), tied embeddings."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+                      tie_word_embeddings=True)
+    ids = torch.randint(0, 64, (batch, 8), generator=torch.Generator().manual_seed(2))
+    return LlamaForCausalLM(cfg), {"input_ids": ids}
+
+
+class ConstantsNet(torch.nn.Module):
+    """A buffer, a tensor made inside forward (the export lifts it as a constant), bool and int boundaries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(6, 6)
+        self.second = torch.nn.Linear(6, 3)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 6))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        keep = ids > 0  # bool, read after the first layer
+        h = torch.tanh(self.first(x)) * self.scale
+        h = h.transpose(0, 1).transpose(0, 1)
+        shift = torch.tensor([0.25, -0.25, 0.5, 0.0, 0.1, -0.1], device=x.device)  # lifted constant
+        h = torch.where(keep.unsqueeze(-1), h + shift, h)
+        return self.second(h) * ids.unsqueeze(-1).float()
+
+
+def constants(batch: int = 4) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(3)
+    return ConstantsNet(), {"x": torch.randn(batch, 6, generator=gen), "ids": torch.randint(0, 3, (batch,), generator=gen)}
+
+
+class Pattern:
+    """``--data tests.launcher.models:pattern``: the synthetic batches and a loss linear in every floating
+    output, ``sum(mean(o * cos(k)))`` over the last dimension's index k.  Unlike ``mean(o ** 2)`` it does
+    not cancel out behind a final normalisation, so gradients are well above rounding in every model."""
+
+    def __init__(self, specs: list[object]) -> None:
+        from launcher.runtime.data import SyntheticData
+
+        self.synthetic = SyntheticData(specs)  # type: ignore[arg-type]
+
+    def batch(self, step: int, rows: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        return self.synthetic.batch(step, rows)
+
+    def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
+        terms = [(o.float() * torch.cos(torch.arange(o.shape[-1], dtype=torch.float32, device=o.device))).mean()
+                 for o in outputs if o.is_floating_point()]
+        total: torch.Tensor = sum(terms[1:], terms[0])
+        return total
+
+
+def pattern(specs: list[object]) -> Pattern:
+    return Pattern(specs)

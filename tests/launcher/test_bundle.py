@@ -108,7 +108,7 @@ def test_module_granularity_graph_expands_to_fx_ops(workdir: Path) -> None:
     from tests.launcher.conftest import MODELS, placer
 
     path = workdir / "cnn-modules.json"
-    assert placer(["extract", MODELS["cnn"], "--batch", "4", "--granularity", "module:1", "-o", str(path)]) == 0
+    assert placer(["extract", *MODELS["cnn"], "--batch", "4", "--granularity", "module:1", "-o", str(path)]) == 0
     graph = load_graph(path)
     rebuilt = rebuild(graph.attrs["source"])
     check_structure(rebuilt, structure_digest(graph), 1, graph)

@@ -156,17 +156,23 @@ def test_assets_are_versioned_and_cached(api: Api) -> None:
 
 def test_launcher_download_for_a_model_graph_and_its_absence_otherwise(api: Api) -> None:
     """A graph that records how to rebuild its model gets a launcher (page link, dashboard zip and
-    ``GET /v1/plans/{id}/launcher`` alike); a generated graph gets neither, and the API says why."""
+    ``GET /v1/plans/{id}/launcher`` alike) once ``placer launcher check`` passes; a graph whose
+    recorded model is not the graph is refused with the check's reason; a generated graph gets
+    no launcher, and the API says why."""
     import io
     import zipfile
 
+    from extract.extract import extract
     from solvers.generate import generate_graph
 
+    source = {"example": "bert", "params": {"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "vocab": 64}, "batch": 2}
+    model_graph = api.post("/v1/graphs", json=extract(source, "cpu").to_document()).json()["id"]
     doc = generate_graph("random_dag", n_ops=12, seed=3).to_document()
-    doc["attrs"] = {"source": {"example": "bert", "params": {"layers": 2}, "batch": 2}}
-    model_graph = api.post("/v1/graphs", json=doc).json()["id"]
+    doc["attrs"] = {"source": source}
+    not_the_model = api.post("/v1/graphs", json=doc).json()["id"]
     topology_id = api.topology()
     with_model = api.wait(api.submit(model_graph, topology_id, "even")["id"])
+    mismatch = api.wait(api.submit(not_the_model, topology_id, "even")["id"])
     without = api.wait(api.submit(api.graph(n_ops=12), topology_id, "even")["id"])
     web, _ = signed_in(api)
     assert f'href="/plans/{with_model["plan_id"]}/launcher.zip"' in web.get(f"/plans/{with_model['plan_id']}").text
@@ -176,6 +182,8 @@ def test_launcher_download_for_a_model_graph_and_its_absence_otherwise(api: Api)
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = {n.split("/", 1)[1] for n in archive.namelist()}
         assert {"launch.py", "README.md", "plan.json", "manifest.json"} <= names
+    r = api.get(f"/v1/plans/{mismatch['plan_id']}/launcher")
+    assert r.status_code == 422 and "would not launch" in r.json()["detail"] and "structure digest" in r.json()["detail"]
     r = api.get(f"/v1/plans/{without['plan_id']}/launcher")
     assert r.status_code == 422 and "placer extract" in r.json()["detail"]
 

@@ -1,0 +1,169 @@
+"""``placer launcher check``: will this plan launch?  Proved on the ``meta`` device, no process started.
+
+:func:`check_plan` does what every rank does before it runs, without data or memory: the bundle's
+own refusals (an infeasible plan, another graph, a device missing from the topology, a graph
+without ``attrs.source``), the plan's ops
+against the graph, the model rebuilt and exported on ``meta`` and compared with the graph, every
+stage built as the runtime builds it (ops reading a later stage, ``get_attr`` targets that are
+neither weights nor lifted constants), the replica slices (a micro-batch that does not split, a
+slice whose export has other ops).  It traces every value that crosses a stage boundary: dtype,
+shape, whether the export makes it contiguous (the runtime sends it contiguous either way) and
+the stages it crosses, lists the parameters that several stages share (kept tied), and notes a
+stage that does no compute (:mod:`solvers.runnable`: it runs, but no solver returns it).
+
+Needs torch; importing this module does not import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from extract.deps import require_torch
+from launcher.bundle import build_bundle, plan_kind
+from launcher.structure import granularity_depth, model_source, op_stage, structure_digest
+from solvers.model.errors import InvalidInput, InvalidPlan, PlacerError
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan
+from solvers.model.topology import Topology
+from solvers.runnable import runnable_notes
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A value that crosses stage boundaries: made in stage ``produced``, last read in stage ``read``."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    contiguous: bool
+    produced: int
+    read: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.name, "dtype": self.dtype, "shape": list(self.shape), "contiguous": self.contiguous,
+                "stages": [self.produced, self.read]}
+
+
+@dataclass
+class CheckReport:
+    """``ok`` with what was traced, or the reason the plan would not launch."""
+
+    kind: str
+    stages: int = 0
+    boundaries: list[Boundary] = field(default_factory=list)
+    tied: dict[str, list[int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "reason": self.reason, "kind": self.kind, "stages": self.stages,
+                "boundaries": [b.to_dict() for b in self.boundaries], "tied": self.tied, "notes": self.notes}
+
+
+def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
+               model_required: bool = True) -> CheckReport:
+    """Everything the runtime checks before it runs, on ``meta``; the first refusal is the report's reason.
+
+    ``model_required=False`` (a server that may lack torch or the user's package): a model that
+    cannot be built here is noted and the model checks are skipped, not refused.
+    """
+    report = CheckReport(plan_kind(plan), len(plan.stages))
+    try:
+        build_bundle(plan, graph, topology)
+        report.notes = runnable_notes(graph, plan)
+        if not model_required:
+            try:
+                require_torch("the model check", transformers="example" in model_source(graph))
+            except InvalidInput as exc:
+                report.notes.append(f"the model was not checked here: {exc}")
+                return report
+        _check_model(plan, graph, report)
+    except InvalidInput as exc:
+        if not model_required and exc.field == "spec":
+            report.notes.append(f"the model was not checked here: {exc}")
+        else:
+            report.reason = str(exc)
+    except PlacerError as exc:
+        report.reason = str(exc)
+    return report
+
+
+def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
+    from launcher.runtime.model import check_structure, rebuild_meta
+    from launcher.runtime.partition import (
+        assign_stages,
+        build_stages,
+        compute_nodes,
+        live_values,
+        shared_parameters,
+    )
+
+    stage_of = op_stage(graph, plan)
+    source = model_source(graph)
+    reference = rebuild_meta(source)
+    check_structure(reference, structure_digest(graph), granularity_depth(graph), graph)
+    gm = reference.module
+    if report.kind == "latency":
+        missing = [n.name for n in compute_nodes(gm) if n.name not in stage_of]
+        if missing:
+            raise InvalidPlan(f"the plan leaves op(s) of the exported model out: {', '.join(missing[:5])}",
+                              field="stages", ref=missing[0])
+        for s, stage in enumerate(plan.stages):
+            if len(stage.devices) != 1:
+                raise InvalidPlan(f"stages[{s}] of a latency plan has {len(stage.devices)} devices: op-level plans "
+                                  "place each op on one device", field=f"stages[{s}].devices")
+        return
+    assignment = assign_stages(gm, stage_of)
+    stages = build_stages(gm, reference.attr, assignment, len(plan.stages))
+    report.tied = shared_parameters(reference.weights, stages)
+    _check_replicas(plan, source, reference.batch, gm)
+    vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    crossed: dict[str, list[int]] = {}
+    for b, names in enumerate(live_values(gm, assignment, len(plan.stages))):
+        for name in names:
+            crossed.setdefault(name, []).append(b)
+    for name, bounds in crossed.items():
+        val = vals.get(name)
+        shape = tuple(int(x) for x in getattr(val, "shape", ()))
+        dtype = str(getattr(val, "dtype", type(val).__name__)).removeprefix("torch.")
+        contiguous = bool(val.is_contiguous()) if val is not None and hasattr(val, "is_contiguous") else True
+        report.boundaries.append(Boundary(name, dtype, shape, contiguous, min(bounds) - 1, max(bounds)))
+
+
+def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> None:
+    from launcher.runtime.model import rebuild_meta
+
+    widths = sorted({len(s.devices) for s in plan.stages})
+    for s, stage in enumerate(plan.stages):
+        if batch % len(stage.devices):
+            raise InvalidPlan(f"stages[{s}]: the micro-batch of {batch} rows does not split evenly over "
+                              f"{len(stage.devices)} replicas", field=f"stages[{s}].devices")
+    want = {n.name for n in gm.graph.nodes if n.op == "call_function"}
+    for width in widths:
+        if width == 1:
+            continue
+        again = rebuild_meta(source, batch // width)
+        got = {n.name for n in again.module.graph.nodes if n.op == "call_function"}
+        if got != want:
+            raise InvalidPlan(f"the model exported at {batch // width} rows (a micro-batch slice over {width} "
+                              f"replicas) has other op ids ({sorted(want ^ got)[:3]}); use a batch that every "
+                              "stage's replica count divides into equal exports", field="stages")
+
+
+def format_report(report: CheckReport) -> str:
+    """The text ``placer launcher check`` prints."""
+    if not report.ok:
+        return f"refused: {report.reason}"
+    lines = [f"ok: {report.kind} plan, {report.stages} stage(s), {len(report.boundaries)} boundary value(s)"]
+    for b in report.boundaries:
+        lines.append(f"  {b.name}: {b.dtype}{list(b.shape)}{'' if b.contiguous else ' (made contiguous)'}, "
+                     f"stage {b.produced} -> {b.read}")
+    for name, where in report.tied.items():
+        lines.append(f"  tied: {name} in stages {where} (gradients summed over them)")
+    lines += [f"  note: {n} (it runs; no solver returns such a plan)" for n in report.notes]
+    return "\n".join(lines)

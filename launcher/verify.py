@@ -1,0 +1,263 @@
+"""``placer launcher verify``: one training step under torchrun beside the single-process model.
+
+:func:`verify_plan` writes the plan's bundle into a folder (every plan device on this host, so
+any plan runs here), runs ``launch.py`` once under ``torchrun --standalone`` (CPU and gloo where
+there is no GPU, the plan's world size, one thread per process) with ``--save-step``, and runs
+the same step on the model in one process: the same seeded weights, the same global batch, the
+same loss.  The single-process step runs micro-batch by micro-batch, each cut into the replica
+slices of the plan's stages, as the pipeline does (so batch statistics see the same rows); the
+loss is the mean over the slices and a gradient the mean of the slices' gradients.
+
+It reports the largest relative difference (``max |a - b| / max |b|``; a gradient that is zero up
+to rounding, its largest entry below 1e-3 of the model's largest gradient entry, is compared at
+that scale, and differences below 1e-9 are ignored) of the loss and of every parameter's gradient on
+every rank that holds it, tied parameters under their first name in every stage that reads them.
+
+Needs torch; importing this module does not import it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.bundle import build_bundle, plan_kind, write_bundle
+from launcher.check import check_plan
+from solvers.model.errors import InvalidPlan
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan
+from solvers.model.topology import Topology
+
+TOLERANCE = 1e-5  # float32
+ZERO_FLOOR = 1e-9  # absolute: a gradient that is zero up to rounding (a bias before a softmax)
+NEGLIGIBLE = 1e-3  # a gradient whose largest entry is below this share of the model's largest is compared at that scale
+
+
+@dataclass
+class Difference:
+    """The largest relative difference of one quantity (the loss, or a parameter's gradient on a rank)."""
+
+    what: str
+    relative: float
+    absolute: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "relative": self.relative, "absolute": self.absolute}
+
+
+@dataclass
+class VerifyReport:
+    loss: float
+    reference_loss: float
+    differences: list[Difference] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def worst(self) -> Difference | None:
+        return max(self.differences, key=lambda d: d.relative, default=None)
+
+    @property
+    def first_failure(self) -> str | None:
+        if self.missing:
+            return f"{self.missing[0]}: no rank has its gradient"
+        failing = [d for d in self.differences if d.relative > TOLERANCE and d.absolute > ZERO_FLOOR]
+        grads = [d for d in failing if d.what != "loss"]  # the first parameter (model order), else the loss
+        first = grads[0] if grads else failing[0] if failing else None
+        return None if first is None else f"{first.what}: relative difference {first.relative:.3g} > {TOLERANCE:g}"
+
+    @property
+    def ok(self) -> bool:
+        return self.first_failure is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "first_failure": self.first_failure, "loss": self.loss,
+                "reference_loss": self.reference_loss, "tolerance": TOLERANCE,
+                "differences": [d.to_dict() for d in self.differences], "missing": self.missing,
+                "wall_s": self.wall_s}
+
+
+def verify_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *, data: str | None = None,
+                folder: Path | None = None, timeout_s: float = 600) -> VerifyReport:
+    """Run one step of the plan under torchrun and the same step in one process; compare."""
+    import time
+
+    report = check_plan(plan, graph, topology)
+    if not report.ok:
+        raise InvalidPlan(f"the plan would not launch: {report.reason}", field="plan")
+    with tempfile.TemporaryDirectory(prefix="placer-verify-") as scratch:
+        root = folder or Path(scratch)
+        bundle = build_bundle(plan, graph)  # every device on this host: any plan runs here
+        write_bundle(bundle, root)
+        started = time.perf_counter()
+        log = run_torchrun(root, len(bundle.manifest["devices"]), data, timeout_s)
+        steps = load_steps(root / "step", log)
+        wall_s = time.perf_counter() - started
+        want_loss, want_grads = reference_step(bundle.manifest, plan, data)
+    result = compare(steps, want_loss, want_grads)
+    result.wall_s = wall_s
+    return result
+
+
+def run_torchrun(root: Path, nproc: int, data: str | None, timeout_s: float) -> str:
+    """``launch.py`` for one step under ``torchrun --standalone``; its log; refuses a failed run with its tail."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "launch.py", "--steps", "1", "--warmup", "0", "--save-step", "step",
+           *(["--data", data] if data else [])]
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    log = done.stdout + done.stderr
+    if done.returncode != 0:
+        tail = "\n".join(line for line in log.splitlines() if "Error" in line or "refused" in line)[-2000:]
+        raise InvalidPlan(f"the run under torchrun failed (exit {done.returncode}): {tail or log[-2000:]}",
+                          field="plan")
+    return log
+
+
+def load_steps(folder: Path, log: str) -> list[dict[str, Any]]:
+    import torch
+
+    steps = [torch.load(p) for p in sorted(folder.glob("rank*.pt"))]
+    if not steps:
+        raise InvalidPlan(f"the run wrote no step: {log[-2000:]}", field="plan")
+    return steps
+
+
+def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) -> tuple[float, dict[str, Any]]:
+    """The single-process step: loss and gradients (by first name), slice by slice as the pipeline runs."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from extract.build import build
+    from extract.source import InputSpec
+    from launcher.runtime.data import load_data
+
+    source = manifest["source"]
+    batch = int(source.get("batch") or 1)
+    latency = plan_kind(plan) == "latency"
+    micro = 1 if latency else plan.micro_batches
+    width = 1 if latency else max(len(s.devices) for s in plan.stages)
+    model = build(source, "cpu").module
+    data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
+    inputs, target = data.batch(0, batch * micro)
+    losses = []
+    share = batch // width
+    for start in range(0, batch * micro, share):
+        rows = torch.arange(start, start + share)
+        outputs = tuple(x for x in tree_leaves(model(**{k: v[rows] for k, v in inputs.items()}))
+                        if isinstance(x, torch.Tensor))
+        loss = data.loss(outputs, target[rows]) / (micro * width)
+        loss.backward()  # type: ignore[no-untyped-call]
+        losses.append(float(loss.detach()) * micro * width)
+    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+    return sum(losses) / len(losses), grads
+
+
+def relative(got: Any, want: Any, floor: float = 0.0) -> tuple[float, float]:
+    """``max |got - want| / max(max |want|, floor)`` and the absolute difference."""
+    scale = max(float(want.abs().max()) if want.numel() else 0.0, floor)
+    err = float((got.float() - want.float()).abs().max()) if want.numel() else 0.0
+    return (err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))), err
+
+
+def compare(steps: list[dict[str, Any]], want_loss: float, want_grads: dict[str, Any]) -> VerifyReport:
+    losses = [float(s["loss"]) for s in steps if s.get("loss") is not None]
+    if not losses:
+        raise InvalidPlan("no rank reported a loss", field="plan")
+    report = VerifyReport(losses[0], want_loss)
+    for got in losses:
+        err = abs(got - want_loss)
+        report.differences.append(Difference("loss", err / abs(want_loss) if want_loss else err, err))
+    for step in steps:
+        unknown = sorted(set(step["grads"]) - set(want_grads))
+        if unknown:
+            raise InvalidPlan(f"rank {step['device']} has a gradient for {unknown[0]!r}, which the model does not have",
+                              field="plan", ref=unknown[0])
+    seen: set[str] = set()
+    # a gradient that is zero up to rounding (below 1e-3 of the model's largest entry) is compared at that scale
+    floor = NEGLIGIBLE * max((float(g.abs().max()) for g in want_grads.values() if g.numel()), default=0.0)
+    for name, want in want_grads.items():  # the model's order
+        for step in steps:
+            if name in step["grads"]:
+                rel, err = relative(step["grads"][name], want, floor)
+                report.differences.append(Difference(f"{name} on {step['device']}", rel, err))
+                seen.add(name)
+    report.missing = sorted(set(want_grads) - seen)
+    return report
+
+
+def format_report(report: VerifyReport) -> str:
+    worst = report.worst
+    lines = [f"loss {report.loss:.8g} (single process {report.reference_loss:.8g})",
+             f"largest relative difference: {worst.relative:.3g} ({worst.what})" if worst else "no differences",
+             f"{len(report.differences) - 1 if report.differences else 0} gradient(s) compared; "
+             f"torchrun step in {report.wall_s:.1f} s"]
+    failure = report.first_failure
+    lines.append(f"differs: {failure} (a model with dropout on draws other random numbers in every process: "
+                 "extract it with dropout 0 to verify it)" if failure else f"ok: every difference <= {TOLERANCE:g}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Training:
+    """The options of a training run (``launch.py``'s), for the single-process reference."""
+
+    steps: int
+    data: str | None = None
+    optimizer: str = "AdamW"
+    optimizer_args: tuple[str, ...] = ()
+    lr: float = 1e-3
+    lr_warmup: int = 0
+    lr_decay: str = "constant"
+    clip_norm: float | None = None
+    accumulate: int = 1
+
+    def launch_args(self) -> list[str]:
+        """The same options as ``launch.py`` arguments."""
+        out = ["--steps", str(self.steps), "--optimizer", self.optimizer, "--lr", repr(self.lr),
+               "--lr-warmup", str(self.lr_warmup), "--lr-decay", self.lr_decay, "--accumulate", str(self.accumulate),
+               "--autocast", "none"]
+        out += [x for pair in self.optimizer_args for x in ("--optimizer-arg", pair)]
+        out += ["--clip-norm", repr(self.clip_norm)] if self.clip_norm is not None else []
+        return out + (["--data", self.data] if self.data else [])
+
+
+def reference_losses(manifest: dict[str, Any], plan: Plan, training: Training) -> list[float]:
+    """The loss of every step of the same training in one process: same weights, batches, optimizer, schedule."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from extract.build import build
+    from extract.source import InputSpec
+    from launcher.runtime.data import load_data
+    from launcher.runtime.training import learning_rate, make_optimizer
+
+    source = manifest["source"]
+    rows = int(source.get("batch") or 1) * (1 if plan_kind(plan) == "latency" else plan.micro_batches)
+    model = build(source, "cpu").module
+    data = load_data(training.data, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
+    params = list(model.parameters())
+    optimizer = make_optimizer(training.optimizer, training.optimizer_args, params, training.lr)
+    losses = []
+    for step in range(training.steps):
+        optimizer.zero_grad(set_to_none=True)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, training.lr, training.lr_warmup, training.steps, training.lr_decay)
+        total = 0.0
+        for k in range(training.accumulate):
+            inputs, target = data.batch(step * training.accumulate + k, rows)
+            outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
+            loss = data.loss(outputs, target) / training.accumulate
+            loss.backward()  # type: ignore[no-untyped-call]
+            total += float(loss.detach())
+        if training.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, training.clip_norm)
+        optimizer.step()
+        losses.append(total)
+    return losses

@@ -1,0 +1,142 @@
+"""The matrix: every example model (tiny) x every throughput solver x {GPipe, 1F1B} on 2 processes, one
+4-process row per model (2 stages x 2 replicas) and one latency plan per model.  Every row is
+checked by ``placer launcher check`` and verified: one training step under torchrun gives the
+single-process loss and gradients (relative 1e-5).  Rows that give the same plan run once; the
+2-process and the 4-process rows each run in one torchrun world (tests/launcher/matrix_worker.py).
+The summary (rows, distinct plans, refused, wall time) is written to ``matrix.json`` in the work
+folder and printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from cli import main as placer
+from launcher.bundle import build_bundle, write_bundle
+from launcher.check import check_plan
+from launcher.verify import compare, reference_step
+from solvers.model.documents import load_graph, load_plan
+from tests.launcher.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "bert": "layers=1 hidden=32 heads=2 intermediate=64 seq=8 vocab=64 dropout=0",
+    "gpt2": "layers=1 hidden=32 heads=2 intermediate=64 seq=8 vocab=64 dropout=0",
+    "llama": "layers=1 hidden=32 heads=2 intermediate=64 seq=8 vocab=64",
+    "t5": "layers=1 hidden=32 heads=2 intermediate=64 seq=8 vocab=64 dropout=0",
+    "vit": "layers=1 hidden=32 heads=2 intermediate=64 image=16 patch=8",
+    "resnet": "depths=1,1 hidden=8 image=32",
+    "swin": "depths=1,1 heads=1,2 hidden=16 image=16 patch=2 window=4 dropout=0",
+}
+SOLVERS = ("even", "parmesan", "rannc", "pipedream", "exact", "auto")
+SCHEDULES = ("gpipe", "1f1b")
+DATA = "tests.launcher.models:pattern"  # a loss linear in the outputs: gradients well above rounding
+
+
+def _topology(path: Path, n: int) -> Path:
+    devices = [{"id": f"cpu{i}", "kind": "cpu", "node": "h0", "memory_bytes": 8e9} for i in range(n)]
+    links = [{"src": f"cpu{i}", "dst": f"cpu{j}", "bandwidth_Bps": 1e12, "latency_s": 1e-9}
+             for i in range(n) for j in range(i + 1, n)]
+    path.write_text(json.dumps({"format": "placer.topology/v1", "name": f"cpu{n}", "devices": devices,
+                                "links": links}))
+    return path
+
+
+def _solve(root: Path, graph: Path, topo: Path, name: str, *args: str) -> Path:
+    out = root / f"{name}.json"
+    code = placer(["solve", "--graph", str(graph), "--topology", str(topo), "--quiet", "--time-limit", "3",
+                   "-o", str(out), *args])
+    assert code in (0, 1), f"{name}: placer solve exited {code}"
+    return out
+
+
+def _key(plan: dict[str, Any]) -> str:
+    return json.dumps([plan["stages"], plan.get("schedule"), plan.get("micro_batches"), plan.get("recompute"),
+                       plan.get("objective"), plan.get("order")], sort_keys=True)
+
+
+def _worker(folders: list[Path], nproc: int) -> None:
+    if not folders:
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(nproc), "-m", "tests.launcher.matrix_worker", DATA, *map(str, folders)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+
+
+def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path) -> None:
+    started = time.perf_counter()
+    topo2, topo4 = _topology(tmp_path / "topo2.json", 2), _topology(tmp_path / "topo4.json", 4)
+    rows: list[dict[str, Any]] = []
+    for model, params in TINY.items():
+        graph = tmp_path / f"{model}.json"
+        assert placer(["extract", "--example", model, "--param", *params.split(), "--batch", "4",
+                       "--device-kind", "cpu", "-o", str(graph)]) == 0
+        for solver in SOLVERS:
+            for schedule in SCHEDULES:
+                plan = _solve(tmp_path, graph, topo2, f"{model}-{solver}-{schedule}", "--solver", solver,
+                              "--stages", "2", "--micro-batches", "2", "--schedule", schedule)
+                rows.append({"model": model, "row": f"{solver} {schedule}", "plan": plan, "graph": graph, "nproc": 2})
+        plan = _solve(tmp_path, graph, topo4, f"{model}-even-4", "--solver", "even", "--stages", "2",
+                      "--replicas", "2", "--micro-batches", "2", "--schedule", "1f1b")
+        rows.append({"model": model, "row": "even 2x2 1f1b", "plan": plan, "graph": graph, "nproc": 4})
+        plan = _solve(tmp_path, graph, topo2, f"{model}-heft", "--solver", "heft", "--objective", "latency",
+                      "--pass", "training")
+        rows.append({"model": model, "row": "heft latency", "plan": plan, "graph": graph, "nproc": 2})
+    solved_s = time.perf_counter() - started
+
+    distinct: dict[str, Path] = {}
+    refused, infeasible = [], []
+    for row in rows:
+        doc = json.loads(row["plan"].read_text())
+        if doc["status"] == "infeasible":
+            infeasible.append(f"{row['model']} {row['row']}: {doc.get('notes')}")
+            continue
+        key = row["model"] + _key(doc)
+        if key not in distinct:
+            plan, graph = load_plan(row["plan"]), load_graph(row["graph"])
+            report = check_plan(plan, graph)
+            if not report.ok:
+                refused.append(f"{row['model']} {row['row']}: {report.reason}")
+                continue
+            folder = tmp_path / f"run-{len(distinct)}"
+            write_bundle(build_bundle(plan, graph), folder)
+            distinct[key] = folder
+        row["folder"] = distinct[key]
+    assert not refused, refused
+    checked_s = time.perf_counter() - started - solved_s
+
+    by_size: dict[int, list[Path]] = {}
+    for row in rows:
+        if "folder" in row and row["folder"] not in by_size.setdefault(row["nproc"], []):
+            by_size[row["nproc"]].append(row["folder"])
+    for nproc, folders in sorted(by_size.items()):
+        _worker(folders, nproc)
+    ran_s = time.perf_counter() - started - solved_s - checked_s
+
+    failures, worst = [], 0.0
+    for folder in {row["folder"] for row in rows if "folder" in row}:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        loss, grads = reference_step(manifest, load_plan(folder / "plan.json"), DATA)
+        steps = [torch.load(p) for p in sorted((folder / "step").glob("rank*.pt"))]
+        report = compare(steps, loss, grads)
+        worst = max(worst, report.worst.relative if report.worst else 0.0)
+        if not report.ok:
+            failures.append(f"{folder.name} ({manifest['source']['example']}): {report.first_failure}")
+    summary = {"rows": len(rows), "distinct_plans": len(distinct), "refused_by_check": len(refused),
+               "infeasible": infeasible, "failures": failures, "worst_relative_difference": worst, "solve_s": round(solved_s, 1),
+               "check_s": round(checked_s, 1), "run_s": round(ran_s, 1),
+               "wall_s": round(time.perf_counter() - started, 1)}
+    (tmp_path / "matrix.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    assert not failures, failures
