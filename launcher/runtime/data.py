@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 import torch
 
-from extract.source import InputSpec, make_inputs, with_batch
+from extract.source import InputSpec
 from extract.spec import load_callable
+from launcher.runtime.synthetic import synthetic_inputs
 from launcher.runtime.text import CausalSynthetic, TextData, is_causal_lm, vocab_size
 from solvers.model.errors import InvalidInput
 
@@ -45,11 +46,7 @@ class SyntheticData:
         self.specs = list(specs)
 
     def batch(self, step: int, rows: int) -> Batch:
-        gen = torch.Generator().manual_seed(1000 + step)
-        out = make_inputs(with_batch(self.specs, rows), seed=1000 + step)
-        for name, value in out.items():
-            if not value.is_floating_point():
-                out[name] = torch.randint(0, 2, tuple(value.shape), generator=gen).to(value.dtype)
+        out = synthetic_inputs(self.specs, rows, step)
         return out, torch.zeros(rows)
 
     def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:

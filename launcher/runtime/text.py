@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from extract.source import DTYPES, InputSpec, make_inputs, with_batch
+from launcher.runtime.synthetic import synthetic_inputs
 from solvers.model.errors import InvalidInput
 
 Batch = tuple[dict[str, torch.Tensor], torch.Tensor]
@@ -66,11 +67,7 @@ class CausalSynthetic:
         self.tokens = token_input(self.specs).name
 
     def batch(self, step: int, rows: int) -> Batch:
-        gen = torch.Generator().manual_seed(1000 + step)
-        out = make_inputs(with_batch(self.specs, rows), seed=1000 + step)
-        for name, value in out.items():
-            if not value.is_floating_point():
-                out[name] = torch.randint(0, 2, tuple(value.shape), generator=gen).to(value.dtype)
+        out = synthetic_inputs(self.specs, rows, step)
         return out, out[self.tokens].long()
 
     def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
