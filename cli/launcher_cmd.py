@@ -22,6 +22,9 @@ from launcher.placement import device_slots, hosts, torchrun_command
 from launcher.verify import format_report as format_verify
 from launcher.verify import verify_plan
 from solvers.model.documents import load_graph, load_plan, load_topology
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan
+from solvers.model.topology import Topology
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
@@ -80,10 +83,14 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", help="device id -> host and local index; without it, one host")
 
 
+def _plan_inputs(args: argparse.Namespace) -> tuple[Plan, OpGraph, Topology | None]:
+    """The plan, graph and (optional) topology the ``--plan``, ``--graph``, ``--topology`` files hold."""
+    return load_plan(args.plan), load_graph(args.graph), load_topology(args.topology) if args.topology else None
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     require_torch("placer launcher check")
-    plan, graph = load_plan(args.plan), load_graph(args.graph)
-    topology = load_topology(args.topology) if args.topology else None
+    plan, graph, topology = _plan_inputs(args)
     report = check_plan(plan, graph, topology)
     if args.json:
         print_json(report.to_dict())
@@ -94,8 +101,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     require_torch("placer launcher verify")
-    plan, graph = load_plan(args.plan), load_graph(args.graph)
-    topology = load_topology(args.topology) if args.topology else None
+    plan, graph, topology = _plan_inputs(args)
     report = verify_plan(plan, graph, topology, data=args.data, folder=Path(args.keep) if args.keep else None,
                          timeout_s=args.timeout)
     if args.json:
@@ -106,8 +112,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    plan, graph = load_plan(args.plan), load_graph(args.graph)
-    topology = load_topology(args.topology) if args.topology else None
+    plan, graph, topology = _plan_inputs(args)
     bundle = build_bundle(plan, graph, topology)
     write_bundle(bundle, args.output)
     slots = device_slots(plan, topology)

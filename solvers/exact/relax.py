@@ -52,11 +52,7 @@ def light_ops(graph: OpGraph, work_s: FloatArray, fraction: float, detached: boo
     light = work_s <= fraction * float(work_s.sum())
     if not detached:
         return np.flatnonzero(light)
-    succ: list[list[int]] = [[] for _ in range(graph.n_ops)]
-    preds: list[list[int]] = [[] for _ in range(graph.n_ops)]
-    for a, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True):
-        succ[a].append(b)
-        preds[b].append(a)
+    succ, preds = graph.succ, graph.pred
     order = _topological(graph.n_ops, preds, succ)
     below = light.copy()  # light, and so is every descendant
     for v in reversed(order):
@@ -73,9 +69,7 @@ def reduce_problem(problem: Problem, removed: IntArray, work_s: FloatArray) -> R
     out_x = np.zeros(graph.n_ops, dtype=bool)
     out_x[removed] = True
     keep = np.flatnonzero(~out_x)
-    succ: list[list[int]] = [[] for _ in range(graph.n_ops)]
-    for a, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True):
-        succ[a].append(b)
+    succ = graph.succ
     direct = {(e.src, e.dst): e for e in graph.edges}
     ids = [n.id for n in graph.nodes]
     edges: list[Edge] = []
@@ -111,11 +105,7 @@ def lift(graph: OpGraph, kept: IntArray, kept_stage: IntArray, work_s: FloatArra
     n_stages = int(kept_stage.max()) + 1
     stage = np.full(n, -1, dtype=np.int64)
     stage[kept] = kept_stage
-    preds: list[list[int]] = [[] for _ in range(n)]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for a, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True):
-        preds[b].append(a)
-        succ[a].append(b)
+    succ, preds = graph.succ, graph.pred
     order = _topological(n, preds, succ)
     kept_mask = np.zeros(n, dtype=bool)
     kept_mask[kept] = True
