@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from solvers.cost.memory import plan_memory_bytes
-from solvers.model.errors import InvalidPlan
+from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.model.schedules import Action, PipelineSchedule, build_schedule
+from solvers.model.schedules import PIPELINE_SCHEDULES, Action, PipelineSchedule, build_schedule
 from solvers.simulator import simulate
 from solvers.simulator.schedule_engine import simulate_plan_schedule, simulate_schedule
 from solvers.validity import resolve_plan
@@ -17,7 +19,7 @@ from tests.solvers.simulator.cases import chain_graph, line_topology
 from tests.strategies import examples, throughput_cases
 
 
-@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(throughput_cases())
 def test_gpipe_and_1f1b_equal_the_stage_level_engine(case: tuple[Problem, Plan]) -> None:
     problem, plan = case
@@ -66,6 +68,20 @@ def test_zero_bubble_1p_bubble(ranks: int, mb: int) -> None:
     problem, ops, devs = _equal_stages(ranks, 1, 1.0, 2.0)
     run = simulate_schedule(problem, build_schedule("interleaved-zb", ranks, 1, mb), ops, devs)
     assert run.iteration_s == pytest.approx(mb * 3.0 + (ranks - 1) * 1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", PIPELINE_SCHEDULES)
+def test_every_generated_schedule_runs_to_the_end(name: str) -> None:
+    """The generators' lists never deadlock under the data dependencies, and every action runs once."""
+    for ranks, v, mb in itertools.product((1, 2, 4), (1, 2), (1, 3, 8)):
+        try:
+            sch = build_schedule(name, ranks, v, mb)
+        except InvalidProblem:
+            continue
+        problem, ops, devs = _equal_stages(ranks, v, 1.0, 2.0, edge_bytes=1e3)
+        run = simulate_schedule(problem, sch, ops, devs)
+        assert run.busy_s == pytest.approx([v * mb * 3.0] * ranks)
+        assert run.iteration_s >= v * mb * 3.0
 
 
 def test_ops_without_parameters_have_no_weight_gradient() -> None:
