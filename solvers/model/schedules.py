@@ -21,6 +21,7 @@ refuses it; Placer's launcher then runs its own runtime).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ TORCH_SCHEDULE_CLASSES: dict[str, str] = {
     "looped-bfs": "ScheduleLoopedBFS", "interleaved-zb": "ScheduleInterleavedZeroBubble",
     "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV",
 }
+_ACTION_TEXT = re.compile(r"(\d+)([FBIW])(\d+)")
 V_SHAPED: frozenset[str] = frozenset({"zbv", "dualpipev"})  # rank r holds stages r and 2R-1-r
 
 
@@ -53,6 +55,15 @@ class Action(NamedTuple):
     def __str__(self) -> str:
         """torch's compact form: ``2F0`` = stage 2, forward, micro-batch 0."""
         return f"{self.stage}{self.kind}{self.micro_batch}"
+
+    @staticmethod
+    def from_str(text: str) -> Action:
+        """The action written ``text`` in the compact form (``2F0``); :class:`InvalidProblem` if it is not one."""
+        match = _ACTION_TEXT.fullmatch(text.strip())
+        if match is None:
+            raise InvalidProblem(f"schedule: {text!r} is not an action such as '2F0' (stage, F/B/I/W, micro-batch)",
+                                 field="schedule")
+        return Action(match[2], int(match[1]), int(match[3]))
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,32 @@ class PipelineSchedule:
     def format(self) -> list[str]:
         """One line per rank, actions in torch's compact form (``0F0 0F1 0B0 ...``)."""
         return [" ".join(map(str, acts)) for acts in self.actions]
+
+
+def check_schedule(schedule: PipelineSchedule) -> None:
+    """Check that ``schedule`` runs each stage's ``F`` and its ``B``, or ``I`` and ``W``, once per micro-batch,
+    each on the rank holding the stage; raise :class:`InvalidProblem` (``field="schedule"``) naming the action."""
+    n, mb = schedule.n_stages, schedule.micro_batches
+    if len(schedule.actions) != schedule.ranks or sorted(set(schedule.stage_rank)) != list(range(schedule.ranks)):
+        raise InvalidProblem(f"schedule: {schedule.name!r} needs one action list and at least one stage per rank",
+                             field="schedule")
+    seen: set[Action] = set()
+    for r, acts in enumerate(schedule.actions):
+        for a in acts:
+            if a.kind not in ACTION_KINDS or not 0 <= a.stage < n or not 0 <= a.micro_batch < mb:
+                raise InvalidProblem(f"schedule: rank {r}'s action {a} is not an F, B, I or W of a stage below {n} "
+                                     f"and a micro-batch below {mb}", field="schedule")
+            if schedule.stage_rank[a.stage] != r or a in seen:
+                where = "twice" if a in seen else f"on rank {r}, but stage {a.stage} is on rank {schedule.stage_rank[a.stage]}"
+                raise InvalidProblem(f"schedule: action {a} runs {where}", field="schedule")
+            seen.add(a)
+    for j in range(n):
+        for m in range(mb):
+            split = Action(BACKWARD_INPUT, j, m) in seen, Action(BACKWARD_WEIGHT, j, m) in seen
+            full = Action(BACKWARD, j, m) in seen
+            if Action(FORWARD, j, m) not in seen or (full, split) not in ((True, (False, False)), (False, (True, True))):
+                raise InvalidProblem(f"schedule: stage {j}, micro-batch {m} needs one F and either one B or one I "
+                                     "and one W", field="schedule")
 
 
 def stage_ranks(name: str, ranks: int, virtual_stages: int) -> tuple[int, ...]:

@@ -49,6 +49,7 @@ from solvers.model.schedules import (
     FORWARD,
     PipelineSchedule,
     build_schedule,
+    check_schedule,
     peak_held_bytes,
 )
 from solvers.simulator._channels import ChannelTable, Transfers
@@ -93,8 +94,10 @@ def virtual_pipeline(problem: Problem, compute: ComputeModel, channels: ChannelT
     """Stage times, messages and memory of ``schedule`` with virtual stage ``j`` holding ``stage_ops[j]``.
 
     ``recompute`` is one flag or one per virtual stage (default: the problem's setting).  Raises
+    :class:`InvalidProblem` when the schedule's lists are malformed (:func:`check_schedule`) and
     :class:`InvalidPlan` (naming the field) when the stages or ranks do not fit the schedule.
     """
+    check_schedule(schedule)
     graph, topo, n = problem.graph, problem.topology, schedule.n_stages
     stage_of = _stage_of(problem, schedule, stage_ops, rank_devices)
     ops_of = [np.asarray(ops, dtype=np.int64) for ops in stage_ops]

@@ -13,6 +13,7 @@ from solvers.model.schedules import (
     Action,
     PipelineSchedule,
     build_schedule,
+    check_schedule,
     peak_held_bytes,
     stage_ranks,
 )
@@ -76,7 +77,9 @@ def test_stage_ranks_loop_round_robin_or_in_a_v() -> None:
 
 def test_the_compact_form_is_torchs() -> None:
     assert build_schedule("gpipe", 2, 1, 2).format() == ["0F0 0F1 0B0 0B1", "1F0 1F1 1B0 1B1"]
-    assert str(Action("W", 3, 1)) == "3W1"
+    assert str(Action("W", 3, 1)) == "3W1" and Action.from_str(" 3W1") == Action("W", 3, 1)
+    with pytest.raises(InvalidProblem, match="'3X1' is not an action"):
+        Action.from_str("3X1")
 
 
 @pytest.mark.parametrize(("name", "ranks", "v", "mb", "field", "text"), [
@@ -122,3 +125,27 @@ def test_interleaved_stages_hold_their_own_activation_sizes() -> None:
     # rank 0 warms up with 0F0 0F1 2F0 2F1 0F2, holding 1 + 1 + 10 + 10 + 1 before its first backward
     assert sch.format()[0].startswith("0F0 0F1 2F0 2F1 0F2 2B0")
     assert peak_held_bytes(sch, [1.0, 100.0, 10.0, 1000.0])[0] == 23.0
+
+
+def _two_ranks(*lists: str) -> PipelineSchedule:
+    return PipelineSchedule("custom", 2, 1, 1, (0, 1), tuple(tuple(Action.from_str(a) for a in acts.split())
+                                                           for acts in lists))
+
+
+@pytest.mark.parametrize(("lists", "text"), [
+    (("0F0 0B0", "1F0 1B0 1B0"), "action 1B0 runs twice"),
+    (("0F0 0B0 1F0", "1B0"), "action 1F0 runs on rank 0, but stage 1 is on rank 1"),
+    (("0F0 0I0", "1F0 1B0"), "stage 0, micro-batch 0 needs one F and either one B or one I and one W"),
+    (("0F0 0B0 0W0", "1F0 1B0"), "stage 0, micro-batch 0 needs"),
+    (("0F0 0B0", "1B0"), "stage 1, micro-batch 0 needs"),
+    (("0F0 0B0 0F1", "1F0 1B0"), "not an F, B, I or W of a stage below 2 and a micro-batch below 1"),
+])
+def test_malformed_action_lists_are_refused_naming_the_action(lists: tuple[str, str], text: str) -> None:
+    with pytest.raises(InvalidProblem) as info:
+        check_schedule(_two_ranks(*lists))
+    assert info.value.field == "schedule" and text in info.value.message
+
+
+def test_generated_schedules_pass_the_check() -> None:
+    for name, ranks, v, mb in VALID:
+        check_schedule(build_schedule(name, ranks, v, mb))
