@@ -103,23 +103,22 @@ def check_schedule(schedule: PipelineSchedule) -> None:
     if len(schedule.actions) != schedule.ranks or sorted(set(schedule.stage_rank)) != list(range(schedule.ranks)):
         raise InvalidProblem(f"schedule: {schedule.name!r} needs one action list and at least one stage per rank",
                              field="schedule")
-    seen: set[Action] = set()
+    done = {kind: [False] * (n * mb) for kind in ACTION_KINDS}  # done[kind][j * MB + m]: action listed
     for r, acts in enumerate(schedule.actions):
         for a in acts:
-            if a.kind not in ACTION_KINDS or not 0 <= a.stage < n or not 0 <= a.micro_batch < mb:
+            kind, j, m = a
+            if kind not in done or not 0 <= j < n or not 0 <= m < mb:
                 raise InvalidProblem(f"schedule: rank {r}'s action {a} is not an F, B, I or W of a stage below {n} "
                                      f"and a micro-batch below {mb}", field="schedule")
-            if schedule.stage_rank[a.stage] != r or a in seen:
-                where = "twice" if a in seen else f"on rank {r}, but stage {a.stage} is on rank {schedule.stage_rank[a.stage]}"
+            if done[kind][j * mb + m] or schedule.stage_rank[j] != r:
+                where = "twice" if done[kind][j * mb + m] else f"on rank {r}, but stage {j} is on rank {schedule.stage_rank[j]}"
                 raise InvalidProblem(f"schedule: action {a} runs {where}", field="schedule")
-            seen.add(a)
-    for j in range(n):
-        for m in range(mb):
-            split = Action(BACKWARD_INPUT, j, m) in seen, Action(BACKWARD_WEIGHT, j, m) in seen
-            full = Action(BACKWARD, j, m) in seen
-            if Action(FORWARD, j, m) not in seen or (full, split) not in ((True, (False, False)), (False, (True, True))):
-                raise InvalidProblem(f"schedule: stage {j}, micro-batch {m} needs one F and either one B or one I "
-                                     "and one W", field="schedule")
+            done[kind][j * mb + m] = True
+    f, b, i, w = (done[kind] for kind in (FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT))
+    for k in range(n * mb):
+        if not f[k] or (b[k], i[k], w[k]) not in ((True, False, False), (False, True, True)):
+            raise InvalidProblem(f"schedule: stage {k // mb}, micro-batch {k % mb} needs one F and either one B or "
+                                 "one I and one W", field="schedule")
 
 
 def stage_ranks(name: str, ranks: int, virtual_stages: int) -> tuple[int, ...]:
