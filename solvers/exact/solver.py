@@ -47,6 +47,7 @@ from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import sr_candidates
 from solvers.simulator import simulate
@@ -68,6 +69,7 @@ class _Best:
     """The best simulated candidate so far and what is known about it."""
 
     objective_s: float = float("inf")
+    key_s: float = float("inf")  # the comparison key (solvers.model.ranking): candidates' micro-batch counts differ
     plan: Plan | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -300,10 +302,11 @@ def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int
         return
     plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb)
     metrics = _simulate(problem, plan)
-    if metrics is None or not metrics["objective_s"] < best.objective_s:
+    key = None if metrics is None else comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
+    if metrics is None or key is None or not key < best.key_s:
         return
     simulated_b = float(metrics["bottleneck_stage_s"])
-    best.objective_s = float(metrics["objective_s"])
+    best.objective_s, best.key_s = float(metrics["objective_s"]), key
     best.plan = plan
     best.stats = {
         "stages": n_stages, "replicas": replicas, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",

@@ -118,7 +118,7 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
 def _comparison_context(session: Session, project: str, comparison_id: str) -> dict[str, Any]:
     out = comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))
     names = _names(session, project, [out])
-    return {"cmp": out, "names": names, "chart": objective_chart(out.rows, out.best_solver, out.objective),
+    return {"cmp": out, "names": names, "chart": objective_chart(out.rows, out.best_solver, out.ranked_by),
             "plans": [r for r in out.rows if r.plan_id]}
 
 

@@ -7,7 +7,9 @@ import re
 import warnings
 from typing import Any
 
+from service.dashboard.charts.bars import _seconds as fmt
 from service.dashboard.session import SESSION_COOKIE
+from tests.service.api.test_comparisons import per_sample_comparison
 from tests.service.conftest import Api
 
 with warnings.catch_warnings():
@@ -196,3 +198,19 @@ def test_plan_page_shows_the_solvers_notes(api: Api) -> None:
     page = web.get(f"/plans/{job['plan_id']}").text
     notes = page.split("data-plan-notes>", 1)[1].split("</ul>", 1)[0]
     assert "ideals: more than 2 in the whole graph" in notes and "even&#39;s split answers" in notes
+
+
+def test_comparison_chart_draws_time_per_sample_against_each_plans_bound(api: Api) -> None:
+    table = per_sample_comparison(api)
+    web, _ = signed_in(api)
+    page = web.get(f"/comparisons/{table['id']}").text
+    assert 'data-ranked-by="time_per_sample_s"' in page and "Time / sample" in page
+    assert '<tr class="best" data-solver="even">' in page
+    chart = page[page.index('<figure class="chart-box">'):page.index("</figure>")]
+    assert "Time per sample per solver, each against its own lower bound" in chart
+    assert chart.count('class="solver-bar"') == 2 and chart.count('<line class="bound"') == 2
+    assert "/sample (best)" in chart and "stroke-dasharray" not in chart  # no one line across every bar
+    for row in table["rows"]:  # each tick sits at that plan's bound per sample, in the row's bar
+        bar = chart[chart.index(f'data-solver="{row["solver"]}"'):]
+        bar = bar[:bar.index("</g>")]
+        assert f'lower bound {fmt(row["lower_bound_key_s"])}/sample' in bar
