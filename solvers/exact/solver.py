@@ -31,6 +31,7 @@ from pydantic import Field
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.cost.bounds import lower_bound_s
 from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
 from solvers.exact.ideals import Ideals, enumerate_ideals
 from solvers.exact.relax import lift, light_ops, reduce_problem
@@ -162,6 +163,8 @@ class ExactSolver:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
                                *space.notes))
+        if len(set(problem.settings.micro_batches)) > 1 and best.stats.get("simulator_lower_bound_s") is not None:
+            best.stats["simulator_lower_bound_s"] = _all_candidates_bound_s(problem, best.plan)
         status, notes, proven = _verdict(best, over_budget, len(configs), space.notes)
         return best.plan.with_(status=status, claimed_objective_s=best.objective_s, stats={**stats, **proven},
                                notes=notes)
@@ -267,6 +270,14 @@ def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: B
         if time.monotonic() > deadline:
             return out_of_time()
     return _Space(None, problem, model, None, (), f"{whole} and in its relaxations without light ops")
+
+
+def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
+    """A bound that holds for a plan of any candidate micro-batch count, in ``plan``'s iteration
+    units: the least time-per-sample bound over the candidates times ``plan``'s samples (a bound
+    for one count is no bound for another; docs/simulator.md, "Comparison key")."""
+    per_sample = min(lower_bound_s(problem, m, recompute=plan.recompute) / m for m in set(problem.settings.micro_batches))
+    return per_sample * plan.micro_batches
 
 
 def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]

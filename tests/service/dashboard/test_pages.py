@@ -214,3 +214,16 @@ def test_comparison_chart_draws_time_per_sample_against_each_plans_bound(api: Ap
         bar = chart[chart.index(f'data-solver="{row["solver"]}"'):]
         bar = bar[:bar.index("</g>")]
         assert f'lower bound {fmt(row["lower_bound_key_s"])}/sample' in bar
+
+
+def test_new_comparison_form_takes_a_global_batch(api: Api) -> None:
+    gid, tid = api.graph(n_ops=12), api.topology()
+    web, token = signed_in(api)
+    form = {"csrf": token, "graph_id": gid, "topology_id": tid, "objective": "throughput", "pass": "forward",
+            "micro_batches": "8", "global_batch": "12", "time_limit_s": "10", "solvers": "even"}
+    r = web.post("/comparisons", data=form, follow_redirects=False)
+    assert r.status_code == 422 and "settings.global_batch: 12 samples do not split into 8" in r.text
+    r = web.post("/comparisons", data={**form, "global_batch": "16"}, follow_redirects=False)
+    assert r.status_code == 303
+    cmp = api.get("/v1/comparisons/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert cmp["settings"]["global_batch"] == 16 and cmp["ranked_by"] == "iteration_s"
