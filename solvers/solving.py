@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from solvers import registry
-from solvers.base import Budget, ProgressCallback, Solver, SolverOptions, no_progress, parse_options
+from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -115,7 +116,7 @@ def _solve_per_micro_batches(problem: Problem, solver: Solver, options: SolverOp
         sub = problem.at_micro_batches(m)
         left = budget.remaining_s()
         share = Budget(left / (len(counts) - k) if math.isfinite(left) else None)
-        plan = solver.solve(sub, options, share, progress)
+        plan = solver.solve(sub, options, share, _share_of_progress(progress, k, len(counts), m))
         last = plan
         objective_s = _simulated_iteration_s(problem, plan)
         tried[str(m)] = objective_s
@@ -127,6 +128,14 @@ def _solve_per_micro_batches(problem: Problem, solver: Solver, options: SolverOp
     plan = best[1]
     return plan.with_(claimed_objective_s=best[0],
                       stats={"global_batch_candidates": tried, "chosen_stats": dict(plan.stats)})
+
+
+def _share_of_progress(progress: ProgressCallback, k: int, n: int, micro_batches: int) -> ProgressCallback:
+    """Progress of the ``k``-th of ``n`` per-count solves as a share of the whole, the count named."""
+    def report(event: ProgressEvent) -> None:
+        message = f"{micro_batches} micro-batches" + (f": {event.message}" if event.message else "")
+        progress(replace(event, fraction=(k + min(1.0, max(0.0, event.fraction))) / n, message=message))
+    return report
 
 
 def _simulated_iteration_s(problem: Problem, plan: Plan) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from solvers import Problem, generate_graph, generate_topology, solve
+from solvers.base import ProgressEvent
 from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage
@@ -118,3 +119,11 @@ def test_global_batch_defaults_and_bad_values(transformer: tuple[OpGraph, Topolo
     with pytest.raises(InvalidPlan) as wrong:
         simulate(problem, plan)
     assert wrong.value.field == "micro_batches"
+
+
+def test_global_batch_progress_covers_every_candidate_once(transformer: tuple[OpGraph, Topology]) -> None:
+    events: list[ProgressEvent] = []
+    solve(_problem(transformer, global_batch=32, micro_batches=[2, 8]), "even", progress=events.append)
+    fractions = [e.fraction for e in events]
+    assert fractions == sorted(fractions) and 0 < fractions[0] <= 0.5 and fractions[-1] == pytest.approx(1.0)
+    assert {e.message.split(":")[0] for e in events} == {"2 micro-batches", "8 micro-batches"}
