@@ -36,13 +36,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from solvers.celeritas.estimate import scale_graph
 from solvers.cost.bounds import lower_bound_s
 from solvers.generate import generate_graph, generate_topology
 from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.importers.pipedream import import_pipedream
 from solvers.model.problem import Problem, ProblemSettings
+from solvers.model.scaling import scale_graph
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulator import simulate
 from solvers.solving import solve

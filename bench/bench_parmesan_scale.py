@@ -115,7 +115,7 @@ def time_shares(limit_s: float = 20.0) -> None:
               f"{plan.claimed_objective_s:.5f} s, S={st['stages']} R={st['replicas']}, mapping "
               f"{st.get('mapping_status')} gap {st.get('mapping_gap', float('nan')):.3f}, from "
               f"{st.get('partition_source')}, safety net {'n/a' if guard is None else f'{guard:.2f} s'}; simulated "
-              + ", ".join(f"{k} {v:.5f}" for k, v in st.get("guard_objectives_s", {}).items() if v is not None),
+              + ", ".join(f"{k} {v:.5f}" for k, v in st.get("guard_keys_s", {}).items() if v is not None),
               flush=True)
 
 

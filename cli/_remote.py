@@ -77,19 +77,24 @@ def show_list(items: Sequence[BaseModel], columns: Sequence[str], as_json: bool)
 
 
 def comparison_table(cmp: Comparison) -> str:
-    """Objective, throughput or latency, efficiency, bound, solve time and status of each solver."""
+    """Per solver: the comparison key and its own bound in the key's unit (per sample unless the
+    global batch is fixed), objective, throughput or latency, efficiency, solve time and status;
+    best first."""
     throughput = cmp.objective == "throughput"
-    headers = ["solver", "status", "objective", "throughput/s" if throughput else "latency", "efficiency",
-               "bound", "solve time", "job"]
+    per_sample = cmp.ranked_by == "time_per_sample_s"
+    headers = ["solver", "status", "time/sample" if per_sample else "objective", "bound" + ("/sample" if per_sample
+               else ""), "iteration" if per_sample else None, "throughput/s" if throughput else "latency",
+               "efficiency", "solve time", "job"]
     rows = []
-    for r in sorted(cmp.rows, key=lambda r: (r.objective_s is None, r.objective_s or 0.0, r.solver)):
+    for r in sorted(cmp.rows, key=lambda r: (cmp.key_s(r) is None, cmp.key_s(r) or 0.0, r.solver)):
         rate = (f"{r.throughput_samples_per_s:.4g}" if r.throughput_samples_per_s is not None else None) \
             if throughput else format_seconds(r.latency_s)
         efficiency = f"{r.efficiency:.1%}" if r.efficiency is not None else None
         mark = " *" if r.solver == cmp.best_solver else ""
-        rows.append([r.solver + mark, r.status, format_seconds(r.objective_s), rate, efficiency,
-                     format_seconds(r.lower_bound_s), format_seconds(r.solve_time_s), r.job_status])
-    return format_table(headers, rows)
+        rows.append([r.solver + mark, r.status, format_seconds(cmp.key_s(r)), format_seconds(r.lower_bound_key_s),
+                     format_seconds(r.objective_s), rate, efficiency, format_seconds(r.solve_time_s), r.job_status])
+    keep = [i for i, h in enumerate(headers) if h is not None]
+    return format_table([str(headers[i]) for i in keep], [[row[i] for i in keep] for row in rows])
 
 
 class LiveStatus:

@@ -17,13 +17,13 @@ from cli._params import describe_params, parse_params
 from cli._parsers import Commands, command
 from cli.problem import load_problem
 from solvers import generate
-from solvers.celeritas.estimate import scale_graph
 from solvers.model.documents import load_graph, load_plan, load_topology, read_json, write_json
 from solvers.model.dot import to_dot
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph, graph_from_document
 from solvers.model.graphml import read_graphml, to_graphml
 from solvers.model.importers import import_pipedream, import_piper
+from solvers.model.scaling import scale_graph
 from solvers.model.topology import Topology, topology_from_document
 from solvers.validity import resolve_plan
 

@@ -146,5 +146,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"comparison {cmp.id} ({cmp.objective}){'' if cmp.done else ': running'}")
         print(comparison_table(cmp))
         if cmp.best is not None:
-            print(f"best: {cmp.best.solver} (plan {cmp.best.plan_id}, objective {format_seconds(cmp.best.objective_s)})")
+            unit = " per sample" if cmp.ranked_by == "time_per_sample_s" else ""
+            print(f"best: {cmp.best.solver} (plan {cmp.best.plan_id}, {format_seconds(cmp.key_s(cmp.best))}{unit}, "
+                  f"objective {format_seconds(cmp.best.objective_s)})")
     return EXIT_FAILED if args.wait and cmp.best_solver is None else EXIT_OK

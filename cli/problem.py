@@ -35,8 +35,8 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
     objective_default
         The default of ``--objective`` (``None``: the plan's, else throughput).
     settings
-        Add the settings flags beyond ``--pass`` (stages, replicas, micro-batches, schedule,
-        recompute, seed, settings).
+        Add the settings flags beyond ``--pass`` (stages, replicas, micro-batches, global batch,
+        schedule, recompute, seed, settings).
     solving
         Add ``--option`` and ``--time-limit``.
     per_solver_options
@@ -47,7 +47,7 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
     p.add_argument("--topology", required=True, help="the topology: " + (
         "id on the server" if on_server else "file (placer.topology/v1)"))
     p.add_argument("--objective", choices=OBJECTIVES, default=objective_default,
-                   help="throughput (time per iteration) or latency (one forward pass); default: "
+                   help="throughput (time per sample; per iteration with --global-batch) or latency (one forward pass); default: "
                         + (objective_default or "the plan's, else throughput"))
     p.add_argument("--pass", dest="pass_", choices=("forward", "training"),
                    help="what one iteration runs (default: training for throughput, forward for latency)")
@@ -55,6 +55,10 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
         p.add_argument("--stages", type=int, help="exactly this many pipeline stages")
         p.add_argument("--replicas", type=int, help="data-parallel replicas of every stage")
         p.add_argument("--micro-batches", help="a count or a comma-separated list of candidates, e.g. 4,8,16")
+        p.add_argument("--global-batch", type=int, metavar="SAMPLES",
+                       help="samples per iteration: each micro-batch count must divide it, the graph is scaled "
+                            "to that micro-batch size and the iteration time is minimised (default: the time per "
+                            "sample is)")
         p.add_argument("--schedule", choices=("1f1b", "gpipe"), help="the pipeline schedule")
         p.add_argument("--recompute", action="store_true", help="recompute activations in the backward pass")
         p.add_argument("--seed", type=int, help="seed of randomised solvers")
@@ -79,7 +83,7 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidInput(f"--settings: not JSON ({exc})", field="settings") from None
     if not isinstance(settings, dict):
         raise InvalidInput("--settings: must be a JSON object", field="settings")
-    for key in ("stages", "replicas", "seed", "schedule"):
+    for key in ("stages", "replicas", "seed", "schedule", "global_batch"):
         if getattr(args, key, None) is not None:
             settings[key] = getattr(args, key)
     if getattr(args, "micro_batches", None):

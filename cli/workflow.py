@@ -24,8 +24,8 @@ from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 
-SIMULATED = ("objective_s", "iteration_s", "latency_s", "throughput_samples_per_s", "bottleneck_stage_s",
-             "bubble_fraction", "lower_bound_s", "efficiency")
+SIMULATED = ("objective_s", "iteration_s", "latency_s", "throughput_samples_per_s", "samples_per_iteration",
+             "time_per_sample_s", "bottleneck_stage_s", "bubble_fraction", "lower_bound_s", "efficiency")
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
@@ -132,7 +132,8 @@ def _print_summary(solver: str, status: str, metrics: Any, solve_time_s: float |
         print(f"{solver}: {status}")
         return
     print(f"{solver}: {status}; objective {format_seconds(metrics['objective_s'])}, "
-          f"throughput {metrics['throughput_samples_per_s']:.4g} samples/s, "
+          f"throughput {metrics['throughput_samples_per_s']:.4g} samples/s "
+          f"({metrics['micro_batches']} micro-batches, {metrics.get('samples_per_iteration', 0):g} samples), "
           f"efficiency {metrics['efficiency']:.1%}, solved in {format_seconds(solve_time_s)}")
 
 
@@ -145,12 +146,16 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
                             "`micro_batches` and `schedule`. --json prints one object with objective_s, "
                             "iteration_s, throughput_samples_per_s, latency_s, stage_times_s, "
                             "bottleneck_stage_s, bubble_fraction, peak_memory_bytes, busy_s, bytes_per_channel, "
-                            "lower_bound_s, efficiency (docs/simulator.md). The objective comes from "
+                            "lower_bound_s, efficiency, samples_per_iteration, time_per_sample_s "
+                            "(docs/simulator.md). The objective comes from "
                             "--objective, else from the plan's `objective` field, else throughput. --compare "
                             "sets a launcher run's measured iteration time and per-stage forward time beside the "
                             "simulator's and the cost model's (docs/launcher.md).")
     add_problem_flags(p, on_server=False, settings=False, solving=False)
     p.add_argument("--plan", required=True, help="the plan file (placer.plan/v1)")
+    p.add_argument("--global-batch", type=int, metavar="SAMPLES",
+                   help="the problem's global batch, when the plan was solved with one: the graph is scaled to "
+                        "global batch / the plan's micro-batches samples per micro-batch")
     p.add_argument("--engine", choices=("auto", "stage", "op"), default="auto",
                    help="the simulator's engine: stage level, op level, or auto (the plan decides)")
     p.add_argument("--timeline", help="write the timeline (device, task, start, end) as JSON here")

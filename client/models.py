@@ -12,6 +12,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from solvers.model.ranking import RankedBy, best_index, comparison_key_s
 from solvers.model.settings import ProblemSettings
 
 __all__ = ["FINAL_STATES", "Comparison", "ComparisonRow", "Evaluation", "GraphInfo", "Health", "Job", "JobError",
@@ -122,6 +123,9 @@ class ComparisonRow(_Model):
     latency_s: float | None
     throughput_samples_per_s: float | None
     lower_bound_s: float | None
+    samples_per_iteration: float | None
+    key_s: float | None
+    lower_bound_key_s: float | None
     efficiency: float | None
     solve_time_s: float | None
     peak_memory_bytes: float | None
@@ -136,15 +140,24 @@ class Comparison(_Model):
     topology_id: str | None
     objective: str
     settings: ProblemSettings
+    ranked_by: RankedBy
     done: bool
     best_solver: str | None
     rows: list[ComparisonRow]
     created_at: datetime
 
+    def key_s(self, row: ComparisonRow) -> float | None:
+        """A row's comparison key (:func:`solvers.model.ranking.comparison_key_s`): seconds per
+        sample for throughput, the iteration with ``settings.global_batch``, the makespan for latency."""
+        return comparison_key_s(row.model_dump(), self.objective, self.settings.global_batch)
+
     @property
     def best(self) -> ComparisonRow | None:
-        """The row of ``best_solver`` (the smallest simulated objective among feasible plans)."""
-        return next((r for r in self.rows if r.solver == self.best_solver), None)
+        """The optimal or feasible row with the least comparison key (:meth:`key_s`: per sample, so
+        that plans of different micro-batch counts compare); ``None`` when no plan qualifies."""
+        good = [r for r in self.rows if r.status in ("optimal", "feasible")]
+        k = best_index([self.key_s(r) for r in good])
+        return None if k is None else good[k]
 
 
 class Evaluation(_Model):

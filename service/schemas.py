@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from solvers.generate import MAX_GENERATED_DEVICES, TOPOLOGY_KINDS, TOPOLOGY_SIZE_MAXIMA
+from solvers.model.ranking import RankedBy
 from solvers.model.settings import ProblemSettings
 
 T = TypeVar("T")
@@ -130,7 +131,10 @@ class ComparisonRow(BaseModel):
     iteration_s: float | None
     latency_s: float | None
     throughput_samples_per_s: float | None
-    lower_bound_s: float | None
+    lower_bound_s: float | None = Field(description="the plan's own lower bound (one iteration of its micro-batches)")
+    samples_per_iteration: float | None = Field(description="micro_batches × samples per micro-batch")
+    key_s: float | None = Field(description="the comparison key, in the unit ranked_by names (docs/simulator.md)")
+    lower_bound_key_s: float | None = Field(description="lower_bound_s in the unit of key_s")
     efficiency: float | None
     solve_time_s: float | None
     peak_memory_bytes: float | None
@@ -143,8 +147,11 @@ class ComparisonOut(BaseModel):
     topology_id: str | None
     objective: str
     settings: ProblemSettings
+    ranked_by: RankedBy = Field(description=(
+        "what key_s is: time_per_sample_s (throughput: plans with different micro-batch counts compare per "
+        "sample), iteration_s (throughput with settings.global_batch), latency_s"))
     done: bool
-    best_solver: str | None
+    best_solver: str | None = Field(description="the solver with the least key_s among optimal and feasible plans")
     rows: list[ComparisonRow]
     created_at: datetime
 

@@ -5,12 +5,14 @@ with a share of the time left (``left x workers / solvers not yet started``, nev
 what is left) and killed at the deadline; quick solvers finish early and leave their time to
 the later ones.  Solvers in ``LAST`` (``moirai``: it starts from the best list schedule and
 improves it for as long as it may) start after the others and so take the time they leave.
-The answer is the plan with the smallest simulated objective (ties, within a relative 1e-9: the
-smaller bottleneck stage, then the solver name), the largest proven lower bound among all the
-plans, and a per-solver summary in
-``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
-plan's (``feasible`` where its ``optimal`` is for another metric, ``stats.optimal_objective``),
-upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
+The answer is the plan with the smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
+the time per sample, or the iteration time with a fixed global batch; ties, within a relative
+1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among
+the plans of its micro-batch count (a bound holds for one global batch), and a per-solver
+summary in ``stats["portfolio"]`` (name, status, objective, key, solve time, error).  The status
+is the chosen plan's (``feasible`` where its ``optimal`` is for another metric,
+``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its objective and
+the problem has one candidate micro-batch count.  New solvers join the
 portfolio as soon as they are registered.  When no member returns a plan in time (a heavily
 loaded machine), the linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``)
 runs in-process after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not fork
@@ -32,6 +34,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.errors import PlacerError, SolverFailure
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
+from solvers.model.ranking import best_index, comparison_key_s
 from solvers.solving import solve
 from solvers.supervise import Child
 
@@ -102,10 +105,10 @@ class AutoSolver:
             kind, value = _run_one(problem, fallback, _FALLBACK_LIMIT_S)
             results[fallback] = (kind, value, time.monotonic() - started)
             if kind == "ok":
-                plan = _choose(names, results)
+                plan = _choose(problem, names, results)
                 return plan.with_(notes=(*plan.notes, f"no solver returned a plan in time; {fallback!r} ran after "
                                                       "the deadline as the fallback"))
-        return _choose(names, results)
+        return _choose(problem, names, results)
 
     @staticmethod
     def _sequential(problem: Problem, names: list[str], deadline: float,
@@ -119,7 +122,7 @@ class AutoSolver:
             started = time.monotonic()
             kind, value = _run_one(problem, name, left / (len(names) - i))
             results[name] = (kind, value, time.monotonic() - started)
-            progress(_event(results, len(names), f"{name}: {kind}"))
+            progress(_event(problem, results, len(names), f"{name}: {kind}"))
         return results
 
     @staticmethod
@@ -144,7 +147,7 @@ class AutoSolver:
                 kind, value = message if message is not None else (
                     "error", f"the solver process exited with code {code}")
                 results[name] = (kind, value, member.elapsed_s())
-                progress(_event(results, len(names), f"{name}: {kind}"))
+                progress(_event(problem, results, len(names), f"{name}: {kind}"))
             if time.monotonic() >= deadline:
                 for name, late in running.values():
                     late.stop(_KILL_GRACE_S)
@@ -155,48 +158,56 @@ class AutoSolver:
         return results
 
 
-def _event(results: dict[str, tuple[str, Any, float]], total: int, message: str) -> ProgressEvent:
-    """Progress after a member finished: fraction done, best objective and bound so far."""
-    docs = [value for kind, value, _ in results.values() if kind == "ok"]
-    objectives = [d["metrics"]["objective_s"] for d in docs if d.get("metrics")]
-    bounds = [d["lower_bound_s"] for d in docs if d.get("lower_bound_s") is not None]
-    return ProgressEvent(len(results) / total, min(objectives, default=None), max(bounds, default=None), message)
+def _event(problem: Problem, results: dict[str, tuple[str, Any, float]], total: int, message: str) -> ProgressEvent:
+    """Progress after a member finished: fraction done, the best plan's objective and its bound so far."""
+    docs = [value for kind, value, _ in results.values() if kind == "ok" and value.get("metrics")]
+    keys = [comparison_key_s(d["metrics"], problem.objective, problem.settings.global_batch) for d in docs]
+    best = best_index(keys)
+    if best is None:
+        return ProgressEvent(len(results) / total, None, None, message)
+    doc = docs[best]
+    return ProgressEvent(len(results) / total, doc["metrics"]["objective_s"], doc.get("lower_bound_s"), message)
 
 
-def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Plan:
+def _choose(problem: Problem, names: list[str], results: dict[str, tuple[str, Any, float]]) -> Plan:
     """The best simulated plan, the best bound, and the summary (see the module doc)."""
     summary: list[dict[str, Any]] = []
     plans: dict[str, Plan] = {}
     for name in names:
         kind, value, elapsed = results[name]
-        row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "solve_time_s": elapsed,
-                               "error": None}
+        row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "key_s": None,
+                               "solve_time_s": elapsed, "error": None}
         if kind == "ok":
             plan = plan_from_document(value)
             plans[name] = plan
             row.update(status=plan.status, solve_time_s=plan.solve_time_s,
-                       objective_s=(plan.metrics or {}).get("objective_s"))
+                       objective_s=(plan.metrics or {}).get("objective_s"),
+                       key_s=comparison_key_s(plan.metrics or {}, problem.objective, problem.settings.global_batch))
         else:
             row["error"] = value
         summary.append(row)
-    bounds = [p.lower_bound_s for p in plans.values() if p.lower_bound_s is not None]
-    bound = max(bounds) if bounds else None
-    placed = {n: p for n, p in plans.items() if p.stages and p.metrics and p.metrics.get("objective_s") is not None}
+    keys = {r["name"]: r["key_s"] for r in summary}
+    placed = {n: p for n, p in plans.items() if p.stages and p.metrics and keys[n] is not None}
     if not placed:
         if plans and all(p.status == "infeasible" for p in plans.values()):
             return Plan(stages=(), status="infeasible", notes=("every solver reported the problem infeasible",),
                         stats={"portfolio": summary})
         errors = "; ".join(f"{r['name']}: {r['error']}" for r in summary if r["error"])
         raise SolverFailure(f"auto: no solver returned a plan ({errors})")
-    objective = {n: float(p.metrics["objective_s"]) for n, p in placed.items()}  # type: ignore[index]
-    top = min(objective.values())
-    tied = [n for n in placed if objective[n] <= top * (1 + 1e-9)]
+    key = {n: float(keys[n]) for n in placed}
+    top = min(key.values())
+    tied = [n for n in placed if key[n] <= top * (1 + 1e-9)]
     chosen = min(tied, key=lambda n: (float((placed[n].metrics or {}).get("bottleneck_stage_s") or 0.0), n))
     best = placed[chosen]
     objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
+    # each bound holds for its plan's micro-batch count (its global batch) only
+    bounds = [p.lower_bound_s for p in plans.values()
+              if p.lower_bound_s is not None and p.micro_batches == best.micro_batches]
+    bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
-    if bound is not None and bound >= objective_s * (1.0 - 1e-9):
+    one_count = problem.objective == "latency" or len(set(problem.settings.micro_batches)) == 1
+    if bound is not None and one_count and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,
                 recompute=best.recompute, status=status, order=best.order, claimed_objective_s=objective_s,

@@ -7,12 +7,15 @@ that come from the simulator, never from the solver.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from solvers import registry
-from solvers.base import Budget, ProgressCallback, no_progress, parse_options
+from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
+from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.runnable import runnable_notes
@@ -79,10 +82,70 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     limit = time_limit_s if time_limit_s is not None else problem.settings.time_limit_s
     budget = Budget(limit)
     started = time.perf_counter()
-    plan = cls().solve(problem, opts, budget, progress or no_progress)
+    if problem.settings.global_batch is not None:
+        plan = _solve_per_micro_batches(problem, cls(), opts, budget, progress or no_progress)
+    else:
+        plan = cls().solve(problem, opts, budget, progress or no_progress)
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
+
+
+def _solve_per_micro_batches(problem: Problem, solver: Solver, options: SolverOptions, budget: Budget,
+                             progress: ProgressCallback) -> Plan:
+    """``settings.global_batch``: the solver runs once per candidate count on the graph scaled to
+    that micro-batch size (:meth:`Problem.at_micro_batches`), each with an equal share of the time
+    left, and the shortest simulated iteration wins (docs/formats.md).  Without a time limit a
+    solver with a ``default_time_limit_s`` option (``auto``) shares that default among the counts.
+
+    With several counts the plan's ``stats.global_batch_candidates`` gives each count's
+    iteration time (``null``: no plan) and ``stats.chosen_stats`` the winner's own stats.
+    """
+    counts = list(dict.fromkeys(problem.settings.micro_batches))
+    if len(counts) == 1:
+        return solver.solve(problem.at_micro_batches(counts[0]), options, budget, progress)
+    default_s = getattr(options, "default_time_limit_s", None)
+    if budget.time_limit_s is None and isinstance(default_s, int | float):
+        budget = Budget(float(default_s))
+    best: tuple[float, Plan] | None = None
+    tried: dict[str, float | None] = {}
+    last: Plan | None = None
+    for k, m in enumerate(counts):
+        if best is not None and budget.expired():
+            break
+        sub = problem.at_micro_batches(m)
+        left = budget.remaining_s()
+        share = Budget(left / (len(counts) - k) if math.isfinite(left) else None)
+        plan = solver.solve(sub, options, share, _share_of_progress(progress, k, len(counts), m))
+        last = plan
+        objective_s = _simulated_iteration_s(problem, plan)
+        tried[str(m)] = objective_s
+        if objective_s is not None and (best is None or objective_s < best[0]):
+            best = (objective_s, plan)
+    if best is None:
+        assert last is not None
+        return last.with_(stats={**last.stats, "global_batch_candidates": tried})
+    plan = best[1]
+    return plan.with_(claimed_objective_s=best[0],
+                      stats={"global_batch_candidates": tried, "chosen_stats": dict(plan.stats)})
+
+
+def _share_of_progress(progress: ProgressCallback, k: int, n: int, micro_batches: int) -> ProgressCallback:
+    """Progress of the ``k``-th of ``n`` per-count solves as a share of the whole, the count named."""
+    def report(event: ProgressEvent) -> None:
+        message = f"{micro_batches} micro-batches" + (f": {event.message}" if event.message else "")
+        progress(replace(event, fraction=(k + min(1.0, max(0.0, event.fraction))) / n, message=message))
+    return report
+
+
+def _simulated_iteration_s(problem: Problem, plan: Plan) -> float | None:
+    """The plan's simulated iteration time on ``problem``; ``None`` without a valid plan."""
+    if not plan.stages or plan.status == "infeasible":
+        return None
+    try:
+        return float(simulate(problem, plan).metrics["objective_s"])
+    except PlacerError:
+        return None
 
 
 def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = None) -> Plan:

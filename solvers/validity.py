@@ -25,8 +25,24 @@ def resolve_plan(problem: Problem, plan: Plan, *, check_memory: bool = True) -> 
     """
     resolved = resolve_structure(problem, plan)
     if check_memory:
-        check_plan_memory(problem, resolved)
+        check_plan_memory(problem_for_plan(problem, plan), resolved)
     return resolved
+
+
+def problem_for_plan(problem: Problem, plan: Plan) -> Problem:
+    """The problem a plan is scored on: with ``settings.global_batch``, the graph at the plan's
+    micro-batch size (:meth:`~solvers.model.problem.Problem.at_micro_batches`); else ``problem``.
+
+    Raises :class:`InvalidPlan` (field ``micro_batches``) when the plan's count does not divide
+    the global batch.
+    """
+    batch = problem.settings.global_batch
+    if batch is None or problem.objective != "throughput":
+        return problem
+    if batch % plan.micro_batches:
+        raise InvalidPlan(f"micro_batches: {plan.micro_batches} micro-batches do not divide settings.global_batch "
+                          f"({batch} samples)", field="micro_batches")
+    return problem.at_micro_batches(plan.micro_batches)
 
 
 def check_plan_memory(problem: Problem, rp: ResolvedPlan) -> None:

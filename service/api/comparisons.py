@@ -22,6 +22,8 @@ from service.jobs.validate import JobRequest, validate_job
 from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
+from solvers.model.ranking import best_index, bound_key_s, comparison_key_s, ranked_by, samples_per_iteration
+from solvers.model.settings import settings_from_dict
 
 router = APIRouter(prefix="/v1", tags=["comparisons"], route_class=PlacerRoute)
 GOOD_STATUSES = ("optimal", "feasible")
@@ -30,22 +32,29 @@ GOOD_STATUSES = ("optimal", "feasible")
 def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
     rows = session.execute(select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id)
                            .where(Job.comparison_id == cmp.id).order_by(Job.id)).all()
+    settings = settings_from_dict(cmp.settings)
     table = []
     for job, plan in rows:
         out = job_out(job)
+        figures: dict[str, float | None] = {} if plan is None else {
+            "objective_s": plan.objective_s, "iteration_s": plan.iteration_s, "latency_s": plan.latency_s,
+            "throughput_samples_per_s": plan.throughput_samples_per_s, "lower_bound_s": plan.lower_bound_s}
         table.append(ComparisonRow(
             solver=job.solver, job_id=job.id, job_status=out.status, plan_id=job.plan_id,
-            status=plan.status if plan else None, objective_s=plan.objective_s if plan else None,
-            iteration_s=plan.iteration_s if plan else None, latency_s=plan.latency_s if plan else None,
-            throughput_samples_per_s=plan.throughput_samples_per_s if plan else None,
-            lower_bound_s=plan.lower_bound_s if plan else None, efficiency=plan.efficiency if plan else None,
-            solve_time_s=plan.solve_time_s if plan else None,
+            status=plan.status if plan else None, objective_s=figures.get("objective_s"),
+            iteration_s=figures.get("iteration_s"), latency_s=figures.get("latency_s"),
+            throughput_samples_per_s=figures.get("throughput_samples_per_s"),
+            lower_bound_s=figures.get("lower_bound_s"), samples_per_iteration=samples_per_iteration(figures),
+            key_s=comparison_key_s(figures, cmp.objective, settings.global_batch),
+            lower_bound_key_s=bound_key_s(figures, cmp.objective, settings.global_batch),
+            efficiency=plan.efficiency if plan else None, solve_time_s=plan.solve_time_s if plan else None,
             peak_memory_bytes=plan.peak_memory_bytes if plan else None, error=out.error))
-    ranked = [r for r in table if r.status in GOOD_STATUSES and r.objective_s is not None]
-    best = min(ranked, key=lambda r: r.objective_s or 0.0).solver if ranked else None
+    best = best_index([r.key_s if r.status in GOOD_STATUSES else None for r in table])
     return ComparisonOut(id=cmp.id, graph_id=cmp.graph_id, topology_id=cmp.topology_id, objective=cmp.objective,
-                         settings=cmp.settings, done=all(r.job_status in FINAL_STATES for r in table),
-                         best_solver=best, rows=table, created_at=cmp.created_at)
+                         settings=settings, ranked_by=ranked_by(cmp.objective, settings.global_batch),
+                         done=all(r.job_status in FINAL_STATES for r in table),
+                         best_solver=None if best is None else table[best].solver, rows=table,
+                         created_at=cmp.created_at)
 
 
 @router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(409, 501))

@@ -29,11 +29,11 @@ def chosen_plan(session: Session, parent: Job, children: list[Job]) -> dict[str,
             reason = (child.error or {}).get("detail") or child.state
             results[child.solver] = ("error", f"{(child.error or {}).get('type', child.state)}: {reason}", elapsed)
     names = [c.solver for c in children]
-    plan = _choose(names, results)
     graph, topology = session.get(Graph, parent.graph_id), session.get(TopologyRow, parent.topology_id)
     if graph is None or topology is None:
         raise PlacerError("the job's graph or topology no longer exists")
     problem = load_problem(graph.body, topology.body, parent.objective, parent.settings)
+    plan = _choose(problem, names, results)
     solve_time_s = max((r[2] for r in results.values()), default=0.0)
     finished = finish_plan(problem, plan.with_(solver=AutoSolver.name, solver_version=AutoSolver.version,
                                                options=dict(parent.options), solve_time_s=solve_time_s))

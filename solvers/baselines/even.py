@@ -16,6 +16,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.simulator import simulate
 
@@ -47,18 +48,20 @@ class EvenSolver:
             candidates = [(s, replicas, mb) for s in _stage_candidates(problem, replicas)
                           for mb in problem.settings.micro_batches]
         best: Plan | None = None
+        best_key = np.inf
         rejected = 0
         for i, (stages, replicas, mb) in enumerate(candidates):
             if best is not None and budget.expired():
                 break
             plan = even_plan(problem, stages, replicas, mb)
             try:
-                objective_s = float(simulate(problem, plan).metrics["objective_s"])
+                metrics = simulate(problem, plan).metrics
             except InvalidPlan:
                 rejected += 1
                 continue
-            if best is None or objective_s < (best.claimed_objective_s or np.inf):
-                best = plan.with_(claimed_objective_s=objective_s)
+            key = comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
+            if best is None or (key is not None and key < best_key):  # per sample: micro-batch counts compare
+                best, best_key = plan.with_(claimed_objective_s=float(metrics["objective_s"])), key or np.inf
             progress(ProgressEvent((i + 1) / len(candidates), best.claimed_objective_s, None))
         stats = {"candidates": len(candidates), "rejected_for_memory": rejected}
         if best is None:

@@ -39,7 +39,7 @@ from solvers.mapping.apply import (
     build_plan,
     map_partition,
     mapping_deadline,
-    simulated_s,
+    simulated_scores,
 )
 from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidProblem
@@ -238,19 +238,21 @@ class PipeDreamSolver:
     @staticmethod
     def _best_layout(problem: Problem, groups: list[Group] | list[StateGroup], units: list[list[int]],
                      stage_ops: list[list[int]]) -> Plan | None:
-        """The pipeline in PipeDream's layout at the best micro-batch count (by the simulator)."""
-        best: tuple[float, Plan] | None = None
+        """The pipeline in PipeDream's layout at the best micro-batch count (by the simulator's
+        comparison key: the time per sample)."""
+        best: tuple[float, float, Plan] | None = None
         for mb in problem.settings.micro_batches:
             plan = _place_groups(problem, groups, units, stage_ops, mb)
-            value = simulated_s(problem, plan)
-            if np.isfinite(value) and (best is None or value < best[0]):
-                best = (value, plan)
-        return None if best is None else best[1].with_(claimed_objective_s=best[0])
+            (key, _), value = simulated_scores(problem, plan)
+            if np.isfinite(key) and (best is None or key < best[0]):
+                best = (key, value, plan)
+        return None if best is None else best[2].with_(claimed_objective_s=best[1])
 
     def _flat(self, problem: Problem, options: PipeDreamOptions, chain: LayerChain, budget: Budget,
               progress: ProgressCallback) -> Plan:
         cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.settings.micro_batches]
         best: tuple[float, IntArray, int, int, int, float] | None = None
+        incumbent_s = np.inf
         skipped = 0
         for k, (s, r, mb) in enumerate(cands):
             if best is not None and budget.expired():
@@ -262,10 +264,12 @@ class PipeDreamSolver:
             value_dp, lasts = found
             stage_of_layer = np.searchsorted(np.array(lasts), np.arange(chain.n_layers), side="left")
             stage_of = stage_of_layer[chain.layer_of].astype(np.int64)
-            value = simulated_s(problem, build_plan(problem, stage_of, consecutive_mapping(s, r), mb))
-            if np.isfinite(value) and (best is None or value < best[0]):
-                best = (value, stage_of, s, r, mb, value_dp)
-            progress(ProgressEvent((k + 1) / (2 * len(cands)), best[0] if best else None, None))
+            # ranked by the comparison key (per sample): the candidates differ in micro-batch count
+            (key, _), value = simulated_scores(problem, build_plan(problem, stage_of, consecutive_mapping(s, r), mb))
+            if np.isfinite(key) and (best is None or key < best[0]):
+                best = (key, stage_of, s, r, mb, value_dp)
+                incumbent_s = value
+            progress(ProgressEvent((k + 1) / (2 * len(cands)), incumbent_s if best else None, None))
         if best is None:
             return Plan(stages=(), status="infeasible", stats={"layers": chain.n_layers, "candidates": len(cands)},
                         notes=("no PipeDream partition fits the devices' memory",))

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.cost.bounds import lower_bound_s
 from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
 from solvers.exact.ideals import Ideals, enumerate_ideals
 from solvers.exact.relax import lift, light_ops, reduce_problem
@@ -47,6 +48,7 @@ from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import sr_candidates
 from solvers.simulator import simulate
@@ -68,6 +70,7 @@ class _Best:
     """The best simulated candidate so far and what is known about it."""
 
     objective_s: float = float("inf")
+    key_s: float = float("inf")  # the comparison key (solvers.model.ranking): candidates' micro-batch counts differ
     plan: Plan | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -160,6 +163,8 @@ class ExactSolver:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
                                *space.notes))
+        if len(set(problem.settings.micro_batches)) > 1 and best.stats.get("simulator_lower_bound_s") is not None:
+            best.stats["simulator_lower_bound_s"] = _all_candidates_bound_s(problem, best.plan)
         status, notes, proven = _verdict(best, over_budget, len(configs), space.notes)
         return best.plan.with_(status=status, claimed_objective_s=best.objective_s, stats={**stats, **proven},
                                notes=notes)
@@ -267,6 +272,14 @@ def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: B
     return _Space(None, problem, model, None, (), f"{whole} and in its relaxations without light ops")
 
 
+def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
+    """A bound that holds for a plan of any candidate micro-batch count, in ``plan``'s iteration
+    units: the least time-per-sample bound over the candidates times ``plan``'s samples (a bound
+    for one count is no bound for another; docs/simulator.md, "Comparison key")."""
+    per_sample = min(lower_bound_s(problem, m, recompute=plan.recompute) / m for m in set(problem.settings.micro_batches))
+    return per_sample * plan.micro_batches
+
+
 def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
              ) -> tuple[Status, tuple[str, ...], dict[str, Any]]:
     """The plan's status, notes and the stats naming what ``optimal`` proves (docs/exact.md,
@@ -300,10 +313,11 @@ def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int
         return
     plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb)
     metrics = _simulate(problem, plan)
-    if metrics is None or not metrics["objective_s"] < best.objective_s:
+    key = None if metrics is None else comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
+    if metrics is None or key is None or not key < best.key_s:
         return
     simulated_b = float(metrics["bottleneck_stage_s"])
-    best.objective_s = float(metrics["objective_s"])
+    best.objective_s, best.key_s = float(metrics["objective_s"]), key
     best.plan = plan
     best.stats = {
         "stages": n_stages, "replicas": replicas, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",

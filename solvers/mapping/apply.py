@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -25,6 +25,7 @@ from solvers.mapping.stage_graph import Mode, StageGraph, stage_graph
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.model.topology import Topology
 from solvers.partition.shapes import StagePartition as StagePartition  # the partition to map
 from solvers.simulator import simulate
@@ -93,22 +94,45 @@ def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batc
 
 
 def simulated_s(problem: Problem, plan: Plan) -> float:
-    """The simulator's objective of a plan, ``inf`` when the plan is invalid (memory)."""
-    return simulated_key(problem, plan)[0]
+    """The simulator's objective of a plan (its iteration time, or makespan), ``inf`` when the
+    plan is invalid (memory)."""
+    try:
+        return float(simulate(problem, plan).metrics["objective_s"])
+    except InvalidPlan:
+        return float("inf")
 
 
 def simulated_key(problem: Problem, plan: Plan) -> tuple[float, float]:
-    """(objective, bottleneck stage time) from the simulator, ``(inf, inf)`` for an invalid plan.
+    """(comparison key, bottleneck stage time in the key's unit) from the simulator,
+    ``(inf, inf)`` for an invalid plan.
 
-    Plans are ranked by the objective, ties broken by the bottleneck stage (:func:`better`):
-    with one micro-batch every split of a compute-only pipeline has the same iteration time, and
-    the bottleneck is what more micro-batches would pay.
+    The key is :func:`~solvers.model.ranking.comparison_key_s`: the time per sample, so that
+    plans of different micro-batch counts compare (the iteration time with a fixed global
+    batch).  Plans are ranked by the key, ties broken by the bottleneck stage (:func:`better`):
+    with one micro-batch every split of a compute-only pipeline has the same iteration time,
+    and the bottleneck is what more micro-batches would pay.
     """
+    return simulated_scores(problem, plan)[0]
+
+
+def simulated_scores(problem: Problem, plan: Plan) -> tuple[tuple[float, float], float]:
+    """(:func:`simulated_key`, the simulated objective) from one simulation; ``inf`` for an
+    invalid plan."""
     try:
         metrics = simulate(problem, plan).metrics
     except InvalidPlan:
+        return (float("inf"), float("inf")), float("inf")
+    return metrics_key(problem, metrics), float(metrics["objective_s"])
+
+
+def metrics_key(problem: Problem, metrics: Mapping[str, Any]) -> tuple[float, float]:
+    """:func:`simulated_key` of a plan already simulated (its ``metrics``)."""
+    key = comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
+    objective = float(metrics["objective_s"])
+    if key is None:
         return float("inf"), float("inf")
-    return float(metrics["objective_s"]), float(metrics["bottleneck_stage_s"])
+    per_objective = key / objective if objective > 0 else 1.0
+    return key, float(metrics["bottleneck_stage_s"]) * per_objective
 
 
 def better(a: tuple[float, float], b: tuple[float, float] | None, rel: float = 1e-12) -> bool:

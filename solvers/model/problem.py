@@ -17,6 +17,7 @@ from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
+from solvers.model.scaling import graph_at_batch
 from solvers.model.settings import (
     DEFAULT_MICRO_BATCHES,
     OBJECTIVES,
@@ -58,6 +59,10 @@ class Problem:
             if isinstance(target, str) and target not in self.topology.index:
                 raise InvalidProblem(f"settings.pinned.{op}: unknown device {target!r}",
                                      field=f"settings.pinned.{op}", ref=target)
+        if s.global_batch is not None and self.objective != "throughput":
+            raise InvalidProblem("settings.global_batch: applies to the throughput objective only (a latency "
+                                 "problem places one batch of the graph's profiled_batch_size)",
+                                 field="settings.global_batch")
         if s.stages is not None and s.replicas is not None and s.stages * s.replicas > self.topology.n_devices:
             raise InvalidProblem(
                 f"settings: stages x replicas = {s.stages * s.replicas} exceeds the "
@@ -65,6 +70,36 @@ class Problem:
 
     def with_settings(self, **changes: Any) -> Problem:
         return replace(self, settings=self.settings.model_copy(update=changes))
+
+    def at_micro_batches(self, micro_batches: int) -> Problem:
+        """The problem a plan of ``micro_batches`` micro-batches is solved and scored on.
+
+        Without ``settings.global_batch``: this problem.  With it: the graph scaled to
+        ``global_batch / micro_batches`` samples per micro-batch
+        (:func:`~solvers.model.scaling.graph_at_batch`) and ``micro_batches`` the only candidate.
+        Raises :class:`InvalidProblem` (field ``settings.global_batch``) when the count does not
+        divide the global batch.
+        """
+        batch = self.settings.global_batch
+        if batch is None:
+            return self
+        if micro_batches < 1 or batch % micro_batches:
+            raise InvalidProblem(f"settings.global_batch: {batch} samples do not split into {micro_batches} equal "
+                                 "micro-batches", field="settings.global_batch")
+        cache = self._per_micro_batches
+        if micro_batches not in cache:
+            size = batch // micro_batches
+            if self.graph.profiled_batch_size == size and self.settings.micro_batches == (micro_batches,):
+                cache[micro_batches] = self
+            else:
+                cache[micro_batches] = Problem(graph_at_batch(self.graph, size), self.topology, self.objective,
+                                               self.settings.model_copy(update={"micro_batches": (micro_batches,)}))
+        return cache[micro_batches]
+
+    @cached_property
+    def _per_micro_batches(self) -> dict[int, Problem]:
+        """:meth:`at_micro_batches`' problems, built once per count."""
+        return {}
 
     @property
     def training(self) -> bool:

@@ -13,7 +13,17 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from solvers.model.errors import InvalidProblem
 
@@ -25,6 +35,18 @@ SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
 PASSES: tuple[str, ...] = ("forward", "training")
 
 DEFAULT_MICRO_BATCHES = 4
+MAX_DEFAULT_MICRO_BATCHES = 64  # global_batch without micro_batches: candidates up to this count
+
+
+def global_batch_candidates(global_batch: int) -> tuple[int, ...]:
+    """Micro-batch counts tried for ``global_batch`` when ``micro_batches`` is not given: the
+    powers of two up to :data:`MAX_DEFAULT_MICRO_BATCHES` that divide it, and ``global_batch``
+    itself when it is at most that (micro-batches of one sample)."""
+    out = [m for m in (2**k for k in range(MAX_DEFAULT_MICRO_BATCHES.bit_length()))
+           if m <= MAX_DEFAULT_MICRO_BATCHES and global_batch % m == 0]
+    if global_batch <= MAX_DEFAULT_MICRO_BATCHES and global_batch not in out:
+        out.append(global_batch)
+    return tuple(out)
 
 
 def _integral(value: Any) -> Any:
@@ -92,7 +114,9 @@ class ProblemSettings(BaseModel):
     """Problem settings.  Every field has a documented default (docs/formats.md).
 
     ``micro_batches``: candidate micro-batch counts per iteration (throughput; a solver picks
-    one, the first is the default).  ``stages`` / ``replicas``: fix S and R, or ``None`` to let
+    one, the first is the default).  ``global_batch``: samples per iteration (throughput; null:
+    ``micro_batches`` × the graph's ``profiled_batch_size``); every candidate must divide it,
+    and without ``micro_batches`` the candidates are :func:`global_batch_candidates`.  ``stages`` / ``replicas``: fix S and R, or ``None`` to let
     the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
     ``stage_memory_caps_bytes``: stage index -> cap per device of that stage.
     ``memory_headroom``: fraction of every device's memory kept free.  In JSON, ``pass_`` is
@@ -103,6 +127,11 @@ class ProblemSettings(BaseModel):
 
     micro_batches: MicroBatches = Field(
         (DEFAULT_MICRO_BATCHES,), description="Candidate micro-batch counts per iteration (the first is the default).")
+    global_batch: Count | None = Field(
+        None, description=("Samples per iteration (throughput). Each candidate micro-batch count must divide it; "
+                           "the graph is scaled to global_batch / micro_batches samples per micro-batch and the "
+                           "iteration time is minimised. Null: micro-batches of the graph's profiled_batch_size, "
+                           "and the time per sample is minimised."))
     schedule: Schedule = Field("1f1b", description="Pipeline schedule of a throughput plan.")
     pass_: Pass = Field("forward", alias="pass",
                         description="Latency objective: inference (forward) or forward + backward (training).")
@@ -121,6 +150,30 @@ class ProblemSettings(BaseModel):
     no_empty_stage: Flag = Field(True, description="Every stage holds at least one op.")
     time_limit_s: Positive | None = Field(None, description="Wall-clock limit of the solve (null: none).")
     seed: Seed = Field(0, description="Seed of every random choice; the same seed gives the same plan.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _candidates_for_global_batch(cls, data: Any) -> Any:
+        """``global_batch`` without ``micro_batches``: the candidates are :func:`global_batch_candidates`."""
+        if isinstance(data, Mapping) and "micro_batches" not in data:
+            batch = data.get("global_batch")
+            if isinstance(batch, float) and batch.is_integer():
+                batch = int(batch)
+            if isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= MAX_COUNT:
+                return {**data, "micro_batches": global_batch_candidates(batch)}
+        return data
+
+    @field_validator("global_batch")
+    @classmethod
+    def _divisible(cls, batch: int | None, info: ValidationInfo) -> int | None:
+        """Every candidate micro-batch count divides the global batch."""
+        candidates = info.data.get("micro_batches")
+        if batch is not None and candidates:
+            wrong = [m for m in candidates if batch % m]
+            if wrong:
+                raise ValueError(f"{batch} samples do not split into {wrong[0]} equal micro-batches "
+                                 f"(micro_batches {list(candidates)}: each must divide global_batch)")
+        return batch
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical JSON form (``pass`` spelled as in JSON, keys of mappings sorted)."""

@@ -23,7 +23,7 @@ import numpy as np
 from solvers.arrays import IntArray
 from solvers.base import Budget
 from solvers.cost.memory import capacity_bytes
-from solvers.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_key
+from solvers.mapping.apply import Mapper, better, build_plan, heuristic_place, simulated_scores
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.parmesan.bands import BandBudgets, band_refine
@@ -45,8 +45,9 @@ class Configuration:
     micro_batches: int
     stage_of: IntArray
     dp_objective_s: float
-    score_s: float
-    bottleneck_s: float
+    score_s: float  # the comparison key (solvers.model.ranking): per sample unless the global batch is fixed
+    bottleneck_s: float  # in the unit of score_s
+    objective_s: float  # the proxy-mapped plan's simulated iteration time
     plan: Plan
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -148,15 +149,16 @@ def partition(ctx: SearchContext, cg: ClusterGraph, tr: Transitions, shape: Shap
 
 
 def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, micro_batches: int,
-          mapper: Mapper) -> tuple[tuple[float, float], Plan]:
-    """Simulated (objective, bottleneck) under the cheap mapper(s) used to rank candidates."""
+          mapper: Mapper) -> tuple[tuple[float, float], float, Plan]:
+    """Simulated (comparison key, bottleneck), objective and plan under the cheap mapper(s) used
+    to rank candidates (:func:`~solvers.mapping.apply.simulated_scores`)."""
     mappers: Iterable[Mapper] = ("consecutive", "p2p") if mapper == "parmesan" else (mapper,)
-    best: tuple[tuple[float, float], Plan] | None = None
+    best: tuple[tuple[float, float], float, Plan] | None = None
     for m in mappers:
         plan = build_plan(problem, stage_of, heuristic_place(m, n_stages, replicas), micro_batches)
-        key = simulated_key(problem, plan)
+        key, objective_s = simulated_scores(problem, plan)
         if best is None or better(key, best[0]):
-            best = (key, plan)
+            best = (key, objective_s, plan)
         if replicas == 1:
             break  # p2p-first equals CS
     assert best is not None
@@ -166,6 +168,9 @@ def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mi
 def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchSettings,
                       budget: Budget) -> tuple[Configuration | None, dict[str, Any]]:
     """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored.
+
+    Candidates are ranked by :func:`~solvers.mapping.apply.simulated_key`: the time per sample,
+    so that a candidate with more micro-batches (a larger global batch) is compared fairly.
 
     ``settings.band_rounds`` > 0: when the winner's graph was clustered (K < |V|), the band DP
     (:mod:`solvers.parmesan.bands`, not in the paper) re-solves its boundaries at op level, and
@@ -203,13 +208,13 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
                     explored["infeasible_candidates"] += 1
                     continue
                 stage_of, dp_s, rstats = found
-                key, plan = score(problem, stage_of, n_stages, replicas, mb, mapper)
+                key, objective_s, plan = score(problem, stage_of, n_stages, replicas, mb, mapper)
                 if not np.isfinite(key[0]):
                     explored["infeasible_candidates"] += 1
                     continue
                 if better(key, (best.score_s, best.bottleneck_s) if best is not None else None):
-                    best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], plan,
-                                     {**rstats, **cstats, "allreduce_in_partition": with_ar})
+                    best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], objective_s,
+                                         plan, {**rstats, **cstats, "allreduce_in_partition": with_ar})
     if best is not None and settings.band_rounds > 0 and best.n_stages > 1 and best.stats["k"] < problem.graph.n_ops \
             and not budget.expired():
         best = _with_bands(ctx, best, time.monotonic() + budget.remaining_s())
@@ -228,8 +233,9 @@ def _with_bands(ctx: SearchContext, best: Configuration, deadline: float) -> Con
     if found is None:
         return replace(best, stats={**best.stats, "band_rounds": 0, "band_improved": False})
     stage_of, bstats = found
-    key, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches, settings.mapper)
+    key, objective_s, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches,
+                                   settings.mapper)
     if not better(key, (best.score_s, best.bottleneck_s)):
         return replace(best, stats={**best.stats, **bstats, "band_improved": False})
-    return replace(best, stage_of=stage_of, score_s=key[0], bottleneck_s=key[1], plan=plan,
+    return replace(best, stage_of=stage_of, score_s=key[0], bottleneck_s=key[1], objective_s=objective_s, plan=plan,
                    stats={**best.stats, **bstats, "band_improved": True})

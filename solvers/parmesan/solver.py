@@ -19,10 +19,12 @@ from solvers.mapping.apply import (
     map_partition,
     mapping_deadline,
     simulated_key,
+    simulated_s,
 )
 from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.model.ranking import ranked_by
 from solvers.parmesan.search import SearchSettings, search_partitions
 from solvers.partition.costs import reference_costs
 
@@ -129,11 +131,11 @@ class ParmesanSolver:
         guarded: list[tuple[str, Plan, tuple[float, float]]] = []
         guard_s = 0.0
         if options.baseline_guard:  # before the mapping, so that the mapping gets what they leave
-            progress(ProgressEvent(0.5, best.score_s, None, "safety net"))
+            progress(ProgressEvent(0.5, best.objective_s, None, "safety net"))
             guard_started = time.monotonic()
             guarded = _baseline_plans(problem, self.safety_net(problem), budget.sub(options.guard_fraction))
             guard_s = time.monotonic() - guard_started
-        progress(ProgressEvent(0.6, best.score_s, None, "mapping"))
+        progress(ProgressEvent(0.6, best.objective_s, None, "mapping"))
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
                                    options.workers, problem.settings.seed, options.ensemble_heuristics, options.guard)
@@ -146,7 +148,7 @@ class ParmesanSolver:
                      "clustered further (see stats.clusterings)",)
         stats = {**explored, "alpha": best.alpha, "stages": best.n_stages, "replicas": best.replicas,
                  "micro_batches": best.micro_batches, "dp_objective_s": best.dp_objective_s,
-                 "proxy_mapping_objective_s": best.score_s, **best.stats, **mstats, "partition_source": "parmesan"}
+                 "proxy_mapping_objective_s": best.objective_s, **best.stats, **mstats, "partition_source": "parmesan"}
         if options.baseline_guard:
             plan, value, stats = _guard(problem, plan, value, {**stats, "guard_s": guard_s}, guarded)
         progress(ProgressEvent(1.0, value, None, "done"))
@@ -173,19 +175,22 @@ def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
            guarded: list[tuple[str, Plan, tuple[float, float]]]) -> tuple[Plan, float, dict[str, Any]]:
     """The safety net: the best of Parmesan's plan and the baselines' (:func:`_baseline_plans`).
 
-    Ranked by (objective, bottleneck stage) (:func:`~solvers.mapping.apply.better`).
-    ``stats.partition_source`` names the winner, ``stats.guard_objectives_s`` what each scored.
+    Ranked by (comparison key, bottleneck stage) (:func:`~solvers.mapping.apply.better`; the key
+    is the time per sample, so a baseline with another micro-batch count competes fairly).
+    ``stats.partition_source`` names the winner, ``stats.guard_keys_s`` what each scored in the
+    key's unit (``stats.ranked_by``).
     """
     best_key = simulated_key(problem, plan)
     best: tuple[Plan, str] = (plan, "parmesan")
-    scores: dict[str, float | None] = {"parmesan": value}
+    scores: dict[str, float | None] = {"parmesan": best_key[0] if np.isfinite(best_key[0]) else None}
     for name, other, key in guarded:
         scores[name] = key[0] if np.isfinite(key[0]) else None
         if better(key, best_key):
             best_key, best = key, (other, name)
     chosen, source = best
+    ranking = {"guard_keys_s": scores, "ranked_by": ranked_by(problem.objective, problem.settings.global_batch)}
     if source == "parmesan":
-        return plan, value, {**stats, "guard_objectives_s": scores}
+        return plan, value, {**stats, **ranking}
     out = Plan(stages=chosen.stages, micro_batches=chosen.micro_batches, schedule=chosen.schedule,
                recompute=chosen.recompute, status="feasible")
-    return out, best_key[0], {**stats, "partition_source": source, "guard_objectives_s": scores}
+    return out, simulated_s(problem, out), {**stats, "partition_source": source, **ranking}

@@ -23,6 +23,7 @@ from solvers.cost.memory import in_flight_micro_batches
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.rannc.allocate import NodeLayout, allocate_devices
 from solvers.rannc.blocks import BlockPartition
 from solvers.rannc.groups import reference_capacity_bytes
@@ -253,7 +254,8 @@ class StageSearch:
                     recompute=self.recompute_for(cand.stages), status="feasible")
 
     def run(self, exhaustive: bool, budget: Budget, report: Callable[[SearchResult, float], None]) -> SearchResult:
-        """Algorithm 2; every Algorithm 1 solution is scored with the simulator (per-sample time).
+        """Algorithm 2; every Algorithm 1 solution is scored with the simulator (per-sample time:
+        :func:`~solvers.model.ranking.comparison_key_s`).
 
         ``exhaustive=False`` (the default search): for each node count the stage counts are
         tried upwards until the best pipeline estimate of a stage count
@@ -278,13 +280,15 @@ class StageSearch:
                                          / cand.micro_batches)
                     plan = self.to_plan(cand, sol)
                     try:
-                        objective_s = float(simulate(self.problem, plan).metrics["objective_s"])
+                        metrics = simulate(self.problem, plan).metrics
                     except InvalidPlan:
                         result.rejected += 1
                         continue
                     result.simulated += 1
-                    per_sample = objective_s / cand.micro_batches
-                    if per_sample < result.per_sample_s:
+                    objective_s = float(metrics["objective_s"])
+                    settings = self.problem.settings
+                    per_sample = comparison_key_s(metrics, self.problem.objective, settings.global_batch)
+                    if per_sample is not None and per_sample < result.per_sample_s:
                         result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
                         result.chosen, result.solution = cand, sol
             report(result, (gi + 1) / len(groups))

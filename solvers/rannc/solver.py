@@ -41,8 +41,9 @@ class RanncOptions(SolverOptions):
 
 
 def micro_batch_candidates(problem: Problem, options: RanncOptions) -> list[int]:
-    """Micro-batch counts Algorithm 2 tries."""
-    if options.micro_batches == "problem":
+    """Micro-batch counts Algorithm 2 tries (the problem's when it fixes the global batch: the
+    graph is scaled per count, docs/formats.md)."""
+    if options.micro_batches == "problem" or problem.settings.global_batch is not None:
         return sorted(set(problem.settings.micro_batches))
     out, mb = [], 1
     while mb <= options.max_micro_batches:

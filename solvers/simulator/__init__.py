@@ -18,7 +18,7 @@ from solvers.simulator.metrics import build_metrics
 from solvers.simulator.result import SimulationResult, TimelineEntry
 from solvers.simulator.stage import run_stage_engine
 from solvers.simulator.units import run_units
-from solvers.validity import resolve_plan
+from solvers.validity import problem_for_plan, resolve_plan
 
 Engine = Literal["auto", "stage", "op"]
 ENGINES: tuple[str, ...] = ("auto", "stage", "op")
@@ -73,6 +73,7 @@ def simulate(problem: Problem, plan: Plan | ResolvedPlan, *, timeline: bool = Fa
     if engine not in ENGINES:
         raise InvalidPlan(f"engine: must be one of {', '.join(ENGINES)}, got {engine!r}", field="engine")
     rp = plan if isinstance(plan, ResolvedPlan) else resolve_plan(problem, plan)
+    problem = problem_for_plan(problem, rp.plan)  # settings.global_batch: the graph at this micro-batch size
     throughput = problem.objective == "throughput"
     if engine == "auto":
         engine = "stage" if throughput else "op"

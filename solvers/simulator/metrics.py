@@ -11,6 +11,7 @@ from solvers.cost.memory import plan_memory_bytes
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
+from solvers.model.ranking import time_per_sample_s
 
 
 def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> list[float]:
@@ -76,6 +77,8 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
         "objective_s": objective_s,
         "iteration_s": iteration_s,
         "throughput_samples_per_s": samples / iteration_s if iteration_s > 0 else None,
+        "samples_per_iteration": samples,
+        "time_per_sample_s": time_per_sample_s(iteration_s, mb, problem.graph.profiled_batch_size),
         "latency_s": latency_s,
         "stage_times_s": stages,
         "bottleneck_stage_s": max(stages, default=0.0),

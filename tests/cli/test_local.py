@@ -217,3 +217,18 @@ def test_solve_prints_the_plans_notes(files: dict[str, Path], capsys: pytest.Cap
     assert "  note: ideals: more than 2 in the whole graph" in out
     code, out, _ = run(capsys, "solve", "--solver", "exact", "--option", "max_ideals=2", *common, "--json")
     assert any("ideals: more than 2" in n for n in json.loads(out)["notes"])
+
+
+def test_global_batch_solve_simulate_and_bad_value(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    plan = files["dir"] / "plan.json"
+    common = ("--graph", str(files["graph"]), "--topology", str(files["topo"]))
+    code, out, _ = run(capsys, "solve", "--solver", "even", *common, "--global-batch", "32", "--micro-batches", "2,8",
+                       "-o", str(plan), "--json")
+    assert code == 0
+    solved = json.loads(out)["metrics"]
+    assert solved["samples_per_iteration"] == 32 and solved["micro_batches"] in (2, 8)
+    code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan), "--global-batch", "32", "--json")
+    assert code == 0 and json.loads(out)["iteration_s"] == pytest.approx(solved["iteration_s"], rel=1e-12)
+    code, _, err = run(capsys, "solve", "--solver", "even", *common, "--global-batch", "12", "--micro-batches", "8",
+                       "-o", str(plan))
+    assert code == 2 and "settings.global_batch: 12 samples do not split into 8 equal micro-batches" in err

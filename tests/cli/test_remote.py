@@ -116,8 +116,8 @@ def test_compare_table_plans_and_launcher(capsys: pytest.CaptureFixture[str], se
                        "--micro-batches", "4", "--wait")
     assert code == 0
     header = out.splitlines()[1].split()
-    assert header[:4] == ["solver", "status", "objective", "throughput/s"] and "efficiency" in header
-    assert "best:" in out
+    assert header[:5] == ["solver", "status", "time/sample", "bound/sample", "iteration"] and "efficiency" in header
+    assert "best:" in out and " per sample, objective " in out
     cmp = run_json(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even,pipedream",
                    "--micro-batches", "4", "--wait")
     best = next(r for r in cmp["rows"] if r["solver"] == cmp["best_solver"])

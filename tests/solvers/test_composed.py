@@ -33,7 +33,7 @@ def test_a_bare_parmesan_solver_has_an_empty_safety_net() -> None:
     problem = compute_only_problem(random_dag(3, 12), n_devices=4, n_stages=2)
     plan = ParmesanSolver().solve(problem, ParmesanOptions(), Budget(20), no_progress)
     assert plan.stats["partition_source"] == "parmesan"
-    assert set(plan.stats["guard_objectives_s"]) == {"parmesan"}
+    assert set(plan.stats["guard_keys_s"]) == {"parmesan"}
 
 
 def test_the_registry_serves_moirai_with_its_warm_start() -> None:

@@ -50,28 +50,31 @@ def test_auto_answers_throughput_and_honours_a_short_limit() -> None:
 
 
 def test_choose_reports_errors_and_infeasible() -> None:
-    infeasible = solve(fx.infeasible_problem("latency"), "heft").to_document()
-    plan = _choose(["heft", "x"], {"heft": ("ok", infeasible, 0.1), "x": ("error", "SolverFailure: boom", 0.2)})
+    problem = fx.infeasible_problem("latency")
+    infeasible = solve(problem, "heft").to_document()
+    plan = _choose(problem, ["heft", "x"], {"heft": ("ok", infeasible, 0.1), "x": ("error", "SolverFailure: boom", 0.2)})
     assert plan.status == "infeasible"
     assert plan.stats["portfolio"][1]["error"] == "SolverFailure: boom"
     with pytest.raises(SolverFailure, match="boom"):
-        _choose(["x"], {"x": ("error", "SolverFailure: boom", 0.2)})
+        _choose(problem, ["x"], {"x": ("error", "SolverFailure: boom", 0.2)})
 
 
 def test_a_bound_that_meets_the_objective_proves_optimality() -> None:
-    good = solve(fx.latency_problem("forward"), "heft").to_document()
+    problem = fx.latency_problem("forward")
+    good = solve(problem, "heft").to_document()
     objective = good["metrics"]["objective_s"]
     proved = {**good, "lower_bound_s": objective, "solver": "y"}
-    plan = _choose(["heft", "y"], {"heft": ("ok", good, 0.1), "y": ("ok", proved, 0.1)})
+    plan = _choose(problem, ["heft", "y"], {"heft": ("ok", good, 0.1), "y": ("ok", proved, 0.1)})
     assert plan.status == "optimal" and plan.lower_bound_s == objective
 
 
 def test_an_optimal_for_another_metric_is_not_the_portfolios() -> None:
-    doc = solve(fx.throughput_problem(), "even").to_document()
+    problem = fx.throughput_problem()
+    doc = solve(problem, "even").to_document()
     other = {**doc, "status": "optimal", "lower_bound_s": None,
              "stats": {"optimal_objective": "bottleneck_stage_s",
                        "optimal_bound_s": doc["metrics"]["bottleneck_stage_s"]}}
-    plan = _choose(["exact"], {"exact": ("ok", other, 0.1)})
+    plan = _choose(problem, ["exact"], {"exact": ("ok", other, 0.1)})
     assert plan.status == "feasible"
 
 
@@ -84,7 +87,7 @@ def test_sequential_mode_inside_a_daemon_process() -> None:
     deadline = time.monotonic() + 10.0
     results = AutoSolver._sequential(problem, ["heft", "m-topo"], deadline, no_progress)
     assert [results[n][0] for n in ("heft", "m-topo")] == ["ok", "ok"]
-    plan = _choose(["heft", "m-topo"], results)
+    plan = _choose(problem, ["heft", "m-topo"], results)
     assert plan.stats["chosen"] in ("heft", "m-topo")
     late = AutoSolver._sequential(problem, ["heft"], time.monotonic(), no_progress)
     assert late["heft"][:2] == ("error", "not started: no time left")
@@ -119,3 +122,20 @@ def test_auto_falls_back_to_a_linear_baseline_when_no_member_answers_in_time(obj
     assert plan.claimed_objective_s == pytest.approx(simulate(problem, plan).metrics["objective_s"])
     errors = {row["name"]: row["error"] for row in plan.stats["portfolio"]}
     assert errors[fallback] is None and all(errors[n] for n in errors if n != fallback)
+
+
+def test_choose_ranks_per_sample_and_keeps_each_bound_to_its_micro_batch_count() -> None:
+    problem = fx.throughput_problem().with_settings(micro_batches=(1, 8))
+    few = solve(problem.with_settings(micro_batches=(1,)), "even").to_document()
+    many = solve(problem.with_settings(micro_batches=(8,)), "even").to_document()
+    assert few["metrics"]["iteration_s"] < many["metrics"]["iteration_s"]
+    assert many["metrics"]["time_per_sample_s"] < few["metrics"]["time_per_sample_s"]
+    # a bound for one micro-batch is no bound for eight; and with two candidates a plan that meets
+    # its own bound is not proven optimal for the problem
+    few = {**few, "lower_bound_s": few["metrics"]["iteration_s"]}
+    many = {**many, "lower_bound_s": many["metrics"]["iteration_s"]}
+    plan = _choose(problem, ["a", "b"], {"a": ("ok", few, 0.1), "b": ("ok", many, 0.1)})
+    assert plan.stats["chosen"] == "b" and plan.micro_batches == 8
+    assert plan.lower_bound_s == many["lower_bound_s"] and plan.status == "feasible"
+    assert [r["key_s"] for r in plan.stats["portfolio"]] == [few["metrics"]["time_per_sample_s"],
+                                                             many["metrics"]["time_per_sample_s"]]

@@ -1,5 +1,5 @@
-"""Horizontal bar charts: the objective per solver against the lower bound, compute and
-communication per stage, peak memory per device against its capacity."""
+"""Horizontal bar charts: the comparison key per solver against each plan's own lower bound,
+compute and communication per stage, peak memory per device against its capacity."""
 
 from __future__ import annotations
 
@@ -20,37 +20,53 @@ BEST = "#2f7d4f"
 BOUND = "#c4574f"
 
 
-def objective_chart(rows: Sequence[ComparisonRow], best: str | None, objective: str) -> Markup:
-    """One bar per solver with a plan (its objective, seconds), and the tightest lower bound as a line."""
-    shown = [r for r in rows if r.objective_s is not None and r.status in ("optimal", "feasible")]
-    bounds = [r.lower_bound_s for r in rows if r.lower_bound_s is not None]
-    bound = max(bounds) if bounds else None
-    span = max([r.objective_s or 0.0 for r in shown] + [bound or 0.0]) * 1.08 or 1.0
-    plot_w = WIDTH - LABEL_W - 70
-    label = f"{'iteration time' if objective == 'throughput' else 'latency'} per solver (lower is better)"
+CHART_UNITS = {"time_per_sample_s": ("time per sample", "/sample"), "iteration_s": ("iteration time", ""),
+               "latency_s": ("latency", "")}
+
+
+def _seconds(value: float) -> str:
+    """Milliseconds, or microseconds below one millisecond (time per sample is often there)."""
+    return f"{value * 1e3:.4g} ms" if value >= 1e-3 else f"{value * 1e6:.4g} µs"
+
+
+def objective_chart(rows: Sequence[ComparisonRow], best: str | None, ranked_by: str) -> Markup:
+    """One bar per solver with a plan: its comparison key (``key_s``: seconds per sample, or per
+    iteration with a fixed global batch, or the latency; ``ranked_by`` says which), and on each
+    bar a tick at that plan's own lower bound in the same unit (``lower_bound_key_s``) — plans of
+    different micro-batch counts have different bounds, so no single line is drawn."""
+    shown = [r for r in rows if r.key_s is not None and r.status in ("optimal", "feasible")]
+    name, suffix = CHART_UNITS.get(ranked_by, ("objective", ""))
+    span = max([max(r.key_s or 0.0, r.lower_bound_key_s or 0.0) for r in shown] + [0.0]) * 1.12 or 1.0
+    plot_w = WIDTH - LABEL_W - 110
+    label = f"{name} per solver (lower is better), each against its own lower bound"
     top = 22.0
     height = max(1, len(shown)) * (BAR_H + GAP)
-    body = x_axis(LABEL_W, plot_w, top, height, span)
+    body = x_axis(LABEL_W, plot_w, top, height, span, f"seconds{' per sample' if suffix else ''}")
+    body.append(f'<line x1="{LABEL_W:.0f}" y1="6" x2="{LABEL_W:.0f}" y2="16" stroke="{BOUND}" stroke-width="2"/>'
+                f'<text x="{LABEL_W + 6:.0f}" y="15" fill="{BOUND}">the plan\'s lower bound</text>')
     y = top + GAP / 2
     for r in shown:
-        w = (r.objective_s or 0.0) / span * plot_w
+        key = r.key_s or 0.0
+        w = key / span * plot_w
         color = BEST if r.solver == best else KIND_COLORS["forward"]
-        body.append(f'<text x="{LABEL_W - 6:.0f}" y="{y + BAR_H * 0.7:.1f}" text-anchor="end" fill="{INK}">'
+        body.append(f'<g class="solver-bar" data-solver="{esc(r.solver)}">'
+                    f'<text x="{LABEL_W - 6:.0f}" y="{y + BAR_H * 0.7:.1f}" text-anchor="end" fill="{INK}">'
                     f'{esc(r.solver)}</text>'
                     f'<rect x="{LABEL_W:.0f}" y="{y:.1f}" width="{max(w, 0.5):.1f}" height="{BAR_H:.0f}" '
-                    f'fill="{color}"><title>{esc(r.solver)}: {(r.objective_s or 0) * 1e3:.4g} ms</title></rect>'
-                    f'<text x="{LABEL_W + w + 4:.1f}" y="{y + BAR_H * 0.7:.1f}" fill="{MUTED}">'
-                    f'{(r.objective_s or 0) * 1e3:.4g} ms{" (best)" if r.solver == best else ""}</text>')
+                    f'fill="{color}"><title>{esc(r.solver)}: {_seconds(key)}{suffix}</title></rect>'
+                    f'<text x="{LABEL_W + max(w, (r.lower_bound_key_s or 0.0) / span * plot_w) + 6:.1f}" '
+                    f'y="{y + BAR_H * 0.7:.1f}" fill="{MUTED}">'
+                    f'{_seconds(key)}{suffix}{" (best)" if r.solver == best else ""}</text>')
+        if r.lower_bound_key_s is not None:
+            x = LABEL_W + r.lower_bound_key_s / span * plot_w
+            body.append(f'<line class="bound" x1="{x:.1f}" y1="{y - 2:.1f}" x2="{x:.1f}" y2="{y + BAR_H + 2:.1f}" '
+                        f'stroke="{BOUND}" stroke-width="2"><title>{esc(r.solver)}: lower bound '
+                        f'{_seconds(r.lower_bound_key_s)}{suffix}</title></line>')
+        body.append('</g>')
         y += BAR_H + GAP
     if not shown:
         body.append(f'<text x="{LABEL_W:.0f}" y="{top + 16:.0f}" fill="{MUTED}">no plan yet</text>')
-    if bound is not None:
-        x = LABEL_W + bound / span * plot_w
-        body.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{top + height:.1f}" stroke="{BOUND}" '
-                    f'stroke-width="2" stroke-dasharray="5 3"/>'
-                    f'<text x="{x:.1f}" y="{top - 6:.1f}" text-anchor="middle" fill="{BOUND}">lower bound '
-                    f'{bound * 1e3:.4g} ms</text>')
-    return svg(WIDTH, top + height + 22, body, label)
+    return svg(WIDTH, top + height + 36, body, label)
 
 
 def stage_chart(stages: Sequence[StageBar]) -> Markup:

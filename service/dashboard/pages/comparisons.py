@@ -57,7 +57,7 @@ def _form_context(session: Session, project: str, values: dict[str, Any]) -> dic
 def comparison_form(request: Request, viewer: ViewerDep, session: SessionDep) -> Response:
     values = {"graph_id": request.query_params.get("graph_id", ""),
               "topology_id": request.query_params.get("topology_id", ""), "objective": "throughput",
-              "pass": "forward", "micro_batches": "8", "time_limit_s": "10", "solvers": [], "options": {}}
+              "pass": "forward", "micro_batches": "8", "global_batch": "", "time_limit_s": "10", "solvers": [], "options": {}}
     return page("comparison_new.html", viewer, **_form_context(session, viewer.project_id, values), error=None)
 
 
@@ -72,6 +72,12 @@ def _comparison_in(values: dict[str, Any]) -> ComparisonIn:
     settings: dict[str, Any] = {"pass": values["pass"]}
     if micro:
         settings["micro_batches"] = micro
+    if str(values.get("global_batch") or "").strip():
+        try:
+            settings["global_batch"] = int(str(values["global_batch"]))
+        except ValueError:
+            raise InvalidInput("global_batch: a whole number of samples per iteration, or blank",
+                               field="global_batch") from None
     limit = values["time_limit_s"]
     try:
         return ComparisonIn.model_validate({
@@ -82,7 +88,7 @@ def _comparison_in(values: dict[str, Any]) -> ComparisonIn:
         if isinstance(exc, ValidationError):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or "form"
-            raise InvalidInput(f"{field}: {err['msg']}", field=field) from None
+            raise InvalidInput(f"{field}: {str(err['msg']).removeprefix('Value error, ')}", field=field) from None
         raise InvalidInput("time_limit_s: must be a number of seconds", field="time_limit_s") from None
 
 
@@ -94,7 +100,8 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
     values: dict[str, Any] = {
         "graph_id": text_field(fields, "graph_id"), "topology_id": text_field(fields, "topology_id"),
         "objective": text_field(fields, "objective", "throughput"), "pass": text_field(fields, "pass", "forward"),
-        "micro_batches": text_field(fields, "micro_batches"), "time_limit_s": text_field(fields, "time_limit_s"),
+        "micro_batches": text_field(fields, "micro_batches"), "global_batch": text_field(fields, "global_batch"),
+        "time_limit_s": text_field(fields, "time_limit_s"),
         "solvers": solvers, "options": {k[len("options."):]: text_field(fields, k) for k in fields
                                         if k.startswith("options.")}}
 
@@ -118,7 +125,7 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
 def _comparison_context(session: Session, project: str, comparison_id: str) -> dict[str, Any]:
     out = comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))
     names = _names(session, project, [out])
-    return {"cmp": out, "names": names, "chart": objective_chart(out.rows, out.best_solver, out.objective),
+    return {"cmp": out, "names": names, "chart": objective_chart(out.rows, out.best_solver, out.ranked_by),
             "plans": [r for r in out.rows if r.plan_id]}
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from client.models import Comparison
 from tests.service.conftest import Api, assert_problem
 
 
@@ -27,6 +32,56 @@ def test_comparison_table_of_several_solvers(api: Api) -> None:
     jobs = api.get(f"/v1/jobs?comparison_id={cid}").json()["items"]
     assert len(jobs) == 2
     assert cid in [c["id"] for c in api.get(f"/v1/comparisons?graph_id={gid}").json()["items"]]
+
+
+def finished_comparison(api: Api, body: dict[str, object]) -> dict[str, Any]:
+    """Create a comparison and wait for every job."""
+    r = api.post("/v1/comparisons", json=body)
+    assert r.status_code == 202, r.text
+    for row in r.json()["rows"]:
+        api.wait(row["job_id"])
+    table: dict[str, Any] = api.get(f"/v1/comparisons/{r.json()['id']}").json()
+    assert table["done"]
+    return table
+
+
+def per_sample_comparison(api: Api) -> dict[str, Any]:
+    """``even`` (searching 2 and 8 micro-batches) against ``sleepy`` (one stage, 2 micro-batches):
+    sleepy has the shorter iteration, even the shorter time per sample."""
+    gid, tid = api.graph(n_ops=30), api.topology()
+    return finished_comparison(api, {"graph_id": gid, "topology_id": tid, "solvers": ["sleepy", "even"],
+                                     "settings": {"micro_batches": [2, 8]}, "options": {"sleepy": {"sleep_s": 0}},
+                                     "time_limit_s": 20})
+
+
+def test_comparison_crowns_the_least_time_per_sample(api: Api) -> None:
+    table = per_sample_comparison(api)
+    rows = {row["solver"]: row for row in table["rows"]}
+    sleepy, even = rows["sleepy"], rows["even"]
+    assert sleepy["iteration_s"] < even["iteration_s"]  # the least iteration is not the best
+    assert table["ranked_by"] == "time_per_sample_s" and table["best_solver"] == "even"
+    for row in table["rows"]:
+        assert row["key_s"] == pytest.approx(row["iteration_s"] / row["samples_per_iteration"], rel=1e-9)
+        assert row["key_s"] == pytest.approx(1 / row["throughput_samples_per_s"], rel=1e-9)
+        assert row["lower_bound_key_s"] == pytest.approx(row["lower_bound_s"] / row["samples_per_iteration"], rel=1e-9)
+    assert even["key_s"] < sleepy["key_s"] and sleepy["samples_per_iteration"] < even["samples_per_iteration"]
+    client_view = Comparison.model_validate(table)
+    assert client_view.best is not None and client_view.best.solver == "even"
+
+
+def test_comparison_with_a_global_batch_crowns_the_least_iteration(api: Api) -> None:
+    gid, tid = api.graph(n_ops=30), api.topology()
+    table = finished_comparison(api, {"graph_id": gid, "topology_id": tid, "solvers": ["sleepy", "even"],
+                                      "settings": {"global_batch": 16, "micro_batches": [2, 8]},
+                                      "options": {"sleepy": {"sleep_s": 0}}, "time_limit_s": 20})
+    assert table["ranked_by"] == "iteration_s"
+    rows = {row["solver"]: row for row in table["rows"]}
+    assert all(row["samples_per_iteration"] == pytest.approx(16) and row["key_s"] == row["iteration_s"]
+               for row in rows.values())
+    assert table["best_solver"] == min(rows.values(), key=lambda row: row["iteration_s"])["solver"] == "even"
+    assert_problem(api.post("/v1/comparisons", json={"graph_id": gid, "topology_id": tid, "solvers": ["even"],
+                                                     "settings": {"global_batch": 6, "micro_batches": [4]}}),
+                   422, field="settings.global_batch")
 
 
 def test_comparison_idempotency_key(api: Api) -> None:

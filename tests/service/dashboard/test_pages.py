@@ -7,7 +7,9 @@ import re
 import warnings
 from typing import Any
 
+from service.dashboard.charts.bars import _seconds as fmt
 from service.dashboard.session import SESSION_COOKIE
+from tests.service.api.test_comparisons import per_sample_comparison
 from tests.service.conftest import Api
 
 with warnings.catch_warnings():
@@ -196,3 +198,32 @@ def test_plan_page_shows_the_solvers_notes(api: Api) -> None:
     page = web.get(f"/plans/{job['plan_id']}").text
     notes = page.split("data-plan-notes>", 1)[1].split("</ul>", 1)[0]
     assert "ideals: more than 2 in the whole graph" in notes and "even&#39;s split answers" in notes
+
+
+def test_comparison_chart_draws_time_per_sample_against_each_plans_bound(api: Api) -> None:
+    table = per_sample_comparison(api)
+    web, _ = signed_in(api)
+    page = web.get(f"/comparisons/{table['id']}").text
+    assert 'data-ranked-by="time_per_sample_s"' in page and "Time / sample" in page
+    assert '<tr class="best" data-solver="even">' in page
+    chart = page[page.index('<figure class="chart-box">'):page.index("</figure>")]
+    assert "Time per sample per solver, each against its own lower bound" in chart
+    assert chart.count('class="solver-bar"') == 2 and chart.count('<line class="bound"') == 2
+    assert "/sample (best)" in chart and "stroke-dasharray" not in chart  # no one line across every bar
+    for row in table["rows"]:  # each tick sits at that plan's bound per sample, in the row's bar
+        bar = chart[chart.index(f'data-solver="{row["solver"]}"'):]
+        bar = bar[:bar.index("</g>")]
+        assert f'lower bound {fmt(row["lower_bound_key_s"])}/sample' in bar
+
+
+def test_new_comparison_form_takes_a_global_batch(api: Api) -> None:
+    gid, tid = api.graph(n_ops=12), api.topology()
+    web, token = signed_in(api)
+    form = {"csrf": token, "graph_id": gid, "topology_id": tid, "objective": "throughput", "pass": "forward",
+            "micro_batches": "8", "global_batch": "12", "time_limit_s": "10", "solvers": "even"}
+    r = web.post("/comparisons", data=form, follow_redirects=False)
+    assert r.status_code == 422 and "settings.global_batch: 12 samples do not split into 8" in r.text
+    r = web.post("/comparisons", data={**form, "global_batch": "16"}, follow_redirects=False)
+    assert r.status_code == 303
+    cmp = api.get("/v1/comparisons/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert cmp["settings"]["global_batch"] == 16 and cmp["ranked_by"] == "iteration_s"

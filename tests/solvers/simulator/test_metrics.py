@@ -17,7 +17,8 @@ from solvers.validity import resolve_plan
 from tests.solvers.simulator.cases import chain_graph, line_topology
 from tests.strategies import examples, latency_cases, throughput_cases
 
-KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "latency_s", "stage_times_s",
+KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "samples_per_iteration",
+        "time_per_sample_s", "latency_s", "stage_times_s",
         "bottleneck_stage_s", "bubble_fraction", "peak_memory_bytes", "busy_s", "bytes_per_channel",
         "lower_bound_s", "efficiency", "micro_batches", "schedule"}
 
@@ -39,6 +40,7 @@ def test_keys_units_and_json() -> None:
     json.dumps(m, allow_nan=False)
     assert m["objective_s"] == m["iteration_s"]
     assert m["throughput_samples_per_s"] == pytest.approx(4 * 8 / m["iteration_s"])
+    assert m["samples_per_iteration"] == 4 * 8 and m["time_per_sample_s"] == pytest.approx(m["iteration_s"] / 32)
     assert m["bottleneck_stage_s"] == max(m["stage_times_s"])
     assert m["stage_times_s"] == pytest.approx([6.0, 3.0])
     assert m["busy_s"] == pytest.approx({"d0": 24.0, "d1": 12.0, "d2": 12.0})

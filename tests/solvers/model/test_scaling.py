@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from solvers.celeritas.estimate import scale_graph
 from solvers.model.errors import InvalidGraph, InvalidInput
 from solvers.model.graph import Edge, KindTimes, Node, OpGraph
+from solvers.model.scaling import scale_graph
 
 
 def _profile(batch: int, *, noise: float = 0.0, drop_edge: bool = False) -> OpGraph:

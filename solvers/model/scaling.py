@@ -1,4 +1,4 @@
-"""Standard Evaluation, rough estimation (Celeritas §4.2.1).
+"""A graph at another batch size: Standard Evaluation, rough estimation (Celeritas §4.2.1).
 
 Profiles of the same model at several small batch sizes (each fits one device) are turned
 into the graph at a large target batch size: per node, a least-squares line ``y = a + b x``
@@ -7,7 +7,8 @@ over the batch sizes ``x`` for every memory field (``act_bytes``, ``mem_fwd_byte
 as the paper's "rough estimation", the same line for the times (``fwd_s``, ``bwd_s`` and any
 per-kind ``times``) and for every edge's ``bytes``.  Predictions are clipped at 0.  With a
 single profile the line goes through the origin (everything proportional to the batch size,
-parameters kept as they are).
+parameters kept as they are).  :func:`graph_at_batch` is that single-profile case: it is how
+``settings.global_batch`` gives each candidate micro-batch count its graph (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -104,3 +105,12 @@ def _kind_times(profiles: Sequence[OpGraph], batch_sizes: Sequence[int], target:
             else:
                 fwd[k, i], bwd[k, i] = t.fwd_s, t.bwd_s
     return _predict(batch_sizes, fwd, target), _predict(batch_sizes, bwd, target), have
+
+
+def graph_at_batch(graph: OpGraph, batch: int) -> OpGraph:
+    """``graph`` with its per-micro-batch costs at ``batch`` samples: times, activation, working
+    memory and edge bytes proportional to the batch size, parameters unchanged
+    (:func:`scale_graph` from the one profile).  The graph itself when it is already at ``batch``."""
+    if batch == graph.profiled_batch_size:
+        return graph
+    return scale_graph([graph], [graph.profiled_batch_size], batch)
