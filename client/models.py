@@ -87,7 +87,7 @@ class Job(_Model):
     parent_id: str | None = None  # the auto job this job is a portfolio member of (Celery workers)
     solver: str
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = None  # None in lists unless asked for (include_settings=True)
     options: dict[str, Any]
     time_limit_s: float
     cache: bool
@@ -135,7 +135,7 @@ class Comparison(_Model):
     graph_id: str | None
     topology_id: str | None
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = None  # None in lists unless asked for (include_settings=True)
     done: bool
     best_solver: str | None
     rows: list[ComparisonRow]

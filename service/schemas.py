@@ -11,6 +11,8 @@ from solvers.generate import MAX_GENERATED_DEVICES, TOPOLOGY_KINDS, TOPOLOGY_SIZ
 from solvers.model.settings import ProblemSettings
 
 T = TypeVar("T")
+Include = Literal["settings"]
+INCLUDE_DESCRIPTION = "settings: carry each item's settings (left out of lists otherwise, to keep pages small)"
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Objective = Literal["throughput", "latency"]
 
@@ -92,7 +94,8 @@ class JobOut(BaseModel):
     parent_id: str | None = Field(None, description="the auto job this job is a portfolio member of (Celery workers)")
     solver: str
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = Field(
+        None, description="the job's settings; null in lists unless asked for with include=settings")
     options: dict[str, Any]
     time_limit_s: float
     cache: bool
@@ -142,7 +145,8 @@ class ComparisonOut(BaseModel):
     graph_id: str | None
     topology_id: str | None
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = Field(
+        None, description="the comparison's settings; null in lists unless asked for with include=settings")
     done: bool
     best_solver: str | None
     rows: list[ComparisonRow]

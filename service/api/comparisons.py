@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from service.api.cursors import next_cursor, paginate
 from service.api.error_docs import errors
@@ -19,7 +19,7 @@ from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.validate import JobRequest, validate_job
-from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
+from service.schemas import INCLUDE_DESCRIPTION, ComparisonIn, ComparisonOut, ComparisonRow, Include, Page
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 
@@ -27,12 +27,13 @@ router = APIRouter(prefix="/v1", tags=["comparisons"], route_class=PlacerRoute)
 GOOD_STATUSES = ("optimal", "feasible")
 
 
-def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
+def comparison_out(session: Session, cmp: Comparison, *, settings: bool = True) -> ComparisonOut:
+    """The comparison's table (``settings=False``: without its settings, as lists answer unless asked)."""
     rows = session.execute(select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id)
-                           .where(Job.comparison_id == cmp.id).order_by(Job.id)).all()
+                           .where(Job.comparison_id == cmp.id).order_by(Job.id).options(defer(Job.settings))).all()
     table = []
     for job, plan in rows:
-        out = job_out(job)
+        out = job_out(job, settings=False)
         table.append(ComparisonRow(
             solver=job.solver, job_id=job.id, job_status=out.status, plan_id=job.plan_id,
             status=plan.status if plan else None, objective_s=plan.objective_s if plan else None,
@@ -44,7 +45,7 @@ def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
     ranked = [r for r in table if r.status in GOOD_STATUSES and r.objective_s is not None]
     best = min(ranked, key=lambda r: r.objective_s or 0.0).solver if ranked else None
     return ComparisonOut(id=cmp.id, graph_id=cmp.graph_id, topology_id=cmp.topology_id, objective=cmp.objective,
-                         settings=cmp.settings, done=all(r.job_status in FINAL_STATES for r in table),
+                         settings=cmp.settings if settings else None, done=all(r.job_status in FINAL_STATES for r in table),
                          best_solver=best, rows=table, created_at=cmp.created_at)
 
 
@@ -94,14 +95,20 @@ def list_comparisons(session: SessionDep, project: ProjectDep,
                      graph_id: Annotated[str | None, Query(max_length=40)] = None,
                      topology_id: Annotated[str | None, Query(max_length=40)] = None,
                      cursor: Annotated[str | None, Query(max_length=40)] = None,
-                     limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[ComparisonOut]:
+                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                     include: Annotated[Include | None, Query(description=INCLUDE_DESCRIPTION)] = None,
+                     ) -> Page[ComparisonOut]:
+    """Comparisons of the project, newest first; items carry no ``settings`` unless ``include=settings``."""
     stmt = select(Comparison).where(Comparison.project_id == project)
+    if include != "settings":
+        stmt = stmt.options(defer(Comparison.settings))
     if graph_id is not None:
         stmt = stmt.where(Comparison.graph_id == graph_id)
     if topology_id is not None:
         stmt = stmt.where(Comparison.topology_id == topology_id)
     rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Comparison.id, cursor, limit))), limit)
-    return Page[ComparisonOut](items=[comparison_out(session, c) for c in rows], next_cursor=nxt)
+    return Page[ComparisonOut](items=[comparison_out(session, c, settings=include == "settings") for c in rows],
+                               next_cursor=nxt)
 
 
 @router.get("/comparisons/{comparison_id:id}", response_model=ComparisonOut, responses=errors())
