@@ -15,7 +15,8 @@ without that environment's editable ``placer``) and ``pip`` runs with ``--no-dep
 instead of downloading the constrained versions; the services listen on loopback ports rather
 than the compose network's names (``postgres``, ``redis``, port 8000), use a fresh PostgreSQL
 schema of the test database and a queue of their own on the shared Redis; nothing runs as user
-10001.
+10001; torch is importable (the development environment has it, the image leaves it out), so the
+API here also runs ``placer launcher check`` on the model before answering, which the image skips.
 """
 
 from __future__ import annotations
