@@ -10,13 +10,13 @@ commands and environment are read from ``docker-compose.yml``.
 
 What differs, and why: no image is built (no container engine on this machine); the fresh virtual
 environment runs this machine's Python rather than ``python:3.11-slim``; its third-party packages
-come from the development environment's ``site-packages`` (added to its path with a ``.pth`` file,
-without that environment's editable ``placer``) and ``pip`` runs with ``--no-deps --no-index``
-instead of downloading the constrained versions; the services listen on loopback ports rather
+are the development environment's copies (linked, only the distributions ``placer[all]`` and
+its build requirements name, so torch and the development tools are absent as in the image;
+the versions are the environment's rather than ``constraints.txt``'s) and ``pip`` runs with
+``--no-deps --no-index`` instead of downloading them; the services listen on loopback ports rather
 than the compose network's names (``postgres``, ``redis``, port 8000), use a fresh PostgreSQL
 schema of the test database and a queue of their own on the shared Redis; nothing runs as user
-10001; torch is importable (the development environment has it, the image leaves it out), so the
-API here also runs ``placer launcher check`` on the model before answering, which the image skips.
+10001.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -33,12 +34,14 @@ import time
 import venv
 import zipfile
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from tests.service.conftest import database_url
 from tests.service.jobs.processes import free_port, stop, wait_until
@@ -46,6 +49,7 @@ from tests.service.jobs.processes import free_port, stop, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("PLACER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 SECRET = "deploy-test-" + "0" * 32
+BUILD_REQUIREMENTS = ("setuptools", "wheel")  # pyproject.toml's [build-system] requires
 MODEL = {"example": "bert", "params": {"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "vocab": 64}, "batch": 2}
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
@@ -93,14 +97,55 @@ def copy_file_set(app: Path) -> list[str]:
     return sources
 
 
+def image_distributions(extras: frozenset[str]) -> set[str]:
+    """The distributions ``pip install ".[<extras>]"`` installs (placer's requirements with those
+    extras, recursively) plus its build requirements, as the development environment has them."""
+    todo = [("placer", extras), *((name, frozenset[str]()) for name in BUILD_REQUIREMENTS)]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        name, wanted = todo.pop()
+        key = (re.sub(r"[-_.]+", "-", name).lower(), wanted)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:  # e.g. wheel: recent setuptools builds wheels without it
+            continue
+        for raw in requires:
+            req = Requirement(raw)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (wanted or {""})):
+                todo.append((req.name, frozenset(req.extras)))
+    return {name for name, _ in seen} - {"placer"}
+
+
+def expose_distributions(names: set[str], folder: Path) -> None:
+    """Links in ``folder`` to the top-level modules of the distributions ``names`` (only those: what
+    the image leaves out, torch above all, stays out here too)."""
+    folder.mkdir()
+    for name in names:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
+            origin = Path(str(dist.locate_file(top)))
+            if origin.exists() and not (folder / top).exists():
+                (folder / top).symlink_to(origin)
+
+
 def install_like_the_dockerfile(app: Path, env_dir: Path) -> None:
-    """A fresh venv (no pip of its own) seeing the development environment's third-party packages,
-    with the file set installed by the Dockerfile's ``pip install`` line (``--no-deps --no-index``)."""
+    """A fresh venv (no pip of its own) seeing the development environment's copies of exactly the
+    distributions the image installs, with the file set installed by the Dockerfile's
+    ``pip install`` line (``--no-deps --no-index``)."""
     venv.EnvBuilder(with_pip=False).create(env_dir)
     site = Path(sysconfig.get_paths(vars={"base": str(env_dir), "platbase": str(env_dir)})["purelib"])
-    (site / "placer-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     run_lines = [args for word, args in dockerfile_instructions() if word == "RUN" and "pip install" in args]
     assert len(run_lines) == 1, run_lines
+    extras = re.search(r"\.\[([^\]]*)\]", run_lines[0])
+    deps = env_dir / "image-deps"
+    expose_distributions(image_distributions(frozenset(extras.group(1).split(",") if extras else ())), deps)
+    (site / "image-deps.pth").write_text(f"{deps}\n")
     install = shlex.split(run_lines[0].split("&&")[0])
     assert install[:2] == ["pip", "install"], install
     cmd = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q",
@@ -146,6 +191,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sources = copy_file_set(app)
     install_like_the_dockerfile(app, root / "venv")
     assert {"solvers", "service", "client", "cli", "extract", "launcher", "migrations"} <= set(sources)
+    probe = "import importlib.util as u; print(*(bool(u.find_spec(m)) for m in ('torch', 'pytest', 'celery', 'psycopg')))"
+    out = subprocess.run([root / "venv" / "bin" / "python", "-c", probe], capture_output=True, text=True, cwd=root)
+    assert out.stdout.split() == ["False", "False", "True", "True"], out.stdout + out.stderr  # as in the image
     yield root
 
 
