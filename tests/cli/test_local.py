@@ -217,3 +217,15 @@ def test_solve_prints_the_plans_notes(files: dict[str, Path], capsys: pytest.Cap
     assert "  note: ideals: more than 2 in the whole graph" in out
     code, out, _ = run(capsys, "solve", "--solver", "exact", "--option", "max_ideals=2", *common, "--json")
     assert any("ideals: more than 2" in n for n in json.loads(out)["notes"])
+
+
+def test_solve_refuses_settings_that_do_not_fit_naming_them(files: dict[str, Path],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The library's check, as the service makes it at submission: 4 devices here."""
+    common = ["--solver", "even", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
+              "-o", str(files["dir"] / "p.json")]
+    for flags, field in ((["--stages", "1000000"], "settings.stages"), (["--replicas", "5"], "settings.replicas"),
+                         (["--settings", '{"stage_memory_caps_bytes": {"9": 1}}'], "settings.stage_memory_caps_bytes.9")):
+        code, _, err = run(capsys, "solve", *common, *flags)
+        assert code == 2 and err.startswith(f"error: {field}:"), err
+    assert not (files["dir"] / "p.json").exists()
