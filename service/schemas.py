@@ -160,7 +160,8 @@ class ComparisonIn(Strict):
     solvers: list[SolverName] = Field(min_length=1, max_length=64, json_schema_extra={"uniqueItems": True})
     objective: Objective = "throughput"
     settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="solver name -> its options")
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict, max_length=64,
+                                               description="solver name (one of solvers) -> its options")
     time_limit_s: float | None = Field(None, gt=0)
     cache: bool = True
 
