@@ -88,7 +88,7 @@ class Job(_Model):
     parent_id: str | None = None  # the auto job this job is a portfolio member of (Celery workers)
     solver: str
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = None  # None in lists unless asked for (include_settings=True)
     options: dict[str, Any]
     time_limit_s: float
     cache: bool
@@ -139,7 +139,7 @@ class Comparison(_Model):
     graph_id: str | None
     topology_id: str | None
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = None  # None in lists unless asked for (include_settings=True)
     ranked_by: RankedBy
     done: bool
     best_solver: str | None

@@ -147,10 +147,10 @@ class Client:
 
     def list_jobs(self, *, status: str | None = None, solver: str | None = None, graph_id: str | None = None,
                   topology_id: str | None = None, comparison_id: str | None = None,
-                  page_size: int = 50) -> Iterator[Job]:
+                  page_size: int = 50, include_settings: bool = False) -> Iterator[Job]:
         return self._iterate(Job, "/v1/jobs", page_size, {
             "status": status, "solver": solver, "graph_id": graph_id, "topology_id": topology_id,
-            "comparison_id": comparison_id})
+            "comparison_id": comparison_id, "include": "settings" if include_settings else None})
 
     def cancel(self, job: Ref) -> Job:
         """Ask a queued or running job to stop (:class:`~client.errors.Conflict` once it finished)."""
@@ -230,9 +230,10 @@ class Client:
         return self._model(Comparison, _calls.get(f"/v1/comparisons/{ref_id(comparison)}"))
 
     def list_comparisons(self, *, graph_id: str | None = None, topology_id: str | None = None,
-                         page_size: int = 20) -> Iterator[Comparison]:
+                         page_size: int = 20, include_settings: bool = False) -> Iterator[Comparison]:
         return self._iterate(Comparison, "/v1/comparisons", page_size,
-                             {"graph_id": graph_id, "topology_id": topology_id})
+                             {"graph_id": graph_id, "topology_id": topology_id,
+                              "include": "settings" if include_settings else None})
 
     def wait_comparison(self, comparison: Ref, timeout: float | None = None, *,
                         on_update: Callable[[Comparison], None] | None = None) -> Comparison:

@@ -110,8 +110,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     resp.pop("content", None)
                 elif code.isdigit() and int(code) >= 400 and not (path == "/readyz" and code == "503"):
                     resp["content"] = problem
+    components["OpGraphDocument"] = _document_schema("opgraph", "OpGraphDocument", components)
+    components["TopologyDocument"] = _document_schema("topology", "TopologyDocument", components)
+    components["PlanDocument"] = _document_schema("plan", "PlanDocument", components)
+    components["EvaluateIn"]["properties"]["plan"] = {
+        "$ref": "#/components/schemas/PlanDocument", "description": "a placer.plan/v1 document"}
     for name, component in components.items():
-        if "Out" not in name:  # request schemas only
+        if "Out" not in name:  # request schemas only (uploaded documents included)
             _storable_text(component)
     for ops in schema.get("paths", {}).values():
         for op in ops.values():
@@ -122,8 +127,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         {"type": "array", "items": {"$ref": "#/components/schemas/StorableJSON"}},
         {"type": "object", "propertyNames": {"pattern": TEXT_PATTERN},
          "additionalProperties": {"$ref": "#/components/schemas/StorableJSON"}}]}
-    components["OpGraphDocument"] = _document_schema("opgraph", "OpGraphDocument", components)
-    components["TopologyDocument"] = _document_schema("topology", "TopologyDocument", components)
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     app.openapi_schema = schema
@@ -164,9 +167,11 @@ def _storable_text(schema: Any) -> None:
         return
     if schema.get("type") == "string" and "enum" not in schema and "pattern" not in schema:
         schema["pattern"] = TEXT_PATTERN
-    if schema.get("type") == "object" and schema.get("additionalProperties") not in (None, False):
+    extra = schema.get("additionalProperties")
+    free_form = extra is True or (extra is None and "properties" not in schema)  # e.g. a document's attrs
+    if schema.get("type") == "object" and extra is not False:
         schema.setdefault("propertyNames", {"pattern": TEXT_PATTERN})
-        if schema["additionalProperties"] is True:  # free-form values: any JSON of storable text
+        if free_form:  # free-form values: any JSON of storable text
             schema["additionalProperties"] = {"$ref": "#/components/schemas/StorableJSON"}
     for value in schema.values():
         _storable_text(value)

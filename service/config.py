@@ -10,11 +10,15 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from solvers.model.errors import InvalidInput
 
 ENV_PREFIX = "PLACER_"
+MIN_SESSION_SECRET_CHARS = 32
+KNOWN_SECRETS = frozenset({"change-me", "changeme", "change_me", "secret", "placer", "password", "default"})
+"""Values published in examples and templates: a server never signs sessions with one of them."""
+SECRET_FIELDS = frozenset({"session_secret"})
 
 
 class InvalidSettings(InvalidInput):
@@ -50,12 +54,23 @@ class ServiceConfig(BaseModel):
     plan_cache_bytes: int = Field(64 * 2**20, ge=0, description="memory for answers of GET /v1/plans/{id} (0: off)")
     progress_interval_s: float = Field(0.25, ge=0)
     log_level: str = "info"
-    session_secret: str = Field("", description="signs dashboard session cookies; empty: a random secret per process")
+    session_secret: str = Field("", description="signs dashboard session cookies (at least 32 characters, never a "
+                                "published example value); empty: a random secret per start, logged as such")
     dispatch: Literal["local", "celery"] = "local"
     broker_url: str = "redis://127.0.0.1:6379/0"
     queue: str = Field("placer", min_length=1, description="the broker queue the API sends solver jobs to")
     project_max_running: int = Field(0, ge=0, description="running jobs per project at once (0 = no cap)")
     project_max_queued: int = Field(0, ge=0, description="queued jobs per project (0 = no cap); more get 429")
+
+    @field_validator("session_secret")
+    @classmethod
+    def _unguessable(cls, value: str) -> str:
+        if value and value.strip().lower() in KNOWN_SECRETS:
+            raise ValueError("is a published example value; generate one (openssl rand -hex 32) or leave it unset")
+        if value and len(value) < MIN_SESSION_SECRET_CHARS:
+            raise ValueError(f"must be at least {MIN_SESSION_SECRET_CHARS} characters (openssl rand -hex 32), "
+                             f"got {len(value)}")
+        return value
 
     @property
     def is_sqlite(self) -> bool:
@@ -92,4 +107,6 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Servi
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"
         var = ENV_PREFIX + name.upper()
-        raise InvalidSettings(f"{var}: {err['msg']} (got {raw.get(name)!r})", field=var) from None
+        why = str(err["msg"]).removeprefix("Value error, ")
+        shown = "" if name in SECRET_FIELDS else f" (got {raw.get(name)!r})"  # never echo a secret
+        raise InvalidSettings(f"{var}: {why}{shown}", field=var) from None

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from solvers.generate import MAX_GENERATED_DEVICES, TOPOLOGY_KINDS, TOPOLOGY_SIZE_MAXIMA
+from solvers import registry
+from solvers.generate import MAX_GENERATED_DEVICES, MAX_SEED, TOPOLOGY_KINDS, TOPOLOGY_SIZE_MAXIMA, parameter_types
 from solvers.model.ranking import RankedBy
 from solvers.model.settings import ProblemSettings
 
 T = TypeVar("T")
+Include = Literal["settings"]
+INCLUDE_DESCRIPTION = "settings: carry each item's settings (left out of lists otherwise, to keep pages small)"
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Objective = Literal["throughput", "latency"]
+
+
+def _solver_names(schema: dict[str, Any]) -> None:
+    """The catalogue as the schema's ``enum`` (built-in and entry-point solvers, lower-case; the
+    server also takes other spellings), read when the schema is generated."""
+    schema["enum"] = list[JsonValue](registry.names())
+
+
+SolverName = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_solver_names)]
 
 
 class Strict(BaseModel):
@@ -47,7 +59,39 @@ class TopologyOut(BaseModel):
     created_at: datetime
 
 
+MAX_GENERATOR_NUMBER = 1e15  # bandwidths (GB/s), latencies (s), memory (GiB), speeds: far above any machine
+
+
+def _generator_parameter(name: str, kind: type) -> dict[str, JsonValue]:
+    """The JSON Schema of one generator parameter (what the generators check on their own)."""
+    if kind is int:
+        if name in TOPOLOGY_SIZE_MAXIMA:
+            return {"type": "integer", "minimum": 1, "maximum": TOPOLOGY_SIZE_MAXIMA[name]}
+        if name == "dtype_bytes":
+            return {"type": "integer", "enum": [2, 4]}
+        return {"type": "integer", "minimum": 0, "maximum": MAX_SEED}  # seed
+    if kind is float:
+        low: dict[str, JsonValue] = {"minimum": 0} if "latency" in name else {"exclusiveMinimum": 0}
+        return {"type": "number", **low, "maximum": MAX_GENERATOR_NUMBER}
+    return {"type": "string", "minLength": 1, "maxLength": 200}
+
+
+def _generator_kinds(schema: dict[str, Any]) -> None:
+    """One alternative per generator kind, with exactly that kind's parameters (docs/generators.md).
+    The product of the size parameters (at most MAX_GENERATED_DEVICES devices) is checked by the server."""
+    schema["oneOf"] = [
+        {"properties": {"kind": {"const": kind}, "params": {
+            "type": "object", "additionalProperties": False,
+            "properties": {name: _generator_parameter(name, t) for name, (t, _) in parameter_types(func).items()}}},
+         "required": ["kind"]}
+        for kind, func in sorted(TOPOLOGY_KINDS.items())]
+
+
 class GenerateTopologyIn(Strict):
+    """A generator kind and its parameters (each kind takes its own; see docs/generators.md)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_generator_kinds)
+
     kind: str = Field(description="generator kind, e.g. hierarchical, dgx1, mesh2d, torus3d",
                       json_schema_extra={"enum": list[JsonValue](sorted(TOPOLOGY_KINDS))})
     params: dict[str, Any] = Field(
@@ -61,7 +105,7 @@ class GenerateTopologyIn(Strict):
 class JobIn(Strict):
     graph_id: str = Field(max_length=40)
     topology_id: str = Field(max_length=40)
-    solver: str = Field(min_length=1, max_length=100)
+    solver: SolverName = Field(description="a solver of GET /v1/solvers")
     objective: Objective = "throughput"
     settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
     options: dict[str, Any] = Field(default_factory=dict, description="solver options (see GET /v1/solvers)")
@@ -93,7 +137,8 @@ class JobOut(BaseModel):
     parent_id: str | None = Field(None, description="the auto job this job is a portfolio member of (Celery workers)")
     solver: str
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = Field(
+        None, description="the job's settings; null in lists unless asked for with include=settings")
     options: dict[str, Any]
     time_limit_s: float
     cache: bool
@@ -113,10 +158,11 @@ class JobOut(BaseModel):
 class ComparisonIn(Strict):
     graph_id: str = Field(max_length=40)
     topology_id: str = Field(max_length=40)
-    solvers: list[str] = Field(min_length=1, max_length=64, json_schema_extra={"uniqueItems": True})
+    solvers: list[SolverName] = Field(min_length=1, max_length=64, json_schema_extra={"uniqueItems": True})
     objective: Objective = "throughput"
     settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="solver name -> its options")
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict, max_length=64,
+                                               description="solver name (one of solvers) -> its options")
     time_limit_s: float | None = Field(None, gt=0)
     cache: bool = True
 
@@ -146,7 +192,8 @@ class ComparisonOut(BaseModel):
     graph_id: str | None
     topology_id: str | None
     objective: str
-    settings: ProblemSettings
+    settings: ProblemSettings | None = Field(
+        None, description="the comparison's settings; null in lists unless asked for with include=settings")
     ranked_by: RankedBy = Field(description=(
         "what key_s is: time_per_sample_s (throughput: plans with different micro-batch counts compare per "
         "sample), iteration_s (throughput with settings.global_batch), latency_s"))
@@ -161,7 +208,7 @@ class EvaluateIn(Strict):
     topology_id: str = Field(max_length=40)
     objective: Objective = "throughput"
     settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
-    plan: dict[str, Any] = Field(description="a placer.plan/v1 document")
+    plan: dict[str, Any] = Field(description="a placer.plan/v1 document (schema: PlanDocument)")
     timeline: bool = False
 
 

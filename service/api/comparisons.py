@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from service.api.cursors import next_cursor, paginate
 from service.api.error_docs import errors
@@ -19,7 +19,7 @@ from service.deps import CtxDep, ProjectDep, SessionDep
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.validate import JobRequest, validate_job
-from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow, Page
+from service.schemas import INCLUDE_DESCRIPTION, ComparisonIn, ComparisonOut, ComparisonRow, Include, Page
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 from solvers.model.ranking import best_index, bound_key_s, comparison_key_s, ranked_by, samples_per_iteration
@@ -29,13 +29,14 @@ router = APIRouter(prefix="/v1", tags=["comparisons"], route_class=PlacerRoute)
 GOOD_STATUSES = ("optimal", "feasible")
 
 
-def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
+def comparison_out(session: Session, cmp: Comparison, *, settings: bool = True) -> ComparisonOut:
+    """The comparison's table (``settings=False``: without its settings, as lists answer unless asked)."""
     rows = session.execute(select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id)
-                           .where(Job.comparison_id == cmp.id).order_by(Job.id)).all()
-    settings = settings_from_dict(cmp.settings)
+                           .where(Job.comparison_id == cmp.id).order_by(Job.id).options(defer(Job.settings))).all()
+    problem_settings = settings_from_dict(cmp.settings)
     table = []
     for job, plan in rows:
-        out = job_out(job)
+        out = job_out(job, settings=False)
         figures: dict[str, float | None] = {} if plan is None else {
             "objective_s": plan.objective_s, "iteration_s": plan.iteration_s, "latency_s": plan.latency_s,
             "throughput_samples_per_s": plan.throughput_samples_per_s, "lower_bound_s": plan.lower_bound_s}
@@ -45,13 +46,14 @@ def comparison_out(session: Session, cmp: Comparison) -> ComparisonOut:
             iteration_s=figures.get("iteration_s"), latency_s=figures.get("latency_s"),
             throughput_samples_per_s=figures.get("throughput_samples_per_s"),
             lower_bound_s=figures.get("lower_bound_s"), samples_per_iteration=samples_per_iteration(figures),
-            key_s=comparison_key_s(figures, cmp.objective, settings.global_batch),
-            lower_bound_key_s=bound_key_s(figures, cmp.objective, settings.global_batch),
+            key_s=comparison_key_s(figures, cmp.objective, problem_settings.global_batch),
+            lower_bound_key_s=bound_key_s(figures, cmp.objective, problem_settings.global_batch),
             efficiency=plan.efficiency if plan else None, solve_time_s=plan.solve_time_s if plan else None,
             peak_memory_bytes=plan.peak_memory_bytes if plan else None, error=out.error))
     best = best_index([r.key_s if r.status in GOOD_STATUSES else None for r in table])
     return ComparisonOut(id=cmp.id, graph_id=cmp.graph_id, topology_id=cmp.topology_id, objective=cmp.objective,
-                         settings=settings, ranked_by=ranked_by(cmp.objective, settings.global_batch),
+                         settings=problem_settings if settings else None,
+                         ranked_by=ranked_by(cmp.objective, problem_settings.global_batch),
                          done=all(r.job_status in FINAL_STATES for r in table),
                          best_solver=None if best is None else table[best].solver, rows=table,
                          created_at=cmp.created_at)
@@ -103,14 +105,20 @@ def list_comparisons(session: SessionDep, project: ProjectDep,
                      graph_id: Annotated[str | None, Query(max_length=40)] = None,
                      topology_id: Annotated[str | None, Query(max_length=40)] = None,
                      cursor: Annotated[str | None, Query(max_length=40)] = None,
-                     limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[ComparisonOut]:
+                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                     include: Annotated[Include | None, Query(description=INCLUDE_DESCRIPTION)] = None,
+                     ) -> Page[ComparisonOut]:
+    """Comparisons of the project, newest first; items carry no ``settings`` unless ``include=settings``."""
     stmt = select(Comparison).where(Comparison.project_id == project)
+    # The settings are read (a comparison ranks its rows by them: settings.global_batch) but are
+    # answered only with include=settings.
     if graph_id is not None:
         stmt = stmt.where(Comparison.graph_id == graph_id)
     if topology_id is not None:
         stmt = stmt.where(Comparison.topology_id == topology_id)
     rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Comparison.id, cursor, limit))), limit)
-    return Page[ComparisonOut](items=[comparison_out(session, c) for c in rows], next_cursor=nxt)
+    return Page[ComparisonOut](items=[comparison_out(session, c, settings=include == "settings") for c in rows],
+                               next_cursor=nxt)
 
 
 @router.get("/comparisons/{comparison_id:id}", response_model=ComparisonOut, responses=errors())

@@ -7,6 +7,7 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from sqlalchemy import Row, Table, select
+from sqlalchemy.orm import defer
 
 from service.api.answers import document_response, json_response
 from service.api.cursors import MAX_PAGE, next_cursor, paginate
@@ -22,7 +23,7 @@ from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.events import event_stream
 from service.jobs.validate import JobRequest, validate_job
-from service.schemas import ErrorOut, JobIn, JobOut, JobState, Page, ProgressOut
+from service.schemas import INCLUDE_DESCRIPTION, ErrorOut, Include, JobIn, JobOut, JobState, Page, ProgressOut
 from solvers.model.canonical import digest
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=PlacerRoute)
@@ -38,11 +39,12 @@ JOB_COLUMNS = [JOBS.c[name] for name in (
 """What ``GET /v1/jobs/{id}`` reads: the answer's columns and the owner (no lease, digest or key)."""
 
 
-def job_out(job: Job | Row[Any] | SimpleNamespace) -> JobOut:
-    """The answer for a job, from its ORM row or the columns :data:`JOB_COLUMNS` of its row."""
+def job_out(job: Job | Row[Any] | SimpleNamespace, *, settings: bool = True) -> JobOut:
+    """The answer for a job, from its ORM row or the columns :data:`JOB_COLUMNS` of its row
+    (``settings=False``: without its settings, as lists answer unless asked)."""
     return JobOut(id=job.id, status=job.state, graph_id=job.graph_id, topology_id=job.topology_id,
                   comparison_id=job.comparison_id, parent_id=job.parent_id, solver=job.solver, objective=job.objective,
-                  settings=job.settings, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,
+                  settings=job.settings if settings else None, options=job.options, time_limit_s=job.time_limit_s, cache=job.use_cache,
                   cached=job.cached, cached_from=job.cached_from, attempts=job.attempts,
                   cancel_requested=job.cancel_requested,
                   progress=ProgressOut(**job.progress) if job.progress else None,
@@ -84,15 +86,21 @@ def list_jobs(session: SessionDep, project: ProjectDep,
               topology_id: Annotated[str | None, Query(max_length=40)] = None,
               comparison_id: Annotated[str | None, Query(max_length=40)] = None,
               cursor: Annotated[str | None, Query(max_length=40)] = None,
-              limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50) -> Page[JobOut]:
-    """Jobs of the project, newest first, filtered by status, solver, inputs or comparison."""
+              limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+              include: Annotated[Include | None, Query(description=INCLUDE_DESCRIPTION)] = None) -> Page[JobOut]:
+    """Jobs of the project, newest first, filtered by status, solver, inputs or comparison.
+
+    Items carry no ``settings`` (``null``) unless asked for with ``include=settings``.
+    """
     stmt = select(Job).where(Job.project_id == project)
+    if include != "settings":
+        stmt = stmt.options(defer(Job.settings))
     for column, value in ((Job.state, status), (Job.solver, solver), (Job.graph_id, graph_id),
                           (Job.topology_id, topology_id), (Job.comparison_id, comparison_id)):
         if value is not None:
             stmt = stmt.where(column == value)
     rows, nxt = next_cursor(list(session.scalars(paginate(stmt, Job.id, cursor, limit))), limit)
-    return Page[JobOut](items=[job_out(j) for j in rows], next_cursor=nxt)
+    return Page[JobOut](items=[job_out(j, settings=include == "settings") for j in rows], next_cursor=nxt)
 
 
 @router.get("/jobs/{job_id:id}", response_model=JobOut, responses=errors())

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from service.db.engine import Database
 from service.db.models import Project
 from service.deps import Context
 from service.errors import Unauthorized
+
+log = logging.getLogger("placer.service")
 
 SESSION_COOKIE = "placer_session"
 PRE_COOKIE = "placer_signin"  # binds the sign-in form's CSRF token before a session exists
@@ -50,8 +53,16 @@ class Viewer:
 
 
 def new_secret(configured: str) -> bytes:
-    """The configured secret, or a random one for this process (sessions end when it restarts)."""
-    return configured.encode() or secrets.token_bytes(32)
+    """The configured secret, or a random one for this start (logged: sessions end when it restarts).
+
+    The configured value is checked by :class:`~service.config.ServiceConfig` (long enough, never a
+    published example value), so no server signs sessions with a secret anyone knows.
+    """
+    if configured:
+        return configured.encode()
+    log.warning("PLACER_SESSION_SECRET is not set: dashboard sessions are signed with a random secret made at "
+                "this start; they will not survive a restart, nor work across several API processes")
+    return secrets.token_bytes(32)
 
 
 def session_secret(request: Request) -> bytes:

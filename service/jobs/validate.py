@@ -15,7 +15,7 @@ from solvers import registry
 from solvers.base import parse_options
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput, SolverUnavailable, UnknownSolver
-from solvers.model.problem import ProblemSettings, settings_from_dict
+from solvers.model.problem import ProblemSettings, check_settings_fit, settings_from_dict
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,11 @@ def validate_job(session: Session, cfg: ServiceConfig, project_id: str, request:
     if limit > cfg.max_time_limit_s:
         raise InvalidInput(f"time_limit_s: {limit:g} s exceeds the server's maximum of {cfg.max_time_limit_s:g} s",
                            field="time_limit_s")
-    if parsed.pinned or (parsed.stages is not None and parsed.replicas is not None):
-        # these settings depend on the graph and topology: let the library check them now
+    # settings that depend on the graph and topology: the library's one check (solvers.model.problem)
+    if parsed.pinned:  # pins name ops and devices: read the documents
         load_problem(graph.body, topology.body, objective, parsed)
+    else:
+        check_settings_fit(parsed, graph.n_ops, topology.n_devices)
     canonical_settings = parsed.to_dict()
     key = cache_key(graph, topology, cls.name, cls.version, objective, canonical_settings, opts, limit)
     return JobSpec(graph.id, topology.id, cls.name, objective, canonical_settings, opts, limit, key)

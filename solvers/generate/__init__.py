@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from solvers.generate._params import MAX_GENERATED_DEVICES, call_generator, coerce_params, parameter_types
+from solvers.generate._params import MAX_GENERATED_DEVICES, MAX_SEED, call_generator, coerce_params, parameter_types
 from solvers.generate.cnn import cnn
 from solvers.generate.grid import mesh2d, mesh3d, torus2d, torus3d
 from solvers.generate.random_dag import random_dag
@@ -122,5 +122,5 @@ def generate_graph(kind: str, **params: Any) -> OpGraph:
     return call_generator("graph", GRAPH_KINDS, kind, params)
 
 
-__all__ = ["GRAPH_KINDS", "MAX_GENERATED_DEVICES", "TOPOLOGY_KINDS", "TOPOLOGY_SIZE_MAXIMA", "coerce_params",
+__all__ = ["GRAPH_KINDS", "MAX_GENERATED_DEVICES", "MAX_SEED", "TOPOLOGY_KINDS", "TOPOLOGY_SIZE_MAXIMA", "coerce_params",
            "generate_graph", "generate_topology", "parameter_types"]

@@ -69,6 +69,9 @@ def coerce_params(func: Callable[..., Any], params: Mapping[str, Any], where: st
             raise InvalidInput(f"{where}: unknown parameter {name!r} (valid: {', '.join(sorted(types))})",
                                field=name, ref=name)
         checked[key] = _coerce(value, types[key][0], key, where)
+        if key == "seed" and not 0 <= checked[key] <= MAX_SEED:
+            raise InvalidInput(f"{where}: parameter 'seed' must be between 0 and {MAX_SEED}, got {checked[key]!r}",
+                               field=name, ref=name)
     return checked
 
 
@@ -87,6 +90,9 @@ def positive(value: float, name: str, *, allow_zero: bool = False) -> None:
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidInput(f"parameter {name!r} must be finite and {bound}, got {value!r}", field=name, ref=name)
 
+
+MAX_SEED = 2**32 - 1
+"""The largest ``seed`` of a random generator (seeds are non-negative; numpy takes any, a schema needs a bound)."""
 
 MAX_GENERATED_DEVICES = 512
 """The most devices a topology generator makes.  Every generated topology is a complete

@@ -14,7 +14,7 @@ from solvers.model.errors import InvalidInput
 
 ErrorType = type[InvalidInput]
 MAX_INTEGER = 2**63 - 1  # what a 64-bit integer column or array holds
-MAX_NESTING = 64  # levels of free-form values (a node's attrs)
+MAX_NESTING = 64  # levels of free-form values (every attrs member, a plan's options, stats, metrics, notes)
 
 
 def fail(error: ErrorType, field: str, why: str, ref: str | None = None) -> InvalidInput:

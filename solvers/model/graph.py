@@ -368,5 +368,5 @@ def graph_from_document(doc: Any) -> OpGraph:
     edges = parse_edges(raw_edges)
     attrs = doc.get("attrs")
     if attrs is not None:
-        attrs = dict(check.mapping(attrs, "attrs", InvalidGraph))
+        attrs = dict(check.shallow(check.mapping(attrs, "attrs", InvalidGraph), "attrs", InvalidGraph))
     return OpGraph.build(name, nodes, edges, batch, attrs)

@@ -28,6 +28,9 @@ _PLAN_KEYS = frozenset(
      "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes"}
 )
 
+_FREE_FORM = ("options", "metrics", "stats", "notes")
+"""Members whose values are free-form JSON: nested at most :data:`~solvers.model._check.MAX_NESTING` levels."""
+
 
 @dataclass(frozen=True, slots=True)
 class Stage:
@@ -119,6 +122,9 @@ def check_finite(value: Any, path: str) -> None:
 def plan_from_document(doc: Any) -> Plan:
     """Parse a ``placer.plan/v1`` document (structure only; see :func:`~solvers.validity.resolve_plan`)."""
     doc = check.mapping(doc, "", InvalidPlan)
+    for key in _FREE_FORM:  # before anything walks them (check_finite recurses)
+        if key in doc:
+            check.shallow(doc[key], key, InvalidPlan)
     if doc.get("format") != PLAN_FORMAT:
         raise InvalidPlan(f"format: expected {PLAN_FORMAT!r}, got {doc.get('format')!r}", field="format")
     check.known_keys(doc, _PLAN_KEYS, "", InvalidPlan)
@@ -166,7 +172,8 @@ def plan_from_document(doc: Any) -> Plan:
         order=order,
         metrics=dict(check.mapping(doc["metrics"], "metrics", InvalidPlan)) if doc.get("metrics") else None,
         stats=dict(check.mapping(doc.get("stats", {}), "stats", InvalidPlan)),
-        notes=tuple(str(n) for n in check.sequence(doc.get("notes", []), "notes", InvalidPlan)),
+        notes=tuple(check.string(n, f"notes[{k}]", InvalidPlan, nonempty=False)
+                    for k, n in enumerate(check.sequence(doc.get("notes", []), "notes", InvalidPlan))),
         **numbers,
     )
 

@@ -8,7 +8,7 @@ forward + backward).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -35,7 +35,7 @@ PROBLEM_FORMAT = "placer.problem/v1"
 
 __all__ = [
     "DEFAULT_MICRO_BATCHES", "OBJECTIVES", "PASSES", "PROBLEM_FORMAT", "SCHEDULES", "Objective", "Pass", "Problem",
-    "ProblemSettings", "Schedule", "problem_from_spec", "settings_from_dict",
+    "ProblemSettings", "Schedule", "check_settings_fit", "problem_from_spec", "settings_from_dict",
 ]
 
 
@@ -52,21 +52,12 @@ class Problem:
         if self.objective not in OBJECTIVES:
             raise InvalidProblem(f"objective: must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}",
                                  field="objective")
-        s = self.settings
-        for op, target in s.pinned.items():
-            if op not in self.graph.index:
-                raise InvalidProblem(f"settings.pinned: unknown op {op!r}", field=f"settings.pinned.{op}", ref=op)
-            if isinstance(target, str) and target not in self.topology.index:
-                raise InvalidProblem(f"settings.pinned.{op}: unknown device {target!r}",
-                                     field=f"settings.pinned.{op}", ref=target)
-        if s.global_batch is not None and self.objective != "throughput":
+        check_settings_fit(self.settings, self.graph.n_ops, self.topology.n_devices,
+                           self.graph.index, self.topology.index)
+        if self.settings.global_batch is not None and self.objective != "throughput":
             raise InvalidProblem("settings.global_batch: applies to the throughput objective only (a latency "
                                  "problem places one batch of the graph's profiled_batch_size)",
                                  field="settings.global_batch")
-        if s.stages is not None and s.replicas is not None and s.stages * s.replicas > self.topology.n_devices:
-            raise InvalidProblem(
-                f"settings: stages x replicas = {s.stages * s.replicas} exceeds the "
-                f"{self.topology.n_devices} devices of the topology", field="settings.stages")
 
     def with_settings(self, **changes: Any) -> Problem:
         return replace(self, settings=self.settings.model_copy(update=changes))
@@ -114,6 +105,45 @@ class Problem:
     @cached_property
     def digest(self) -> str:
         return _digest(self.spec())
+
+
+def check_settings_fit(settings: ProblemSettings, n_ops: int, n_devices: int,
+                       op_ids: Container[str] | None = None, device_ids: Container[str] | None = None) -> None:
+    """Check the settings against the size of the graph and the topology (docs/formats.md).
+
+    ``stages`` at most the devices and, when every stage must hold an op (``no_empty_stage``), at
+    most the ops; ``replicas`` x (``stages`` or 1) at most the devices; every pinned op and pinned
+    device exists (``op_ids`` / ``device_ids``: the graph's and topology's ids; ``None`` skips the
+    check, for a caller that knows there are no pins) and every pinned stage index and every key of
+    ``stage_memory_caps_bytes`` is below the number of stages there can be (``stages``, or else the
+    devices, or the fewer of ops and devices under ``no_empty_stage``).  Raises :class:`InvalidProblem` naming the setting
+    (``settings.stages``, ``settings.pinned.<op>`` ...): the library and the service refuse alike.
+    """
+    s = settings
+    if s.stages is not None and s.stages > n_devices:
+        raise InvalidProblem(f"settings.stages: {s.stages} stages exceed the {n_devices} devices of the topology",
+                             field="settings.stages")
+    if s.stages is not None and s.no_empty_stage and s.stages > n_ops:
+        raise InvalidProblem(f"settings.stages: {s.stages} stages exceed the {n_ops} ops of the graph (every stage "
+                             "holds an op unless no_empty_stage is false)", field="settings.stages")
+    if s.replicas is not None and s.replicas * (s.stages or 1) > n_devices:
+        raise InvalidProblem(
+            f"settings.replicas: {s.replicas} replicas x {s.stages or 1} stages = {s.replicas * (s.stages or 1)} "
+            f"devices exceed the {n_devices} devices of the topology", field="settings.replicas")
+    most_stages = s.stages if s.stages is not None else max(1, min(n_ops, n_devices) if s.no_empty_stage else n_devices)
+    for op, target in s.pinned.items():
+        if op_ids is not None and op not in op_ids:
+            raise InvalidProblem(f"settings.pinned: unknown op {op!r}", field=f"settings.pinned.{op}", ref=op)
+        if isinstance(target, str) and device_ids is not None and target not in device_ids:
+            raise InvalidProblem(f"settings.pinned.{op}: unknown device {target!r}",
+                                 field=f"settings.pinned.{op}", ref=target)
+        if isinstance(target, int) and target >= most_stages:
+            raise InvalidProblem(f"settings.pinned.{op}: stage {target} does not exist (stages are numbered 0 to "
+                                 f"{most_stages - 1})", field=f"settings.pinned.{op}", ref=op)
+    for stage in s.stage_memory_caps_bytes:
+        if stage >= most_stages:
+            raise InvalidProblem(f"settings.stage_memory_caps_bytes.{stage}: stage {stage} does not exist (stages "
+                                 f"are numbered 0 to {most_stages - 1})", field=f"settings.stage_memory_caps_bytes.{stage}")
 
 
 def problem_from_spec(graph: OpGraph, topology: Topology, spec: Mapping[str, Any] | None) -> Problem:

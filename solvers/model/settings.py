@@ -91,6 +91,9 @@ def _pin_target(value: Any) -> Any:
 
 
 MAX_COUNT = 2**31 - 1  # counts and indices: 32-bit
+MAX_MICRO_BATCH_CANDIDATES = 64  # entries of micro_batches
+MAX_PINNED = 65_536  # entries of pinned
+MAX_STAGE_CAPS = 16_384  # entries of stage_memory_caps_bytes: one per stage, at most one stage per device (MAX_DEVICES)
 MAX_SEED = 2**53 - 1  # exact in a double, so that JSON Schema validators agree on the bound
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT), BeforeValidator(_integral)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED), BeforeValidator(_integral)]
@@ -102,9 +105,9 @@ PinTarget = Annotated[str | int, BeforeValidator(_pin_target),
                       WithJsonSchema({"anyOf": [{"type": "string"},
                                                 {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}]})]
 MicroBatches = Annotated[
-    tuple[Count, ...], BeforeValidator(_one_or_many), Field(min_length=1),
+    tuple[Count, ...], BeforeValidator(_one_or_many), Field(min_length=1, max_length=MAX_MICRO_BATCH_CANDIDATES),
     WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
-                              {"type": "array", "minItems": 1,
+                              {"type": "array", "minItems": 1, "maxItems": MAX_MICRO_BATCH_CANDIDATES,
                                "items": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}}]}),
 ]
 StageIndex = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(lambda k: int(k) if isinstance(k, str) and k.isdigit() else k)]
@@ -143,9 +146,11 @@ class ProblemSettings(BaseModel):
     stages: Count | None = Field(None, description="Fix the number of pipeline stages (null: the solver chooses).")
     replicas: Count | None = Field(None, description="Fix the replicas per stage (null: the solver chooses).")
     pinned: dict[str, PinTarget] = Field(
-        default_factory=dict, description="Op id -> device id (string) or stage index (integer).")
+        default_factory=dict, max_length=MAX_PINNED,
+        description="Op id -> device id (string) or stage index (integer).")
     stage_memory_caps_bytes: dict[StageIndex, NonNegative] = Field(
-        default_factory=dict, description="Stage index -> memory cap per device of that stage, in bytes.",
+        default_factory=dict, max_length=MAX_STAGE_CAPS,
+        description="Stage index -> memory cap per device of that stage, in bytes.",
         json_schema_extra={"propertyNames": {"pattern": "^[0-9]{1,9}$"}})  # 32-bit indices
     no_empty_stage: Flag = Field(True, description="Every stage holds at least one op.")
     time_limit_s: Positive | None = Field(None, description="Wall-clock limit of the solve (null: none).")

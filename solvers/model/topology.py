@@ -336,7 +336,8 @@ def _device_from_dict(raw: Any, i: int) -> Device:
         node=check.string(raw.get("node", "node0"), f"{where}.node", InvalidTopology),
         memory_bytes=check.number(raw["memory_bytes"], f"{where}.memory_bytes", InvalidTopology, ref=dev_id),
         speed=check.number(raw.get("speed", 1.0), f"{where}.speed", InvalidTopology, positive=True, ref=dev_id),
-        attrs=dict(check.mapping(attrs, f"{where}.attrs", InvalidTopology)) if attrs is not None else None,
+        attrs=dict(check.shallow(check.mapping(attrs, f"{where}.attrs", InvalidTopology), f"{where}.attrs",
+                                 InvalidTopology)) if attrs is not None else None,
     )
 
 
@@ -367,7 +368,8 @@ def topology_from_document(doc: Any) -> Topology:
     raw_devices = check.sequence(doc.get("devices"), "devices", InvalidTopology, nonempty=True)
     devices = [_device_from_dict(raw, i) for i, raw in enumerate(raw_devices)]
     attrs = doc.get("attrs")
-    attrs = dict(check.mapping(attrs, "attrs", InvalidTopology)) if attrs is not None else None
+    if attrs is not None:
+        attrs = dict(check.shallow(check.mapping(attrs, "attrs", InvalidTopology), "attrs", InvalidTopology))
     has_links = "links" in doc
     has_matrix = "bandwidth_Bps" in doc
     if has_links and has_matrix:

@@ -232,3 +232,15 @@ def test_global_batch_solve_simulate_and_bad_value(files: dict[str, Path], capsy
     code, _, err = run(capsys, "solve", "--solver", "even", *common, "--global-batch", "12", "--micro-batches", "8",
                        "-o", str(plan))
     assert code == 2 and "settings.global_batch: 12 samples do not split into 8 equal micro-batches" in err
+
+
+def test_solve_refuses_settings_that_do_not_fit_naming_them(files: dict[str, Path],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The library's check, as the service makes it at submission: 4 devices here."""
+    common = ["--solver", "even", "--graph", str(files["graph"]), "--topology", str(files["topo"]),
+              "-o", str(files["dir"] / "p.json")]
+    for flags, field in ((["--stages", "1000000"], "settings.stages"), (["--replicas", "5"], "settings.replicas"),
+                         (["--settings", '{"stage_memory_caps_bytes": {"9": 1}}'], "settings.stage_memory_caps_bytes.9")):
+        code, _, err = run(capsys, "solve", *common, *flags)
+        assert code == 2 and err.startswith(f"error: {field}:"), err
+    assert not (files["dir"] / "p.json").exists()

@@ -91,6 +91,10 @@ def test_submit_wait_plan_and_events(client: Client) -> None:
     assert replay[-1].event == "end" and [e.id for e in replay if e.id is not None] == sorted(
         e.id for e in replay if e.id is not None)
     assert job.id in {j.id for j in client.list_jobs(solver="even")}
+    listed = {j.id: j.settings for j in client.list_jobs(solver="even")}
+    assert listed[job.id] is None  # lists carry settings only when asked
+    asked = {j.id: j.settings for j in client.list_jobs(solver="even", include_settings=True)}
+    assert asked[job.id] is not None and asked[job.id].micro_batches == (4,)
     with pytest.raises(Conflict):
         client.cancel(job)
 
@@ -139,7 +143,9 @@ def test_compare_and_evaluate(client: Client) -> None:
     done = client.wait_comparison(cmp, timeout=60)
     assert done.done and {r.solver for r in done.rows} == {"even", "pipedream"}
     assert done.best is not None and done.best.plan_id
-    assert cmp.id in {c.id for c in client.list_comparisons(graph_id=g.id)}
+    assert {c.id: c.settings for c in client.list_comparisons(graph_id=g.id)} == {cmp.id: None}
+    full = next(iter(client.list_comparisons(graph_id=g.id, include_settings=True)))
+    assert full.settings is not None and full.settings.micro_batches == (4,)
     plan = client.get_plan(done.best.plan_id)
     scored = client.evaluate(g, t, plan, settings={"micro_batches": [4]}, timeline=True)
     assert scored.metrics["objective_s"] == pytest.approx(done.best.objective_s)

@@ -13,13 +13,27 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _config() -> dict[str, Any]:
+SECRET = "0123456789abcdef" * 4
+
+
+def _compose_config(**env: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("docker-compose")
     assert exe, "docker-compose is not installed (apt-get install docker-compose; .ci/run installs it)"
-    out = subprocess.run([exe, "-f", str(ROOT / "docker-compose.yml"), "config"], capture_output=True, text=True,
-                         cwd=ROOT, env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT)}, timeout=60)
+    return subprocess.run([exe, "-f", str(ROOT / "docker-compose.yml"), "config"], capture_output=True, text=True,
+                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **env}, timeout=60)
+
+
+def _config() -> dict[str, Any]:
+    out = _compose_config(PLACER_SESSION_SECRET=SECRET)
     assert out.returncode == 0, out.stderr
     return dict(yaml.safe_load(out.stdout))
+
+
+def test_compose_file_refuses_to_run_without_a_session_secret() -> None:
+    out = _compose_config()
+    assert out.returncode != 0 and "PLACER_SESSION_SECRET" in out.stderr
+    services = _config()["services"]
+    assert all(services[name]["environment"]["PLACER_SESSION_SECRET"] == SECRET for name in ("api", "worker", "migrate"))
 
 
 def test_compose_file_is_valid_and_has_every_service() -> None:

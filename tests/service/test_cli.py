@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.config import InvalidSettings, load_config
+from service.dashboard.session import new_secret
 from service.db.engine import Database
 from service.db.migrate import head_revision
 from service.db.models import ApiKey
@@ -25,6 +26,22 @@ def test_settings_from_the_environment() -> None:
     with pytest.raises(InvalidSettings) as err:
         load_config({"PLACER_LEASE_S": "-1"})
     assert err.value.field == "PLACER_LEASE_S"
+
+
+@pytest.mark.parametrize("secret", ["change-me", "CHANGEME", "secret", "short-but-not-known"])
+def test_a_known_or_short_session_secret_is_refused_without_echoing_it(secret: str) -> None:
+    with pytest.raises(InvalidSettings) as err:
+        load_config({"PLACER_SESSION_SECRET": secret})
+    assert err.value.field == "PLACER_SESSION_SECRET" and secret not in str(err.value)
+
+
+def test_without_a_session_secret_each_start_makes_a_random_one_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="placer.service"):
+        first, second = new_secret(""), new_secret("")
+    assert first != second and len(first) == 32
+    assert "will not survive a restart" in caplog.text
+    assert new_secret("x" * 32) == b"x" * 32
+    assert load_config({"PLACER_SESSION_SECRET": "x" * 32}).session_secret == "x" * 32
 
 
 def test_migrate_and_keys_create(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.config import load_config
+from solvers import solver_names
+from solvers.generate import TOPOLOGY_KINDS
+from solvers.model.settings import MAX_MICRO_BATCH_CANDIDATES
 from tests.service.conftest import BACKENDS, Api, assert_problem, new_api, running_app
 from tests.service.dashboard.test_pages import signed_in
 
@@ -41,6 +44,29 @@ def test_docs_and_openapi(api: Api) -> None:
     assert api.client.get("/docs").status_code == 200
     assert_problem(api.client.get("/v1/no-such-thing"), 404)
     assert_problem(api.client.put("/v1/graphs"), 405)
+
+
+def test_openapi_is_as_strict_as_the_server(api: Api) -> None:
+    """The solver catalogue is an enum, an evaluated plan must say its format, each generator kind
+    takes exactly its own parameters, and list bounds and include are stated."""
+    schema = api.client.get("/openapi.json").json()
+    parts = schema["components"]["schemas"]
+    assert parts["JobIn"]["properties"]["solver"]["enum"] == solver_names()
+    assert parts["ComparisonIn"]["properties"]["solvers"]["items"]["enum"] == solver_names()
+    assert parts["EvaluateIn"]["properties"]["plan"]["$ref"] == "#/components/schemas/PlanDocument"
+    assert parts["PlanDocument"]["required"] == ["format"] and parts["PlanDocument"]["additionalProperties"] is False
+    kinds = {alt["properties"]["kind"]["const"]: alt["properties"]["params"] for alt in parts["GenerateTopologyIn"]["oneOf"]}
+    assert set(kinds) == set(TOPOLOGY_KINDS)
+    assert kinds["dgx1"]["additionalProperties"] is False and "nodes" not in kinds["dgx1"]["properties"]
+    assert kinds["uniform_dist"]["properties"]["seed"]["minimum"] == 0
+    settings = parts["ProblemSettings"]["properties"]
+    assert settings["micro_batches"]["oneOf"][1]["maxItems"] == MAX_MICRO_BATCH_CANDIDATES
+    assert settings["pinned"]["maxProperties"] and settings["stage_memory_caps_bytes"]["maxProperties"]
+    for path in ("/v1/jobs", "/v1/comparisons"):
+        include = next(p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "include")
+        assert "settings" in str(include["schema"])
+    r = api.post("/v1/topologies:generate", json={"kind": "uniform_dist", "params": {"seed": -1}})
+    assert_problem(r, 422, field="seed")  # refused by the server too, no longer a 500
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -8,8 +8,9 @@ import pytest
 
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.problem import Problem, ProblemSettings, problem_from_spec, settings_from_dict
-from solvers.model.topology import Device, Link, Topology
+from solvers.model.problem import Problem, ProblemSettings, check_settings_fit, problem_from_spec, settings_from_dict
+from solvers.model.settings import MAX_MICRO_BATCH_CANDIDATES, MAX_PINNED, MAX_STAGE_CAPS
+from solvers.model.topology import MAX_DEVICES, Device, Link, Topology
 
 
 @pytest.fixture
@@ -57,11 +58,21 @@ def test_every_setting_parses() -> None:
     ({"pinned": {"a": 1.5}}, "settings.pinned.a"),
     ({"stage_memory_caps_bytes": {"x": 1}}, "settings.stage_memory_caps_bytes.x"),
     ({"stage_memory_caps_bytes": {"0": -1}}, "settings.stage_memory_caps_bytes.0"),
+    ({"micro_batches": list(range(1, MAX_MICRO_BATCH_CANDIDATES + 2))}, "settings.micro_batches"),
+    ({"pinned": {f"op{i}": 0 for i in range(MAX_PINNED + 1)}}, "settings.pinned"),
+    ({"stage_memory_caps_bytes": {str(i): 1.0 for i in range(MAX_STAGE_CAPS + 1)}}, "settings.stage_memory_caps_bytes"),
 ])
 def test_bad_settings_name_the_field(raw: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidProblem) as info:
         settings_from_dict(raw)
     assert info.value.field == field
+
+
+def test_list_bounds_hold_at_their_limit() -> None:
+    s = settings_from_dict({"micro_batches": list(range(1, MAX_MICRO_BATCH_CANDIDATES + 1)),
+                            "stage_memory_caps_bytes": {str(i): 1.0 for i in range(MAX_STAGE_CAPS)}})
+    assert len(s.micro_batches) == MAX_MICRO_BATCH_CANDIDATES and len(s.stage_memory_caps_bytes) == MAX_STAGE_CAPS
+    assert MAX_STAGE_CAPS == MAX_DEVICES  # one cap per stage, at most one stage per device
 
 
 def test_problem_checks_objective_pins_and_sizes(parts: tuple[OpGraph, Topology]) -> None:
@@ -72,8 +83,44 @@ def test_problem_checks_objective_pins_and_sizes(parts: tuple[OpGraph, Topology]
         Problem(g, t, settings=ProblemSettings(pinned={"zz": 0}))
     with pytest.raises(InvalidProblem, match="unknown device 'd9'"):
         Problem(g, t, settings=ProblemSettings(pinned={"a": "d9"}))
-    with pytest.raises(InvalidProblem, match="exceeds the 2 devices"):
+    with pytest.raises(InvalidProblem, match="exceed the 2 devices"):
         Problem(g, t, settings=ProblemSettings(stages=2, replicas=2))
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"stages": 1_000_000}, "settings.stages"),  # more than the devices
+    ({"stages": 3}, "settings.stages"),
+    ({"replicas": 3}, "settings.replicas"),  # x 1 stage
+    ({"stages": 2, "replicas": 2}, "settings.replicas"),
+    ({"pinned": {"zz": 0}}, "settings.pinned.zz"),
+    ({"pinned": {"a": "d9"}}, "settings.pinned.a"),
+    ({"pinned": {"a": 2}}, "settings.pinned.a"),  # stages 0..1 (2 ops, 2 devices)
+    ({"stages": 1, "pinned": {"a": 1}}, "settings.pinned.a"),
+    ({"stage_memory_caps_bytes": {"2": 1e9}}, "settings.stage_memory_caps_bytes.2"),
+    ({"stages": 1, "stage_memory_caps_bytes": {"1": 1e9}}, "settings.stage_memory_caps_bytes.1"),
+])
+def test_settings_that_do_not_fit_the_graph_and_topology_name_the_field(
+        parts: tuple[OpGraph, Topology], raw: dict[str, Any], field: str) -> None:
+    g, t = parts
+    with pytest.raises(InvalidProblem) as info:
+        Problem(g, t, settings=settings_from_dict(raw))
+    assert info.value.field == field
+    with pytest.raises(InvalidProblem) as by_size:  # the same check from sizes and ids alone (the service's)
+        check_settings_fit(settings_from_dict(raw), g.n_ops, t.n_devices, g.index, t.index)
+    assert by_size.value.field == field
+
+
+def test_settings_that_fit_are_accepted(parts: tuple[OpGraph, Topology]) -> None:
+    g, t = parts
+    for raw in ({"stages": 2, "replicas": 1, "pinned": {"a": 0, "b": "d1"}, "stage_memory_caps_bytes": {"1": 1e9}},
+                {"replicas": 2}, {"stages": 1, "replicas": 2},
+                {"stages": 2, "no_empty_stage": False}, {"pinned": {"b": 1}}):
+        assert Problem(g, t, settings=settings_from_dict(raw)).settings == settings_from_dict(raw)
+    # an empty stage is allowed when asked for: a 1-op graph on 2 devices in 2 stages
+    one = OpGraph.build("one", [Node("a", "x", 1.0)], [])
+    Problem(one, t, settings=ProblemSettings(stages=2, no_empty_stage=False))
+    with pytest.raises(InvalidProblem, match="exceed the 1 ops"):
+        Problem(one, t, settings=ProblemSettings(stages=2))
 
 
 def test_problem_from_spec_and_training_flag(parts: tuple[OpGraph, Topology]) -> None:
