@@ -16,6 +16,7 @@ from service.db import migrate
 from service.db.engine import Database
 from service.demo import seed_demo
 from service.jobs.worker import run_worker
+from service.protocol import header_deadline_protocol
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -72,7 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # request for 135-175 ms, docs/benchmarks.md "Load").
     gc.collect()
     gc.freeze()
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level)
+    # headers slower than header_timeout_s get 408 (service.protocol); on SIGTERM requests in flight
+    # have graceful_shutdown_s to finish, then they are cancelled and the server exits
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                http=header_deadline_protocol(cfg.header_timeout_s),
+                timeout_graceful_shutdown=cfg.graceful_shutdown_s)
     return 0
 
 
