@@ -4,7 +4,8 @@
 fresh PostgreSQL schema (``--postgres-url``), uploads a graph and a topology, runs one job, then for
 each client count (``--clients``, default 50 200 500) runs a burst of ``--seconds`` of a mixed load
 over loopback, each client a keep-alive connection sending its next request as soon as the last is
-answered (no pause, also after a 503):
+answered; after a 503 or 429 it waits the answer's ``Retry-After`` (``--hammer``: it does not,
+and sends again at once):
 
 * 50 % ``GET /v1/jobs/{id}``, 20 % ``GET /v1/topologies?limit=20``, 15 % ``GET /v1/jobs?limit=20``,
   15 % ``POST /v1/jobs`` (a body whose plan is cached: the job finishes at submission).
@@ -38,8 +39,8 @@ from bench.bench_service import Server, _inputs, _wait
 CLIENT_TIMEOUT_S = 35.0  # the default request deadline (30 s) plus 5 s
 
 
-async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes) -> tuple[int, bool]:
-    """Send one request and read its answer: (status, has Retry-After)."""
+async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes) -> tuple[int, float | None]:
+    """Send one request and read its answer: (status, its Retry-After in seconds or None)."""
     writer.write(raw)
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
@@ -49,7 +50,7 @@ async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
     await reader.readexactly(int(headers.get("content-length", "0")))
     if headers.get("connection", "").lower() == "close":
         raise ConnectionResetError("closed by the server")
-    return status, "retry-after" in headers
+    return status, float(headers["retry-after"]) if "retry-after" in headers else None
 
 
 def _raw(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
@@ -59,7 +60,7 @@ def _raw(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> 
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-async def _client(port: int, mix: list[bytes], until: float, out: dict[str, Any], seed: int) -> None:
+async def _client(port: int, mix: list[bytes], until: float, out: dict[str, Any], seed: int, hammer: bool) -> None:
     rng = random.Random(seed)
     reader = writer = None
     while time.monotonic() < until:
@@ -72,7 +73,7 @@ async def _client(port: int, mix: list[bytes], until: float, out: dict[str, Any]
             status, retry_after = await asyncio.wait_for(_request(reader, writer, raw), CLIENT_TIMEOUT_S)
         except TimeoutError:
             out["timeouts"] += 1
-            status, retry_after = 0, False
+            status, retry_after = 0, None
         except (OSError, asyncio.IncompleteReadError):
             out["errors"] += 1
             if writer is not None:
@@ -87,8 +88,10 @@ async def _client(port: int, mix: list[bytes], until: float, out: dict[str, Any]
             continue
         out["latencies"].append(time.monotonic() - started)
         out["statuses"][status] += 1
-        if status in (429, 503) and not retry_after:
+        if status in (429, 503) and retry_after is None:
             out["missing_retry_after"] += 1
+        elif retry_after is not None and not hammer:
+            await asyncio.sleep(min(retry_after, max(0.0, until - time.monotonic())))
     if writer is not None:
         writer.close()
 
@@ -105,15 +108,15 @@ async def _probe(port: int, until: float, latencies: list[float]) -> None:
     writer.close()
 
 
-async def _burst(port: int, mix: list[bytes], clients: int, seconds: float) -> dict[str, Any]:
+async def _burst(port: int, mix: list[bytes], clients: int, seconds: float, hammer: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"latencies": [], "statuses": Counter(), "timeouts": 0, "errors": 0,
                            "missing_retry_after": 0}
     health: list[float] = []
     until = time.monotonic() + seconds
     await asyncio.gather(_probe(port, until, health),
-                         *(_client(port, mix, until, out, seed) for seed in range(clients)))
+                         *(_client(port, mix, until, out, seed, hammer) for seed in range(clients)))
     lat = sorted(out["latencies"])
-    return {"clients": clients, "seconds": seconds, "answered": len(lat),
+    return {"clients": clients, "seconds": seconds, "hammer": hammer, "answered": len(lat),
             "per_s": round(len(lat) / seconds, 1),
             "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
             "p99_ms": round(1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1) if lat else None,
@@ -134,7 +137,7 @@ def _recovery_s(server: Server, job_id: str, burst_end: float) -> float:
             time.sleep(0.05)
 
 
-def run(backend: str, database_url: str, clients: list[int], seconds: float) -> list[dict[str, Any]]:
+def run(backend: str, database_url: str, clients: list[int], seconds: float, hammer: bool) -> list[dict[str, Any]]:
     server = Server(database_url, workers=1)
     rows = []
     try:
@@ -151,7 +154,7 @@ def run(backend: str, database_url: str, clients: list[int], seconds: float) -> 
                + [_raw("GET", "/v1/jobs?limit=20", server.headers)] * 3
                + [_raw("POST", "/v1/jobs", server.headers, submit)] * 3)
         for n in clients:
-            row = asyncio.run(_burst(port, mix, n, seconds))
+            row = asyncio.run(_burst(port, mix, n, seconds, hammer))
             row["recovery_s"] = _recovery_s(server, job["id"], time.monotonic())
             row["backend"] = backend
             print(json.dumps(row), flush=True)
@@ -167,11 +170,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each burst")
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgres"])
     parser.add_argument("--postgres-url", default=POSTGRES_URL)
+    parser.add_argument("--hammer", action="store_true", help="send again at once after a 503/429 (no Retry-After)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         for backend in args.backends:
             with fresh_database(backend, Path(folder), args.postgres_url) as url:
-                run(backend, url, args.clients, args.seconds)
+                run(backend, url, args.clients, args.seconds, args.hammer)
 
 
 if __name__ == "__main__":

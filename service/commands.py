@@ -45,13 +45,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     """``placer key create``: print a new API key for a project."""
+    rate = args.rate_limit
+    if rate is not None and not rate >= 0:
+        print(f"placer key create: --rate-limit must be a number >= 0 (got {rate:g})", file=sys.stderr)
+        return 2
     cfg = load_config()
     db = Database(cfg.database_url)
     try:
         if cfg.migrate_on_start:
             migrate.upgrade(db.engine)
         with db.session() as s:
-            key = create_key(s, args.project)
+            key = create_key(s, args.project, rate)
     finally:
         db.dispose()
     print(key)

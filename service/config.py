@@ -56,6 +56,8 @@ class ServiceConfig(BaseModel):
     queue: str = Field("placer", min_length=1, description="the broker queue the API sends solver jobs to")
     project_max_running: int = Field(0, ge=0, description="running jobs per project at once (0 = no cap)")
     project_max_queued: int = Field(0, ge=0, description="queued jobs per project (0 = no cap); more get 429")
+    stranded_resend_s: float = Field(60.0, gt=0, description="with Celery, a queued job is sent to the broker "
+                                     "again after this long, even while the broker queue is busy")
     request_deadline_s: float = Field(30.0, gt=0, description="from a request's arrival to the start of its "
                                       "answer; past it the answer is 503 deadline-exceeded with Retry-After")
     db_pool_size: int = Field(16, ge=1, le=1000, description="database connections kept open")
