@@ -7,6 +7,11 @@ each connection a timer from the moment it opens (and again when the next reques
 until its request's headers are complete; when it fires, the server answers
 ``408 Request Timeout`` with ``Connection: close`` and closes the connection.  The request body
 has its own deadline, kept by :class:`service.overload.AdmissionMiddleware`.
+
+It also answers ``GET /healthz`` itself, in the callback that parsed the request, without an
+application task: under a load that keeps the event loop busy, the probe is answered in the
+same turn of the loop that read it instead of waiting for several more (the application's
+``/healthz`` answers the same body when the server runs another way, e.g. in tests).
 """
 
 from __future__ import annotations
@@ -14,9 +19,15 @@ from __future__ import annotations
 import asyncio
 import json
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from service.errors import PROBLEM_JSON, problem_body
+
+_HEALTHZ_BODY = b'{"status":"ok"}'
+_HEALTHZ_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                 + str(len(_HEALTHZ_BODY)).encode() + b"\r\n")
+HEALTHZ_RESPONSE = _HEALTHZ_HEAD + b"\r\n" + _HEALTHZ_BODY
+HEALTHZ_CLOSE = _HEALTHZ_HEAD + b"connection: close\r\n\r\n" + _HEALTHZ_BODY
 
 
 def header_deadline_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
@@ -40,7 +51,25 @@ def header_deadline_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
+            if idle and self.url == b"/healthz" and self.parser.get_method() == b"GET":
+                self._answer_healthz()
+                return
             super().on_headers_complete()
+
+        def _answer_healthz(self) -> None:
+            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+            self.cycle = RequestResponseCycle(  # a finished cycle: the parser's later callbacks skip it
+                scope=self.scope, transport=self.transport, flow=self.flow, logger=self.logger,
+                access_logger=self.access_logger, access_log=False,
+                default_headers=self.server_state.default_headers, message_event=asyncio.Event(),
+                expect_100_continue=False, keep_alive=keep_alive, on_response=self.on_response_complete)
+            self.cycle.response_complete = True
+            self.transport.write(HEALTHZ_RESPONSE if keep_alive else HEALTHZ_CLOSE)
+            if keep_alive:
+                self.on_response_complete()
+            else:
+                self.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

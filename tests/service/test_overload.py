@@ -145,6 +145,23 @@ def test_a_burst_over_capacity_is_answered_2xx_or_503_with_retry_after(served: S
     assert time.monotonic() - started < 5
 
 
+def test_healthz_answered_by_the_protocol_keeps_the_connection_usable(served: Served) -> None:
+    """``GET /healthz`` is answered in the protocol (service.protocol); the keep-alive connection
+    then serves the application's routes, and ``Connection: close`` closes it."""
+    async def talk() -> list[tuple[int, dict[str, str]]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        answers = [await _answer(reader, writer, served.raw("GET", path))
+                   for path in ("/healthz", "/readyz", "/healthz", f"/v1/graphs/{served.graph_id}", "/healthz")]
+        answers.append(await _answer(reader, writer, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+        assert await reader.read() == b""  # closed
+        writer.close()
+        return answers
+
+    answers = asyncio.run(talk())
+    assert [status for status, _ in answers] == [200] * 6
+    assert answers[-1][1]["connection"] == "close"
+
+
 def _read_all(sock: socket.socket) -> tuple[float, bytes]:
     started, data = time.monotonic(), b""
     while chunk := sock.recv(65536):
