@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +27,7 @@ from service.db import migrate
 from service.db.engine import Database
 from service.overload import AdmissionMiddleware, Gate, route_class
 from solvers.generate import generate_graph, generate_topology
-from tests.service.conftest import BACKENDS, database_url
+from tests.service.conftest import BACKENDS, assert_problem, database_url, new_api, running_app
 from tests.service.jobs.processes import free_port, kill_group, start_server
 
 SMALL = {"PLACER_ADMIT_READS": "2", "PLACER_ADMIT_LISTS": "1", "PLACER_ADMIT_WRITES": "1", "PLACER_ADMIT_QUEUE": "4",
@@ -231,6 +232,57 @@ def test_a_request_whose_client_left_while_queued_does_no_work() -> None:
 
     assert asyncio.run(main()) == [200]
     assert reached == ["/v1/jobs/first"]
+
+
+def test_a_request_past_its_deadline_is_503_and_keeps_its_slot_until_it_ends() -> None:
+    """ASGI level: a handler slower than the deadline; the client gets 503 deadline-exceeded with
+    Retry-After at the deadline, the handler is cancelled, and its slot is freed when it ends."""
+    ended = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            ended.set()
+
+    async def main() -> tuple[list[Any], float, Gate]:
+        gate = Gate("reads", 1, 0, 0.0)
+        middleware = AdmissionMiddleware(app, {"reads": gate}, deadline_s=0.2, body_timeout_s=5.0)
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        started = time.monotonic()
+        await middleware({"type": "http", "method": "GET", "path": "/v1/jobs/j", "headers": []}, receive, send)
+        took = time.monotonic() - started
+        await asyncio.wait_for(ended.wait(), 1)
+        await asyncio.sleep(0)
+        return sent, took, gate
+
+    sent, took, gate = asyncio.run(main())
+    assert 0.15 < took < 1.0, took
+    start = sent[0]
+    assert start["status"] == 503 and (b"retry-after", b"1") in start["headers"]
+    assert b"/problems/deadline-exceeded" in sent[1]["body"]
+    assert gate.in_flight == 0
+
+
+def test_a_request_that_cannot_get_a_pooled_connection_is_503(tmp_path: Path) -> None:
+    """The pool's one connection is held: a request waits the pool timeout, then 503 database-busy
+    with Retry-After (not 500)."""
+    with running_app("sqlite", tmp_path, workers=0, db_pool_size=1, db_max_overflow=0, db_pool_timeout_s=0.3,
+                     key_cache_s=0) as (client, cfg):
+        api = new_api(client, cfg)
+        db = client.app.state.ctx.db  # type: ignore[attr-defined]
+        with db.engine.connect():
+            r = api.get("/v1/graphs")
+        assert_problem(r, 503, slug="database-busy")
+        assert r.headers["Retry-After"] == "2"
+        assert api.get("/v1/graphs").status_code == 200
 
 
 def test_route_classes() -> None:
