@@ -76,7 +76,9 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
     app.add_middleware(BoundaryMiddleware, router=app.router)
-    app.add_middleware(AdmissionMiddleware, gates=admission_gates(cfg), deadline_s=cfg.request_deadline_s,
+    gates = admission_gates(cfg)
+    metrics.watch_admission(gates)
+    app.add_middleware(AdmissionMiddleware, gates=gates, deadline_s=cfg.request_deadline_s,
                        body_timeout_s=cfg.body_timeout_s)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

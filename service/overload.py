@@ -80,7 +80,9 @@ class Gate:
     wait_s: float
     in_flight: int = 0
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
-    refused: int = 0
+    refused: int = 0  # answered 503 overloaded
+    dropped: int = 0  # left the queue to find their client gone
+    late: int = 0  # answered 503 deadline-exceeded
 
     async def enter(self) -> None:
         """Take a slot, waiting in the queue if there is room there; :class:`Overloaded` otherwise."""
@@ -161,7 +163,6 @@ class AdmissionMiddleware:
         self.gates = gates
         self.deadline_s = deadline_s
         self.body_timeout_s = body_timeout_s
-        self.dropped = 0  # requests whose client left while they waited
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (name := route_class(scope)) is None:
@@ -178,9 +179,9 @@ class AdmissionMiddleware:
         try:
             pending: list[Message] = []
             if await client_gone(receive, pending):
-                self.dropped += 1
+                gate.dropped += 1
                 return  # nobody to answer: no work for it
-            task = await self._serve(scope, receive, send, pending, arrived, name)
+            task = await self._serve(scope, receive, send, pending, arrived, gate)
         finally:
             if task is None or task.done():
                 gate.leave()
@@ -188,7 +189,7 @@ class AdmissionMiddleware:
                 task.add_done_callback(lambda _t: gate.leave())
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, pending: list[Message], arrived: float,
-                     name: str) -> asyncio.Task[None]:
+                     gate: Gate) -> asyncio.Task[None]:
         state = {"started": False, "answered": False, "timed_out": False, "body_done": False}
         body_timeout_s = self.body_timeout_s
 
@@ -246,8 +247,9 @@ class AdmissionMiddleware:
             return task
         task.cancel()
         state["answered"] = True
+        gate.late += 1
         log.warning("deadline of %g s exceeded on %s %s (%s)", self.deadline_s, scope.get("method"),
-                    scope.get("path"), name)
+                    scope.get("path"), gate.name)
         err = DeadlineExceeded(f"the request could not be answered within the deadline of {self.deadline_s:g} s; "
                                "retry after Retry-After", retry_after_s=OVERLOAD_RETRY_AFTER_S)
         await _send_problem(send, err, scope)

@@ -143,7 +143,11 @@ def test_a_burst_over_capacity_is_answered_2xx_or_503_with_retry_after(served: S
     with httpx.Client(base_url=served.base, headers=served.headers, timeout=5) as http:
         assert http.get("/v1/topologies", params={"limit": 20}).status_code == 200
         assert http.get("/readyz").status_code == 200
+        scraped = http.get("/metrics").text
     assert time.monotonic() - started < 5
+    refused = sum(float(line.rsplit(" ", 1)[1]) for line in scraped.splitlines()
+                  if line.startswith("placer_admission_refused_total{"))
+    assert refused == statuses[503], (refused, statuses)
 
 
 def test_healthz_answered_by_the_protocol_keeps_the_connection_usable(served: Served) -> None:
@@ -227,7 +231,7 @@ def test_a_request_whose_client_left_while_queued_does_no_work() -> None:
         assert gates["reads"].waiters, "the second request waits for the slot"
         release.set()
         await asyncio.gather(first, second)
-        assert middleware.dropped == 1 and gates["reads"].in_flight == 0
+        assert gates["reads"].dropped == 1 and gates["reads"].in_flight == 0
         return sent
 
     assert asyncio.run(main()) == [200]
@@ -268,7 +272,7 @@ def test_a_request_past_its_deadline_is_503_and_keeps_its_slot_until_it_ends() -
     start = sent[0]
     assert start["status"] == 503 and (b"retry-after", b"1") in start["headers"]
     assert b"/problems/deadline-exceeded" in sent[1]["body"]
-    assert gate.in_flight == 0
+    assert gate.in_flight == 0 and gate.late == 1
 
 
 def test_a_request_that_cannot_get_a_pooled_connection_is_503(tmp_path: Path) -> None:
