@@ -9,8 +9,9 @@ checks the database on its own connection in its own thread (:class:`ReadyCheck`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -38,7 +39,6 @@ class ReadyCheck:
         self.timeout_s = timeout_s
         self.engine: Engine = make_engine(url, pool_size=1, max_overflow=0, pool_timeout_s=max(1.0, timeout_s))
         self.engine = self.engine.execution_options(placer_read_only=True)  # SQLite: no write lock
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="placer-readyz")
         self._running: asyncio.Future[str | None] | None = None
 
     def _revision(self) -> str | None:
@@ -49,11 +49,38 @@ class ReadyCheck:
     async def revision(self) -> str | None:
         """The database's migration revision; raises on failure and :class:`TimeoutError` past the timeout."""
         if self._running is None or self._running.done():
-            self._running = asyncio.wrap_future(self._thread.submit(self._revision))
+            self._running = self._start()
         return await asyncio.wait_for(asyncio.shield(self._running), timeout=self.timeout_s)
 
+    def _start(self) -> asyncio.Future[str | None]:
+        """Run one check in a daemon thread (a check hung on an unreachable database never holds up
+        the process's exit, as a pool thread would)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str | None] = loop.create_future()
+
+        def settle(result: str | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def check() -> None:
+            try:
+                result = self._revision()
+            except BaseException as exc:  # handed to the awaiting probe
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(settle, None, exc)
+                return
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result, None)
+
+        threading.Thread(target=check, name="placer-readyz", daemon=True).start()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # read: no "never retrieved" log
+        return future
+
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
         self.engine.dispose()
 
 
