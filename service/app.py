@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ from service.errors import PROBLEM_JSON, install_error_handlers
 from service.jobs.dispatch import Dispatcher, LocalPool, make_dispatcher
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, RequestMetricsMiddleware
+from service.overload import AdmissionMiddleware, Gate
 from service.plan_cache import PlanCache
 from service.schemas import ProblemOut
 from solvers.model.schemas import load_schema
@@ -38,7 +40,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     """Build the app.  The database is migrated (embedded SQLite by default) and the local pool
     started when the app starts, and stopped when it stops."""
     cfg = config or load_config()
-    db = Database(cfg.database_url)
+    db = Database(cfg.database_url, cfg.db_pool_size, cfg.db_max_overflow, cfg.db_pool_timeout_s)
     metrics = Metrics(db)
     pool = dispatcher or make_dispatcher(db, cfg, on_finish=metrics.job_finished)
     ctx = Context(cfg, db, pool, metrics, RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst),
@@ -51,12 +53,15 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
         if cfg.migrate_on_start:
             migrate.upgrade(db.engine)
         pool.start()
+        with contextlib.suppress(Exception):  # open /readyz's connection now; a failure shows in /readyz
+            await health.ready_check_of(app).revision()
         if isinstance(pool, LocalPool) and pool.workers:
             pool.reap_once()  # resume jobs queued or left running by a previous server
         try:
             yield
         finally:
             pool.stop()
+            health.close_ready_check(app)
             if db.async_reader is not None:
                 await db.async_reader.close()
             db.dispose()
@@ -71,9 +76,21 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
     dashboard.mount(app, cfg.session_secret)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_request_bytes)
     app.add_middleware(BoundaryMiddleware, router=app.router)
+    gates = admission_gates(cfg)
+    metrics.watch_admission(gates)
+    app.add_middleware(AdmissionMiddleware, gates=gates, deadline_s=cfg.request_deadline_s,
+                       body_timeout_s=cfg.body_timeout_s)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def admission_gates(cfg: ServiceConfig) -> dict[str, Gate]:
+    """One :class:`~service.overload.Gate` per route class, sized by the ``admit_*`` settings."""
+    limits = {"reads": cfg.admit_reads, "lists": cfg.admit_lists, "writes": cfg.admit_writes,
+              "streams": cfg.admit_streams}
+    return {name: Gate(name, limit, 0 if name == "streams" else cfg.admit_queue, cfg.admit_wait_s)
+            for name, limit in limits.items()}
 
 
 def _depends_on(dependant: Dependant, call: Callable[..., Any]) -> bool:
@@ -102,7 +119,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             if path.startswith("/v1") and path != "/v1/solvers":
                 for code, text in (("401", "missing or invalid API key"), ("429", "rate limit exceeded"),
                                    ("413", "request body too large"), ("422", "invalid input"),
-                                   ("503", "the database is unavailable; retry after Retry-After")):
+                                   ("503", "overloaded, past the request deadline, or the database is "
+                                           "unavailable; retry after Retry-After"),
+                                   ("408", "the request's headers or body stopped arriving")):
                     responses.setdefault(code, {"description": text})
             responses.setdefault("500", {"description": "internal error (a bug; logged)"})
             for code, resp in responses.items():

@@ -45,9 +45,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     keys = key.add_subparsers(dest="verb", metavar="VERB", required=True)
     p = keys.add_parser("create", help="create an API key for a project (created if new); prints only the key",
-                        epilog=_example("placer key create --project team-a"),
+                        epilog=_example("placer key create --project team-a",
+                                        "placer key create --project orchestrator --rate-limit 1000"),
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--project", required=True, help="project name")
+    p.add_argument("--rate-limit", type=float, default=None, metavar="N",
+                   help="requests/s for this key, in a bucket of its own (0 = no limit; default: the "
+                        "project's PLACER_RATE_LIMIT_PER_S, shared by its keys)")
     p.set_defaults(func="service.commands:cmd_keys_create")
 
 

@@ -16,6 +16,7 @@ from service.db import migrate
 from service.db.engine import Database
 from service.demo import seed_demo
 from service.jobs.worker import run_worker
+from service.protocol import header_deadline_protocol
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -44,13 +45,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     """``placer key create``: print a new API key for a project."""
+    rate = args.rate_limit
+    if rate is not None and not rate >= 0:
+        print(f"placer key create: --rate-limit must be a number >= 0 (got {rate:g})", file=sys.stderr)
+        return 2
     cfg = load_config()
     db = Database(cfg.database_url)
     try:
         if cfg.migrate_on_start:
             migrate.upgrade(db.engine)
         with db.session() as s:
-            key = create_key(s, args.project)
+            key = create_key(s, args.project, rate)
     finally:
         db.dispose()
     print(key)
@@ -72,7 +77,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # request for 135-175 ms, docs/benchmarks.md "Load").
     gc.collect()
     gc.freeze()
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level)
+    # headers slower than header_timeout_s get 408 (service.protocol); on SIGTERM requests in flight
+    # have graceful_shutdown_s to finish, then they are cancelled and the server exits
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                http=header_deadline_protocol(cfg.header_timeout_s),
+                timeout_graceful_shutdown=cfg.graceful_shutdown_s)
     return 0
 
 

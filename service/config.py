@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from solvers.model.errors import InvalidInput
 
@@ -61,6 +61,32 @@ class ServiceConfig(BaseModel):
     queue: str = Field("placer", min_length=1, description="the broker queue the API sends solver jobs to")
     project_max_running: int = Field(0, ge=0, description="running jobs per project at once (0 = no cap)")
     project_max_queued: int = Field(0, ge=0, description="queued jobs per project (0 = no cap); more get 429")
+    stranded_resend_s: float = Field(60.0, gt=0, description="with Celery, a queued job is sent to the broker "
+                                     "again after this long, even while the broker queue is busy")
+    request_deadline_s: float = Field(30.0, gt=0, description="from a request's arrival to the start of its "
+                                      "answer; past it the answer is 503 deadline-exceeded with Retry-After")
+    db_pool_size: int = Field(16, ge=1, le=1000, description="database connections kept open")
+    db_max_overflow: int = Field(32, ge=0, le=1000, description="connections opened beyond db_pool_size under load")
+    db_pool_timeout_s: float = Field(10.0, gt=0, description="longest wait for a pooled connection (then 503); "
+                                     "below request_deadline_s")
+    admit_reads: int = Field(24, ge=1, description="GET/HEAD of one resource in flight at once")
+    admit_lists: int = Field(8, ge=1, description="GET of a collection (/v1/jobs, ...) in flight at once")
+    admit_writes: int = Field(8, ge=1, description="POST/PUT/PATCH/DELETE in flight at once")
+    admit_streams: int = Field(64, ge=1, description="Server-Sent Event streams open at once")
+    admit_queue: int = Field(64, ge=0, description="requests of a route class waiting for a slot (more: 503)")
+    admit_wait_s: float = Field(1.0, ge=0, description="longest wait for a slot (then 503 with Retry-After)")
+    header_timeout_s: float = Field(10.0, gt=0, description="a request's headers must arrive within this (else 408)")
+    body_timeout_s: float = Field(10.0, gt=0, description="longest pause in a request body (else 408)")
+    ready_timeout_s: float = Field(0.08, gt=0, description="/readyz's database check (its own connection)")
+    graceful_shutdown_s: int = Field(10, ge=0, description="on SIGTERM, seconds that requests in flight may "
+                                       "finish before they are cancelled and the server exits")
+
+    @model_validator(mode="after")
+    def _pool_timeout_below_deadline(self) -> ServiceConfig:
+        if self.db_pool_timeout_s >= self.request_deadline_s:
+            raise ValueError(f"db_pool_timeout_s ({self.db_pool_timeout_s:g}) must be below request_deadline_s "
+                             f"({self.request_deadline_s:g})")
+        return self
 
     @field_validator("session_secret")
     @classmethod
@@ -105,7 +131,7 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Servi
         return ServiceConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else "?"
+        name = str(err["loc"][0]) if err["loc"] else "db_pool_timeout_s" if "db_pool_timeout_s" in err["msg"] else "?"
         var = ENV_PREFIX + name.upper()
         why = str(err["msg"]).removeprefix("Value error, ")
         shown = "" if name in SECRET_FIELDS else f" (got {raw.get(name)!r})"  # never echo a secret

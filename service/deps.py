@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from service.auth import KeyCache, RateLimiter, bearer_key_hash, project_for_key_hash
+from service.auth import KeyCache, RateLimiter, bearer_key_hash, key_for_hash
 from service.config import ServiceConfig
 from service.db.engine import Database
 from service.plan_cache import PlanCache
@@ -76,9 +76,9 @@ BEARER_SCHEME = {"type": "http", "scheme": "bearer",
 """The OpenAPI security scheme of :func:`get_project` (``HTTPBearer``, stated in :mod:`service.app`)."""
 
 
-def _lookup_project(db: Database, key_hash: str) -> str:
+def _lookup_key(db: Database, key_hash: str) -> tuple[str, float | None]:
     with db.session(read_only=True) as s:
-        return project_for_key_hash(s, key_hash)
+        return key_for_hash(s, key_hash)
 
 
 def bearer_credentials(authorization: str | None) -> str | None:
@@ -90,7 +90,8 @@ def bearer_credentials(authorization: str | None) -> str | None:
 
 
 async def get_project(request: Request) -> str:
-    """The project of the request's API key; rate-limited per project.
+    """The project of the request's API key; rate-limited per project, or per key for a key with a
+    rate limit of its own (``placer key create --rate-limit``).
 
     A key found is cached for ``key_cache_s`` (:class:`~service.auth.KeyCache`): most requests
     authenticate without a database round trip, and a revoked key is refused at the latest when
@@ -99,11 +100,15 @@ async def get_project(request: Request) -> str:
     """
     ctx = context_of(request)
     key_hash = bearer_key_hash(bearer_credentials(request.headers.get("authorization")))
-    project_id = ctx.keys.get(key_hash)
-    if project_id is None:
-        project_id = await run_in_threadpool(_lookup_project, ctx.db, key_hash)
-        ctx.keys.put(key_hash, project_id)
-    ctx.limiter.check(project_id)
+    entry = ctx.keys.entry(key_hash)
+    if entry is None:
+        entry = await run_in_threadpool(_lookup_key, ctx.db, key_hash)
+        ctx.keys.put(key_hash, *entry)
+    project_id, key_rate = entry
+    if key_rate is None:
+        ctx.limiter.check(project_id)  # the project's bucket, at PLACER_RATE_LIMIT_PER_S
+    else:
+        ctx.limiter.check("key:" + key_hash, key_rate)  # the key's own bucket, at its own rate
     return project_id
 
 

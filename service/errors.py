@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from solvers.model.errors import PlacerError
@@ -110,6 +111,8 @@ def placer_error_response(exc: PlacerError, instance: str | None = None) -> JSON
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(exc, RetryLater):
         headers["Retry-After"] = exc.retry_after
+    if status == 408:  # the client stopped sending: the connection is not reused
+        headers["Connection"] = "close"
     if status >= 500:
         log.error("%s: %s", exc.type_slug, exc.message)
     return problem_response(status, body, headers)
@@ -189,6 +192,15 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DatabaseUnavailable)
     async def _unavailable(request: Request, exc: DatabaseUnavailable) -> JSONResponse:
         return outage_response(request.method, request.url.path, exc)
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool_timeout(request: Request, exc: PoolTimeout) -> JSONResponse:
+        log.warning("no pooled database connection within the pool timeout on %s %s", request.method,
+                    request.url.path)
+        body = problem_body(503, "database-busy", "Database busy",
+                            "no database connection became free within the pool timeout; retry after Retry-After",
+                            request.url.path)
+        return problem_response(503, body, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,6 +33,31 @@ class _JobStates(Collector):
         yield gauge
 
 
+class _Admission(Collector):
+    """The admission gates of :mod:`service.overload`, read at scrape time."""
+
+    def __init__(self, gates: dict[str, Any]) -> None:
+        self.gates = gates
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        families: list[GaugeMetricFamily | CounterMetricFamily] = [
+            GaugeMetricFamily("placer_admission_in_flight", "Requests admitted and not yet ended, by route class",
+                              labels=["route_class"]),
+            GaugeMetricFamily("placer_admission_waiting", "Requests waiting for a slot, by route class",
+                              labels=["route_class"]),
+            CounterMetricFamily("placer_admission_refused", "Requests answered 503 overloaded",
+                                labels=["route_class"]),
+            CounterMetricFamily("placer_admission_dropped", "Queued requests dropped because their client had gone",
+                                labels=["route_class"]),
+            CounterMetricFamily("placer_deadline_exceeded", "Requests answered 503 deadline-exceeded",
+                                labels=["route_class"])]
+        for name, gate in self.gates.items():
+            for family, value in zip(families, (gate.in_flight, len(gate.waiters), gate.refused, gate.dropped,
+                                                gate.late), strict=True):
+                family.add_metric([name], value)
+        yield from families
+
+
 class Metrics:
     """The registry and the instruments of one app."""
 
@@ -43,6 +68,10 @@ class Metrics:
         self.jobs = Histogram("placer_job_duration_seconds", "Wall-clock time of finished jobs (claim to finish)",
                               ["state"], buckets=JOB_BUCKETS_S, registry=self.registry)
         self.registry.register(_JobStates(db))
+
+    def watch_admission(self, gates: dict[str, Any]) -> None:
+        """Export the admission gates' state (``placer_admission_*``, ``placer_deadline_exceeded``)."""
+        self.registry.register(_Admission(gates))
 
     def job_finished(self, state: str, duration_s: float) -> None:
         self.jobs.labels(state).observe(duration_s)

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.db.models import Comparison, IdempotencyReservation, Job, utcnow
 from service.errors import IdempotencyInProgress
+from service.owner import owner_is_dead, this_process
 from solvers.model.errors import InvalidInput
 
 Idempotent = TypeVar("Idempotent", Job, Comparison)
@@ -48,7 +49,9 @@ def create_once(session: Session, model: type[Idempotent], project: str, key: st
        a request that finds the claim held gets the 409 (or the 422 if its body differs);
     3. the claimer creates the resource and deletes its claim in the same transaction; if the
        work fails the claim is deleted and the error answered.  A claim left by a crashed server
-       expires after ``reserve_s`` and is taken over (compare-and-set on ``reserved_until``);
+       is taken over at once when its ``owner`` process (:mod:`service.owner`: host, boot, pid and
+       start time) is known dead, else once it expires after ``reserve_s`` (a server on another
+       host); the takeover is a compare-and-set on ``reserved_until``;
        even then the resource's own unique index on ``(project_id, idempotency_key)`` keeps it
        to one.
 
@@ -107,12 +110,13 @@ def _claim(session: Session, model: type[Idempotent], project: str, key: str, re
     """Claim ``key`` for this request (``None``), or return the resource created meanwhile; raise
     409 while another request holds the claim, 422 if that request has another body."""
     scope = model.__tablename__
+    me = this_process()
     for _ in range(3):  # a claim released between our insert and our read: claim again
         now = utcnow()
         try:
             session.add(IdempotencyReservation(project_id=project, scope=scope, key=key,
                                                request_digest=request_digest,
-                                               reserved_until=now + timedelta(seconds=reserve_s)))
+                                               reserved_until=now + timedelta(seconds=reserve_s), owner=me))
             session.commit()
             return None
         except IntegrityError:
@@ -130,13 +134,13 @@ def _claim(session: Session, model: type[Idempotent], project: str, key: str, re
             session.commit()
             raise InvalidInput("Idempotency-Key: the key is being used by a request with a different body",
                                field="Idempotency-Key", ref=key)
-        if held.reserved_until > now:
+        if held.reserved_until > now and not owner_is_dead(held.owner):
             session.commit()
             raise _in_progress(key)
         taken = session.execute(update(IdempotencyReservation).where(
             *_the_claim(project, scope, key), IdempotencyReservation.reserved_until == held.reserved_until,
-        ).values(reserved_until=now + timedelta(seconds=reserve_s)))
+        ).values(reserved_until=now + timedelta(seconds=reserve_s), owner=me))
         session.commit()
         if getattr(taken, "rowcount", 0) == 1:
-            return None  # the expired claim of a crashed request is ours now
+            return None  # the claim of a crashed server (expired, or its process gone) is ours now
     raise _in_progress(key)

@@ -14,9 +14,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.loop_reads import AsyncReader, SqliteReader
 
+POOL_SIZE, MAX_OVERFLOW, POOL_TIMEOUT_S = 16, 32, 10.0
+"""The connection pool's defaults (``PLACER_DB_POOL_SIZE``, ``PLACER_DB_MAX_OVERFLOW``,
+``PLACER_DB_POOL_TIMEOUT_S``; docs/operations.md): at most 48 connections, and a request waits at
+most 10 s for one (then 503), below the 30 s request deadline."""
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``.
+
+def make_engine(url: str, pool_size: int = POOL_SIZE, max_overflow: int = MAX_OVERFLOW,
+                pool_timeout_s: float = POOL_TIMEOUT_S) -> Engine:
+    """An engine for ``url`` with a pool of ``pool_size`` + ``max_overflow`` connections; a
+    checkout waits at most ``pool_timeout_s`` (SQLite's busy timeout is the same).
 
     SQLite runs in WAL mode with a busy timeout and foreign keys on.  Transactions that may
     write start with ``BEGIN IMMEDIATE`` so that concurrent writers wait for each other instead
@@ -24,13 +31,13 @@ def make_engine(url: str) -> Engine:
     and never block anyone.
     """
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
-                               pool_size=16, max_overflow=32)
-        _configure_sqlite(engine)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": pool_timeout_s},
+                               pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout_s)
+        _configure_sqlite(engine, pool_timeout_s)
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    engine = create_engine(url, pool_size=16, max_overflow=32)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout_s)
     _ping_idle_connections(engine)
     return engine
 
@@ -62,7 +69,7 @@ def _ping_idle_connections(engine: Engine) -> None:
             raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # transactions are begun below, not by the driver
@@ -70,7 +77,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -86,9 +93,10 @@ class Database:
     deferred (no write lock), on PostgreSQL it runs in autocommit.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = POOL_SIZE, max_overflow: int = MAX_OVERFLOW,
+                 pool_timeout_s: float = POOL_TIMEOUT_S) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, pool_size, max_overflow, pool_timeout_s)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.read_engine = self.engine.execution_options(placer_read_only=True)
         self.async_reader: AsyncReader | None = None  # reads on the event loop (service.db.loop_reads)

@@ -89,6 +89,7 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    rate_limit_per_s: Mapped[float | None] = mapped_column(Float, default=None)  # None: PLACER_RATE_LIMIT_PER_S
 
 
 class _Document:
@@ -137,7 +138,8 @@ class IdempotencyReservation(Base):
 
     Made and committed before the work, deleted in the transaction that stores the resource (or
     when the work fails).  ``reserved_until`` bounds it: a claim left by a crashed server expires
-    and the next request with the key takes it over.  ``scope`` is the resource's table
+    and the next request with the key takes it over; so does a request that finds the claim's
+    ``owner`` (:mod:`service.owner`) dead, without waiting for the expiry.  ``scope`` is the resource's table
     (``jobs``, ``comparisons``).
     """
 
@@ -147,6 +149,7 @@ class IdempotencyReservation(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     request_digest: Mapped[str] = mapped_column(String(80))
     reserved_until: Mapped[datetime] = mapped_column()
+    owner: Mapped[str | None] = mapped_column(String(200), default=None)  # service.owner: the claiming process
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

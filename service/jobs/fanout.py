@@ -2,8 +2,11 @@
 is made in the database when its last child ends (docs/python.md, docs/service.md).
 
 A worker that claims an ``auto`` job *expands* it in the claim's transaction: one queued child
-job per member (:func:`solvers.portfolio.portfolio_names`), each with the parent's full time
-limit, since they run at once on different workers.  The parent stays ``running`` under the
+job per member (:func:`solvers.portfolio.portfolio_names`).  Each member runs for at most what is
+left of the parent's time limit when it is claimed (:func:`service.jobs.store.parent_budget_s`):
+on enough workers they run at once with the whole limit, on fewer one after another with what
+the earlier ones left, and a member claimed after the limit is spent fails at once, so that the
+parent ends within its time limit.  The parent stays ``running`` under the
 lease owner :data:`OWNER` with no lease expiry, so the reaper leaves it alone while its children
 are queued, retried or running.  Whichever transaction finishes the last child chooses: the
 children's plans go through the portfolio's own choice (:func:`solvers.portfolio._choose`) and

@@ -10,7 +10,7 @@ reason.  Nothing here knows how job ids travel to workers (see ``dispatch``).
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -115,8 +115,35 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running
         _finish(session, job, "failed", error={"type": "not-found", "title": "Input deleted",
                                                "detail": "the job's graph or topology no longer exists"})
         return None
+    time_limit_s = job.time_limit_s
+    if job.parent_id is not None:
+        left = parent_budget_s(session, job.parent_id, now)
+        if left is not None and left < MIN_MEMBER_BUDGET_S:
+            _finish(session, job, "failed", error={
+                "type": "time-limit", "title": "Time limit spent", "field": "time_limit_s",
+                "detail": "the auto job's time limit was spent before this portfolio member could start"})
+            return None
+        if left is not None:
+            time_limit_s = min(time_limit_s, left)
     return Claimed(job.id, job.attempts, job.solver, job.objective, dict(job.settings), dict(job.options),
-                   job.time_limit_s, graph.body, topology.body)
+                   time_limit_s, graph.body, topology.body)
+
+
+MIN_MEMBER_BUDGET_S = 0.05
+"""A portfolio member left less than this of its parent's time limit fails at its claim (``time-limit``)."""
+
+
+def parent_budget_s(session: Session, parent_id: str, now: datetime) -> float | None:
+    """What is left of a fanned-out ``auto`` job's time limit (:mod:`service.jobs.fanout`): its
+    ``time_limit_s`` less the time since it was claimed.  Its members run at once when there are
+    workers enough and one after another when there are not; each gets only what is left, so the
+    parent ends within its own limit (plus the kill grace).  ``None`` if the parent is gone."""
+    row = session.execute(select(Job.time_limit_s, Job.started_at).where(Job.id == parent_id)).first()
+    if row is None or row.started_at is None:
+        return None
+    started: datetime = row.started_at
+    left: float = float(row.time_limit_s) - (now - started).total_seconds()
+    return left
 
 
 def heartbeat(session: Session, job_id: str, owner: str, lease_s: float, child_pid: int | None = None,

@@ -26,6 +26,9 @@ def test_settings_from_the_environment() -> None:
     with pytest.raises(InvalidSettings) as err:
         load_config({"PLACER_LEASE_S": "-1"})
     assert err.value.field == "PLACER_LEASE_S"
+    with pytest.raises(InvalidSettings) as err:  # a request must not outwait its deadline for a connection
+        load_config({"PLACER_DB_POOL_TIMEOUT_S": "30", "PLACER_REQUEST_DEADLINE_S": "20"})
+    assert err.value.field == "PLACER_DB_POOL_TIMEOUT_S" and "below" in str(err.value)
 
 
 @pytest.mark.parametrize("secret", ["change-me", "CHANGEME", "secret", "short-but-not-known"])
@@ -52,9 +55,16 @@ def test_migrate_and_keys_create(tmp_path: Path) -> None:
     out = subprocess.run([PLACER, "key", "create", "--project", "team-a"], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith("plc_") and out.count("\n") == 1 and " " not in out.strip()
+    fast = subprocess.run([PLACER, "key", "create", "--project", "team-a", "--rate-limit", "1000"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+    negative = subprocess.run([PLACER, "key", "create", "--project", "team-a", "--rate-limit", "-1"], env=env,
+                              capture_output=True, text=True)
+    assert negative.returncode == 2 and "--rate-limit" in negative.stderr
     db = Database(url)
     with db.session() as s:
-        assert s.scalar(select(func.count()).select_from(ApiKey)) == 1
+        assert s.scalar(select(func.count()).select_from(ApiKey)) == 2
+        assert s.scalar(select(ApiKey.rate_limit_per_s).where(ApiKey.prefix == fast[:10])) == 1000.0
+        assert s.scalar(select(ApiKey.rate_limit_per_s).where(ApiKey.prefix == out[:10])) is None
     db.dispose()
     bad = subprocess.run([PLACER, "serve"], env={**env, "PLACER_PORT": "eighty"}, capture_output=True, text=True)
     assert bad.returncode == 2 and "PLACER_PORT" in bad.stderr

@@ -84,6 +84,26 @@ def test_request_size_and_rate_limits(backend: str, tmp_path: Path) -> None:
         assert int(limited.headers["Retry-After"]) >= 1
 
 
+def test_a_key_with_its_own_rate_limit(tmp_path: Path) -> None:
+    """The project's keys share PLACER_RATE_LIMIT_PER_S; a key created with a rate of its own has
+    its own bucket (0: no limit), so one orchestrator polling many jobs is not held to the default."""
+    from service.auth import create_key
+
+    with running_app("sqlite", tmp_path, workers=0, rate_limit_per_s=0.1, rate_limit_burst=2) as (client, cfg):
+        shared = new_api(client, cfg, project="polled")
+        with client.app.state.ctx.db.session() as s:  # type: ignore[attr-defined]
+            fast, unlimited, slow = (create_key(s, "polled", rate) for rate in (50.0, 0.0, 0.25))
+        codes = [shared.get("/v1/graphs").status_code for _ in range(4)]
+        assert codes[:2] == [200, 200] and codes[2:] == [429, 429]
+        for key, allowed in ((fast, 200), (unlimited, 300), (slow, 1)):  # burst: 4 s of the key's rate
+            codes = [client.get("/v1/graphs", headers={"Authorization": f"Bearer {key}"}).status_code
+                     for _ in range(allowed)]
+            assert set(codes) == {200}, (key[:10], codes)
+        over = client.get("/v1/graphs", headers={"Authorization": f"Bearer {slow}"})
+        assert_problem(over, 429, slug="rate-limited")
+        assert "0.25 requests/s" in over.json()["detail"] and int(over.headers["Retry-After"]) >= 1
+
+
 def test_dashboard_pages_share_the_rate_limit(tmp_path: Path) -> None:
     """A signed-in page over the project's rate limit: 429, an HTML page and Retry-After."""
     with running_app("sqlite", tmp_path, workers=0, rate_limit_per_s=0.1, rate_limit_burst=4) as (client, cfg):

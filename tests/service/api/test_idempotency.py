@@ -9,6 +9,7 @@ left by a crashed server and expired (taken over).
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,8 @@ from sqlalchemy import select
 
 from service.auth import bearer_key_hash
 from service.db.models import IdempotencyReservation, utcnow
+from service.jobs.procs import stat_fields
+from service.owner import this_process
 from tests.service.conftest import Api, assert_problem
 
 PARALLEL = 10
@@ -72,13 +75,13 @@ def _digest(body: dict[str, Any]) -> str:
     return digest(JobIn.model_validate(body).model_dump(mode="json", by_alias=True))
 
 
-def _hold(api: Api, key: str, body: dict[str, Any], until_s: float) -> None:
+def _hold(api: Api, key: str, body: dict[str, Any], until_s: float, owner: str | None = None) -> None:
     """A claim on ``key`` as a request creating a job with ``body`` makes it (expiring in ``until_s``)."""
     ctx = api.client.app.state.ctx  # type: ignore[attr-defined]
     project = ctx.keys.get(bearer_key_hash(f"Bearer {api.key}"))
     with ctx.db.session() as s:
         s.add(IdempotencyReservation(project_id=project, scope="jobs", key=key, request_digest=_digest(body),
-                                     reserved_until=utcnow() + timedelta(seconds=until_s)))
+                                     reserved_until=utcnow() + timedelta(seconds=until_s), owner=owner))
 
 
 def _claims(api: Api, key: str) -> int:
@@ -108,6 +111,29 @@ def test_an_expired_claim_of_a_crashed_request_is_taken_over(api: Api) -> None:
     again = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "crashed"})
     assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
     assert _claims(api, "crashed") == 0
+
+
+def test_a_claim_of_a_dead_server_process_is_taken_over_at_once(api: Api) -> None:
+    """A server killed mid-creation leaves a claim valid for 30 s; its process is gone, so a retry
+    takes the claim over at once.  A living owner's claim, or one from another host, holds."""
+    body = _job_body(api)
+    api.get("/v1/graphs")
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        fields = stat_fields(proc.pid)
+        assert fields is not None
+        dead = this_process().rsplit("/", 2)[0] + f"/{proc.pid}/{fields[19]}"
+    finally:
+        proc.kill()
+        proc.wait()
+    _hold(api, "dead-owner", body, until_s=30, owner=dead)
+    first = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "dead-owner"})
+    assert first.status_code == 202, first.text
+    assert _claims(api, "dead-owner") == 0
+    for key, owner in (("live-owner", this_process()), ("other-host", "elsewhere/boot/1/1")):
+        _hold(api, key, body, until_s=30, owner=owner)
+        assert_problem(api.post("/v1/jobs", json=body, headers={"Idempotency-Key": key}), 409,
+                       slug="idempotency-in-progress")
 
 
 def test_a_failed_creation_releases_its_claim(api: Api) -> None:
