@@ -45,6 +45,20 @@ class GraphInfo(_Model):
     created_at: datetime
 
 
+class RunInfo(_Model):
+    """A launcher run record stored for a plan (``GET /v1/plans/{plan_id}/runs``); the document is ``run_document``."""
+
+    id: str
+    plan_id: str
+    digest: str
+    world_size: int
+    device_kind: str
+    iteration_s: float | None
+    profiled: bool
+    size_bytes: int
+    created_at: datetime
+
+
 class TopologyInfo(_Model):
     """A stored topology (``GET /v1/topologies/{id}``)."""
 

@@ -109,6 +109,20 @@ class JobOut(BaseModel):
     finished_at: datetime | None
 
 
+class RunOut(BaseModel):
+    """A launcher run record stored for a plan (the document: ``GET /v1/plans/{plan_id}/runs/{id}``)."""
+
+    id: str
+    plan_id: str
+    digest: str
+    world_size: int = Field(description="ranks that ran the plan")
+    device_kind: str = Field(description="cpu, or the CUDA device's name")
+    iteration_s: float | None = Field(description="the median measured iteration (summary.iteration_s)")
+    profiled: bool = Field(description="the run profiled steps (stage and transfer times are in the record)")
+    size_bytes: int = Field(description="size of the canonical JSON document")
+    created_at: datetime
+
+
 class ComparisonIn(Strict):
     graph_id: str = Field(max_length=40)
     topology_id: str = Field(max_length=40)

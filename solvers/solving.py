@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from solvers import registry
+from solvers.advice import problem_warnings
 from solvers.base import Budget, ProgressCallback, no_progress, parse_options
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -86,7 +87,8 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
 
 
 def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = None) -> Plan:
-    """Stamp the problem's digests on a plan and attach the simulator's metrics.
+    """Stamp the problem's digests and warnings (:func:`solvers.advice.problem_warnings`) on a plan and
+    attach the simulator's metrics.
 
     ``result``: the plan's simulation when the caller already has it (simulated otherwise).
     A throughput plan with a stage that does no compute is marked infeasible, the stage named in
@@ -94,7 +96,8 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
     """
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
     plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
-                      topology_digest=problem.topology.digest, problem_digest=problem.digest)
+                      topology_digest=problem.topology.digest, problem_digest=problem.digest,
+                      warnings=tuple(w.to_dict() for w in problem_warnings(problem.graph, problem.topology)))
     if plan.status == "infeasible" and not plan.stages:
         return plan
     idle = runnable_notes(problem.graph, plan)

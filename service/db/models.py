@@ -174,6 +174,24 @@ class PlanRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class RunRow(Base):
+    """A launcher run record (``placer.run/v1``) uploaded for a plan; the figures a list shows are columns."""
+
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_project_plan", "project_id", "plan_id"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(80))
+    world_size: Mapped[int] = mapped_column(Integer)
+    device_kind: Mapped[str] = mapped_column(String(200))
+    iteration_s: Mapped[float | None] = mapped_column(Float)
+    profiled: Mapped[bool] = mapped_column(Boolean, default=False)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Job(Base):
     """One solver run.  ``state`` moves queued -> running -> succeeded | failed | cancelled.
 
@@ -233,4 +251,4 @@ class JobEvent(Base):
 
 
 __all__ = ["ACTIVE_STATES", "FINAL_STATES", "JOB_STATES", "ApiKey", "Base", "Comparison", "Graph", "Job", "JobEvent",
-           "PlanRow", "Project", "TopologyRow", "new_id", "utcnow"]
+           "PlanRow", "Project", "RunRow", "TopologyRow", "new_id", "utcnow"]
