@@ -255,9 +255,9 @@ def run_from_document(doc: Any) -> RunRecord:
 def check_run_matches(run: RunRecord, plan: Plan) -> None:
     """Refuse a run of another plan, graph or topology, or whose ranks are not the plan's devices and stages
     (:class:`InvalidInput` naming the field)."""
-    for name, want, got in (("plan_digest", digest(plan.to_document()), run.plan_digest),
-                            ("graph_digest", plan.graph_digest, run.graph_digest),
-                            ("topology_digest", plan.topology_digest, run.topology_digest)):
+    for name, want, got in (("graph_digest", plan.graph_digest, run.graph_digest),
+                            ("topology_digest", plan.topology_digest, run.topology_digest),
+                            ("plan_digest", digest(plan.to_document()), run.plan_digest)):
         if want is not None and got is not None and want != got:
             raise InvalidInput(f"{name}: the run's {got} is not the plan's {want} (a run of another "
                                f"{name.removesuffix('_digest')})", field=name)

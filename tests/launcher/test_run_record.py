@@ -1,35 +1,52 @@
-"""``run.json``: a real torchrun run writes one ``placer.run/v1`` record whose stages and devices are the plan's."""
+"""``run.json``: one real torchrun run of a server's plan writes a ``placer.run/v1`` record whose stages and
+devices are the plan's; the client and ``placer runs`` upload it to that server and read it back."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from cli import main as placer
+from client.bundles import unpack
+from client.errors import InvalidInput as ClientInvalidInput
 from launcher.runtime.main import check_args, parse_args
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 from solvers.model.run import run_from_document
 from solvers.model.schemas import load_schema
-from tests.launcher.conftest import bundle, solve, torchrun
-
-pytestmark = pytest.mark.slow
+from tests.client.conftest import Server, running_server
+from tests.launcher.conftest import torchrun
 
 
 @pytest.fixture(scope="module")
-def profiled_run(workdir: Path, graphs: Callable[[str], Path]) -> tuple[Path, Path, Path]:
-    """One two-stage GPipe training step of the CNN, profiled: (bundle folder, plan, graph)."""
-    graph = graphs("cnn")
-    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "gpipe", "--stages", "2")
-    folder = bundle(workdir, plan, graph, 2, "cnn-run-record")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("runs-server")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def profiled_run(server: Server, workdir: Path, graphs: Callable[[str], Path]) -> tuple[Path, Path, str]:
+    """The server's two-stage GPipe plan of the CNN, its launcher run for one profiled training step:
+    (bundle folder, plan file, plan id)."""
+    with server.client() as c:
+        graph = c.upload_graph(graphs("cnn"))
+        topology = c.upload_topology(workdir / "topo2.json")
+        job = c.wait(c.submit(graph.id, topology.id, "even", settings={"stages": 2, "micro_batches": 2,
+                                                                       "schedule": "gpipe"}), timeout=60)
+        assert job.plan_id
+        folder = workdir / "cnn-run-record"
+        unpack(c.download_launcher(job.plan_id), folder)
+    folder = folder / f"placer-launcher-{job.plan_id}"
     run = torchrun(folder, 2, "--profile-steps", "1")
     assert run.code == 0, run.log[-4000:]
-    return folder, plan, graph
+    return folder, folder / "plan.json", job.plan_id
 
 
+@pytest.mark.slow
 def test_run_json_is_valid_and_lines_up_with_the_plan(profiled_run: tuple[Path, Path, Path]) -> None:
     folder, plan_path, _ = profiled_run
     doc = json.loads((folder / "run.json").read_text())
@@ -55,6 +72,30 @@ def test_run_json_is_valid_and_lines_up_with_the_plan(profiled_run: tuple[Path, 
     assert all(t.bytes > 0 and t.duration_s >= 0 for ts in sends.values() for t in ts)
     env = run.environment
     assert env["world_size"] == 2 and env["device_kind"] == "cpu" and env["threads"] == 1 and env["backend"] == "gloo"
+
+
+@pytest.mark.slow
+def test_upload_to_the_server_read_back_and_refuse_another_plans_run(
+        server: Server, profiled_run: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    folder, _, plan_id = profiled_run
+    record = folder / "run.json"
+    with server.client() as c:
+        stored = c.upload_run(plan_id, record)
+        assert stored.plan_id == plan_id and stored.world_size == 2 and stored.profiled
+        assert stored.device_kind == "cpu" and stored.iteration_s == json.loads(record.read_text())["summary"][
+            "iteration_s"]
+        assert [r.id for r in c.list_runs(plan_id)] == [stored.id]
+        assert c.run_document(plan_id, stored.id) == json.loads(record.read_text())
+        other = json.loads(record.read_text())
+        other["graph_digest"] = "sha256:" + "0" * 64
+        with pytest.raises(ClientInvalidInput) as err:
+            c.upload_run(plan_id, other)
+        assert err.value.status == 422 and err.value.field == "graph_digest"
+    remote = ["--url", server.url, "--api-key", server.key]
+    assert placer(["runs", "upload", str(record), "--plan", plan_id, *remote]) == 0
+    assert f"uploaded {stored.id} for plan {plan_id}: 2 rank(s) on cpu" in capsys.readouterr().out
+    assert placer(["runs", "list", "--plan", plan_id, "--json", *remote]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [stored.id]
 
 
 def test_profile_steps_beyond_the_steps_are_refused_before_any_work() -> None:

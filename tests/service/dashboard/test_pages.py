@@ -196,3 +196,25 @@ def test_plan_page_shows_the_solvers_notes(api: Api) -> None:
     page = web.get(f"/plans/{job['plan_id']}").text
     notes = page.split("data-plan-notes>", 1)[1].split("</ul>", 1)[0]
     assert "ideals: more than 2 in the whole graph" in notes and "even&#39;s split answers" in notes
+
+
+def test_plan_page_shows_warnings_and_measured_beside_simulated(api: Api) -> None:
+    from solvers.generate import generate_graph
+    from tests.run_records import synthetic_run
+
+    doc = generate_graph("random_dag", n_ops=12, seed=5).to_document()
+    doc["attrs"] = {"estimate": {"device_kind": "H100", "rule": "roofline"}}
+    graph_id = api.post("/v1/graphs", json=doc).json()["id"]
+    job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
+    plan_id = job["plan_id"]
+    web, _ = signed_in(api)
+    page = web.get(f"/plans/{plan_id}").text
+    warned = page.split("data-plan-warnings>", 1)[1].split("</ul>", 1)[0]
+    assert 'data-code="times-from-absent-kind"' in warned and 'data-code="roofline-times"' in warned
+    assert "data-plan-runs" not in page
+    run = api.post(f"/v1/plans/{plan_id}/runs", json=synthetic_run(api.get(f"/v1/plans/{plan_id}").json())).json()
+    table = web.get(f"/plans/{plan_id}").text.split("data-plan-runs>", 1)[1].split("</section>", 1)[0]
+    assert run["id"] in table
+    for key in ("iteration_s", "stage_times_s[0]", "stage_times_s[1]", "peak_memory_bytes["):
+        assert f"<code>{key}" in table
+    assert ">20 ms<" in table and " %" in table  # the measured iteration and a relative error
