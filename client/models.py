@@ -90,6 +90,13 @@ class JobError(_Model):
     ref: str | None = None
 
 
+class PlanWarning(_Model):
+    """Why a plan's predicted times may be off: a stable ``code`` and what to do (docs/simulator.md)."""
+
+    code: str
+    message: str
+
+
 class Job(_Model):
     """A solve job (``POST /v1/jobs``, ``GET /v1/jobs/{id}``)."""
 
@@ -113,6 +120,7 @@ class Job(_Model):
     error: JobError | None
     plan_id: str | None
     plan_status: str | None
+    warnings: list[PlanWarning] = []  # its plan's warnings about the graph's times (docs/simulator.md)
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -83,6 +83,13 @@ class ErrorOut(BaseModel):
     ref: str | None = None
 
 
+class WarningOut(BaseModel):
+    """Why a plan's predicted times may be off (docs/simulator.md)."""
+
+    code: str
+    message: str
+
+
 class JobOut(BaseModel):
     id: str
     status: JobState
@@ -104,6 +111,9 @@ class JobOut(BaseModel):
     error: ErrorOut | None
     plan_id: str | None
     plan_status: str | None
+    warnings: list[WarningOut] = Field(default_factory=list, description="its plan's warnings about the graph's "
+                                                                          "times (a device kind the topology lacks, "
+                                                                          "roofline estimates)")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -1,4 +1,4 @@
-"""launcher run records uploaded for a plan (placer.run/v1)
+"""launcher run records uploaded for a plan (placer.run/v1); the warnings of plans and jobs
 
 Revision ID: 0006
 Revises: 0005
@@ -35,8 +35,16 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint('id', name=op.f('pk_runs')),
     )
     op.create_index('ix_runs_project_plan', 'runs', ['project_id', 'plan_id'], unique=False)
+    with op.batch_alter_table('plans', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('warnings', sa.JSON(), nullable=True))
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('warnings', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.drop_column('warnings')
+    with op.batch_alter_table('plans', schema=None) as batch_op:
+        batch_op.drop_column('warnings')
     op.drop_index('ix_runs_project_plan', table_name='runs')
     op.drop_table('runs')

@@ -170,6 +170,7 @@ class PlanRow(Base):
     efficiency: Mapped[float | None] = mapped_column(Float)
     peak_memory_bytes: Mapped[float | None] = mapped_column(Float)
     solve_time_s: Mapped[float | None] = mapped_column(Float)
+    warnings: Mapped[list[dict[str, str]] | None] = mapped_column(JSON, default=None)  # the plan's `warnings`
     body: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -232,6 +233,7 @@ class Job(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     plan_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
     plan_status: Mapped[str | None] = mapped_column(String(20))
+    warnings: Mapped[list[dict[str, str]] | None] = mapped_column(JSON, default=None)  # its plan's
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()

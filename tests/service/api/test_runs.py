@@ -12,11 +12,13 @@ from tests.service.conftest import Api, assert_problem
 
 
 def solved(api: Api, graph_doc: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """(plan id, plan document) of an even two-stage plan."""
+    """(plan id, plan document) of an even two-stage plan; its job carries the plan's warnings."""
     graph_id = api.graph(n_ops=12) if graph_doc is None else api.post("/v1/graphs", json=graph_doc).json()["id"]
     job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
     assert job["status"] == "succeeded", job
-    return job["plan_id"], api.get(f"/v1/plans/{job['plan_id']}").json()
+    plan = api.get(f"/v1/plans/{job['plan_id']}").json()
+    assert job["warnings"] == plan.get("warnings", [])
+    return job["plan_id"], plan
 
 
 def test_upload_list_read_back_and_dedupe(api: Api, other_api: Api) -> None:
@@ -63,3 +65,6 @@ def test_plans_carry_the_warnings_of_their_graphs_times(api: Api) -> None:
     assert "H100" in plan["warnings"][0]["message"] and "placer profile" in plan["warnings"][1]["message"]
     _, quiet = solved(api)
     assert "warnings" not in quiet
+    again = api.wait(api.submit(api.post("/v1/graphs", json=doc).json()["id"], api.topology(), "even",
+                                settings={"stages": 2, "micro_batches": 2})["id"])
+    assert again["cached"] and [w["code"] for w in again["warnings"]] == codes  # a cached plan's warnings too
