@@ -11,10 +11,11 @@ transfer's time, shape and dtype:
   micro-batch less the receives and sends inside it (``placer::phase`` ranges), so that a wait for a
   neighbour's gradient is not counted as compute.
 - **Transfers**: ``gloo:send`` / ``gloo:recv`` (``nccl:`` on GPUs); a transfer's phase (forward
-  activation or backward gradient) is that of the last ``placer::phase`` range begun before it was
-  posted (around ``PipelineStage.get_fwd_send_ops`` and its kin, the uneven runner's receives and
-  sends, the op-level runner's forward and backward passes); what was posted before the first such
-  range (the step's opening barrier) is left out.  An op-level (latency)
+  activation or backward gradient) is that of the last ``placer::phase::<phase>::<send|recv>`` range
+  of its kind begun before it was posted (around ``PipelineStage.get_fwd_send_ops`` and its kin,
+  the uneven runner's receives and sends; the op-level runner's forward and backward passes mark
+  both kinds); what was posted before the first such range (the step's opening barrier) is left
+  out.  An op-level (latency)
   plan's runner records transfers but no stage ranges (its stages are devices running op by op).
 """
 
@@ -66,17 +67,18 @@ class StepRecorder:
         stage = getattr(runner, "stage", None)
         if stage is not None and hasattr(stage, "backward_one_chunk"):
             stage.backward_one_chunk = ranged(BACKWARD, stage.backward_one_chunk)
-            for name, phase in (("get_fwd_send_ops", "forward"), ("get_fwd_recv_ops", "forward"),
-                                ("get_bwd_send_ops", "backward"), ("get_bwd_recv_ops", "backward")):
-                setattr(stage, name, self._marked(getattr(stage, name), phase))
+            for name, phase, op in (("get_fwd_send_ops", "forward", "send"), ("get_fwd_recv_ops", "forward", "recv"),
+                                    ("get_bwd_send_ops", "backward", "send"), ("get_bwd_recv_ops", "backward", "recv")):
+                setattr(stage, name, ranged(f"{COMM}::{phase}::{op}", getattr(stage, name)))
         elif hasattr(runner, "_recv_output_grads"):  # the uneven runner
             runner._backward = ranged(BACKWARD, runner._backward)
-            for name, phase in (("_recv_inputs", "forward"), ("_send_outputs", "forward"),
-                                ("_recv_output_grads", "backward"), ("_send_input_grads", "backward")):
-                setattr(runner, name, ranged(f"{COMM}::{phase}", getattr(runner, name)))
+            for name, phase, op in (("_recv_inputs", "forward", "recv"), ("_send_outputs", "forward", "send"),
+                                    ("_recv_output_grads", "backward", "recv"),
+                                    ("_send_input_grads", "backward", "send")):
+                setattr(runner, name, ranged(f"{COMM}::{phase}::{op}", getattr(runner, name)))
         elif hasattr(runner, "_route_input_grads"):  # the op-level (latency) runner: its passes mark the phases
-            runner._forward = ranged(f"{COMM}::forward", runner._forward)
-            runner._backward = ranged(f"{COMM}::backward", runner._backward)
+            runner._forward = ranged(f"{COMM}::forward::any", runner._forward)
+            runner._backward = ranged(f"{COMM}::backward::any", runner._backward)
 
     def _enter_forward(self, *_: Any) -> None:
         scope: Any = record_function(FORWARD)
@@ -86,10 +88,6 @@ class StepRecorder:
     def _exit_forward(self, *_: Any) -> None:
         if self._open:
             self._open.pop().__exit__(None, None, None)
-
-    def _marked(self, fn: Callable[..., list[Any]], phase: str) -> Callable[..., list[Any]]:
-        """``fn`` (which makes the stage's send/recv ops, posted right after) inside a ``placer::phase`` marker."""
-        return ranged(f"{COMM}::{phase}", fn)
 
     # ---- one profiled step -----------------------------------------------------------------------------
     @contextmanager
@@ -103,27 +101,31 @@ class StepRecorder:
 
     def _read(self, events: Any, index: int) -> None:
         ranges: dict[str, list[tuple[float, float]]] = {}
+        marks: list[tuple[float, float, str, str]] = []  # (start, end, phase, op) of every placer::phase range
         comms: list[Any] = []
         for e in events:
             name = str(e.name)
-            if name in (FORWARD, BACKWARD) or name.startswith(COMM) or "barrier" in name:
+            if name.startswith(COMM):
+                _, _, phase, op = name.split("::")
+                marks.append((e.time_range.start, e.time_range.end, phase, op))
+            elif name in (FORWARD, BACKWARD) or "barrier" in name:
                 ranges.setdefault("barrier" if "barrier" in name else name, []).append(
                     (e.time_range.start, e.time_range.end))
             elif name.split(":")[-1] in ("send", "recv") and name.split(":")[0] in ("gloo", "nccl"):
                 comms.append(e)
-        inside = ranges.get(f"{COMM}::forward", []) + ranges.get(f"{COMM}::backward", [])
+        inside = [(a, b) for a, b, _, op in marks if op != "any"]
         self.forward_s += [(b - a) * 1e-6 for a, b in sorted(ranges.get(FORWARD, []))]
         for a, b in sorted(ranges.get(BACKWARD, [])):
             waited = sum(d - c for c, d in inside if a <= c and d <= b)
             self.backward_s.append(max(0.0, b - a - waited) * 1e-6)
-        origin = min((a for spans in ranges.values() for a, _ in spans), default=0.0)
-        origin = min([origin, *(e.time_range.start for e in comms)])
+        origin = min([*(a for spans in ranges.values() for a, _ in spans), *(m[0] for m in marks),
+                      *(e.time_range.start for e in comms)], default=0.0)
         for e in sorted(comms, key=lambda ev: ev.time_range.start):
             op = str(e.name).split(":")[-1]
             start = e.time_range.start
             if any(a <= start <= b for a, b in ranges.get("barrier", [])):
                 continue  # the step's own barriers
-            phase = _phase_at(start, ranges)
+            phase = _phase_at(start, op, marks)
             if phase is None:
                 continue  # posted before the runner's first send or receive: the step's opening barrier
             shape = tuple(int(x) for x in (e.input_shapes[0] if e.input_shapes and e.input_shapes[0] else ()))
@@ -132,11 +134,11 @@ class StepRecorder:
                                            math.prod(shape) * DTYPE_BYTES.get(dtype, 4), phase, shape, dtype))
 
 
-def _phase_at(time_us: float, ranges: dict[str, list[tuple[float, float]]]) -> str | None:
-    """The phase of the last ``placer::phase`` range that began at or before ``time_us`` (the transfer's post)."""
-    marks = [(a, phase) for phase in ("forward", "backward") for a, _ in ranges.get(f"{COMM}::{phase}", [])
-             if a <= time_us]
-    return max(marks)[1] if marks else None
+def _phase_at(time_us: float, op: str, marks: list[tuple[float, float, str, str]]) -> str | None:
+    """The phase of the last ``placer::phase`` range of ``op`` (or of both) begun at or before ``time_us``
+    (the transfer's post): a schedule may make its sends and receives first and post them together."""
+    before = [(a, phase) for a, _, phase, kind in marks if a <= time_us and kind in (op, "any")]
+    return max(before)[1] if before else None
 
 
 def ranged(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:

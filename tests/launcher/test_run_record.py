@@ -30,13 +30,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def profiled_run(server: Server, workdir: Path, graphs: Callable[[str], Path]) -> tuple[Path, Path, str]:
-    """The server's two-stage GPipe plan of the CNN, its launcher run for one profiled training step:
+    """The server's two-stage 1F1B plan of the CNN (its sends and receives posted together), its launcher
+    run for one profiled training step:
     (bundle folder, plan file, plan id)."""
     with server.client() as c:
         graph = c.upload_graph(graphs("cnn"))
         topology = c.upload_topology(workdir / "topo2.json")
         job = c.wait(c.submit(graph.id, topology.id, "even", settings={"stages": 2, "micro_batches": 2,
-                                                                       "schedule": "gpipe"}), timeout=60)
+                                                                       "schedule": "1f1b"}), timeout=60)
         assert job.plan_id
         folder = workdir / "cnn-run-record"
         unpack(c.download_launcher(job.plan_id), folder)
@@ -68,7 +69,10 @@ def test_run_json_is_valid_and_lines_up_with_the_plan(profiled_run: tuple[Path, 
         assert len(r.forward_s) == 2 and len(r.backward_s) == 2 and r.profiled_steps == (0,)
         assert r.memory["peak_resident_bytes"] and r.memory["peak_allocated_bytes"] is None
     sends = {r.stage: [t for t in r.transfers if t.op == "send"] for r in run.ranks}
-    assert {t.phase for t in sends[0]} == {"forward"} and {t.phase for t in sends[1]} == {"backward"}
+    recvs = {r.stage: [t for t in r.transfers if t.op == "recv"] for r in run.ranks}
+    # stage 0 sends activations and receives gradients, stage 1 the other way round: two per micro-batch
+    assert [t.phase for t in sends[0]] == ["forward"] * 4 and [t.phase for t in recvs[0]] == ["backward"] * 4
+    assert [t.phase for t in sends[1]] == ["backward"] * 4 and [t.phase for t in recvs[1]] == ["forward"] * 4
     assert all(t.bytes > 0 and t.duration_s >= 0 for ts in sends.values() for t in ts)
     env = run.environment
     assert env["world_size"] == 2 and env["device_kind"] == "cpu" and env["threads"] == 1 and env["backend"] == "gloo"
