@@ -106,8 +106,8 @@ class StepRecorder:
         for e in events:
             name = str(e.name)
             if name.startswith(COMM):
-                _, _, phase, op = name.split("::")
-                marks.append((e.time_range.start, e.time_range.end, phase, op))
+                _, _, mark_phase, mark_op = name.split("::")
+                marks.append((e.time_range.start, e.time_range.end, mark_phase, mark_op))
             elif name in (FORWARD, BACKWARD) or "barrier" in name:
                 ranges.setdefault("barrier" if "barrier" in name else name, []).append(
                     (e.time_range.start, e.time_range.end))
