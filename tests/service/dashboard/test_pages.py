@@ -212,6 +212,8 @@ def test_plan_page_shows_warnings_and_measured_beside_simulated(api: Api) -> Non
     warned = page.split("data-plan-warnings>", 1)[1].split("</ul>", 1)[0]
     assert 'data-code="times-from-absent-kind"' in warned and 'data-code="roofline-times"' in warned
     assert "data-plan-runs" not in page
+    job_page = web.get(f"/jobs/{job['id']}").text
+    assert 'data-code="roofline-times"' in job_page.split("data-job-warnings>", 1)[1].split("</ul>", 1)[0]
     run = api.post(f"/v1/plans/{plan_id}/runs", json=synthetic_run(api.get(f"/v1/plans/{plan_id}").json())).json()
     table = web.get(f"/plans/{plan_id}").text.split("data-plan-runs>", 1)[1].split("</section>", 1)[0]
     assert run["id"] in table
