@@ -124,6 +124,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
          "additionalProperties": {"$ref": "#/components/schemas/StorableJSON"}}]}
     components["OpGraphDocument"] = _document_schema("opgraph", "OpGraphDocument", components)
     components["TopologyDocument"] = _document_schema("topology", "TopologyDocument", components)
+    components["RunDocument"] = _document_schema("run", "RunDocument", components)
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     app.openapi_schema = schema

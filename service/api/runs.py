@@ -24,7 +24,8 @@ from solvers.model.run import check_run_matches, run_from_document
 
 router = APIRouter(prefix="/v1", tags=["runs"], route_class=PlacerRoute)
 RUN_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": {"type": "object"}, "description": "a placer.run/v1 document (the run.json launch.py writes)"}}}}
+    "schema": {"$ref": "#/components/schemas/RunDocument"},
+    "description": "a placer.run/v1 document (the run.json launch.py writes)"}}}}
 
 
 def run_out(row: RunRow) -> RunOut:
@@ -79,7 +80,8 @@ def list_runs(plan_id: str, session: SessionDep, project: ProjectDep,
 
 
 @router.get("/plans/{plan_id}/runs/{run_id}", responses={**errors(), 200: {
-    "content": {"application/json": {"schema": {"type": "object"}}}, "description": "the placer.run/v1 document"}})
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunDocument"}}},
+    "description": "the placer.run/v1 document"}})
 def get_run(plan_id: str, run_id: str, session: SessionDep, project: ProjectDep,
             accept_encoding: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
     """A stored run record (``placer.run/v1``)."""
