@@ -14,6 +14,7 @@ from cli._parsers import Commands, command, verbs
 from cli.problem import add_problem_flags, options_from_pairs, problem_from_args
 from launcher.compare import compare
 from solvers import registry
+from solvers.advice import PlanWarning, next_steps, problem_warnings
 from solvers.base import ProgressEvent
 from solvers.model.documents import load_plan, parse_document, read_json, write_json
 from solvers.model.graph import OpGraph
@@ -87,7 +88,8 @@ def _register_solve(sub: Commands[argparse.ArgumentParser]) -> None:
                  "placer solve --solver parmesan --graph bert.json --topology topo.json --time-limit 60 -o plan.json"],
                 description="Solves locally and writes the plan; the plan carries the simulator's metrics. "
                             "The summary line is followed by the solver's notes (why a budget ran out, what "
-                            "an optimal is for); --json returns them too. "
+                            "an optimal is for) and warnings about the graph's times (measured on a device kind "
+                            "the topology lacks, roofline estimates); --json returns them too. "
                             "--option values are read as JSON when they parse (--option alpha=1, "
                             "--option mapping='\"p2p\"' or --option mapping=p2p). Exit code 1 when the plan "
                             "is infeasible (the plan is still written).")
@@ -118,13 +120,19 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"status": plan.status, "output": args.output, "solve_time_s": plan.solve_time_s,
                     "claimed_objective_s": plan.claimed_objective_s, "metrics": plan.metrics,
-                    "notes": list(plan.notes)})
+                    "notes": list(plan.notes), "warnings": [dict(w) for w in plan.warnings]})
     else:
         _print_summary(plan.solver, plan.status, plan.metrics, plan.solve_time_s)
         for note in plan.notes:
             print(f"  note: {note}")
+        _print_warnings(plan.warnings)
         print(f"wrote {args.output}")
     return EXIT_FAILED if plan.status == "infeasible" else EXIT_OK
+
+
+def _print_warnings(warnings: Any) -> None:
+    for w in warnings:
+        print(f"  warning: {w['message']}")
 
 
 def _print_summary(solver: str, status: str, metrics: Any, solve_time_s: float | None) -> None:
@@ -147,10 +155,11 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
                             "iteration_s, throughput_samples_per_s, latency_s, stage_times_s, "
                             "bottleneck_stage_s, bubble_fraction, peak_memory_bytes, busy_s, bytes_per_channel, "
                             "lower_bound_s, efficiency, samples_per_iteration, time_per_sample_s "
-                            "(docs/simulator.md). The objective comes from "
+                            "(docs/simulator.md), and warnings about the graph's times. The objective comes from "
                             "--objective, else from the plan's `objective` field, else throughput. --compare "
-                            "sets a launcher run's measured iteration time and per-stage forward time beside the "
-                            "simulator's and the cost model's (docs/launcher.md).")
+                            "sets a launcher run's measured iteration time and per-stage times beside the "
+                            "simulator's and the cost model's (docs/launcher.md) and says what to do next: "
+                            "profile, calibrate or re-plan.")
     add_problem_flags(p, on_server=False, settings=False, solving=False)
     p.add_argument("--plan", required=True, help="the plan file (placer.plan/v1)")
     p.add_argument("--global-batch", type=int, metavar="SAMPLES",
@@ -160,7 +169,8 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
                    help="the simulator's engine: stage level, op level, or auto (the plan decides)")
     p.add_argument("--timeline", help="write the timeline (device, task, start, end) as JSON here")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
-    p.add_argument("--compare", metavar="METRICS", help="a launcher run's metrics.json to set beside the prediction")
+    p.add_argument("--compare", metavar="RUN",
+                   help="a launcher run's run.json (or metrics.json) to set beside the prediction")
     p.set_defaults(func=cmd_simulate)
 
 
@@ -173,23 +183,32 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                    for e in result.timeline or []]
         Path(args.timeline).write_text(json.dumps(entries))
     m = result.metrics
+    warnings = problem_warnings(problem.graph, problem.topology)
     if args.compare:
-        return _print_comparison(args, problem, plan, m)
+        return _print_comparison(args, problem, plan, m, warnings)
     if args.json:
-        print_json(m)
+        print_json({**m, "warnings": [w.to_dict() for w in warnings]})
         return EXIT_OK
     print(format_table(["metric", "value"], [(k, m[k]) for k in SIMULATED]))
+    _print_warnings([w.to_dict() for w in warnings])
     return EXIT_OK
 
 
-def _print_comparison(args: argparse.Namespace, problem: Problem, plan: Plan, metrics: Any) -> int:
+def _print_comparison(args: argparse.Namespace, problem: Problem, plan: Plan, metrics: Any,
+                      warnings: list[PlanWarning]) -> int:
     rows = compare(problem.graph, problem.topology, plan, metrics, read_json(args.compare))
+    stages = [r.ratio for r in rows if r.what.startswith("stage ")]
+    advice = next_steps(rows[0].ratio, stages, warnings)
     if args.json:
-        print_json({"metrics": metrics, "comparison": [r.to_dict() for r in rows]})
+        print_json({"metrics": metrics, "comparison": [r.to_dict() for r in rows],
+                    "warnings": [w.to_dict() for w in warnings], "next_steps": advice})
         return EXIT_OK
     print(format_table(["", "measured", "simulated", "measured / simulated"],
                        [(r.what, format_seconds(r.measured_s), format_seconds(r.simulated_s), f"{r.ratio:.3g}")
                         for r in rows]))
+    _print_warnings([w.to_dict() for w in warnings])
+    for step in advice:
+        print(f"next: {step}")
     return EXIT_OK
 
 

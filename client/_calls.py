@@ -64,6 +64,13 @@ def upload(kind: Literal["graphs", "topologies"], source: DocumentSource, format
     return Call("POST", f"/v1/{kind}", params=params or None, content=body, headers=headers, retry=True)
 
 
+def upload_run(plan_id: str, source: DocumentSource, gzip_above_bytes: int = GZIP_ABOVE_BYTES) -> Call:
+    body, headers = encode_document(source, gzip_above_bytes)
+    headers["Content-Type"] = "application/json"
+    # the server keeps one copy per (plan, digest): a repeated upload returns the stored record
+    return Call("POST", f"/v1/plans/{plan_id}/runs", content=body, headers=headers, retry=True)
+
+
 def json_call(method: str, path: str, body: Mapping[str, Any], retry: bool,
               idempotency_key: str | None = None) -> Call:
     headers = {"Content-Type": "application/json"}

@@ -33,6 +33,7 @@ from client.models import (
     Job,
     JobEvent,
     Page,
+    RunInfo,
     SolverInfo,
     TopologyInfo,
 )
@@ -258,6 +259,22 @@ class AsyncClient:
     async def get_plan(self, plan_id: str) -> Plan:
         """A stored ``placer.plan/v1`` document, as the solvers' :class:`~solvers.model.plan.Plan`."""
         return plan_from_document(await self._json(_calls.get(f"/v1/plans/{plan_id}")))
+
+    async def upload_run(self, plan_id: str, source: DocumentSource) -> RunInfo:
+        """Upload a launcher run record (``run.json``, ``placer.run/v1``) of a stored plan.
+
+        The server checks the record against the plan (digests, devices, stages) and answers 422 naming
+        the field that differs; the same record uploaded twice is stored once.
+        """
+        return await self._model(RunInfo, _calls.upload_run(plan_id, source, self.gzip_above_bytes))
+
+    def list_runs(self, plan_id: str, *, page_size: int = 50) -> AsyncIterator[RunInfo]:
+        """The plan's run records, newest first."""
+        return self._iterate(RunInfo, f"/v1/plans/{plan_id}/runs", page_size, {})
+
+    async def run_document(self, plan_id: str, run_id: str) -> dict[str, Any]:
+        """A stored run record (``placer.run/v1``)."""
+        return dict(await self._json(_calls.get(f"/v1/plans/{plan_id}/runs/{run_id}")))
 
     async def evaluate(self, graph: Ref, topology: Ref, plan: DocumentSource, *, objective: Objective = "throughput",
                  settings: SettingsLike = None, timeline: bool = False) -> Evaluation:

@@ -46,6 +46,20 @@ class GraphInfo(_Model):
     created_at: datetime
 
 
+class RunInfo(_Model):
+    """A launcher run record stored for a plan (``GET /v1/plans/{plan_id}/runs``); the document is ``run_document``."""
+
+    id: str
+    plan_id: str
+    digest: str
+    world_size: int
+    device_kind: str
+    iteration_s: float | None
+    profiled: bool
+    size_bytes: int
+    created_at: datetime
+
+
 class TopologyInfo(_Model):
     """A stored topology (``GET /v1/topologies/{id}``)."""
 
@@ -77,6 +91,13 @@ class JobError(_Model):
     ref: str | None = None
 
 
+class PlanWarning(_Model):
+    """Why a plan's predicted times may be off: a stable ``code`` and what to do (docs/simulator.md)."""
+
+    code: str
+    message: str
+
+
 class Job(_Model):
     """A solve job (``POST /v1/jobs``, ``GET /v1/jobs/{id}``)."""
 
@@ -100,6 +121,7 @@ class Job(_Model):
     error: JobError | None
     plan_id: str | None
     plan_status: str | None
+    warnings: list[PlanWarning] = []  # its plan's warnings about the graph's times (docs/simulator.md)
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

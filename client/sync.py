@@ -32,6 +32,7 @@ from client.models import (
     Job,
     JobEvent,
     Page,
+    RunInfo,
     SolverInfo,
     TopologyInfo,
 )
@@ -255,6 +256,22 @@ class Client:
     def get_plan(self, plan_id: str) -> Plan:
         """A stored ``placer.plan/v1`` document, as the solvers' :class:`~solvers.model.plan.Plan`."""
         return plan_from_document(self._json(_calls.get(f"/v1/plans/{plan_id}")))
+
+    def upload_run(self, plan_id: str, source: DocumentSource) -> RunInfo:
+        """Upload a launcher run record (``run.json``, ``placer.run/v1``) of a stored plan.
+
+        The server checks the record against the plan (digests, devices, stages) and answers 422 naming
+        the field that differs; the same record uploaded twice is stored once.
+        """
+        return self._model(RunInfo, _calls.upload_run(plan_id, source, self.gzip_above_bytes))
+
+    def list_runs(self, plan_id: str, *, page_size: int = 50) -> Iterator[RunInfo]:
+        """The plan's run records, newest first."""
+        return self._iterate(RunInfo, f"/v1/plans/{plan_id}/runs", page_size, {})
+
+    def run_document(self, plan_id: str, run_id: str) -> dict[str, Any]:
+        """A stored run record (``placer.run/v1``)."""
+        return dict(self._json(_calls.get(f"/v1/plans/{plan_id}/runs/{run_id}")))
 
     def evaluate(self, graph: Ref, topology: Ref, plan: DocumentSource, *, objective: Objective = "throughput",
                  settings: SettingsLike = None, timeline: bool = False) -> Evaluation:

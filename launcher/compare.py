@@ -6,6 +6,10 @@
 - ``stage s forward``: the stage's measured forward compute per iteration (slowest replica) against
   the cost model's: the stage's ops' forward times on its device kind, over its replicas, times
   the micro-batches (docs/cost-model.md; one pass for a latency plan).
+
+From a run record (``run.json``, ``placer.run/v1``) the stage rows are ``stage s compute``: the
+record's ``stage_times_s`` (forward + backward of one micro-batch, profiled, slowest replica)
+against the cost model's forward + backward of one micro-batch over the stage's replicas.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
+from solvers.model.run import RUN_FORMAT, RunRecord, run_from_document
 from solvers.model.topology import Topology
 
 
@@ -35,10 +40,12 @@ class Comparison:
                 "measured_over_simulated": self.ratio}
 
 
-def stage_forward_s(graph: OpGraph, topology: Topology, plan: Plan) -> list[float]:
-    """Per stage: the cost model's forward compute of one iteration on one replica."""
+def stage_forward_s(graph: OpGraph, topology: Topology, plan: Plan, backward: bool = False,
+                    passes: int | None = None) -> list[float]:
+    """Per stage: the cost model's forward (+ backward) compute of one iteration (or ``passes``) on one replica."""
     out = []
-    passes = 1 if plan.objective == "latency" else plan.micro_batches
+    if passes is None:
+        passes = 1 if plan.objective == "latency" else plan.micro_batches
     for stage in plan.stages:
         device = topology.devices[topology.index[stage.devices[0]]]
         total = 0.0
@@ -46,16 +53,20 @@ def stage_forward_s(graph: OpGraph, topology: Topology, plan: Plan) -> list[floa
             node = graph.nodes[graph.index[op]]
             kind = node.times.get(device.kind) if node.times else None
             total += kind.fwd_s if kind is not None else node.fwd_s / device.speed
+            if backward:
+                total += kind.bwd_s if kind is not None else node.bwd_s / device.speed
         out.append(total * passes / len(stage.devices))
     return out
 
 
 def compare(graph: OpGraph, topology: Topology, plan: Plan, simulated: Mapping[str, Any],
             measured: Mapping[str, Any]) -> list[Comparison]:
-    """The comparison rows; refuses metrics measured for another plan."""
+    """The comparison rows, from a ``metrics.json`` or a ``run.json`` that launch.py wrote."""
+    if measured.get("format") == RUN_FORMAT:
+        return _compare_run(graph, topology, plan, simulated, run_from_document(measured))
     if measured.get("format") != "placer.metrics/v1":
-        raise InvalidInput("--compare: not a metrics.json written by launch.py (format placer.metrics/v1)",
-                           field="compare")
+        raise InvalidInput("--compare: not a run.json or metrics.json written by launch.py (format placer.run/v1 "
+                           "or placer.metrics/v1)", field="compare")
     rows = [Comparison("iteration", float(measured["iteration_s"]), float(simulated["objective_s"]))]
     model = stage_forward_s(graph, topology, plan)
     for entry in measured.get("stages", []):
@@ -64,3 +75,16 @@ def compare(graph: OpGraph, topology: Topology, plan: Plan, simulated: Mapping[s
             rows.append(Comparison(f"stage {s} forward", float(entry["fwd_s_per_iteration"]), model[s]))
     return rows
 
+
+
+def _compare_run(graph: OpGraph, topology: Topology, plan: Plan, simulated: Mapping[str, Any],
+                 run: RunRecord) -> list[Comparison]:
+    iteration = run.summary.get("iteration_s")
+    if iteration is None:
+        raise InvalidInput("--compare: the run record has no iteration time (summary.iteration_s)",
+                           field="summary.iteration_s")
+    rows = [Comparison("iteration", float(iteration), float(simulated["objective_s"]))]
+    measured = run.summary.get("stage_times_s") or []
+    model = stage_forward_s(graph, topology, plan, backward=run.mode == "training", passes=1)
+    rows += [Comparison(f"stage {s} compute", float(t), model[s]) for s, t in enumerate(measured) if s < len(model)]
+    return rows

@@ -128,6 +128,13 @@ class ErrorOut(BaseModel):
     ref: str | None = None
 
 
+class WarningOut(BaseModel):
+    """Why a plan's predicted times may be off (docs/simulator.md)."""
+
+    code: str
+    message: str
+
+
 class JobOut(BaseModel):
     id: str
     status: JobState
@@ -150,9 +157,26 @@ class JobOut(BaseModel):
     error: ErrorOut | None
     plan_id: str | None
     plan_status: str | None
+    warnings: list[WarningOut] = Field(default_factory=list, description="its plan's warnings about the graph's "
+                                                                          "times (a device kind the topology lacks, "
+                                                                          "roofline estimates)")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class RunOut(BaseModel):
+    """A launcher run record stored for a plan (the document: ``GET /v1/plans/{plan_id}/runs/{id}``)."""
+
+    id: str
+    plan_id: str
+    digest: str
+    world_size: int = Field(description="ranks that ran the plan")
+    device_kind: str = Field(description="cpu, or the CUDA device's name")
+    iteration_s: float | None = Field(description="the median measured iteration (summary.iteration_s)")
+    profiled: bool = Field(description="the run profiled steps (stage and transfer times are in the record)")
+    size_bytes: int = Field(description="size of the canonical JSON document")
+    created_at: datetime
 
 
 class ComparisonIn(Strict):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import resource
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from statistics import median
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from launcher.bundle import plan_kind
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.dataflow import DataflowRunner
 from launcher.runtime.pipeline import PipelineRunner
+from launcher.runtime.record import StepRecorder, environment, gather_ranks, rank_record
 from launcher.runtime.training import (
     clip_global_norm,
     latest_checkpoint,
@@ -33,6 +35,8 @@ from launcher.runtime.training import (
     save_checkpoint,
 )
 from launcher.runtime.uneven import UnevenRunner
+from solvers.model.canonical import plain_json
+from solvers.model.run import RunRecord, run_summary
 
 
 class Runner(Protocol):
@@ -89,8 +93,10 @@ def global_rows(ctx: LaunchContext) -> int:
     return ctx.batch if plan_kind(ctx.plan) == "latency" else ctx.batch * ctx.plan.micro_batches
 
 
-def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> dict[str, Any]:
+def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Run every step; the metrics (``placer.metrics/v1``) and, on rank 0, the run record (``placer.run/v1``)."""
     runner = make_runner(ctx)
+    recorder = StepRecorder(runner if args.profile_steps else None)
     params = runner.named_parameters()
     optimizer = (make_optimizer(args.optimizer, args.optimizer_arg, list(params.values()), args.lr)
                  if params and not args.inference else None)
@@ -105,16 +111,18 @@ def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> dict[str, Any]:
             optimizer.zero_grad(set_to_none=True)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, args.lr, args.lr_warmup, args.steps, args.lr_decay)
-        dist.barrier()
-        started = now()
-        outputs: tuple[torch.Tensor, ...] | None = None
-        if args.inference:
-            outputs, loss = runner.infer(ctx.data.batch(step, rows)[0]), None
-        else:
-            loss = accumulate(runner, params, [ctx.data.batch(step * args.accumulate + k, rows)
-                                               for k in range(args.accumulate)])
-        dist.barrier()
-        times_s.append(now() - started)
+        profiled = args.warmup <= step - first < args.warmup + args.profile_steps
+        with recorder.step(step - first) if profiled else nullcontext():
+            dist.barrier()
+            started = now()
+            outputs: tuple[torch.Tensor, ...] | None = None
+            if args.inference:
+                outputs, loss = runner.infer(ctx.data.batch(step, rows)[0]), None
+            else:
+                loss = accumulate(runner, params, [ctx.data.batch(step * args.accumulate + k, rows)
+                                                   for k in range(args.accumulate)])
+            dist.barrier()
+            times_s.append(now() - started)
         losses.append(loss)
         if step == first and args.save_step:
             save_step(Path(args.save_step), ctx, runner, loss, outputs)
@@ -127,7 +135,8 @@ def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> dict[str, Any]:
         print(f"rank {ctx.world.rank} ({ctx.world.device}) step {step}: {times_s[-1] * 1e3:.1f} ms"
               + (f", loss {loss:.6g}" if loss is not None else "")
               + f", peak memory {peak_memory_bytes(ctx.world.torch_device) / 2**20:.1f} MiB", flush=True)
-    return gather_metrics(ctx, runner, times_s, losses, args)
+    metrics = gather_metrics(ctx, runner, times_s, losses, args)
+    return metrics, record_run(ctx, runner, times_s, recorder, args)
 
 
 def accumulate(runner: Runner, params: dict[str, torch.nn.Parameter],
@@ -194,3 +203,25 @@ def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], los
         "stages": [{"stage": s, "fwd_s_per_iteration": max(v)} for s, v in sorted(stages.items())],
         "last_loss": loss, "ranks": ranks,
     }
+
+
+def record_run(ctx: LaunchContext, runner: Runner, times_s: list[float], recorder: StepRecorder,
+               args: argparse.Namespace) -> dict[str, Any] | None:
+    """Every rank's part gathered on rank 0 into a ``placer.run/v1`` document (None on the other ranks)."""
+    mine = rank_record(ctx.world.rank, ctx.world.device, runner.stage_index, runner.replica, times_s, recorder,
+                       ctx.world.torch_device)
+    ranks = gather_ranks(mine, ctx.world.size)
+    if ranks is None:
+        return None
+    ranks.sort(key=lambda r: r.rank)
+    plan = ctx.plan
+    iterations = [max(r.iterations_s[i] for r in ranks) for i in range(len(times_s))]
+    run = RunRecord(
+        plan_digest=ctx.manifest["plan_digest"], graph_digest=ctx.manifest.get("graph_digest") or ctx.graph.digest,
+        topology_digest=plan.topology_digest, solver=plan.solver, kind=plan_kind(plan),
+        mode="inference" if args.inference else "training", micro_batches=plan.micro_batches,
+        schedule=plan.schedule, steps=len(times_s), warmup=args.warmup, profile_steps=args.profile_steps,
+        rows_per_iteration=global_rows(ctx), environment=environment(ctx.world.size, ctx.world.torch_device),
+        iterations_s=tuple(iterations), ranks=tuple(ranks),
+        summary=run_summary(ranks, len(plan.stages), args.warmup))
+    return dict(plain_json(run.to_document()))

@@ -4,7 +4,8 @@ Order of work: read the bundle; refuse a world of the wrong size; rebuild and re
 and refuse a structure that differs from the graph; map every rank to its plan device and refuse
 a device that no process holds; split and run.  Each iteration is timed between two barriers;
 the first ``--warmup`` iterations are left out of the summary.  Every rank logs its iteration
-time and peak memory; rank 0 writes ``metrics.json``.
+time and peak memory; rank 0 writes ``metrics.json`` and the run record ``run.json``
+(``placer.run/v1``, :mod:`launcher.runtime.record`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="text:PATH (byte-level text, causal LMs) or package.module:callable giving batches and loss")
     p.add_argument("--inference", action="store_true", help="forward passes only")
     p.add_argument("--metrics", default="metrics.json", help="where rank 0 writes the measurements")
+    p.add_argument("--run-record", default="run.json", metavar="PATH",
+                   help="where rank 0 writes the run record, placer.run/v1 (default run.json; not --run, which "
+                        "torchrun reads as its own --run-path even after the script)")
+    p.add_argument("--profile-steps", type=int, default=0, metavar="N",
+                   help="profile the N steps after the warm-up (torch.profiler): stage forward/backward and "
+                        "transfer times in the run record (default 0: iteration times and memory only)")
     p.add_argument("--save-step", default=None, metavar="DIR",
                    help="write the first step's loss, outputs and gradients of every rank into DIR")
     return p.parse_args(list(argv))
@@ -78,12 +85,13 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
         sys.stderr.write(f"launch.py: refused: {exc}\n")
         return 2
     try:
-        metrics = run_loop(ctx, args)
+        metrics, run = run_loop(ctx, args)
     except PlacerError as exc:  # every rank meets it (a checkpoint that does not fit the plan)
         sys.stderr.write(f"launch.py: refused: {exc}\n")
         return 2
     if ctx.world.rank == 0:
         Path(args.metrics).write_text(json.dumps(metrics, indent=1) + "\n")
+        Path(args.run_record).write_text(json.dumps(run, indent=1) + "\n")
     dist.barrier()
     dist.destroy_process_group()
     return 0
@@ -95,11 +103,7 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     ``reference``: the model already rebuilt from the same source (a process that runs several
     bundles of one model rebuilds it once); it is checked against this bundle's graph all the same.
     """
-    optimizer_class(args.optimizer)
-    optimizer_kwargs(args.optimizer_arg)
-    if args.accumulate < 1 or args.steps < 0:
-        raise InvalidInput(f"--accumulate {args.accumulate} / --steps {args.steps}: expected >= 1 / >= 0",
-                           field="accumulate")
+    check_args(args)
     manifest: dict[str, Any] = json.loads((bundle / "manifest.json").read_text())
     plan = load_plan(bundle / "plan.json")
     graph = load_graph(bundle / "graph.json")
@@ -122,6 +126,18 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     autocast = args.autocast == "bf16" or (args.autocast == "auto" and world.torch_device.type == "cuda"
                                            and torch.cuda.is_bf16_supported())
     return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, device, autocast, args.weights)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse options that cannot work, before any model work (the message names the option)."""
+    optimizer_class(args.optimizer)
+    optimizer_kwargs(args.optimizer_arg)
+    if args.accumulate < 1 or args.steps < 0:
+        raise InvalidInput(f"--accumulate {args.accumulate} / --steps {args.steps}: expected >= 1 / >= 0",
+                           field="accumulate")
+    if args.profile_steps < 0 or args.warmup + args.profile_steps > max(args.steps, args.warmup):
+        raise InvalidInput(f"--profile-steps {args.profile_steps}: expected between 0 and --steps - --warmup "
+                           f"({args.steps} - {args.warmup})", field="profile_steps")
 
 
 def _only_host(devices: Sequence[dict[str, Any]]) -> str:

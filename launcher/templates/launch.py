@@ -1,7 +1,8 @@
 """Run this plan: the one entry point that torchrun starts on every node (see README.md).
 
 Every process reads plan.json, graph.json and manifest.json beside this file, rebuilds the
-model, checks it against the manifest, runs its share of the plan and writes metrics.json.
+model, checks it against the manifest, runs its share of the plan and writes metrics.json and
+run.json (placer.run/v1; --run-record PATH, --profile-steps N).
 Placer must be installed on every node (pip install 'placer[torch]').
 """
 

@@ -23,7 +23,17 @@ from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.events import event_stream
 from service.jobs.validate import JobRequest, validate_job
-from service.schemas import INCLUDE_DESCRIPTION, ErrorOut, Include, JobIn, JobOut, JobState, Page, ProgressOut
+from service.schemas import (
+    INCLUDE_DESCRIPTION,
+    ErrorOut,
+    Include,
+    JobIn,
+    JobOut,
+    JobState,
+    Page,
+    ProgressOut,
+    WarningOut,
+)
 from solvers.model.canonical import digest
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=PlacerRoute)
@@ -35,7 +45,7 @@ JOBS = cast(Table, Job.__table__)
 JOB_COLUMNS = [JOBS.c[name] for name in (
     "id", "project_id", "state", "graph_id", "topology_id", "comparison_id", "parent_id", "solver", "objective",
     "settings", "options", "time_limit_s", "use_cache", "cached", "cached_from", "attempts", "cancel_requested",
-    "progress", "error", "plan_id", "plan_status", "created_at", "started_at", "finished_at")]
+    "progress", "error", "plan_id", "plan_status", "warnings", "created_at", "started_at", "finished_at")]
 """What ``GET /v1/jobs/{id}`` reads: the answer's columns and the owner (no lease, digest or key)."""
 
 
@@ -50,7 +60,8 @@ def job_out(job: Job | Row[Any] | SimpleNamespace, *, settings: bool = True) -> 
                   progress=ProgressOut(**job.progress) if job.progress else None,
                   error=ErrorOut(**{k: v for k, v in job.error.items() if k in ErrorOut.model_fields})
                   if job.error else None,
-                  plan_id=job.plan_id, plan_status=job.plan_status, created_at=job.created_at,
+                  plan_id=job.plan_id, plan_status=job.plan_status,
+                  warnings=[WarningOut(**w) for w in job.warnings or []], created_at=job.created_at,
                   started_at=job.started_at, finished_at=job.finished_at)
 
 

@@ -173,6 +173,25 @@ class PlanRow(Base):
     efficiency: Mapped[float | None] = mapped_column(Float)
     peak_memory_bytes: Mapped[float | None] = mapped_column(Float)
     solve_time_s: Mapped[float | None] = mapped_column(Float)
+    warnings: Mapped[list[dict[str, str]] | None] = mapped_column(JSON, default=None)  # the plan's `warnings`
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RunRow(Base):
+    """A launcher run record (``placer.run/v1``) uploaded for a plan; the figures a list shows are columns."""
+
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_project_plan", "project_id", "plan_id"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(80))
+    world_size: Mapped[int] = mapped_column(Integer)
+    device_kind: Mapped[str] = mapped_column(String(200))
+    iteration_s: Mapped[float | None] = mapped_column(Float)
+    profiled: Mapped[bool] = mapped_column(Boolean, default=False)
+    size_bytes: Mapped[int] = mapped_column(Integer)
     body: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -217,6 +236,7 @@ class Job(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     plan_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
     plan_status: Mapped[str | None] = mapped_column(String(20))
+    warnings: Mapped[list[dict[str, str]] | None] = mapped_column(JSON, default=None)  # its plan's
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
@@ -236,4 +256,4 @@ class JobEvent(Base):
 
 
 __all__ = ["ACTIVE_STATES", "FINAL_STATES", "JOB_STATES", "ApiKey", "Base", "Comparison", "Graph", "Job", "JobEvent",
-           "PlanRow", "Project", "TopologyRow", "new_id", "utcnow"]
+           "PlanRow", "Project", "RunRow", "TopologyRow", "new_id", "utcnow"]

@@ -58,7 +58,7 @@ def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool,
     if cached is not None:
         now = utcnow()
         job.state, job.cached, job.cached_from = "succeeded", True, cached.job_id
-        job.plan_id, job.plan_status = cached.id, cached.status
+        job.plan_id, job.plan_status, job.warnings = cached.id, cached.status, cached.warnings
         job.started_at = job.finished_at = now
         job.progress = {"fraction": 1.0, "incumbent_s": cached.objective_s, "bound_s": cached.lower_bound_s,
                         "message": f"reused the plan of job {cached.job_id}"}
@@ -218,10 +218,11 @@ def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any])
                    lower_bound_s=_scalar(plan_doc.get("lower_bound_s", metrics.get("lower_bound_s"))),
                    efficiency=_scalar(metrics.get("efficiency")),
                    peak_memory_bytes=_scalar(metrics.get("peak_memory_bytes")),
-                   solve_time_s=_scalar(plan_doc.get("solve_time_s")), body=compress(plan_doc))
+                   solve_time_s=_scalar(plan_doc.get("solve_time_s")), warnings=plan_doc.get("warnings") or None,
+                   body=compress(plan_doc))
     session.add(plan)
     session.flush()
-    job.plan_id, job.plan_status = plan.id, plan.status
+    job.plan_id, job.plan_status, job.warnings = plan.id, plan.status, plan.warnings
     job.progress = {**(job.progress or {}), "fraction": 1.0, "incumbent_s": plan.objective_s}
     _finish(session, job, "succeeded")
     return True

@@ -25,7 +25,7 @@ STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
 _PLAN_KEYS = frozenset(
     {"format", "solver", "solver_version", "options", "objective", "pass", "graph_digest", "topology_digest",
      "problem_digest", "status", "order", "stages", "micro_batches", "schedule", "recompute",
-     "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes"}
+     "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes", "warnings"}
 )
 
 _FREE_FORM = ("options", "metrics", "stats", "notes")
@@ -67,6 +67,7 @@ class Plan:
     solve_time_s: float | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    warnings: tuple[Mapping[str, str], ...] = ()  # {code, message}: why predicted times may be off (solvers.advice)
 
     def __post_init__(self) -> None:
         for key in ("claimed_objective_s", "lower_bound_s", "solve_time_s"):
@@ -98,6 +99,8 @@ class Plan:
             doc["metrics"] = dict(self.metrics)
         if self.notes:
             doc["notes"] = list(self.notes)
+        if self.warnings:
+            doc["warnings"] = [dict(w) for w in self.warnings]
         return doc
 
 
@@ -174,8 +177,21 @@ def plan_from_document(doc: Any) -> Plan:
         stats=dict(check.mapping(doc.get("stats", {}), "stats", InvalidPlan)),
         notes=tuple(check.string(n, f"notes[{k}]", InvalidPlan, nonempty=False)
                     for k, n in enumerate(check.sequence(doc.get("notes", []), "notes", InvalidPlan))),
+        warnings=_warnings(doc.get("warnings", [])),
         **numbers,
     )
+
+
+def _warnings(value: Any) -> tuple[dict[str, str], ...]:
+    out = []
+    for i, item in enumerate(check.sequence(value, "warnings", InvalidPlan)):
+        entry = check.mapping(item, f"warnings[{i}]", InvalidPlan)
+        extra = sorted(set(entry) - {"code", "message"})
+        if extra:
+            raise InvalidPlan(f"warnings[{i}].{extra[0]}: unknown field (known: code, message)",
+                              field=f"warnings[{i}].{extra[0]}")
+        out.append({k: check.string(entry.get(k), f"warnings[{i}].{k}", InvalidPlan) for k in ("code", "message")})
+    return tuple(out)
 
 
 def _choice(value: Any, allowed: tuple[str, ...], key: str) -> str | None:

@@ -244,3 +244,58 @@ def test_solve_refuses_settings_that_do_not_fit_naming_them(files: dict[str, Pat
         code, _, err = run(capsys, "solve", *common, *flags)
         assert code == 2 and err.startswith(f"error: {field}:"), err
     assert not (files["dir"] / "p.json").exists()
+
+
+def _roofline_graph(files: dict[str, Path]) -> Path:
+    """The fixture's graph with extract's marks of roofline times estimated for an H100."""
+    doc = json.loads(files["graph"].read_text())
+    doc["attrs"] = {**doc.get("attrs", {}), "estimate": {"device_kind": "H100", "rule": "roofline"}}
+    path = files["dir"] / "roofline.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_solve_and_simulate_warn_about_the_graphs_times(files: dict[str, Path],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    graph, plan = _roofline_graph(files), files["dir"] / "plan.json"
+    common = ("--graph", str(graph), "--topology", str(files["topo"]))
+    code, out, _ = run(capsys, "solve", "--solver", "even", *common, "--stages", "2", "-o", str(plan))
+    assert code == 0 and "warning: the graph's times are for device kind 'H100'" in out
+    assert "warning: the graph's op times are roofline estimates" in out
+    assert [w["code"] for w in json.loads(plan.read_text())["warnings"]] == ["times-from-absent-kind",
+                                                                              "roofline-times"]
+    code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan), "--json")
+    assert code == 0 and len(json.loads(out)["warnings"]) == 2
+    code, out, _ = run(capsys, "solve", "--solver", "even", "--graph", str(files["graph"]), "--topology",
+                       str(files["topo"]), "--stages", "2", "-o", str(plan))
+    assert code == 0 and "warning" not in out
+
+
+def test_compare_with_a_run_record_says_what_to_do_next(files: dict[str, Path],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from launcher.compare import stage_forward_s
+    from solvers.model.documents import load_graph, load_plan, load_topology
+    from tests.run_records import synthetic_run
+
+    plan_path, run_path = files["dir"] / "plan.json", files["dir"] / "run.json"
+    common = ("--graph", str(files["graph"]), "--topology", str(files["topo"]))
+    assert run(capsys, "solve", "--solver", "even", *common, "--stages", "2", "-o", str(plan_path))[0] == 0
+    plan = load_plan(plan_path)
+    model = stage_forward_s(load_graph(files["graph"]), load_topology(files["topo"]), plan, backward=True, passes=1)
+    simulated = plan.metrics["objective_s"] if plan.metrics else 0.0
+
+    def advice(iteration: float, stages: list[float]) -> list[str]:
+        doc = synthetic_run(plan.to_document())
+        doc["summary"].update(iteration_s=iteration, stage_times_s=stages)
+        run_path.write_text(json.dumps(doc))
+        code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan_path), "--compare", str(run_path), "--json")
+        assert code == 0
+        rows = json.loads(out)["comparison"]
+        assert [r["what"] for r in rows] == ["iteration", "stage 0 compute", "stage 1 compute"]
+        return list(json.loads(out)["next_steps"])
+
+    assert advice(3 * simulated, [3 * t for t in model])[0].startswith("calibrate: measured is 3x")
+    assert advice(3 * simulated, [model[0], 4 * model[1]])[0].startswith("re-plan:")
+    assert advice(simulated, model)[0].startswith("none:")
+    code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan_path), "--compare", str(run_path))
+    assert code == 0 and "next: none" in out

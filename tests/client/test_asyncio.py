@@ -78,3 +78,25 @@ def test_async_retries_on_503(monkeypatch: pytest.MonkeyPatch) -> None:
 
     asyncio.run(scenario())
     assert len(delays) == 2 and not answers
+
+
+def test_upload_list_and_read_back_a_run_record(server: Server) -> None:
+    from client import InvalidInput
+    from tests.run_records import synthetic_run
+
+    async def scenario() -> None:
+        async with AsyncClient(server.url, server.key) as c:
+            g = await c.upload_graph(generate_graph("random_dag", n_ops=12, seed=23))
+            t = await c.generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+            done = await c.wait(await c.submit(g, t, "even", settings={"stages": 2, "micro_batches": 2}), timeout=60)
+            assert done.plan_id and done.warnings == []
+            doc = synthetic_run((await c.get_plan(done.plan_id)).to_document())
+            run = await c.upload_run(done.plan_id, doc)
+            assert run.world_size == 2 and run.iteration_s == doc["summary"]["iteration_s"]
+            assert [r.id async for r in c.list_runs(done.plan_id)] == [run.id]
+            assert await c.run_document(done.plan_id, run.id) == doc
+            with pytest.raises(InvalidInput) as err:
+                await c.upload_run(done.plan_id, {**doc, "plan_digest": "sha256:0"})
+            assert err.value.field == "plan_digest"
+
+    asyncio.run(scenario())

@@ -18,7 +18,8 @@ PAIRS: dict[str, type[BaseModel]] = {
     "GraphOut": models.GraphInfo, "TopologyOut": models.TopologyInfo, "JobOut": models.Job,
     "ProgressOut": models.Progress, "ErrorOut": models.JobError, "ComparisonOut": models.Comparison,
     "ComparisonRow": models.ComparisonRow, "EvaluateOut": models.Evaluation, "SolverOut": models.SolverInfo,
-    "HealthOut": models.Health, "Page_GraphOut_": models.Page[models.GraphInfo],
+    "HealthOut": models.Health, "Page_GraphOut_": models.Page[models.GraphInfo], "RunOut": models.RunInfo,
+    "WarningOut": models.PlanWarning,
 }
 CANONICAL = {name: model.__name__ for name, model in PAIRS.items()}
 

@@ -1,5 +1,5 @@
-"""A plan's page (timeline, stages, memory, mapping, options), the diff of two plans, and the
-downloads: the plan document and the simulated timeline as a Chrome trace."""
+"""A plan's page (warnings, timeline, stages, memory, mapping, measured beside simulated, options), the
+diff of two plans, and the downloads: the plan document and the simulated timeline as a Chrome trace."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from service.dashboard.pages.common import ViewerDep, page_router
 from service.dashboard.plan_view import PlanContext, chrome_trace, device_memory, load_plan, plan_diff, stage_bars
 from service.dashboard.plan_view import timeline as plan_timeline
 from service.dashboard.render import SECURITY_HEADERS, page
-from service.db.models import Job, PlanRow
+from service.db.models import Job, PlanRow, RunRow
 from service.db.owned import get_owned
 from service.deps import SessionDep
+from service.documents import decompress
 from service.launchers import launcher_zip
+from solvers.advice import problem_warnings
+from solvers.model.run import line_up, run_from_document
 
 router = page_router()
 IdQ = Annotated[str, Query(max_length=40)]
@@ -34,6 +37,12 @@ def _siblings(session: Session, ctx: PlanContext, project: str) -> list[tuple[st
         Job.project_id == project, Job.comparison_id == ctx.job.comparison_id, Job.plan_id.is_not(None),
         Job.plan_id != ctx.row.id).order_by(Job.id)).all()
     return [(str(r.plan_id), str(r.solver)) for r in rows]
+
+
+def latest_runs(session: Session, plan_id: str, project: str, limit: int = 10) -> list[RunRow]:
+    """The plan's newest uploaded run records (``placer runs upload``)."""
+    return list(session.scalars(select(RunRow).where(RunRow.project_id == project, RunRow.plan_id == plan_id)
+                                .order_by(RunRow.id.desc()).limit(limit)))
 
 
 def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
@@ -53,8 +62,13 @@ def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
         charts["stages"] = stage_chart(bars)
     if memory:
         charts["memory"] = memory_chart(memory)
+    warnings = ([w.to_dict() for w in problem_warnings(ctx.problem.graph, ctx.problem.topology)]
+                if ctx.problem is not None else [dict(w) for w in ctx.plan.warnings])
+    runs = latest_runs(session, ctx.row.id, viewer.project_id)
+    measured = line_up(run_from_document(decompress(runs[0].body)), ctx.plan.metrics or {}) if runs else []
     return page("plan.html", viewer, ctx=ctx, plan=ctx.plan, metrics=ctx.plan.metrics or {}, charts=charts,
                 bars=bars, n_entries=len(entries), siblings=_siblings(session, ctx, viewer.project_id),
+                warnings=warnings, runs=runs, measured=measured,
                 launchable=ctx.problem is not None and bool(ctx.plan.stages) and "source" in ctx.problem.graph.attrs,
                 settings=ctx.job.settings if ctx.job else {}, options_json=json.dumps(ctx.plan.options, indent=2,
                                                                                       sort_keys=True))

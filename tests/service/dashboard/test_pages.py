@@ -227,3 +227,27 @@ def test_new_comparison_form_takes_a_global_batch(api: Api) -> None:
     assert r.status_code == 303
     cmp = api.get("/v1/comparisons/" + r.headers["location"].rsplit("/", 1)[1]).json()
     assert cmp["settings"]["global_batch"] == 16 and cmp["ranked_by"] == "iteration_s"
+
+
+def test_plan_page_shows_warnings_and_measured_beside_simulated(api: Api) -> None:
+    from solvers.generate import generate_graph
+    from tests.run_records import synthetic_run
+
+    doc = generate_graph("random_dag", n_ops=12, seed=5).to_document()
+    doc["attrs"] = {"estimate": {"device_kind": "H100", "rule": "roofline"}}
+    graph_id = api.post("/v1/graphs", json=doc).json()["id"]
+    job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
+    plan_id = job["plan_id"]
+    web, _ = signed_in(api)
+    page = web.get(f"/plans/{plan_id}").text
+    warned = page.split("data-plan-warnings>", 1)[1].split("</ul>", 1)[0]
+    assert 'data-code="times-from-absent-kind"' in warned and 'data-code="roofline-times"' in warned
+    assert "data-plan-runs" not in page
+    job_page = web.get(f"/jobs/{job['id']}").text
+    assert 'data-code="roofline-times"' in job_page.split("data-job-warnings>", 1)[1].split("</ul>", 1)[0]
+    run = api.post(f"/v1/plans/{plan_id}/runs", json=synthetic_run(api.get(f"/v1/plans/{plan_id}").json())).json()
+    table = web.get(f"/plans/{plan_id}").text.split("data-plan-runs>", 1)[1].split("</section>", 1)[0]
+    assert run["id"] in table
+    for key in ("iteration_s", "stage_times_s[0]", "stage_times_s[1]", "peak_memory_bytes["):
+        assert f"<code>{key}" in table
+    assert ">20 ms<" in table and " %" in table  # the measured iteration and a relative error
