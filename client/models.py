@@ -170,7 +170,10 @@ class Comparison(_Model):
 
     def key_s(self, row: ComparisonRow) -> float | None:
         """A row's comparison key (:func:`solvers.model.ranking.comparison_key_s`): seconds per
-        sample for throughput, the iteration with ``settings.global_batch``, the makespan for latency."""
+        sample for throughput, the iteration with ``settings.global_batch``, the makespan for latency.
+        The server's ``row.key_s`` where the answer carries it (lists leave ``settings`` out)."""
+        if self.settings is None:
+            return row.key_s
         return comparison_key_s(row.model_dump(), self.objective, self.settings.global_batch)
 
     @property
