@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, cast
 
@@ -32,7 +33,7 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.errors import PlacerError, SolverFailure
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.solving import solve
+from solvers.solving import finish_plan, solve
 from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
@@ -41,6 +42,9 @@ LAST = ("moirai",)  # anytime solvers started last (module doc)
 FALLBACK = {"throughput": "even", "latency": "single"}
 _FALLBACK_LIMIT_S = 1.0
 _KILL_GRACE_S = 0.2
+CUT_SHORT_NOTE = "cut short at auto's deadline: its last streamed incumbent, scored by the simulator"
+
+Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) or ("error", message), seconds
 
 
 class AutoOptions(SolverOptions):
@@ -53,6 +57,23 @@ class AutoOptions(SolverOptions):
     default_time_limit_s: float = Field(60.0, gt=0.0)
 
 
+@dataclass
+class Stream:
+    """What one member streamed while it ran: its latest incumbent plan (a document, not yet
+    simulated), how many incumbents it sent, the smallest objective it reported by its own
+    measure, and whether it was cut short at the deadline."""
+
+    latest: dict[str, Any] | None = None
+    incumbents: int = 0
+    reported_s: float | None = None
+    cut_short: bool = False
+
+    def add(self, document: dict[str, Any], incumbent_s: float | None) -> None:
+        self.latest, self.incumbents = document, self.incumbents + 1
+        if incumbent_s is not None and (self.reported_s is None or incumbent_s < self.reported_s):
+            self.reported_s = incumbent_s
+
+
 def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> list[str]:
     """Registered solvers (except ``auto``) that answer ``problem.objective``."""
     names = [n for n in registry.names() if n != AutoSolver.name]
@@ -62,19 +83,55 @@ def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> li
     return [n for n in names if problem.objective in registry.get_solver_class(n).objectives]
 
 
-def _run_one(problem: Problem, name: str, time_limit_s: float) -> tuple[str, Any]:
+def member_options(name: str, names: list[str]) -> dict[str, Any]:
+    """The options ``auto`` runs member ``name`` with among ``names``: the registry's ``celeritas``
+    also runs the list schedulers and keeps the best of all (option ``list_schedulers``); when
+    every one of them is a member of its own, ``celeritas`` runs bare, so that the budget does
+    not pay for them twice.  Every other member runs with its defaults."""
+    if name == "celeritas":
+        from solvers.composed.celeritas import CELERITAS_LIST_SCHEDULERS
+
+        if {n for n, _ in CELERITAS_LIST_SCHEDULERS} <= set(names):
+            return {"list_schedulers": False}
+    return {}
+
+
+def _run_one(problem: Problem, name: str, time_limit_s: float, options: dict[str, Any] | None = None,
+             progress: ProgressCallback | None = None) -> tuple[str, Any]:
     """One portfolio member: ("ok", plan document) or ("error", message)."""
     try:
-        return "ok", solve(problem, name, time_limit_s=time_limit_s).to_document()
+        return "ok", solve(problem, name, options, time_limit_s=time_limit_s, progress=progress).to_document()
     except PlacerError as exc:
         return "error", f"{type(exc).__name__}: {exc.message}"
     except Exception as exc:  # a broken back-end must not take the portfolio down
         return "error", f"{type(exc).__name__}: {exc}"
 
 
-def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float) -> None:
-    conn.send(_run_one(problem, name, time_limit_s))
+def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, options: dict[str, Any]) -> None:
+    """A member's process: every improved incumbent its solver reports goes to the parent as
+    ``("incumbent", (plan document, incumbent_s))`` the moment it is found, its answer last."""
+
+    def stream(event: ProgressEvent) -> None:
+        if event.plan is not None:
+            conn.send(("incumbent", (event.plan.to_document(), event.incumbent_s)))
+
+    conn.send(_run_one(problem, name, time_limit_s, options, stream))
     conn.close()
+
+
+def _scored(problem: Problem, name: str, stream: Stream) -> tuple[str, Any]:
+    """A cut-short member's last incumbent as its answer: finished and simulated here, status
+    ``feasible`` (nothing is proven of it), or the error that refused it."""
+    assert stream.latest is not None
+    try:
+        plan = plan_from_document(stream.latest)
+        cls = registry.get_solver_class(name)
+        status = "infeasible" if plan.status == "infeasible" else "feasible"
+        plan = plan.with_(solver=cls.name, solver_version=cls.version, status=status,
+                          stats={**plan.stats, "cut_short": True}, notes=(*plan.notes, CUT_SHORT_NOTE))
+        return "ok", finish_plan(problem, plan).to_document()
+    except PlacerError as exc:
+        return "error", f"killed at the deadline; its last incumbent was refused: {type(exc).__name__}: {exc.message}"
 
 
 class AutoSolver:
@@ -82,7 +139,7 @@ class AutoSolver:
     summary: ClassVar[str] = "Portfolio: every applicable solver in parallel, best simulated plan and best bound"
     objectives: ClassVar[tuple[str, ...]] = ("throughput", "latency")
     options_type: ClassVar[type[SolverOptions]] = AutoOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
 
     def solve(self, problem: Problem, options: AutoOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         names = portfolio_names(problem, options.solvers)
@@ -92,54 +149,61 @@ class AutoSolver:
         deadline = time.monotonic() + max(0.0, limit_s - _MARGIN_S)
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
         launch = [n for n in names if n not in LAST] + [n for n in names if n in LAST]
+        streams: dict[str, Stream] = {}
         if mp.current_process().daemon:
             results = self._sequential(problem, launch, deadline, progress)
         else:
-            results = self._parallel(problem, launch, workers, deadline, progress)
+            results = self._parallel(problem, launch, workers, deadline, progress, streams)
         fallback = FALLBACK[problem.objective]
         if fallback in names and not any(kind == "ok" for kind, _, _ in results.values()):
             started = time.monotonic()
             kind, value = _run_one(problem, fallback, _FALLBACK_LIMIT_S)
             results[fallback] = (kind, value, time.monotonic() - started)
             if kind == "ok":
-                plan = _choose(names, results)
+                plan = _choose(names, results, streams)
                 return plan.with_(notes=(*plan.notes, f"no solver returned a plan in time; {fallback!r} ran after "
                                                       "the deadline as the fallback"))
-        return _choose(names, results)
+        return _choose(names, results, streams)
 
     @staticmethod
-    def _sequential(problem: Problem, names: list[str], deadline: float,
-                    progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
-        results: dict[str, tuple[str, Any, float]] = {}
+    def _sequential(problem: Problem, names: list[str], deadline: float, progress: ProgressCallback) -> Results:
+        results: Results = {}
         for i, name in enumerate(names):
             left = deadline - time.monotonic()
             if left <= 0.05:
                 results[name] = ("error", "not started: no time left", 0.0)
                 continue
             started = time.monotonic()
-            kind, value = _run_one(problem, name, left / (len(names) - i))
+            kind, value = _run_one(problem, name, left / (len(names) - i), member_options(name, names))
             results[name] = (kind, value, time.monotonic() - started)
             progress(_event(results, len(names), f"{name}: {kind}"))
         return results
 
     @staticmethod
-    def _parallel(problem: Problem, names: list[str], workers: int, deadline: float,
-                  progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
+    def _parallel(problem: Problem, names: list[str], workers: int, deadline: float, progress: ProgressCallback,
+                  streams: dict[str, Stream] | None = None) -> Results:
+        """The members in child processes; ``streams`` receives what each streamed (module doc)."""
         ctx = mp.get_context("fork")
+        streams = {} if streams is None else streams
         pending = list(names)
         running: dict[Connection, tuple[str, Child]] = {}  # pipe -> (name, its child process)
-        results: dict[str, tuple[str, Any, float]] = {}
+        results: Results = {}
         while pending or running:
             while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
                 limit = (deadline - time.monotonic()) * min(1.0, workers / len(pending))
                 name = pending.pop(0)
-                member = Child.start(ctx, _child, (problem, name, limit), daemon=True)
+                streams[name] = Stream()
+                member = Child.start(ctx, _child, (problem, name, limit, member_options(name, names)), daemon=True)
                 running[member.conn] = (name, member)
             if not running:
                 break
             for ready in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
-                name, member = running.pop(cast(Connection, ready))
+                name, member = running[cast(Connection, ready)]
                 message = member.receive()
+                if message is not None and message[0] == "incumbent":
+                    streams[name].add(*message[1])
+                    continue
+                del running[cast(Connection, ready)]
                 code = member.stop(_KILL_GRACE_S)
                 kind, value = message if message is not None else (
                     "error", f"the solver process exited with code {code}")
@@ -147,15 +211,35 @@ class AutoSolver:
                 progress(_event(results, len(names), f"{name}: {kind}"))
             if time.monotonic() >= deadline:
                 for name, late in running.values():
+                    final = _drain(late, streams[name])
                     late.stop(_KILL_GRACE_S)
-                    results[name] = ("error", "killed at the deadline", late.elapsed_s())
+                    if final is None:
+                        streams[name].cut_short = True
+                        final = (_scored(problem, name, streams[name]) if streams[name].latest is not None
+                                 else ("error", "killed at the deadline"))
+                    results[name] = (*final, late.elapsed_s())
                 running.clear()
         for name in pending:
             results[name] = ("error", "not started: no time left", 0.0)
         return results
 
 
-def _event(results: dict[str, tuple[str, Any, float]], total: int, message: str) -> ProgressEvent:
+def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
+    """Kill a late member, then read what it had sent and the parent not yet taken: its
+    incumbents go to ``stream``; its answer, if it came just in time, is returned."""
+    if member.process.is_alive():
+        member.process.kill()
+    while member.conn.poll(0):
+        message = member.receive()
+        if message is None:
+            return None
+        if message[0] != "incumbent":
+            return cast(tuple[str, Any], message)
+        stream.add(*message[1])
+    return None
+
+
+def _event(results: Results, total: int, message: str) -> ProgressEvent:
     """Progress after a member finished: fraction done, best objective and bound so far."""
     docs = [value for kind, value, _ in results.values() if kind == "ok"]
     objectives = [d["metrics"]["objective_s"] for d in docs if d.get("metrics")]
@@ -163,18 +247,20 @@ def _event(results: dict[str, tuple[str, Any, float]], total: int, message: str)
     return ProgressEvent(len(results) / total, min(objectives, default=None), max(bounds, default=None), message)
 
 
-def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Plan:
+def _choose(names: list[str], results: Results, streams: dict[str, Stream] | None = None) -> Plan:
     """The best simulated plan, the best bound, and the summary (see the module doc)."""
     summary: list[dict[str, Any]] = []
     plans: dict[str, Plan] = {}
     for name in names:
         kind, value, elapsed = results[name]
+        stream = (streams or {}).get(name) or Stream()
         row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "solve_time_s": elapsed,
-                               "error": None}
+                               "error": None, "incumbents": stream.incumbents, "incumbent_s": stream.reported_s,
+                               "cut_short": stream.cut_short}
         if kind == "ok":
             plan = plan_from_document(value)
             plans[name] = plan
-            row.update(status=plan.status, solve_time_s=plan.solve_time_s,
+            row.update(status=plan.status, solve_time_s=elapsed if stream.cut_short else plan.solve_time_s,
                        objective_s=(plan.metrics or {}).get("objective_s"))
         else:
             row["error"] = value

@@ -57,9 +57,12 @@ class EvenSolver:
             except InvalidPlan:
                 rejected += 1
                 continue
-            if best is None or objective_s < (best.claimed_objective_s or np.inf):
+            improved = best is None or objective_s < (best.claimed_objective_s or np.inf)
+            if improved:
                 best = plan.with_(claimed_objective_s=objective_s)
-            progress(ProgressEvent((i + 1) / len(candidates), best.claimed_objective_s, None))
+            assert best is not None
+            progress(ProgressEvent((i + 1) / len(candidates), best.claimed_objective_s, None,
+                                   plan=best.with_(status="feasible") if improved else None))
         stats = {"candidates": len(candidates), "rejected_for_memory": rejected}
         if best is None:
             return Plan(stages=(), status="infeasible", stats=stats,

@@ -16,10 +16,12 @@ from solvers.mapping.apply import (
     MappingSettings,
     StagePartition,
     better,
+    build_plan,
     map_partition,
     mapping_deadline,
     simulated_key,
 )
+from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -126,6 +128,18 @@ class ParmesanSolver:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
                                "(or the graph has fewer hyper-operators than stages)",))
+        incumbent_s = float("inf")
+
+        def stream(plan: Plan, key: tuple[float, float], fraction: float, message: str) -> None:
+            """Report an improved simulated plan as the incumbent (``auto`` streams it)."""
+            nonlocal incumbent_s
+            if np.isfinite(key[0]) and key[0] < incumbent_s:
+                incumbent_s = key[0]
+                progress(ProgressEvent(fraction, incumbent_s, None, message,
+                                       plan.with_(status="feasible", claimed_objective_s=incumbent_s)))
+
+        first = build_plan(problem, best.stage_of, consecutive_mapping(best.n_stages, best.replicas), best.micro_batches)
+        stream(first, simulated_key(problem, first), 0.5, "partition, consecutive mapping")
         guarded: list[tuple[str, Plan, tuple[float, float]]] = []
         guard_s = 0.0
         if options.baseline_guard:  # before the mapping, so that the mapping gets what they leave
@@ -133,6 +147,8 @@ class ParmesanSolver:
             guard_started = time.monotonic()
             guarded = _baseline_plans(problem, self.safety_net(problem), budget.sub(options.guard_fraction))
             guard_s = time.monotonic() - guard_started
+            for name, other, key in guarded:
+                stream(other, key, 0.6, f"safety net: {name}")
         progress(ProgressEvent(0.6, best.score_s, None, "mapping"))
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,
