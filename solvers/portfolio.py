@@ -3,18 +3,36 @@
 The solvers run in parallel child processes (``workers``, default one per core), each started
 with a share of the time left (``left x workers / solvers not yet started``, never more than
 what is left) and killed at the deadline; quick solvers finish early and leave their time to
-the later ones.  Solvers in ``LAST`` (``moirai``: it starts from the best list schedule and
-improves it for as long as it may) start after the others and so take the time they leave.
+the later ones.  The budget counts from the call (the default one as well), so the time spent
+loading the members' modules is part of it.  Solvers in ``LAST`` (``moirai``: it starts from
+the best list schedule and improves it for as long as it may) start after the others and so
+take the time they leave.  Members run with their default options, except ``celeritas`` when
+every list scheduler it would also run (option ``list_schedulers``) is a member of its own: it
+then runs bare, so the budget does not pay for them twice (:func:`member_options`).
+
+**Incumbents stream.**  Each member's process sends every improved incumbent its solver reports
+(:class:`~solvers.base.ProgressEvent` with a ``plan``: ``moirai``, ``celeritas``, ``parmesan``,
+``rannc``, ``exact``, ``pipedream``, ``even``) to the parent over its pipe the moment it is found.
+The parent keeps the latest of each member (each improves on the one before by the member's own
+measure, ``stats.portfolio[].incumbent_s``).  A member killed at the deadline is not lost: its
+last incumbent is finished and scored here by the simulator and competes as its answer, with
+status ``feasible`` (nothing is proven of it), ``cut_short: true`` in its summary row and a note
+on the plan (:data:`CUT_SHORT_NOTE`).  So a loaded machine that makes a member overrun costs
+only what it had not yet found.  Scoring those incumbents happens after the deadline, one
+simulation per cut-short member.
+
 The answer is the plan with the smallest simulated objective (ties, within a relative 1e-9: the
 smaller bottleneck stage, then the solver name), the largest proven lower bound among all the
-plans, and a per-solver summary in
-``stats["portfolio"]`` (name, status, objective, solve time, error).  The status is the chosen
-plan's (``feasible`` where its ``optimal`` is for another metric, ``stats.optimal_objective``),
-upgraded to ``optimal`` when the best bound meets its objective.  New solvers join the
-portfolio as soon as they are registered.  When no member returns a plan in time (a heavily
-loaded machine), the linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``)
-runs in-process after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not fork
-children) the solvers run one after the other in-process, with the same shares.
+plans, and a per-solver summary in ``stats["portfolio"]`` (name, status, simulated objective,
+solve time, error, ``incumbents`` received, the best ``incumbent_s`` the member reported by its
+own measure, ``cut_short``).  The status is the chosen plan's (``feasible`` where its
+``optimal`` is for another metric, ``stats.optimal_objective``), upgraded to ``optimal`` when the
+best bound meets its objective.  New solvers join the portfolio as soon as they are registered.
+When no member returns a plan or an incumbent in time (a heavily loaded machine), the
+linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``) runs in-process
+after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not
+fork children) the solvers run one after the other in-process, with the same shares (nothing
+to stream: each one ends before the next starts).
 """
 
 from __future__ import annotations
@@ -145,8 +163,9 @@ class AutoSolver:
         names = portfolio_names(problem, options.solvers)
         if not names:
             raise SolverFailure(f"auto: no registered solver answers the {problem.objective!r} objective")
-        limit_s = budget.remaining_s() if budget.time_limit_s is not None else options.default_time_limit_s
-        deadline = time.monotonic() + max(0.0, limit_s - _MARGIN_S)
+        # counted from the call, like a given limit: loading the members' modules is part of the budget
+        limit_s = (budget.time_limit_s if budget.time_limit_s is not None else options.default_time_limit_s)
+        deadline = budget.started_at + max(0.0, limit_s - _MARGIN_S)
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
         launch = [n for n in names if n not in LAST] + [n for n in names if n in LAST]
         streams: dict[str, Stream] = {}
