@@ -76,7 +76,10 @@ def main() -> None:
         for row in plan.stats["portfolio"]:
             obj = row.get("objective_s")
             own = row.get("incumbent_s")
-            print(f"  {row['name']:10s} {row['status']!s:10s} {_ms(obj):>8s} ms  incumbents {row.get('incumbents', '-')} "
+            start = row.get("started_s")
+            print(f"  {row['name']:10s} {row['status']!s:10s} {_ms(obj):>8s} ms  started "
+                  f"{'-' if start is None else f'{start:.1f}'} s  ran {row['solve_time_s'] or 0:.1f} s  "
+                  f"incumbents {row.get('incumbents', '-')} "
                   f"(best by its measure {_ms(own)} ms)  cut short {row.get('cut_short', '-')}  {row.get('error') or ''}")
 
 

@@ -1,14 +1,19 @@
 """``auto``: a portfolio of every registered solver that answers the problem's objective (docs/python.md).
 
 The solvers run in parallel child processes (``workers``, default one per core), each started
-with a share of the time left (``left x workers / solvers not yet started``, never more than
-what is left) and killed at the deadline; quick solvers finish early and leave their time to
-the later ones.  The budget counts from the call (the default one as well), so the time spent
-loading the members' modules is part of it.  Solvers in ``LAST`` (``moirai``: it starts from
-the best list schedule and improves it for as long as it may) start after the others and so
-take the time they leave.  Members run with their default options, except ``celeritas`` when
-every list scheduler it would also run (option ``list_schedulers``) is a member of its own: it
-then runs bare, so the budget does not pay for them twice (:func:`member_options`).
+with a share of the time left (see below, never more than what is left) and killed at the
+deadline; quick solvers finish early and leave their time to the later ones.  The budget counts
+from the call (the default one as well); the parent picks the members without loading their
+modules (:func:`~solvers.registry.objectives`), each member's process loads its own, so a slow
+import delays that member only.  The anytime solvers in ``ANYTIME`` (``moirai``: it starts from
+the best list schedule and improves it for as long as it may) get all the time left: with more
+workers than them they start first, each on a worker of its own, so that how long the quick
+members take on a loaded machine does not shorten their search, and the others share the
+remaining workers (``left x free workers / quick members not yet started``); with a single
+worker they start after the others and take the time they leave.  Members run with their
+default options, except ``celeritas`` when every list scheduler it would also run (option
+``list_schedulers``) is a member of its own: it then runs bare, so the budget does not pay for
+them twice (:func:`member_options`).
 
 **Incumbents stream.**  Each member's process sends every improved incumbent its solver reports
 (:class:`~solvers.base.ProgressEvent` with a ``plan``: ``moirai``, ``celeritas``, ``parmesan``,
@@ -18,8 +23,10 @@ measure, ``stats.portfolio[].incumbent_s``).  A member killed at the deadline is
 last incumbent is finished and scored here by the simulator and competes as its answer, with
 status ``feasible`` (nothing is proven of it), ``cut_short: true`` in its summary row and a note
 on the plan (:data:`CUT_SHORT_NOTE`).  So a loaded machine that makes a member overrun costs
-only what it had not yet found.  Scoring those incumbents happens after the deadline, one
-simulation per cut-short member.
+only what it had not yet found.  The anytime members' incumbents are scored as they arrive
+once every member has started (those members run to the deadline; scoring earlier would hold
+back the quick members' starts), the others' only when they are cut short, after the deadline:
+one simulation each.
 
 The answer is the plan with the smallest simulated objective (ties, within a relative 1e-9: the
 smaller bottleneck stage, then the solver name), the largest proven lower bound among all the
@@ -55,11 +62,15 @@ from solvers.solving import finish_plan, solve
 from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
-LAST = ("moirai",)  # anytime solvers started last (module doc)
+ANYTIME = ("moirai",)  # anytime solvers: all the time left, started first with spare workers (module doc)
 # linear-time baselines run in-process when no member returned a plan in time (a loaded machine)
 FALLBACK = {"throughput": "even", "latency": "single"}
 _FALLBACK_LIMIT_S = 1.0
 _KILL_GRACE_S = 0.2
+# the list schedulers the registry's celeritas runs beside its plans (solvers.composed.celeritas;
+# tests/solvers/test_portfolio_stream.py checks they are the same), named here so that choosing a
+# member's options imports nothing
+CELERITAS_LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")
 CUT_SHORT_NOTE = "cut short at auto's deadline: its last streamed incumbent, scored by the simulator"
 
 Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) or ("error", message), seconds
@@ -78,27 +89,32 @@ class AutoOptions(SolverOptions):
 @dataclass
 class Stream:
     """What one member streamed while it ran: its latest incumbent plan (a document, not yet
-    simulated), how many incumbents it sent, the smallest objective it reported by its own
-    measure, and whether it was cut short at the deadline."""
+    simulated) and, once scored, what it became (:func:`_scored`), when the member started, how
+    many incumbents it sent, the smallest objective it reported by its own measure, and whether
+    it was cut short at the deadline."""
 
     latest: dict[str, Any] | None = None
+    scored: tuple[str, Any] | None = None
+    started_s: float | None = None  # when it started, seconds after auto's call
     incumbents: int = 0
     reported_s: float | None = None
     cut_short: bool = False
 
     def add(self, document: dict[str, Any], incumbent_s: float | None) -> None:
-        self.latest, self.incumbents = document, self.incumbents + 1
+        self.latest, self.scored, self.incumbents = document, None, self.incumbents + 1
         if incumbent_s is not None and (self.reported_s is None or incumbent_s < self.reported_s):
             self.reported_s = incumbent_s
 
 
 def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> list[str]:
-    """Registered solvers (except ``auto``) that answer ``problem.objective``."""
+    """Registered solvers (except ``auto``) that answer ``problem.objective``.  The built-in
+    back-ends are not imported here (:func:`~solvers.registry.objectives`): each member's process
+    loads its own, so that loading them all does not delay the first start."""
     names = [n for n in registry.names() if n != AutoSolver.name]
     if only is not None:
-        wanted = {registry.get_solver_class(n).name for n in only}
+        wanted = {registry.canonical_name(n) for n in only}
         names = [n for n in names if n in wanted]
-    return [n for n in names if problem.objective in registry.get_solver_class(n).objectives]
+    return [n for n in names if problem.objective in registry.objectives(n)]
 
 
 def member_options(name: str, names: list[str]) -> dict[str, Any]:
@@ -106,11 +122,8 @@ def member_options(name: str, names: list[str]) -> dict[str, Any]:
     also runs the list schedulers and keeps the best of all (option ``list_schedulers``); when
     every one of them is a member of its own, ``celeritas`` runs bare, so that the budget does
     not pay for them twice.  Every other member runs with its defaults."""
-    if name == "celeritas":
-        from solvers.composed.celeritas import CELERITAS_LIST_SCHEDULERS
-
-        if {n for n, _ in CELERITAS_LIST_SCHEDULERS} <= set(names):
-            return {"list_schedulers": False}
+    if name == "celeritas" and set(CELERITAS_LIST_SCHEDULERS) <= set(names):
+        return {"list_schedulers": False}
     return {}
 
 
@@ -139,10 +152,16 @@ def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, o
 
 def _scored(problem: Problem, name: str, stream: Stream) -> tuple[str, Any]:
     """A cut-short member's last incumbent as its answer: finished and simulated here, status
-    ``feasible`` (nothing is proven of it), or the error that refused it."""
+    ``feasible`` (nothing is proven of it), or the error that refused it (kept in ``stream.scored``)."""
     assert stream.latest is not None
+    if stream.scored is None:
+        stream.scored = _score(problem, name, stream.latest)
+    return stream.scored
+
+
+def _score(problem: Problem, name: str, document: dict[str, Any]) -> tuple[str, Any]:
     try:
-        plan = plan_from_document(stream.latest)
+        plan = plan_from_document(document)
         cls = registry.get_solver_class(name)
         status = "infeasible" if plan.status == "infeasible" else "feasible"
         plan = plan.with_(solver=cls.name, solver_version=cls.version, status=status,
@@ -167,12 +186,13 @@ class AutoSolver:
         limit_s = (budget.time_limit_s if budget.time_limit_s is not None else options.default_time_limit_s)
         deadline = budget.started_at + max(0.0, limit_s - _MARGIN_S)
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
-        launch = [n for n in names if n not in LAST] + [n for n in names if n in LAST]
+        anytime, quick = [n for n in names if n in ANYTIME], [n for n in names if n not in ANYTIME]
         streams: dict[str, Stream] = {}
         if mp.current_process().daemon:
-            results = self._sequential(problem, launch, deadline, progress)
-        else:
-            results = self._parallel(problem, launch, workers, deadline, progress, streams)
+            results = self._sequential(problem, quick + anytime, deadline, progress)
+        else:  # the anytime members first, on workers of their own, when that leaves one for the others
+            launch = anytime + quick if workers > len(anytime) else quick + anytime
+            results = self._parallel(problem, launch, workers, deadline, progress, streams, budget.started_at)
         fallback = FALLBACK[problem.objective]
         if fallback in names and not any(kind == "ok" for kind, _, _ in results.values()):
             started = time.monotonic()
@@ -200,18 +220,25 @@ class AutoSolver:
 
     @staticmethod
     def _parallel(problem: Problem, names: list[str], workers: int, deadline: float, progress: ProgressCallback,
-                  streams: dict[str, Stream] | None = None) -> Results:
-        """The members in child processes; ``streams`` receives what each streamed (module doc)."""
+                  streams: dict[str, Stream] | None = None, origin: float | None = None) -> Results:
+        """The members in child processes; ``streams`` receives what each streamed (module doc),
+        their start times counted from ``origin`` (``time.monotonic``; default: now)."""
         ctx = mp.get_context("fork")
         streams = {} if streams is None else streams
+        origin = time.monotonic() if origin is None else origin
         pending = list(names)
         running: dict[Connection, tuple[str, Child]] = {}  # pipe -> (name, its child process)
         results: Results = {}
         while pending or running:
             while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
-                limit = (deadline - time.monotonic()) * min(1.0, workers / len(pending))
                 name = pending.pop(0)
-                streams[name] = Stream()
+                left = deadline - time.monotonic()
+                if name in ANYTIME:  # anytime: all the time left
+                    limit = left
+                else:  # a share of the workers the anytime members leave
+                    free = max(1, workers - sum(1 for n, _ in running.values() if n in ANYTIME))
+                    limit = left * min(1.0, free / (1 + sum(1 for n in pending if n not in ANYTIME)))
+                streams[name] = Stream(started_s=time.monotonic() - origin)
                 member = Child.start(ctx, _child, (problem, name, limit, member_options(name, names)), daemon=True)
                 running[member.conn] = (name, member)
             if not running:
@@ -228,15 +255,20 @@ class AutoSolver:
                     "error", f"the solver process exited with code {code}")
                 results[name] = (kind, value, member.elapsed_s())
                 progress(_event(results, len(names), f"{name}: {kind}"))
+            for name, _ in running.values():  # anytime members run to the deadline: score as they go, once
+                # every member has started (scoring here must not hold back a start)
+                if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
+                    _scored(problem, name, streams[name])
             if time.monotonic() >= deadline:
                 for name, late in running.values():
                     final = _drain(late, streams[name])
                     late.stop(_KILL_GRACE_S)
+                    elapsed = late.elapsed_s()
                     if final is None:
                         streams[name].cut_short = True
                         final = (_scored(problem, name, streams[name]) if streams[name].latest is not None
                                  else ("error", "killed at the deadline"))
-                    results[name] = (*final, late.elapsed_s())
+                    results[name] = (*final, elapsed)
                 running.clear()
         for name in pending:
             results[name] = ("error", "not started: no time left", 0.0)
@@ -274,8 +306,8 @@ def _choose(names: list[str], results: Results, streams: dict[str, Stream] | Non
         kind, value, elapsed = results[name]
         stream = (streams or {}).get(name) or Stream()
         row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "solve_time_s": elapsed,
-                               "error": None, "incumbents": stream.incumbents, "incumbent_s": stream.reported_s,
-                               "cut_short": stream.cut_short}
+                               "error": None, "started_s": stream.started_s, "incumbents": stream.incumbents,
+                               "incumbent_s": stream.reported_s, "cut_short": stream.cut_short}
         if kind == "ok":
             plan = plan_from_document(value)
             plans[name] = plan
