@@ -142,29 +142,35 @@ def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, o
     """A member's process: every improved incumbent its solver reports goes to the parent as
     ``("incumbent", (plan document, incumbent_s))`` the moment it is found, its answer last."""
 
+    try:
+        cls = registry.get_solver_class(name)
+    except PlacerError as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc.message}"))
+        return
+
     def stream(event: ProgressEvent) -> None:
         if event.plan is not None:
-            conn.send(("incumbent", (event.plan.to_document(), event.incumbent_s)))
+            plan = event.plan.with_(solver=cls.name, solver_version=cls.version)
+            conn.send(("incumbent", (plan.to_document(), event.incumbent_s)))
 
     conn.send(_run_one(problem, name, time_limit_s, options, stream))
     conn.close()
 
 
-def _scored(problem: Problem, name: str, stream: Stream) -> tuple[str, Any]:
+def _scored(problem: Problem, stream: Stream) -> tuple[str, Any]:
     """A cut-short member's last incumbent as its answer: finished and simulated here, status
     ``feasible`` (nothing is proven of it), or the error that refused it (kept in ``stream.scored``)."""
     assert stream.latest is not None
     if stream.scored is None:
-        stream.scored = _score(problem, name, stream.latest)
+        stream.scored = _score(problem, stream.latest)
     return stream.scored
 
 
-def _score(problem: Problem, name: str, document: dict[str, Any]) -> tuple[str, Any]:
+def _score(problem: Problem, document: dict[str, Any]) -> tuple[str, Any]:
     try:
-        plan = plan_from_document(document)
-        cls = registry.get_solver_class(name)
+        plan = plan_from_document(document)  # it names its solver and version (the member's process loaded it)
         status = "infeasible" if plan.status == "infeasible" else "feasible"
-        plan = plan.with_(solver=cls.name, solver_version=cls.version, status=status,
+        plan = plan.with_(status=status,
                           stats={**plan.stats, "cut_short": True}, notes=(*plan.notes, CUT_SHORT_NOTE))
         return "ok", finish_plan(problem, plan).to_document()
     except PlacerError as exc:
@@ -258,7 +264,7 @@ class AutoSolver:
             for name, _ in running.values():  # anytime members run to the deadline: score as they go, once
                 # every member has started (scoring here must not hold back a start)
                 if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
-                    _scored(problem, name, streams[name])
+                    _scored(problem, streams[name])
             if time.monotonic() >= deadline:
                 for name, late in running.values():
                     final = _drain(late, streams[name])
@@ -266,7 +272,7 @@ class AutoSolver:
                     elapsed = late.elapsed_s()
                     if final is None:
                         streams[name].cut_short = True
-                        final = (_scored(problem, name, streams[name]) if streams[name].latest is not None
+                        final = (_scored(problem, streams[name]) if streams[name].latest is not None
                                  else ("error", "killed at the deadline"))
                     results[name] = (*final, elapsed)
                 running.clear()
