@@ -3,7 +3,8 @@ is made in the database when its last child ends (docs/python.md, docs/service.m
 
 A worker that claims an ``auto`` job *expands* it in the claim's transaction: one queued child
 job per member (:func:`solvers.portfolio.portfolio_names`), each with the parent's full time
-limit, since they run at once on different workers.  The parent stays ``running`` under the
+limit, since they run at once on different workers, and the options ``auto`` gives it
+(:func:`solvers.portfolio.member_options`).  The parent stays ``running`` under the
 lease owner :data:`OWNER` with no lease expiry, so the reaper leaves it alone while its children
 are queued, retried or running.  Whichever transaction finishes the last child chooses: the
 children's plans go through the portfolio's own choice (:func:`solvers.portfolio._choose`) and
@@ -23,7 +24,7 @@ from service.jobs import store
 from service.jobs.portfolio_plan import OWNER
 from service.jobs.validate import JobSpec, cache_key
 from solvers import registry
-from solvers.portfolio import AutoOptions, portfolio_names
+from solvers.portfolio import AutoOptions, member_options, portfolio_names
 
 
 def expand(session: Session, job_id: str, owner: str, lease_s: float, max_running: int = 0) -> list[str] | None:
@@ -48,9 +49,10 @@ def expand(session: Session, job_id: str, owner: str, lease_s: float, max_runnin
     children = []
     for name in names:
         cls = registry.get_solver_class(name)
-        spec = JobSpec(graph.id, topology.id, name, parent.objective, dict(parent.settings), {}, parent.time_limit_s,
-                       cache_key(graph, topology, name, cls.version, parent.objective, dict(parent.settings), {},
-                                 parent.time_limit_s))
+        options = member_options(name, names)  # as in one process: celeritas bare beside the list schedulers
+        spec = JobSpec(graph.id, topology.id, name, parent.objective, dict(parent.settings), options,
+                       parent.time_limit_s, cache_key(graph, topology, name, cls.version, parent.objective,
+                                                      dict(parent.settings), options, parent.time_limit_s))
         child = store.submit(session, parent.project_id, spec, use_cache=parent.use_cache,
                              comparison_id=parent.comparison_id)
         child.parent_id = parent.id
