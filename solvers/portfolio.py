@@ -17,8 +17,8 @@ them twice (:func:`member_options`).
 
 **Incumbents stream.**  Each member's process sends every improved incumbent its solver reports
 (:class:`~solvers.base.ProgressEvent` with a ``plan``: ``moirai``, ``celeritas``, ``parmesan``,
-``rannc``, ``exact``, ``even``, ``pipedream`` in its flat search) to the parent over its pipe the moment it is found.
-The parent keeps the latest of each member (each improves on the one before by the member's own
+``rannc``, ``exact``, ``even``, ``pipedream`` in its flat search) to the parent over its pipe
+the moment it is found.  The parent keeps the latest of each member (each improves on the one before by the member's own
 measure, ``stats.portfolio[].incumbent_s``).  A member killed at the deadline is not lost: its
 last incumbent is finished and scored here by the simulator and competes as its answer, with
 status ``feasible`` (nothing is proven of it), ``cut_short: true`` in its summary row and a note
