@@ -254,13 +254,14 @@ class AutoSolver:
                 message = member.receive()
                 if message is not None and message[0] == "incumbent":
                     streams[name].add(*message[1])
+                    progress(_event(results, len(names), f"{name}: incumbent", streams))
                     continue
                 del running[cast(Connection, ready)]
                 code = member.stop(_KILL_GRACE_S)
                 kind, value = message if message is not None else (
                     "error", f"the solver process exited with code {code}")
                 results[name] = (kind, value, member.elapsed_s())
-                progress(_event(results, len(names), f"{name}: {kind}"))
+                progress(_event(results, len(names), f"{name}: {kind}", streams))
             for name, _ in running.values():  # anytime members run to the deadline: score as they go, once
                 # every member has started (scoring here must not hold back a start)
                 if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
@@ -296,10 +297,13 @@ def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
     return None
 
 
-def _event(results: Results, total: int, message: str) -> ProgressEvent:
-    """Progress after a member finished: fraction done, best objective and bound so far."""
+def _event(results: Results, total: int, message: str, streams: dict[str, Stream] | None = None) -> ProgressEvent:
+    """Progress after a member finished or streamed an incumbent: fraction of the members done,
+    best objective (the finished members' simulated ones and the running members' incumbents
+    by their own measure) and best bound so far."""
     docs = [value for kind, value, _ in results.values() if kind == "ok"]
     objectives = [d["metrics"]["objective_s"] for d in docs if d.get("metrics")]
+    objectives += [s.reported_s for name, s in (streams or {}).items() if name not in results and s.reported_s]
     bounds = [d["lower_bound_s"] for d in docs if d.get("lower_bound_s") is not None]
     return ProgressEvent(len(results) / total, min(objectives, default=None), max(bounds, default=None), message)
 
