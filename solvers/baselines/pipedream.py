@@ -15,6 +15,11 @@ comparisons), the layer-chain model runs with ``S`` stages of ``R`` replicas eac
 ``1/R * max(compute, 2 (R-1) W / B)`` and split cost ``2 a / B`` with ``B`` the channels of the
 consecutive placement), the (S, R, micro-batch) candidates are ranked by the simulator, and the
 winning partition is mapped with ``mapping`` = consecutive | p2p | parmesan.
+
+With ``even_guard`` (the default; not in the paper) ``even``'s split is simulated too and kept
+where it is faster, so ``pipedream`` is never behind ``even`` (:func:`_even_guard`,
+docs/baselines.md); ``even_guard=False`` runs PipeDream's algorithm alone, for the papers'
+comparisons.
 """
 
 from __future__ import annotations
@@ -189,7 +194,7 @@ class PipeDreamSolver:
     summary: ClassVar[str] = "PipeDream's hierarchical DP (its optimizer's antichain DP by default), CS, p2p or Parmesan mapping"
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = PipeDreamOptions
-    version: ClassVar[str] = "2"
+    version: ClassVar[str] = "3"
 
     def solve(self, problem: Problem, options: PipeDreamOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:
