@@ -75,12 +75,20 @@ class Budget:
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """One progress report: fraction done, best objective so far, best bound so far."""
+    """One progress report: fraction done, best objective so far, best bound so far.
+
+    ``plan``: the improved incumbent itself, when the solver has one to hand (anytime solvers
+    attach it each time their incumbent improves): a plan not yet finished or simulated, whose
+    ``incumbent_s`` is the solver's own measure.  ``auto`` streams these from its members to the
+    parent, which scores them with the simulator (:mod:`solvers.portfolio`); ``to_dict`` leaves
+    it out.
+    """
 
     fraction: float
     incumbent_s: float | None = None
     bound_s: float | None = None
     message: str = ""
+    plan: Plan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"fraction": self.fraction, "incumbent_s": self.incumbent_s, "bound_s": self.bound_s,

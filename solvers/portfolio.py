@@ -1,22 +1,47 @@
 """``auto``: a portfolio of every registered solver that answers the problem's objective (docs/python.md).
 
 The solvers run in parallel child processes (``workers``, default one per core), each started
-with a share of the time left (``left x workers / solvers not yet started``, never more than
-what is left) and killed at the deadline; quick solvers finish early and leave their time to
-the later ones.  Solvers in ``LAST`` (``moirai``: it starts from the best list schedule and
-improves it for as long as it may) start after the others and so take the time they leave.
+with a share of the time left (see below, never more than what is left) and killed at the
+deadline; quick solvers finish early and leave their time to the later ones.  The budget counts
+from the call (the default one as well); the parent picks the members without loading their
+modules (:func:`~solvers.registry.objectives`), each member's process loads its own, so a slow
+import delays that member only.  The anytime solvers in ``ANYTIME`` (``moirai``: it starts from
+the best list schedule and improves it for as long as it may) get all the time left: with more
+workers than them they start first, each on a worker of its own, so that how long the quick
+members take on a loaded machine does not shorten their search, and the others share the
+remaining workers (``left x free workers / quick members not yet started``); with a single
+worker they start after the others and take the time they leave.  Members run with their
+default options, except ``celeritas`` when every list scheduler it would also run (option
+``list_schedulers``) is a member of its own: it then runs bare, so the budget does not pay for
+them twice (:func:`member_options`).
+
+**Incumbents stream.**  Each member's process sends every improved incumbent its solver reports
+(:class:`~solvers.base.ProgressEvent` with a ``plan``: ``moirai``, ``celeritas``, ``parmesan``,
+``rannc``, ``exact``, ``even``, ``pipedream`` in its flat search) to the parent over its pipe
+the moment it is found.  The parent keeps the latest of each member (each improves on the one before by the member's own
+measure, ``stats.portfolio[].incumbent_s``).  A member killed at the deadline is not lost: its
+last incumbent is finished and scored here by the simulator and competes as its answer, with
+status ``feasible`` (nothing is proven of it), ``cut_short: true`` in its summary row and a note
+on the plan (:data:`CUT_SHORT_NOTE`).  So a loaded machine that makes a member overrun costs
+only what it had not yet found.  The anytime members' incumbents are scored as they arrive
+once every member has started (those members run to the deadline; scoring earlier would hold
+back the quick members' starts), the others' only when they are cut short, after the deadline:
+one simulation each.
+
 The answer is the plan with the smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
 the time per sample, or the iteration time with a fixed global batch; ties, within a relative
 1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among
 the plans of its micro-batch count (a bound holds for one global batch), and a per-solver
-summary in ``stats["portfolio"]`` (name, status, objective, key, solve time, error).  The status
-is the chosen plan's (``feasible`` where its ``optimal`` is for another metric,
-``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its objective and
-the problem has one candidate micro-batch count.  New solvers join the
-portfolio as soon as they are registered.  When no member returns a plan in time (a heavily
-loaded machine), the linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``)
-runs in-process after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not fork
-children) the solvers run one after the other in-process, with the same shares.
+summary in ``stats["portfolio"]`` (name, status, simulated objective, key, solve time, error,
+``incumbents`` received, the best ``incumbent_s`` the member reported by its own measure,
+``cut_short``).  The status is the chosen plan's (``feasible`` where its ``optimal`` is for
+another metric, ``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its
+objective and the problem has one candidate micro-batch count.  New solvers join the portfolio as soon as they are registered.
+When no member returns a plan or an incumbent in time (a heavily loaded machine), the
+linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``) runs in-process
+after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not
+fork children) the solvers run one after the other in-process, with the same shares (nothing
+to stream: each one ends before the next starts).
 """
 
 from __future__ import annotations
@@ -24,6 +49,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, cast
 
@@ -35,15 +61,22 @@ from solvers.model.errors import PlacerError, SolverFailure
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
 from solvers.model.ranking import best_index, comparison_key_s
-from solvers.solving import solve
+from solvers.solving import finish_plan, solve
 from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
-LAST = ("moirai",)  # anytime solvers started last (module doc)
+ANYTIME = ("moirai",)  # anytime solvers: all the time left, started first with spare workers (module doc)
 # linear-time baselines run in-process when no member returned a plan in time (a loaded machine)
 FALLBACK = {"throughput": "even", "latency": "single"}
 _FALLBACK_LIMIT_S = 1.0
 _KILL_GRACE_S = 0.2
+# the list schedulers the registry's celeritas runs beside its plans (solvers.composed.celeritas;
+# tests/solvers/test_portfolio_stream.py checks they are the same), named here so that choosing a
+# member's options imports nothing
+CELERITAS_LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")
+CUT_SHORT_NOTE = "cut short at auto's deadline: its last streamed incumbent, scored by the simulator"
+
+Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) or ("error", message), seconds
 
 
 class AutoOptions(SolverOptions):
@@ -56,28 +89,95 @@ class AutoOptions(SolverOptions):
     default_time_limit_s: float = Field(60.0, gt=0.0)
 
 
+@dataclass
+class Stream:
+    """What one member streamed while it ran: its latest incumbent plan (a document, not yet
+    simulated) and, once scored, what it became (:func:`_scored`), when the member started, how
+    many incumbents it sent, the smallest objective it reported by its own measure, and whether
+    it was cut short at the deadline."""
+
+    latest: dict[str, Any] | None = None
+    scored: tuple[str, Any] | None = None
+    started_s: float | None = None  # when it started, seconds after auto's call
+    incumbents: int = 0
+    reported_s: float | None = None
+    cut_short: bool = False
+
+    def add(self, document: dict[str, Any], incumbent_s: float | None) -> None:
+        self.latest, self.scored, self.incumbents = document, None, self.incumbents + 1
+        if incumbent_s is not None and (self.reported_s is None or incumbent_s < self.reported_s):
+            self.reported_s = incumbent_s
+
+
 def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> list[str]:
-    """Registered solvers (except ``auto``) that answer ``problem.objective``."""
+    """Registered solvers (except ``auto``) that answer ``problem.objective``.  The built-in
+    back-ends are not imported here (:func:`~solvers.registry.objectives`): each member's process
+    loads its own, so that loading them all does not delay the first start."""
     names = [n for n in registry.names() if n != AutoSolver.name]
     if only is not None:
-        wanted = {registry.get_solver_class(n).name for n in only}
+        wanted = {registry.canonical_name(n) for n in only}
         names = [n for n in names if n in wanted]
-    return [n for n in names if problem.objective in registry.get_solver_class(n).objectives]
+    return [n for n in names if problem.objective in registry.objectives(n)]
 
 
-def _run_one(problem: Problem, name: str, time_limit_s: float) -> tuple[str, Any]:
+def member_options(name: str, names: list[str]) -> dict[str, Any]:
+    """The options ``auto`` runs member ``name`` with among ``names``: the registry's ``celeritas``
+    also runs the list schedulers and keeps the best of all (option ``list_schedulers``); when
+    every one of them is a member of its own, ``celeritas`` runs bare, so that the budget does
+    not pay for them twice.  Every other member runs with its defaults."""
+    if name == "celeritas" and set(CELERITAS_LIST_SCHEDULERS) <= set(names):
+        return {"list_schedulers": False}
+    return {}
+
+
+def _run_one(problem: Problem, name: str, time_limit_s: float, options: dict[str, Any] | None = None,
+             progress: ProgressCallback | None = None) -> tuple[str, Any]:
     """One portfolio member: ("ok", plan document) or ("error", message)."""
     try:
-        return "ok", solve(problem, name, time_limit_s=time_limit_s).to_document()
+        return "ok", solve(problem, name, options, time_limit_s=time_limit_s, progress=progress).to_document()
     except PlacerError as exc:
         return "error", f"{type(exc).__name__}: {exc.message}"
     except Exception as exc:  # a broken back-end must not take the portfolio down
         return "error", f"{type(exc).__name__}: {exc}"
 
 
-def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float) -> None:
-    conn.send(_run_one(problem, name, time_limit_s))
+def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, options: dict[str, Any]) -> None:
+    """A member's process: every improved incumbent its solver reports goes to the parent as
+    ``("incumbent", (plan document, incumbent_s))`` the moment it is found, its answer last."""
+
+    try:
+        cls = registry.get_solver_class(name)
+    except PlacerError as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc.message}"))
+        return
+
+    def stream(event: ProgressEvent) -> None:
+        if event.plan is not None:
+            plan = event.plan.with_(solver=cls.name, solver_version=cls.version)
+            conn.send(("incumbent", (plan.to_document(), event.incumbent_s)))
+
+    conn.send(_run_one(problem, name, time_limit_s, options, stream))
     conn.close()
+
+
+def _scored(problem: Problem, stream: Stream) -> tuple[str, Any]:
+    """A cut-short member's last incumbent as its answer: finished and simulated here, status
+    ``feasible`` (nothing is proven of it), or the error that refused it (kept in ``stream.scored``)."""
+    assert stream.latest is not None
+    if stream.scored is None:
+        stream.scored = _score(problem, stream.latest)
+    return stream.scored
+
+
+def _score(problem: Problem, document: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        plan = plan_from_document(document)  # it names its solver and version (the member's process loaded it)
+        status = "infeasible" if plan.status == "infeasible" else "feasible"
+        plan = plan.with_(status=status,
+                          stats={**plan.stats, "cut_short": True}, notes=(*plan.notes, CUT_SHORT_NOTE))
+        return "ok", finish_plan(problem, plan).to_document()
+    except PlacerError as exc:
+        return "error", f"killed at the deadline; its last incumbent was refused: {type(exc).__name__}: {exc.message}"
 
 
 class AutoSolver:
@@ -85,102 +185,151 @@ class AutoSolver:
     summary: ClassVar[str] = "Portfolio: every applicable solver in parallel, best simulated plan and best bound"
     objectives: ClassVar[tuple[str, ...]] = ("throughput", "latency")
     options_type: ClassVar[type[SolverOptions]] = AutoOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
 
     def solve(self, problem: Problem, options: AutoOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         names = portfolio_names(problem, options.solvers)
         if not names:
             raise SolverFailure(f"auto: no registered solver answers the {problem.objective!r} objective")
-        limit_s = budget.remaining_s() if budget.time_limit_s is not None else options.default_time_limit_s
-        deadline = time.monotonic() + max(0.0, limit_s - _MARGIN_S)
+        # counted from the call, like a given limit: loading the members' modules is part of the budget
+        limit_s = (budget.time_limit_s if budget.time_limit_s is not None else options.default_time_limit_s)
+        deadline = budget.started_at + max(0.0, limit_s - _MARGIN_S)
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
-        launch = [n for n in names if n not in LAST] + [n for n in names if n in LAST]
+        anytime, quick = [n for n in names if n in ANYTIME], [n for n in names if n not in ANYTIME]
+        streams: dict[str, Stream] = {}
         if mp.current_process().daemon:
-            results = self._sequential(problem, launch, deadline, progress)
-        else:
-            results = self._parallel(problem, launch, workers, deadline, progress)
+            results = self._sequential(problem, quick + anytime, deadline, progress)
+        else:  # the anytime members first, on workers of their own, when that leaves one for the others
+            launch = anytime + quick if workers > len(anytime) else quick + anytime
+            results = self._parallel(problem, launch, workers, deadline, progress, streams, budget.started_at)
         fallback = FALLBACK[problem.objective]
         if fallback in names and not any(kind == "ok" for kind, _, _ in results.values()):
             started = time.monotonic()
             kind, value = _run_one(problem, fallback, _FALLBACK_LIMIT_S)
             results[fallback] = (kind, value, time.monotonic() - started)
             if kind == "ok":
-                plan = _choose(problem, names, results)
+                plan = _choose(problem, names, results, streams)
                 return plan.with_(notes=(*plan.notes, f"no solver returned a plan in time; {fallback!r} ran after "
                                                       "the deadline as the fallback"))
-        return _choose(problem, names, results)
+        return _choose(problem, names, results, streams)
 
     @staticmethod
-    def _sequential(problem: Problem, names: list[str], deadline: float,
-                    progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
-        results: dict[str, tuple[str, Any, float]] = {}
+    def _sequential(problem: Problem, names: list[str], deadline: float, progress: ProgressCallback) -> Results:
+        results: Results = {}
         for i, name in enumerate(names):
             left = deadline - time.monotonic()
             if left <= 0.05:
                 results[name] = ("error", "not started: no time left", 0.0)
                 continue
             started = time.monotonic()
-            kind, value = _run_one(problem, name, left / (len(names) - i))
+            kind, value = _run_one(problem, name, left / (len(names) - i), member_options(name, names))
             results[name] = (kind, value, time.monotonic() - started)
             progress(_event(problem, results, len(names), f"{name}: {kind}"))
         return results
 
     @staticmethod
-    def _parallel(problem: Problem, names: list[str], workers: int, deadline: float,
-                  progress: ProgressCallback) -> dict[str, tuple[str, Any, float]]:
+    def _parallel(problem: Problem, names: list[str], workers: int, deadline: float, progress: ProgressCallback,
+                  streams: dict[str, Stream] | None = None, origin: float | None = None) -> Results:
+        """The members in child processes; ``streams`` receives what each streamed (module doc),
+        their start times counted from ``origin`` (``time.monotonic``; default: now)."""
         ctx = mp.get_context("fork")
+        streams = {} if streams is None else streams
+        origin = time.monotonic() if origin is None else origin
         pending = list(names)
         running: dict[Connection, tuple[str, Child]] = {}  # pipe -> (name, its child process)
-        results: dict[str, tuple[str, Any, float]] = {}
+        results: Results = {}
         while pending or running:
             while pending and len(running) < workers and deadline - time.monotonic() > 0.05:
-                limit = (deadline - time.monotonic()) * min(1.0, workers / len(pending))
                 name = pending.pop(0)
-                member = Child.start(ctx, _child, (problem, name, limit), daemon=True)
+                left = deadline - time.monotonic()
+                if name in ANYTIME:  # anytime: all the time left
+                    limit = left
+                else:  # a share of the workers the anytime members leave
+                    free = max(1, workers - sum(1 for n, _ in running.values() if n in ANYTIME))
+                    limit = left * min(1.0, free / (1 + sum(1 for n in pending if n not in ANYTIME)))
+                streams[name] = Stream(started_s=time.monotonic() - origin)
+                member = Child.start(ctx, _child, (problem, name, limit, member_options(name, names)), daemon=True)
                 running[member.conn] = (name, member)
             if not running:
                 break
             for ready in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
-                name, member = running.pop(cast(Connection, ready))
+                name, member = running[cast(Connection, ready)]
                 message = member.receive()
+                if message is not None and message[0] == "incumbent":
+                    streams[name].add(*message[1])
+                    progress(_event(problem, results, len(names), f"{name}: incumbent", streams))
+                    continue
+                del running[cast(Connection, ready)]
                 code = member.stop(_KILL_GRACE_S)
                 kind, value = message if message is not None else (
                     "error", f"the solver process exited with code {code}")
                 results[name] = (kind, value, member.elapsed_s())
-                progress(_event(problem, results, len(names), f"{name}: {kind}"))
+                progress(_event(problem, results, len(names), f"{name}: {kind}", streams))
+            for name, _ in running.values():  # anytime members run to the deadline: score as they go, once
+                # every member has started (scoring here must not hold back a start)
+                if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
+                    _scored(problem, streams[name])
             if time.monotonic() >= deadline:
                 for name, late in running.values():
+                    final = _drain(late, streams[name])
                     late.stop(_KILL_GRACE_S)
-                    results[name] = ("error", "killed at the deadline", late.elapsed_s())
+                    elapsed = late.elapsed_s()
+                    if final is None:
+                        streams[name].cut_short = True
+                        final = (_scored(problem, streams[name]) if streams[name].latest is not None
+                                 else ("error", "killed at the deadline"))
+                    results[name] = (*final, elapsed)
                 running.clear()
         for name in pending:
             results[name] = ("error", "not started: no time left", 0.0)
         return results
 
 
-def _event(problem: Problem, results: dict[str, tuple[str, Any, float]], total: int, message: str) -> ProgressEvent:
-    """Progress after a member finished: fraction done, the best plan's objective and its bound so far."""
+def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
+    """Kill a late member, then read what it had sent and the parent not yet taken: its
+    incumbents go to ``stream``; its answer, if it came just in time, is returned."""
+    if member.process.is_alive():
+        member.process.kill()
+    while member.conn.poll(0):
+        message = member.receive()
+        if message is None:
+            return None
+        if message[0] != "incumbent":
+            return cast(tuple[str, Any], message)
+        stream.add(*message[1])
+    return None
+
+
+def _event(problem: Problem, results: Results, total: int, message: str,
+           streams: dict[str, Stream] | None = None) -> ProgressEvent:
+    """Progress after a member finished or streamed an incumbent: fraction of the members done,
+    the objective of the best finished plan by the comparison key (per sample) and its bound, or,
+    before any member finished, the best incumbent a running member reported by its own measure."""
     docs = [value for kind, value, _ in results.values() if kind == "ok" and value.get("metrics")]
-    keys = [comparison_key_s(d["metrics"], problem.objective, problem.settings.global_batch) for d in docs]
-    best = best_index(keys)
-    if best is None:
-        return ProgressEvent(len(results) / total, None, None, message)
-    doc = docs[best]
-    return ProgressEvent(len(results) / total, doc["metrics"]["objective_s"], doc.get("lower_bound_s"), message)
+    best = best_index([comparison_key_s(d["metrics"], problem.objective, problem.settings.global_batch)
+                       for d in docs])
+    if best is not None:
+        doc = docs[best]
+        return ProgressEvent(len(results) / total, doc["metrics"]["objective_s"], doc.get("lower_bound_s"), message)
+    reported = [s.reported_s for name, s in (streams or {}).items() if name not in results and s.reported_s]
+    return ProgressEvent(len(results) / total, min(reported, default=None), None, message)
 
 
-def _choose(problem: Problem, names: list[str], results: dict[str, tuple[str, Any, float]]) -> Plan:
+def _choose(problem: Problem, names: list[str], results: Results, streams: dict[str, Stream] | None = None) -> Plan:
     """The best simulated plan, the best bound, and the summary (see the module doc)."""
     summary: list[dict[str, Any]] = []
     plans: dict[str, Plan] = {}
     for name in names:
         kind, value, elapsed = results[name]
+        stream = (streams or {}).get(name) or Stream()
         row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "key_s": None,
-                               "solve_time_s": elapsed, "error": None}
+                               "solve_time_s": elapsed,
+                               "error": None, "started_s": stream.started_s, "incumbents": stream.incumbents,
+                               "incumbent_s": stream.reported_s, "cut_short": stream.cut_short}
         if kind == "ok":
             plan = plan_from_document(value)
             plans[name] = plan
-            row.update(status=plan.status, solve_time_s=plan.solve_time_s,
+            row.update(status=plan.status, solve_time_s=elapsed if stream.cut_short else plan.solve_time_s,
                        objective_s=(plan.metrics or {}).get("objective_s"),
                        key_s=comparison_key_s(plan.metrics or {}, problem.objective, problem.settings.global_batch))
         else:

@@ -45,6 +45,17 @@ BUILTIN: dict[str, str] = {
 }
 
 
+# name -> the objectives it answers, for the built-in back-ends: what ``auto`` needs to pick its
+# members without importing every back-end first (tests/solvers/test_registry.py checks each
+# against its class).
+BUILTIN_OBJECTIVES: dict[str, tuple[str, ...]] = {
+    "even": ("throughput", "latency"), "single": ("latency",), "parmesan": ("throughput",),
+    "pipedream": ("throughput",), "exact": ("throughput",), "rannc": ("throughput",), "moirai": ("latency",),
+    "celeritas": ("latency",), "m-topo": ("latency",), "m-etf": ("latency",), "m-sct": ("latency",),
+    "heft": ("latency",), "cpop": ("latency",), "auto": ("throughput", "latency"),
+}
+
+
 @dataclass(frozen=True)
 class SolverInfo:
     """Catalogue entry: what the registry tells users about a solver."""
@@ -120,6 +131,25 @@ def get_solver_class(name: str) -> type[Solver]:
         raise UnknownSolver(f"unknown solver {name!r}; valid solvers: {', '.join(names())}",
                             field="solver", ref=name)
     return _load(key, path)
+
+
+def canonical_name(name: str) -> str:
+    """The registered name for ``name`` (case-insensitive), without importing its back-end;
+    :class:`UnknownSolver` (listing the valid names) if there is none."""
+    key = name.strip().lower()
+    if key not in _table():
+        raise UnknownSolver(f"unknown solver {name!r}; valid solvers: {', '.join(names())}",
+                            field="solver", ref=name)
+    return key
+
+
+def objectives(name: str) -> tuple[str, ...]:
+    """The objectives solver ``name`` answers: for a built-in back-end whose registration is
+    unchanged, without importing it (:data:`BUILTIN_OBJECTIVES`); otherwise its class's."""
+    key = canonical_name(name)
+    if key in BUILTIN_OBJECTIVES and _table()[key] == BUILTIN.get(key):
+        return BUILTIN_OBJECTIVES[key]
+    return tuple(get_solver_class(key).objectives)
 
 
 def solver_for(name: str, objective: str) -> type[Solver]:

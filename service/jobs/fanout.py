@@ -2,7 +2,8 @@
 is made in the database when its last child ends (docs/python.md, docs/service.md).
 
 A worker that claims an ``auto`` job *expands* it in the claim's transaction: one queued child
-job per member (:func:`solvers.portfolio.portfolio_names`).  Each member runs for at most what is
+job per member (:func:`solvers.portfolio.portfolio_names`), with the options ``auto`` gives it
+(:func:`solvers.portfolio.member_options`).  Each member runs for at most what is
 left of the parent's time limit when it is claimed (:func:`service.jobs.store.parent_budget_s`):
 on enough workers they run at once with the whole limit, on fewer one after another with what
 the earlier ones left, and a member claimed after the limit is spent fails at once, so that the
@@ -26,7 +27,7 @@ from service.jobs import store
 from service.jobs.portfolio_plan import OWNER
 from service.jobs.validate import JobSpec, cache_key
 from solvers import registry
-from solvers.portfolio import AutoOptions, portfolio_names
+from solvers.portfolio import AutoOptions, member_options, portfolio_names
 
 
 def expand(session: Session, job_id: str, owner: str, lease_s: float, max_running: int = 0) -> list[str] | None:
@@ -51,9 +52,10 @@ def expand(session: Session, job_id: str, owner: str, lease_s: float, max_runnin
     children = []
     for name in names:
         cls = registry.get_solver_class(name)
-        spec = JobSpec(graph.id, topology.id, name, parent.objective, dict(parent.settings), {}, parent.time_limit_s,
-                       cache_key(graph, topology, name, cls.version, parent.objective, dict(parent.settings), {},
-                                 parent.time_limit_s))
+        options = member_options(name, names)  # as in one process: celeritas bare beside the list schedulers
+        spec = JobSpec(graph.id, topology.id, name, parent.objective, dict(parent.settings), options,
+                       parent.time_limit_s, cache_key(graph, topology, name, cls.version, parent.objective,
+                                                      dict(parent.settings), options, parent.time_limit_s))
         child = store.submit(session, parent.project_id, spec, use_cache=parent.use_cache,
                              comparison_id=parent.comparison_id)
         child.parent_id = parent.id

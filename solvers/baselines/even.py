@@ -60,9 +60,12 @@ class EvenSolver:
                 rejected += 1
                 continue
             key = comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
-            if best is None or (key is not None and key < best_key):  # per sample: micro-batch counts compare
+            improved = best is None or (key is not None and key < best_key)  # per sample: micro-batch counts compare
+            if improved:
                 best, best_key = plan.with_(claimed_objective_s=float(metrics["objective_s"])), key or np.inf
-            progress(ProgressEvent((i + 1) / len(candidates), best.claimed_objective_s, None))
+            assert best is not None
+            progress(ProgressEvent((i + 1) / len(candidates), best.claimed_objective_s, None,
+                                   plan=best.with_(status="feasible") if improved else None))
         stats = {"candidates": len(candidates), "rejected_for_memory": rejected}
         if best is None:
             return Plan(stages=(), status="infeasible", stats=stats,

@@ -168,13 +168,24 @@ class CeleritasSolver:
         stats = {"order": options.order, "placement": options.placement, "original_nodes": g.n_ops,
                  "original_ccr": graph_ccr, "fusion_attempts": attempts,
                  "search": "full" if nodes is None else "budgeted", "plan_from": "celeritas", **timings}
-        plans = []
+        plans: list[Plan] = []
+        best_s = float("inf")
+
+        def keep(new: list[Plan], message: str) -> None:
+            """Add plans; an improved feasible one is reported as the incumbent (streamed by ``auto``)."""
+            nonlocal best_s
+            plans.extend(new)
+            for p in new:
+                if p.status == "feasible" and p.claimed_objective_s is not None and p.claimed_objective_s < best_s:
+                    best_s = p.claimed_objective_s
+                    progress(ProgressEvent(0.9, best_s, None, message, p))
+
         for cand in _finalists(found, options, g.n_ops):
-            plans.append(self._finish(problem, cand, tasks, costs, stats))
+            keep([self._finish(problem, cand, tasks, costs, stats)], "finalist")
             if budget.expired():
                 break
         if options.list_schedulers and nodes is None:
-            plans += _list_scheduler_plans(problem, budget, stats, self.list_schedulers)
+            keep(_list_scheduler_plans(problem, budget, stats, self.list_schedulers), "list schedulers")
         plan = min(plans, key=lambda p: (p.status != "feasible", p.claimed_objective_s or 0.0))
         progress(ProgressEvent(1.0, plan.claimed_objective_s))
         return plan

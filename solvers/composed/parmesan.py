@@ -16,10 +16,11 @@ from solvers.parmesan.solver import Baseline, ParmesanSolver
 
 
 def parmesan_baselines(problem: Problem) -> list[Baseline]:
-    """``even``, and ``pipedream`` with either cost model unless ops are pinned (it takes no pins)."""
+    """``even``, and ``pipedream`` with either cost model unless ops are pinned (it takes no pins);
+    ``pipedream`` without its own even guard, since ``even`` is in the net already."""
     baselines: list[Baseline] = [("even", EvenSolver(), EvenOptions())]
     if not problem.settings.pinned:
-        baselines += [(f"pipedream-{model}", PipeDreamSolver(), PipeDreamOptions(cost_model=model))
+        baselines += [(f"pipedream-{model}", PipeDreamSolver(), PipeDreamOptions(cost_model=model, even_guard=False))
                       for model in ("placer", "pipedream")]
     return baselines
 

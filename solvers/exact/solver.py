@@ -144,6 +144,7 @@ class ExactSolver:
         best = _Best()
         over_budget: list[tuple[str, str]] = []  # (S x R, why it has no proof)
         pairs_total = 0
+        streamed_s = float("inf")
         for k, (n_stages, replicas) in enumerate(configs):
             if best.plan is not None and budget.expired():
                 over_budget.append((f"{n_stages}x{replicas}", f"time: the {budget.time_limit_s:g} s limit ran out "
@@ -154,7 +155,12 @@ class ExactSolver:
                 over_budget.append((f"{n_stages}x{replicas}", found))
             else:
                 pairs_total += found
-            progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None))
+            improved = best.plan is not None and best.objective_s < streamed_s
+            if improved:  # the improved incumbent goes with the report (``auto`` streams it)
+                streamed_s = best.objective_s
+            progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None,
+                                   plan=best.plan.with_(status="feasible", claimed_objective_s=best.objective_s)
+                                   if improved and best.plan is not None else None))
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),

@@ -85,7 +85,9 @@ class Run:
             return False
         self.best = sched
         self.stats["chosen"] = source
-        self.event(source)
+        stages, order = expand(self.problem, self.fine, sched)
+        self.event(source, Plan(stages=stages, micro_batches=1, order=order, status="feasible",
+                                lower_bound_s=min(self.bound_s, sched.makespan_s), claimed_objective_s=sched.makespan_s))
         return True
 
     def prove(self, bound_s: float | None) -> None:
@@ -95,10 +97,12 @@ class Run:
     def proven(self) -> bool:
         return self.best is not None and self.best.makespan_s * (1 - OPTIMAL_GAP) <= self.bound_s
 
-    def event(self, message: str) -> None:
+    def event(self, message: str, plan: Plan | None = None) -> None:
+        """Report progress; ``plan``: the new incumbent, expanded to the ops (streamed by ``auto``)."""
         span = max(1e-9, self.deadline - self.started)
         frac = min(0.95, 0.05 + 0.9 * (time.monotonic() - self.started) / span)
-        self.progress(ProgressEvent(frac, None if self.best is None else self.best.makespan_s, self.bound_s, message))
+        self.progress(ProgressEvent(frac, None if self.best is None else self.best.makespan_s, self.bound_s, message,
+                                    plan))
 
     # --- steps -------------------------------------------------------------------------------
     def warm(self, heuristics: Sequence[Heuristic], postal: bool) -> None:

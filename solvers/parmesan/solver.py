@@ -16,11 +16,14 @@ from solvers.mapping.apply import (
     MappingSettings,
     StagePartition,
     better,
+    build_plan,
     map_partition,
     mapping_deadline,
     simulated_key,
     simulated_s,
+    simulated_scores,
 )
+from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -128,6 +131,20 @@ class ParmesanSolver:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
                                "(or the graph has fewer hyper-operators than stages)",))
+        incumbent_key = float("inf")
+
+        def stream(plan: Plan, key: tuple[float, float], objective_s: float, fraction: float, message: str) -> None:
+            """Report a plan better by the comparison key (per sample) as the incumbent (``auto``
+            streams it); the event and the plan carry its simulated objective."""
+            nonlocal incumbent_key
+            if np.isfinite(key[0]) and key[0] < incumbent_key:
+                incumbent_key = key[0]
+                progress(ProgressEvent(fraction, objective_s, None, message,
+                                       plan.with_(status="feasible", claimed_objective_s=objective_s)))
+
+        first = build_plan(problem, best.stage_of, consecutive_mapping(best.n_stages, best.replicas), best.micro_batches)
+        first_key, first_s = simulated_scores(problem, first)
+        stream(first, first_key, first_s, 0.5, "partition, consecutive mapping")
         guarded: list[tuple[str, Plan, tuple[float, float]]] = []
         guard_s = 0.0
         if options.baseline_guard:  # before the mapping, so that the mapping gets what they leave
@@ -135,6 +152,9 @@ class ParmesanSolver:
             guard_started = time.monotonic()
             guarded = _baseline_plans(problem, self.safety_net(problem), budget.sub(options.guard_fraction))
             guard_s = time.monotonic() - guard_started
+            for name, other, key in guarded:
+                other_s = other.claimed_objective_s if other.claimed_objective_s is not None else simulated_s(problem, other)
+                stream(other, key, other_s, 0.6, f"safety net: {name}")
         progress(ProgressEvent(0.6, best.objective_s, None, "mapping"))
         deadline = mapping_deadline(options.mapping_time_limit_s, budget)
         settings = MappingSettings(options.instantiation, options.epsilon_rel, options.parallel_targets,

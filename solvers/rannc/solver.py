@@ -87,9 +87,16 @@ class RanncSolver:
         search = StageSearch(problem, blocks, node_layout(problem.topology), profilers, recompute_for,
                              micro_batch_candidates(problem, options), options.prune_d_min)
 
+        streamed: list[float] = []  # the objective of the last incumbent plan reported
+
         def report(res: SearchResult, fraction: float) -> None:
             incumbent = res.objective_s if res.plan is not None else None
-            progress(ProgressEvent(0.2 + 0.8 * fraction, incumbent))
+            improved = res.plan is not None and (not streamed or res.objective_s < streamed[-1])
+            if improved:
+                streamed.append(res.objective_s)
+            progress(ProgressEvent(0.2 + 0.8 * fraction, incumbent,
+                                   plan=res.plan.with_(claimed_objective_s=res.objective_s)
+                                   if improved and res.plan is not None else None))
 
         result = search.run(options.search == "exhaustive", budget, report)
         stats.update(dp_calls=result.dp_calls, plans_simulated=result.simulated,

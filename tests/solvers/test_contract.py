@@ -133,7 +133,7 @@ EVEN_PROBLEMS = {"diamonds": fx.throughput_problem, "one-stage": fx.one_stage_pr
                  "one-device": lambda: fx.one_device_problem("throughput"),
                  "larger": lambda: fx.larger_problem("throughput"), "demo": fx.demo_problem}
 # Known shortfalls, each with its figure: the test fails as soon as one is fixed, so it is removed.
-BEHIND_EVEN = {("pipedream", "larger"): "1005.71 ms against even's 1004.91 ms (PipeDream's DP has no even fallback)"}
+BEHIND_EVEN: dict[tuple[str, str], str] = {}
 
 
 def _even_cases() -> list[object]:

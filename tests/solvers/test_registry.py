@@ -47,3 +47,19 @@ def test_import_solvers_is_light() -> None:
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_builtin_objectives_match_their_classes_and_need_no_import() -> None:
+    """``auto`` picks its members from :data:`registry.BUILTIN_OBJECTIVES` without importing them."""
+    assert set(registry.BUILTIN_OBJECTIVES) == set(registry.BUILTIN)
+    for name in registry.BUILTIN:
+        assert registry.objectives(name) == tuple(registry.get_solver_class(name).objectives), name
+    assert registry.canonical_name(" HEFT ") == "heft"
+    with pytest.raises(UnknownSolver, match="nope"):
+        registry.canonical_name("nope")
+    code = ("import sys; from solvers import registry; "
+            "names = [n for n in registry.names() if 'latency' in registry.objectives(n)]; "
+            "bad = [m for m in ('solvers.moirai', 'solvers.exact', 'solvers.celeritas', 'scipy', 'ortools') "
+            "if m in sys.modules]; print(names, bad); sys.exit(1 if bad or 'moirai' not in names else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -107,3 +107,20 @@ def test_pins_rejected_and_infeasible_reported() -> None:
         solve(fx.throughput_problem().with_settings(pinned={"in": 0}), "pipedream")
     plan = solve(fx.infeasible_problem("throughput"), "pipedream", time_limit_s=10)
     assert plan.status == "infeasible"
+
+
+def test_even_guard_keeps_even_where_pipedream_is_behind_and_off_runs_pipedream_alone() -> None:
+    """On the 60-layer diamond chain PipeDream's DP is 0.08 % behind even's split (docs/baselines.md)."""
+    problem = fx.larger_problem("throughput")
+    even = solve(problem, "even")
+    guarded = solve(problem, "pipedream", time_limit_s=10)
+    alone = solve(problem, "pipedream", {"even_guard": False}, time_limit_s=10)
+    assert even.metrics is not None and guarded.metrics is not None and alone.metrics is not None
+    assert alone.metrics["objective_s"] > even.metrics["objective_s"] * (1 + 1e-4)
+    assert "partition_source" not in alone.stats
+    assert guarded.metrics["objective_s"] == pytest.approx(even.metrics["objective_s"], rel=1e-12)
+    assert guarded.stats["partition_source"] == "even" and guarded.stats["pipedream_objective_s"] == pytest.approx(
+        alone.metrics["objective_s"], rel=1e-9)
+    assert any("even_guard" in note for note in guarded.notes)
+    kept = solve(fx.throughput_problem(), "pipedream", time_limit_s=10)
+    assert kept.stats["partition_source"] in ("pipedream", "even") and kept.stats["even_objective_s"] is not None
