@@ -124,6 +124,10 @@ class InitLog(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._alive.extend(t.untyped_storage() for t in inputs + outputs)
         return out
 
+    def release(self) -> None:
+        """Stop keeping the recorded storages alive (after recording)."""
+        self._alive.clear()
+
     def slice_for(self, key: int) -> list[_Op]:
         """The ops that determine storage ``key``'s final value, in recorded order."""
         needed = {key}
@@ -265,6 +269,9 @@ def record_build(source: Mapping[str, Any]) -> Seeded:
                 initialize()
     finally:
         torch.nn.init._no_grad_trunc_normal_ = saved
+    # the recorded storages may go now: their keys stayed unique while the log ran, and the model's own
+    # tensors (the only ones asked for later) are alive.  A model built on the CPU (a SPEC's) is freed here.
+    log.release()
     return Seeded(built, log, int(source.get("seed", 0)))
 
 
