@@ -256,7 +256,7 @@ def record_build(source: Mapping[str, Any]) -> Seeded:
     On ``meta`` transformers skips its ``_init_weights`` (``init_weights`` checks the device):
     it runs here under the log all the same.  ``torch.nn.init.trunc_normal_`` returns at once on
     ``meta`` and samples by rejection (a loop on the values): while recording it samples by the
-    inverse CDF instead (the same distribution, the method torch used before 2.6).
+    inverse CDF instead (the same distribution).
     """
     log = InitLog()
     saved = torch.nn.init._no_grad_trunc_normal_
