@@ -52,9 +52,25 @@ def build(source: Mapping[str, Any], device: str = "cpu") -> BuiltModel:
                                    None if batch is None else int(batch), seed)
     else:
         raise InvalidInput("source: needs 'example' or 'spec'", field="source")
-    module = module.to(device).train()
+    module = to_device(module, device).train()
     inputs = {k: v.to(device) for k, v in inputs.items()}
     return BuiltModel(module, inputs, dict(source), prepare_for_export(module))
+
+
+def to_device(module: torch.nn.Module, device: str) -> torch.nn.Module:
+    """``module.to(device)`` keeping tied parameters one object (moving to ``meta`` makes a new one per name)."""
+    first: dict[int, tuple[torch.nn.Module, str]] = {}
+    ties: list[tuple[torch.nn.Module, str, torch.nn.Module, str]] = []
+    for owner in module.modules():
+        for attr, param in owner._parameters.items():
+            if param is not None:
+                head = first.setdefault(id(param), (owner, attr))
+                if head != (owner, attr):
+                    ties.append((owner, attr, *head))
+    module = module.to(device)
+    for owner, attr, head_owner, head_attr in ties:
+        owner._parameters[attr] = head_owner._parameters[head_attr]
+    return module
 
 
 def prepare_for_export(module: torch.nn.Module) -> list[str]:

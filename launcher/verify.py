@@ -134,16 +134,16 @@ def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) 
     import torch
     from torch.utils._pytree import tree_leaves
 
-    from extract.build import build
     from extract.source import InputSpec
     from launcher.runtime.data import load_data
+    from launcher.runtime.seeded import seeded_model
 
     source = manifest["source"]
     batch = int(source.get("batch") or 1)
     latency = plan_kind(plan) == "latency"
     micro = 1 if latency else plan.micro_batches
     width = 1 if latency else max(len(s.devices) for s in plan.stages)
-    model = build(source, "cpu").module
+    model = seeded_model(source)
     data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
     inputs, target = data.batch(0, batch * micro)
     losses = []
@@ -233,14 +233,14 @@ def reference_losses(manifest: dict[str, Any], plan: Plan, training: Training) -
     import torch
     from torch.utils._pytree import tree_leaves
 
-    from extract.build import build
     from extract.source import InputSpec
     from launcher.runtime.data import load_data
+    from launcher.runtime.seeded import seeded_model
     from launcher.runtime.training import learning_rate, make_optimizer
 
     source = manifest["source"]
     rows = int(source.get("batch") or 1) * (1 if plan_kind(plan) == "latency" else plan.micro_batches)
-    model = build(source, "cpu").module
+    model = seeded_model(source)
     data = load_data(training.data, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
     params = list(model.parameters())
     optimizer = make_optimizer(training.optimizer, training.optimizer_args, params, training.lr)

@@ -9,6 +9,7 @@ import torch
 
 from launcher.runtime.data import DataSource
 from launcher.runtime.model import Rebuilt
+from launcher.runtime.weights import WeightSource
 from launcher.runtime.world import World
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
@@ -23,9 +24,9 @@ class LaunchContext:
     reference: Rebuilt
     stage_of: dict[str, int]
     data: DataSource
+    weights: WeightSource  # where a rank's own parameters and buffers get their values (seeds or a file)
     export_device: str = "meta"
     autocast: bool = False  # pipeline stages run under bf16 autocast
-    weights: str | None = None  # safetensors file: each rank loads only its stage's tensors
     start_memory_bytes: int = 0  # resident set before the model was built (torch and the process group)
 
     @property

@@ -82,10 +82,9 @@ class DataflowRunner:
         gm = fx.GraphModule(attrs, whole)
         self.aliases = parameter_aliases(ctx.reference.weights)
         self.device = device_of_ops(ctx, gm)
-        if ctx.weights:  # only what this rank's ops read
-            mine = [str(n.target) for n in gm.graph.nodes if n.op == "get_attr"
-                    and any(self.device.get(u.name) == ctx.world.device for u in n.users)]
-            materialize(gm, mine, self.aliases, ctx.weights, ctx.world.torch_device)
+        mine = [str(n.target) for n in gm.graph.nodes if n.op == "get_attr"
+                and any(self.device.get(u.name) == ctx.world.device for u in n.users)]
+        self.materialized_bytes = materialize(gm, mine, self.aliases, ctx.weights, ctx.world.torch_device)
         gm = to_device(gm, ctx.world.torch_device)
         self.gm = gm
         self.nodes = {n.name: n for n in gm.graph.nodes}

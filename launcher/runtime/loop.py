@@ -43,6 +43,7 @@ class Runner(Protocol):
     stage_index: int
     replica: int
     fwd_s: float
+    materialized_bytes: int  # the parameters and buffers this rank holds (its stage's, not the model's)
 
     def counted_parameters(self) -> set[str]: ...
 
@@ -187,7 +188,8 @@ def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], los
             "iteration": summarize(times_s, args.warmup), "iteration_s": times_s,
             "fwd_s_per_iteration": runner.fwd_s / steps,
             "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device),
-            "start_memory_bytes": ctx.start_memory_bytes, "losses": losses}
+            "start_memory_bytes": ctx.start_memory_bytes, "materialized_bytes": runner.materialized_bytes,
+            "losses": losses}
     ranks: list[Any] = [None] * ctx.world.size
     dist.all_gather_object(ranks, mine)
     stages: dict[int, list[float]] = {}

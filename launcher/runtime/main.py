@@ -27,6 +27,7 @@ from launcher.runtime.data import load_data
 from launcher.runtime.loop import resident_bytes, run_loop
 from launcher.runtime.model import Rebuilt, check_structure, export_device, rebuild
 from launcher.runtime.training import optimizer_class, optimizer_kwargs
+from launcher.runtime.weights import FileWeights, SeededWeights, WeightSource
 from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
 from launcher.structure import granularity_depth, op_stage
 from solvers.model.documents import load_graph, load_plan
@@ -56,8 +57,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (default: at the end only)")
     p.add_argument("--resume", default=None, metavar="DIR", help="continue from a checkpoint --save wrote")
     p.add_argument("--weights", default=None, metavar="FILE",
-                   help="safetensors file of the model's weights: each rank builds the model on meta and loads "
-                        "only what its stage reads (launcher.runtime.weights.write_weights writes it)")
+                   help="safetensors file of the model's weights: each rank loads only what its stage reads "
+                        "(default: every rank computes its stage's seeded initial values by name)")
     p.add_argument("--data", default=None,
                    help="text:PATH (byte-level text, causal LMs) or package.module:callable giving batches and loss")
     p.add_argument("--inference", action="store_true", help="forward passes only")
@@ -114,18 +115,20 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     device = export_device(graph.attrs)
     if device == "cuda":
         select_gpu(devices, host)
-    if args.weights and not Path(args.weights).is_file():
-        raise InvalidInput(f"--weights {args.weights}: no such file", field="weights", ref=args.weights)
     if reference is None:
-        reference = rebuild(manifest["source"], device=device, meta_weights=bool(args.weights))
+        reference = rebuild(manifest["source"], device=device)
     check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
+    seeded = reference.seeded
+    if seeded is None:
+        raise AssertionError("the reference model was rebuilt without its construction log")
+    weights: WeightSource = FileWeights(args.weights, seeded) if args.weights else SeededWeights(seeded)
     start_process_group()
     world = locate(devices, host)
     specs = [InputSpec.from_dict(s) for s in manifest.get("inputs") or []]
     data = load_data(args.data, specs, reference.weights)
     autocast = args.autocast == "bf16" or (args.autocast == "auto" and world.torch_device.type == "cuda"
                                            and torch.cuda.is_bf16_supported())
-    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, device, autocast, args.weights)
+    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, weights, device, autocast)
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -3,9 +3,11 @@
 The export runs where the graph's was made: on ``meta`` as ``placer extract`` does, on the CPU or a
 GPU as ``placer profile --device`` does (:func:`export_device`).  Kernels on different devices
 return different strides, and the exported graph (which ``contiguous`` calls it holds) follows
-the strides.  After a ``meta`` export the weights come from a second build of the same seeded
-source on CPU; the stage modules read them by qualified name (:mod:`launcher.runtime.partition`),
-and the device the exported ops name is replaced by the rank's device.
+the strides.  The weights stay on ``meta``: the model is built under the log of
+:mod:`launcher.runtime.seeded`, and each rank materialises the tensors its own stage reads
+(:mod:`launcher.runtime.weights`); the stage modules read them by qualified name
+(:mod:`launcher.runtime.partition`), and the device the exported ops name is replaced by the
+rank's device.
 
 The check compares structure digests (:mod:`launcher.structure`): op ids (FX node names), op
 names, merged op lists and edge bytes of the re-export against the graph the plan was solved on.
@@ -26,6 +28,7 @@ from extract.build import build
 from extract.export import collect_ops, export_model
 from extract.granularity import merge_modules
 from extract.source import BuiltModel
+from launcher.runtime.seeded import Seeded, record_build
 from launcher.structure import structure_digest
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
@@ -33,13 +36,18 @@ from solvers.model.graph import Edge, Node, OpGraph
 
 @dataclass
 class Rebuilt:
-    """The model on ``meta`` with its inputs, the exported program, its unlifted FX module, the real weights."""
+    """The model with its inputs, the exported program, its unlifted FX module, the weights (on ``meta``).
+
+    ``seeded``: the log of the model's construction (seeded values by name); ``None`` when the
+    weights were given (a re-export at another row count) or not needed (``placer launcher check``).
+    """
 
     built: BuiltModel
     program: ExportedProgram
     module: torch.fx.GraphModule
     weights: torch.nn.Module
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted constants by attribute name
+    seeded: Seeded | None = None
 
     def attr(self, target: str) -> Any:
         """A ``get_attr`` target's value: a parameter or buffer of the weights, else a lifted constant."""
@@ -62,22 +70,24 @@ def export_device(graph_attrs: Mapping[str, Any]) -> str:
 
 
 def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.nn.Module | None = None,
-            device: str = "meta", meta_weights: bool = False) -> Rebuilt:
-    """Export on ``device`` with the weights built seeded (the same on every rank).
+            device: str = "meta") -> Rebuilt:
+    """Export on ``device``; the weights on ``meta``, their seeded values in :attr:`Rebuilt.seeded`.
 
-    ``batch`` overrides the source's; ``weights`` reuses a model already built (same weights);
-    ``meta_weights``: no CPU build, the weights stay on ``meta`` (each rank loads its own stage's,
-    :mod:`launcher.runtime.weights`).
+    ``batch`` overrides the source's; ``weights`` reuses the weights of a model already rebuilt
+    (an export at another row count).  A graph profiled on the CPU or a GPU is exported from a
+    model built there (its strides), which holds the whole model's weights while it lives.
     """
     record = dict(source)
     if batch is not None:
         record["batch"] = batch
-    built = build(record, device=device)
+    seeded = None
+    if weights is None:
+        seeded = record_build(record)
+        weights = seeded.built.module
+    built = seeded.built if seeded is not None and device == "meta" else build(record, device=device)
     program = export_model(built)
-    real = (weights if weights is not None else built.module if device != "meta" or meta_weights
-            else build(dict(source), "cpu").module)
     module = program.module()
-    return Rebuilt(built, program, module, real, lifted_constants(module, record, real, device))
+    return Rebuilt(built, program, module, weights, lifted_constants(module, record, weights, device), seeded)
 
 
 def rebuild_meta(source: Mapping[str, Any], batch: int | None = None) -> Rebuilt:

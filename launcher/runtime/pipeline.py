@@ -113,9 +113,8 @@ class PipelineRunner:
         self.tied = TiedGroups(ctx, sliced.weights, stages)
         self.aliases = parameter_aliases(sliced.weights)
         self.graph = stages[self.stage_index]
-        if ctx.weights:
-            materialize(self.graph.module, read_targets(self.graph.module), self.aliases, ctx.weights,
-                        ctx.world.torch_device)
+        self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
+                                              ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
         self.module = wrap_stage(inner, self.graph, sliced.module, plan.recompute, ctx.autocast,
                                  ctx.world.torch_device).to(ctx.world.torch_device)

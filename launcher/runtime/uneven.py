@@ -98,9 +98,8 @@ class UnevenRunner:
         self.tied = TiedGroups(ctx, mine.weights, stages)
         self.aliases = parameter_aliases(mine.weights)
         self.graph: StageGraph = stages[self.stage_index]
-        if ctx.weights:
-            materialize(self.graph.module, read_targets(self.graph.module), self.aliases, ctx.weights,
-                        ctx.world.torch_device)
+        self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
+                                              ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
         self.module = wrap_stage(inner, self.graph, mine.module, plan.recompute, ctx.autocast, ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)

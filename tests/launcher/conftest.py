@@ -101,15 +101,15 @@ def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[s
     """The single-process step: eager model, the same global batch, the same loss."""
     from torch.utils._pytree import tree_leaves
 
-    from extract.build import build
     from extract.source import InputSpec
     from launcher.runtime.data import load_data
+    from launcher.runtime.seeded import seeded_model
 
     manifest = json.loads((folder / "manifest.json").read_text())
     plan = json.loads((folder / "plan.json").read_text())
     source = manifest["source"]
     rows = source["batch"] * (1 if manifest["kind"] == "latency" else plan["micro_batches"])
-    model = build(source, "cpu").module
+    model = seeded_model(source)
     data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest["inputs"]], model)
     inputs, target = data.batch(0, rows)
     outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))

@@ -115,3 +115,10 @@ class Pattern:
 
 def pattern(specs: list[object]) -> Pattern:
     return Pattern(specs)
+
+
+def orthogonal(batch: int = 2) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A linear layer initialised by ``torch.nn.init.orthogonal_`` (which writes nothing on ``meta``)."""
+    layer = torch.nn.Linear(4, 4)
+    torch.nn.init.orthogonal_(layer.weight)
+    return layer, {"input": torch.zeros(batch, 4)}

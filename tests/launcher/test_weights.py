@@ -24,7 +24,13 @@ def test_each_rank_loads_its_stage_from_the_weights_file(workdir: Path, graphs: 
     plan = cut_plan(workdir, graph, lambda nodes: ids[:ids.index("scaled_dot_product_attention") + 1],
                     "gpt2-weights", "1f1b")
     folder = bundle(workdir, plan, graph, 2, "gpt2-weights")
-    check_training_step(torchrun(folder, 2, "--weights", str(weights)), folder, 2)
+    run = torchrun(folder, 2, "--weights", str(weights))
+    check_training_step(run, folder, 2)
+    assert run.metrics is not None
+    model_bytes = json.loads(graph.read_text())["attrs"]["model_param_bytes"]
+    held = [r["materialized_bytes"] for r in run.metrics["ranks"]]
+    assert all(0 < h < model_bytes for h in held), (held, model_bytes)  # a stage's, not the model's
+    assert sum(held) >= model_bytes  # the tied embedding in both stages
 
 
 def test_a_latency_plan_loads_what_each_device_reads(workdir: Path, graphs: Callable[[str], Path]) -> None:
