@@ -6,10 +6,8 @@ class to raise, so that every loader reports ``nodes[3].fwd_s: must be ...`` the
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from solvers.model.errors import InvalidInput
@@ -107,19 +105,3 @@ def shallow(value: Any, field: str, error: ErrorType, max_depth: int = MAX_NESTI
             stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
     return value
 
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many acyclic objects.
-
-    Reference counting still frees everything; only the collections that allocation counts
-    would trigger are deferred to the next allocation after the block.  Re-enabled on exit only
-    if it was enabled on entry (nested or concurrent uses leave it enabled once the first exits).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

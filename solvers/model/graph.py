@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.collector import gc_paused
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidGraph
@@ -362,14 +363,14 @@ class OpGraph:
 def graph_from_document(doc: Any) -> OpGraph:
     """Validate a ``placer.opgraph/v1`` document and build the graph.
 
-    The cyclic garbage collector is paused meanwhile (:func:`~solvers.model._check.gc_paused`):
+    The cyclic garbage collector is paused meanwhile (:func:`~solvers.collector.gc_paused`):
     the records and arrays built hold no cycles, and each full collection that their allocation
     would otherwise trigger walks every object of the parsed document (a third of the time of
     building a 50k-op graph).
 
     Raises :class:`InvalidGraph` naming the node, edge or field at fault.
     """
-    with check.gc_paused():
+    with gc_paused():
         return _graph_from_document(doc)
 
 
