@@ -28,10 +28,8 @@ reported ``infeasible`` with the best-effort count in its notes and stats.
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -51,6 +49,7 @@ from solvers.celeritas.search import (
     ranked,
     search,
 )
+from solvers.collector import gc_paused
 from solvers.listsched import (
     LatencyCosts,
     ListSchedule,
@@ -131,6 +130,9 @@ class CeleritasSolver:
         self.list_schedulers = tuple(list_schedulers)
 
     def solve(self, problem: Problem, options: CeleritasOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        # The solve allocates hundreds of thousands of small containers while tens of thousands live
+        # on (task lists, schedules), and every full collection scans them all: a quarter of the
+        # CPU at 36k ops (docs/celeritas.md).
         with gc_paused():
             return self._solve(problem, options, budget, progress)
 
@@ -234,22 +236,6 @@ def _search_plan(options: CeleritasOptions, n_ops: int, graph_ccr: float | None)
     if graph_ccr is None or graph_ccr < 1.0:
         variants = [(ranges[::-1], chains, kinds[::-1], threshold) for ranges, chains, kinds, threshold in variants]
     return variants, NodeBudget(options.search_budget_nodes)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for the solve (reference counting still frees
-    every list, tuple and dict when it is dropped).  The solve allocates hundreds of thousands
-    of small containers while tens of thousands live on (task lists, schedules), and every
-    full collection scans them all: a quarter of the CPU at 36k ops (docs/celeritas.md).  The
-    caller's state is restored; a collector that was already off stays off."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _candidates(fuse_at: FuseFn, place: PlaceFn, variants: list[Variant], nodes: NodeBudget | None, cap_m: float,

@@ -13,7 +13,7 @@ from solvers.listsched.tasks import LatencyCosts, TaskGraph
 
 _MEM_SLACK = 1e-9  # relative slack so float summation order never flips a fit at the boundary
 _INF = float("inf")
-SHORT_SCAN = 8  # slot_s scans this many gaps in Python, more with numpy
+SHORT_SCAN = 64  # slot_s scans this many gaps in Python (a list's max first), more with numpy
 
 
 class MemoryTracker:
@@ -21,6 +21,7 @@ class MemoryTracker:
 
     def __init__(self, caps_bytes: FloatArray) -> None:
         self.caps = [float(c) for c in caps_bytes]
+        self.limits = [c * (1.0 - _MEM_SLACK) for c in self.caps]  # what fits compares the need with
         self.add_bytes = [0.0] * len(self.caps)
         self.work_bytes = [0.0] * len(self.caps)
 
@@ -28,7 +29,7 @@ class MemoryTracker:
         return self.add_bytes[d] + add + max(self.work_bytes[d], work)
 
     def fits(self, d: int, add: float, work: float) -> bool:
-        return self.need_bytes(d, add, work) <= self.caps[d] * (1.0 - _MEM_SLACK)
+        return self.need_bytes(d, add, work) <= self.limits[d]
 
     def fit_limits_bytes(self) -> FloatArray:
         """Per device: the bound :meth:`fits` compares the need with (for vectorised fit tests)."""
@@ -62,10 +63,12 @@ class ListSchedule:
         self._starts: list[list[float]] = [[] for _ in range(n_dev)]
         self._ends: list[list[float]] = [[] for _ in range(n_dev)]
         self._chan_free = [[0.0] * n_dev for _ in range(n_dev)]
-        self._arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> message arrival
+        self._arrival: dict[int, float] = {}  # producer * n_devices + device -> message arrival
         self.mem = MemoryTracker(caps_bytes)
         self.best_effort = 0  # tasks placed although no device had room
-        # per device: gap[j] = start[j] - end[j - 1] (slot_s's numpy scan), in a growing buffer
+        # per device: gap[j] = start[j] - end[j - 1] (slot_s's scans; gap[0] = -inf), as a list for
+        # short scans and in a growing numpy buffer for long ones
+        self._gaps: list[list[float]] = [[] for _ in range(n_dev)]
         self._gap_np: list[FloatArray] = [np.empty(0) for _ in range(n_dev)]
         # the cost matrices and task figures as lists (scalar reads from lists are the fast ones)
         self._latency_s: list[list[float]] = costs.latency_s.tolist()
@@ -96,7 +99,7 @@ class ListSchedule:
         message costs its own transfer, no queue."""
         lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
         postal = not self.costs.channel_queues
-        arrival, chan_free = self._arrival, self._chan_free
+        arrival, chan_free, n_dev = self._arrival, self._chan_free, self.n_devices
         t = 0.0  # max(...) chains written as comparisons (the same values, faster)
         local: dict[int, float] = {}
         booked: list[tuple[int, float]] = []
@@ -110,7 +113,7 @@ class ListSchedule:
                 if fin + comm > t:
                     t = fin + comm
                 continue
-            hit = arrival.get((p, d))
+            hit = arrival.get(p * n_dev + d)
             if hit is not None:
                 if hit > t:
                     t = hit
@@ -136,7 +139,7 @@ class ListSchedule:
         t, booked, local = cached if cached is not None else self._ready_on(d, self._messages(v))
         if book:
             for p, a in booked:
-                self._arrival[(p, d)] = a
+                self._arrival[p * self.n_devices + d] = a
             for dp, a in local.items():
                 self._chan_free[dp][d] = a
         return t
@@ -157,14 +160,21 @@ class ListSchedule:
             return max(ready, self.free_s[d])
         starts, ends = self._starts[d], self._ends[d]
         k = bisect.bisect_right(ends, ready)
-        n = len(ends)
-        if k == n or starts[k] - ready >= dur:
+        if k == len(ends) or starts[k] - ready >= dur:
             return ready
-        gap_np = self._gap_np[d]
+        return self._slot_after(d, ready, dur, k)
+
+    def _slot_after(self, d: int, ready: float, dur: float, k: int) -> float:
+        """:meth:`slot_s` (insertion) when ``ready`` falls before the end of task ``k`` on ``d``
+        and the gap before task ``k`` is too short: the first later gap that holds ``dur``."""
+        starts, ends = self._starts[d], self._ends[d]
+        n = len(ends)
+        gaps, gap_np = self._gaps[d], self._gap_np[d]
         j = k + 1
         while j < n:
             if n - j <= SHORT_SCAN:
-                j = next((i for i in range(j, n) if starts[i] - ends[i - 1] >= dur), n)
+                window = gaps[j:n]
+                j = n if max(window) < dur else j + next(i for i, gap in enumerate(window) if gap >= dur)
             else:
                 hits = gap_np[j:n] >= dur
                 first = int(hits.argmax())
@@ -186,12 +196,14 @@ class ListSchedule:
         with the producers' messages sorted once for all devices; a :meth:`commit` of ``v``
         that follows reuses the data-ready time computed here."""
         msgs = self._messages(v)
-        add, work, fits = self._add_bytes[v], self._work_bytes[v], self.mem.fits
+        add, work = self._add_bytes[v], self._work_bytes[v]
+        mem = self.mem
+        mem_add, mem_work, limits = mem.add_bytes, mem.work_bytes, mem.limits
         out: list[float] = []
         self._ready_v, ready = v, self._ready_of_v
         ready.clear()
         for d, dur in enumerate(self._dur_s[v]):
-            if not fits(d, add, work):
+            if mem_add[d] + add + max(mem_work[d], work) > limits[d]:  # not MemoryTracker.fits, inlined
                 out.append(_INF)
                 continue
             ready[d] = on_d = self._ready_on(d, msgs)
@@ -201,7 +213,7 @@ class ListSchedule:
             if k == len(ends) or self._starts[d][k] - t >= dur:
                 out.append(t)  # slot_s's first answer, without the call
             else:
-                out.append(self.slot_s(d, t, dur, True))
+                out.append(self._slot_after(d, t, dur, k))
         return out
 
     def dur_lists_s(self) -> list[list[float]]:
@@ -231,9 +243,11 @@ class ListSchedule:
         if n > len(gap_np):
             gap_np = self._gap_np[d] = np.concatenate([gap_np, np.empty(max(64, len(gap_np)))])
         gap_np[k + 1:n] = gap_np[k:n - 1]
-        gap_np[k] = start - ends[k - 1] if k > 0 else -_INF
+        gap_np[k] = gap = start - ends[k - 1] if k > 0 else -_INF
+        gaps = self._gaps[d]
+        gaps.insert(k, gap)
         if k + 1 < n:
-            gap_np[k + 1] = starts[k + 1] - end
+            gap_np[k + 1] = gaps[k + 1] = starts[k + 1] - end
         self.free_s[d] = max(self.free_s[d], end)
         self.mem.place(d, self._add_bytes[v], self._work_bytes[v])
         if best_effort:

@@ -104,3 +104,4 @@ def shallow(value: Any, field: str, error: ErrorType, max_depth: int = MAX_NESTI
                 raise fail(error, field, f"nested deeper than {max_depth} levels")
             stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
     return value
+

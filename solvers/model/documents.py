@@ -87,8 +87,27 @@ def parse_json(raw: bytes | str, where: str = "document", max_bytes: int = MAX_D
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         doc = _parse_lenient(raw, where, field, exc)
-    check_text(doc, where, field)
+        check_text(doc, where, field)
+        return doc
+    if _may_hold_nul(raw):
+        check_text(doc, where, field)
     return doc
+
+
+def _may_hold_nul(raw: bytes | str) -> bool:
+    """Whether text that orjson parsed can hold a NUL character in a string or key.
+
+    orjson refuses unpaired surrogates (escaped or, in a ``str``, literal) and raw control
+    characters inside strings, so the only way its result holds text that
+    :func:`~solvers.model.text.check_text` refuses is the escape ``\\u0000``.  Where that
+    sequence does not occur, the walk over every string of the document (most of the time of
+    loading a large graph) is skipped; where it does (even as the text of an escaped backslash),
+    the walk runs and names the field.  (A text without any backslash, found by ``memchr``, is
+    not searched further.)
+    """
+    if isinstance(raw, bytes):
+        return b"\\" in raw and b"\\u0000" in raw
+    return "\\" in raw and "\\u0000" in raw
 
 
 _LENIENT = re.compile(r"surrogate|infinity|number", re.IGNORECASE)

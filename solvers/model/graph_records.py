@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
+from solvers.arrays import FloatArray
 from solvers.model import _check as check
 from solvers.model.errors import InvalidGraph
 from solvers.model.fields import EDGE_KEYS, NODE_KEYS
@@ -22,6 +27,16 @@ from solvers.model.fields import EDGE_KEYS, NODE_KEYS
 _NUMBER_KEYS = ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes")
 _TIMES_KEYS = frozenset({"fwd_s", "bwd_s"})
 _INF = float("inf")
+_NUMBER_TYPES = frozenset({float, int})
+_LAYER_TYPES = frozenset({str, type(None)})
+# Every field of a node and an edge with the default a record without it gets (None: required,
+# or no value); the fields of docs/formats.md (solvers.model.fields).
+_NODE_DEFAULTS: dict[str, Any] = {
+    "id": None, "op": "", "fwd_s": None, "bwd_s": 0.0, "param_bytes": 0.0, "act_bytes": 0.0,
+    "mem_fwd_bytes": 0.0, "mem_bwd_bytes": 0.0, "constant": False, "layer": None, "times": None, "attrs": None,
+}
+_EDGE_DEFAULTS: dict[str, Any] = {"src": None, "dst": None, "bytes": 0.0}
+assert _NODE_DEFAULTS.keys() == NODE_KEYS and _EDGE_DEFAULTS.keys() == EDGE_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +113,126 @@ def parse_edges(raw_edges: Sequence[Any]) -> list[Edge]:
         At the first fault in document order, naming the edge and the field.
     """
     return [_edge(raw, j) for j, raw in enumerate(raw_edges)]
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """The records of a graph document read column by column, with the numeric columns as arrays
+    (what :class:`~solvers.model.graph.OpGraph` would otherwise gather from the records again)."""
+
+    nodes: list[Node]
+    edges: list[Edge]
+    ids: list[str]
+    numbers: dict[str, FloatArray]
+    edge_src: list[str]
+    edge_dst: list[str]
+    edge_bytes: FloatArray
+
+
+def parse_columns(raw_nodes: Sequence[Any], raw_edges: Sequence[Any]) -> Columns:
+    """The node and edge records of a document, every field checked, read column by column.
+
+    Each field is gathered across all records at C speed (``map(dict.get, ...)``), its value types
+    compared as a set and numbers checked as one array; only where that finds a fault (or a
+    record that is not a plain JSON object) are the records parsed one by one, by
+    :func:`parse_nodes` and :func:`parse_edges`, so that the error is the same: the first fault
+    in document order, naming the node or edge and the field.
+
+    Raises
+    ------
+    InvalidGraph
+        At the first fault in document order, naming the node or edge and the field.
+    """
+    columns = _columns(raw_nodes, raw_edges)
+    if columns is not None:
+        return columns
+    nodes, edges = parse_nodes(raw_nodes), parse_edges(raw_edges)
+    numbers = {key: np.fromiter((getattr(n, key) for n in nodes), dtype=np.float64, count=len(nodes))
+               for key in _NUMBER_KEYS}
+    return Columns(nodes, edges, [n.id for n in nodes], numbers, [e.src for e in edges], [e.dst for e in edges],
+                   np.fromiter((e.bytes for e in edges), dtype=np.float64, count=len(edges)))
+
+
+def _table(records: Sequence[dict[str, Any]], defaults: Mapping[str, Any]) -> dict[str, list[Any]] | None:
+    """Each field of ``defaults`` across all records (the default where a record lacks it), or
+    ``None`` where a record carries a field not in ``defaults``.
+
+    Where every record has as many fields as the first and each of the first's fields (as in
+    a written document), the records' fields are exactly those: one ``itemgetter`` pass per
+    field.  Otherwise the union of the records' fields is checked and each field gathered with
+    ``dict.get``.
+    """
+    keys = list(records[0]) if records else []
+    if set(keys) <= defaults.keys() and set(map(len, records)) <= {len(keys)}:
+        try:
+            out = {key: list(map(itemgetter(key), records)) for key in keys}
+        except KeyError:
+            pass
+        else:
+            for key, default in defaults.items():
+                if key not in out:
+                    out[key] = [default] * len(records)
+            return out
+    if not set().union(*records) <= defaults.keys():
+        return None
+    return {key: list(map(dict.get, records, repeat(key), repeat(default))) for key, default in defaults.items()}
+
+
+def _texts(values: list[Any]) -> bool:
+    """Every value a non-empty string."""
+    return set(map(type, values)) <= {str} and all(values)
+
+
+def _number_column(values: list[Any]) -> FloatArray | None:
+    """The values as an array when every one is a finite, non-negative JSON number, else ``None``."""
+    if not set(map(type, values)) <= _NUMBER_TYPES:
+        return None
+    try:
+        out = np.array(values, dtype=np.float64)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    if not bool(np.isfinite(out).all()) or bool((out < 0).any()):
+        return None
+    return out
+
+
+def _columns(raw_nodes: Sequence[Any], raw_edges: Sequence[Any]) -> Columns | None:
+    """:func:`parse_columns` on a document without faults; ``None`` where any check fails."""
+    if not (set(map(type, raw_nodes)) <= {dict} and set(map(type, raw_edges)) <= {dict}):
+        return None
+    node_table, edge_table = _table(raw_nodes, _NODE_DEFAULTS), _table(raw_edges, _EDGE_DEFAULTS)
+    if node_table is None or edge_table is None:
+        return None
+    ids, ops = node_table["id"], node_table["op"]
+    if not (_texts(ids) and _texts(ops)) or None in node_table["fwd_s"]:
+        return None
+    numbers: dict[str, FloatArray] = {}
+    for key in _NUMBER_KEYS:
+        column = _number_column(node_table[key])
+        if column is None:
+            return None
+        numbers[key] = column
+    constant, layer = node_table["constant"], node_table["layer"]
+    if not (set(map(type, constant)) <= {bool} and set(map(type, layer)) <= _LAYER_TYPES):
+        return None
+    times, attrs = node_table["times"], node_table["attrs"]
+    try:
+        for i, value in enumerate(times if times.count(None) < len(times) else ()):
+            if value is not None:
+                times[i] = _kind_times(value, i, ids[i])
+        for i, value in enumerate(attrs if attrs.count(None) < len(attrs) else ()):
+            if value is not None:
+                where = f"nodes[{i}].attrs"
+                attrs[i] = dict(check.shallow(check.mapping(value, where, InvalidGraph), where, InvalidGraph))
+    except InvalidGraph:
+        return None
+    src, dst = edge_table["src"], edge_table["dst"]
+    edge_bytes = _number_column(edge_table["bytes"])
+    if edge_bytes is None or not (_texts(src) and _texts(dst)):
+        return None
+    nodes = list(map(Node, ids, ops, *(numbers[key].tolist() for key in _NUMBER_KEYS), constant, layer, times, attrs))
+    edges = list(map(Edge, src, dst, edge_bytes.tolist()))
+    return Columns(nodes, edges, ids, numbers, src, dst, edge_bytes)
 
 
 def _node(raw: Any, i: int) -> Node:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from solvers.collector import gc_paused
 from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, ResolvedPlan
@@ -72,6 +73,11 @@ def simulate(problem: Problem, plan: Plan | ResolvedPlan, *, timeline: bool = Fa
     """
     if engine not in ENGINES:
         raise InvalidPlan(f"engine: must be one of {', '.join(ENGINES)}, got {engine!r}", field="engine")
+    with gc_paused():  # the engines allocate many small acyclic containers (solvers.collector)
+        return _simulate(problem, plan, timeline, engine)
+
+
+def _simulate(problem: Problem, plan: Plan | ResolvedPlan, timeline: bool, engine: Engine) -> SimulationResult:
     rp = plan if isinstance(plan, ResolvedPlan) else resolve_plan(problem, plan)
     problem = problem_for_plan(problem, rp.plan)  # settings.global_batch: the graph at this micro-batch size
     throughput = problem.objective == "throughput"

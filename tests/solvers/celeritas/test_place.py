@@ -208,7 +208,7 @@ def test_an_empty_task_where_another_starts_lets_no_later_task_overlap() -> None
 
 @settings(max_examples=examples(60), deadline=None)
 @given(dag_graphs(min_ops=1, max_ops=40, edge_p=0.15), topologies(min_devices=1, max_devices=4),
-       st.booleans(), st.floats(0.05, 1.0), st.sampled_from([0, 8]), st.randoms(use_true_random=False),
+       st.booleans(), st.floats(0.05, 1.0), st.sampled_from([0, 8, 64]), st.randoms(use_true_random=False),
        st.booleans())
 def test_list_schedule_times_as_the_plain_definitions(g: OpGraph, topo: Topology, training: bool,
                                                       memory_share: float, short_scan: int,
@@ -217,7 +217,8 @@ def test_list_schedule_times_as_the_plain_definitions(g: OpGraph, topo: Topology
     ``est_all``, the gap search of ``slot_s`` in numpy) give every node the EST the plain
     definitions give it, with the same channel bookings, along a run of commits to random
     devices (memory tight enough for some devices to be full; every scan in numpy when
-    ``short_scan`` is 0), planning with channel queues or postal (``postal_planning``)."""
+    ``short_scan`` is 0, in Python lists when it is 64), planning with channel queues or postal
+    (``postal_planning``)."""
     problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))
     with postal_planning() if postal else nullcontext():
         tasks, costs = op_task_graph(problem), latency_costs(problem)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.celeritas.solver import gc_paused
+from solvers.collector import gc_paused
 from solvers.generate import generate_graph, generate_topology
 from solvers.listsched import op_memory_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
+from solvers.simulator.dataflow import run_dataflow
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 from tests.strategies import dag_graphs, examples, topologies
@@ -102,3 +105,19 @@ def test_gc_paused_restores_the_callers_state() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_simulate_pauses_the_collector_and_restores_it() -> None:
+    """``simulate`` runs under :func:`gc_paused`: the caller's setting is the same afterwards."""
+    graph = generate_graph("random_dag", n_ops=20, seed=3)
+    problem = Problem(graph, generate_topology("hierarchical", nodes=1, gpus_per_node=2), "latency")
+    plan = solve(problem, "celeritas")
+    seen: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return run_dataflow(*args, **kwargs)
+
+    with patch("solvers.simulator.run_dataflow", spy):
+        simulate(problem, plan)
+    assert seen == [False] and gc.isenabled()
