@@ -141,6 +141,15 @@ def materialize(module: fx.GraphModule, targets: Iterable[str], aliases: Mapping
             owner._buffers[attr] = loaded[name]
         else:
             setattr(owner, attr, loaded[name])
+    # every other name of a tied parameter materialised here is the same object (a graph holding
+    # the whole model reads it under several names, on several devices)
+    for path, sub in module.named_modules():
+        for slots in (sub._parameters, sub._buffers):
+            for attr in slots:
+                full = f"{path}.{attr}" if path else attr
+                name = aliases.get(full, full)
+                if name in loaded and slots[attr] is not loaded[name]:
+                    slots[attr] = loaded[name]  # type: ignore[assignment]
     return sum(t.numel() * t.element_size() for t in loaded.values())
 
 
