@@ -179,8 +179,6 @@ def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Pla
         else:
             row["error"] = value
         summary.append(row)
-    bounds = [p.lower_bound_s for p in plans.values() if p.lower_bound_s is not None]
-    bound = max(bounds) if bounds else None
     placed = {n: p for n, p in plans.items() if p.stages and p.metrics and p.metrics.get("objective_s") is not None}
     if not placed:
         if plans and all(p.status == "infeasible" for p in plans.values()):
@@ -194,6 +192,10 @@ def _choose(names: list[str], results: dict[str, tuple[str, Any, float]]) -> Pla
     chosen = min(tied, key=lambda n: (float((placed[n].metrics or {}).get("bottleneck_stage_s") or 0.0), n))
     best = placed[chosen]
     objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
+    # a bound on the iteration time holds for the chosen plan's micro-batch count only
+    bounds = [p.lower_bound_s for p in plans.values()
+              if p.lower_bound_s is not None and p.micro_batches == best.micro_batches]
+    bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
     if bound is not None and bound >= objective_s * (1.0 - 1e-9):

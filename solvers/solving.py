@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from solvers import registry
-from solvers.base import Budget, ProgressCallback, no_progress, parse_options
+from solvers.base import Budget, ProgressCallback, Solver, SolverOptions, no_progress, parse_options
+from solvers.cost.memory_bounds import least_memory, recompute_never_needed
+from solvers.cost.recompute import recompute_where_needed
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.runnable import runnable_notes
@@ -79,10 +81,70 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     limit = time_limit_s if time_limit_s is not None else problem.settings.time_limit_s
     budget = Budget(limit)
     started = time.perf_counter()
-    plan = cls().solve(problem, opts, budget, progress or no_progress)
+    plan = _solve_deciding_recompute(cls(), problem, opts, budget, progress or no_progress)
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
+
+
+def _solve_deciding_recompute(solver: Solver, problem: Problem, options: SolverOptions, budget: Budget,
+                              progress: ProgressCallback) -> Plan:
+    """Run ``solver``; with ``settings.recompute`` unset (throughput), recompute only where memory requires it.
+
+    * every plan fits without recomputation (:func:`~solvers.cost.memory_bounds.recompute_never_needed`):
+      solve with ``recompute: false`` — the plan, its status and bound are those of an explicit false;
+    * otherwise, unless no plan can fit without it (:func:`~solvers.cost.memory_bounds.least_memory`),
+      solve without recomputation first and keep a plan found;
+    * else solve with recomputation in every stage, then keep it only in the stages that do not fit
+      without it (:func:`~solvers.cost.recompute.recompute_where_needed`).
+
+    In the last two cases a proof of optimality or a bound covers only the restricted problem
+    (plans with recomputation may be faster, and stages that keep their activations are), so the
+    status ``optimal`` becomes ``feasible`` and the solver's own bound is dropped.  ``auto`` is not
+    wrapped: each of its members decides for itself.
+    """
+    if problem.objective != "throughput" or problem.settings.recompute is not None or solver.name == "auto":
+        return solver.solve(problem, options, budget, progress)
+    if recompute_never_needed(problem):
+        return solver.solve(problem.with_settings(recompute=False), options, budget, progress)
+    need = least_memory(problem, recompute=False)
+    if need.fits:
+        plan = solver.solve(problem.with_settings(recompute=False), options, budget, progress)
+        if plan.status != "infeasible":
+            return _restricted(plan, "recomputation was not needed: this plan is the best found without it")
+        why = "no plan without recomputation was found"
+    else:
+        why = need.reason().removeprefix("memory: ")
+    plan = recompute_where_needed(problem, solver.solve(problem.with_settings(recompute=True), options, budget,
+                                                        progress))
+    if plan.status == "infeasible":
+        return plan
+    where = ("every stage" if plan.recompute is True else "no stage" if plan.recompute is False
+             else "stages " + ", ".join(map(str, plan.recompute)))
+    return _restricted(plan, f"recomputation in {where} (where memory requires it): {why}")
+
+
+def with_memory_reason(problem: Problem, plan: Plan) -> Plan:
+    """An infeasible plan with the least memory any plan needs against the devices' in its notes and stats.
+
+    The need is the best case the settings allow: recomputation in every stage unless
+    ``settings.recompute`` is false (:func:`~solvers.cost.memory_bounds.least_memory`).
+    """
+    need = least_memory(problem, recompute=problem.settings.recompute is not False)
+    if need.fits:
+        note = (need.reason() + ": the bound fits, so what no plan satisfied is the split of the ops into "
+                "stages, the micro-batches in flight or another constraint")
+    else:
+        note = need.reason() + ": no plan can fit"
+    if note in plan.notes:
+        return plan
+    return plan.with_(notes=(*plan.notes, note), stats={**plan.stats, **need.to_stats()})
+
+
+def _restricted(plan: Plan, note: str) -> Plan:
+    """A plan whose proof covered a restricted problem: ``optimal`` -> ``feasible``, no solver bound."""
+    status = "feasible" if plan.status == "optimal" else plan.status
+    return plan.with_(status=status, lower_bound_s=None, notes=(*plan.notes, note))
 
 
 def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = None) -> Plan:
@@ -95,6 +157,8 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
     plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
                       topology_digest=problem.topology.digest, problem_digest=problem.digest)
+    if plan.status == "infeasible":
+        plan = with_memory_reason(problem, plan)
     if plan.status == "infeasible" and not plan.stages:
         return plan
     idle = runnable_notes(problem.graph, plan)

@@ -169,7 +169,7 @@ class ExactSolver:
                 n_stages: int, replicas: int, budget: Budget, best: _Best) -> int | str:
         """Solve one (S, R) for every micro-batch count; the pairs built, or why it fell back."""
         capacity = stage_capacities_bytes(problem, n_stages)
-        mbs = problem.settings.micro_batches
+        mbs = problem.micro_batch_candidates
         warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]
         upper = max(w[1] for w in warm)
         results: list[DPResult | None] = [None] * len(mbs)

@@ -18,7 +18,6 @@ from solvers.model.canonical import digest as _digest
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
 from solvers.model.settings import (
-    DEFAULT_MICRO_BATCHES,
     OBJECTIVES,
     PASSES,
     SCHEDULES,
@@ -26,6 +25,7 @@ from solvers.model.settings import (
     Pass,
     ProblemSettings,
     Schedule,
+    searched_micro_batches,
     settings_from_dict,
 )
 from solvers.model.topology import Topology
@@ -33,7 +33,7 @@ from solvers.model.topology import Topology
 PROBLEM_FORMAT = "placer.problem/v1"
 
 __all__ = [
-    "DEFAULT_MICRO_BATCHES", "OBJECTIVES", "PASSES", "PROBLEM_FORMAT", "SCHEDULES", "Objective", "Pass", "Problem",
+    "OBJECTIVES", "PASSES", "PROBLEM_FORMAT", "SCHEDULES", "Objective", "Pass", "Problem",
     "ProblemSettings", "Schedule", "problem_from_spec", "settings_from_dict",
 ]
 
@@ -65,6 +65,14 @@ class Problem:
 
     def with_settings(self, **changes: Any) -> Problem:
         return replace(self, settings=self.settings.model_copy(update=changes))
+
+    @property
+    def micro_batch_candidates(self) -> tuple[int, ...]:
+        """The micro-batch counts a throughput solver chooses among: ``settings.micro_batches``
+        exactly as given, or (unset) :func:`~solvers.model.settings.searched_micro_batches` of
+        the topology's device count."""
+        given = self.settings.micro_batches
+        return given if given is not None else searched_micro_batches(self.topology.n_devices)
 
     @property
     def training(self) -> bool:

@@ -24,7 +24,23 @@ OBJECTIVES: tuple[str, ...] = ("throughput", "latency")
 SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
 PASSES: tuple[str, ...] = ("forward", "training")
 
-DEFAULT_MICRO_BATCHES = 4
+MIN_SEARCHED_MICRO_BATCHES = 4  # the searched candidates always reach at least this count
+
+
+def searched_micro_batches(n_devices: int) -> tuple[int, ...]:
+    """The micro-batch counts searched when ``micro_batches`` is unset (docs/formats.md).
+
+    Powers of two from 1 to twice the device count rounded up to a power of two (at least
+    :data:`MIN_SEARCHED_MICRO_BATCHES`): 1F1B keeps at most ``S - s`` micro-batches in flight,
+    so counts beyond ``2 D >= 2 S`` add to the global batch but barely shrink the pipeline
+    bubble ``(S - 1) / (MB + S - 1)``; 1 and 2 keep the activations of GPipe and of deep
+    pipelines small when memory is short.  ``D = 32`` gives 1, 2, 4, ..., 64 (seven counts).
+    """
+    top = max(MIN_SEARCHED_MICRO_BATCHES, 2 * max(1, n_devices))
+    out = [1]
+    while out[-1] < top:
+        out.append(2 * out[-1])
+    return tuple(out)
 
 
 def _integral(value: Any) -> Any:
@@ -92,8 +108,11 @@ class ProblemSettings(BaseModel):
     """Problem settings.  Every field has a documented default (docs/formats.md).
 
     ``micro_batches``: candidate micro-batch counts per iteration (throughput; a solver picks
-    one, the first is the default).  ``stages`` / ``replicas``: fix S and R, or ``None`` to let
-    the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
+    one); ``None`` (unset): the solvers search :func:`searched_micro_batches` of the topology,
+    read through :attr:`~solvers.model.problem.Problem.micro_batch_candidates`.
+    ``recompute``: ``True`` recomputes activations in every stage, ``False`` in none, ``None``
+    (unset) in exactly the stages whose memory requires it (:func:`solvers.solving.solve`).
+    ``stages`` / ``replicas``: fix S and R, or ``None`` to let the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
     ``stage_memory_caps_bytes``: stage index -> cap per device of that stage.
     ``memory_headroom``: fraction of every device's memory kept free.  In JSON, ``pass_`` is
     spelled ``pass``.
@@ -101,12 +120,15 @@ class ProblemSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, title="ProblemSettings")
 
-    micro_batches: MicroBatches = Field(
-        (DEFAULT_MICRO_BATCHES,), description="Candidate micro-batch counts per iteration (the first is the default).")
+    micro_batches: MicroBatches | None = Field(
+        None, description="Candidate micro-batch counts per iteration (a solver picks one; null: powers of two "
+                          "from 1 to twice the device count, at least 4, are searched).")
     schedule: Schedule = Field("1f1b", description="Pipeline schedule of a throughput plan.")
     pass_: Pass = Field("forward", alias="pass",
                         description="Latency objective: inference (forward) or forward + backward (training).")
-    recompute: Flag = Field(False, description="Activation recomputation (keep only stage-boundary inputs).")
+    recompute: Flag | None = Field(
+        None, description="Activation recomputation, keeping only stage-boundary inputs: true in every stage, "
+                          "false in none (null: in exactly the stages whose memory requires it).")
     optimizer_bytes_per_param_byte: NonNegative = Field(
         3.0, description="Gradient + optimizer state bytes per parameter byte (3: Adam moments + gradient).")
     memory_headroom: Fraction = Field(
@@ -121,6 +143,12 @@ class ProblemSettings(BaseModel):
     no_empty_stage: Flag = Field(True, description="Every stage holds at least one op.")
     time_limit_s: Positive | None = Field(None, description="Wall-clock limit of the solve (null: none).")
     seed: Seed = Field(0, description="Seed of every random choice; the same seed gives the same plan.")
+
+    @property
+    def recomputes(self) -> bool:
+        """Recomputation in every stage: ``recompute`` is true.  Unset reads as false here (a solver
+        called on its own); :func:`solvers.solving.solve` decides it per stage first."""
+        return self.recompute is True
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical JSON form (``pass`` spelled as in JSON, keys of mappings sorted)."""
