@@ -57,7 +57,7 @@ def bert48_flow(repeats: int) -> None:
 def big_mapping(map_limit_s: float, modes: list[str]) -> None:
     graph = semantic_fpn()
     for name, topo in [("random_blk_2", generate_topology("random_blk_2", devices=512, nodes=32, seed=0)),
-                       ("torus3d 8x8x8", generate_topology("torus3d", nx=8, ny=8, nz=8))]:
+                       ("torus3d 8x8x8", generate_topology("torus3d", nx=8, ny=8, nz=8, device="V100"))]:
         problem = Problem(graph, topo, "throughput", ProblemSettings(stages=16, replicas=32, recompute=True))
         plan = solve(problem, "parmesan", {"mapping": "consecutive"})
         stage_of = resolve_plan(problem, plan).stage_of

@@ -110,18 +110,25 @@ def _solve_deciding_recompute(solver: Solver, problem: Problem, options: SolverO
     need = least_memory(problem, recompute=False)
     if need.fits:
         plan = solver.solve(problem.with_settings(recompute=False), options, budget, progress)
-        if plan.status != "infeasible":
-            return _restricted(plan, "recomputation was not needed: this plan is the best found without it")
+        if plan.status != "infeasible":  # a stage the solver let exceed its memory recomputes (else none does)
+            plan = recompute_where_needed(problem, plan)
+            return _restricted(plan, "recomputation was not needed: this plan is the best found without it"
+                               if plan.recompute is False else
+                               f"recomputation in {_where(plan)}: the plan found without it exceeds their memory")
         why = "no plan without recomputation was found"
     else:
         why = need.reason().removeprefix("memory: ")
-    plan = recompute_where_needed(problem, solver.solve(problem.with_settings(recompute=True), options, budget,
-                                                        progress))
+    plan = solver.solve(problem.with_settings(recompute=True), options, budget, progress)
     if plan.status == "infeasible":
         return plan
-    where = ("every stage" if plan.recompute is True else "no stage" if plan.recompute is False
-             else "stages " + ", ".join(map(str, plan.recompute)))
-    return _restricted(plan, f"recomputation in {where} (where memory requires it): {why}")
+    plan = recompute_where_needed(problem, plan)
+    return _restricted(plan, f"recomputation in {_where(plan)} (where memory requires it): {why}")
+
+
+def _where(plan: Plan) -> str:
+    if isinstance(plan.recompute, bool):
+        return "every stage" if plan.recompute else "no stage"
+    return ("stage " if len(plan.recompute) == 1 else "stages ") + ", ".join(map(str, plan.recompute))
 
 
 def with_memory_reason(problem: Problem, plan: Plan) -> Plan:
