@@ -68,9 +68,9 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     >>> from solvers import Problem, generate_graph, generate_topology, solve
     >>> graph = generate_graph("transformer", layers=2)
     >>> topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
-    >>> plan = solve(Problem(graph, topology), "even")
-    >>> plan.solver, plan.status, len(plan.stages)
-    ('even', 'feasible', 2)
+    >>> plan = solve(Problem(graph, topology), "even")  # micro-batches and recomputation searched
+    >>> plan.solver, plan.status, plan.recompute, plan.micro_batches in (1, 2, 4)
+    ('even', 'feasible', False, True)
     >>> plan.metrics["objective_s"] > 0
     True
     >>> solve(Problem(graph, topology, "latency"), time_limit_s=10).status in ("optimal", "feasible")
