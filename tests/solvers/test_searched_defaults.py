@@ -111,3 +111,17 @@ def test_infeasible_names_the_least_memory_against_the_devices() -> None:
     assert least_memory(problem, recompute=True).fits
     found = solve(problem.with_settings(recompute=None), "even")
     assert found.status == "feasible" and found.recompute is True
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_least_memory_is_below_every_plans_memory(recompute: bool) -> None:
+    problem = _two_stage_problem(memory_bytes=4 * 2**30, recompute=recompute, stages=None, replicas=None,
+                                 micro_batches=(1, 4))
+    need = least_memory(problem, recompute=recompute)
+    plans = [Plan(stages=(Stage(("a", "b"), ("d0",)),), micro_batches=1),
+             Plan(stages=(Stage(("a", "b"), ("d0", "d1")),), micro_batches=4),
+             Plan(stages=(Stage(("a",), ("d0",)), Stage(("b",), ("d1",))), micro_batches=1),
+             Plan(stages=(Stage(("a",), ("d1",)), Stage(("b",), ("d0",))), micro_batches=4)]
+    for plan in plans:
+        peak = simulate(problem, plan.with_(recompute=recompute)).metrics["peak_memory_bytes"]
+        assert sum(peak.values()) >= need.total_bytes * (1 - 1e-12)
