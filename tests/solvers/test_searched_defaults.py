@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import pytest
 
 from solvers import solve
@@ -10,6 +13,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, ProblemSettings
+from solvers.model.schemas import load_schema
 from solvers.model.settings import searched_micro_batches
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulator import simulate
@@ -60,6 +64,9 @@ def test_recompute_only_in_the_stage_whose_memory_requires_it() -> None:
     # the plan document carries the stage list and reads back the same
     assert plan.to_document()["recompute"] == [0]
     assert plan_from_document(plan.to_document()).recompute == (0,)
+    plan_schema = jsonschema.Draft202012Validator(load_schema("plan"))
+    plan_schema.validate(json.loads(json.dumps(plan.to_document())))
+    assert not plan_schema.is_valid({**plan.to_document(), "recompute": [0, 0]})
     # an explicit setting is obeyed: false finds nothing, true recomputes everywhere
     assert solve(problem.with_settings(recompute=False), "even").status == "infeasible"
     assert solve(problem.with_settings(recompute=True), "even").recompute is True
