@@ -36,7 +36,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for path in sorted(args.data.glob("profiles/*/graph.txt")):
         graph = import_pipedream(path.read_text(), path.parent.name)
-        problem = Problem(graph, topo, "throughput", ProblemSettings(recompute=True))
+        problem = Problem(graph, topo, "throughput", ProblemSettings(recompute=True, micro_batches=(4,)))
         out = []
         stats: Mapping[str, Any] = {}
         for solver in ("pipedream", "parmesan"):
