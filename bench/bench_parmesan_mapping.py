@@ -66,10 +66,10 @@ def topology(kind: str, devices: int) -> Topology | None:
     """The topology of ``kind`` with ``devices`` devices, or None where the paper has "-"."""
     if kind in ("mesh2d", "torus2d"):
         side = {64: 8, 256: 16}.get(devices)
-        return generate_topology(kind, nx=side, ny=side) if side else None
+        return generate_topology(kind, nx=side, ny=side, device="V100") if side else None
     if kind in ("mesh3d", "torus3d"):
         side = {64: 4, 512: 8}.get(devices)
-        return generate_topology(kind, nx=side, ny=side, nz=side) if side else None
+        return generate_topology(kind, nx=side, ny=side, nz=side, device="V100") if side else None
     if kind == "uniform_dist":
         return generate_topology(kind, devices=devices, seed=0)
     return generate_topology(kind, devices=devices, nodes=max(4, devices // 16), seed=0)

@@ -57,8 +57,8 @@ def bert48_flow(repeats: int) -> None:
 def big_mapping(map_limit_s: float, modes: list[str]) -> None:
     graph = semantic_fpn()
     for name, topo in [("random_blk_2", generate_topology("random_blk_2", devices=512, nodes=32, seed=0)),
-                       ("torus3d 8x8x8", generate_topology("torus3d", nx=8, ny=8, nz=8))]:
-        problem = Problem(graph, topo, "throughput", ProblemSettings(stages=16, replicas=32, recompute=True))
+                       ("torus3d 8x8x8", generate_topology("torus3d", nx=8, ny=8, nz=8, device="V100"))]:
+        problem = Problem(graph, topo, "throughput", ProblemSettings(stages=16, replicas=32, recompute=True, micro_batches=(4,)))
         plan = solve(problem, "parmesan", {"mapping": "consecutive"})
         stage_of = resolve_plan(problem, plan).stage_of
         sg = stage_graph(problem, stage_of, 16, 32)
@@ -90,7 +90,7 @@ def parallel_targets(limit_s: float) -> None:
     for kind, s, r in [("uniform_dist", 8, 8), ("random_blk_2", 16, 4), ("mesh2d", 4, 64)]:
         topo = topology(kind, s * r)
         assert topo is not None
-        problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True))
+        problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
         plan = solve(problem, "parmesan", {"mapping": "consecutive"})
         sg = stage_graph(problem, resolve_plan(problem, plan).stage_of, s, r)
         for workers in (1, 2):

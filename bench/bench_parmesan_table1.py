@@ -67,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--map-limit", type=float, default=20.0, help="seconds for each Alg. 1 run")
     args = parser.parse_args()
-    topo = generate_topology("hierarchical", nodes=4, gpus_per_node=4)
+    topo = generate_topology("hierarchical", nodes=4, gpus_per_node=4, device="TitanV")  # Parmesan App. D-B
     map_opts = {"mapping_time_limit_s": args.map_limit, "instantiation": "both", "ensemble_heuristics": False}
     print("| model | (S,R) | PD+CS s | PD+p2p | PD+our map (paper) | Parmesan (paper) | Parmesan default | "
           "Parmesan+CS | solve s |")

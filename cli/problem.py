@@ -54,13 +54,16 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
     if settings:
         p.add_argument("--stages", type=int, help="exactly this many pipeline stages")
         p.add_argument("--replicas", type=int, help="data-parallel replicas of every stage")
-        p.add_argument("--micro-batches", help="a count or a comma-separated list of candidates, e.g. 4,8,16")
+        p.add_argument("--micro-batches", help="a count or a comma-separated list of candidates, e.g. 4,8,16 "
+                                               "(default: powers of two from 1 to twice the device count are searched)")
         p.add_argument("--global-batch", type=int, metavar="SAMPLES",
                        help="samples per iteration: each micro-batch count must divide it, the graph is scaled "
                             "to that micro-batch size and the iteration time is minimised (default: the time per "
                             "sample is)")
         p.add_argument("--schedule", choices=("1f1b", "gpipe"), help="the pipeline schedule")
-        p.add_argument("--recompute", action="store_true", help="recompute activations in the backward pass")
+        p.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=None,
+                       help="recompute activations in the backward pass in every stage (--no-recompute: in none; "
+                            "default: in exactly the stages whose memory requires it)")
         p.add_argument("--seed", type=int, help="seed of randomised solvers")
         p.add_argument("--settings", metavar="JSON", help="JSON object of further problem settings (docs/formats.md)")
     if solving:
@@ -92,8 +95,8 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError:
             raise InvalidInput(f"--micro-batches: not a count or list: {args.micro_batches!r}",
                                field="micro_batches") from None
-    if getattr(args, "recompute", False):
-        settings["recompute"] = True
+    if getattr(args, "recompute", None) is not None:
+        settings["recompute"] = args.recompute
     if getattr(args, "pass_", None):
         settings["pass"] = args.pass_
     return settings

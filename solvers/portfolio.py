@@ -355,7 +355,7 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
     bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
-    one_count = problem.objective == "latency" or len(set(problem.settings.micro_batches)) == 1
+    one_count = problem.objective == "latency" or len(set(problem.micro_batch_candidates)) == 1
     if bound is not None and one_count and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,

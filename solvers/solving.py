@@ -16,6 +16,8 @@ from typing import Any
 from solvers import registry
 from solvers.advice import problem_warnings
 from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
+from solvers.cost.memory_bounds import least_memory, recompute_never_needed
+from solvers.cost.recompute import recompute_where_needed
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
@@ -70,9 +72,9 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     >>> from solvers import Problem, generate_graph, generate_topology, solve
     >>> graph = generate_graph("transformer", layers=2)
     >>> topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
-    >>> plan = solve(Problem(graph, topology), "even")
-    >>> plan.solver, plan.status, len(plan.stages)
-    ('even', 'feasible', 2)
+    >>> plan = solve(Problem(graph, topology), "even")  # micro-batches and recomputation searched
+    >>> plan.solver, plan.status, plan.recompute, plan.micro_batches in (1, 2, 4)
+    ('even', 'feasible', False, True)
     >>> plan.metrics["objective_s"] > 0
     True
     >>> solve(Problem(graph, topology, "latency"), time_limit_s=10).status in ("optimal", "feasible")
@@ -86,7 +88,7 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     if problem.settings.global_batch is not None:
         plan = _solve_per_micro_batches(problem, cls(), opts, budget, progress or no_progress)
     else:
-        plan = cls().solve(problem, opts, budget, progress or no_progress)
+        plan = _solve_deciding_recompute(cls(), problem, opts, budget, progress or no_progress)
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
@@ -96,15 +98,16 @@ def _solve_per_micro_batches(problem: Problem, solver: Solver, options: SolverOp
                              progress: ProgressCallback) -> Plan:
     """``settings.global_batch``: the solver runs once per candidate count on the graph scaled to
     that micro-batch size (:meth:`Problem.at_micro_batches`), each with an equal share of the time
-    left, and the shortest simulated iteration wins (docs/formats.md).  Without a time limit a
+    left (each deciding recomputation, :func:`_solve_deciding_recompute`), and the shortest
+    simulated iteration wins (docs/formats.md).  Without a time limit a
     solver with a ``default_time_limit_s`` option (``auto``) shares that default among the counts.
 
     With several counts the plan's ``stats.global_batch_candidates`` gives each count's
     iteration time (``null``: no plan) and ``stats.chosen_stats`` the winner's own stats.
     """
-    counts = list(dict.fromkeys(problem.settings.micro_batches))
+    counts = list(dict.fromkeys(problem.micro_batch_candidates))
     if len(counts) == 1:
-        return solver.solve(problem.at_micro_batches(counts[0]), options, budget, progress)
+        return _solve_deciding_recompute(solver, problem.at_micro_batches(counts[0]), options, budget, progress)
     default_s = getattr(options, "default_time_limit_s", None)
     if budget.time_limit_s is None and isinstance(default_s, int | float):
         budget = Budget(float(default_s))
@@ -117,7 +120,7 @@ def _solve_per_micro_batches(problem: Problem, solver: Solver, options: SolverOp
         sub = problem.at_micro_batches(m)
         left = budget.remaining_s()
         share = Budget(left / (len(counts) - k) if math.isfinite(left) else None)
-        plan = solver.solve(sub, options, share, _share_of_progress(progress, k, len(counts), m))
+        plan = _solve_deciding_recompute(solver, sub, options, share, _share_of_progress(progress, k, len(counts), m))
         last = plan
         objective_s = _simulated_iteration_s(problem, plan)
         tried[str(m)] = objective_s
@@ -149,6 +152,73 @@ def _simulated_iteration_s(problem: Problem, plan: Plan) -> float | None:
         return None
 
 
+def _solve_deciding_recompute(solver: Solver, problem: Problem, options: SolverOptions, budget: Budget,
+                              progress: ProgressCallback) -> Plan:
+    """Run ``solver``; with ``settings.recompute`` unset (throughput), recompute only where memory requires it.
+
+    * every plan fits without recomputation (:func:`~solvers.cost.memory_bounds.recompute_never_needed`):
+      solve with ``recompute: false`` — the plan, its status and bound are those of an explicit false;
+    * otherwise, unless no plan can fit without it (:func:`~solvers.cost.memory_bounds.least_memory`),
+      solve without recomputation first and keep a plan found;
+    * else solve with recomputation in every stage, then keep it only in the stages that do not fit
+      without it (:func:`~solvers.cost.recompute.recompute_where_needed`).
+
+    In the last two cases a proof of optimality or a bound covers only the restricted problem
+    (plans with recomputation may be faster, and stages that keep their activations are), so the
+    status ``optimal`` becomes ``feasible`` and the solver's own bound is dropped.  ``auto`` is not
+    wrapped: each of its members decides for itself.
+    """
+    if problem.objective != "throughput" or problem.settings.recompute is not None or solver.name == "auto":
+        return solver.solve(problem, options, budget, progress)
+    if recompute_never_needed(problem):
+        return solver.solve(problem.with_settings(recompute=False), options, budget, progress)
+    need = least_memory(problem, recompute=False)
+    if need.fits:
+        plan = solver.solve(problem.with_settings(recompute=False), options, budget, progress)
+        if plan.status != "infeasible":  # a stage the solver let exceed its memory recomputes (else none does)
+            plan = recompute_where_needed(problem, plan)
+            return _restricted(plan, "recomputation was not needed: this plan is the best found without it"
+                               if plan.recompute is False else
+                               f"recomputation in {_where(plan)}: the plan found without it exceeds their memory")
+        why = "no plan without recomputation was found"
+    else:
+        why = need.reason().removeprefix("memory: ")
+    plan = solver.solve(problem.with_settings(recompute=True), options, budget, progress)
+    if plan.status == "infeasible":
+        return plan
+    plan = recompute_where_needed(problem, plan)
+    return _restricted(plan, f"recomputation in {_where(plan)} (where memory requires it): {why}")
+
+
+def _where(plan: Plan) -> str:
+    if isinstance(plan.recompute, bool):
+        return "every stage" if plan.recompute else "no stage"
+    return ("stage " if len(plan.recompute) == 1 else "stages ") + ", ".join(map(str, plan.recompute))
+
+
+def with_memory_reason(problem: Problem, plan: Plan) -> Plan:
+    """An infeasible plan with the least memory any plan needs against the devices' in its notes and stats.
+
+    The need is the best case the settings allow: recomputation in every stage unless
+    ``settings.recompute`` is false (:func:`~solvers.cost.memory_bounds.least_memory`).
+    """
+    need = least_memory(problem, recompute=problem.settings.recompute is not False)
+    if need.fits:
+        note = (need.reason() + ": the bound fits, so what no plan satisfied is the split of the ops into "
+                "stages, the micro-batches in flight or another constraint")
+    else:
+        note = need.reason() + ": no plan can fit"
+    if note in plan.notes:
+        return plan
+    return plan.with_(notes=(*plan.notes, note), stats={**plan.stats, **need.to_stats()})
+
+
+def _restricted(plan: Plan, note: str) -> Plan:
+    """A plan whose proof covered a restricted problem: ``optimal`` -> ``feasible``, no solver bound."""
+    status = "feasible" if plan.status == "optimal" else plan.status
+    return plan.with_(status=status, lower_bound_s=None, notes=(*plan.notes, note))
+
+
 def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = None) -> Plan:
     """Stamp the problem's digests and warnings (:func:`solvers.advice.problem_warnings`) on a plan and
     attach the simulator's metrics.
@@ -161,6 +231,8 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
     plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
                       topology_digest=problem.topology.digest, problem_digest=problem.digest,
                       warnings=tuple(w.to_dict() for w in problem_warnings(problem.graph, problem.topology)))
+    if plan.status == "infeasible":
+        plan = with_memory_reason(problem, plan)
     if plan.status == "infeasible" and not plan.stages:
         return plan
     idle = runnable_notes(problem.graph, plan)

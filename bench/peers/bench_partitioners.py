@@ -104,7 +104,7 @@ def _sequence_peer(problem: Problem, python: Path, peer: str, weights: list[floa
     plans = []
     for k in parts:
         bounds = answer["bounds"][str(k)] if "bounds" in answer else balance_to_bounds(answer["balance"][str(k)])
-        plans += [sequence_plan(problem, bounds, n_dev // k, mb) for mb in problem.settings.micro_batches]
+        plans += [sequence_plan(problem, bounds, n_dev // k, mb) for mb in problem.micro_batch_candidates]
     return _best(problem, plans), took
 
 
@@ -117,7 +117,7 @@ def peer_rows(problem: Problem, setting: Setting, graph_path: Path, python: Path
             "peer": "pipedream", "repo": str(repo), "profile": str(graph_path), "machines": [setting.gpus, setting.nodes],
             "bandwidths_Bps": [setting.intra_GBps * 1e9, setting.inter_GBps * 1e9],
             "memory_bytes": setting.memory_gib * 2**30})
-        plans = [pipedream_plan(problem, answer, mb) for mb in problem.settings.micro_batches]
+        plans = [pipedream_plan(problem, answer, mb) for mb in problem.micro_batch_candidates]
         rows.append(("PipeDream optimizer (original)", _best(problem, plans), took))
     peers: list[tuple[str, str, list[float]]] = [
         ("DeepSpeed partition_balanced (parameters)", "deepspeed", g.param_bytes.tolist()),
@@ -171,7 +171,7 @@ def main() -> None:
         for name in args.profiles.split(","):
             path = args.data / "profiles" / name / "graph.txt"
             problem = setting.problem(path)
-            bound = min(lower_bound_s(problem, mb) for mb in problem.settings.micro_batches)
+            bound = min(lower_bound_s(problem, mb) for mb in problem.micro_batch_candidates)
             rows = placer_rows(problem, args.time_limit) + peer_rows(problem, setting, path, python, args.pipedream_repo)
             results[name] = (bound, rows)
             print(f"{setting.name} {name}: " + ", ".join(f"{n} {v:.4f}" for n, v, _ in rows), file=sys.stderr, flush=True)

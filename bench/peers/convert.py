@@ -65,7 +65,7 @@ def pipedream_plan(problem: Problem, answer: dict[str, Any], micro_batches: int)
             if ops:
                 stages.append(Stage(ops, devices))
     return Plan(stages=tuple(stages), micro_batches=micro_batches, schedule=problem.settings.schedule,
-                recompute=problem.settings.recompute, status="feasible")
+                recompute=problem.settings.recomputes, status="feasible")
 
 
 def sequence_plan(problem: Problem, bounds: list[int], replicas: int, micro_batches: int) -> Plan:

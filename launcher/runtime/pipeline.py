@@ -3,8 +3,8 @@
 With R replicas per stage there are R pipelines; pipeline r is replica r of every stage and
 processes slice r of every micro-batch (Parmesan Eq. 3).  Each stage's replicas form one
 data-parallel group whose gradients are averaged by all-reduce after the schedule (docs/formats.md:
-all-reduce at the end of the iteration).  A plan with ``recompute`` checkpoints every stage
-(only its inputs are kept for backward).  The model is re-exported at the slice's row count
+all-reduce at the end of the iteration).  A stage the plan's ``recompute`` names (``true``: every
+stage) is checkpointed (only its inputs are kept for backward).  The model is re-exported at the slice's row count
 when R > 1 (the export has static shapes); the op ids must be the same.
 """
 
@@ -116,7 +116,7 @@ class PipelineRunner:
         self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
                                               ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.module = wrap_stage(inner, self.graph, sliced.module, plan.recompute, ctx.autocast,
+        self.module = wrap_stage(inner, self.graph, sliced.module, plan.recomputes(self.stage_index), ctx.autocast,
                                  ctx.world.torch_device).to(ctx.world.torch_device)
         self.fwd_s = 0.0
         self.module.register_forward_pre_hook(self._start)

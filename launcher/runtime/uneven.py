@@ -101,7 +101,8 @@ class UnevenRunner:
         self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
                                               ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.module = wrap_stage(inner, self.graph, mine.module, plan.recompute, ctx.autocast, ctx.world.torch_device)
+        self.module = wrap_stage(inner, self.graph, mine.module, plan.recomputes(self.stage_index), ctx.autocast,
+                                 ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)
         self.meta = {n.name: n.meta.get("val") for n in mine.module.graph.nodes}
         self.fwd_s = 0.0

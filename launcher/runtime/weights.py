@@ -149,7 +149,7 @@ def materialize(module: fx.GraphModule, targets: Iterable[str], aliases: Mapping
                 full = f"{path}.{attr}" if path else attr
                 name = aliases.get(full, full)
                 if name in loaded and slots[attr] is not loaded[name]:
-                    slots[attr] = loaded[name]  # type: ignore[assignment]
+                    slots[attr] = loaded[name]
     return sum(t.numel() * t.element_size() for t in loaded.values())
 
 

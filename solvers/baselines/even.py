@@ -46,7 +46,7 @@ class EvenSolver:
         else:
             replicas = problem.settings.replicas or 1
             candidates = [(s, replicas, mb) for s in _stage_candidates(problem, replicas)
-                          for mb in problem.settings.micro_batches]
+                          for mb in problem.micro_batch_candidates]
         best: Plan | None = None
         best_key = np.inf
         rejected = 0

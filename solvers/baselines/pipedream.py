@@ -101,7 +101,7 @@ def _flat_costs(problem: Problem, chain: LayerChain, n_stages: int, replicas: in
     acts = ca[None, 1:] - ca[:-1, None]
     working = np.array([np.maximum.accumulate(np.r_[np.zeros(i), chain.working_bytes[i:]]) for i in range(n)])
     inputs = np.repeat(np.r_[0.0, chain.cut_bytes[:-1]][:, None], n, axis=1)  # bytes entering at layer i
-    kept = inputs if problem.settings.recompute else acts
+    kept = inputs if problem.settings.recomputes else acts
     stage_cost, cut_cost = [], []
     for s in range(n_stages):
         b_ar = _ring_min_bw(problem, place[s].tolist())
@@ -177,7 +177,7 @@ def _place_groups(problem: Problem, groups: list[Group] | list[StateGroup], unit
             ops = sorted(stage_ops[len(stages)], key=lambda v: int(position[v]))
             stages.append(Stage(tuple(g.nodes[v].id for v in ops), tuple(devices)))
     return Plan(stages=tuple(s for s in stages if s.ops), micro_batches=micro_batches,
-                schedule=problem.settings.schedule, recompute=problem.settings.recompute, status="feasible")
+                schedule=problem.settings.schedule, recompute=problem.settings.recomputes, status="feasible")
 
 
 def pipedream_work_s(problem: Problem) -> FloatArray:
@@ -255,7 +255,7 @@ class PipeDreamSolver:
         """The pipeline in PipeDream's layout at the best micro-batch count (by the simulator's
         comparison key: the time per sample)."""
         best: tuple[float, float, Plan] | None = None
-        for mb in problem.settings.micro_batches:
+        for mb in problem.micro_batch_candidates:
             plan = _place_groups(problem, groups, units, stage_ops, mb)
             (key, _), value = simulated_scores(problem, plan)
             if np.isfinite(key) and (best is None or key < best[0]):
@@ -264,7 +264,7 @@ class PipeDreamSolver:
 
     def _flat(self, problem: Problem, options: PipeDreamOptions, chain: LayerChain, budget: Budget,
               progress: ProgressCallback) -> Plan:
-        cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.settings.micro_batches]
+        cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.micro_batch_candidates]
         best: tuple[float, IntArray, int, int, int, float] | None = None
         incumbent_s = np.inf
         skipped = 0

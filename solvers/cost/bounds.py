@@ -40,8 +40,8 @@ def lower_bound_s(problem: Problem, micro_batches: int | None = None, *, recompu
     """
     throughput = problem.objective == "throughput"
     if micro_batches is None:
-        micro_batches = problem.settings.micro_batches[0] if throughput else 1
-    recompute = problem.settings.recompute if recompute is None else recompute
+        micro_batches = problem.micro_batch_candidates[0] if throughput else 1
+    recompute = problem.settings.recomputes if recompute is None else recompute
     training = problem.training
     if compute is None:
         compute = ComputeModel(problem.graph, problem.topology)

@@ -64,7 +64,7 @@ def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flig
     """Peak bytes on each device of a pipeline stage holding ``ops`` (see module doc)."""
     g = problem.graph
     s = problem.settings
-    recompute = s.recompute if recompute is None else recompute
+    recompute = s.recomputes if recompute is None else recompute
     params = float(g.param_bytes[ops].sum()) * (1.0 + s.optimizer_bytes_per_param_byte)
     kept = boundary_input_bytes if recompute else float(g.act_bytes[ops].sum())
     return params + (in_flight * kept + _working_bytes(problem, ops)) / n_replicas
@@ -88,7 +88,7 @@ def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
     copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * (1.0 + problem.settings.optimizer_bytes_per_param_byte)
     return [stage_memory_bytes(problem, ops, len(devs),
                                in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches),
-                               float(inputs[s]), plan.recompute) + float(copies[s])
+                               float(inputs[s]), rp.recompute[s]) + float(copies[s])
             for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True))]
 
 

@@ -169,7 +169,7 @@ class ExactSolver:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
                                *space.notes))
-        if len(set(problem.settings.micro_batches)) > 1 and best.stats.get("simulator_lower_bound_s") is not None:
+        if len(set(problem.micro_batch_candidates)) > 1 and best.stats.get("simulator_lower_bound_s") is not None:
             best.stats["simulator_lower_bound_s"] = _all_candidates_bound_s(problem, best.plan)
         status, notes, proven = _verdict(best, over_budget, len(configs), space.notes)
         return best.plan.with_(status=status, claimed_objective_s=best.objective_s, stats={**stats, **proven},
@@ -180,7 +180,7 @@ class ExactSolver:
                 n_stages: int, replicas: int, budget: Budget, best: _Best) -> int | str:
         """Solve one (S, R) for every micro-batch count; the pairs built, or why it fell back."""
         capacity = stage_capacities_bytes(problem, n_stages)
-        mbs = problem.settings.micro_batches
+        mbs = problem.micro_batch_candidates
         warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]
         upper = max(w[1] for w in warm)
         results: list[DPResult | None] = [None] * len(mbs)
@@ -282,7 +282,8 @@ def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     """A bound that holds for a plan of any candidate micro-batch count, in ``plan``'s iteration
     units: the least time-per-sample bound over the candidates times ``plan``'s samples (a bound
     for one count is no bound for another; docs/simulator.md, "Comparison key")."""
-    per_sample = min(lower_bound_s(problem, m, recompute=plan.recompute) / m for m in set(problem.settings.micro_batches))
+    per_sample = min(lower_bound_s(problem, m, recompute=plan.recompute is True) / m
+                     for m in set(problem.micro_batch_candidates))
     return per_sample * plan.micro_batches
 
 

@@ -75,7 +75,7 @@ def stage_model(problem: Problem) -> StageModel:
         f = compute.fwd_s(d)
         w = f.copy()
         if problem.training:
-            w = w + compute.bwd_s(d) + (f if problem.settings.recompute else 0.0)
+            w = w + compute.bwd_s(d) + (f if problem.settings.recomputes else 0.0)
         work = np.minimum(work, w)
     off = ~np.eye(topo.n_devices, dtype=bool)
     bw = float(topo.bandwidth_Bps[off].max()) if off.any() else float("inf")
@@ -89,7 +89,7 @@ def stage_model(problem: Problem) -> StageModel:
         working_bytes=np.asarray(np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes), dtype=np.float64),
         src=np.asarray(g.edge_src[order], dtype=np.int64), dst=np.asarray(g.edge_dst[order], dtype=np.int64),
         edge_bytes=np.asarray(g.edge_bytes[order], dtype=np.float64),
-        bandwidth_Bps=bw, latency_s=lat, training=problem.training, recompute=problem.settings.recompute)
+        bandwidth_Bps=bw, latency_s=lat, training=problem.training, recompute=problem.settings.recomputes)
 
 
 def stage_capacities_bytes(problem: Problem, n_stages: int) -> FloatArray:

@@ -54,9 +54,14 @@ def _coerce(value: Any, kind: type, name: str, where: str) -> Any:
 
 
 def parameter_types(func: Callable[..., Any]) -> dict[str, tuple[type, Any]]:
-    """Parameter name -> (annotated type, default) of a generator."""
+    """Parameter name -> (annotated type, default) of a generator (``float | None`` reads as float)."""
     hints = typing.get_type_hints(func)
-    return {name: (hints[name], p.default) for name, p in inspect.signature(func).parameters.items()}
+    return {name: (_unwrap_optional(hints[name]), p.default) for name, p in inspect.signature(func).parameters.items()}
+
+
+def _unwrap_optional(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and type(None) in typing.get_args(hint) else hint  # type: ignore[no-any-return]
 
 
 def coerce_params(func: Callable[..., Any], params: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -68,7 +73,8 @@ def coerce_params(func: Callable[..., Any], params: Mapping[str, Any], where: st
         if key not in types:
             raise InvalidInput(f"{where}: unknown parameter {name!r} (valid: {', '.join(sorted(types))})",
                                field=name, ref=name)
-        checked[key] = _coerce(value, types[key][0], key, where)
+        kind, default = types[key]
+        checked[key] = None if value is None and default is None else _coerce(value, kind, key, where)
         if key == "seed" and not 0 <= checked[key] <= MAX_SEED:
             raise InvalidInput(f"{where}: parameter 'seed' must be between 0 and {MAX_SEED}, got {checked[key]!r}",
                                field=name, ref=name)

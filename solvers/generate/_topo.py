@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from solvers.generate.devices import GiB
+from solvers.generate.devices import GiB, device_spec
 from solvers.model.topology import Device, Topology
 
 FloatMatrix = npt.NDArray[np.float64]
@@ -17,6 +17,17 @@ FloatMatrix = npt.NDArray[np.float64]
 def gpus(hosts: Sequence[str], kind: str, memory_gib: float, speed: float) -> list[Device]:
     """Devices ``gpu0, gpu1, ...``; ``hosts[i]`` is the host of device ``i``."""
     return [Device(f"gpu{i}", kind, host, float(memory_gib * GiB), float(speed)) for i, host in enumerate(hosts)]
+
+
+DEFAULT_DEVICE = "H100"
+"""The device kind of the general-purpose topology generators (``hierarchical``, the grids): current
+hardware, 80 GiB.  Older kinds stay available by name (``device="TitanV"``, docs/generators.md)."""
+
+
+def device_memory_gib(device: str, memory_gib: float | None) -> float:
+    """``memory_gib`` as given, or (``None``) the datasheet memory of ``device`` (an unknown kind is
+    refused with the list of known ones)."""
+    return memory_gib if memory_gib is not None else device_spec(device).memory_bytes / GiB
 
 
 def block_hosts(sizes: Sequence[int]) -> list[str]:

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.generate._params import device_count, positive
-from solvers.generate._topo import gpus, matrix_topology
+from solvers.generate._topo import DEFAULT_DEVICE, device_memory_gib, gpus, matrix_topology
 from solvers.generate.devices import GB
 from solvers.model.topology import Topology
 
@@ -46,8 +46,9 @@ def hop_matrix(shape: tuple[int, ...], torus: bool) -> npt.NDArray[np.int64]:
 
 
 def _grid(kind: str, shape: tuple[int, ...], torus: bool, hop_latency_s: float, device: str,
-          memory_gib: float, speed: float) -> Topology:
+          memory_gib: float | None, speed: float) -> Topology:
     device_count({f"n{axis}": n for axis, n in zip("xyz", shape, strict=False)})
+    memory_gib = device_memory_gib(device, memory_gib)
     positive(hop_latency_s, "hop_latency_s", allow_zero=True)
     positive(memory_gib, "memory_gib")
     positive(speed, "speed")
@@ -59,25 +60,25 @@ def _grid(kind: str, shape: tuple[int, ...], torus: bool, hop_latency_s: float, 
                            {"generator": kind, "source": "Parmesan App. D-B, Table IX"})
 
 
-def mesh2d(*, nx: int = 4, ny: int = 4, hop_latency_s: float = 1e-6, device: str = "V100",
-           memory_gib: float = 32.0, speed: float = 1.0) -> Topology:
+def mesh2d(*, nx: int = 4, ny: int = 4, hop_latency_s: float = 1e-6, device: str = DEFAULT_DEVICE,
+           memory_gib: float | None = None, speed: float = 1.0) -> Topology:
     """nx x ny mesh; pair bandwidth from the Manhattan hop count (Parmesan Table IX)."""
     return _grid("mesh2d", (nx, ny), False, hop_latency_s, device, memory_gib, speed)
 
 
-def torus2d(*, nx: int = 4, ny: int = 4, hop_latency_s: float = 1e-6, device: str = "V100",
-            memory_gib: float = 32.0, speed: float = 1.0) -> Topology:
+def torus2d(*, nx: int = 4, ny: int = 4, hop_latency_s: float = 1e-6, device: str = DEFAULT_DEVICE,
+            memory_gib: float | None = None, speed: float = 1.0) -> Topology:
     """nx x ny torus; pair bandwidth from the wrap-around hop count (Parmesan Table IX)."""
     return _grid("torus2d", (nx, ny), True, hop_latency_s, device, memory_gib, speed)
 
 
-def mesh3d(*, nx: int = 4, ny: int = 4, nz: int = 2, hop_latency_s: float = 1e-6, device: str = "V100",
-           memory_gib: float = 32.0, speed: float = 1.0) -> Topology:
+def mesh3d(*, nx: int = 4, ny: int = 4, nz: int = 2, hop_latency_s: float = 1e-6, device: str = DEFAULT_DEVICE,
+           memory_gib: float | None = None, speed: float = 1.0) -> Topology:
     """nx x ny x nz mesh; pair bandwidth from the Manhattan hop count (Parmesan Table IX)."""
     return _grid("mesh3d", (nx, ny, nz), False, hop_latency_s, device, memory_gib, speed)
 
 
-def torus3d(*, nx: int = 4, ny: int = 4, nz: int = 2, hop_latency_s: float = 1e-6, device: str = "V100",
-            memory_gib: float = 32.0, speed: float = 1.0) -> Topology:
+def torus3d(*, nx: int = 4, ny: int = 4, nz: int = 2, hop_latency_s: float = 1e-6, device: str = DEFAULT_DEVICE,
+            memory_gib: float | None = None, speed: float = 1.0) -> Topology:
     """nx x ny x nz torus; pair bandwidth from the wrap-around hop count (Parmesan Table IX)."""
     return _grid("torus3d", (nx, ny, nz), True, hop_latency_s, device, memory_gib, speed)

@@ -11,17 +11,30 @@ from __future__ import annotations
 import numpy as np
 
 from solvers.generate._params import device_count, one_of, positive
-from solvers.generate._topo import block_hosts, gpus, host_blocks, matrix_topology, two_level
+from solvers.generate._topo import (
+    DEFAULT_DEVICE,
+    block_hosts,
+    device_memory_gib,
+    gpus,
+    host_blocks,
+    matrix_topology,
+    two_level,
+)
 from solvers.generate.devices import GB, GiB, device_spec, relative_speed
 from solvers.model.topology import Device, Topology
 
 
 def hierarchical(*, nodes: int = 4, gpus_per_node: int = 4, intra_bandwidth_GBps: float = 11.0,
                  inter_bandwidth_GBps: float = 1.1, intra_latency_s: float = 5e-6,
-                 inter_latency_s: float = 5e-5, device: str = "TitanV", memory_gib: float = 12.0,
+                 inter_latency_s: float = 5e-5, device: str = DEFAULT_DEVICE, memory_gib: float | None = None,
                  speed: float = 1.0) -> Topology:
-    """Two-level hierarchy: nodes x GPUs, one intra-node and one inter-node bandwidth (Parmesan App. D-B)."""
+    """Two-level hierarchy: nodes x GPUs, one intra-node and one inter-node bandwidth (Parmesan App. D-B).
+
+    ``memory_gib``: ``None`` gives the datasheet memory of ``device`` (H100: 80 GiB; the paper's
+    testbed was ``device="TitanV"``, 12 GiB).
+    """
     device_count({"nodes": nodes, "gpus_per_node": gpus_per_node})
+    memory_gib = device_memory_gib(device, memory_gib)
     for name, value in (("intra_bandwidth_GBps", intra_bandwidth_GBps), ("inter_bandwidth_GBps", inter_bandwidth_GBps),
                         ("memory_gib", memory_gib), ("speed", speed)):
         positive(value, name)

@@ -90,7 +90,7 @@ def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batc
               tuple(topo.devices[int(d)].id for d in place[s]))
         for s in range(n_stages))
     return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
-                recompute=problem.settings.recompute, status="feasible")
+                recompute=problem.settings.recomputes, status="feasible")
 
 
 def simulated_s(problem: Problem, plan: Plan) -> float:

@@ -89,7 +89,7 @@ def pipeline_model(problem: Problem, stage_of: IntArray, n_stages: int, replicas
     fwd, bwd = ComputeModel(g, problem.topology).fastest_fwd_bwd_s()
     f = np.bincount(stage_of, weights=fwd, minlength=n_stages).astype(np.float64) / replicas
     b = np.bincount(stage_of, weights=bwd, minlength=n_stages).astype(np.float64) / replicas
-    if problem.settings.recompute:
+    if problem.settings.recomputes:
         b = b + f
     traffic = sorted(group_traffic_bytes(g, stage_of).items())
     params = np.bincount(stage_of, weights=g.param_bytes, minlength=n_stages).astype(np.float64)

@@ -43,14 +43,22 @@ class Stage:
         return {"ops": list(self.ops), "devices": list(self.devices)}
 
 
+Recompute = bool | tuple[int, ...]
+"""A plan's recomputation: ``True`` in every stage, ``False`` in none, or the sorted indices of
+the stages that recompute their activations (docs/formats.md)."""
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A placement plus what the solver and the simulator said about it."""
+    """A placement plus what the solver and the simulator said about it.
+
+    ``recompute``: see :data:`Recompute`; :meth:`recomputes` answers for one stage.
+    """
 
     stages: tuple[Stage, ...]
     micro_batches: int = 1
     schedule: str = "1f1b"
-    recompute: bool = False
+    recompute: Recompute = False
     solver: str = "user"
     solver_version: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -79,12 +87,17 @@ class Plan:
     def with_(self, **changes: Any) -> Plan:
         return replace(self, **changes)
 
+    def recomputes(self, stage: int) -> bool:
+        """Whether stage ``stage`` recomputes its activations in the backward pass."""
+        return self.recompute if isinstance(self.recompute, bool) else stage in self.recompute
+
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "format": PLAN_FORMAT, "solver": self.solver, "solver_version": self.solver_version,
             "options": dict(self.options), "status": self.status,
             "stages": [s.to_dict() for s in self.stages], "micro_batches": self.micro_batches,
-            "schedule": self.schedule, "recompute": self.recompute, "stats": dict(self.stats),
+            "schedule": self.schedule, "stats": dict(self.stats),
+            "recompute": self.recompute if isinstance(self.recompute, bool) else list(self.recompute),
         }
         for key in ("objective", "graph_digest", "topology_digest", "problem_digest",
                     "claimed_objective_s", "lower_bound_s", "solve_time_s"):
@@ -162,7 +175,7 @@ def plan_from_document(doc: Any) -> Plan:
         stages=tuple(stages),
         micro_batches=check.integer(doc.get("micro_batches", 1), "micro_batches", InvalidPlan, minimum=1),
         schedule=schedule,
-        recompute=check.boolean(doc.get("recompute", False), "recompute", InvalidPlan),
+        recompute=_recompute(doc.get("recompute", False)),
         solver=check.string(doc.get("solver", "user"), "solver", InvalidPlan),
         solver_version=str(doc.get("solver_version", "")),
         options=dict(check.mapping(doc.get("options", {}), "options", InvalidPlan)),
@@ -194,6 +207,19 @@ def _warnings(value: Any) -> tuple[dict[str, str], ...]:
     return tuple(out)
 
 
+def _recompute(value: Any) -> Recompute:
+    """``true``, ``false`` or a list of distinct stage indices (returned sorted)."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, list):
+        raise InvalidPlan(f"recompute: must be true, false or a list of stage indices, got {value!r}",
+                          field="recompute")
+    stages = [check.integer(k, f"recompute[{i}]", InvalidPlan) for i, k in enumerate(value)]
+    if len(set(stages)) != len(stages):
+        raise InvalidPlan("recompute: a stage index is listed twice", field="recompute")
+    return tuple(sorted(stages))
+
+
 def _choice(value: Any, allowed: tuple[str, ...], key: str) -> str | None:
     if value is None:
         return None
@@ -208,7 +234,8 @@ class ResolvedPlan:
 
     ``stage_of[v]`` = stage of op ``v``; ``stage_ops[s]`` = op positions of stage ``s`` in
     topological order; ``stage_devices[s]`` = device positions of its replicas;
-    ``order[d]`` = op positions in the order device ``d`` runs them (``None``: simulator's rule).
+    ``order[d]`` = op positions in the order device ``d`` runs them (``None``: simulator's rule);
+    ``recompute[s]`` = whether stage ``s`` recomputes its activations.
     """
 
     plan: Plan
@@ -216,6 +243,7 @@ class ResolvedPlan:
     stage_ops: list[IntArray]
     stage_devices: list[list[int]]
     order: dict[int, list[int]] | None
+    recompute: tuple[bool, ...]
 
     @property
     def n_stages(self) -> int:
@@ -282,7 +310,12 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
     stage_ops = [np.flatnonzero(stage_of == s) for s in range(len(plan.stages))]
     stage_ops = [ops[np.argsort(pos[ops], kind="stable")] for ops in stage_ops]
     order = _resolve_order(problem, plan, stage_of, stage_devices)
-    return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order)
+    if not isinstance(plan.recompute, bool) and any(not 0 <= k < len(plan.stages) for k in plan.recompute):
+        k = next(k for k in plan.recompute if not 0 <= k < len(plan.stages))
+        raise InvalidPlan(f"recompute: stage {k} does not exist (the plan has {len(plan.stages)} stages)",
+                          field="recompute")
+    recompute = tuple(plan.recomputes(s) for s in range(len(plan.stages)))
+    return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order, recompute)
 
 
 def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,

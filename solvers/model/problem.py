@@ -19,7 +19,6 @@ from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
 from solvers.model.scaling import graph_at_batch
 from solvers.model.settings import (
-    DEFAULT_MICRO_BATCHES,
     OBJECTIVES,
     PASSES,
     SCHEDULES,
@@ -27,6 +26,7 @@ from solvers.model.settings import (
     Pass,
     ProblemSettings,
     Schedule,
+    searched_micro_batches,
     settings_from_dict,
 )
 from solvers.model.topology import Topology
@@ -34,7 +34,7 @@ from solvers.model.topology import Topology
 PROBLEM_FORMAT = "placer.problem/v1"
 
 __all__ = [
-    "DEFAULT_MICRO_BATCHES", "OBJECTIVES", "PASSES", "PROBLEM_FORMAT", "SCHEDULES", "Objective", "Pass", "Problem",
+    "OBJECTIVES", "PASSES", "PROBLEM_FORMAT", "SCHEDULES", "Objective", "Pass", "Problem",
     "ProblemSettings", "Schedule", "check_settings_fit", "problem_from_spec", "settings_from_dict",
 ]
 
@@ -91,6 +91,14 @@ class Problem:
     def _per_micro_batches(self) -> dict[int, Problem]:
         """:meth:`at_micro_batches`' problems, built once per count."""
         return {}
+
+    @property
+    def micro_batch_candidates(self) -> tuple[int, ...]:
+        """The micro-batch counts a throughput solver chooses among: ``settings.micro_batches``
+        exactly as given, or (unset) :func:`~solvers.model.settings.searched_micro_batches` of
+        the topology's device count."""
+        given = self.settings.micro_batches
+        return given if given is not None else searched_micro_batches(self.topology.n_devices)
 
     @property
     def training(self) -> bool:

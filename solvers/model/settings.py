@@ -34,7 +34,6 @@ OBJECTIVES: tuple[str, ...] = ("throughput", "latency")
 SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
 PASSES: tuple[str, ...] = ("forward", "training")
 
-DEFAULT_MICRO_BATCHES = 4
 MAX_DEFAULT_MICRO_BATCHES = 64  # global_batch without micro_batches: candidates up to this count
 
 
@@ -46,6 +45,25 @@ def global_batch_candidates(global_batch: int) -> tuple[int, ...]:
            if m <= MAX_DEFAULT_MICRO_BATCHES and global_batch % m == 0]
     if global_batch <= MAX_DEFAULT_MICRO_BATCHES and global_batch not in out:
         out.append(global_batch)
+    return tuple(out)
+
+
+MIN_SEARCHED_MICRO_BATCHES = 4  # the searched candidates always reach at least this count
+
+
+def searched_micro_batches(n_devices: int) -> tuple[int, ...]:
+    """The micro-batch counts searched when ``micro_batches`` is unset (docs/formats.md).
+
+    Powers of two from 1 to twice the device count rounded up to a power of two (at least
+    :data:`MIN_SEARCHED_MICRO_BATCHES`): 1F1B keeps at most ``S - s`` micro-batches in flight,
+    so counts beyond ``2 D >= 2 S`` add to the global batch but barely shrink the pipeline
+    bubble ``(S - 1) / (MB + S - 1)``; 1 and 2 keep the activations of GPipe and of deep
+    pipelines small when memory is short.  ``D = 32`` gives 1, 2, 4, ..., 64 (seven counts).
+    """
+    top = max(MIN_SEARCHED_MICRO_BATCHES, 2 * max(1, n_devices))
+    out = [1]
+    while out[-1] < top:
+        out.append(2 * out[-1])
     return tuple(out)
 
 
@@ -117,10 +135,14 @@ class ProblemSettings(BaseModel):
     """Problem settings.  Every field has a documented default (docs/formats.md).
 
     ``micro_batches``: candidate micro-batch counts per iteration (throughput; a solver picks
-    one, the first is the default).  ``global_batch``: samples per iteration (throughput; null:
-    ``micro_batches`` × the graph's ``profiled_batch_size``); every candidate must divide it,
-    and without ``micro_batches`` the candidates are :func:`global_batch_candidates`.  ``stages`` / ``replicas``: fix S and R, or ``None`` to let
-    the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
+    one); ``None`` (unset): the solvers search :func:`searched_micro_batches` of the topology,
+    read through :attr:`~solvers.model.problem.Problem.micro_batch_candidates`.
+    ``global_batch``: samples per iteration (throughput; null: ``micro_batches`` × the graph's
+    ``profiled_batch_size``); every candidate must divide it, and without ``micro_batches`` the
+    candidates are :func:`global_batch_candidates`.
+    ``recompute``: ``True`` recomputes activations in every stage, ``False`` in none, ``None``
+    (unset) in exactly the stages whose memory requires it (:func:`solvers.solving.solve`).
+    ``stages`` / ``replicas``: fix S and R, or ``None`` to let the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
     ``stage_memory_caps_bytes``: stage index -> cap per device of that stage.
     ``memory_headroom``: fraction of every device's memory kept free.  In JSON, ``pass_`` is
     spelled ``pass``.
@@ -128,8 +150,9 @@ class ProblemSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, title="ProblemSettings")
 
-    micro_batches: MicroBatches = Field(
-        (DEFAULT_MICRO_BATCHES,), description="Candidate micro-batch counts per iteration (the first is the default).")
+    micro_batches: MicroBatches | None = Field(
+        None, description="Candidate micro-batch counts per iteration (a solver picks one; null: powers of two "
+                          "from 1 to twice the device count, at least 4, are searched).")
     global_batch: Count | None = Field(
         None, description=("Samples per iteration (throughput). Each candidate micro-batch count must divide it; "
                            "the graph is scaled to global_batch / micro_batches samples per micro-batch and the "
@@ -138,7 +161,9 @@ class ProblemSettings(BaseModel):
     schedule: Schedule = Field("1f1b", description="Pipeline schedule of a throughput plan.")
     pass_: Pass = Field("forward", alias="pass",
                         description="Latency objective: inference (forward) or forward + backward (training).")
-    recompute: Flag = Field(False, description="Activation recomputation (keep only stage-boundary inputs).")
+    recompute: Flag | None = Field(
+        None, description="Activation recomputation, keeping only stage-boundary inputs: true in every stage, "
+                          "false in none (null: in exactly the stages whose memory requires it).")
     optimizer_bytes_per_param_byte: NonNegative = Field(
         3.0, description="Gradient + optimizer state bytes per parameter byte (3: Adam moments + gradient).")
     memory_headroom: Fraction = Field(
@@ -179,6 +204,12 @@ class ProblemSettings(BaseModel):
                 raise ValueError(f"{batch} samples do not split into {wrong[0]} equal micro-batches "
                                  f"(micro_batches {list(candidates)}: each must divide global_batch)")
         return batch
+
+    @property
+    def recomputes(self) -> bool:
+        """Recomputation in every stage: ``recompute`` is true.  Unset reads as false here (a solver
+        called on its own); :func:`solvers.solving.solve` decides it per stage first."""
+        return self.recompute is True
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical JSON form (``pass`` spelled as in JSON, keys of mappings sorted)."""

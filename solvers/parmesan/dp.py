@@ -158,7 +158,7 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
     nonempty = np.flatnonzero(np.diff(tr.start) > 0)
     seg_start = tr.start[nonempty]
     seg_len = np.diff(tr.start)[nonempty]
-    candidates = StageBytes(tr.param_bytes, tr.input_bytes if problem.settings.recompute else tr.act_bytes,
+    candidates = StageBytes(tr.param_bytes, tr.input_bytes if problem.settings.recomputes else tr.act_bytes,
                             tr.working_bytes)
     t_prev = np.full(n, np.inf)
     t_prev[0] = 0.0

@@ -197,7 +197,7 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
             continue  # the same hyper-operator graph gives the same candidates (e.g. no traffic)
         clusterings.append((alpha, cg.cluster_of))
         for n_stages, replicas in sr_candidates(problem, cg.k):
-            for mb, with_ar in ((m, a) for m in problem.settings.micro_batches for a in allreduce_variants):
+            for mb, with_ar in ((m, a) for m in problem.micro_batch_candidates for a in allreduce_variants):
                 if best is not None and budget.expired():
                     break
                 if with_ar and replicas == 1 and len(allreduce_variants) > 1:

@@ -52,7 +52,7 @@ def reference_costs(problem: Problem) -> ReferenceCosts:
     work = np.zeros(g.n_ops)
     for d in range(topo.n_devices):
         fwd = compute.fwd_s(d)
-        work = np.maximum(work, fwd * (2.0 if problem.settings.recompute else 1.0) + compute.bwd_s(d))
+        work = np.maximum(work, fwd * (2.0 if problem.settings.recomputes else 1.0) + compute.bwd_s(d))
     n = topo.n_devices
     if n > 1:
         bw_off = np.where(np.eye(n, dtype=bool), 0.0, topo.bandwidth_Bps)
@@ -92,7 +92,7 @@ def stage_capacity_bytes(problem: Problem, stage: int) -> float:
 class StageBytes(NamedTuple):
     """The bytes of candidate stages, one entry each: their parameters, what each micro-batch in
     flight keeps (the boundary input with recompute, Eq. 14, or the activation sum without, as the
-    caller chooses from ``problem.settings.recompute``) and their working memory."""
+    caller chooses from ``problem.settings.recomputes``) and their working memory."""
 
     param: FloatArray
     kept: FloatArray

@@ -74,4 +74,4 @@ def even_plan(problem: Problem, n_stages: int, replicas: int, micro_batches: int
         for s, (a, b) in enumerate(chunks)
     )
     return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
-                recompute=problem.settings.recompute, status="feasible")
+                recompute=problem.settings.recomputes, status="feasible")

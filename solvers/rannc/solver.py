@@ -44,7 +44,7 @@ def micro_batch_candidates(problem: Problem, options: RanncOptions) -> list[int]
     """Micro-batch counts Algorithm 2 tries (the problem's when it fixes the global batch: the
     graph is scaled per count, docs/formats.md)."""
     if options.micro_batches == "problem" or problem.settings.global_batch is not None:
-        return sorted(set(problem.settings.micro_batches))
+        return sorted(set(problem.micro_batch_candidates))
     out, mb = [], 1
     while mb <= options.max_micro_batches:
         out.append(mb)
@@ -72,7 +72,7 @@ class RanncSolver:
                      constant_ops=int(atoms.constant.sum()), atomic_s=round(time.perf_counter() - started, 4))
         progress(ProgressEvent(0.05, message=f"{atoms.n_atomic} atomic subcomponents"))
         auto = options.recompute == "auto"
-        blocks = partition_blocks(problem, atoms, options.blocks, recompute_possible=auto or problem.settings.recompute,
+        blocks = partition_blocks(problem, atoms, options.blocks, recompute_possible=auto or problem.settings.recomputes,
                                   refine=options.uncoarsen, budget=budget.sub(0.5))
         blocks_done = time.perf_counter()
         stats.update(blocks=blocks.k, coarsening_levels=blocks.levels, coarsened_groups=blocks.coarsened_groups,
@@ -80,7 +80,7 @@ class RanncSolver:
         progress(ProgressEvent(0.2, message=f"{blocks.k} blocks"))
 
         def recompute_for(n_stages: int) -> bool:
-            return n_stages > 1 if auto else problem.settings.recompute
+            return n_stages > 1 if auto else problem.settings.recomputes
 
         profilers: dict[bool, StageProfiler] = {
             flag: self.profiler or CostModelProfiler(problem, flag) for flag in (False, True)}

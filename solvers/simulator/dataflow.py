@@ -50,8 +50,8 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     group = rp.stage_of.tolist()
     devs = rp.stage_devices
     fwd, bwd = group_op_times(rp, compute, n)
-    if rp.plan.recompute:
-        bwd = [b + f for f, b in zip(fwd, bwd, strict=True)]
+    if any(rp.recompute):
+        bwd = [b + f if rp.recompute[s] else b for f, b, s in zip(fwd, bwd, group, strict=True)]
     src, dst, size = g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist()
     local: list[list[int]] = [[] for _ in range(passes * n)]
     messages: list[list[tuple[Transfers, list[int]]]] = [[] for _ in range(passes * n)]

@@ -23,11 +23,11 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
     """
     topo = problem.topology
     out = []
-    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
+    for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
         f = float(compute.group_fwd_s(devs)[ops].sum())
         t = f
         if problem.training:
-            t += float(compute.group_bwd_s(devs)[ops].sum()) + (f if rp.plan.recompute else 0.0)
+            t += float(compute.group_bwd_s(devs)[ops].sum()) + (f if again else 0.0)
         out.append(t)
     for (a, b), size in group_traffic_bytes(problem.graph, rp.stage_of).items():
         out[a] += group_transfer_s(topo, rp.stage_devices[a], rp.stage_devices[b], size)
@@ -39,13 +39,13 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
 def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
     """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch)."""
     out: dict[str, float] = {}
-    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
+    for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
         r = len(devs)
         for d in devs:
             f = float(compute.fwd_s(d)[ops].sum())
             t = f
             if problem.training:
-                t += float(compute.bwd_s(d)[ops].sum()) + (f if rp.plan.recompute else 0.0)
+                t += float(compute.bwd_s(d)[ops].sum()) + (f if again else 0.0)
             out[problem.topology.devices[d].id] = micro_batches * t / r
     return out
 
@@ -69,7 +69,8 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
     busy = busy_s(problem, rp, compute, mb)
     used = len(busy)
     bubble = 1.0 - sum(busy.values()) / (used * iteration_s) if iteration_s > 0 and used else 0.0
-    bound = lower_bound_s(problem, mb, recompute=plan.recompute, compute=compute)
+    # recomputation adds work, so the bound counts it only when every stage recomputes
+    bound = lower_bound_s(problem, mb, recompute=all(rp.recompute), compute=compute)
     ids = [d.id for d in problem.topology.devices]
     samples = mb * problem.graph.profiled_batch_size
     return {

@@ -178,7 +178,7 @@ def _stage_of(problem: Problem, schedule: PipelineSchedule, stage_ops: StageOps,
 
 def _recompute_flags(problem: Problem, recompute: bool | Sequence[bool] | None, n: int) -> list[bool]:
     if recompute is None:
-        recompute = problem.settings.recompute
+        recompute = problem.settings.recomputes  # unset reads as false (a plan says where)
     if isinstance(recompute, bool):
         return [recompute] * n
     flags = [bool(x) for x in recompute]
@@ -334,5 +334,6 @@ def simulate_plan_schedule(problem: Problem, plan: Plan | ResolvedPlan, schedule
     if schedule.virtual_stages != 1:
         raise InvalidPlan(f"schedule: a plan's stages are one per rank; {schedule.name!r} here runs "
                           f"{schedule.virtual_stages} per rank", field="schedule")
-    return simulate_schedule(problem, schedule, rp.stage_ops, rp.stage_devices, recompute=rp.plan.recompute,
+    recompute = [rp.plan.recomputes(j) for j in range(len(rp.stage_ops))]
+    return simulate_schedule(problem, schedule, rp.stage_ops, rp.stage_devices, recompute=recompute,
                              allreduce=allreduce, timeline=timeline)

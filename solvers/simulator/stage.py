@@ -47,11 +47,11 @@ def _pipeline(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channel
               micro_batches: int, allreduce: bool) -> _Pipeline:
     n_stages = rp.n_stages
     fwd, bwd, ar = [], [], []
-    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
+    for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
         f = float(compute.group_fwd_s(devs)[ops].sum())
         b = float(compute.group_bwd_s(devs)[ops].sum())
         fwd.append(f)
-        bwd.append(b + f if rp.plan.recompute else b)
+        bwd.append(b + f if again else b)
         params = float(problem.graph.param_bytes[ops].sum())
         ar.append(allreduce_s(problem.topology, devs, params) if allreduce else 0.0)
         if allreduce:

@@ -48,12 +48,12 @@ def _unit_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, 
     block = micro_batches * n
     fwd_op, bwd_op = group_op_times(rp, compute, problem.graph.n_ops)
     fwd_unit, bwd_unit = [], []
-    for ops in rp.stage_ops:  # ops back to back: forward in topological order, backward reversed
+    for ops, again in zip(rp.stage_ops, rp.recompute, strict=True):  # forward in topological order, backward reversed
         f = b = 0.0
         for v in ops.tolist():
             f += fwd_op[v]
         for v in reversed(ops.tolist()):
-            b += bwd_op[v] + (fwd_op[v] if rp.plan.recompute else 0.0)
+            b += bwd_op[v] + (fwd_op[v] if again else 0.0)
         fwd_unit.append(f)
         bwd_unit.append(b)
     local = [[block] for _ in range(n)] + [[] for _ in range(n)]  # F(s, m) -> B(s, m)

@@ -91,7 +91,7 @@ def test_problem_flags_are_the_same_locally_and_on_the_server() -> None:
     found = dict(all_commands())
 
     def flags(name: str) -> dict[str, tuple[object, ...]]:
-        return {a.option_strings[-1]: (a.type, a.choices, a.nargs) for a in found[name]._actions
+        return {a.option_strings[0]: (a.type, a.choices, a.nargs) for a in found[name]._actions
                 if a.option_strings and a.option_strings[-1] not in ("--help", "--url", "--api-key", "--json")}
 
     local, job, comparison = flags("placer solve"), flags("placer job submit"), flags("placer comparison submit")

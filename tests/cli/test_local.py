@@ -299,3 +299,16 @@ def test_compare_with_a_run_record_says_what_to_do_next(files: dict[str, Path],
     assert advice(simulated, model)[0].startswith("none:")
     code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan_path), "--compare", str(run_path))
     assert code == 0 and "next: none" in out
+
+
+def test_solve_infeasible_shows_the_memory_it_needs(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = files["dir"] / "tiny.json"
+    assert run(capsys, "topology", "generate", "hierarchical", "--nodes", "1", "--gpus-per-node", "2",
+               "--memory-gib", "0.0001", "-o", str(tiny))[0] == 0
+    plan = files["dir"] / "plan.json"
+    code, out, _ = run(capsys, "solve", "--solver", "even", "--graph", str(files["graph"]), "--topology", str(tiny),
+                       "--no-recompute", "--micro-batches", "2", "-o", str(plan))
+    assert code == 1 and "infeasible" in out
+    assert "memory: any plan without recomputation needs at least" in out and "the 2 devices offer 0.00 GiB" in out
+    doc = json.loads(plan.read_text())
+    assert doc["stats"]["memory_need_total_bytes"] > doc["stats"]["memory_usable_bytes"]

@@ -97,6 +97,18 @@ def test_cnn_parmesan_gpipe_with_recompute_and_user_data(workdir: Path, graphs: 
     check_training_step(torchrun(folder, 2, "--data", data), folder, 2, data)
 
 
+def test_cnn_recompute_in_one_stage_only(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    """A plan recomputing stage 1 only (``recompute: [1]``): stage 1 runs checkpointed, stage 0 not,
+    and the step still equals the single-process one."""
+    graph = graphs("cnn")
+    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
+                 "--no-recompute")
+    doc = json.loads(plan.read_text())
+    plan.write_text(json.dumps({**doc, "recompute": [1]}))
+    folder = bundle(workdir, plan, graph, 2, "cnn-recompute-1")
+    check_training_step(torchrun(folder, 2), folder, 2)
+
+
 def test_bert_heft_latency_training_and_inference(workdir: Path, graphs: Callable[[str], Path]) -> None:
     graph = graphs("bert")
     plan = solve(workdir, graph, "heft", 2, "--objective", "latency", "--pass", "training")

@@ -64,8 +64,8 @@ def infeasible_problem(objective: str) -> Problem:
 def larger_problem(objective: str, n_layers: int = 60) -> Problem:
     """Big enough that exact solvers cannot finish within a short time limit."""
     graph = diamond_graph(n_layers)
-    topo = two_node_topology(gpus_per_node=4)
-    return Problem(graph, topo, objective, ProblemSettings())  # type: ignore[arg-type]
+    topo = two_node_topology(gpus_per_node=4)  # one micro-batch count, so that iteration times compare
+    return Problem(graph, topo, objective, ProblemSettings(micro_batches=(4,)))  # type: ignore[arg-type]
 
 
 def one_stage_problem() -> Problem:
@@ -77,7 +77,7 @@ def one_stage_problem() -> Problem:
 def one_device_problem(objective: str) -> Problem:
     """A topology of a single device: one stage, no communication of any kind."""
     topo = Topology.from_links("one-device", [Device("g0", "V100", "h0", 16 * GiB, 1.0)], [])
-    return Problem(diamond_graph(), topo, objective, ProblemSettings())  # type: ignore[arg-type]
+    return Problem(diamond_graph(), topo, objective, ProblemSettings(micro_batches=(4,)))  # type: ignore[arg-type]
 
 
 def demo_problem() -> Problem:

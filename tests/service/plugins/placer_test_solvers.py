@@ -62,7 +62,7 @@ class SleepySolver:
             helper.kill()
             helper.join()
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
-        return Plan(stages=(stage,), micro_batches=problem.settings.micro_batches[0], status="feasible")
+        return Plan(stages=(stage,), micro_batches=problem.micro_batch_candidates[0], status="feasible")
 
 
 class BusyOptions(SolverOptions):
@@ -84,5 +84,5 @@ class BusySolver:
         for i in range(options.iterations):
             total ^= i
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
-        return Plan(stages=(stage,), micro_batches=problem.settings.micro_batches[0], status="feasible",
+        return Plan(stages=(stage,), micro_batches=problem.micro_batch_candidates[0], status="feasible",
                     stats={"checksum": total})

@@ -40,7 +40,7 @@ def _contiguous_partitions(g: OpGraph, n_stages: int) -> list[np.ndarray]:
 
 
 def _brute_force_bottleneck_s(problem: Problem) -> float:
-    s, r, mb = problem.settings.stages, problem.settings.replicas, problem.settings.micro_batches[0]
+    s, r, mb = problem.settings.stages, problem.settings.replicas, problem.micro_batch_candidates[0]
     assert s is not None and r is not None
     model = stage_model(problem)
     cap = stage_capacities_bytes(problem, s)

@@ -61,6 +61,23 @@ def test_hierarchical_matches_parmesan_appendix() -> None:
     assert big.n_devices == 24 and len(big.hosts) == 3
 
 
+@pytest.mark.parametrize("kind", ["hierarchical", "mesh2d", "torus2d", "mesh3d", "torus3d"])
+def test_general_purpose_generators_default_to_current_hardware(kind: str) -> None:
+    topo = generate_topology(kind)
+    assert {(d.kind, d.memory_bytes) for d in topo.devices} == {("H100", 80 * 2**30)}
+    old = generate_topology(kind, device="TitanV")  # older presets by name, with their memory
+    assert {(d.kind, d.memory_bytes) for d in old.devices} == {("TitanV", 12 * 2**30)}
+    sized = generate_topology(kind, device="V100", memory_gib="16")  # an explicit size wins
+    assert {(d.kind, d.memory_bytes) for d in sized.devices} == {("V100", 16 * 2**30)}
+
+
+def test_paper_testbeds_keep_their_devices() -> None:
+    assert {d.kind for d in generate_topology("dgx1").devices} == {"V100"}
+    assert {d.kind for d in generate_topology("random_blk_1").devices} == {"V100"}
+    with pytest.raises(InvalidInput, match="unknown device kind 'TPUv9'"):
+        generate_topology("hierarchical", device="TPUv9")
+
+
 def test_dgx1_wiring_is_the_hybrid_cube_mesh() -> None:
     links = DGX1_NVLINKS
     assert (links == links.T).all()

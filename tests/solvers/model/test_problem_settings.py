@@ -23,7 +23,8 @@ def parts() -> tuple[OpGraph, Topology]:
 
 def test_defaults() -> None:
     s = settings_from_dict(None)
-    assert s == ProblemSettings() and s.micro_batches == (4,) and s.schedule == "1f1b" and s.pass_ == "forward"
+    assert s == ProblemSettings() and s.schedule == "1f1b" and s.pass_ == "forward"
+    assert s.micro_batches is None and s.recompute is None  # unset: searched, not defaulted
     assert s.optimizer_bytes_per_param_byte == 3.0 and s.no_empty_stage and s.seed == 0
 
 
