@@ -64,7 +64,7 @@ def problem_warnings(graph: OpGraph, topology: Topology) -> list[PlanWarning]:
                            f"the graph's times are for device kind {source!r}, which topology {topology.name!r} does "
                            f"not have (its kinds: {', '.join(kinds)}), and the graph has no `times` for any of them: "
                            f"predicted times are {source} times scaled by each device's `speed`; profile the model "
-                           f"on the target kind (placer profile --device-kind {kinds[0]})"))
+                           f"on the target kind (placer profile --device cuda on a {kinds[0]})"))
     if is_roofline(graph):
         out.append(PlanWarning(ROOFLINE_TIMES,
                            "the graph's op times are roofline estimates (placer extract), not measurements; small "

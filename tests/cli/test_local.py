@@ -247,9 +247,9 @@ def test_solve_refuses_settings_that_do_not_fit_naming_them(files: dict[str, Pat
 
 
 def _roofline_graph(files: dict[str, Path]) -> Path:
-    """The fixture's graph with extract's marks of roofline times estimated for an H100."""
+    """The fixture's graph with extract's marks of roofline times estimated for an A100 (the topology's are H100s)."""
     doc = json.loads(files["graph"].read_text())
-    doc["attrs"] = {**doc.get("attrs", {}), "estimate": {"device_kind": "H100", "rule": "roofline"}}
+    doc["attrs"] = {**doc.get("attrs", {}), "estimate": {"device_kind": "A100", "rule": "roofline"}}
     path = files["dir"] / "roofline.json"
     path.write_text(json.dumps(doc))
     return path
@@ -260,7 +260,7 @@ def test_solve_and_simulate_warn_about_the_graphs_times(files: dict[str, Path],
     graph, plan = _roofline_graph(files), files["dir"] / "plan.json"
     common = ("--graph", str(graph), "--topology", str(files["topo"]))
     code, out, _ = run(capsys, "solve", "--solver", "even", *common, "--stages", "2", "-o", str(plan))
-    assert code == 0 and "warning: the graph's times are for device kind 'H100'" in out
+    assert code == 0 and "warning: the graph's times are for device kind 'A100'" in out
     assert "warning: the graph's op times are roofline estimates" in out
     assert [w["code"] for w in json.loads(plan.read_text())["warnings"]] == ["times-from-absent-kind",
                                                                               "roofline-times"]

@@ -13,7 +13,7 @@ from solvers.advice import (
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import KindTimes, OpGraph
 
-TOPOLOGY = generate_topology("hierarchical", nodes=1, gpus_per_node=2)  # kind TitanV
+TOPOLOGY = generate_topology("hierarchical", nodes=1, gpus_per_node=2)  # kind H100
 
 
 def graph_with(attrs: dict[str, object], times_kind: str | None = None) -> OpGraph:
@@ -32,15 +32,15 @@ def test_times_from_a_kind_the_topology_lacks() -> None:
     profiled_on_cpu = {"profile": {"device_kind": "cpu"}, "estimate": {"device_kind": "cpu", "rule": "roofline"}}
     assert codes(graph_with(profiled_on_cpu, "cpu")) == [TIMES_FROM_ABSENT_KIND]
     message = problem_warnings(graph_with(profiled_on_cpu, "cpu"), TOPOLOGY)[0].message
-    assert "'cpu'" in message and "TitanV" in message and "placer profile --device-kind TitanV" in message
-    assert codes(graph_with({"profile": {"device_kind": "TitanV"}}, "TitanV")) == []  # profiled on the target
-    assert codes(graph_with({"profile": {"device_kind": "cpu"}}, "TitanV")) == []  # has times for the target kind
+    assert "'cpu'" in message and "H100" in message and "placer profile --device cuda on a H100" in message
+    assert codes(graph_with({"profile": {"device_kind": "H100"}}, "H100")) == []  # profiled on the target
+    assert codes(graph_with({"profile": {"device_kind": "cpu"}}, "H100")) == []  # has times for the target kind
 
 
 def test_roofline_estimates() -> None:
-    assert codes(graph_with({"estimate": {"device_kind": "TitanV", "rule": "roofline"}})) == [ROOFLINE_TIMES]
-    assert codes(graph_with({"estimate": {"device_kind": "H100", "rule": "roofline"}})) == [TIMES_FROM_ABSENT_KIND,
-                                                                                           ROOFLINE_TIMES]
+    assert codes(graph_with({"estimate": {"device_kind": "H100", "rule": "roofline"}})) == [ROOFLINE_TIMES]
+    assert codes(graph_with({"estimate": {"device_kind": "TitanV", "rule": "roofline"}})) == [TIMES_FROM_ABSENT_KIND,
+                                                                                             ROOFLINE_TIMES]
 
 
 def test_a_graph_that_says_nothing_of_its_times_gets_no_warning() -> None:
