@@ -9,7 +9,8 @@ The graph file was made once with::
         --batch 8 --granularity module:4 --name demo-gpt2-4L -o service/demo-gpt2.opgraph.json
 
 At ``module:4`` granularity (the blocks' attention, MLP and norms: 35 ops) every throughput solver
-finds a feasible plan on the demo topology, and ``placer launcher check`` accepts them.
+finds a feasible plan on the demo topology (:data:`DEMO_TOPOLOGY`), none behind ``even``, and
+``placer launcher check`` accepts them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from solvers.model.graph import OpGraph, graph_from_document
 DEMO_PROJECT = "demo"
 DEMO_TIME_LIMIT_S = 20.0
 DEMO_GRAPH = Path(__file__).with_name("demo-gpt2.opgraph.json")
+# Two hosts of four H100s (the kind the graph's roofline times are for): NVLink-class links inside a
+# host, a 200 Gb/s network between them.
+DEMO_TOPOLOGY = {"nodes": 2, "gpus_per_node": 4, "device": "H100", "memory_gib": 80.0,
+                 "intra_bandwidth_GBps": 300.0, "inter_bandwidth_GBps": 25.0}
 
 
 def demo_graph() -> OpGraph:
@@ -58,7 +63,7 @@ def seed_demo(session: Session, config: ServiceConfig) -> Demo:
     key = create_key(session, DEMO_PROJECT)
     project_id = ensure_project(session, DEMO_PROJECT).id
     graph, _ = store_graph(session, project_id, demo_graph())
-    topology, _ = store_topology(session, project_id, generate_topology("hierarchical", nodes=2, gpus_per_node=4))
+    topology, _ = store_topology(session, project_id, generate_topology("hierarchical", **DEMO_TOPOLOGY))
     names = tuple(s.name for s in catalogue() if s.available and "throughput" in s.objectives)
     limit = min(DEMO_TIME_LIMIT_S, config.max_time_limit_s)
     specs = [validate_job(session, config, project_id, JobRequest(graph.id, topology.id, name, "throughput",

@@ -61,7 +61,9 @@ function dropZone(zone) {
 function solverFilter(form) {
   // Offer only the solvers that answer the chosen objective (the server checks again).
   const objective = form.querySelector("select[name=objective]");
+  const pass = form.querySelector("select[name=pass]");
   const update = () => {
+    if (pass) pass.disabled = objective.value !== "latency";  // a throughput plan runs forward and backward
     form.querySelectorAll("[data-objectives]").forEach((item) => {
       const fits = item.getAttribute("data-objectives").split(" ").includes(objective.value);
       item.hidden = !fits;
