@@ -1,23 +1,34 @@
 # The two commands a newcomer runs: `make run` and `make test`.
 PYTHON ?= python3.11
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+INSTALL_LOG := $(VENV)/install.log
 
 .PHONY: run test fuzz lint typecheck imports bench clean services
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Placer needs Python 3.11)"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip >$(INSTALL_LOG) 2>&1 || { tail -n 20 $(INSTALL_LOG); echo "make: upgrading pip failed; the whole output is in $(INSTALL_LOG)"; exit 1; }
 
 $(STAMP): $(VENV)/bin/python pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[all,dev]"
 	@touch $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/placer serve --demo
+# `make run` installs only what the service needs (no test tools, torch or browser driver), quietly:
+# pip's output goes to $(INSTALL_LOG), shown when it fails.  A venv that `make test` filled already has it.
+$(RUN_STAMP): $(VENV)/bin/python pyproject.toml constraints.txt
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt constraints.txt ]; then :; \
+	else echo "make: installing the service into $(VENV) (pip's output: $(INSTALL_LOG))"; \
+	$(PIP) install -q -c constraints.txt -e . >>$(INSTALL_LOG) 2>&1 || { tail -n 20 $(INSTALL_LOG); \
+	echo "make: pip install failed; the whole output is in $(INSTALL_LOG)"; exit 1; }; fi
+	@touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
+	@$(BIN)/placer serve --demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -233,6 +233,10 @@ class AsyncClient:
     async def get_comparison(self, comparison: Ref) -> Comparison:
         return await self._model(Comparison, _calls.get(f"/v1/comparisons/{ref_id(comparison)}"))
 
+    async def delete_comparison(self, comparison: Ref) -> None:
+        """Delete a comparison (a ``Conflict`` while its jobs are queued or running); its jobs and plans stay."""
+        await self._t.send(_calls.delete(f"/v1/comparisons/{ref_id(comparison)}"))
+
     def list_comparisons(self, *, graph_id: str | None = None, topology_id: str | None = None,
                          page_size: int = 20, include_settings: bool = False) -> AsyncIterator[Comparison]:
         return self._iterate(Comparison, "/v1/comparisons", page_size,

@@ -230,6 +230,10 @@ class Client:
     def get_comparison(self, comparison: Ref) -> Comparison:
         return self._model(Comparison, _calls.get(f"/v1/comparisons/{ref_id(comparison)}"))
 
+    def delete_comparison(self, comparison: Ref) -> None:
+        """Delete a comparison (a ``Conflict`` while its jobs are queued or running); its jobs and plans stay."""
+        self._t.send(_calls.delete(f"/v1/comparisons/{ref_id(comparison)}"))
+
     def list_comparisons(self, *, graph_id: str | None = None, topology_id: str | None = None,
                          page_size: int = 20, include_settings: bool = False) -> Iterator[Comparison]:
         return self._iterate(Comparison, "/v1/comparisons", page_size,

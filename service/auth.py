@@ -11,8 +11,8 @@ import time
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import ApiKey, Project, new_id
-from service.errors import RateLimited, Unauthorized
+from service.db.models import ApiKey, Project, new_id, utcnow
+from service.errors import Conflict, NotFound, RateLimited, Unauthorized
 from solvers.model.errors import InvalidInput
 
 KEY_PREFIX = "plc_"
@@ -48,6 +48,26 @@ def create_key(session: Session, project_name: str, rate_limit_per_s: float | No
                        rate_limit_per_s=rate_limit_per_s))
     session.flush()
     return secret
+
+
+def list_keys(session: Session, project_id: str) -> list[ApiKey]:
+    """The project's keys, newest first (their prefixes identify them; the secrets are not stored)."""
+    return list(session.scalars(select(ApiKey).where(ApiKey.project_id == project_id)
+                                .order_by(ApiKey.created_at.desc(), ApiKey.id.desc())))
+
+
+def revoke_key(session: Session, project_id: str, key_id: str) -> ApiKey:
+    """Revoke one of the project's keys (404 for another project's or an unknown id; 409 when it is
+    revoked already).  Requests with it are refused once the servers' key caches let it go
+    (``PLACER_KEY_CACHE_S``)."""
+    row = session.get(ApiKey, key_id)
+    if row is None or row.project_id != project_id:
+        raise NotFound(f"no API key {key_id!r} in this project", field="key_id", ref=key_id)
+    if row.revoked_at is not None:
+        raise Conflict(f"API key {row.prefix}… is revoked already", field="key_id", ref=key_id)
+    row.revoked_at = utcnow()
+    session.flush()
+    return row
 
 
 def bearer_key_hash(authorization: str | None) -> str:
@@ -100,6 +120,10 @@ class KeyCache:
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
         self._entries[key_hash] = (project_id, rate_limit_per_s, time.monotonic() + self.ttl_s)
+
+    def drop(self, key_hash: str) -> None:
+        """Forget a key (revoked here: this server refuses it at once)."""
+        self._entries.pop(key_hash, None)
 
 
 KEY_BURST_S = 4.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import socket
 import sys
 
 import uvicorn
@@ -14,13 +15,14 @@ from service.auth import create_key
 from service.config import ServiceConfig, load_config
 from service.db import migrate
 from service.db.engine import Database
-from service.demo import seed_demo
-from service.jobs.worker import run_worker
+from service.demo import DEMO_PROJECT, Demo, seed_demo
 from service.protocol import header_deadline_protocol
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """``placer worker``: a Celery worker for solver jobs."""
+    """``placer worker``: a Celery worker for solver jobs (the celery extra; ``placer serve`` runs without it)."""
+    from service.jobs.worker import run_worker
+
     cfg = load_config()
     concurrency = cfg.workers if args.concurrency is None else args.concurrency
     if concurrency < 1:
@@ -62,15 +64,27 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that prints ``banner`` once it listens, so the banner ends the start-up output."""
+
+    def __init__(self, config: uvicorn.Config, banner: str) -> None:
+        super().__init__(config)
+        self.banner = banner
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.banner:
+            print(self.banner, flush=True)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """``placer serve``: the API server with its local worker pool (``--demo``: seeded first)."""
     cfg = load_config(host=args.host, port=args.port, workers=args.workers)
     url = f"http://{cfg.host}:{cfg.port}"
-    if args.demo:
-        _seed_demo(cfg, url)
     print(f"Placer service on {url}  (dashboard: {url}/, API docs: {url}/docs, database: {cfg.database_url})",
           file=sys.stderr,
           flush=True)
+    banner = demo_banner(url, _seed_demo(cfg)) if args.demo else ""
     app = create_app(cfg)
     # The modules, schemas and routes built so far live as long as the process: out of the
     # collector's sight, a full collection under load no longer walks them (it paused every
@@ -79,24 +93,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gc.freeze()
     # headers slower than header_timeout_s get 408 (service.protocol); on SIGTERM requests in flight
     # have graceful_shutdown_s to finish, then they are cancelled and the server exits
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
-                http=header_deadline_protocol(cfg.header_timeout_s),
-                timeout_graceful_shutdown=cfg.graceful_shutdown_s)
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                            http=header_deadline_protocol(cfg.header_timeout_s),
+                            timeout_graceful_shutdown=cfg.graceful_shutdown_s)
+    _Server(config, banner).run()
     return 0
 
 
-def _seed_demo(cfg: ServiceConfig, url: str) -> None:
-    """Migrate, create the demo project and print how to reach it."""
+def _seed_demo(cfg: ServiceConfig) -> Demo:
+    """Migrate and create the demo project, its inputs and comparison."""
     db = Database(cfg.database_url)
     try:
         migrate.upgrade(db.engine)
         with db.session() as s:
-            demo = seed_demo(s, cfg)
+            return seed_demo(s, cfg)
     finally:
         db.dispose()
-    print(f"\nPlacer demo: {url}\n"
-          f"  dashboard:                 {url}/  (sign in with the key below)\n"
-          f"  API key (project 'demo'):  {demo.key}\n"
-          f"  comparison of {', '.join(demo.solvers)}:\n"
-          f"    curl -H 'Authorization: Bearer {demo.key}' {url}/v1/comparisons/{demo.comparison_id}\n"
-          f"  API docs: {url}/docs\n", flush=True)
+
+
+def demo_banner(url: str, demo: Demo) -> str:
+    """What ``placer serve --demo`` prints once the server listens: its last lines are the dashboard,
+    the key to sign in with and the demo comparison's page."""
+    return (f"\nPlacer demo ({', '.join(demo.solvers)} on {demo.graph_name}; API docs: {url}/docs)\n"
+            f"  dashboard:  {url}/\n"
+            f"  API key:    {demo.key}  (project '{DEMO_PROJECT}': sign in with it)\n"
+            f"  comparison: {url}/comparisons/{demo.comparison_id}\n")

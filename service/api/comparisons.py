@@ -16,6 +16,7 @@ from service.boundary import PlacerRoute
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
+from service.inputs import refuse_if_in_use
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
 from service.jobs.validate import JobRequest, validate_job
@@ -125,3 +126,14 @@ def list_comparisons(session: SessionDep, project: ProjectDep,
 def get_comparison(comparison_id: str, session: SessionDep, project: ProjectDep) -> ComparisonOut:
     """The comparison table: per solver its status, objective, throughput, efficiency vs bound, time, memory."""
     return comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))
+
+
+@router.delete("/comparisons/{comparison_id:id}", status_code=204, responses=errors(409))
+def delete_comparison(comparison_id: str, session: SessionDep, project: ProjectDep) -> Response:
+    """Delete a comparison; refused (409) while any of its jobs is queued or running.  Its jobs and
+    plans stay (listed under ``/v1/jobs`` without a comparison)."""
+    row = get_owned(session, Comparison, comparison_id, project, "comparison")
+    refuse_if_in_use(session, Job.comparison_id, comparison_id, "comparison")
+    session.delete(row)
+    session.commit()
+    return Response(status_code=204)

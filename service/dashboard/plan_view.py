@@ -191,3 +191,145 @@ def plan_diff(a: Plan, b: Plan) -> list[MovedOp]:
         if da != db:
             out.append(MovedOp(op, sa, da, sb, db))
     return out
+
+
+@dataclass(frozen=True)
+class StageDiff:
+    """One stage index in two plans: its ops (count, first and last), replicas and simulated time.
+
+    ``None`` counts mean the stage does not exist in that plan.  The time is the simulator's
+    ``stage_times_s`` entry (per micro-batch, compute plus communication; docs/simulator.md).
+    """
+
+    stage: int
+    ops_a: int | None
+    ops_b: int | None
+    first_a: str | None
+    first_b: str | None
+    last_a: str | None
+    last_b: str | None
+    devices_a: tuple[str, ...]
+    devices_b: tuple[str, ...]
+    time_a_s: float | None
+    time_b_s: float | None
+
+    @property
+    def status(self) -> str:
+        """``added``, ``removed``, ``changed`` (ops or devices) or ``same``."""
+        if self.ops_a is None:
+            return "added"
+        if self.ops_b is None:
+            return "removed"
+        same = (self.first_a, self.last_a, self.ops_a, self.devices_a) == \
+            (self.first_b, self.last_b, self.ops_b, self.devices_b)
+        return "same" if same else "changed"
+
+    @property
+    def boundary_moved(self) -> bool:
+        """Whether the stage ends at another op (both plans have it)."""
+        return self.ops_a is not None and self.ops_b is not None and self.last_a != self.last_b
+
+    @property
+    def devices_added(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices_b if d not in self.devices_a)
+
+    @property
+    def devices_removed(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices_a if d not in self.devices_b)
+
+
+@dataclass(frozen=True)
+class SettingDiff:
+    """A plan-wide setting (micro-batches, schedule, recompute ...) or metric in both plans."""
+
+    name: str
+    a: Any
+    b: Any
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.a != self.b)
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    """What differs between plans ``a`` and ``b``, read stage by stage (docs/dashboard.md "Plan diff")."""
+
+    stages: tuple[StageDiff, ...]
+    settings: tuple[SettingDiff, ...]
+    times: tuple[SettingDiff, ...]
+    moved: tuple[MovedOp, ...]
+    n_ops: int
+
+    @property
+    def boundaries_moved(self) -> tuple[StageDiff, ...]:
+        return tuple(s for s in self.stages if s.boundary_moved)
+
+    @property
+    def replicas_changed(self) -> tuple[StageDiff, ...]:
+        return tuple(s for s in self.stages if s.ops_a is not None and s.ops_b is not None
+                     and s.devices_a != s.devices_b)
+
+    def summary(self) -> list[str]:
+        """Sentences a reader takes in first: stages added or removed, boundaries moved, replica and
+        device changes, the plan-wide settings that changed, and ops on other devices."""
+        out: list[str] = []
+        n_a = sum(1 for s in self.stages if s.ops_a is not None)
+        n_b = sum(1 for s in self.stages if s.ops_b is not None)
+        if n_a != n_b:
+            out.append(f"{_count(n_a, 'stage')} → {_count(n_b, 'stage')}")
+        moved = self.boundaries_moved
+        out.append(f"{_count(len(moved), 'stage boundary', 'stage boundaries')} moved" if moved
+                   else "no stage boundary moved")
+        for s in self.replicas_changed:
+            if len(s.devices_a) != len(s.devices_b):
+                out.append(f"stage {s.stage}: {_count(len(s.devices_a), 'replica')} → {len(s.devices_b)}")
+            else:
+                out.append(f"stage {s.stage}: on other devices ({', '.join(s.devices_b)})")
+        out.extend(f"{c.name}: {_show(c.a)} → {_show(c.b)}" for c in self.settings if c.changed)
+        out.append(f"{len(self.moved)} of {_count(self.n_ops, 'op')} on other devices")
+        return out
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    """``1 stage``, ``2 stages`` (the plural given or ``singular + "s"``)."""
+    return f"{n} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "–" if value is None else str(value)
+
+
+DIFF_SETTINGS = (("micro-batches", "micro_batches"), ("schedule", "schedule"), ("recompute", "recompute"),
+                 ("objective", "objective"), ("pass", "pass_"))
+DIFF_TIMES = (("iteration", "iteration_s"), ("time per sample", "time_per_sample_s"),
+              ("bottleneck stage", "bottleneck_stage_s"), ("latency", "latency_s"))
+
+
+def diff_plans(a: Plan, b: Plan) -> PlanDiff:
+    """Stage by stage: which boundaries moved (stage k's last op), replicas and devices, the
+    simulated time per stage before and after (each plan's ``metrics.stage_times_s``), and the
+    plan-wide settings; the ops on other devices are kept for the full list."""
+    times_a = list((a.metrics or {}).get("stage_times_s") or [])
+    times_b = list((b.metrics or {}).get("stage_times_s") or [])
+    stages = []
+    for k in range(max(len(a.stages), len(b.stages))):
+        sa = a.stages[k] if k < len(a.stages) else None
+        sb = b.stages[k] if k < len(b.stages) else None
+        stages.append(StageDiff(
+            k, len(sa.ops) if sa else None, len(sb.ops) if sb else None,
+            sa.ops[0] if sa and sa.ops else None, sb.ops[0] if sb and sb.ops else None,
+            sa.ops[-1] if sa and sa.ops else None, sb.ops[-1] if sb and sb.ops else None,
+            tuple(sa.devices) if sa else (), tuple(sb.devices) if sb else (),
+            float(times_a[k]) if sa and k < len(times_a) else None,
+            float(times_b[k]) if sb and k < len(times_b) else None))
+    latency = "latency" in (a.objective, b.objective)  # the pass matters only to latency plans
+    settings = tuple(SettingDiff(label, getattr(a, attr), getattr(b, attr)) for label, attr in DIFF_SETTINGS
+                     if attr != "pass_" or latency)
+    ma, mb = a.metrics or {}, b.metrics or {}
+    times = tuple(SettingDiff(label, ma.get(key), mb.get(key)) for label, key in DIFF_TIMES
+                  if ma.get(key) is not None or mb.get(key) is not None)
+    n_ops = len({op for st in a.stages for op in st.ops} | {op for st in b.stages for op in st.ops})
+    return PlanDiff(tuple(stages), settings, times, tuple(plan_diff(a, b)), n_ops)

@@ -150,6 +150,9 @@ def test_compare_and_evaluate(client: Client) -> None:
     scored = client.evaluate(g, t, plan, settings={"micro_batches": [4]}, timeline=True)
     assert scored.metrics["objective_s"] == pytest.approx(done.best.objective_s)
     assert scored.timeline
+    client.delete_comparison(cmp)
+    assert list(client.list_comparisons(graph_id=g.id)) == []
+    assert client.get_job(done.rows[0].job_id).comparison_id is None  # its jobs stay
 
 
 def test_solvers_health_and_auth(server: Server) -> None:

@@ -81,8 +81,8 @@ def one_device_problem(objective: str) -> Problem:
 
 
 def demo_problem() -> Problem:
-    """The problem of ``make run``'s demo (service/demo.py): a 4-layer, 1024-wide transformer on
-    two hosts of four GPUs, 8 micro-batches."""
+    """The problem ``make run``'s demo seeded before it took a checked-in extracted GPT-2
+    (service/demo.py): a 4-layer, 1024-wide transformer on two hosts of four GPUs, 8 micro-batches."""
     graph = generate_graph("transformer", layers=4, hidden=1024, heads=16, name="demo-transformer-4L")
     topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
     return Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(8,)))

@@ -1,7 +1,8 @@
 """The per-device timeline (Gantt chart) of a simulated plan, as SVG.
 
 One row per device in topology order, then the busiest channels; every interval is a
-rectangle coloured by kind (forward, backward, all-reduce, transfer) with its task as tooltip.
+rectangle coloured by kind (forward, backward, all-reduce, transfer) with its task and micro-batch as
+tooltip, and the micro-batch written on the bars wide enough for it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ LABEL_W = 120.0
 ROW_H = 18.0
 CHANNEL_ROW_H = 12.0
 MAX_CHANNELS = 48
+LABEL_MIN_W = 16.0  # a bar this wide (px) or wider shows its micro-batch
 
 
 def gantt(entries: list[TimelineEntry], device_order: list[str], label: str) -> Markup:
@@ -65,11 +67,24 @@ def _row(name: str, items: list[TimelineEntry], y: float, h: float, scale: float
         if x + w <= last_x + 0.1:
             continue  # hidden under the previous rectangle at this zoom
         last_x = x + w
-        color = KIND_COLORS["transfer" if channel else category(e.task)]
-        out.append(f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{bar_h}" fill="{color}"><title>'
-                   f'{esc(e.task)} on {where}: {(e.start_s * 1e3):.4g}–{(e.end_s * 1e3):.4g} ms</title></rect>')
+        kind = "transfer" if channel else category(e.task)
+        mb = micro_batch(e.task)
+        what = f"{e.task} (micro-batch {mb}, {kind})" if mb is not None else e.task
+        out.append(f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{bar_h}" fill="{KIND_COLORS[kind]}"><title>'
+                   f'{esc(what)} on {where}: {(e.start_s * 1e3):.4g}–{(e.end_s * 1e3):.4g} ms</title></rect>')
+        if mb is not None and w >= LABEL_MIN_W and not channel:
+            out.append(f'<text x="{x + w / 2:.1f}" y="{y + h * 0.72:.1f}" text-anchor="middle" font-size="9" '
+                       f'fill="#fff" pointer-events="none">{mb}</text>')
     out.append("</g>")
     return "".join(out)
+
+
+def micro_batch(task: str) -> int | None:
+    """The micro-batch of a pipeline task (``F3``, ``B3``, ``R3``, ``F3 s0->s1``), else ``None``."""
+    head = task.split(" ")[0]
+    if len(head) > 1 and head[0] in "FBR" and head[1:].isdigit():
+        return int(head[1:])
+    return None
 
 
 def _legend() -> list[str]:

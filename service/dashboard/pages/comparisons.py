@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api.comparisons import comparison_out, create_comparison, list_comparisons
+from service.api.comparisons import comparison_out, create_comparison, delete_comparison, list_comparisons
 from service.api.solvers import catalogue
 from service.dashboard.charts.bars import objective_chart
 from service.dashboard.pages.common import PAGE_SIZE, CursorQ, ViewerDep, json_object, page_router, text_field
@@ -24,6 +24,10 @@ from solvers.model.errors import InvalidInput, PlacerError
 
 router = page_router()
 CHOICES = 200  # graphs / topologies offered in the form's lists (newest first)
+# What the form preselects per objective: the fast heuristics and the even baseline (the exact
+# solvers and ``auto`` take their whole time limit; tick them to wait for them).
+DEFAULT_SOLVERS = {"throughput": ("parmesan", "pipedream", "rannc", "even"),
+                   "latency": ("heft", "m-etf", "m-topo", "single")}
 
 
 @router.get("/comparisons")
@@ -50,14 +54,33 @@ def _form_context(session: Session, project: str, values: dict[str, Any]) -> dic
                                  .where(TopologyRow.project_id == project)
                                  .order_by(TopologyRow.id.desc()).limit(CHOICES)).all()
     solvers = [s for s in catalogue() if s.available]
-    return {"graphs": graphs, "topologies": topologies, "solvers": solvers, "values": values}
+    return {"graphs": graphs, "topologies": topologies, "solvers": solvers, "values": values,
+            "defaults": DEFAULT_SOLVERS}
+
+
+def default_solvers(objective: str) -> list[str]:
+    """The available solvers the form preselects for ``objective``."""
+    available = {s.name for s in catalogue() if s.available and objective in s.objectives}
+    return [name for name in DEFAULT_SOLVERS.get(objective, ()) if name in available]
+
+
+def check_objective(solvers: list[str], objective: str) -> None:
+    """Every chosen solver answers ``objective`` (the form offers only those; a hand-made POST is told which)."""
+    answers = {s.name: s.objectives for s in catalogue()}
+    wrong = [name for name in solvers if name in answers and objective not in answers[name]]
+    if wrong:
+        raise InvalidInput(f"solvers: {', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not answer the "
+                           f"{objective} objective; choose among "
+                           f"{', '.join(s.name for s in catalogue() if s.available and objective in s.objectives)}",
+                           field="solvers")
 
 
 @router.get("/comparisons/new")
 def comparison_form(request: Request, viewer: ViewerDep, session: SessionDep) -> Response:
     values = {"graph_id": request.query_params.get("graph_id", ""),
               "topology_id": request.query_params.get("topology_id", ""), "objective": "throughput",
-              "pass": "forward", "micro_batches": "8", "global_batch": "", "time_limit_s": "10", "solvers": [], "options": {}}
+              "pass": "forward", "micro_batches": "8", "global_batch": "", "time_limit_s": "10",
+              "solvers": default_solvers("throughput"), "options": {}}
     return page("comparison_new.html", viewer, **_form_context(session, viewer.project_id, values), error=None)
 
 
@@ -69,7 +92,7 @@ def _comparison_in(values: dict[str, Any]) -> ComparisonIn:
         raise InvalidInput("micro_batches: whole numbers separated by commas, e.g. 4, 8", field="micro_batches") \
             from None
     options = {name: json_object(values["options"].get(name, ""), f"options.{name}") for name in values["solvers"]}
-    settings: dict[str, Any] = {"pass": values["pass"]}
+    settings: dict[str, Any] = {"pass": values["pass"]} if values["objective"] == "latency" else {}
     if micro:
         settings["micro_batches"] = micro
     if str(values.get("global_batch") or "").strip():
@@ -113,6 +136,7 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
     try:
         if not solvers:
             raise InvalidInput("solvers: choose at least one solver", field="solvers")
+        check_objective(solvers, values["objective"])
         comparison_id = await run_in_threadpool(create)
     except PlacerError as exc:
         session.rollback()
@@ -138,3 +162,11 @@ def comparison_page(comparison_id: str, viewer: ViewerDep, session: SessionDep) 
 def comparison_live(comparison_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
     """The table and chart alone, refreshed by the page until every job has finished."""
     return page("_comparison_live.html", viewer, **_comparison_context(session, viewer.project_id, comparison_id))
+
+
+@router.post("/comparisons/{comparison_id}/delete")
+def comparison_delete(comparison_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """Delete the comparison as ``DELETE /v1/comparisons/{id}`` does (409 while its jobs are queued or
+    running); its jobs and plans stay."""
+    delete_comparison(comparison_id=comparison_id, session=session, project=viewer.project_id)
+    return RedirectResponse("/comparisons", status_code=303)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import Query, Request, Response
@@ -9,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse
 from sqlalchemy.orm import Session
 
-from service.api.graphs import list_graphs
+from service.api.graphs import delete_graph, list_graphs
 from service.dashboard.graph_view import summarize, totals
 from service.dashboard.pages.common import (
     PAGE_SIZE,
@@ -74,11 +75,14 @@ async def _store(request: Request, ctx: CtxDep, session: Session, viewer: Viewer
         return await run_in_threadpool(make)
     raw, filename = await file_field(form, "file")
     fmt = text_field(form, "format", "placer")
-    name = text_field(form, "name") or filename.rsplit(".", 1)[0]
+    given = text_field(form, "name")
     limit = ctx.config.max_request_bytes
 
     def upload() -> str:
-        graph = parse_graph(decode_body(raw, None, limit), None if fmt == "placer" else fmt, limit, name)
+        graph = parse_graph(decode_body(raw, None, limit), None if fmt == "placer" else fmt, limit,
+                            given or filename.rsplit(".", 1)[0])
+        if given and graph.name != given:  # a placer document names itself; the name typed in the form wins
+            graph = replace(graph, name=given)
         row, _ = store_graph(session, viewer.project_id, graph)
         session.commit()
         return row.id
@@ -95,3 +99,11 @@ async def graphs_create(request: Request, ctx: CtxDep, session: SessionDep, view
         return page("graphs.html", viewer, status_code=int(getattr(exc, "http_status", 422)), **context,
                     error=exc.message)
     return RedirectResponse(f"/graphs/{graph_id}", status_code=303)
+
+
+@router.post("/graphs/{graph_id}/delete")
+def graph_delete(graph_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """Delete the graph as ``DELETE /v1/graphs/{id}`` does: refused (409, its message shown) while
+    queued or running jobs use it."""
+    delete_graph(graph_id=graph_id, session=session, project=viewer.project_id)
+    return RedirectResponse("/graphs", status_code=303)

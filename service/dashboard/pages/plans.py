@@ -14,7 +14,14 @@ from service.dashboard.charts.bars import memory_chart, stage_chart
 from service.dashboard.charts.gantt import gantt
 from service.dashboard.charts.topology import mapping_chart
 from service.dashboard.pages.common import ViewerDep, page_router
-from service.dashboard.plan_view import PlanContext, chrome_trace, device_memory, load_plan, plan_diff, stage_bars
+from service.dashboard.plan_view import (
+    PlanContext,
+    chrome_trace,
+    device_memory,
+    diff_plans,
+    load_plan,
+    stage_bars,
+)
 from service.dashboard.plan_view import timeline as plan_timeline
 from service.dashboard.render import SECURITY_HEADERS, page
 from service.db.models import Job, PlanRow, RunRow
@@ -70,18 +77,25 @@ def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
                 bars=bars, n_entries=len(entries), siblings=_siblings(session, ctx, viewer.project_id),
                 warnings=warnings, runs=runs, measured=measured,
                 launchable=ctx.problem is not None and bool(ctx.plan.stages) and "source" in ctx.problem.graph.attrs,
-                settings=ctx.job.settings if ctx.job else {}, options_json=json.dumps(ctx.plan.options, indent=2,
+                settings=shown_settings(ctx), options_json=json.dumps(ctx.plan.options, indent=2,
                                                                                       sort_keys=True))
+
+
+def shown_settings(ctx: PlanContext) -> dict[str, Any]:
+    """The job's problem settings as the page shows them: the pass only for a latency plan (a
+    throughput plan runs forward and backward, whatever ``pass`` says)."""
+    settings = dict(ctx.job.settings) if ctx.job else {}
+    if (ctx.job.objective if ctx.job else ctx.plan.objective) != "latency":
+        settings.pop("pass", None)
+    return settings
 
 
 @router.get("/plans/diff")
 def plans_diff(viewer: ViewerDep, session: SessionDep, a: IdQ, b: IdQ) -> Response:
-    """Which ops sit on other devices in plan ``b`` than in plan ``a``."""
+    """What changed from plan ``a`` to plan ``b``: stage boundaries, replicas, settings, times per stage."""
     pa = load_plan(session, get_owned(session, PlanRow, a, viewer.project_id, "plan", field="a"))
     pb = load_plan(session, get_owned(session, PlanRow, b, viewer.project_id, "plan", field="b"))
-    moved = plan_diff(pa.plan, pb.plan)
-    n_ops = sum(len(s.ops) for s in pa.plan.stages)
-    return page("plan_diff.html", viewer, a=pa, b=pb, moved=moved, n_ops=n_ops)
+    return page("plan_diff.html", viewer, a=pa, b=pb, diff=diff_plans(pa.plan, pb.plan))
 
 
 @router.get("/plans/{plan_id}")

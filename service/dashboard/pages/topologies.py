@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from fastapi import Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api.topologies import generate_topology, list_topologies
+from service.api.topologies import delete_topology, generate_topology, list_topologies
 from service.dashboard.charts.topology import MAX_HEATMAP_DEVICES, bandwidth_heatmap
 from service.dashboard.pages.common import (
     PAGE_SIZE,
@@ -34,10 +36,19 @@ from solvers.model.topology import topology_from_document
 router = page_router()
 
 
+def device_kinds(doc: dict[str, Any]) -> list[tuple[str, int]]:
+    """How many devices of each kind a ``placer.topology/v1`` document has (most first, then by name)."""
+    counts = Counter(str(d.get("kind", "GPU")) for d in doc.get("devices") or [] if isinstance(d, dict))
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def _list_context(session: Session, project: str, cursor: str | None) -> dict[str, Any]:
     listed = list_topologies(session=session, project=project, name=None, digest=None, min_devices=None,
                              cursor=cursor, limit=PAGE_SIZE)
-    return {"rows": listed.items, "next_cursor": listed.next_cursor, "cursor": cursor, "kinds": sorted(TOPOLOGY_KINDS)}
+    bodies = session.execute(select(TopologyRow.id, TopologyRow.body).where(
+        TopologyRow.project_id == project, TopologyRow.id.in_([t.id for t in listed.items]))).all()
+    return {"rows": listed.items, "next_cursor": listed.next_cursor, "cursor": cursor, "kinds": sorted(TOPOLOGY_KINDS),
+            "device_kinds": {r.id: device_kinds(decompress(r.body)) for r in bodies}}
 
 
 @router.get("/topologies")
@@ -84,3 +95,10 @@ async def topologies_create(request: Request, ctx: CtxDep, session: SessionDep, 
         return page("topologies.html", viewer, status_code=int(getattr(exc, "http_status", 422)), **context,
                     error=exc.message)
     return RedirectResponse(f"/topologies/{topology_id}", status_code=303)
+
+
+@router.post("/topologies/{topology_id}/delete")
+def topology_delete(topology_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
+    """Delete the topology as ``DELETE /v1/topologies/{id}`` does (409 while queued or running jobs use it)."""
+    delete_topology(topology_id=topology_id, session=session, project=viewer.project_id)
+    return RedirectResponse("/topologies", status_code=303)

@@ -95,6 +95,20 @@ def test_comparison_idempotency_key(api: Api) -> None:
                    field="Idempotency-Key")
 
 
+def test_delete_a_comparison_waits_for_its_jobs_and_keeps_them(api: Api, other_api: Api) -> None:
+    r = api.post("/v1/comparisons", json={"graph_id": api.graph(n_ops=6), "topology_id": api.topology(),
+                                          "solvers": ["sleepy"], "options": {"sleepy": {"sleep_s": 30}}})
+    cmp_id, job_id = r.json()["id"], r.json()["rows"][0]["job_id"]
+    assert other_api.delete(f"/v1/comparisons/{cmp_id}").status_code == 404
+    problem = assert_problem(api.delete(f"/v1/comparisons/{cmp_id}"), 409, "id")
+    assert "comparison" in problem["detail"] and "queued or running" in problem["detail"]
+    api.post(f"/v1/jobs/{job_id}:cancel")
+    api.wait(job_id)
+    assert api.delete(f"/v1/comparisons/{cmp_id}").status_code == 204
+    assert api.get(f"/v1/comparisons/{cmp_id}").status_code == 404
+    assert api.get(f"/v1/jobs/{job_id}").json()["comparison_id"] is None
+
+
 def test_comparison_bad_input_names_the_field(api: Api) -> None:
     gid, tid = api.graph(), api.topology()
     base = {"graph_id": gid, "topology_id": tid}

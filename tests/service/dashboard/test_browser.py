@@ -117,7 +117,9 @@ def test_user_flow(browser: Any, server: Server, shots: Path) -> None:
                                                                        rel=1e-6)
     page.click("form.inline button[type=submit]")  # the diff with another plan of the comparison
     page.wait_for_url(re.compile(r"/plans/diff"))
-    assert "ops sit on other devices" in page.inner_text("main")
+    main = page.inner_text("main")
+    assert "stage boundar" in main and "ops on other devices" in main
+    assert page.locator("table[data-diff-stages] tbody tr").count() >= 1
     _shot(page, shots, "plan_diff")
     assert dialogs == []
     context.close()
@@ -228,4 +230,90 @@ def test_pages_have_labelled_controls_and_work_from_the_keyboard(browser: Any, s
         assert page.evaluate(LABEL_CHECK) == [], url
         if url in main_controls:
             assert _tab_reaches(page, ["a.skip", "header nav a", *main_controls[url]], presses=140) == [], url
+    context.close()
+
+
+def _api(context: Any, server: Server, project: str, method: str, path: str, body: Any = None) -> Any:
+    """A call to the API with the project's key (to make what the dashboard then manages)."""
+    r = context.request.fetch(server.url + path, method=method, data=body,
+                              headers={"Authorization": f"Bearer {server.keys[project]}"})
+    assert r.ok, r.text()
+    return r.json()
+
+
+def _confirm_and_click(page: Any, selector: str) -> list[str]:
+    """Click a button whose form asks to confirm; accept; the dialogs' messages."""
+    seen: list[str] = []
+    page.once("dialog", lambda d: (seen.append(d.message), d.accept()))
+    with page.expect_navigation():
+        page.click(selector)
+    return seen
+
+
+def test_manage_what_you_made(browser: Any, server: Server, shots: Path) -> None:
+    """Delete a graph (refused with the API's message while a job uses it), cancel that job, delete a
+    topology and a comparison, create a key (its secret shown once) and revoke it: one click each."""
+    context, page = sign_in(browser, server, "beta")
+    graph = _api(context, server, "beta", "POST", "/v1/graphs",
+                 {**generate_graph("random_dag", n_ops=6, seed=9).to_document(), "name": "to-delete"})
+    topology = _api(context, server, "beta", "POST", "/v1/topologies:generate",
+                    {"kind": "hierarchical", "params": {"nodes": 1, "gpus_per_node": 2}})
+    job = _api(context, server, "beta", "POST", "/v1/jobs", {"graph_id": graph["id"], "topology_id": topology["id"],
+                                                             "solver": "sleepy", "options": {"sleep_s": 30}})
+    comparison = _api(context, server, "beta", "POST", "/v1/comparisons", {
+        "graph_id": graph["id"], "topology_id": topology["id"], "solvers": ["even"], "time_limit_s": 5})
+
+    page.goto("/graphs")
+    messages = _confirm_and_click(page, f"form[action='/graphs/{graph['id']}/delete'] button")
+    assert messages == ["Delete graph to-delete?"]
+    assert "is used by" in page.inner_text("main") and "queued or running job" in page.inner_text("main")
+    _shot(page, shots, "graph_in_use")
+
+    page.goto("/jobs")
+    _confirm_and_click(page, f"form[action='/jobs/{job['id']}/cancel'] button")
+    assert page.url.endswith(f"/jobs/{job['id']}")
+    page.wait_for_selector("[data-job-status].cancelled", timeout=20_000)
+
+    for _ in range(100):  # the comparison's even job finishes in well under a second
+        if _api(context, server, "beta", "GET", f"/v1/comparisons/{comparison['id']}")["done"]:
+            break
+        page.wait_for_timeout(100)
+    page.goto("/comparisons")
+    _confirm_and_click(page, f"form[action='/comparisons/{comparison['id']}/delete'] button")
+    assert page.url.endswith("/comparisons") and comparison["id"] not in page.inner_text("main")
+
+    page.goto("/topologies")
+    assert "2 × " in page.locator("td[data-kinds]").first.inner_text()
+    page.goto("/graphs")
+    _confirm_and_click(page, f"form[action='/graphs/{graph['id']}/delete'] button")
+    assert "to-delete" not in page.inner_text("main")
+    page.goto("/topologies")
+    _confirm_and_click(page, f"form[action='/topologies/{topology['id']}/delete'] button")
+    assert topology["id"] not in page.inner_text("main")
+
+    page.goto("/keys")
+    with page.expect_navigation():
+        page.click("text=Create a key")
+    secret = page.inner_text("[data-secret]")
+    assert secret.startswith("plc_")
+    _shot(page, shots, "keys")
+    page.goto("/keys")
+    assert secret not in page.content() and page.locator("text=" + secret[:10] + "…").count() == 1
+    row = page.locator("tr[data-key]", has_text=secret[:10])
+    key_id = row.get_attribute("data-key")
+    _confirm_and_click(page, f"form[action='/keys/{key_id}/revoke'] button")
+    assert "revoked" in page.locator(f"tr[data-key='{key_id}']").inner_text()
+    r = context.request.get(server.url + "/v1/graphs", headers={"Authorization": f"Bearer {secret}"})
+    assert r.status == 401
+    context.close()
+
+
+def test_new_comparison_form_follows_the_objective(browser: Any, server: Server) -> None:
+    context, page = sign_in(browser, server, "beta")
+    page.goto("/comparisons/new")
+    assert page.is_visible("#solver-parmesan") and page.is_checked("#solver-parmesan")
+    assert not page.is_visible("#solver-heft")
+    page.select_option("#objective", "latency")
+    assert page.is_visible("#solver-heft") and page.is_checked("#solver-heft")
+    assert not page.is_visible("#solver-parmesan") and not page.is_checked("#solver-parmesan")
     context.close()

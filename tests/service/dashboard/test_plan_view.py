@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.dashboard.plan_view import PlanContext, category, chrome_trace, plan_diff
+from service.dashboard.plan_view import PlanContext, category, chrome_trace, diff_plans, plan_diff
 from solvers.model.plan import Plan, Stage
 from solvers.simulator import TimelineEntry
 
@@ -27,6 +27,37 @@ def test_diff_counts_replication_changes_and_missing_ops() -> None:
     b = _plan((("x",), ("g0", "g1")), (("y",), ("g2",)), (("w",), ("g3",)))
     assert [m.op for m in plan_diff(a, b)] == ["y", "w"]
     assert plan_diff(a, b)[1].stage_a is None
+
+
+def test_diff_of_replication_only_names_the_replicas_not_every_op() -> None:
+    a = Plan(stages=(Stage(("x", "y"), ("g0",)), Stage(("z",), ("g1",))), micro_batches=8,
+             metrics={"stage_times_s": [2e-3, 1e-3], "iteration_s": 0.03})
+    b = Plan(stages=(Stage(("x", "y"), ("g0", "g2")), Stage(("z",), ("g1",))), micro_batches=16,
+             metrics={"stage_times_s": [1e-3, 1e-3], "iteration_s": 0.02})
+    diff = diff_plans(a, b)
+    assert diff.boundaries_moved == ()
+    assert [s.stage for s in diff.replicas_changed] == [0]
+    assert diff.stages[0].devices_added == ("g2",) and diff.stages[0].devices_removed == ()
+    assert [(s.time_a_s, s.time_b_s) for s in diff.stages] == [(2e-3, 1e-3), (1e-3, 1e-3)]
+    assert [s.status for s in diff.stages] == ["changed", "same"]
+    assert [(c.name, c.a, c.b) for c in diff.settings if c.changed] == [("micro-batches", 8, 16)]
+    assert [(t.name, t.a, t.b) for t in diff.times] == [("iteration", 0.03, 0.02)]
+    assert diff.summary() == ["no stage boundary moved", "stage 0: 1 replica → 2", "micro-batches: 8 → 16",
+                              "2 of 3 ops on other devices"]
+
+
+def test_diff_names_the_moved_boundary_and_the_added_stage() -> None:
+    a = _plan((("x", "y", "z"), ("g0",)))
+    b = Plan(stages=(Stage(("x",), ("g0",)), Stage(("y", "z"), ("g1",))), schedule="gpipe", recompute=True)
+    diff = diff_plans(a, b)
+    first, added = diff.stages
+    assert (first.last_a, first.last_b, first.boundary_moved, first.status) == ("z", "x", True, "changed")
+    assert (added.status, added.ops_a, added.ops_b, added.first_b, added.last_b) == ("added", None, 2, "y", "z")
+    assert added.time_a_s is None and added.time_b_s is None
+    assert diff.summary()[:2] == ["1 stage → 2 stages", "1 stage boundary moved"]
+    assert "schedule: 1f1b → gpipe" in diff.summary() and "recompute: off → on" in diff.summary()
+    assert "pass" not in [c.name for c in diff.settings]  # shown for latency plans only
+    assert diff_plans(a, a).summary() == ["no stage boundary moved", "0 of 3 ops on other devices"]
 
 
 def test_chrome_trace_is_the_trace_event_format() -> None:

@@ -1,4 +1,5 @@
-// Placer dashboard: live refresh of tables, the job event stream, drag and drop upload.
+// Placer dashboard: live refresh of tables, the job event stream, drag and drop upload, confirmed
+// deletes, and the new-comparison form's solvers filtered by the chosen objective.
 "use strict";
 
 function refreshLive(box) {
@@ -57,7 +58,35 @@ function dropZone(zone) {
   });
 }
 
+function solverFilter(form) {
+  // Offer only the solvers that answer the chosen objective (the server checks again).
+  const objective = form.querySelector("select[name=objective]");
+  const pass = form.querySelector("select[name=pass]");
+  const update = () => {
+    if (pass) pass.disabled = objective.value !== "latency";  // a throughput plan runs forward and backward
+    form.querySelectorAll("[data-objectives]").forEach((item) => {
+      const fits = item.getAttribute("data-objectives").split(" ").includes(objective.value);
+      item.hidden = !fits;
+      const box = item.querySelector("input[type=checkbox]");
+      if (box) { box.disabled = !fits; if (!fits) box.checked = false; }
+    });
+  };
+  objective.addEventListener("change", () => {
+    update();
+    // a new objective: its default solvers, as the server preselects them
+    form.querySelectorAll("[data-default-for]").forEach((item) => {
+      const box = item.querySelector("input[type=checkbox]");
+      if (box && !box.disabled) box.checked = item.getAttribute("data-default-for").split(" ").includes(objective.value);
+    });
+  });
+  update();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("form[data-confirm]").forEach((f) => f.addEventListener("submit", (e) => {
+    if (!window.confirm(f.getAttribute("data-confirm"))) e.preventDefault();
+  }));
+  document.querySelectorAll("form[data-solver-filter]").forEach(solverFilter);
   document.querySelectorAll("[data-refresh]").forEach(refreshLive);
   document.querySelectorAll("[data-events]").forEach(followJob);
   document.querySelectorAll("[data-drop]").forEach(dropZone);

@@ -1,0 +1,117 @@
+"""A PNG of every dashboard page, for docs/dashboard.md: ``python -m bench.dashboard_screenshots [OUT]``.
+
+Starts ``placer serve --demo`` on a free port with a fresh SQLite database in a temporary folder,
+waits for the demo comparison to finish, signs in with the printed key in Debian's Chromium
+(``/usr/bin/chromium``, driven by Playwright as a library) and saves one 1280 × 900 screenshot per
+page into ``OUT`` (default ``docs/img/dashboard``).  Needs the dev extra (Playwright) and Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, key: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _wait_for_banner(log: Path, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> tuple[str, str]:
+    """The demo's key and comparison page from the server's last lines."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log.read_text()
+        key = re.search(r"API key:\s+(plc_\S+)", text)
+        page = re.search(r"comparison: (http://\S+)", text)
+        if key and page:
+            return key.group(1), page.group(1)
+        if proc.poll() is not None:
+            raise RuntimeError(f"placer serve --demo stopped:\n{text[-3000:]}")
+        time.sleep(0.3)
+    raise RuntimeError("placer serve --demo printed no demo banner in time")
+
+
+def shoot(out: Path) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="placer-shots-"))
+    port = _free_port()
+    env = {**os.environ, "PLACER_DATABASE_URL": f"sqlite:///{folder / 'placer.db'}", "PLACER_PORT": str(port),
+           "PLACER_LOG_LEVEL": "warning"}
+    log = folder / "server.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--demo"], cwd=ROOT, env=env,
+                                stdout=sink, stderr=subprocess.STDOUT)
+    written: list[Path] = []
+    try:
+        key, comparison_url = _wait_for_banner(log, proc)
+        base = f"http://127.0.0.1:{port}"
+        cmp_id = comparison_url.rsplit("/", 1)[1]
+        for _ in range(600):
+            table = _get(f"{base}/v1/comparisons/{cmp_id}", key)
+            if table["done"]:
+                break
+            time.sleep(0.5)
+        plans = [r["plan_id"] for r in table["rows"] if r.get("plan_id")]
+        graph_id, topology_id = table["graph_id"], table["topology_id"]
+        job_id = table["rows"][0]["job_id"]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(base_url=base, viewport={"width": 1280, "height": 900})
+            page.goto("/signin")
+            written.append(_shot(page, out, "signin"))
+            page.fill("#api_key", key)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda u: "/signin" not in u)
+            pages = [("comparison", f"/comparisons/{cmp_id}"), ("comparisons", "/comparisons"),
+                     ("comparison_new", "/comparisons/new"), ("plan", f"/plans/{plans[0]}"),
+                     ("plan_diff", f"/plans/diff?a={plans[0]}&b={plans[-1]}"), ("jobs", "/jobs"),
+                     ("job", f"/jobs/{job_id}"), ("graphs", "/graphs"), ("graph", f"/graphs/{graph_id}"),
+                     ("topologies", "/topologies"), ("topology", f"/topologies/{topology_id}"), ("keys", "/keys")]
+            for name, url in pages:
+                page.goto(url)
+                written.append(_shot(page, out, name))
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return written
+
+
+def _shot(page: Any, out: Path, name: str) -> Path:
+    path = out / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "img" / "dashboard"
+    for path in shoot(out):
+        print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+if __name__ == "__main__":
+    main()
