@@ -185,11 +185,13 @@ def _storable_text(schema: Any) -> None:
         return
     if not isinstance(schema, dict):
         return
-    if schema.get("type") == "string" and "enum" not in schema and "pattern" not in schema:
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}  # e.g. ["object", "null"]
+    if "string" in kinds and "enum" not in schema and "pattern" not in schema:
         schema["pattern"] = TEXT_PATTERN
     extra = schema.get("additionalProperties")
     free_form = extra is True or (extra is None and "properties" not in schema)  # e.g. a document's attrs
-    if schema.get("type") == "object" and extra is not False:
+    if "object" in kinds and extra is not False:
         schema.setdefault("propertyNames", {"pattern": TEXT_PATTERN})
         if free_form:  # free-form values: any JSON of storable text
             schema["additionalProperties"] = {"$ref": "#/components/schemas/StorableJSON"}
