@@ -1,0 +1,405 @@
+"""Fit a calibration to run records by least squares (docs/cost-model.md "Calibration").
+
+Three bounded fits (:func:`scipy.optimize.least_squares`, relative residuals ``predicted / measured - 1``,
+robust ``soft_l1`` loss by default):
+
+1. **compute and channels** from the profiled parts of the runs.  A stage of ``R`` replicas of device
+   kind ``K`` runs one micro-batch forward in ``f_s = sum_v (a_{K,c(v)} t_K(v) + o_K) / R`` and its
+   backward in ``b_s = sum_{v: bwd>0} (a_{K,c(v)} u_K(v) + o_K) / R`` (``+ f_s`` with recomputation),
+   ``t_K``, ``u_K`` being the uncalibrated forward and backward times of op ``v`` on ``K``, ``c(v)`` its
+   op class (:func:`~solvers.calibration.document.op_class`), ``a`` the scales and ``o`` the launch
+   overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s``.  A transfer of
+   ``n`` bytes on a channel of class ``h`` takes ``l_h + n / B_h`` (latency, bandwidth); the measured
+   figure is the median ``duration_s`` of a rank's sends of that size (its receives when it records
+   none), the class being that of the rank's peers (ranks whose peers span both classes are left out).
+   A weak pull (weight ``1e-3``) holds every scale near 1 where the data do not decide it.
+2. **collective efficiency** ``e`` (every all-reduce takes ``1/e`` times the ring model) from the
+   measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
+   problem, when some run all-reduces; when no run was profiled, a per-kind compute scale (one for all
+   op classes) is fitted here too.
+3. **memory**: per rank, ``measured peak = p + (1 + q) * m_s``, ``m_s`` the memory model's bytes of the
+   rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``p`` the per-process constant and
+   ``q`` the fraction (``q`` fixed at 0 when every stage has the same ``m_s``).
+
+The result names the digests of the runs it came from and, per kind of figure, the median and largest
+relative error before and after the fit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from solvers.calibration.apply import apply_calibration, channel_class, kind_speed
+from solvers.calibration.document import (
+    OP_CLASSES,
+    Calibration,
+    ChannelCalibration,
+    KindCalibration,
+    MemoryCalibration,
+    op_class,
+)
+from solvers.cost.memory import plan_memory_bytes
+from solvers.cost.traffic import group_traffic_bytes
+from solvers.model.canonical import digest
+from solvers.model.errors import InvalidInput
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan, plan_from_document
+from solvers.model.problem import Problem
+from solvers.model.run import RunRecord, check_run_matches, run_from_document
+from solvers.model.topology import Topology
+from solvers.simulator import simulate
+from solvers.validity import problem_for_plan, resolve_plan
+
+PRIOR_WEIGHT = 1e-3
+SCALE_BOUNDS = (1e-3, 1e3)
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One run with its problem (uncalibrated, at the plan's micro-batch size) and plan."""
+
+    run: RunRecord
+    problem: Problem
+    plan: Plan
+    graph: OpGraph
+    topology: Topology
+
+
+@dataclass(frozen=True)
+class _StageObs:
+    kind: str
+    fwd: np.ndarray  # per op class: sum of the uncalibrated forward times / R
+    bwd: np.ndarray  # per op class: sum of the uncalibrated backward times / R
+    n_fwd: float  # ops / R
+    n_bwd: float  # ops with a backward / R
+    recompute: bool
+    measured_fwd: float
+    measured_bwd: float | None
+
+
+@dataclass(frozen=True)
+class _TransferObs:
+    cls: str
+    bytes: float
+    measured: float
+
+
+def _cases(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
+           topologies: Sequence[Topology], plans: Sequence[Plan | Mapping[str, Any]]) -> list[_Case]:
+    if not runs:
+        raise InvalidInput("runs: at least one run record is needed", field="runs")
+    for name, seq in (("graphs", graphs), ("topologies", topologies), ("plans", plans)):
+        if len(seq) != len(runs):
+            raise InvalidInput(f"{name}: {len(seq)} given for {len(runs)} runs (one per run)", field=name)
+    out = []
+    for i, (raw, graph, topo, p) in enumerate(zip(runs, graphs, topologies, plans, strict=True)):
+        run = raw if isinstance(raw, RunRecord) else run_from_document(raw)
+        plan = p if isinstance(p, Plan) else plan_from_document(p)
+        if run.graph_digest != graph.digest:
+            raise InvalidInput(f"runs[{i}].graph_digest: the run's {run.graph_digest} is not the graph's "
+                               f"{graph.digest}", field=f"runs[{i}].graph_digest")
+        if run.topology_digest is not None and run.topology_digest != topo.digest:
+            raise InvalidInput(f"runs[{i}].topology_digest: the run's {run.topology_digest} is not the topology's "
+                               f"{topo.digest}", field=f"runs[{i}].topology_digest")
+        try:
+            check_run_matches(run, plan)
+        except InvalidInput as exc:
+            raise InvalidInput(f"runs[{i}].{exc}", field=f"runs[{i}].{exc.field}") from None
+        objective = "throughput" if run.kind == "throughput" else "latency"
+        problem = Problem(graph, topo, objective)  # type: ignore[arg-type]
+        if objective == "latency":
+            problem = problem.with_settings(pass_="training" if run.mode == "training" else "forward")
+        out.append(_Case(run, problem_for_plan(problem, plan), plan, graph, topo))
+    return out
+
+
+def _stage_obs(case: _Case) -> list[_StageObs]:
+    problem, plan = case.problem, case.plan
+    g, topo = problem.graph, problem.topology
+    index = {d.id: i for i, d in enumerate(topo.devices)}
+    classes = np.array([OP_CLASSES.index(op_class(n.op)) for n in g.nodes])
+    out = []
+    for s, stage in enumerate(plan.stages):
+        ranks = [r for r in case.run.ranks if r.stage == s and r.forward_s]
+        kinds = {topo.devices[index[d]].kind for d in stage.devices}
+        if not ranks or len(kinds) != 1:
+            continue
+        kind = kinds.pop()
+        speed = kind_speed(topo, kind)
+        ops = np.array([g.index[o] for o in stage.ops], dtype=np.int64)
+        r = len(stage.devices)
+        fwd, bwd = np.zeros(len(OP_CLASSES)), np.zeros(len(OP_CLASSES))
+        for v in ops:
+            node = g.nodes[v]
+            t = node.times.get(kind) if node.times else None
+            f, b = (t.fwd_s, t.bwd_s) if t is not None else (node.fwd_s / speed, node.bwd_s / speed)
+            fwd[classes[v]] += f / r
+            bwd[classes[v]] += b / r
+        n_bwd = sum(1 for v in ops if (g.nodes[v].times or {}).get(kind, g.nodes[v]).bwd_s > 0) / r
+        slowest = max(ranks, key=lambda x: median(x.forward_s) + (median(x.backward_s) if x.backward_s else 0.0))
+        out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recompute, median(slowest.forward_s),
+                             median(slowest.backward_s) if slowest.backward_s else None))
+    return out
+
+
+def _transfer_obs(case: _Case) -> list[_TransferObs]:
+    problem, plan = case.problem, case.plan
+    topo = problem.topology
+    index = {d.id: i for i, d in enumerate(topo.devices)}
+    rp = resolve_plan(problem, plan, check_memory=False)
+    peers: dict[int, set[int]] = defaultdict(set)
+    for (a, b), size in group_traffic_bytes(problem.graph, rp.stage_of).items():
+        if a != b and size > 0:
+            peers[a].add(b)
+            peers[b].add(a)
+    out = []
+    for rank in case.run.ranks:
+        if not rank.transfers:
+            continue
+        me = index[rank.device]
+        classes = {channel_class(topo, me, d) for t in peers[rank.stage] for d in rp.stage_devices[t] if d != me}
+        if len(classes) != 1:
+            continue
+        cls = classes.pop()
+        sends = [t for t in rank.transfers if t.op == "send"] or list(rank.transfers)
+        by_size: dict[int, list[float]] = defaultdict(list)
+        for t in sends:
+            if t.bytes > 0:
+                by_size[t.bytes].append(t.duration_s)
+        out.extend(_TransferObs(cls, float(n), median(ds)) for n, ds in sorted(by_size.items()))
+    return out
+
+
+class _Layout:
+    """Where each free parameter of fit 1 sits in the vector."""
+
+    def __init__(self, stages: list[_StageObs], transfers: list[_TransferObs]) -> None:
+        self.kinds = sorted({s.kind for s in stages})
+        self.scale: dict[tuple[str, int], int] = {}
+        self.overhead: dict[str, int] = {}
+        for kind in self.kinds:
+            seen = np.zeros(len(OP_CLASSES), dtype=bool)
+            for s in stages:
+                if s.kind == kind:
+                    seen |= (s.fwd > 0) | (s.bwd > 0)
+            for c in np.flatnonzero(seen):
+                self.scale[(kind, int(c))] = len(self.scale)
+        n = len(self.scale)
+        for kind in self.kinds:
+            self.overhead[kind] = n
+            n += 1
+        self.channels: dict[str, tuple[int, int]] = {}
+        for cls in sorted({t.cls for t in transfers}):
+            self.channels[cls] = (n, n + 1)  # latency (s), seconds per byte
+            n += 2
+        self.size = n
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = np.zeros(self.size), np.full(self.size, np.inf)
+        for i in self.scale.values():
+            lo[i], hi[i] = SCALE_BOUNDS
+        for i in self.overhead.values():
+            hi[i] = 1.0
+        return lo, hi
+
+    def start(self, stages: list[_StageObs], transfers: list[_TransferObs]) -> np.ndarray:
+        x = np.zeros(self.size)
+        for i in self.scale.values():
+            x[i] = 1.0
+        for cls, (li, bi) in self.channels.items():
+            mine = [t for t in transfers if t.cls == cls]
+            x[li] = min(t.measured for t in mine) / 2
+            x[bi] = max(median(t.measured / t.bytes for t in mine), 1e-15)
+        return x
+
+    def scales(self, x: np.ndarray, kind: str) -> np.ndarray:
+        return np.array([x[self.scale[(kind, c)]] if (kind, c) in self.scale else 1.0 for c in range(len(OP_CLASSES))])
+
+
+def _predict_stage(layout: _Layout, x: np.ndarray, s: _StageObs) -> tuple[float, float]:
+    a = layout.scales(x, s.kind)
+    o = x[layout.overhead[s.kind]]
+    f = float(a @ s.fwd + o * s.n_fwd)
+    b = float(a @ s.bwd + o * s.n_bwd)
+    return f, b + f if s.recompute else b
+
+
+def _rel(pred: float, measured: float) -> float:
+    return pred / measured - 1.0 if measured > 0 else 0.0
+
+
+def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs], loss: str) -> tuple[_Layout, np.ndarray]:
+    layout = _Layout(stages, transfers)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        out = []
+        for s in stages:
+            f, b = _predict_stage(layout, x, s)
+            out.append(_rel(f, s.measured_fwd))
+            if s.measured_bwd is not None:
+                out.append(_rel(b, s.measured_bwd))
+        for t in transfers:
+            li, bi = layout.channels[t.cls]
+            out.append(_rel(x[li] + t.bytes * x[bi], t.measured))
+        out.extend(PRIOR_WEIGHT * (x[i] - 1.0) for i in layout.scale.values())
+        return np.array(out, dtype=np.float64)
+
+    if layout.size == 0:
+        return layout, np.zeros(0)
+    lo, hi = layout.bounds()
+    x0 = np.clip(layout.start(stages, transfers), lo, np.where(np.isfinite(hi), hi, np.inf))
+    fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, x_scale="jac")
+    return layout, np.asarray(fit.x, dtype=np.float64)
+
+
+def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
+                 memory: MemoryCalibration) -> Calibration:
+    devices = {}
+    for kind in sorted(set(layout.kinds) | set(kind_factor)):
+        factor = kind_factor.get(kind, 1.0)
+        scales = layout.scales(x, kind) if kind in layout.kinds else np.ones(len(OP_CLASSES))
+        devices[kind] = KindCalibration({c: float(scales[i] * factor) for i, c in enumerate(OP_CLASSES)},
+                                        float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
+    channels = {cls: ChannelCalibration(float(x[li]), 1.0 / max(float(x[bi]), 1e-18))
+                for cls, (li, bi) in layout.channels.items()}
+    return Calibration(devices, channels, efficiency, memory)
+
+
+def _iteration_errors(cases: list[_Case], cal: Calibration | None) -> list[float]:
+    out = []
+    for case in cases:
+        measured = case.run.summary.get("iteration_s")
+        if not measured:
+            continue
+        g, t = apply_calibration(case.problem.graph, case.problem.topology, cal)
+        problem = Problem(g, t, case.problem.objective, case.problem.settings)
+        out.append(_rel(float(simulate(problem, case.plan).metrics["objective_s"]), float(measured)))
+    return out
+
+
+def _allreduces(case: _Case) -> bool:
+    stages = case.plan.stages
+    return any(len(s.devices) > 1 for s in stages) or bool((case.graph.attrs or {}).get("shared_params"))
+
+
+def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float]], Calibration],
+                    free_kinds: list[str], loss: str) -> tuple[float, dict[str, float]]:
+    fit_efficiency = any(_allreduces(c) for c in cases)
+    n = int(fit_efficiency) + len(free_kinds)
+    if n == 0 or not any(c.run.summary.get("iteration_s") for c in cases):
+        return 1.0, {}
+
+    def unpack(x: np.ndarray) -> tuple[float, dict[str, float]]:
+        eff = float(x[0]) if fit_efficiency else 1.0
+        return eff, {k: float(v) for k, v in zip(free_kinds, x[int(fit_efficiency):], strict=True)}
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        eff, factors = unpack(x)
+        return np.array(_iteration_errors(cases, make(eff, factors)), dtype=np.float64)
+
+    lo = np.array([0.01] * int(fit_efficiency) + [SCALE_BOUNDS[0]] * len(free_kinds))
+    hi = np.array([1.0] * int(fit_efficiency) + [SCALE_BOUNDS[1]] * len(free_kinds))
+    x0 = np.array([0.9] * int(fit_efficiency) + [1.0] * len(free_kinds))
+    fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, diff_step=1e-3)
+    return unpack(np.asarray(fit.x))
+
+
+def _memory_obs(cases: list[_Case]) -> list[tuple[float, float]]:
+    out = []
+    for case in cases:
+        rp = resolve_plan(case.problem, case.plan, check_memory=False)
+        need = plan_memory_bytes(case.problem, rp)
+        for r in case.run.ranks:
+            peak = r.peak_memory_bytes
+            if peak and 0 <= r.stage < len(need):
+                out.append((float(need[r.stage]), float(peak)))
+    return out
+
+
+def _fit_memory(obs: list[tuple[float, float]], loss: str) -> MemoryCalibration:
+    if not obs:
+        return MemoryCalibration()
+    m = np.array([o[0] for o in obs])
+    y = np.array([o[1] for o in obs])
+    with_fraction = np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        q = x[1] if with_fraction else 0.0
+        return np.asarray((x[0] + (1.0 + q) * m) / y - 1.0, dtype=np.float64)
+
+    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0])
+    fit = least_squares(residuals, x0, bounds=([0.0, 0.0], [np.inf, 10.0]), loss=loss, f_scale=0.05,
+                        x_scale=[max(float(np.median(y)), 1.0), 1.0])
+    return MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0)
+
+
+def _summary(errors: Sequence[float]) -> dict[str, float | int] | None:
+    if not errors:
+        return None
+    a = np.abs(np.asarray(errors))
+    return {"count": len(errors), "median_relative": float(np.median(a)), "max_relative": float(a.max())}
+
+
+def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
+                    topologies: Sequence[Topology], plans: Sequence[Plan | Mapping[str, Any]], *,
+                    loss: str = "soft_l1", name: str = "") -> Calibration:
+    """Fit the cost model's free parameters to ``runs`` (module docstring); one graph, topology and plan per run.
+
+    Raises :class:`InvalidInput` naming the field when a run is not of its plan, graph or topology
+    (``runs[2].graph_digest``), when the lists differ in length, or when ``loss`` is unknown.
+    """
+    if loss not in ("linear", "soft_l1", "huber", "cauchy", "arctan"):
+        raise InvalidInput(f"loss: must be linear, soft_l1, huber, cauchy or arctan, got {loss!r}", field="loss")
+    cases = _cases(runs, graphs, topologies, plans)
+    stages = [s for c in cases for s in _stage_obs(c)]
+    transfers = [t for c in cases for t in _transfer_obs(c)]
+    layout, x = _fit_compute(stages, transfers, loss)
+    memory = _fit_memory(_memory_obs(cases), loss)
+    kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
+                        for i in (c.problem.topology.index[d] for d in st.devices)})
+    free_kinds = [] if stages else kinds_all
+
+    def make(eff: float, factors: Mapping[str, float]) -> Calibration:
+        return _calibration(layout, x, eff, factors, memory)
+
+    efficiency, factors = _fit_iterations(cases, make, free_kinds, loss)
+    cal = make(efficiency, factors)
+    before_stage, after_stage, after_transfer = [], [], []
+    for s in stages:
+        f, b = _predict_stage(layout, x, s)
+        f0 = float(s.fwd.sum())
+        b0 = float(s.bwd.sum()) + (f0 if s.recompute else 0.0)
+        before_stage.append(_rel(f0, s.measured_fwd))
+        after_stage.append(_rel(f, s.measured_fwd))
+        if s.measured_bwd is not None:
+            before_stage.append(_rel(b0, s.measured_bwd))
+            after_stage.append(_rel(b, s.measured_bwd))
+    for t in transfers:
+        li, bi = layout.channels[t.cls]
+        after_transfer.append(_rel(float(x[li] + t.bytes * x[bi]), t.measured))
+    mem = _memory_obs(cases)
+    residuals = {
+        "stage_s": {"uncalibrated": _summary(before_stage), "calibrated": _summary(after_stage)},
+        "transfer_s": {"calibrated": _summary(after_transfer)},
+        "iteration_s": {"uncalibrated": _summary(_iteration_errors(cases, None)),
+                        "calibrated": _summary(_iteration_errors(cases, cal))},
+        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, y in mem]),
+                              "calibrated": _summary([_rel(memory.process_bytes + (1 + memory.fraction) * m, y)
+                                                      for m, y in mem])}}
+    fitted = ([f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale] +
+              [f"devices.{k}.launch_overhead_s" for k in layout.overhead] +
+              [f"channels.{c}" for c in layout.channels] + [f"devices.{k}.scale (all classes)" for k in factors] +
+              (["collective_efficiency"] if any(_allreduces(c) for c in cases) else []) +
+              (["memory.process_bytes"] if mem else []) +
+              (["memory.fraction"] if mem and np.ptp([m for m, _ in mem]) > 0 else []))
+    fit = {"runs": [digest(c.run.to_document()) for c in cases], "residuals": residuals, "parameters": fitted,
+           "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
+                            sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem)}}
+    return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name)
