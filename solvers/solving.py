@@ -15,8 +15,8 @@ from typing import Any
 
 from solvers import registry
 from solvers.advice import problem_warnings
-from solvers.cost.calibrated import source_digest
 from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
+from solvers.cost.calibrated import source_digest
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem

@@ -11,6 +11,7 @@ from solvers.calibration.document import (
     KindCalibration,
     MemoryCalibration,
     calibration_from_document,
+    load_calibration,
     op_class,
 )
 from solvers.calibration.fit import fit_calibration
@@ -19,5 +20,5 @@ from solvers.cost.calibrated import calibration_digest, source_digest
 __all__ = [
     "CALIBRATION_FORMAT", "CHANNEL_CLASSES", "OP_CLASSES", "Calibration", "ChannelCalibration", "KindCalibration",
     "MemoryCalibration", "apply_calibration", "calibration_digest", "calibration_from_document", "fit_calibration",
-    "op_class", "source_digest",
+    "load_calibration", "op_class", "source_digest",
 ]

@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
+from solvers.model.documents import read_json
 from solvers.model.errors import InvalidInput
 
 CALIBRATION_FORMAT = "placer.calibration/v1"
@@ -186,3 +188,8 @@ def calibration_from_document(doc: Any) -> Calibration:
         check.string(r, f"fit.runs[{i}]", InvalidInput)
     return Calibration(devices, channels, efficiency, memory, dict(check.shallow(dict(fit), "fit", InvalidInput)),
                        check.string(d.get("name", ""), "name", InvalidInput, nonempty=False))
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and validate a ``placer.calibration/v1`` file (JSON, plain or gzip); errors name the field."""
+    return calibration_from_document(read_json(path))

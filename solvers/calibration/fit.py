@@ -159,7 +159,7 @@ def _transfer_obs(case: _Case) -> list[_TransferObs]:
         if a != b and size > 0:
             peers[a].add(b)
             peers[b].add(a)
-    out = []
+    out: list[_TransferObs] = []
     for rank in case.run.ranks:
         if not rank.transfers:
             continue

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from solvers.cost.calibrated import calibration_digest, memory_overhead
 from solvers.cost.bounds import lower_bound_s
+from solvers.cost.calibrated import calibration_digest, memory_overhead
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import plan_memory_bytes
