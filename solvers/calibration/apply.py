@@ -16,7 +16,7 @@ calibrated figures without knowing of calibrations:
   ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``.
 
 The copies carry ``attrs.calibration`` (the calibration's digest and the source document's digest):
-a plan solved on them names the source graph and topology (:func:`source_digest`), so it launches with
+a plan solved on them names the source graph and topology (:func:`solvers.cost.calibrated.source_digest`), so it launches with
 the files it was solved from, and every simulation reports ``metrics.calibration``.
 """
 
