@@ -45,7 +45,7 @@ from solvers.calibration.document import (
     MemoryCalibration,
     op_class,
 )
-from solvers.cost.memory import plan_memory_bytes
+from solvers.cost.memory import plan_memory_bytes, shared_param_stages
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
@@ -285,8 +285,12 @@ def _iteration_errors(cases: list[_Case], cal: Calibration | None) -> list[float
 
 
 def _allreduces(case: _Case) -> bool:
-    stages = case.plan.stages
-    return any(len(s.devices) > 1 for s in stages) or bool((case.graph.attrs or {}).get("shared_params"))
+    """Whether the simulator runs an all-reduce for this plan: a replicated stage, or a tied weight read in
+    several stages."""
+    if any(len(s.devices) > 1 for s in case.plan.stages):
+        return True
+    rp = resolve_plan(case.problem, case.plan, check_memory=False)
+    return bool(shared_param_stages(case.problem, rp.stage_of))
 
 
 def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float]], Calibration],
