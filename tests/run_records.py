@@ -46,12 +46,16 @@ def calibrated_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology,
     Every figure comes from the simulator on the graph and topology calibrated by ``truth``: the
     iteration (``iteration_s``), each stage's forward and backward per micro-batch, each send's duration
     (latency + bytes / bandwidth of its channel) and each rank's peak memory; ``jitter`` multiplies each
-    figure by ``1 + jitter * N(0, 1)`` (seeded).
+    figure by ``1 + jitter * N(0, 1)`` (seeded), each transfer by ``1 + jitter * |N(0, 1)|`` (a recorded
+    transfer includes waiting for its peer).
     """
     rng = np.random.default_rng(seed)
 
     def noisy(x: float) -> float:
         return float(x * (1.0 + jitter * rng.standard_normal())) if jitter else float(x)
+
+    def waited(x: float) -> float:  # a recorded transfer also waits for its peer: never shorter than the transfer
+        return float(x * (1.0 + jitter * abs(rng.standard_normal()))) if jitter else float(x)
 
     plan = plan_from_document(plan_doc)
     g, t = apply_calibration(graph, topology, truth)
@@ -63,7 +67,7 @@ def calibrated_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology,
     for (a, b), size in group_traffic_bytes(g, rp.stage_of).items():
         for phase, (src, dst) in (("forward", (a, b)), ("backward", (b, a))):
             for x, y, share in transfer_pairs(rp.stage_devices[src], rp.stage_devices[dst], size):
-                sends.setdefault(x, []).append(Transfer("send", 1, 0.0, noisy(transfer_s(t, x, y, share)),
+                sends.setdefault(x, []).append(Transfer("send", 1, 0.0, waited(transfer_s(t, x, y, share)),
                                                         int(share), phase))
     ranks = []
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):

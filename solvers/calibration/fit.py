@@ -10,8 +10,9 @@ robust ``soft_l1`` loss by default):
    op class (:func:`~solvers.calibration.document.op_class`), ``a`` the scales and ``o`` the launch
    overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s``.  A transfer of
    ``n`` bytes on a channel of class ``h`` takes ``l_h + n / B_h`` (latency, bandwidth); the measured
-   figure is the median ``duration_s`` of a rank's sends of that size (its receives when it records
-   none), the class being that of the rank's peers (ranks whose peers span both classes are left out).
+   figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
+   for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
+   (ranks whose peers span both classes are left out).
    A weak pull (weight ``1e-3``) holds every scale near 1 where the data do not decide it.
 2. **collective efficiency** ``e`` (every all-reduce takes ``1/e`` times the ring model) from the
    measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
@@ -159,7 +160,7 @@ def _transfer_obs(case: _Case) -> list[_TransferObs]:
         if a != b and size > 0:
             peers[a].add(b)
             peers[b].add(a)
-    out: list[_TransferObs] = []
+    fastest: dict[tuple[str, int], float] = {}
     for rank in case.run.ranks:
         if not rank.transfers:
             continue
@@ -168,13 +169,11 @@ def _transfer_obs(case: _Case) -> list[_TransferObs]:
         if len(classes) != 1:
             continue
         cls = classes.pop()
-        sends = [t for t in rank.transfers if t.op == "send"] or list(rank.transfers)
-        by_size: dict[int, list[float]] = defaultdict(list)
-        for t in sends:
-            if t.bytes > 0:
-                by_size[t.bytes].append(t.duration_s)
-        out.extend(_TransferObs(cls, float(n), median(ds)) for n, ds in sorted(by_size.items()))
-    return out
+        for t in rank.transfers:
+            if t.bytes > 0 and t.duration_s > 0:
+                key = (cls, t.bytes)
+                fastest[key] = min(fastest.get(key, t.duration_s), t.duration_s)
+    return [_TransferObs(cls, float(n), d) for (cls, n), d in sorted(fastest.items())]
 
 
 class _Layout:
