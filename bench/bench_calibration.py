@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -87,7 +88,8 @@ def solve_all(out: Path, graphs: dict[str, Path], solvers: list[str], mbs: list[
     return sorted(made.values())
 
 
-def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path:
+def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path | None:
+    """The plan's ``run.json``; None when the launcher refuses the plan (the reason printed)."""
     folder = out / "runs" / plan.stem
     record = folder / "run.json"
     if record.exists():
@@ -100,6 +102,10 @@ def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path
                            str(devices), "launch.py", "--steps", str(steps), "--warmup", "2", "--profile-steps", "1",
                            "--autocast", "none"], cwd=folder, env=env, capture_output=True, text=True, timeout=900,
                           check=False)
+    refused = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("launch.py: refused")]
+    if done.returncode and refused:
+        print(f"skipped {plan.stem}: {refused[0]}", flush=True)
+        return None
     if done.returncode:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
     return record
@@ -116,7 +122,8 @@ def main() -> None:
     parser.add_argument("--solvers", default=",".join(SOLVERS))
     parser.add_argument("--micro-batches", default="1,2,4")
     parser.add_argument("--procs", default="2,3,4")
-    parser.add_argument("--batch", type=int, default=4, help="rows per micro-batch of the profile")
+    parser.add_argument("--batch", type=int, default=12,
+                        help="rows per micro-batch of the profile (12: splits over 2, 3 and 4 replicas)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--limit", type=int, default=0, help="run at most this many plans (0: all)")
     args = parser.parse_args()
@@ -131,10 +138,13 @@ def main() -> None:
     print(f"{len(plans)} distinct plans", flush=True)
     cases: list[tuple[str, RunRecord, Any, Any, Any]] = []
     for plan in plans:
-        model = plan.stem.split("-")[0]
-        n = int(plan.stem.split("-p")[1].split("-")[0])
+        found = re.fullmatch(r"(\w+)-.+-p(\d+)-mb\d+", plan.stem)
+        assert found, plan.stem
+        model, n = found.group(1), int(found.group(2))
         topo = topology(out, n)
         record = run_plan(out, plan, graphs[model], topo, args.steps)
+        if record is None:
+            continue
         cases.append((plan.stem, run_from_document(json.loads(record.read_text())), load_graph(graphs[model]),
                       load_topology(topo), load_plan(plan)))
     fit_on = [c for i, c in enumerate(cases) if i % 3 == 0]

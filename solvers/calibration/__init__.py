@@ -10,6 +10,7 @@ from solvers.calibration.document import (
     ChannelCalibration,
     KindCalibration,
     MemoryCalibration,
+    StepCalibration,
     calibration_from_document,
     load_calibration,
     op_class,
@@ -19,6 +20,6 @@ from solvers.cost.calibrated import calibration_digest, source_digest
 
 __all__ = [
     "CALIBRATION_FORMAT", "CHANNEL_CLASSES", "OP_CLASSES", "Calibration", "ChannelCalibration", "KindCalibration",
-    "MemoryCalibration", "apply_calibration", "calibration_digest", "calibration_from_document", "fit_calibration",
+    "MemoryCalibration", "StepCalibration", "apply_calibration", "calibration_digest", "calibration_from_document", "fit_calibration",
     "load_calibration", "op_class", "source_digest",
 ]

@@ -13,7 +13,10 @@ calibrated figures without knowing of calibrations:
   all-reduce time (:func:`solvers.cost.comm.allreduce_s`);
 - **memory**: each device's ``memory_bytes`` becomes ``(memory_bytes - process_bytes) / (1 + fraction)``,
   so a solver's memory check on the modelled bytes is the check of the measured peak
-  ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``.
+  ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``;
+- **step**: ``attrs.calibration.step_fixed_s`` and ``step_per_param_byte_s`` of the topology add a
+  training iteration's work beyond the pipeline to ``iteration_s``
+  (:func:`solvers.cost.calibrated.step_overhead_s`).
 
 The copies carry ``attrs.calibration`` (the calibration's digest and the source document's digest):
 a plan solved on them names the source graph and topology (:func:`solvers.cost.calibrated.source_digest`), so it launches with
@@ -95,7 +98,8 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
         devices.append(replace(d, memory_bytes=usable))
     info: dict[str, Any] = {"digest": cal.digest, "source_digest": source_digest(topology),
                             "collective_efficiency": cal.collective_efficiency,
-                            "process_bytes": mem.process_bytes, "fraction": mem.fraction}
+                            "process_bytes": mem.process_bytes, "fraction": mem.fraction,
+                            "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s}
     return Topology.from_matrices(topology.name, devices, np.where(np.isfinite(bw), bw, 0.0).tolist(), lat.tolist(),
                                   {**dict(topology.attrs), "calibration": info})
 

@@ -4,7 +4,8 @@ A calibration holds, per device kind, a compute scale per op class (:data:`OP_CL
 :func:`op_class`) and a per-op launch overhead; per channel class (:data:`CHANNEL_CLASSES`: two
 devices on the same host, or on different hosts) the latency and bandwidth a transfer sees inside a
 training step; the collective efficiency of an all-reduce; the per-stage memory overhead (a
-per-process constant plus a fraction of the modelled bytes); and the fit it came from (the digests of
+per-process constant plus a fraction of the modelled bytes); the step overhead of a training iteration
+(the optimizer step); and the fit it came from (the digests of
 the runs, the residuals).  :func:`calibration_from_document` checks every field and raises
 :class:`~solvers.model.errors.InvalidInput` naming the one at fault.
 """
@@ -104,6 +105,18 @@ class MemoryCalibration:
 
 
 @dataclass(frozen=True)
+class StepCalibration:
+    """A training iteration's work beyond the pipeline (optimizer step, zeroing the gradients, the closing
+    barrier): ``fixed_s + per_param_byte_s * P``, ``P`` the parameter bytes of the plan's largest stage."""
+
+    fixed_s: float = 0.0
+    per_param_byte_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fixed_s": self.fixed_s, "per_param_byte_s": self.per_param_byte_s}
+
+
+@dataclass(frozen=True)
 class Calibration:
     """A ``placer.calibration/v1`` document (module docstring)."""
 
@@ -113,6 +126,7 @@ class Calibration:
     memory: MemoryCalibration = field(default_factory=MemoryCalibration)
     fit: Mapping[str, Any] = field(default_factory=dict)
     name: str = ""
+    step: StepCalibration = field(default_factory=StepCalibration)
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -121,6 +135,7 @@ class Calibration:
             "channels": {k: v.to_dict() for k, v in sorted(self.channels.items())},
             "collective_efficiency": self.collective_efficiency,
             "memory": self.memory.to_dict(),
+            "step": self.step.to_dict(),
             "fit": dict(self.fit)}
         if self.name:
             doc["name"] = self.name
@@ -135,8 +150,8 @@ class Calibration:
         return _digest(doc)
 
 
-_TOP_KEYS = frozenset({"format", "name", "devices", "channels", "collective_efficiency", "memory", "fit"})
-_FIT_KEYS = frozenset({"runs", "residuals", "parameters", "observations", "cost"})
+_TOP_KEYS = frozenset({"format", "name", "devices", "channels", "collective_efficiency", "memory", "step", "fit"})
+_FIT_KEYS = frozenset({"runs", "residuals", "parameters", "observations"})
 
 
 def _fraction(value: Any, where: str, *, low: float, high: float, low_open: bool) -> float:
@@ -181,13 +196,17 @@ def calibration_from_document(doc: Any) -> Calibration:
     check.known_keys(m, frozenset({"process_bytes", "fraction"}), "memory", InvalidInput)
     memory = MemoryCalibration(check.number(m.get("process_bytes", 0.0), "memory.process_bytes", InvalidInput),
                                check.number(m.get("fraction", 0.0), "memory.fraction", InvalidInput))
+    st = check.mapping(d.get("step", {}), "step", InvalidInput)
+    check.known_keys(st, frozenset({"fixed_s", "per_param_byte_s"}), "step", InvalidInput)
+    step = StepCalibration(check.number(st.get("fixed_s", 0.0), "step.fixed_s", InvalidInput),
+                           check.number(st.get("per_param_byte_s", 0.0), "step.per_param_byte_s", InvalidInput))
     fit = check.mapping(d.get("fit", {}), "fit", InvalidInput)
     check.known_keys(fit, _FIT_KEYS, "fit", InvalidInput)
     runs = check.sequence(fit.get("runs", []), "fit.runs", InvalidInput)
     for i, r in enumerate(runs):
         check.string(r, f"fit.runs[{i}]", InvalidInput)
     return Calibration(devices, channels, efficiency, memory, dict(check.shallow(dict(fit), "fit", InvalidInput)),
-                       check.string(d.get("name", ""), "name", InvalidInput, nonempty=False))
+                       check.string(d.get("name", ""), "name", InvalidInput, nonempty=False), step)
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -13,11 +13,13 @@ robust ``soft_l1`` loss by default):
    figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
    for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
    (ranks whose peers span both classes are left out).
-   A weak pull (weight ``1e-3``) holds every scale near 1 where the data do not decide it.
-2. **collective efficiency** ``e`` (every all-reduce takes ``1/e`` times the ring model) from the
+   A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
+   do not tell them apart (a few stages whose ops mix the classes in like proportions).
+2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
+   model; when some run all-reduces) and the step overhead ``z_0 + z_1 P`` of a training iteration
+   (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
    measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
-   problem, when some run all-reduces; when no run was profiled, a per-kind compute scale (one for all
-   op classes) is fitted here too.
+   problem; when no run was profiled, a per-kind compute scale (one for all op classes) too.
 3. **memory**: per rank, ``measured peak = p + (1 + q) * m_s``, ``m_s`` the memory model's bytes of the
    rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``p`` the per-process constant and
    ``q`` the fraction (``q`` fixed at 0 when every stage has the same ``m_s``).
@@ -44,6 +46,7 @@ from solvers.calibration.document import (
     ChannelCalibration,
     KindCalibration,
     MemoryCalibration,
+    StepCalibration,
     op_class,
 )
 from solvers.cost.memory import plan_memory_bytes, shared_param_stages
@@ -58,7 +61,7 @@ from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan, resolve_plan
 
-PRIOR_WEIGHT = 1e-3
+PRIOR_WEIGHT = 0.05  # the pull of every op-class scale towards the kind's geometric mean of them
 SCALE_BOUNDS = (1e-3, 1e3)
 
 
@@ -247,7 +250,9 @@ def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs], loss: s
         for t in transfers:
             li, bi = layout.channels[t.cls]
             out.append(_rel(x[li] + t.bytes * x[bi], t.measured))
-        out.extend(PRIOR_WEIGHT * (x[i] - 1.0) for i in layout.scale.values())
+        for kind in layout.kinds:
+            logs = np.log([x[i] for (k, _), i in layout.scale.items() if k == kind])
+            out.extend(PRIOR_WEIGHT * (logs - logs.mean()) if len(logs) > 1 else [])
         return np.array(out, dtype=np.float64)
 
     if layout.size == 0:
@@ -259,7 +264,7 @@ def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs], loss: s
 
 
 def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
-                 memory: MemoryCalibration) -> Calibration:
+                 memory: MemoryCalibration, step: StepCalibration) -> Calibration:
     devices = {}
     for kind in sorted(set(layout.kinds) | set(kind_factor)):
         factor = kind_factor.get(kind, 1.0)
@@ -268,7 +273,7 @@ def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor:
                                         float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
     channels = {cls: ChannelCalibration(float(x[li]), 1.0 / max(float(x[bi]), 1e-18))
                 for cls, (li, bi) in layout.channels.items()}
-    return Calibration(devices, channels, efficiency, memory)
+    return Calibration(devices, channels, efficiency, memory, step=step)
 
 
 def _iteration_errors(cases: list[_Case], cal: Calibration | None) -> list[float]:
@@ -292,26 +297,44 @@ def _allreduces(case: _Case) -> bool:
     return bool(shared_param_stages(case.problem, rp.stage_of))
 
 
-def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float]], Calibration],
-                    free_kinds: list[str], loss: str) -> tuple[float, dict[str, float]]:
-    fit_efficiency = any(_allreduces(c) for c in cases)
-    n = int(fit_efficiency) + len(free_kinds)
-    if n == 0 or not any(c.run.summary.get("iteration_s") for c in cases):
-        return 1.0, {}
+def _largest_stage_params(case: _Case) -> float:
+    g = case.problem.graph
+    return max((float(g.param_bytes[[g.index[o] for o in st.ops]].sum()) for st in case.plan.stages if st.ops),
+               default=0.0)
 
-    def unpack(x: np.ndarray) -> tuple[float, dict[str, float]]:
-        eff = float(x[0]) if fit_efficiency else 1.0
-        return eff, {k: float(v) for k, v in zip(free_kinds, x[int(fit_efficiency):], strict=True)}
+
+def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float], StepCalibration], Calibration],
+                    free_kinds: list[str], loss: str) -> tuple[float, dict[str, float], StepCalibration, list[str]]:
+    """Fit 2 of the module docstring: the efficiency (where some run all-reduces), the step overhead (its
+    per-byte term where the runs' largest stages differ in parameters) and the per-kind factors of
+    ``free_kinds``; also the names of what was fitted."""
+    timed = [c for c in cases if c.run.summary.get("iteration_s")]
+    training = [c for c in timed if c.problem.training and c.problem.objective == "throughput"]
+    fit_efficiency = any(_allreduces(c) for c in timed)
+    params = [_largest_stage_params(c) for c in training]
+    fit_per_byte = bool(params) and max(params) - min(params) > 1e-3 * max(max(params), 1.0)
+    names = (["collective_efficiency"] * fit_efficiency + ["step.fixed_s"] * bool(training) +
+             ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds])
+    if not names:
+        return 1.0, {}, StepCalibration(), []
+
+    def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration]:
+        values = dict(zip(names, (float(v) for v in x), strict=True))
+        step = StepCalibration(values.get("step.fixed_s", 0.0) * 1e-3,  # fitted in ms
+                               values.get("step.per_param_byte_s", 0.0) / 2**30)  # fitted in s per GiB
+        return (values.get("collective_efficiency", 1.0),
+                {k: values[f"devices.{k}.scale (all classes)"] for k in free_kinds}, step)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        eff, factors = unpack(x)
-        return np.array(_iteration_errors(cases, make(eff, factors)), dtype=np.float64)
+        return np.array(_iteration_errors(timed, make(*unpack(x))), dtype=np.float64)
 
-    lo = np.array([0.01] * int(fit_efficiency) + [SCALE_BOUNDS[0]] * len(free_kinds))
-    hi = np.array([1.0] * int(fit_efficiency) + [SCALE_BOUNDS[1]] * len(free_kinds))
-    x0 = np.array([0.9] * int(fit_efficiency) + [1.0] * len(free_kinds))
+    box = {"collective_efficiency": (0.01, 1.0, 0.9), "step.fixed_s": (0.0, 1e5, 1e-3),
+           "step.per_param_byte_s": (0.0, 1e4, 1e-3)}
+    lo = np.array([box.get(n, (SCALE_BOUNDS[0], 0, 0))[0] for n in names])
+    hi = np.array([box.get(n, (0, SCALE_BOUNDS[1], 0))[1] for n in names])
+    x0 = np.array([box.get(n, (0, 0, 1.0))[2] for n in names])
     fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, diff_step=1e-3)
-    return unpack(np.asarray(fit.x))
+    return (*unpack(np.asarray(fit.x)), names)
 
 
 def _memory_obs(cases: list[_Case]) -> list[tuple[float, float]]:
@@ -369,11 +392,11 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
                         for i in (c.problem.topology.index[d] for d in st.devices)})
     free_kinds = [] if stages else kinds_all
 
-    def make(eff: float, factors: Mapping[str, float]) -> Calibration:
-        return _calibration(layout, x, eff, factors, memory)
+    def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
+        return _calibration(layout, x, eff, factors, memory, step)
 
-    efficiency, factors = _fit_iterations(cases, make, free_kinds, loss)
-    cal = make(efficiency, factors)
+    efficiency, factors, step, iteration_params = _fit_iterations(cases, make, free_kinds, loss)
+    cal = make(efficiency, factors, step)
     before_stage, after_stage, after_transfer = [], [], []
     for s in stages:
         f, b = _predict_stage(layout, x, s)
@@ -398,11 +421,10 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
                                                       for m, y in mem])}}
     fitted = ([f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale] +
               [f"devices.{k}.launch_overhead_s" for k in layout.overhead] +
-              [f"channels.{c}" for c in layout.channels] + [f"devices.{k}.scale (all classes)" for k in factors] +
-              (["collective_efficiency"] if any(_allreduces(c) for c in cases) else []) +
+              [f"channels.{c}" for c in layout.channels] + iteration_params +
               (["memory.process_bytes"] if mem else []) +
               (["memory.fraction"] if mem and np.ptp([m for m, _ in mem]) > 0 else []))
     fit = {"runs": [digest(c.run.to_document()) for c in cases], "residuals": residuals, "parameters": fitted,
            "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
                             sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem)}}
-    return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name)
+    return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)

@@ -1,6 +1,6 @@
 """What a calibrated graph or topology carries (``attrs.calibration``, :mod:`solvers.calibration.apply`),
 read where the cost model and the simulator need it: the all-reduce efficiency, the memory overhead,
-the calibration's digest and the digest of the source document."""
+the step overhead, the calibration's digest and the digest of the source document."""
 
 from __future__ import annotations
 
@@ -35,3 +35,13 @@ def collective_efficiency(topology: Topology) -> float:
     cal = (topology.attrs or {}).get("calibration")
     value = cal.get("collective_efficiency", 1.0) if isinstance(cal, dict) else 1.0
     return float(value) if isinstance(value, int | float) and 0 < value <= 1 else 1.0
+
+
+def step_overhead_s(topology: Topology, largest_stage_param_bytes: float) -> float:
+    """What a training iteration runs beyond the pipeline on a calibrated topology (the optimizer step,
+    zeroing the gradients, the closing barrier): ``fixed_s + per_param_byte_s * P``, ``P`` the parameter
+    bytes of the plan's largest stage; 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    if not isinstance(cal, dict):
+        return 0.0
+    return float(cal.get("step_fixed_s", 0.0)) + float(cal.get("step_per_param_byte_s", 0.0)) * largest_stage_param_bytes

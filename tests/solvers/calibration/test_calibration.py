@@ -20,6 +20,7 @@ from solvers.calibration import (
     ChannelCalibration,
     KindCalibration,
     MemoryCalibration,
+    StepCalibration,
     apply_calibration,
     calibration_from_document,
     fit_calibration,
@@ -38,7 +39,7 @@ KIND = "TitanV"
 TRUTH = Calibration(
     {KIND: KindCalibration({"matmul": 3.0, "elementwise": 5.0, "reduction": 4.0}, 2e-5)},
     {"same_host": ChannelCalibration(5e-5, 2e9), "cross_host": ChannelCalibration(2e-4, 5e8)},
-    0.6, MemoryCalibration(130 * 2**20, 0.2))
+    0.6, MemoryCalibration(130 * 2**20, 0.2), step=StepCalibration(3e-3, 1e-10))
 
 
 @cache
@@ -94,6 +95,7 @@ def test_the_fit_recovers_the_true_parameters() -> None:
     assert cal.collective_efficiency == pytest.approx(0.6, rel=1e-2)
     assert cal.memory.process_bytes == pytest.approx(130 * 2**20, rel=1e-3)
     assert cal.memory.fraction == pytest.approx(0.2, abs=1e-3)
+    assert cal.step.fixed_s == pytest.approx(3e-3, rel=2e-2) and cal.step.per_param_byte_s == pytest.approx(1e-10, rel=2e-2)
     res = cal.fit["residuals"]
     assert res["iteration_s"]["calibrated"]["max_relative"] < 1e-3 < res["iteration_s"]["uncalibrated"]["median_relative"]
     assert len(cal.fit["runs"]) == len(TRAIN) and all(r.startswith("sha256:") for r in cal.fit["runs"])
@@ -151,6 +153,7 @@ def test_the_document_round_trips_and_matches_its_schema() -> None:
     (("channels", "same_host", "bandwidth_Bps"), 0, "channels.same_host.bandwidth_Bps"),
     (("collective_efficiency",), 1.5, "collective_efficiency"),
     (("memory", "fraction"), -0.1, "memory.fraction"),
+    (("step", "fixed_s"), None, "step.fixed_s"),
     (("fit", "runs"), [3], "fit.runs[0]"),
     (("colour",), "red", "colour"),
 ])
