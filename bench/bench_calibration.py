@@ -148,14 +148,17 @@ def main() -> None:
         cases.append((plan.stem, run_from_document(json.loads(record.read_text())), load_graph(graphs[model]),
                       load_topology(topo), load_plan(plan)))
     fit_on = [c for i, c in enumerate(cases) if i % 3 == 0]
-    held = [c for i, c in enumerate(cases) if i % 3 != 0] or fit_on
+    held = [c for i, c in enumerate(cases) if i % 3 != 0]
+    if not held:
+        print("one plan only: predicting the run it was fitted on (no held-out plan)")
+        held = fit_on
     cal = fit_calibration([c[1] for c in fit_on], [c[2] for c in fit_on], [c[3] for c in fit_on],
                           [c[4] for c in fit_on])
     (out / "calibration.json").write_text(json.dumps(cal.to_document(), indent=1))
     print(f"fitted on {len(fit_on)} runs: {', '.join(cal.fit['parameters'])}")
     print(json.dumps({k: v.to_dict() for k, v in cal.devices.items()}), json.dumps(
         {k: v.to_dict() for k, v in cal.channels.items()}), f"efficiency {cal.collective_efficiency:.3g}",
-        f"memory {cal.memory.to_dict()}")
+        f"memory {cal.memory.to_dict()}", f"step {cal.step.to_dict()}")
     print("| plan | measured ms | uncalibrated ms | calibrated ms | memory error uncal. | memory error cal. |")
     print("|---|---|---|---|---|---|")
     measured, before, after, mem_before, mem_after = [], [], [], [], []
