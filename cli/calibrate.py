@@ -84,6 +84,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                      _pct(after, "median_relative"), _pct(after, "max_relative")))
     print(format_table(["figure", "count", "median error before", "median error after", "largest after"], rows))
     print(f"fitted: {', '.join(cal.fit['parameters']) or 'nothing'}")
+    if cal.fit.get("at_bounds"):
+        print(f"  warning: at a bound of the fit: {', '.join(cal.fit['at_bounds'])}: the runs do not decide them, or "
+              "they measure what the model lacks (noise of a loaded machine); add runs that differ there")
     print(f"wrote {args.output} ({cal.digest})")
     return EXIT_OK
 

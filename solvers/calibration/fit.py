@@ -24,8 +24,10 @@ robust ``soft_l1`` loss by default):
    rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``p`` the per-process constant and
    ``q`` the fraction (``q`` fixed at 0 when every stage has the same ``m_s``).
 
-The result names the digests of the runs it came from and, per kind of figure, the median and largest
-relative error before and after the fit.
+The result names the digests of the runs it came from, per kind of figure the median and largest
+relative error before and after the fit, and the parameters that ended at an artificial bound (an
+op-class scale at 10^-3 or 10^3, the efficiency at 0.01): the runs do not decide them, or they measure
+something the model lacks (a loaded machine's noise).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from solvers.validity import problem_for_plan, resolve_plan
 
 PRIOR_WEIGHT = 0.05  # the pull of every op-class scale towards the kind's geometric mean of them
 SCALE_BOUNDS = (1e-3, 1e3)
+EFFICIENCY_LOW = 0.01
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, floa
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.array(_iteration_errors(timed, make(*unpack(x))), dtype=np.float64)
 
-    box = {"collective_efficiency": (0.01, 1.0, 0.9), "step.fixed_s": (0.0, 1e5, 1e-3),
+    box = {"collective_efficiency": (EFFICIENCY_LOW, 1.0, 0.9), "step.fixed_s": (0.0, 1e5, 1e-3),
            "step.per_param_byte_s": (0.0, 1e4, 1e-3)}
     lo = np.array([box.get(n, (SCALE_BOUNDS[0], 0, 0))[0] for n in names])
     hi = np.array([box.get(n, (0, SCALE_BOUNDS[1], 0))[1] for n in names])
@@ -424,7 +427,12 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
               [f"channels.{c}" for c in layout.channels] + iteration_params +
               (["memory.process_bytes"] if mem else []) +
               (["memory.fraction"] if mem and np.ptp([m for m, _ in mem]) > 0 else []))
+    at_bounds = [f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale
+                 if not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
+    if "collective_efficiency" in iteration_params and cal.collective_efficiency <= EFFICIENCY_LOW * 1.001:
+        at_bounds.append("collective_efficiency")
     fit = {"runs": [digest(c.run.to_document()) for c in cases], "residuals": residuals, "parameters": fitted,
+           "at_bounds": at_bounds,
            "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
                             sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem)}}
     return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)

@@ -98,6 +98,7 @@ def test_the_fit_recovers_the_true_parameters() -> None:
     assert cal.step.fixed_s == pytest.approx(3e-3, rel=2e-2) and cal.step.per_param_byte_s == pytest.approx(1e-10, rel=2e-2)
     res = cal.fit["residuals"]
     assert res["iteration_s"]["calibrated"]["max_relative"] < 1e-3 < res["iteration_s"]["uncalibrated"]["median_relative"]
+    assert cal.fit["at_bounds"] == []
     assert len(cal.fit["runs"]) == len(TRAIN) and all(r.startswith("sha256:") for r in cal.fit["runs"])
 
 
