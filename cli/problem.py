@@ -12,6 +12,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any, cast
 
+from solvers.calibration import apply_calibration, load_calibration
 from solvers.model.documents import load_graph, load_topology
 from solvers.model.errors import InvalidInput
 from solvers.model.problem import Objective, Problem, settings_from_dict
@@ -51,6 +52,10 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
                         + (objective_default or "the plan's, else throughput"))
     p.add_argument("--pass", dest="pass_", choices=("forward", "training"),
                    help="what one iteration runs (default: training for throughput, forward for latency)")
+    if not on_server:
+        p.add_argument("--calibration", metavar="FILE",
+                       help="a placer.calibration/v1 file (`placer calibrate`): the graph and topology as it adjusts "
+                            "them (docs/cost-model.md); the metrics name its digest as `calibration`")
     if settings:
         p.add_argument("--stages", type=int, help="exactly this many pipeline stages")
         p.add_argument("--replicas", type=int, help="data-parallel replicas of every stage")
@@ -129,15 +134,19 @@ def solver_options_from_pairs(pairs: list[str]) -> dict[str, dict[str, Any]]:
 
 def problem_from_args(args: argparse.Namespace, plan: Plan | None = None) -> Problem:
     """The problem named by ``--graph``, ``--topology``, ``--objective`` and the settings flags."""
-    return load_problem(args.graph, args.topology, args.objective, settings_from_args(args), plan)
+    return load_problem(args.graph, args.topology, args.objective, settings_from_args(args), plan,
+                        getattr(args, "calibration", None))
 
 
 def load_problem(graph_path: str | None, topology_path: str | None, objective: str | None,
-                 settings: dict[str, Any], plan: Plan | None = None) -> Problem:
-    """Load the documents and build the problem; a plan supplies the objective and pass it was made for."""
+                 settings: dict[str, Any], plan: Plan | None = None, calibration: str | None = None) -> Problem:
+    """Load the documents and build the problem; a plan supplies the objective and pass it was made for; a
+    calibration file adjusts the graph and topology (:func:`solvers.calibration.apply_calibration`)."""
     if not graph_path or not topology_path:
         raise InvalidInput("--graph and --topology are both needed", field="graph" if not graph_path else "topology")
     graph, topology = load_graph(graph_path), load_topology(topology_path)
+    if calibration:
+        graph, topology = apply_calibration(graph, topology, load_calibration(calibration))
     chosen = objective or (plan.objective if plan is not None and plan.objective else "throughput")
     if plan is not None and "pass" not in settings and plan.pass_:
         settings = {**settings, "pass": plan.pass_}

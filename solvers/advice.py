@@ -94,4 +94,5 @@ def next_steps(iteration_ratio: float, stage_ratios: Sequence[float], warnings: 
                 "balanced the wrong times; profile the model where it runs (placer profile) and solve again"]
     factor = median(ratios) if ratios else iteration_ratio
     return [f"calibrate: measured is {factor:.3g}x simulated throughout; fit the cost model to this run's record "
-            "(run.json) and compare again"]
+            "(placer calibrate run.json --plan plan.json --graph G --topology T -o calibration.json), then solve "
+            "and compare again with --calibration calibration.json"]

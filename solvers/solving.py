@@ -16,6 +16,7 @@ from typing import Any
 from solvers import registry
 from solvers.advice import problem_warnings
 from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
+from solvers.cost.calibrated import source_digest
 from solvers.cost.memory_bounds import least_memory, recompute_never_needed
 from solvers.cost.recompute import recompute_where_needed
 from solvers.model.errors import PlacerError
@@ -220,7 +221,8 @@ def _restricted(plan: Plan, note: str) -> Plan:
 
 
 def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = None) -> Plan:
-    """Stamp the problem's digests and warnings (:func:`solvers.advice.problem_warnings`) on a plan and
+    """Stamp the problem's digests (of the source graph and topology when they are calibrated copies,
+    :mod:`solvers.calibration.apply`) and warnings (:func:`solvers.advice.problem_warnings`) on a plan and
     attach the simulator's metrics.
 
     ``result``: the plan's simulation when the caller already has it (simulated otherwise).
@@ -228,8 +230,8 @@ def finish_plan(problem: Problem, plan: Plan, result: SimulationResult | None = 
     its notes (:mod:`solvers.runnable`).
     """
     pass_ = problem.settings.pass_ if problem.objective == "latency" else None
-    plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=problem.graph.digest,
-                      topology_digest=problem.topology.digest, problem_digest=problem.digest,
+    plan = plan.with_(objective=problem.objective, pass_=pass_, graph_digest=source_digest(problem.graph),
+                      topology_digest=source_digest(problem.topology), problem_digest=problem.digest,
                       warnings=tuple(w.to_dict() for w in problem_warnings(problem.graph, problem.topology)))
     if plan.status == "infeasible":
         plan = with_memory_reason(problem, plan)

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from solvers.calibration import Calibration, apply_calibration
+from solvers.cost.comm import transfer_pairs, transfer_s
+from solvers.cost.compute import ComputeModel
+from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.canonical import digest
+from solvers.model.graph import OpGraph
 from solvers.model.plan import plan_from_document
-from solvers.model.run import RankRecord, RunRecord, run_summary
+from solvers.model.problem import Problem
+from solvers.model.run import RankRecord, RunRecord, Transfer, run_summary
+from solvers.model.topology import Topology
+from solvers.simulator import simulate
+from solvers.validity import resolve_plan
 
 
 def synthetic_run(plan_doc: dict[str, Any], iteration_s: float = 0.02) -> dict[str, Any]:
@@ -24,5 +35,58 @@ def synthetic_run(plan_doc: dict[str, Any], iteration_s: float = 0.02) -> dict[s
                     micro_batches=plan.micro_batches, schedule=plan.schedule, steps=2, warmup=0, profile_steps=1,
                     rows_per_iteration=8, environment={"device_kind": "cpu", "world_size": len(ranks)},
                     iterations_s=(iteration_s,) * 2, ranks=tuple(ranks),
+                    summary=run_summary(ranks, len(plan.stages), 0))
+    return run.to_document()
+
+
+def calibrated_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology, truth: Calibration,
+                   jitter: float = 0.0, seed: int = 0) -> dict[str, Any]:
+    """A run record of ``plan_doc`` as a machine whose true cost model is ``truth`` would measure it.
+
+    Every figure comes from the simulator on the graph and topology calibrated by ``truth``: the
+    iteration (``iteration_s``), each stage's forward and backward per micro-batch, each send's duration
+    (latency + bytes / bandwidth of its channel) and each rank's peak memory; ``jitter`` multiplies each
+    figure by ``1 + jitter * N(0, 1)`` (seeded), each transfer by ``1 + jitter * |N(0, 1)|`` (a recorded
+    transfer includes waiting for its peer).
+    """
+    rng = np.random.default_rng(seed)
+
+    def noisy(x: float) -> float:
+        return float(x * (1.0 + jitter * rng.standard_normal())) if jitter else float(x)
+
+    def waited(x: float) -> float:  # a recorded transfer also waits for its peer: never shorter than the transfer
+        return float(x * (1.0 + jitter * abs(rng.standard_normal()))) if jitter else float(x)
+
+    plan = plan_from_document(plan_doc)
+    g, t = apply_calibration(graph, topology, truth)
+    problem = Problem(g, t)
+    rp = resolve_plan(problem, plan)
+    metrics = simulate(problem, plan).metrics
+    compute = ComputeModel(g, t)
+    sends: dict[int, list[Transfer]] = {}
+    for (a, b), size in group_traffic_bytes(g, rp.stage_of).items():
+        for phase, (src, dst) in (("forward", (a, b)), ("backward", (b, a))):
+            for x, y, share in transfer_pairs(rp.stage_devices[src], rp.stage_devices[dst], size):
+                sends.setdefault(x, []).append(Transfer("send", 1, 0.0, waited(transfer_s(t, x, y, share)),
+                                                        int(share), phase))
+    ranks = []
+    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
+        f = float(compute.group_fwd_s(devs)[ops].sum())
+        b = float(compute.group_bwd_s(devs)[ops].sum()) + (f if plan.recompute else 0.0)
+        for k, d in enumerate(devs):
+            dev = t.devices[d].id
+            ranks.append(RankRecord(
+                rank=len(ranks), device=dev, stage=s, replica=k, hostname=t.devices[d].node,
+                iterations_s=(noisy(metrics["iteration_s"]),) * 3,
+                memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                        "peak_resident_bytes": int(noisy(metrics["peak_memory_bytes"][dev]))},
+                profiled_steps=(1,), forward_s=(noisy(f), noisy(f)), backward_s=(noisy(b), noisy(b)),
+                transfers=tuple(sends.get(d, ()))))
+    run = RunRecord(plan_digest=digest(plan.to_document()), graph_digest=graph.digest,
+                    topology_digest=topology.digest, solver=plan.solver, kind="throughput", mode="training",
+                    micro_batches=plan.micro_batches, schedule=plan.schedule, steps=3, warmup=0, profile_steps=1,
+                    rows_per_iteration=plan.micro_batches * graph.profiled_batch_size,
+                    environment={"device_kind": t.devices[0].kind, "world_size": len(ranks)},
+                    iterations_s=(metrics["iteration_s"],) * 3, ranks=tuple(ranks),
                     summary=run_summary(ranks, len(plan.stages), 0))
     return run.to_document()

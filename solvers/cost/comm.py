@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from solvers.cost.calibrated import collective_efficiency
 from solvers.model.topology import Topology
 
 
@@ -46,7 +47,8 @@ def group_transfer_s(topology: Topology, src_devices: Sequence[int], dst_devices
 def allreduce_s(topology: Topology, ring: Sequence[int], param_bytes: float) -> float:
     """Ring all-reduce of ``param_bytes`` over ``ring`` in ring order (Parmesan Eq. 9).
 
-    ``2 (R-1)/R * P / min_i bw(r_i, r_{i+1}) + 2 (R-1) * max_i lat(r_i, r_{i+1})``.
+    ``2 (R-1)/R * P / min_i bw(r_i, r_{i+1}) + 2 (R-1) * max_i lat(r_i, r_{i+1})``, divided by the
+    collective efficiency of a calibrated topology (:func:`solvers.calibration.apply.collective_efficiency`).
     """
     r = len(ring)
     if r <= 1 or param_bytes <= 0:
@@ -54,4 +56,4 @@ def allreduce_s(topology: Topology, ring: Sequence[int], param_bytes: float) -> 
     hops = [(ring[i], ring[(i + 1) % r]) for i in range(r)]
     bw = min(float(topology.bandwidth_Bps[a, b]) for a, b in hops)
     lat = max(float(topology.latency_s[a, b]) for a, b in hops)
-    return 2.0 * (r - 1) / r * param_bytes / bw + 2.0 * (r - 1) * lat
+    return (2.0 * (r - 1) / r * param_bytes / bw + 2.0 * (r - 1) * lat) / collective_efficiency(topology)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from solvers.cost.bounds import lower_bound_s
+from solvers.cost.calibrated import calibration_digest, memory_overhead
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import plan_memory_bytes
@@ -51,11 +52,13 @@ def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batc
 
 
 def peak_memory_bytes(problem: Problem, rp: ResolvedPlan) -> dict[str, float]:
-    """Per used device: peak bytes from :mod:`solvers.cost.memory` (the model resolve_plan checks)."""
+    """Per used device: peak bytes from :mod:`solvers.cost.memory` (the model resolve_plan checks); on a
+    calibrated topology ``process_bytes + (1 + fraction) *`` that (:mod:`solvers.calibration.apply`)."""
     out: dict[str, float] = {}
+    process, fraction = memory_overhead(problem.topology)
     for need, devs in zip(plan_memory_bytes(problem, rp), rp.stage_devices, strict=True):
         for d in devs:
-            out[problem.topology.devices[d].id] = need
+            out[problem.topology.devices[d].id] = process + (1.0 + fraction) * need if process or fraction else need
     return out
 
 
@@ -91,4 +94,5 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
         "efficiency": bound / objective_s if objective_s > 0 else 1.0,
         "micro_batches": mb,
         "schedule": plan.schedule,
+        "calibration": calibration_digest(problem.topology),
     }

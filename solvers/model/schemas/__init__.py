@@ -1,4 +1,4 @@
-"""JSON Schemas (draft 2020-12) of Placer's documents: ``opgraph``, ``topology``, ``plan``, ``problem``, ``run``."""
+"""JSON Schemas (draft 2020-12) of Placer's documents: ``opgraph``, ``topology``, ``plan``, ``problem``, ``run``, ``calibration``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from solvers.model.settings import settings_json_schema
 
-SCHEMA_NAMES = ("opgraph", "topology", "plan", "problem", "run")
+SCHEMA_NAMES = ("opgraph", "topology", "plan", "problem", "run", "calibration")
 
 
 @cache

@@ -1,0 +1,438 @@
+"""Fit a calibration to run records by least squares (docs/cost-model.md "Calibration").
+
+Three bounded fits (:func:`scipy.optimize.least_squares`, relative residuals ``predicted / measured - 1``,
+robust ``soft_l1`` loss by default):
+
+1. **compute and channels** from the profiled parts of the runs.  A stage of ``R`` replicas of device
+   kind ``K`` runs one micro-batch forward in ``f_s = sum_v (a_{K,c(v)} t_K(v) + o_K) / R`` and its
+   backward in ``b_s = sum_{v: bwd>0} (a_{K,c(v)} u_K(v) + o_K) / R`` (``+ f_s`` with recomputation),
+   ``t_K``, ``u_K`` being the uncalibrated forward and backward times of op ``v`` on ``K``, ``c(v)`` its
+   op class (:func:`~solvers.calibration.document.op_class`), ``a`` the scales and ``o`` the launch
+   overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s``.  A transfer of
+   ``n`` bytes on a channel of class ``h`` takes ``l_h + n / B_h`` (latency, bandwidth); the measured
+   figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
+   for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
+   (ranks whose peers span both classes are left out).
+   A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
+   do not tell them apart (a few stages whose ops mix the classes in like proportions).
+2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
+   model; when some run all-reduces) and the step overhead ``z_0 + z_1 P`` of a training iteration
+   (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
+   measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
+   problem; when no run was profiled, a per-kind compute scale (one for all op classes) too.
+3. **memory**: per rank, ``measured peak = p + (1 + q) * m_s``, ``m_s`` the memory model's bytes of the
+   rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``p`` the per-process constant and
+   ``q`` the fraction (``q`` fixed at 0 when every stage has the same ``m_s``).
+
+The result names the digests of the runs it came from, per kind of figure the median and largest
+relative error before and after the fit, and the parameters that ended at an artificial bound (an
+op-class scale at 10^-3 or 10^3, the efficiency at 0.01): the runs do not decide them, or they measure
+something the model lacks (a loaded machine's noise).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from solvers.calibration.apply import apply_calibration, channel_class, kind_speed
+from solvers.calibration.document import (
+    OP_CLASSES,
+    Calibration,
+    ChannelCalibration,
+    KindCalibration,
+    MemoryCalibration,
+    StepCalibration,
+    op_class,
+)
+from solvers.cost.memory import plan_memory_bytes, shared_param_stages
+from solvers.cost.traffic import group_traffic_bytes
+from solvers.model.canonical import digest
+from solvers.model.errors import InvalidInput
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan, plan_from_document
+from solvers.model.problem import Problem
+from solvers.model.run import RunRecord, check_run_matches, run_from_document
+from solvers.model.topology import Topology
+from solvers.simulator import simulate
+from solvers.validity import problem_for_plan, resolve_plan
+
+PRIOR_WEIGHT = 0.05  # the pull of every op-class scale towards the kind's geometric mean of them
+SCALE_BOUNDS = (1e-3, 1e3)
+EFFICIENCY_LOW = 0.01
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One run with its problem (uncalibrated, at the plan's micro-batch size) and plan."""
+
+    run: RunRecord
+    problem: Problem
+    plan: Plan
+    graph: OpGraph
+    topology: Topology
+
+
+@dataclass(frozen=True)
+class _StageObs:
+    kind: str
+    fwd: np.ndarray  # per op class: sum of the uncalibrated forward times / R
+    bwd: np.ndarray  # per op class: sum of the uncalibrated backward times / R
+    n_fwd: float  # ops / R
+    n_bwd: float  # ops with a backward / R
+    recompute: bool
+    measured_fwd: float
+    measured_bwd: float | None
+
+
+@dataclass(frozen=True)
+class _TransferObs:
+    cls: str
+    bytes: float
+    measured: float
+
+
+def _cases(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
+           topologies: Sequence[Topology], plans: Sequence[Plan | Mapping[str, Any]]) -> list[_Case]:
+    if not runs:
+        raise InvalidInput("runs: at least one run record is needed", field="runs")
+    for name, seq in (("graphs", graphs), ("topologies", topologies), ("plans", plans)):
+        if len(seq) != len(runs):
+            raise InvalidInput(f"{name}: {len(seq)} given for {len(runs)} runs (one per run)", field=name)
+    out = []
+    for i, (raw, graph, topo, p) in enumerate(zip(runs, graphs, topologies, plans, strict=True)):
+        run = raw if isinstance(raw, RunRecord) else run_from_document(raw)
+        plan = p if isinstance(p, Plan) else plan_from_document(p)
+        if run.graph_digest != graph.digest:
+            raise InvalidInput(f"runs[{i}].graph_digest: the run's {run.graph_digest} is not the graph's "
+                               f"{graph.digest}", field=f"runs[{i}].graph_digest")
+        if run.topology_digest is not None and run.topology_digest != topo.digest:
+            raise InvalidInput(f"runs[{i}].topology_digest: the run's {run.topology_digest} is not the topology's "
+                               f"{topo.digest}", field=f"runs[{i}].topology_digest")
+        try:
+            check_run_matches(run, plan)
+        except InvalidInput as exc:
+            raise InvalidInput(f"runs[{i}].{exc}", field=f"runs[{i}].{exc.field}") from None
+        objective = "throughput" if run.kind == "throughput" else "latency"
+        problem = Problem(graph, topo, objective)  # type: ignore[arg-type]
+        if objective == "latency":
+            problem = problem.with_settings(pass_="training" if run.mode == "training" else "forward")
+        out.append(_Case(run, problem_for_plan(problem, plan), plan, graph, topo))
+    return out
+
+
+def _stage_obs(case: _Case) -> list[_StageObs]:
+    problem, plan = case.problem, case.plan
+    g, topo = problem.graph, problem.topology
+    index = {d.id: i for i, d in enumerate(topo.devices)}
+    classes = np.array([OP_CLASSES.index(op_class(n.op)) for n in g.nodes])
+    out = []
+    for s, stage in enumerate(plan.stages):
+        ranks = [r for r in case.run.ranks if r.stage == s and r.forward_s]
+        kinds = {topo.devices[index[d]].kind for d in stage.devices}
+        if not ranks or len(kinds) != 1:
+            continue
+        kind = kinds.pop()
+        speed = kind_speed(topo, kind)
+        ops = np.array([g.index[o] for o in stage.ops], dtype=np.int64)
+        r = len(stage.devices)
+        fwd, bwd = np.zeros(len(OP_CLASSES)), np.zeros(len(OP_CLASSES))
+        for v in ops:
+            node = g.nodes[v]
+            t = node.times.get(kind) if node.times else None
+            f, b = (t.fwd_s, t.bwd_s) if t is not None else (node.fwd_s / speed, node.bwd_s / speed)
+            fwd[classes[v]] += f / r
+            bwd[classes[v]] += b / r
+        n_bwd = sum(1 for v in ops if (g.nodes[v].times or {}).get(kind, g.nodes[v]).bwd_s > 0) / r
+        slowest = max(ranks, key=lambda x: median(x.forward_s) + (median(x.backward_s) if x.backward_s else 0.0))
+        out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), median(slowest.forward_s),
+                             median(slowest.backward_s) if slowest.backward_s else None))
+    return out
+
+
+def _transfer_obs(case: _Case) -> list[_TransferObs]:
+    problem, plan = case.problem, case.plan
+    topo = problem.topology
+    index = {d.id: i for i, d in enumerate(topo.devices)}
+    rp = resolve_plan(problem, plan, check_memory=False)
+    peers: dict[int, set[int]] = defaultdict(set)
+    for (a, b), size in group_traffic_bytes(problem.graph, rp.stage_of).items():
+        if a != b and size > 0:
+            peers[a].add(b)
+            peers[b].add(a)
+    fastest: dict[tuple[str, int], float] = {}
+    for rank in case.run.ranks:
+        if not rank.transfers:
+            continue
+        me = index[rank.device]
+        classes = {channel_class(topo, me, d) for t in peers[rank.stage] for d in rp.stage_devices[t] if d != me}
+        if len(classes) != 1:
+            continue
+        cls = classes.pop()
+        for t in rank.transfers:
+            if t.bytes > 0 and t.duration_s > 0:
+                key = (cls, t.bytes)
+                fastest[key] = min(fastest.get(key, t.duration_s), t.duration_s)
+    return [_TransferObs(cls, float(n), d) for (cls, n), d in sorted(fastest.items())]
+
+
+class _Layout:
+    """Where each free parameter of fit 1 sits in the vector."""
+
+    def __init__(self, stages: list[_StageObs], transfers: list[_TransferObs]) -> None:
+        self.kinds = sorted({s.kind for s in stages})
+        self.scale: dict[tuple[str, int], int] = {}
+        self.overhead: dict[str, int] = {}
+        for kind in self.kinds:
+            seen = np.zeros(len(OP_CLASSES), dtype=bool)
+            for s in stages:
+                if s.kind == kind:
+                    seen |= (s.fwd > 0) | (s.bwd > 0)
+            for c in np.flatnonzero(seen):
+                self.scale[(kind, int(c))] = len(self.scale)
+        n = len(self.scale)
+        for kind in self.kinds:
+            self.overhead[kind] = n
+            n += 1
+        self.channels: dict[str, tuple[int, int]] = {}
+        for cls in sorted({t.cls for t in transfers}):
+            self.channels[cls] = (n, n + 1)  # latency (s), seconds per byte
+            n += 2
+        self.size = n
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = np.zeros(self.size), np.full(self.size, np.inf)
+        for i in self.scale.values():
+            lo[i], hi[i] = SCALE_BOUNDS
+        for i in self.overhead.values():
+            hi[i] = 1.0
+        return lo, hi
+
+    def start(self, stages: list[_StageObs], transfers: list[_TransferObs]) -> np.ndarray:
+        x = np.zeros(self.size)
+        for i in self.scale.values():
+            x[i] = 1.0
+        for cls, (li, bi) in self.channels.items():
+            mine = [t for t in transfers if t.cls == cls]
+            x[li] = min(t.measured for t in mine) / 2
+            x[bi] = max(median(t.measured / t.bytes for t in mine), 1e-15)
+        return x
+
+    def scales(self, x: np.ndarray, kind: str) -> np.ndarray:
+        return np.array([x[self.scale[(kind, c)]] if (kind, c) in self.scale else 1.0 for c in range(len(OP_CLASSES))])
+
+
+def _predict_stage(layout: _Layout, x: np.ndarray, s: _StageObs) -> tuple[float, float]:
+    a = layout.scales(x, s.kind)
+    o = x[layout.overhead[s.kind]]
+    f = float(a @ s.fwd + o * s.n_fwd)
+    b = float(a @ s.bwd + o * s.n_bwd)
+    return f, b + f if s.recompute else b
+
+
+def _rel(pred: float, measured: float) -> float:
+    return pred / measured - 1.0 if measured > 0 else 0.0
+
+
+def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs], loss: str) -> tuple[_Layout, np.ndarray]:
+    layout = _Layout(stages, transfers)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        out = []
+        for s in stages:
+            f, b = _predict_stage(layout, x, s)
+            out.append(_rel(f, s.measured_fwd))
+            if s.measured_bwd is not None:
+                out.append(_rel(b, s.measured_bwd))
+        for t in transfers:
+            li, bi = layout.channels[t.cls]
+            out.append(_rel(x[li] + t.bytes * x[bi], t.measured))
+        for kind in layout.kinds:
+            logs = np.log([x[i] for (k, _), i in layout.scale.items() if k == kind])
+            out.extend(PRIOR_WEIGHT * (logs - logs.mean()) if len(logs) > 1 else [])
+        return np.array(out, dtype=np.float64)
+
+    if layout.size == 0:
+        return layout, np.zeros(0)
+    lo, hi = layout.bounds()
+    x0 = np.clip(layout.start(stages, transfers), lo, np.where(np.isfinite(hi), hi, np.inf))
+    fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, x_scale="jac")
+    return layout, np.asarray(fit.x, dtype=np.float64)
+
+
+def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
+                 memory: MemoryCalibration, step: StepCalibration) -> Calibration:
+    devices = {}
+    for kind in sorted(set(layout.kinds) | set(kind_factor)):
+        factor = kind_factor.get(kind, 1.0)
+        scales = layout.scales(x, kind) if kind in layout.kinds else np.ones(len(OP_CLASSES))
+        devices[kind] = KindCalibration({c: float(scales[i] * factor) for i, c in enumerate(OP_CLASSES)},
+                                        float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
+    channels = {cls: ChannelCalibration(float(x[li]), 1.0 / max(float(x[bi]), 1e-18))
+                for cls, (li, bi) in layout.channels.items()}
+    return Calibration(devices, channels, efficiency, memory, step=step)
+
+
+def _iteration_errors(cases: list[_Case], cal: Calibration | None) -> list[float]:
+    out = []
+    for case in cases:
+        measured = case.run.summary.get("iteration_s")
+        if not measured:
+            continue
+        g, t = apply_calibration(case.problem.graph, case.problem.topology, cal)
+        problem = Problem(g, t, case.problem.objective, case.problem.settings)
+        out.append(_rel(float(simulate(problem, case.plan).metrics["objective_s"]), float(measured)))
+    return out
+
+
+def _allreduces(case: _Case) -> bool:
+    """Whether the simulator runs an all-reduce for this plan: a replicated stage, or a tied weight read in
+    several stages."""
+    if any(len(s.devices) > 1 for s in case.plan.stages):
+        return True
+    rp = resolve_plan(case.problem, case.plan, check_memory=False)
+    return bool(shared_param_stages(case.problem, rp.stage_of))
+
+
+def _largest_stage_params(case: _Case) -> float:
+    g = case.problem.graph
+    return max((float(g.param_bytes[[g.index[o] for o in st.ops]].sum()) for st in case.plan.stages if st.ops),
+               default=0.0)
+
+
+def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float], StepCalibration], Calibration],
+                    free_kinds: list[str], loss: str) -> tuple[float, dict[str, float], StepCalibration, list[str]]:
+    """Fit 2 of the module docstring: the efficiency (where some run all-reduces), the step overhead (its
+    per-byte term where the runs' largest stages differ in parameters) and the per-kind factors of
+    ``free_kinds``; also the names of what was fitted."""
+    timed = [c for c in cases if c.run.summary.get("iteration_s")]
+    training = [c for c in timed if c.problem.training and c.problem.objective == "throughput"]
+    fit_efficiency = any(_allreduces(c) for c in timed)
+    params = [_largest_stage_params(c) for c in training]
+    fit_per_byte = bool(params) and max(params) - min(params) > 1e-3 * max(max(params), 1.0)
+    names = (["collective_efficiency"] * fit_efficiency + ["step.fixed_s"] * bool(training) +
+             ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds])
+    if not names:
+        return 1.0, {}, StepCalibration(), []
+
+    def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration]:
+        values = dict(zip(names, (float(v) for v in x), strict=True))
+        step = StepCalibration(values.get("step.fixed_s", 0.0) * 1e-3,  # fitted in ms
+                               values.get("step.per_param_byte_s", 0.0) / 2**30)  # fitted in s per GiB
+        return (values.get("collective_efficiency", 1.0),
+                {k: values[f"devices.{k}.scale (all classes)"] for k in free_kinds}, step)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.array(_iteration_errors(timed, make(*unpack(x))), dtype=np.float64)
+
+    box = {"collective_efficiency": (EFFICIENCY_LOW, 1.0, 0.9), "step.fixed_s": (0.0, 1e5, 1e-3),
+           "step.per_param_byte_s": (0.0, 1e4, 1e-3)}
+    lo = np.array([box.get(n, (SCALE_BOUNDS[0], 0, 0))[0] for n in names])
+    hi = np.array([box.get(n, (0, SCALE_BOUNDS[1], 0))[1] for n in names])
+    x0 = np.array([box.get(n, (0, 0, 1.0))[2] for n in names])
+    fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, diff_step=1e-3)
+    return (*unpack(np.asarray(fit.x)), names)
+
+
+def _memory_obs(cases: list[_Case]) -> list[tuple[float, float]]:
+    out = []
+    for case in cases:
+        rp = resolve_plan(case.problem, case.plan, check_memory=False)
+        need = plan_memory_bytes(case.problem, rp)
+        for r in case.run.ranks:
+            peak = r.peak_memory_bytes
+            if peak and 0 <= r.stage < len(need):
+                out.append((float(need[r.stage]), float(peak)))
+    return out
+
+
+def _fit_memory(obs: list[tuple[float, float]], loss: str) -> MemoryCalibration:
+    if not obs:
+        return MemoryCalibration()
+    m = np.array([o[0] for o in obs])
+    y = np.array([o[1] for o in obs])
+    with_fraction = np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        q = x[1] if with_fraction else 0.0
+        return np.asarray((x[0] + (1.0 + q) * m) / y - 1.0, dtype=np.float64)
+
+    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0])
+    fit = least_squares(residuals, x0, bounds=([0.0, 0.0], [np.inf, 10.0]), loss=loss, f_scale=0.05,
+                        x_scale=[max(float(np.median(y)), 1.0), 1.0])
+    return MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0)
+
+
+def _summary(errors: Sequence[float]) -> dict[str, float | int] | None:
+    if not errors:
+        return None
+    a = np.abs(np.asarray(errors))
+    return {"count": len(errors), "median_relative": float(np.median(a)), "max_relative": float(a.max())}
+
+
+def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
+                    topologies: Sequence[Topology], plans: Sequence[Plan | Mapping[str, Any]], *,
+                    loss: str = "soft_l1", name: str = "") -> Calibration:
+    """Fit the cost model's free parameters to ``runs`` (module docstring); one graph, topology and plan per run.
+
+    Raises :class:`InvalidInput` naming the field when a run is not of its plan, graph or topology
+    (``runs[2].graph_digest``), when the lists differ in length, or when ``loss`` is unknown.
+    """
+    if loss not in ("linear", "soft_l1", "huber", "cauchy", "arctan"):
+        raise InvalidInput(f"loss: must be linear, soft_l1, huber, cauchy or arctan, got {loss!r}", field="loss")
+    cases = _cases(runs, graphs, topologies, plans)
+    stages = [s for c in cases for s in _stage_obs(c)]
+    transfers = [t for c in cases for t in _transfer_obs(c)]
+    layout, x = _fit_compute(stages, transfers, loss)
+    memory = _fit_memory(_memory_obs(cases), loss)
+    kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
+                        for i in (c.problem.topology.index[d] for d in st.devices)})
+    free_kinds = [] if stages else kinds_all
+
+    def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
+        return _calibration(layout, x, eff, factors, memory, step)
+
+    efficiency, factors, step, iteration_params = _fit_iterations(cases, make, free_kinds, loss)
+    cal = make(efficiency, factors, step)
+    before_stage, after_stage, after_transfer = [], [], []
+    for s in stages:
+        f, b = _predict_stage(layout, x, s)
+        f0 = float(s.fwd.sum())
+        b0 = float(s.bwd.sum()) + (f0 if s.recompute else 0.0)
+        before_stage.append(_rel(f0, s.measured_fwd))
+        after_stage.append(_rel(f, s.measured_fwd))
+        if s.measured_bwd is not None:
+            before_stage.append(_rel(b0, s.measured_bwd))
+            after_stage.append(_rel(b, s.measured_bwd))
+    for t in transfers:
+        li, bi = layout.channels[t.cls]
+        after_transfer.append(_rel(float(x[li] + t.bytes * x[bi]), t.measured))
+    mem = _memory_obs(cases)
+    residuals = {
+        "stage_s": {"uncalibrated": _summary(before_stage), "calibrated": _summary(after_stage)},
+        "transfer_s": {"calibrated": _summary(after_transfer)},
+        "iteration_s": {"uncalibrated": _summary(_iteration_errors(cases, None)),
+                        "calibrated": _summary(_iteration_errors(cases, cal))},
+        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, y in mem]),
+                              "calibrated": _summary([_rel(memory.process_bytes + (1 + memory.fraction) * m, y)
+                                                      for m, y in mem])}}
+    fitted = ([f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale] +
+              [f"devices.{k}.launch_overhead_s" for k in layout.overhead] +
+              [f"channels.{c}" for c in layout.channels] + iteration_params +
+              (["memory.process_bytes"] if mem else []) +
+              (["memory.fraction"] if mem and np.ptp([m for m, _ in mem]) > 0 else []))
+    at_bounds = [f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale
+                 if not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
+    if "collective_efficiency" in iteration_params and cal.collective_efficiency <= EFFICIENCY_LOW * 1.001:
+        at_bounds.append("collective_efficiency")
+    fit = {"runs": [digest(c.run.to_document()) for c in cases], "residuals": residuals, "parameters": fitted,
+           "at_bounds": at_bounds,
+           "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
+                            sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem)}}
+    return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)

@@ -1,0 +1,47 @@
+"""What a calibrated graph or topology carries (``attrs.calibration``, :mod:`solvers.calibration.apply`),
+read where the cost model and the simulator need it: the all-reduce efficiency, the memory overhead,
+the step overhead, the calibration's digest and the digest of the source document."""
+
+from __future__ import annotations
+
+from solvers.model.graph import OpGraph
+from solvers.model.topology import Topology
+
+
+def source_digest(doc: OpGraph | Topology) -> str:
+    """The digest of the document a calibrated copy was made from (its own digest when not calibrated)."""
+    cal = (doc.attrs or {}).get("calibration")
+    if isinstance(cal, dict) and isinstance(cal.get("source_digest"), str):
+        return str(cal["source_digest"])
+    return doc.digest
+
+
+def calibration_digest(topology: Topology) -> str | None:
+    """The digest of the calibration a topology was adjusted by, or None."""
+    cal = (topology.attrs or {}).get("calibration")
+    return str(cal["digest"]) if isinstance(cal, dict) and "digest" in cal else None
+
+
+def memory_overhead(topology: Topology) -> tuple[float, float]:
+    """``(process_bytes, fraction)`` of a calibrated topology, ``(0, 0)`` otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    if not isinstance(cal, dict):
+        return 0.0, 0.0
+    return float(cal.get("process_bytes", 0.0)), float(cal.get("fraction", 0.0))
+
+
+def collective_efficiency(topology: Topology) -> float:
+    """The all-reduce efficiency of a calibrated topology (1 otherwise)."""
+    cal = (topology.attrs or {}).get("calibration")
+    value = cal.get("collective_efficiency", 1.0) if isinstance(cal, dict) else 1.0
+    return float(value) if isinstance(value, int | float) and 0 < value <= 1 else 1.0
+
+
+def step_overhead_s(topology: Topology, largest_stage_param_bytes: float) -> float:
+    """What a training iteration runs beyond the pipeline on a calibrated topology (the optimizer step,
+    zeroing the gradients, the closing barrier): ``fixed_s + per_param_byte_s * P``, ``P`` the parameter
+    bytes of the plan's largest stage; 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    if not isinstance(cal, dict):
+        return 0.0
+    return float(cal.get("step_fixed_s", 0.0)) + float(cal.get("step_per_param_byte_s", 0.0)) * largest_stage_param_bytes
