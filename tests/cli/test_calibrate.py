@@ -48,7 +48,7 @@ def test_calibrate_then_solve_and_simulate_with_it(inputs: dict[str, Path | list
     assert "iteration_s" in out and "collective_efficiency" in out
     cal = json.loads(out_file.read_text())
     assert cal["format"] == "placer.calibration/v1"
-    assert cal["devices"]["TitanV"]["scale"]["matmul"] == pytest.approx(3.0, rel=1e-2)
+    assert cal["devices"]["H100"]["scale"]["matmul"] == pytest.approx(3.0, rel=1e-2)
     plan = d / "solved.json"
     code, out, err = run(capsys, "solve", "--solver", "even", "--graph", graph, "--topology", topo,
                          "--calibration", str(out_file), "-o", str(plan), "--json")

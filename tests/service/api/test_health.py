@@ -60,7 +60,7 @@ def test_openapi_is_as_strict_as_the_server(api: Api) -> None:
     assert kinds["dgx1"]["additionalProperties"] is False and "nodes" not in kinds["dgx1"]["properties"]
     assert kinds["uniform_dist"]["properties"]["seed"]["minimum"] == 0
     settings = parts["ProblemSettings"]["properties"]
-    assert settings["micro_batches"]["oneOf"][1]["maxItems"] == MAX_MICRO_BATCH_CANDIDATES
+    assert settings["micro_batches"]["anyOf"][0]["oneOf"][1]["maxItems"] == MAX_MICRO_BATCH_CANDIDATES
     assert settings["pinned"]["maxProperties"] and settings["stage_memory_caps_bytes"]["maxProperties"]
     for path in ("/v1/jobs", "/v1/comparisons"):
         include = next(p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "include")

@@ -58,11 +58,11 @@ def test_a_run_of_another_plan_or_a_broken_record_is_422_naming_the_field(api: A
 
 def test_plans_carry_the_warnings_of_their_graphs_times(api: Api) -> None:
     doc = generate_graph("random_dag", n_ops=12, seed=5).to_document()
-    doc["attrs"] = {"estimate": {"device_kind": "H100", "rule": "roofline"}}
+    doc["attrs"] = {"estimate": {"device_kind": "A100", "rule": "roofline"}}
     _, plan = solved(api, doc)
     codes = [w["code"] for w in plan["warnings"]]
     assert codes == ["times-from-absent-kind", "roofline-times"]
-    assert "H100" in plan["warnings"][0]["message"] and "placer profile" in plan["warnings"][1]["message"]
+    assert "A100" in plan["warnings"][0]["message"] and "placer profile" in plan["warnings"][1]["message"]
     _, quiet = solved(api)
     assert "warnings" not in quiet
     again = api.wait(api.submit(api.post("/v1/graphs", json=doc).json()["id"], api.topology(), "even",

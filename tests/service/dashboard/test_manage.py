@@ -104,7 +104,7 @@ def test_details_a_user_saw(api: Api) -> None:
     icon = web.get("/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     topologies = web.get("/topologies").text
-    assert "<th scope=\"col\">Device kinds</th>" in topologies and "2 × TitanV" in topologies
+    assert "<th scope=\"col\">Device kinds</th>" in topologies and "2 × H100" in topologies
     jobs = web.get("/jobs").text
     assert ">typed name</a>" in jobs and f'href="/topologies/{tid}"' in jobs
 

@@ -234,7 +234,7 @@ def test_plan_page_shows_warnings_and_measured_beside_simulated(api: Api) -> Non
     from tests.run_records import synthetic_run
 
     doc = generate_graph("random_dag", n_ops=12, seed=5).to_document()
-    doc["attrs"] = {"estimate": {"device_kind": "H100", "rule": "roofline"}}
+    doc["attrs"] = {"estimate": {"device_kind": "A100", "rule": "roofline"}}
     graph_id = api.post("/v1/graphs", json=doc).json()["id"]
     job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
     plan_id = job["plan_id"]

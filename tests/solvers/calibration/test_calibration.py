@@ -35,7 +35,7 @@ from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from tests.run_records import calibrated_run
 
-KIND = "TitanV"
+KIND = "H100"  # the generators' default device
 TRUTH = Calibration(
     {KIND: KindCalibration({"matmul": 3.0, "elementwise": 5.0, "reduction": 4.0}, 2e-5)},
     {"same_host": ChannelCalibration(5e-5, 2e9), "cross_host": ChannelCalibration(2e-4, 5e8)},
