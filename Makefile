@@ -39,8 +39,10 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
+# Two processes (pytest-xdist), a test file's tests in one of them (module-scoped servers start once).
+PYTEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Property tests with random examples, ten times as many (profile `fuzz`, tests/conftest.py).
 fuzz: $(STAMP)

@@ -136,7 +136,9 @@ def uncoarsen(ag: AtomicGraph, levels: list[IntArray], budget: Budget | None = N
                     break  # a sibling already moved
                 u = int(lv.group_of[step + 1][atoms[0]])
                 edges = _boundary(ag, atoms)
-                stay = edges.bytes_to(lv.group_of[step], other)
+                # what the move cuts: the edges to the rest of its group now (its sibling and
+                # whatever earlier moves brought in), not only to its sibling
+                stay = edges.bytes_to(lv.group_of[step + 1], u)
                 for forward in (False, True):
                     t = u + 1 if forward else u - 1
                     if not 0 <= t < n_coarse:
