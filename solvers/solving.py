@@ -22,6 +22,7 @@ from solvers.cost.recompute import recompute_where_needed
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.runnable import runnable_notes
 from solvers.simulator import SimulationResult, simulate
 
@@ -175,9 +176,16 @@ def _solve_deciding_recompute(solver: Solver, problem: Problem, options: SolverO
         return solver.solve(problem.with_settings(recompute=False), options, budget, progress)
     need = least_memory(problem, recompute=False)
     if need.fits:
-        plan = solver.solve(problem.with_settings(recompute=False), options, budget, progress)
+        several = len(set(problem.micro_batch_candidates)) > 1
+        first = budget.sub(0.5) if several else budget
+        plan = solver.solve(problem.with_settings(recompute=False), options, first, progress)
         if plan.status != "infeasible":  # a stage the solver let exceed its memory recomputes (else none does)
             plan = recompute_where_needed(problem, plan)
+            if several:  # more micro-batches in flight may fit only with recomputation, and be faster per sample
+                other = _with_recompute_where_needed(solver, problem, options, budget, progress)
+                if other is not None and _key(problem, other) < _key(problem, plan):
+                    return _restricted(other, f"recomputation in {_where(other)}: faster per sample than the best "
+                                              "plan found without it")
             return _restricted(plan, "recomputation was not needed: this plan is the best found without it"
                                if plan.recompute is False else
                                f"recomputation in {_where(plan)}: the plan found without it exceeds their memory")
@@ -189,6 +197,22 @@ def _solve_deciding_recompute(solver: Solver, problem: Problem, options: SolverO
         return plan
     plan = recompute_where_needed(problem, plan)
     return _restricted(plan, f"recomputation in {_where(plan)} (where memory requires it): {why}")
+
+
+def _with_recompute_where_needed(solver: Solver, problem: Problem, options: SolverOptions, budget: Budget,
+                                 progress: ProgressCallback) -> Plan | None:
+    """The solver's plan with recomputation allowed everywhere, then kept only where memory requires it."""
+    plan = solver.solve(problem.with_settings(recompute=True), options, budget, progress)
+    return None if plan.status == "infeasible" or not plan.stages else recompute_where_needed(problem, plan)
+
+
+def _key(problem: Problem, plan: Plan) -> float:
+    """The plan's comparison key (time per sample, :func:`solvers.model.ranking.comparison_key_s`); inf if invalid."""
+    try:
+        key = comparison_key_s(simulate(problem, plan).metrics, problem.objective, problem.settings.global_batch)
+    except PlacerError:
+        return math.inf
+    return math.inf if key is None else key
 
 
 def _where(plan: Plan) -> str:
