@@ -1,0 +1,127 @@
+"""The GPU check: CUDA profiling, a bundle on every GPU at hand, measured against simulated (docs/benchmarks.md).
+
+``python3 bench/gpu/check.py --out DIR`` on a machine with CUDA (``bench/gpu/run.sh`` prepares the
+environment of a machine that has PyTorch but not Placer's other packages):
+
+1. ``placer profile --example gpt2 --device cuda`` (a small GPT-2, micro-batch of 8): op times
+   and allocator peaks measured on the GPU;
+2. ``placer topology measure`` under torchrun, one process per GPU (NCCL where there are two or
+   more): the device's kind, speed and memory, and the links between GPUs;
+3. ``placer solve --solver even`` over every GPU (one stage per GPU), 4 micro-batches, 1F1B;
+4. ``placer launcher build`` and the bundle under torchrun (20 iterations, 5 left out);
+5. prints measured against simulated: iteration time, per-stage forward time, peak memory.
+
+``--device cpu`` runs the same steps on two CPU processes (gloo), to check the script where there
+is no GPU (about 3 minutes on two cores); its figures are not the GPU's.
+Every step prints what it ran and how long it took; the whole check stays under 8 minutes on one
+H100 (its budget: a lent GPU machine has 15 minutes in all, start included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ["--example", "gpt2", "--param", "layers=4", "hidden=256", "heads=4", "seq=128", "vocab=4096",
+         "dropout=0"]
+
+
+def step(title: str, argv: list[str], cwd: Path, timeout_s: float) -> str:
+    """Run one command, print its title, wall time and last lines; raise on failure."""
+    started = time.perf_counter()
+    print(f"## {title}\n$ {' '.join(argv)}", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    wall_s = time.perf_counter() - started
+    tail = (done.stdout + done.stderr).strip().splitlines()[-6:]
+    print("\n".join(f"  {line}" for line in tail), flush=True)
+    print(f"  ({wall_s:.1f} s, exit {done.returncode})", flush=True)
+    if done.returncode:
+        raise SystemExit(f"{title} failed (exit {done.returncode})")
+    return done.stdout
+
+
+def placer(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cli", *args]
+
+
+def torchrun(nproc: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
+
+
+def environment(device: str) -> int:
+    """Print versions and devices; the number of processes (GPUs, or 2 on CPU)."""
+    import torch
+
+    print(f"python {platform.python_version()}, torch {torch.__version__}, host {platform.node()}", flush=True)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("CUDA is not available: run with --device cpu to check the steps without a GPU")
+        n = torch.cuda.device_count()
+        for i in range(n):
+            p = torch.cuda.get_device_properties(i)
+            print(f"cuda:{i} {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs", flush=True)
+        return n
+    return 2
+
+
+def compare(plan: Path, metrics: Path) -> list[str]:
+    """Measured against simulated, one line per figure (the launcher's metrics.json, docs/launcher.md)."""
+    simulated = json.loads(plan.read_text())["metrics"]
+    measured = json.loads(metrics.read_text())
+    lines = [f"iteration: measured {measured['iteration_s'] * 1e3:.2f} ms (median after warm-up), simulated "
+             f"{simulated['iteration_s'] * 1e3:.2f} ms, ratio {measured['iteration_s'] / simulated['iteration_s']:.2f}"]
+    peaks = simulated.get("peak_memory_bytes") or {}
+    for rank in measured.get("ranks", []):
+        device, peak, start = rank["device"], rank.get("peak_memory_bytes"), rank.get("start_memory_bytes")
+        line = f"rank {rank['rank']} ({device}, stage {rank.get('stage')}): forward {rank['fwd_s_per_iteration'] * 1e3:.2f} ms"
+        if peak is not None:
+            line += f", peak memory {peak / 2**20:.1f} MiB"
+            if start is not None:
+                line += f" ({(peak - start) / 2**20:.1f} MiB above the process's start)"
+        if device in peaks:
+            line += f", simulated {peaks[device] / 2**20:.1f} MiB"
+        lines.append(line)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/placer-gpu"))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args(argv)
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    nproc = environment(args.device)
+    graph, topo, plan, bundle = out / "graph.json", out / "topology.json", out / "plan.json", out / "bundle"
+    profile = ["profile", *MODEL, "--batch", "8", "--device", args.device, "--repeats", "10", "-o", str(graph)]
+    step("1. profile", placer(*profile, *(["--threads", "1"] if args.device == "cpu" else [])), out, 240)
+    step("2. topology", torchrun(nproc, "-m", "cli", "topology", "measure", "-o", str(topo), "--max-bytes",
+                                 str(64 * 2**20)), out, 180)
+    step("3. solve", placer("solve", "--solver", "even", "--graph", str(graph), "--topology", str(topo), "--stages",
+                            str(nproc), "--micro-batches", "4", "--schedule", "1f1b", "--quiet", "-o", str(plan)), out, 60)
+    step("4. bundle", placer("launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
+                             "-o", str(bundle)), out, 60)
+    step("5. run", torchrun(nproc, "launch.py", "--steps", str(args.steps), "--warmup", str(args.warmup)), bundle, 300)
+    step("6. simulate --compare", placer("simulate", "--graph", str(graph), "--topology", str(topo), "--plan", str(plan),
+                                         "--compare", str(bundle / "metrics.json")), out, 60)
+    print("## measured against simulated")
+    for line in compare(plan, bundle / "metrics.json"):
+        print(f"  {line}")
+    print(f"## done in {time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
