@@ -15,4 +15,12 @@ fi
 dest="${OUT:-/tmp/placer-gpu}"
 mkdir -p "$dest"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$dest/gpu.log" || true
-PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/check.py --out /tmp/placer-gpu-work "$@" 2>&1 | tee -a "$dest/gpu.log"
+status=0
+PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/check.py --out /tmp/placer-gpu-work --keep "$dest" "$@" 2>&1 \
+  | tee -a "$dest/gpu.log" || status=$?
+# the device tool brings back a few files only: the kept folders travel as one archive
+if compgen -G "$dest/*/" > /dev/null; then
+  tar -C "$dest" -czf /tmp/placer-gpu-kept.tar.gz --exclude gpu.log . \
+    && find "$dest" -mindepth 1 -maxdepth 1 ! -name gpu.log -exec rm -rf {} + && mv /tmp/placer-gpu-kept.tar.gz "$dest/kept.tar.gz"
+fi
+exit "$status"

@@ -107,7 +107,12 @@ def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> tuple[dict[str, An
     rows = global_rows(ctx)
     times_s: list[float] = []
     losses: list[float | None] = []
+    # the warm-up and the profiled steps are left out of metrics.json's figures, as run.json's summary leaves them
+    settled = settled_steps(args.steps - first, args.warmup, args.profile_steps)
+    fwd_before_s = 0.0  # forward seconds of the steps left out
     for step in range(first, args.steps):
+        if step - first == settled:
+            fwd_before_s = runner.fwd_s
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
             for group in optimizer.param_groups:
@@ -136,7 +141,7 @@ def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> tuple[dict[str, An
         print(f"rank {ctx.world.rank} ({ctx.world.device}) step {step}: {times_s[-1] * 1e3:.1f} ms"
               + (f", loss {loss:.6g}" if loss is not None else "")
               + f", peak memory {peak_memory_bytes(ctx.world.torch_device) / 2**20:.1f} MiB", flush=True)
-    metrics = gather_metrics(ctx, runner, times_s, losses, args)
+    metrics = gather_metrics(ctx, runner, times_s, losses, args, settled, fwd_before_s)
     return metrics, record_run(ctx, runner, times_s, recorder, args)
 
 
@@ -181,12 +186,19 @@ def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | No
                 "device": ctx.world.device, "stage": runner.stage_index}, folder / f"rank{ctx.world.rank}.pt")
 
 
+def settled_steps(steps: int, warmup: int, profile_steps: int) -> int:
+    """How many first steps the figures leave out: the warm-up, and the profiled steps where others follow."""
+    return warmup + profile_steps if steps > warmup + profile_steps else warmup
+
+
 def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], losses: list[float | None],
-                   args: argparse.Namespace) -> dict[str, Any]:
-    steps = max(1, len(times_s))
+                   args: argparse.Namespace, settled: int, fwd_before_s: float = 0.0) -> dict[str, Any]:
+    """Rank 0's ``metrics.json``: times after the first ``settled`` steps (all when the run is no longer)."""
+    kept = len(times_s) - settled
+    fwd_s, steps = (runner.fwd_s - fwd_before_s, kept) if kept > 0 else (runner.fwd_s, max(1, len(times_s)))
     mine = {"rank": ctx.world.rank, "device": ctx.world.device, "stage": runner.stage_index,
-            "iteration": summarize(times_s, args.warmup), "iteration_s": times_s,
-            "fwd_s_per_iteration": runner.fwd_s / steps,
+            "iteration": summarize(times_s, settled), "iteration_s": times_s,
+            "fwd_s_per_iteration": fwd_s / steps,
             "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device),
             "start_memory_bytes": ctx.start_memory_bytes, "materialized_bytes": runner.materialized_bytes,
             "losses": losses}
@@ -201,7 +213,7 @@ def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], los
         "format": "placer.metrics/v1", "plan_digest": ctx.manifest["plan_digest"], "kind": plan_kind(ctx.plan),
         "solver": ctx.plan.solver, "mode": "inference" if args.inference else "training",
         "steps": len(times_s), "warmup": args.warmup, "rows_per_iteration": global_rows(ctx),
-        "iteration_s": summarize(iteration, args.warmup)["median_s"], "iterations_s": iteration,
+        "iteration_s": summarize(iteration, settled)["median_s"], "iterations_s": iteration,
         "stages": [{"stage": s, "fwd_s_per_iteration": max(v)} for s, v in sorted(stages.items())],
         "last_loss": loss, "ranks": ranks,
     }

@@ -81,7 +81,8 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     start_memory_bytes = resident_bytes()
     try:
         ctx = prepare(bundle, args)
-        ctx.start_memory_bytes = start_memory_bytes
+        # the baseline of peak_memory_bytes: the resident set on CPU; on CUDA the allocator held nothing yet
+        ctx.start_memory_bytes = 0 if ctx.world.torch_device.type == "cuda" else start_memory_bytes
     except PlacerError as exc:
         sys.stderr.write(f"launch.py: refused: {exc}\n")
         return 2

@@ -13,6 +13,7 @@ import pytest
 from cli import main as placer
 from client.bundles import unpack
 from client.errors import InvalidInput as ClientInvalidInput
+from launcher.runtime.loop import settled_steps
 from launcher.runtime.main import check_args, parse_args
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
@@ -63,6 +64,8 @@ def test_run_json_is_valid_and_lines_up_with_the_plan(profiled_run: tuple[Path, 
     assert set(run.summary["peak_memory_bytes"]) == set(devices)
     assert all(v and v > 0 for v in run.summary["peak_memory_bytes"].values())
     assert run.summary["iteration_s"] == run.iterations_s[0] > 0
+    # metrics.json counts the same iterations as run.json's summary
+    assert json.loads((folder / "metrics.json").read_text())["iteration_s"] == run.summary["iteration_s"]
     stage_times = run.summary["stage_times_s"]
     assert stage_times is not None and len(stage_times) == len(plan["stages"]) and min(stage_times) > 0
     for r in run.ranks:  # two micro-batches: two forwards and two backwards per stage
@@ -100,6 +103,13 @@ def test_upload_to_the_server_read_back_and_refuse_another_plans_run(
     assert f"uploaded {stored.id} for plan {plan_id}: 2 rank(s) on cpu" in capsys.readouterr().out
     assert placer(["runs", "list", "--plan", plan_id, "--json", *remote]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [stored.id]
+
+
+def test_the_figures_leave_out_the_warm_up_and_the_profiled_steps_where_others_follow() -> None:
+    assert settled_steps(20, 5, 3) == 8  # 12 plain steps remain: the profiler's overhead stays out
+    assert settled_steps(20, 5, 0) == 5
+    assert settled_steps(8, 5, 3) == 5  # nothing would remain: the profiled steps count
+    assert settled_steps(1, 0, 1) == 0
 
 
 def test_profile_steps_beyond_the_steps_are_refused_before_any_work() -> None:
