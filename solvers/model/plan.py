@@ -16,7 +16,8 @@ import numpy as np
 from solvers.arrays import IntArray
 from solvers.model import _check as check
 from solvers.model.errors import InvalidPlan
-from solvers.model.problem import SCHEDULES, Problem
+from solvers.model.problem import Problem
+from solvers.model.schedules import PIPELINE_SCHEDULES, stage_ranks
 
 PLAN_FORMAT = "placer.plan/v1"
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
@@ -24,7 +25,7 @@ STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
 
 _PLAN_KEYS = frozenset(
     {"format", "solver", "solver_version", "options", "objective", "pass", "graph_digest", "topology_digest",
-     "problem_digest", "status", "order", "stages", "micro_batches", "schedule", "recompute",
+     "problem_digest", "status", "order", "stages", "micro_batches", "schedule", "virtual_stages", "recompute",
      "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes", "warnings"}
 )
 
@@ -58,6 +59,7 @@ class Plan:
     stages: tuple[Stage, ...]
     micro_batches: int = 1
     schedule: str = "1f1b"
+    virtual_stages: int = 1  # stages per rank group (interleaved and V-shaped schedules; docs/formats.md)
     recompute: Recompute = False
     solver: str = "user"
     solver_version: str = ""
@@ -97,6 +99,7 @@ class Plan:
             "options": dict(self.options), "status": self.status,
             "stages": [s.to_dict() for s in self.stages], "micro_batches": self.micro_batches,
             "schedule": self.schedule, "stats": dict(self.stats),
+            **({"virtual_stages": self.virtual_stages} if self.virtual_stages != 1 else {}),
             "recompute": self.recompute if isinstance(self.recompute, bool) else list(self.recompute),
         }
         for key in ("objective", "graph_digest", "topology_digest", "problem_digest",
@@ -159,8 +162,9 @@ def plan_from_document(doc: Any) -> Plan:
             tuple(check.string(d, f"stages[{i}].devices[{k}]", InvalidPlan) for k, d in enumerate(devices)),
         ))
     schedule = doc.get("schedule", "1f1b")
-    if schedule not in SCHEDULES:
-        raise InvalidPlan(f"schedule: must be one of {', '.join(SCHEDULES)}, got {schedule!r}", field="schedule")
+    if schedule not in PIPELINE_SCHEDULES:
+        raise InvalidPlan(f"schedule: must be one of {', '.join(PIPELINE_SCHEDULES)}, got {schedule!r}",
+                          field="schedule")
     order = None
     if doc.get("order") is not None:
         raw_order = check.mapping(doc["order"], "order", InvalidPlan)
@@ -175,6 +179,7 @@ def plan_from_document(doc: Any) -> Plan:
         stages=tuple(stages),
         micro_batches=check.integer(doc.get("micro_batches", 1), "micro_batches", InvalidPlan, minimum=1),
         schedule=schedule,
+        virtual_stages=check.integer(doc.get("virtual_stages", 1), "virtual_stages", InvalidPlan, minimum=1),
         recompute=_recompute(doc.get("recompute", False)),
         solver=check.string(doc.get("solver", "user"), "solver", InvalidPlan),
         solver_version=str(doc.get("solver_version", "")),
@@ -265,6 +270,7 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
     stage_of = np.full(g.n_ops, -1, dtype=np.int64)
     stage_devices: list[list[int]] = []
     used: dict[int, int] = {}
+    group_of = _rank_groups(plan)
     for s, stage in enumerate(plan.stages):
         if not stage.ops and problem.settings.no_empty_stage:
             raise InvalidPlan(f"stages[{s}]: the stage is empty", field=f"stages[{s}].ops")
@@ -281,12 +287,22 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
             d = topo.index.get(dev)
             if d is None:
                 raise InvalidPlan(f"stages[{s}].devices: unknown device {dev!r}", field=f"stages[{s}].devices", ref=dev)
-            if d in used:
-                raise InvalidPlan(f"stages[{s}].devices: device {dev!r} is already used by stage {used[d]}",
+            if d in used and group_of[used[d]] != group_of[s]:
+                raise InvalidPlan(f"stages[{s}].devices: device {dev!r} is already used by stage {used[d]}"
+                                  + (f" (with {plan.virtual_stages} virtual stages per rank and schedule "
+                                     f"{plan.schedule!r}, stage {s} runs on the rank of stage {group_of[s]})"
+                                     if plan.virtual_stages > 1 else ""),
                                   field=f"stages[{s}].devices", ref=dev)
             used[d] = s
             devs.append(d)
         stage_devices.append(devs)
+    for s, stage in enumerate(plan.stages):
+        first = group_of[s]
+        if first != s and stage.devices != plan.stages[first].devices:
+            raise InvalidPlan(f"stages[{s}].devices: with {plan.virtual_stages} virtual stages per rank and schedule "
+                              f"{plan.schedule!r}, stage {s} runs on the devices of stage {first} "
+                              f"({list(plan.stages[first].devices)}), got {list(stage.devices)}",
+                              field=f"stages[{s}].devices")
     missing = np.flatnonzero(stage_of < 0)
     if len(missing):
         op = g.nodes[int(missing[0])].id
@@ -316,6 +332,28 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                           field="recompute")
     recompute = tuple(plan.recomputes(s) for s in range(len(plan.stages)))
     return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order, recompute)
+
+
+def _rank_groups(plan: Plan) -> list[int]:
+    """For each stage, the first stage of its rank group (itself when every stage has its own devices).
+
+    With ``virtual_stages`` ``v > 1`` the ``R * v`` stages run on ``R`` rank groups, mapped the way the
+    schedule needs (:func:`~solvers.model.schedules.stage_ranks`: round-robin, or V-shaped for ZBV and
+    DualPipeV); the stages of one group list the same devices.
+    """
+    n, v = len(plan.stages), plan.virtual_stages
+    if v == 1:
+        return list(range(n))
+    if n % v:
+        raise InvalidPlan(f"virtual_stages: {n} stages are not {v} per rank (a multiple of {v})",
+                          field="virtual_stages")
+    if plan.schedule in ("gpipe", "1f1b"):
+        raise InvalidPlan(f"virtual_stages: schedule {plan.schedule!r} runs one stage per rank; "
+                          "interleaved-1f1b, looped-bfs, interleaved-zb, zbv and dualpipev run several",
+                          field="virtual_stages")
+    ranks = stage_ranks(plan.schedule, n // v, v)
+    first: dict[int, int] = {}
+    return [first.setdefault(r, j) for j, r in enumerate(ranks)]
 
 
 def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,

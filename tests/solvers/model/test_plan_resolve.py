@@ -173,3 +173,40 @@ def test_non_finite_numbers_are_rejected_naming_the_field(bad: float) -> None:
     with pytest.raises(InvalidPlan, match=r"stats\.ratio"):
         plan_from_document(doc)
     assert Plan(stages=(stage,), stats={"ratio": None}).stats["ratio"] is None
+
+
+def test_virtual_stages_share_their_rank_groups_devices() -> None:
+    """4 stages, 2 per rank: round-robin for interleaved 1F1B, V-shaped for ZBV (docs/formats.md)."""
+    from solvers.model.plan import resolve_structure
+
+    stages = (["a"], ["g0"]), (["b"], ["g1"]), (["c"], ["g0"]), (["d"], ["g1"])
+    rp = resolve_structure(make_problem(), plan(*stages, schedule="interleaved-1f1b", virtual_stages=2))
+    assert rp.n_stages == 4 and rp.stage_devices == [[0], [1], [0], [1]]
+    v_shape = (["a"], ["g0"]), (["b"], ["g1"]), (["c"], ["g1"]), (["d"], ["g0"])
+    assert resolve_structure(make_problem(), plan(*v_shape, schedule="zbv", virtual_stages=2)).stage_devices == \
+        [[0], [1], [1], [0]]
+    with pytest.raises(InvalidPlan) as info:  # round-robin devices under a V-shaped schedule
+        resolve_structure(make_problem(), plan(*stages, schedule="zbv", virtual_stages=2))
+    assert info.value.field == "stages[2].devices" and "runs on the rank of stage 1" in info.value.message
+    with pytest.raises(InvalidPlan) as info:  # a device reused without virtual stages
+        resolve_structure(make_problem(), plan(*stages, schedule="interleaved-1f1b"))
+    assert info.value.ref == "g0" and "already used by stage 0" in info.value.message
+    with pytest.raises(InvalidPlan, match="runs one stage per rank") as info:
+        resolve_structure(make_problem(), plan(*stages, schedule="1f1b", virtual_stages=2))
+    assert info.value.field == "virtual_stages"
+    with pytest.raises(InvalidPlan, match="not 2 per rank"):
+        resolve_structure(make_problem(), plan((["a", "b", "c"], ["g0"]), (["d"], ["g1"]), (["c"], ["g0"]),
+                                               schedule="interleaved-1f1b", virtual_stages=2))
+
+
+def test_virtual_stages_round_trip_and_stay_out_of_one_stage_per_rank_documents() -> None:
+    p = plan((["a"], ["g0"]), (["b"], ["g1"]), (["c"], ["g0"]), (["d"], ["g1"]), schedule="interleaved-zb",
+             virtual_stages=2)
+    doc = p.to_document()
+    assert doc["virtual_stages"] == 2 and plan_from_document(doc) == p
+    assert "virtual_stages" not in plan(*GOOD).to_document()  # digests of existing plans do not change
+    with pytest.raises(InvalidPlan) as info:
+        plan_from_document({**doc, "virtual_stages": 0})
+    assert info.value.field == "virtual_stages"
+    with pytest.raises(InvalidPlan, match="schedule: must be one of gpipe, 1f1b, interleaved-1f1b"):
+        plan_from_document({**doc, "schedule": "chimera"})
