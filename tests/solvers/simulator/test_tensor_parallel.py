@@ -174,3 +174,14 @@ def test_tp1_plan_is_scored_as_before() -> None:
     explicit = Plan((Stage(tuple(graph.ids), ("d0", "d1"), tp=1),), micro_batches=2)
     assert simulate(prob, plain).metrics == simulate(prob, explicit).metrics
     assert plain.to_document() == explicit.to_document()
+
+
+def test_latency_plan_forward_pass_on_a_tensor_parallel_group() -> None:
+    graph = mlp_graph()
+    prob = Problem(graph, topology(2), "latency", ProblemSettings(pass_="forward"))  # type: ignore[call-arg]
+    plan = Plan((Stage(tuple(graph.ids), ("d0", "d1"), tp=2),))
+    m = simulate(prob, plan).metrics
+    assert m["engine"] == "op"
+    assert m["latency_s"] == pytest.approx((1.0 + 0.5 + 1.5) / 2 + 0.75 + allreduce_2(Y), rel=1e-12)
+    params, acts = (P1 + P2) / 2 + PO, (A1 + AA + A2) / 2 + AO  # no gradients or optimizer state forward
+    assert m["peak_memory_bytes"] == {d: pytest.approx(params + acts) for d in ("d0", "d1")}
