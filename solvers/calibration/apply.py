@@ -11,6 +11,8 @@ calibrated figures without knowing of calibrations:
   gets the class's latency and bandwidth (the topology becomes full matrices);
 - **collectives**: ``attrs.calibration.collective_efficiency`` of the topology divides every
   all-reduce time (:func:`solvers.cost.comm.allreduce_s`);
+- **tensor parallelism**: ``attrs.calibration.tp_efficiency`` (device kind -> ``e``) makes a split op
+  of a group of ``t`` take ``time / (t e)`` (:mod:`solvers.cost.tensor_parallel`);
 - **memory**: each device's ``memory_bytes`` becomes ``(memory_bytes - process_bytes) / (1 + fraction)``,
   so a solver's memory check on the modelled bytes is the check of the measured peak
   ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``;
@@ -99,7 +101,8 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
     info: dict[str, Any] = {"digest": cal.digest, "source_digest": source_digest(topology),
                             "collective_efficiency": cal.collective_efficiency,
                             "process_bytes": mem.process_bytes, "fraction": mem.fraction,
-                            "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s}
+                            "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s,
+                            **({"tp_efficiency": dict(cal.tp_efficiency)} if cal.tp_efficiency else {})}
     return Topology.from_matrices(topology.name, devices, np.where(np.isfinite(bw), bw, 0.0).tolist(), lat.tolist(),
                                   {**dict(topology.attrs), "calibration": info})
 

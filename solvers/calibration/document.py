@@ -127,6 +127,7 @@ class Calibration:
     fit: Mapping[str, Any] = field(default_factory=dict)
     name: str = ""
     step: StepCalibration = field(default_factory=StepCalibration)
+    tp_efficiency: Mapping[str, float] = field(default_factory=dict)  # device kind -> e in (0, 1]
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -139,6 +140,8 @@ class Calibration:
             "fit": dict(self.fit)}
         if self.name:
             doc["name"] = self.name
+        if self.tp_efficiency:  # written only when set: documents without it keep their digests
+            doc["tp_efficiency"] = dict(sorted(self.tp_efficiency.items()))
         return doc
 
     @cached_property
@@ -150,7 +153,8 @@ class Calibration:
         return _digest(doc)
 
 
-_TOP_KEYS = frozenset({"format", "name", "devices", "channels", "collective_efficiency", "memory", "step", "fit"})
+_TOP_KEYS = frozenset({"format", "name", "devices", "channels", "collective_efficiency", "memory", "step", "fit",
+                       "tp_efficiency"})
 _FIT_KEYS = frozenset({"runs", "residuals", "parameters", "observations", "at_bounds"})
 
 
@@ -205,8 +209,10 @@ def calibration_from_document(doc: Any) -> Calibration:
     runs = check.sequence(fit.get("runs", []), "fit.runs", InvalidInput)
     for i, r in enumerate(runs):
         check.string(r, f"fit.runs[{i}]", InvalidInput)
+    tp_efficiency = {str(kind): _fraction(value, f"tp_efficiency.{kind}", low=0.0, high=1.0, low_open=True)
+                     for kind, value in check.mapping(d.get("tp_efficiency", {}), "tp_efficiency", InvalidInput).items()}
     return Calibration(devices, channels, efficiency, memory, dict(check.shallow(dict(fit), "fit", InvalidInput)),
-                       check.string(d.get("name", ""), "name", InvalidInput, nonempty=False), step)
+                       check.string(d.get("name", ""), "name", InvalidInput, nonempty=False), step, tp_efficiency)
 
 
 def load_calibration(path: str | Path) -> Calibration:

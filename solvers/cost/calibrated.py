@@ -45,3 +45,12 @@ def step_overhead_s(topology: Topology, largest_stage_param_bytes: float) -> flo
     if not isinstance(cal, dict):
         return 0.0
     return float(cal.get("step_fixed_s", 0.0)) + float(cal.get("step_per_param_byte_s", 0.0)) * largest_stage_param_bytes
+
+
+def tp_efficiency(topology: Topology, kind: str) -> float:
+    """How close a tensor-parallel group of device kind ``kind`` comes to ``1/t`` of a split op's time:
+    ``attrs.calibration.tp_efficiency[kind]`` of a calibrated topology, in (0, 1]; 1 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    table = cal.get("tp_efficiency") if isinstance(cal, dict) else None
+    value = table.get(kind, 1.0) if isinstance(table, dict) else 1.0
+    return float(value) if isinstance(value, int | float) and 0 < value <= 1 else 1.0

@@ -20,27 +20,43 @@ def transfer_s(topology: Topology, src: int, dst: int, size_bytes: float) -> flo
     return float(topology.latency_s[src, dst] + size_bytes / topology.bandwidth_Bps[src, dst])
 
 
-def transfer_pairs(src_devices: Sequence[int], dst_devices: Sequence[int],
-                   size_bytes: float) -> list[tuple[int, int, float]]:
+def transfer_pairs(src_devices: Sequence[int], dst_devices: Sequence[int], size_bytes: float, *,
+                   src_tp: int = 1, dst_tp: int = 1, sharded: bool = False) -> list[tuple[int, int, float]]:
     """The per-channel transfers that move ``size_bytes`` between two replica groups.
 
-    Equal group sizes pair replica i with replica i (each moves ``size/R``); otherwise each of
-    the ``Ra * Rb`` pairs moves ``size / (Ra * Rb)``.  Pairs on the same device are dropped.
+    Each stage has ``R = len(devices) / tp`` replicas (replica-major tensor-parallel groups).  Equal
+    replica counts pair replica i with replica i (each pair moves ``size/R``); otherwise each of the
+    ``Ra * Rb`` replica pairs moves ``size / (Ra * Rb)``.  Inside a replica pair (docs/cost-model.md,
+    "Tensor parallelism"): the full activation goes to every receiving rank ``i`` from sending rank
+    ``i mod tp_a``; a sharded one (sequence parallelism) goes rank ``i`` to rank ``i`` when the degrees
+    are equal and from every sending rank to every receiving rank otherwise, split evenly.  Pairs on
+    the same device are dropped; with ``tp = 1`` on both sides this is one transfer per replica pair.
     """
-    ra, rb = len(src_devices), len(dst_devices)
+    groups_a = [list(src_devices[k:k + src_tp]) for k in range(0, len(src_devices), src_tp)]
+    groups_b = [list(dst_devices[k:k + dst_tp]) for k in range(0, len(dst_devices), dst_tp)]
+    ra, rb = len(groups_a), len(groups_b)
     if ra == rb:
-        pairs = list(zip(src_devices, dst_devices, strict=True))
+        replica_pairs = list(zip(groups_a, groups_b, strict=True))
         share = size_bytes / ra
     else:
-        pairs = [(a, b) for a in src_devices for b in dst_devices]
+        replica_pairs = [(a, b) for a in groups_a for b in groups_b]
         share = size_bytes / (ra * rb)
-    return [(a, b, share) for a, b in pairs if a != b]
+    out: list[tuple[int, int, float]] = []
+    for ga, gb in replica_pairs:
+        if not sharded:
+            out += [(ga[i % src_tp], b, share) for i, b in enumerate(gb)]
+        elif src_tp == dst_tp:
+            out += [(a, b, share / src_tp) for a, b in zip(ga, gb, strict=True)]
+        else:
+            out += [(a, b, share / (src_tp * dst_tp)) for a in ga for b in gb]
+    return [(a, b, x) for a, b, x in out if a != b]
 
 
 def group_transfer_s(topology: Topology, src_devices: Sequence[int], dst_devices: Sequence[int],
-                     size_bytes: float) -> float:
+                     size_bytes: float, *, src_tp: int = 1, dst_tp: int = 1, sharded: bool = False) -> float:
     """Time for a group-to-group transfer when all its channels run in parallel."""
-    times = [transfer_s(topology, a, b, s) for a, b, s in transfer_pairs(src_devices, dst_devices, size_bytes)]
+    pairs = transfer_pairs(src_devices, dst_devices, size_bytes, src_tp=src_tp, dst_tp=dst_tp, sharded=sharded)
+    times = [transfer_s(topology, a, b, s) for a, b, s in pairs]
     return max(times, default=0.0)
 
 
@@ -57,3 +73,26 @@ def allreduce_s(topology: Topology, ring: Sequence[int], param_bytes: float) -> 
     bw = min(float(topology.bandwidth_Bps[a, b]) for a, b in hops)
     lat = max(float(topology.latency_s[a, b]) for a, b in hops)
     return (2.0 * (r - 1) / r * param_bytes / bw + 2.0 * (r - 1) * lat) / collective_efficiency(topology)
+
+
+def ring_hop_s(topology: Topology, ring: Sequence[int]) -> tuple[float, float]:
+    """``(seconds per byte, seconds)`` of one step of a ring collective over ``ring``: ``1 / min bw`` and
+    ``max lat`` over its hops, divided by the collective efficiency; ``(0, 0)`` for one device."""
+    r = len(ring)
+    if r <= 1:
+        return 0.0, 0.0
+    hops = [(ring[i], ring[(i + 1) % r]) for i in range(r)]
+    eff = collective_efficiency(topology)
+    bw = min(float(topology.bandwidth_Bps[a, b]) for a, b in hops)
+    lat = max(float(topology.latency_s[a, b]) for a, b in hops)
+    return 1.0 / (bw * eff), lat / eff
+
+
+def half_collective_s(topology: Topology, ring: Sequence[int], size_bytes: float) -> float:
+    """Ring reduce-scatter or all-gather of ``size_bytes`` (the whole tensor) over ``ring``:
+    ``(R-1)/R * B / min bw + (R-1) * max lat`` (half of :func:`allreduce_s`)."""
+    r = len(ring)
+    if r <= 1 or size_bytes <= 0:
+        return 0.0
+    per_byte, lat = ring_hop_s(topology, ring)
+    return (r - 1) / r * size_bytes * per_byte + (r - 1) * lat

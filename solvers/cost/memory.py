@@ -22,8 +22,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
-from solvers.arrays import IntArray
+from solvers.arrays import FloatArray, IntArray
+from solvers.cost.tensor_parallel import stage_split_mask
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.problem import Problem
 
@@ -52,44 +54,68 @@ def param_bytes_factor(problem: Problem) -> float:
     return 1.0 + problem.settings.optimizer_bytes_per_param_byte if problem.training else 1.0
 
 
-def _working_bytes(problem: Problem, ops: IntArray) -> float:
+def _working_bytes(problem: Problem, ops: IntArray, scale: FloatArray | None = None) -> float:
     g = problem.graph
     if len(ops) == 0:
         return 0.0
-    return float(np.maximum(g.mem_fwd_bytes[ops], g.mem_bwd_bytes[ops]).max())
+    need = np.maximum(g.mem_fwd_bytes[ops], g.mem_bwd_bytes[ops])
+    return float((need if scale is None else need * scale).max())
+
+
+def _tp_scale(ops: IntArray, tp: int, split: npt.NDArray[np.bool_] | None) -> FloatArray | None:
+    """Per op of ``ops``: ``1/tp`` where a tensor-parallel group splits it, else 1 (None: nothing split)."""
+    if split is None or tp == 1:
+        return None
+    return np.where(split[ops], 1.0 / tp, 1.0)
 
 
 def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flight: int,
-                       boundary_input_bytes: float, recompute: bool | None = None) -> float:
-    """Peak bytes on each device of a pipeline stage holding ``ops`` (see module doc)."""
+                       boundary_input_bytes: float, recompute: bool | None = None, *, tp: int = 1,
+                       split: npt.NDArray[np.bool_] | None = None) -> float:
+    """Peak bytes on each device of a pipeline stage holding ``ops`` (see module doc).
+
+    ``n_replicas`` counts data-parallel replicas; with a tensor-parallel degree ``tp`` the ops where
+    ``split`` is true hold ``1/tp`` of their parameters, activations and working memory (docs/cost-model.md,
+    "Tensor parallelism"); ``boundary_input_bytes`` is then what one device of the group receives.
+    """
     g = problem.graph
     s = problem.settings
     recompute = s.recomputes if recompute is None else recompute
-    params = float(g.param_bytes[ops].sum()) * (1.0 + s.optimizer_bytes_per_param_byte)
-    kept = boundary_input_bytes if recompute else float(g.act_bytes[ops].sum())
-    return params + (in_flight * kept + _working_bytes(problem, ops)) / n_replicas
+    scale = _tp_scale(ops, tp, split)
+    param = g.param_bytes[ops] if scale is None else g.param_bytes[ops] * scale
+    params = float(param.sum()) * (1.0 + s.optimizer_bytes_per_param_byte)
+    act = g.act_bytes[ops] if scale is None else g.act_bytes[ops] * scale
+    kept = boundary_input_bytes if recompute else float(act.sum())
+    return params + (in_flight * kept + _working_bytes(problem, ops, scale)) / n_replicas
 
 
-def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1) -> float:
-    """Peak bytes on each device of a latency-plan group holding ``ops`` (see module doc)."""
+def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1, *, tp: int = 1,
+                        split: npt.NDArray[np.bool_] | None = None) -> float:
+    """Peak bytes on each device of a latency-plan group holding ``ops`` (see module doc and
+    :func:`stage_memory_bytes` for ``tp`` and ``split``)."""
     g = problem.graph
-    params = float(g.param_bytes[ops].sum()) * param_bytes_factor(problem)
-    return params + (float(g.act_bytes[ops].sum()) + _working_bytes(problem, ops)) / n_replicas
+    scale = _tp_scale(ops, tp, split)
+    param = g.param_bytes[ops] if scale is None else g.param_bytes[ops] * scale
+    act = g.act_bytes[ops] if scale is None else g.act_bytes[ops] * scale
+    params = float(param.sum()) * param_bytes_factor(problem)
+    return params + (float(act.sum()) + _working_bytes(problem, ops, scale)) / n_replicas
 
 
 def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
     """Per stage: peak bytes on each of its devices (throughput or latency model, see module doc)."""
     plan = rp.plan
+    splits = [stage_split_mask(problem, rp, s) for s in range(rp.n_stages)]
     if problem.objective != "throughput":
         copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * param_bytes_factor(problem)
-        return [device_memory_bytes(problem, ops, len(devs)) + float(copies[s])
-                for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True))]
+        return [device_memory_bytes(problem, ops, rp.replicas(s), tp=rp.tp(s), split=splits[s]) + float(copies[s])
+                for s, ops in enumerate(rp.stage_ops)]
     inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
     copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * (1.0 + problem.settings.optimizer_bytes_per_param_byte)
-    return [stage_memory_bytes(problem, ops, len(devs),
+    return [stage_memory_bytes(problem, ops, rp.replicas(s),
                                in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches),
-                               float(inputs[s]), rp.recompute[s]) + float(copies[s])
-            for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True))]
+                               float(inputs[s]) / (rp.tp(s) if plan.sequence_parallel else 1), rp.recompute[s],
+                               tp=rp.tp(s), split=splits[s]) + float(copies[s])
+            for s, ops in enumerate(rp.stage_ops)]
 
 
 def shared_copy_bytes(problem: Problem, stage_of: IntArray, n_stages: int) -> np.ndarray:

@@ -26,7 +26,8 @@ STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
 _PLAN_KEYS = frozenset(
     {"format", "solver", "solver_version", "options", "objective", "pass", "graph_digest", "topology_digest",
      "problem_digest", "status", "order", "stages", "micro_batches", "schedule", "virtual_stages", "recompute",
-     "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes", "warnings"}
+     "claimed_objective_s", "lower_bound_s", "metrics", "solve_time_s", "stats", "notes", "warnings",
+     "sequence_parallel"}
 )
 
 _FREE_FORM = ("options", "metrics", "stats", "notes")
@@ -35,13 +36,26 @@ _FREE_FORM = ("options", "metrics", "stats", "notes")
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    """Ops run by one pipeline stage (or device group); ``devices`` are its replicas."""
+    """Ops run by one pipeline stage (or device group) on ``tp * R`` devices.
+
+    ``tp`` is the stage's tensor-parallel degree: ``devices`` lists its ``R`` replicas replica-major,
+    replica ``k`` being the tensor-parallel group ``devices[k*tp:(k+1)*tp]`` (docs/formats.md).
+    """
 
     ops: tuple[str, ...]
     devices: tuple[str, ...]
+    tp: int = 1
+
+    @property
+    def replicas(self) -> int:
+        """The stage's data-parallel replicas ``R = len(devices) / tp``."""
+        return len(self.devices) // self.tp
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ops": list(self.ops), "devices": list(self.devices)}
+        out: dict[str, Any] = {"ops": list(self.ops), "devices": list(self.devices)}
+        if self.tp != 1:  # written only when not 1: a plan without tensor parallelism keeps its digest
+            out["tp"] = self.tp
+        return out
 
 
 Recompute = bool | tuple[int, ...]
@@ -61,6 +75,7 @@ class Plan:
     schedule: str = "1f1b"
     virtual_stages: int = 1  # stages per rank group (interleaved and V-shaped schedules; docs/formats.md)
     recompute: Recompute = False
+    sequence_parallel: bool = False  # tensor-parallel stages also split norms and dropout along the sequence
     solver: str = "user"
     solver_version: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -100,6 +115,7 @@ class Plan:
             "stages": [s.to_dict() for s in self.stages], "micro_batches": self.micro_batches,
             "schedule": self.schedule, "stats": dict(self.stats),
             **({"virtual_stages": self.virtual_stages} if self.virtual_stages != 1 else {}),
+            **({"sequence_parallel": True} if self.sequence_parallel else {}),
             "recompute": self.recompute if isinstance(self.recompute, bool) else list(self.recompute),
         }
         for key in ("objective", "graph_digest", "topology_digest", "problem_digest",
@@ -154,12 +170,18 @@ def plan_from_document(doc: Any) -> Plan:
     raw_stages = check.sequence(doc.get("stages", []), "stages", InvalidPlan, nonempty=status != "infeasible")
     for i, raw in enumerate(raw_stages):
         raw = check.mapping(raw, f"stages[{i}]", InvalidPlan)
-        check.known_keys(raw, frozenset({"ops", "devices"}), f"stages[{i}]", InvalidPlan)
+        check.known_keys(raw, frozenset({"ops", "devices", "tp"}), f"stages[{i}]", InvalidPlan)
         ops = check.sequence(raw.get("ops", []), f"stages[{i}].ops", InvalidPlan)
         devices = check.sequence(raw.get("devices"), f"stages[{i}].devices", InvalidPlan, nonempty=True)
+        tp = check.integer(raw.get("tp", 1), f"stages[{i}].tp", InvalidPlan, minimum=1)
+        if len(devices) % tp:
+            raise InvalidPlan(f"stages[{i}].devices: {len(devices)} devices are not a whole number of "
+                              f"tensor-parallel groups of tp={tp} (a multiple of {tp}, replica-major)",
+                              field=f"stages[{i}].devices")
         stages.append(Stage(
             tuple(check.string(o, f"stages[{i}].ops[{k}]", InvalidPlan) for k, o in enumerate(ops)),
             tuple(check.string(d, f"stages[{i}].devices[{k}]", InvalidPlan) for k, d in enumerate(devices)),
+            tp,
         ))
     schedule = doc.get("schedule", "1f1b")
     if schedule not in PIPELINE_SCHEDULES:
@@ -181,6 +203,7 @@ def plan_from_document(doc: Any) -> Plan:
         schedule=schedule,
         virtual_stages=check.integer(doc.get("virtual_stages", 1), "virtual_stages", InvalidPlan, minimum=1),
         recompute=_recompute(doc.get("recompute", False)),
+        sequence_parallel=_flag(doc.get("sequence_parallel", False), "sequence_parallel"),
         solver=check.string(doc.get("solver", "user"), "solver", InvalidPlan),
         solver_version=str(doc.get("solver_version", "")),
         options=dict(check.mapping(doc.get("options", {}), "options", InvalidPlan)),
@@ -225,6 +248,12 @@ def _recompute(value: Any) -> Recompute:
     return tuple(sorted(stages))
 
 
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidPlan(f"{key}: must be true or false, got {value!r}", field=key)
+    return value
+
+
 def _choice(value: Any, allowed: tuple[str, ...], key: str) -> str | None:
     if value is None:
         return None
@@ -254,6 +283,27 @@ class ResolvedPlan:
     def n_stages(self) -> int:
         return len(self.stage_ops)
 
+    def tp(self, stage: int) -> int:
+        """Tensor-parallel degree of stage ``stage`` (its devices are ``replicas(stage)`` groups of it)."""
+        return self.plan.stages[stage].tp
+
+    def replicas(self, stage: int) -> int:
+        """Data-parallel replicas of stage ``stage``: ``len(stage_devices[stage]) / tp``."""
+        return len(self.stage_devices[stage]) // self.plan.stages[stage].tp
+
+    def tp_groups(self, stage: int) -> list[list[int]]:
+        """The tensor-parallel groups of stage ``stage`` (device positions), one per replica."""
+        t = self.plan.stages[stage].tp
+        devs = self.stage_devices[stage]
+        return [devs[k:k + t] for k in range(0, len(devs), t)]
+
+    def shard_rings(self, stage: int) -> list[list[int]]:
+        """Per tensor-parallel rank ``j``: the devices holding shard ``j`` in every replica (its
+        data-parallel all-reduce ring)."""
+        t = self.plan.stages[stage].tp
+        devs = self.stage_devices[stage]
+        return [devs[j::t] for j in range(t)]
+
 
 def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
     """Check a plan's structure against a problem and return its index form.
@@ -272,6 +322,9 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
     used: dict[int, int] = {}
     group_of = _rank_groups(plan)
     for s, stage in enumerate(plan.stages):
+        if stage.tp < 1 or len(stage.devices) % stage.tp:
+            raise InvalidPlan(f"stages[{s}].tp: {len(stage.devices)} devices are not a whole number of "
+                              f"tensor-parallel groups of tp={stage.tp}", field=f"stages[{s}].tp")
         if not stage.ops and problem.settings.no_empty_stage:
             raise InvalidPlan(f"stages[{s}]: the stage is empty", field=f"stages[{s}].ops")
         for op in stage.ops:
@@ -298,6 +351,9 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
         stage_devices.append(devs)
     for s, stage in enumerate(plan.stages):
         first = group_of[s]
+        if first != s and stage.tp != plan.stages[first].tp:
+            raise InvalidPlan(f"stages[{s}].tp: stage {s} runs on the rank group of stage {first}, whose tp is "
+                              f"{plan.stages[first].tp}, got {stage.tp}", field=f"stages[{s}].tp")
         if first != s and stage.devices != plan.stages[first].devices:
             raise InvalidPlan(f"stages[{s}].devices: with {plan.virtual_stages} virtual stages per rank and schedule "
                               f"{plan.schedule!r}, stage {s} runs on the devices of stage {first} "

@@ -12,6 +12,7 @@ from typing import Literal
 from solvers.collector import gc_paused
 from solvers.cost.calibrated import step_overhead_s
 from solvers.cost.compute import ComputeModel
+from solvers.cost.tensor_parallel import shard_allreduces
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, ResolvedPlan
 from solvers.model.problem import Problem
@@ -97,8 +98,8 @@ def _simulate(problem: Problem, plan: Plan | ResolvedPlan, timeline: bool, engin
         run = simulate_pipeline(problem, rp, compute, mb, allreduce=True, timeline=timeline)
         iteration_s = run.makespan_s
         if problem.training:  # a calibrated topology's step overhead (docs/cost-model.md "Calibration")
-            iteration_s += step_overhead_s(problem.topology, max(
-                (float(problem.graph.param_bytes[ops].sum()) for ops in rp.stage_ops), default=0.0))
+            iteration_s += step_overhead_s(problem.topology, max(  # a device's share: 1/t of the split parameters
+                (size for s in range(rp.n_stages) for _, size in shard_allreduces(problem, rp, s)), default=0.0))
         latency_s = simulate_pipeline(problem, rp, compute, 1, allreduce=False, timeline=False).makespan_s
     metrics = build_metrics(problem, rp, compute, engine=engine, iteration_s=iteration_s, latency_s=latency_s,
                             traffic=run.bytes_per_channel)

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from solvers.cost.comm import transfer_pairs, transfer_s
+from solvers.cost.tensor_parallel import collective_hop_bytes
+from solvers.model.plan import ResolvedPlan
+from solvers.model.problem import Problem
 from solvers.model.topology import Topology
 from solvers.simulator.result import TimelineEntry
 
@@ -30,7 +33,7 @@ class ChannelTable:
         self.free_s: list[float] = []  # free_s[c] = time channel c finishes its last transfer
         self.traffic_bytes: dict[tuple[int, int], float] = {}
         # (src devices, dst devices, bytes) -> (transfers, per-pair (src, dst, share)): messages repeat
-        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...], float],
+        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...], float, int, int, bool],
                          tuple[Transfers, list[tuple[int, int, float]]]] = {}
 
     def channel(self, src: int, dst: int) -> int:
@@ -43,12 +46,14 @@ class ChannelTable:
         return cid
 
     def message(self, src_devices: Sequence[int], dst_devices: Sequence[int], size_bytes: float,
-                copies: int) -> Transfers:
-        """The transfers of one message; ``copies`` = times it is sent per iteration (for traffic)."""
-        key = (tuple(src_devices), tuple(dst_devices), size_bytes)
+                copies: int, *, src_tp: int = 1, dst_tp: int = 1, sharded: bool = False) -> Transfers:
+        """The transfers of one message; ``copies`` = times it is sent per iteration (for traffic).
+        ``src_tp``, ``dst_tp`` and ``sharded``: see :func:`~solvers.cost.comm.transfer_pairs`."""
+        key = (tuple(src_devices), tuple(dst_devices), size_bytes, src_tp, dst_tp, sharded)
         hit = self._memo.get(key)
         if hit is None:
-            pairs = transfer_pairs(src_devices, dst_devices, size_bytes)
+            pairs = transfer_pairs(src_devices, dst_devices, size_bytes, src_tp=src_tp, dst_tp=dst_tp,
+                                   sharded=sharded)
             out = [(self.channel(a, b), transfer_s(self.topology, a, b, share)) for a, b, share in pairs]
             hit = self._memo[key] = (out, pairs)
         traffic = self.traffic_bytes
@@ -65,6 +70,14 @@ class ChannelTable:
         for i in range(r):
             key = (ring[i], ring[(i + 1) % r])
             self.traffic_bytes[key] = self.traffic_bytes.get(key, 0.0) + 2.0 * (r - 1) / r * param_bytes
+
+    def add_ring(self, ring: Sequence[int], hop_bytes: float) -> None:
+        """Record ``hop_bytes`` on each hop of ``ring`` (tensor-parallel collectives of an iteration)."""
+        if len(ring) <= 1 or hop_bytes <= 0:
+            return
+        for i in range(len(ring)):
+            key = (ring[i], ring[(i + 1) % len(ring)])
+            self.traffic_bytes[key] = self.traffic_bytes.get(key, 0.0) + hop_bytes
 
     def send(self, transfers: Transfers, request_s: float) -> float:
         """Queue a message's transfers at ``request_s``; return its arrival time."""
@@ -94,3 +107,13 @@ class ChannelTable:
                 a, b = self.pairs[cid]
                 timeline.append(TimelineEntry(f"{ids[a].id}->{ids[b].id}", label, start, end))
         return arrival
+
+
+def record_collectives(problem: Problem, rp: ResolvedPlan, channels: ChannelTable, stage: int,
+                       micro_batches: int) -> None:
+    """Record the traffic of ``stage``'s tensor-parallel collectives over an iteration on each group's
+    ring (their time is in the stage's op times, :func:`~solvers.cost.tensor_parallel.op_times_s`)."""
+    hop = collective_hop_bytes(problem, rp, stage) * micro_batches
+    if hop > 0:
+        for group in rp.tp_groups(stage):
+            channels.add_ring(group, hop)

@@ -18,25 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import shared_param_stages
+from solvers.cost.tensor_parallel import boundary_mode, op_times_s, shard_allreduces
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
-from solvers.simulator._channels import ChannelTable, Transfers
+from solvers.simulator._channels import ChannelTable, Transfers, record_collectives
 from solvers.simulator._events import EventGraph, run_tasks
 from solvers.simulator.result import EngineRun, TimelineEntry
 
 
-def group_op_times(rp: ResolvedPlan, compute: ComputeModel, n_ops: int) -> tuple[list[float], list[float]]:
-    """Per op: forward and backward time on its own group (slowest replica / R)."""
-    fwd = np.zeros(n_ops)
-    bwd = np.zeros(n_ops)
-    for ops, devs in zip(rp.stage_ops, rp.stage_devices, strict=True):
-        fwd[ops] = compute.group_fwd_s(devs)[ops]
-        bwd[ops] = compute.group_bwd_s(devs)[ops]
+def group_op_times(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> tuple[list[float], list[float]]:
+    """Per op: forward and backward time on its own group (slowest replica / R; a tensor-parallel
+    group's split ops and collectives as :func:`~solvers.cost.tensor_parallel.op_times_s` times them)."""
+    fwd, bwd = op_times_s(problem, rp, compute)
     return fwd.tolist(), bwd.tolist()
 
 
@@ -49,7 +45,7 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     block = micro_batches * n
     group = rp.stage_of.tolist()
     devs = rp.stage_devices
-    fwd, bwd = group_op_times(rp, compute, n)
+    fwd, bwd = group_op_times(problem, rp, compute)
     if any(rp.recompute):
         bwd = [b + f if rp.recompute[s] else b for f, b, s in zip(fwd, bwd, group, strict=True)]
     src, dst, size = g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist()
@@ -68,7 +64,8 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
                 remote.setdefault(group[w], []).append(w - u)
                 largest[group[w]] = max(largest.get(group[w], 0.0), size[e])
         for h in sorted(remote):
-            messages[u].append((channels.message(devs[gu], devs[h], largest[h], micro_batches), remote[h]))
+            messages[u].append((channels.message(devs[gu], devs[h], largest[h], micro_batches,
+                                                 **boundary_mode(rp, gu, h)), remote[h]))
         if training:
             local[u].append(block)  # F(u, m) -> B(u, m)
     if training:
@@ -78,7 +75,8 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
                 if group[u] == group[w]:
                     local[n + w].append(u - w)
                 else:
-                    grad = channels.message(devs[group[w]], devs[group[u]], size[e], micro_batches)
+                    grad = channels.message(devs[group[w]], devs[group[u]], size[e], micro_batches,
+                                            **boundary_mode(rp, group[w], group[u]))
                     messages[n + w].append((grad, [u - w]))
     pos = g.topo_position.tolist()
     priority = pos + ([n - 1 - p for p in pos] if training else [])
@@ -136,12 +134,14 @@ def run_iteration(problem: Problem, rp: ResolvedPlan, tg: EventGraph, channels: 
         channels.add_allreduce(ring, size)
         for t in stages:
             tied[t] += allreduce_s(problem.topology, ring, size)
-    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
+    for s, devs in enumerate(rp.stage_devices):
         tail = tied[s]
-        if allreduce and len(devs) > 1:
-            params = float(problem.graph.param_bytes[ops].sum())
-            tail += allreduce_s(problem.topology, devs, params)
-            channels.add_allreduce(devs, params)
+        record_collectives(problem, rp, channels, s, tg.micro_batches)
+        if allreduce and rp.replicas(s) > 1:
+            rings = shard_allreduces(problem, rp, s)
+            tail += max(allreduce_s(problem.topology, ring, size) for ring, size in rings)
+            for ring, size in rings:
+                channels.add_allreduce(ring, size)
             if log is not None and tail > 0:
                 log.extend(TimelineEntry(problem.topology.devices[d].id, "allreduce", last_end[s],
                                          last_end[s] + tail) for d in devs)

@@ -9,6 +9,7 @@ from solvers.cost.calibrated import calibration_digest, memory_overhead
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import plan_memory_bytes
+from solvers.cost.tensor_parallel import boundary_mode, device_compute_s, op_times_s
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
@@ -24,30 +25,32 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
     """
     topo = problem.topology
     out = []
-    for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
-        f = float(compute.group_fwd_s(devs)[ops].sum())
+    fwd_op, bwd_op = op_times_s(problem, rp, compute)
+    for ops, again in zip(rp.stage_ops, rp.recompute, strict=True):
+        f = float(fwd_op[ops].sum())
         t = f
         if problem.training:
-            t += float(compute.group_bwd_s(devs)[ops].sum()) + (f if again else 0.0)
+            t += float(bwd_op[ops].sum()) + (f if again else 0.0)
         out.append(t)
     for (a, b), size in group_traffic_bytes(problem.graph, rp.stage_of).items():
-        out[a] += group_transfer_s(topo, rp.stage_devices[a], rp.stage_devices[b], size)
+        out[a] += group_transfer_s(topo, rp.stage_devices[a], rp.stage_devices[b], size, **boundary_mode(rp, a, b))
         if problem.training:
-            out[b] += group_transfer_s(topo, rp.stage_devices[b], rp.stage_devices[a], size)
+            out[b] += group_transfer_s(topo, rp.stage_devices[b], rp.stage_devices[a], size,
+                                       **boundary_mode(rp, b, a))
     return out
 
 
 def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
-    """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch)."""
+    """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch; a
+    tensor-parallel stage's split ops in ``1/t``)."""
     out: dict[str, float] = {}
-    for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
-        r = len(devs)
+    for s, (devs, again) in enumerate(zip(rp.stage_devices, rp.recompute, strict=True)):
         for d in devs:
-            f = float(compute.fwd_s(d)[ops].sum())
+            f, b = device_compute_s(problem, rp, compute, s, d)
             t = f
             if problem.training:
-                t += float(compute.bwd_s(d)[ops].sum()) + (f if again else 0.0)
-            out[problem.topology.devices[d].id] = micro_batches * t / r
+                t += b + (f if again else 0.0)
+            out[problem.topology.devices[d].id] = micro_batches * t / rp.replicas(s)
     return out
 
 

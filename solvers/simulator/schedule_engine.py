@@ -334,6 +334,10 @@ def simulate_plan_schedule(problem: Problem, plan: Plan | ResolvedPlan, schedule
     if schedule.virtual_stages != 1:
         raise InvalidPlan(f"schedule: a plan's stages are one per rank; {schedule.name!r} here runs "
                           f"{schedule.virtual_stages} per rank", field="schedule")
+    split = next((s for s in range(rp.n_stages) if rp.tp(s) > 1), None)
+    if split is not None:
+        raise InvalidPlan(f"stages[{split}].tp: the action-list engine times replica groups without tensor "
+                          "parallelism; simulate the plan with engine 'stage' or 'op'", field=f"stages[{split}].tp")
     recompute = [rp.plan.recomputes(j) for j in range(len(rp.stage_ops))]
     return simulate_schedule(problem, schedule, rp.stage_ops, rp.stage_devices, recompute=recompute,
                              allreduce=allreduce, timeline=timeline)

@@ -2,12 +2,14 @@
 
 Stage ``s`` runs its tasks in the schedule's order (:mod:`solvers.simulator.schedule`).
 ``F(s, m)`` takes ``f_s`` = the sum of the stage group's forward op times (slowest replica / R,
-Parmesan Eq. 3) and starts when the stage is free and every forward message for micro-batch
+Parmesan Eq. 3; a tensor-parallel stage's split ops and collectives as
+:mod:`solvers.cost.tensor_parallel` times them) and starts when the stage is free and every forward message for micro-batch
 ``m`` has arrived; ``B(s, m)`` takes ``b_s`` (+ ``f_s`` with recomputation) and waits for the
 gradient messages from the stages that consume the stage's outputs.  A forward message ``a -> b``
 carries the stage-pair traffic of :func:`~solvers.cost.traffic.group_traffic_bytes` and leaves
 when ``F(a, m)`` ends; the gradient message ``b -> a`` carries the same bytes after ``B(b, m)``.
-After its last backward a replicated stage runs a ring all-reduce (Parmesan Eq. 9).
+After its last backward a replicated stage runs a ring all-reduce (Parmesan Eq. 9), one per
+tensor-parallel shard.
 
 The timing is a fixed-point recurrence over the per-stage task orders (no event queue is
 needed: a stage's start times depend only on its own order and on message arrivals, and every
@@ -21,11 +23,12 @@ from dataclasses import dataclass
 from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import shared_param_stages
+from solvers.cost.tensor_parallel import boundary_mode, op_times_s, shard_allreduces
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
-from solvers.simulator._channels import ChannelTable, Transfers
+from solvers.simulator._channels import ChannelTable, Transfers, record_collectives
 from solvers.simulator.result import EngineRun, TimelineEntry
 from solvers.simulator.schedule import FORWARD, stage_task_order, task_label
 
@@ -47,15 +50,18 @@ def _pipeline(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channel
               micro_batches: int, allreduce: bool) -> _Pipeline:
     n_stages = rp.n_stages
     fwd, bwd, ar = [], [], []
-    for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
-        f = float(compute.group_fwd_s(devs)[ops].sum())
-        b = float(compute.group_bwd_s(devs)[ops].sum())
+    fwd_op, bwd_op = op_times_s(problem, rp, compute)
+    for s, (ops, again) in enumerate(zip(rp.stage_ops, rp.recompute, strict=True)):
+        f = float(fwd_op[ops].sum())
+        b = float(bwd_op[ops].sum())
         fwd.append(f)
         bwd.append(b + f if again else b)
-        params = float(problem.graph.param_bytes[ops].sum())
-        ar.append(allreduce_s(problem.topology, devs, params) if allreduce else 0.0)
+        record_collectives(problem, rp, channels, s, micro_batches)
+        rings = shard_allreduces(problem, rp, s)
+        ar.append(max(allreduce_s(problem.topology, ring, size) for ring, size in rings) if allreduce else 0.0)
         if allreduce:
-            channels.add_allreduce(devs, params)
+            for ring, size in rings:
+                channels.add_allreduce(ring, size)
     if allreduce:  # a tied weight read in several stages: its copies' gradients are summed (all-reduce)
         for _, stages, size in shared_param_stages(problem, rp.stage_of):
             ring = [d for t in sorted(stages) for d in rp.stage_devices[t]]
@@ -74,8 +80,8 @@ def _pipeline(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channel
         senders[b].append(a)
         readers[a].append(b)
         devs_a, devs_b = rp.stage_devices[a], rp.stage_devices[b]
-        fwd_msg[(a, b)] = channels.message(devs_a, devs_b, size, micro_batches)
-        grad_msg[(a, b)] = channels.message(devs_b, devs_a, size, micro_batches)
+        fwd_msg[(a, b)] = channels.message(devs_a, devs_b, size, micro_batches, **boundary_mode(rp, a, b))
+        grad_msg[(a, b)] = channels.message(devs_b, devs_a, size, micro_batches, **boundary_mode(rp, b, a))
     return _Pipeline(fwd, bwd, senders, readers, fwd_msg, grad_msg, ar)
 
 

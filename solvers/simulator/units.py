@@ -11,6 +11,7 @@ the stage-level engine, but everything here is derived op by op and timed by the
 from __future__ import annotations
 
 from solvers.cost.compute import ComputeModel
+from solvers.cost.tensor_parallel import boundary_mode
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
@@ -46,7 +47,7 @@ def _unit_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, 
                      micro_batches: int) -> EventGraph:
     n = rp.n_stages
     block = micro_batches * n
-    fwd_op, bwd_op = group_op_times(rp, compute, problem.graph.n_ops)
+    fwd_op, bwd_op = group_op_times(problem, rp, compute)
     fwd_unit, bwd_unit = [], []
     for ops, again in zip(rp.stage_ops, rp.recompute, strict=True):  # forward in topological order, backward reversed
         f = b = 0.0
@@ -61,8 +62,10 @@ def _unit_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, 
     n_inputs = [0] * n + [1] * n
     devs = rp.stage_devices
     for (a, b), size in sorted(_stage_pair_bytes(problem, rp).items()):
-        messages[a].append((channels.message(devs[a], devs[b], size, micro_batches), [b - a]))
-        messages[n + b].append((channels.message(devs[b], devs[a], size, micro_batches), [a - b]))
+        messages[a].append((channels.message(devs[a], devs[b], size, micro_batches, **boundary_mode(rp, a, b)),
+                            [b - a]))
+        messages[n + b].append((channels.message(devs[b], devs[a], size, micro_batches, **boundary_mode(rp, b, a)),
+                                [a - b]))
         n_inputs[b] += 1
         n_inputs[n + a] += 1
     sequences: list[list[int] | None] = [
