@@ -1,25 +1,26 @@
-"""A stage's memory, not the model's: a model 4x larger than one process may hold trains on 4 (docs/benchmarks.md).
+"""A stage's memory, not the model's: a model several times larger than one process may hold trains on 4 (docs/benchmarks.md).
 
 ``.venv/bin/python -m bench.bench_stage_memory [--out DIR]``:
 
-1. ``placer extract --example gpt2`` (8 layers, hidden 768, 12 heads, seq 32, vocab 1000,
+1. ``placer topology measure --import transformers`` under ``torchrun --nproc-per-node 4`` gives
+   each CPU device's ``base_memory_bytes`` (the resident set of a process with torch, gloo, the
+   model's library and the export machinery loaded); the bench's
+   topology carries them, so the simulator's ``peak_memory_bytes`` of a device is that base plus
+   the stage's tensors;
+2. ``placer extract --example gpt2`` (8 layers, hidden 768, 12 heads, seq 32, vocab 1000,
    dropout 0; micro-batch 2 rows); the simulator's peak memory of the whole model on one device
-   (a one-stage ``even`` plan) sets the per-process limit: a quarter of it, so the model needs
-   4x what one process may hold;
-2. ``even --stages 4 --micro-batches 4`` (1F1B) on four CPU devices, run under ``torchrun
+   (a one-stage ``even`` plan);
+3. ``even --stages 4 --micro-batches 4`` (1F1B) on the four CPU devices, run under ``torchrun
    --standalone --nproc-per-node 4`` (gloo, one thread each) for two AdamW steps: every rank builds
    the model on meta and materialises its stage's seeded weights (the default), then once more
-   with the stage's weights read from a safetensors file (``--weights``), and once more seeded with
-   ``AdamW(foreach=False)`` (the default multi-tensor step allocates temporaries the size of all
-   the stage's parameters at once; the per-parameter step, one parameter's at a time);
-3. the runtime's own cost, measured the same way: the same architecture at hidden 32 (the same
-   ops, the same exports and process groups, weights and activations under 2 % of the large
-   model's), run on the same kind of plan; its per-rank peak less the resident set at start is
-   what a rank costs beyond the tensors the simulator counts;
-4. per rank: the simulator's peak memory of the rank's device; the measured peak resident set
-   less the resident set at start (torch imported); that less the runtime's own cost; the ratios;
-   and the rank's share of the whole model's need.  Also the resident set of the bare process at
-   start, and how many times the largest rank the whole model is.
+   with the stage's weights read from a safetensors file (``--weights``);
+4. the same architecture at hidden 32 (the same ops, exports and process groups; weights and
+   activations under 2 % of the large model's) on the same kind of plan: what a rank holds beyond
+   its measured base and the tensors the simulator counts;
+5. per rank: the simulator's peak (base + tensors), the measured peak resident set of the training
+   steps (``peak_memory_bytes``) and of the setup before them (``setup_peak_memory_bytes``), the
+   ratios; the per-process limit a quarter of the whole model's need (its base plus a quarter of its
+   tensors) and whether each rank stayed under it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,23 @@ SMALL = ["layers=8", "hidden=32", "heads=4", "seq=32", "vocab=1000", "dropout=0"
 MIB = 2**20
 
 
-def topology(out: Path, n: int) -> Path:
-    devices = [{"id": f"cpu{i}", "kind": "cpu", "node": "h0", "memory_bytes": 64e9} for i in range(n)]
+def measured_bases(out: Path) -> list[float]:
+    """Each rank's ``base_memory_bytes`` from ``placer topology measure`` on 4 CPU processes, in rank order."""
+    path = out / "measured-topology.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                           "-m", "cli", "topology", "measure", "-o", str(path), "--max-bytes", "65536",
+                           "--repeats", "2", "--import", "transformers"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
+    if done.returncode:
+        raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
+    devices = sorted(json.loads(path.read_text())["devices"], key=lambda d: int(d["attrs"]["rank"]))
+    return [float(d.get("base_memory_bytes", 0.0)) for d in devices]
+
+
+def topology(out: Path, n: int, bases: list[float]) -> Path:
+    devices = [{"id": f"cpu{i}", "kind": "cpu", "node": "h0", "memory_bytes": 64e9,
+                "base_memory_bytes": bases[i]} for i in range(n)]
     links = [{"src": f"cpu{i}", "dst": f"cpu{j}", "bandwidth_Bps": 1e12, "latency_s": 1e-9}
              for i in range(n) for j in range(i + 1, n)]
     path = out / f"topo{n}.json"
@@ -51,21 +67,21 @@ def topology(out: Path, n: int) -> Path:
     return path
 
 
-def prepare(out: Path, name: str, params: list[str]) -> tuple[Path, Path, Path]:
+def prepare(out: Path, name: str, params: list[str], bases: list[float]) -> tuple[Path, Path, Path]:
     """Graph, 4-stage plan and bundle of GPT-2 with ``params``."""
     graph, plan, folder = out / f"{name}.json", out / f"{name}-plan.json", out / f"{name}-run"
     assert placer(["extract", "--example", "gpt2", "--param", *params, "--batch", "2", "--device-kind", "cpu",
                    "-o", str(graph)]) == 0
-    assert placer(["solve", "--solver", "even", "--graph", str(graph), "--topology", str(topology(out, 4)),
+    assert placer(["solve", "--solver", "even", "--graph", str(graph), "--topology", str(topology(out, 4, bases)),
                    "--stages", "4", "--micro-batches", "4", "--schedule", "1f1b", "--quiet", "-o", str(plan)]) == 0
     assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "-o", str(folder)]) == 0
     return graph, plan, folder
 
 
-def single_device_peak(out: Path, graph: Path) -> float:
-    """The simulator's peak memory of the whole model trained on one device."""
+def single_device_peak(out: Path, graph: Path, bases: list[float]) -> float:
+    """The simulator's peak memory of the whole model trained on one device (rank 0's base included)."""
     plan = out / "single-plan.json"
-    assert placer(["solve", "--solver", "even", "--graph", str(graph), "--topology", str(topology(out, 1)),
+    assert placer(["solve", "--solver", "even", "--graph", str(graph), "--topology", str(topology(out, 1, bases)),
                    "--stages", "1", "--micro-batches", "4", "--schedule", "1f1b", "--quiet", "-o", str(plan)]) == 0
     peaks: dict[str, float] = json.loads(plan.read_text())["metrics"]["peak_memory_bytes"]
     return max(peaks.values())
@@ -82,44 +98,48 @@ def run(folder: Path, *extra: str) -> list[dict[str, Any]]:
     return sorted(ranks, key=lambda r: int(r["rank"]))
 
 
-def used(rank: dict[str, Any]) -> float:
-    return float(rank["peak_memory_bytes"]) - float(rank["start_memory_bytes"])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/bench_stage_memory")
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
-    graph, plan, folder = prepare(out, "gpt2-large", LARGE)
-    _, _, small_folder = prepare(out, "gpt2-small", SMALL)
-    whole = single_device_peak(out, graph)
+    bases = measured_bases(out)
+    graph, plan, folder = prepare(out, "gpt2-large", LARGE, bases)
+    _, _, small_folder = prepare(out, "gpt2-small", SMALL, bases)
+    whole = single_device_peak(out, graph, bases)
     simulated: dict[str, float] = json.loads(plan.read_text())["metrics"]["peak_memory_bytes"]
     model_bytes = json.loads(graph.read_text())["attrs"]["model_param_bytes"]
     weights = out / "gpt2.safetensors"
     write_weights(json.loads(graph.read_text())["attrs"]["source"], weights)
-    print(f"model parameters {model_bytes / MIB:.1f} MiB; whole model on one device (simulated) {whole / MIB:.1f} MiB")
-    results = {"seeded": run(folder), "--weights": run(folder, "--weights", str(weights)),
-               "seeded, foreach=false": run(folder, "--optimizer-arg", "foreach=false"),
-               "runtime (hidden 32)": run(small_folder)}
-    fixed = {int(r["rank"]): used(r) for r in results["runtime (hidden 32)"]}
-    print("bare process (torch imported) at start, MiB: "
-          + ", ".join(f"{float(r['start_memory_bytes']) / MIB:.0f}" for r in results["seeded"]))
-    print("| rank | stage | simulated MiB | runtime's own MiB | mode | measured MiB | / sim | measured − runtime MiB "
-          "| / sim | of the whole model |")
+    tensors = whole - bases[0]
+    print(f"base_memory_bytes per rank (placer topology measure), MiB: {', '.join(f'{b / MIB:.1f}' for b in bases)}")
+    print(f"model parameters {model_bytes / MIB:.1f} MiB; whole model on one device (simulated) {whole / MIB:.1f} MiB "
+          f"({tensors / MIB:.1f} MiB of tensors)")
+    results = {"runtime (hidden 32)": run(small_folder), "seeded": run(folder),
+               "--weights": run(folder, "--weights", str(weights))}
+    # the launcher's own base: what a rank of the same architecture holds once set up, its weights left out
+    own = {int(r["rank"]): float(r["settled_memory_bytes"]) - float(r["materialized_bytes"])
+           for r in results["runtime (hidden 32)"]}
+    print("launcher's base per rank (hidden 32, settled), MiB: "
+          + ", ".join(f"{own[k] / MIB:.1f}" for k in sorted(own)))
+    print("| rank | stage | mode | simulated MiB | measured MiB | / sim | simulated, launcher's base MiB | / sim "
+          "| setup peak MiB | under the limit |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for mode in ("seeded", "--weights", "seeded, foreach=false"):
+    for mode in ("seeded", "--weights"):
         for r in results[mode]:
-            sim = float(simulated[str(r["device"])])
             rank = int(r["rank"])
-            net = used(r) - fixed[rank]
-            print(f"| {rank} | {r['stage']} | {sim / MIB:.1f} | {fixed[rank] / MIB:.1f} | {mode} | {used(r) / MIB:.1f} "
-                  f"| {used(r) / sim:.2f} | {net / MIB:.1f} | {net / sim:.2f} | "
-                  f"{net / whole:.2f} |")
-        largest = max(used(r) - fixed[int(r["rank"])] for r in results[mode])
-        print(f"{mode}: the whole model needs {whole / largest:.2f}x the largest rank's measured tensor memory")
-    (out / "memory.json").write_text(json.dumps({"simulated": simulated, "whole_model_simulated": whole,
-                                                 **results}, indent=1))
+            sim = float(simulated[str(r["device"])])
+            sim_own = sim - bases[rank] + own[rank]
+            limit = own[rank] + tensors / 4  # the launcher's base and a quarter of the whole model's tensors
+            peak, setup = float(r["peak_memory_bytes"]), float(r["setup_peak_memory_bytes"])
+            print(f"| {rank} | {r['stage']} | {mode} | {sim / MIB:.1f} | {peak / MIB:.1f} | {peak / sim:.2f} "
+                  f"| {sim_own / MIB:.1f} | {peak / sim_own:.2f} | {setup / MIB:.1f} "
+                  f"| {'yes' if max(peak, setup) <= limit else 'no'} ({limit / MIB:.1f}) |")
+        largest = max(float(r["peak_memory_bytes"]) - own[int(r["rank"])] for r in results[mode])
+        print(f"{mode}: the whole model's tensors are {tensors / largest:.2f}x the largest rank's measured peak "
+              "less the launcher's base")
+    (out / "memory.json").write_text(json.dumps({"bases": bases, "launcher_bases": own, "simulated": simulated,
+                                                 "whole_model_simulated": whole, **results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,9 @@ def add_measure_verb(group: Commands[argparse.ArgumentParser]) -> None:
     p.add_argument("--min-bytes", type=int, default=4096, help="the smallest message measured (default 4096)")
     p.add_argument("--max-bytes", type=int, default=256 * 2**20, help="the largest message measured (default 256 MiB)")
     p.add_argument("--repeats", type=int, default=5, help="timed transfers per size (median)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module the training processes load (e.g. transformers), imported before each device's "
+                        "base_memory_bytes is read, so that it counts there (repeatable)")
     p.add_argument("--json", action="store_true", help="print the output file, sizes and digest as JSON")
     p.set_defaults(func=cmd_measure)
 
@@ -161,7 +164,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     require_torch("placer topology measure")
     from extract.measure import measure
 
-    topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name)
+    topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name, imports=args.imports)
     if topo is None:
         return EXIT_OK
     write_json(topo.to_document(), args.output)

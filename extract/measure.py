@@ -12,13 +12,21 @@ channels stay asymmetric.  Finally the all-reduce bus bandwidth, ``2 (n - 1) / n
 in the topology's ``attrs``.
 
 gloo on CPU, NCCL on CUDA devices (``LOCAL_RANK`` picks the GPU).  CPU memory is the host's
-physical memory divided by its ranks.  Device ids are ``<host>:<local rank>``; each device's
+physical memory divided by its ranks.  Each device's ``base_memory_bytes`` is what the rank's
+process holds once the process group has run its first collective, the modules named by
+``imports`` are loaded (the model's library) and a two-op module has been exported (the export
+machinery a launcher loads to rebuild its model), before any tensor of the measurement: on a GPU
+the device memory in use less what torch's allocator reserved (the CUDA context, NCCL's
+buffers); on the CPU the process's resident set (the interpreter, torch, gloo, those modules).  Device ids are ``<host>:<local rank>``; each device's
 ``attrs`` holds its ``rank``, ``local_rank`` and ``host``.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import os
+import resource
 import socket
 import statistics
 import time
@@ -75,6 +83,31 @@ def _device() -> tuple[torch.device, str, float]:
     return torch.device("cpu"), "cpu", float(total // max(1, local_world))
 
 
+def load_runtime(imports: Sequence[str]) -> None:
+    """Import ``imports`` and export a two-op module, as a launcher process does before it trains."""
+    for name in imports:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise InvalidInput(f"--import {name}: {exc}", field="imports", ref=name) from exc
+    probe = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    torch.export.export(probe, (torch.zeros(2, 4),), strict=False).module()
+
+
+def base_memory_bytes(dev: torch.device) -> float:
+    """What this process holds on ``dev`` beyond torch's tensors (see the module docstring)."""
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        free, total = torch.cuda.mem_get_info(dev)
+        return float(max(0, total - free - torch.cuda.memory_reserved(dev)))
+    try:
+        with open("/proc/self/statm") as f:
+            return float(int(f.read().split()[1]) * resource.getpagesize())
+    except (OSError, IndexError, ValueError):
+        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -127,12 +160,14 @@ def _allreduce_busbw(group: Any, size: int, n: int, repeats: int, dev: torch.dev
     return 2 * (n - 1) / n * size / t if n > 1 else 0.0
 
 
-def measure(min_bytes: int = 4096, max_bytes: int = 256 * 2**20, repeats: int = 5, name: str = "measured") -> Topology | None:
+def measure(min_bytes: int = 4096, max_bytes: int = 256 * 2**20, repeats: int = 5, name: str = "measured",
+            imports: Sequence[str] = ()) -> Topology | None:
     """Run on every rank of a torchrun job; rank 0 returns the topology, the others ``None``."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise InvalidInput("placer topology measure runs under torchrun, e.g. python -m torch.distributed.run "
                            "--nproc-per-node 4 -m cli topology measure -o topo.json", field="torchrun")
     sizes = message_sizes(min_bytes, max_bytes)
+    load_runtime(imports)
     dev, kind, memory = _device()
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     try:
@@ -144,8 +179,9 @@ def measure(min_bytes: int = 4096, max_bytes: int = 256 * 2**20, repeats: int = 
 def _measure(sizes: list[int], repeats: int, dev: torch.device, kind: str, memory: float,
              name: str) -> Topology | None:
     rank, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()  # the first collective sets the communicator up before the base is read
     me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "host": socket.gethostname(),
-          "kind": kind, "memory_bytes": memory}
+          "kind": kind, "memory_bytes": memory, "base_memory_bytes": base_memory_bytes(dev)}
     infos: list[Any] = [None] * world
     dist.all_gather_object(infos, me)
     measured = _pairs(world, sizes, repeats, dev)
@@ -169,7 +205,8 @@ def _measure(sizes: list[int], repeats: int, dev: torch.device, kind: str, memor
 def _topology(name: str, infos: list[Any], gathered: list[Any], sizes: list[int], parts: list[Any]) -> Topology:
     ids = [f"{i['host']}:{i['local_rank']}" for i in infos]
     devices = [Device(ids[k], str(i["kind"]), str(i["host"]), float(i["memory_bytes"]),
-                      attrs={"rank": i["rank"], "local_rank": i["local_rank"], "host": i["host"]})
+                      attrs={"rank": i["rank"], "local_rank": i["local_rank"], "host": i["host"]},
+                      base_memory_bytes=min(float(i.get("base_memory_bytes", 0.0)), float(i["memory_bytes"])))
                for k, i in enumerate(infos)]
     links, fits = [], {}
     for part in gathered:

@@ -11,10 +11,11 @@ forward, a scalar loss (the mean of every floating-point output, summed) and ``b
   op that created it; the ``autograd::engine::evaluate_function`` events with the sequence
   numbers of an op's forward ATen calls are that op's backward (gradient accumulation into the
   parameters has no forward op and is left out);
-- memory (``profile_memory``): the bytes the op's forward range allocates and does not free
-  before it ends (``mem_fwd_bytes``: its outputs and what autograd keeps), and the same for its
-  largest backward function (``mem_bwd_bytes``); allocations freed inside the op are not seen,
-  so this is the memory an op leaves behind, a lower bound of its peak;
+- memory (:mod:`extract.op_memory`): ``act_bytes``, the tensors autograd saves in the op's
+  forward (a saved-tensor hook on the real device, each storage charged once, parameters left
+  out); ``mem_fwd_bytes`` / ``mem_bwd_bytes``, the allocator's peak inside the op's forward range
+  and inside its largest backward function (``profile_memory`` events), above what was allocated
+  when it began.  ``attrs.profile.memory`` says so;
 - ``warmup`` steps run first and are not recorded; each figure is the median over ``repeats``
   profiled steps.  Between them, a whole step of the unlifted module runs without profiler or
   interpreter; the median is ``attrs.profile.step_s``, to compare with the sum of the op times.
@@ -22,6 +23,7 @@ forward, a scalar loss (the mean of every floating-point output, summed) and ``b
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections import defaultdict
@@ -37,6 +39,7 @@ from extract.build import build
 from extract.estimate import DEVICES, device_spec
 from extract.export import collect_ops, export_model
 from extract.extract import assemble, count_ops, default_name
+from extract.op_memory import SavedTensorLog, event_peak_bytes, weight_storages
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import KindTimes, Node, OpGraph
 
@@ -45,11 +48,21 @@ _BACKWARD = "autograd::engine::evaluate_function"
 
 
 class _Ranges(torch.fx.Interpreter):
+    def __init__(self, module: torch.fx.GraphModule, log: SavedTensorLog | None) -> None:
+        super().__init__(module)
+        self.log = log
+
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op != "call_function":
             return super().run_node(n)
-        with record_function(PREFIX + n.name):
-            return super().run_node(n)
+        if self.log is not None:
+            self.log.current = n.name
+        try:
+            with record_function(PREFIX + n.name):
+                return super().run_node(n)
+        finally:
+            if self.log is not None:
+                self.log.current = None
 
 
 @dataclass
@@ -60,6 +73,7 @@ class StepProfile:
     bwd_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     mem_fwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     mem_bwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    act: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 def local_kind(device: str) -> str:
@@ -70,13 +84,17 @@ def local_kind(device: str) -> str:
     return next((k for k in ("H100", "A100", "V100") if k in name), name)
 
 
-def training_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], interpreter: bool) -> None:
+def training_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], interpreter: bool,
+                  log: SavedTensorLog | None = None) -> None:
     """Forward, loss (sum of the means of the floating-point outputs), backward; node by node in
-    an interpreter with one profiler range per op, or as the unlifted module's own code."""
+    an interpreter with one profiler range per op (``log`` sees what each op saves), or as the
+    unlifted module's own code."""
     if interpreter:
         names = [n.name for n in module.graph.nodes if n.op == "placeholder"]
         values = list(inputs.values())
-        out = _Ranges(module).run(*[inputs.get(p, values[i]) for i, p in enumerate(names)])
+        args = [inputs.get(p, values[i]) for i, p in enumerate(names)]
+        with log.hooks() if log is not None else contextlib.nullcontext():
+            out = _Ranges(module, log).run(*args)
     else:
         out = module(**inputs)
     floats = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
@@ -108,10 +126,13 @@ def time_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], 
 
 def profile_step(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], device: str) -> StepProfile:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    log = SavedTensorLog(weight_storages(module))
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
-        training_step(module, inputs, interpreter=True)
+        training_step(module, inputs, interpreter=True, log=log)
         _sync(device)
-    return parse_events(list(prof.events()), cuda=device.startswith("cuda"))
+    step = parse_events(list(prof.events()), cuda=device.startswith("cuda"))
+    step.act.update(log.act_bytes)
+    return step
 
 
 def parse_events(events: Sequence[Any], cuda: bool) -> StepProfile:
@@ -124,7 +145,7 @@ def parse_events(events: Sequence[Any], cuda: bool) -> StepProfile:
         if e.name.startswith(PREFIX):
             op = e.name[len(PREFIX):]
             step.fwd_s[op] += _duration_us(e, cuda) * 1e-6
-            step.mem_fwd[op] = max(step.mem_fwd[op], _allocated(e, cuda))
+            step.mem_fwd[op] = max(step.mem_fwd[op], event_peak_bytes(e, cuda))
         elif e.sequence_nr >= 0 and not e.name.startswith(_BACKWARD):
             owner = _enclosing_op(e)
             if owner is not None:
@@ -133,7 +154,7 @@ def parse_events(events: Sequence[Any], cuda: bool) -> StepProfile:
         if e.name.startswith(_BACKWARD) and e.sequence_nr in seq_owner:
             op = seq_owner[e.sequence_nr]
             step.bwd_s[op] += _duration_us(e, cuda) * 1e-6
-            step.mem_bwd[op] = max(step.mem_bwd[op], _allocated(e, cuda))
+            step.mem_bwd[op] = max(step.mem_bwd[op], event_peak_bytes(e, cuda))
     return step
 
 
@@ -148,11 +169,6 @@ def _enclosing_op(e: Any) -> str | None:
 
 def _duration_us(e: Any, cuda: bool) -> float:
     return float(e.device_time_total if cuda else e.cpu_time_total)
-
-
-def _allocated(e: Any, cuda: bool) -> float:
-    """Bytes allocated minus bytes freed inside the event (its children included), at least 0."""
-    return float(max(0, e.device_memory_usage if cuda else e.cpu_memory_usage))
 
 
 def _median(steps: Sequence[StepProfile], name: str, op: str) -> float:
@@ -183,14 +199,24 @@ def profile(source: Mapping[str, Any], device: str = "cpu", repeats: int = 5, wa
     nodes = [_measured(n, steps, kind) for n in estimated.nodes]
     attrs = {**estimated.attrs, "profile": {
         "device": device, "device_kind": kind, "repeats": repeats, "warmup": warmup, "step_s": step_s,
-        "ops_sum_s": sum(n.fwd_s + n.bwd_s for n in nodes), "torch_threads": torch.get_num_threads()}}
+        "ops_sum_s": sum(n.fwd_s + n.bwd_s for n in nodes), "torch_threads": torch.get_num_threads(),
+        "memory": MEMORY_SOURCES}}
     return OpGraph.build(estimated.name, nodes, estimated.edges, estimated.profiled_batch_size, attrs)
+
+
+MEMORY_SOURCES = {
+    "act_bytes": "measured: the tensors autograd saves in the op's forward (saved-tensor hook), each storage once",
+    "mem_fwd_bytes": "measured: the allocator's peak inside the op's forward above its start (profiler memory events)",
+    "mem_bwd_bytes": "measured: the allocator's peak inside the op's largest backward function (profiler memory events)",
+    "estimate": "attrs.estimate_bytes of a node: [act_bytes, mem_fwd_bytes, mem_bwd_bytes] counted on meta tensors",
+}
 
 
 def _measured(node: Node, steps: Sequence[StepProfile], kind: str) -> Node:
     fwd, bwd = _median(steps, "fwd_s", node.id), _median(steps, "bwd_s", node.id)
     attrs = dict(node.attrs or {})
     attrs["estimate_s"] = [node.fwd_s, node.bwd_s]
-    return Node(node.id, node.op, fwd, bwd, node.param_bytes, node.act_bytes,
+    attrs["estimate_bytes"] = [node.act_bytes, node.mem_fwd_bytes, node.mem_bwd_bytes]
+    return Node(node.id, node.op, fwd, bwd, node.param_bytes, _median(steps, "act", node.id),
                 _median(steps, "mem_fwd", node.id), _median(steps, "mem_bwd", node.id), node.constant, node.layer,
                 {kind: KindTimes(fwd, bwd)}, attrs)

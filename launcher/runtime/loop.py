@@ -11,6 +11,10 @@ every rank takes its share.  Optimizer, learning rate, clipping and checkpoints:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import ctypes.util
+import gc
 import resource
 import time
 from contextlib import nullcontext
@@ -61,6 +65,31 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def settle_memory(device: torch.device) -> tuple[int, int]:
+    """End the setup's share of the peak: its high-water mark, then the mark reset to what the process holds now.
+
+    Setup (the export of the whole model on ``meta``, the construction log, the stage's
+    materialisation) leaves freed memory behind; it is collected and handed back to the system
+    (glibc's ``malloc_trim``), and the high-water mark restarts from the resident set that remains
+    (Linux ``/proc/self/clear_refs``, 5), so that ``peak_memory_bytes`` is the training steps' own
+    peak.  On CUDA the allocator's peak restarts from what is allocated.  Returns the setup's peak
+    and what the process holds once settled (the resident set on CPU, allocated bytes on CUDA).
+    """
+    setup_peak = peak_memory_bytes(device)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return setup_peak, int(torch.cuda.memory_allocated(device))
+    libc = ctypes.util.find_library("c")
+    if libc is not None:
+        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
+    with contextlib.suppress(OSError):  # not Linux, or not permitted: the peak keeps the setup's share
+        Path("/proc/self/clear_refs").write_text("5")
+    return setup_peak, resident_bytes()
+
+
 def resident_bytes() -> int:
     """The process's current resident set (Linux ``/proc/self/statm``; 0 elsewhere)."""
     try:
@@ -101,6 +130,7 @@ def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> tuple[dict[str, An
     params = runner.named_parameters()
     optimizer = (make_optimizer(args.optimizer, args.optimizer_arg, list(params.values()), args.lr)
                  if params and not args.inference else None)
+    setup_peak_bytes, settled_bytes = settle_memory(ctx.world.torch_device)
     first = 0
     if args.resume and optimizer is not None:
         first = load_checkpoint(latest_checkpoint(Path(args.resume)), runner.stage_index, params, optimizer)
@@ -141,7 +171,8 @@ def run_loop(ctx: LaunchContext, args: argparse.Namespace) -> tuple[dict[str, An
         print(f"rank {ctx.world.rank} ({ctx.world.device}) step {step}: {times_s[-1] * 1e3:.1f} ms"
               + (f", loss {loss:.6g}" if loss is not None else "")
               + f", peak memory {peak_memory_bytes(ctx.world.torch_device) / 2**20:.1f} MiB", flush=True)
-    metrics = gather_metrics(ctx, runner, times_s, losses, args, settled, fwd_before_s)
+    metrics = gather_metrics(ctx, runner, times_s, losses, args, settled, fwd_before_s,
+                             (setup_peak_bytes, settled_bytes))
     return metrics, record_run(ctx, runner, times_s, recorder, args)
 
 
@@ -192,7 +223,8 @@ def settled_steps(steps: int, warmup: int, profile_steps: int) -> int:
 
 
 def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], losses: list[float | None],
-                   args: argparse.Namespace, settled: int, fwd_before_s: float = 0.0) -> dict[str, Any]:
+                   args: argparse.Namespace, settled: int, fwd_before_s: float = 0.0,
+                   setup_bytes: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """Rank 0's ``metrics.json``: times after the first ``settled`` steps (all when the run is no longer)."""
     kept = len(times_s) - settled
     fwd_s, steps = (runner.fwd_s - fwd_before_s, kept) if kept > 0 else (runner.fwd_s, max(1, len(times_s)))
@@ -200,7 +232,9 @@ def gather_metrics(ctx: LaunchContext, runner: Runner, times_s: list[float], los
             "iteration": summarize(times_s, settled), "iteration_s": times_s,
             "fwd_s_per_iteration": fwd_s / steps,
             "peak_memory_bytes": peak_memory_bytes(ctx.world.torch_device),
-            "start_memory_bytes": ctx.start_memory_bytes, "materialized_bytes": runner.materialized_bytes,
+            "start_memory_bytes": ctx.start_memory_bytes, "setup_peak_memory_bytes": setup_bytes[0],
+            "settled_memory_bytes": setup_bytes[1],
+            "materialized_bytes": runner.materialized_bytes,
             "losses": losses}
     ranks: list[Any] = [None] * ctx.world.size
     dist.all_gather_object(ranks, mine)

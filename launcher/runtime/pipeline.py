@@ -169,7 +169,7 @@ class PipelineRunner:
         rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
         losses: list[torch.Tensor] = []
         tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
-        self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses)
+        self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses, return_outputs=False)
         for name, p in self.named_parameters().items():
             tied = self.tied.group_of(name)
             if tied is None and self.width == 1:

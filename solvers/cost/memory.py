@@ -12,6 +12,10 @@ Throughput plans, per device of stage ``s`` (``R`` replicas, ``k`` micro-batches
 
 ``k`` is ``MB`` for GPipe and ``min(S - s, MB)`` for 1F1B (``s`` counted from 0).
 
+Every device also holds its ``base_memory_bytes`` (the process's own, measured by ``placer
+topology measure``): solvers check the bytes above against :func:`capacity_bytes`, which leaves
+it out, and the simulator's ``peak_memory_bytes`` adds it.
+
 Latency plans, per device holding ops ``O``: parameters (times ``1 + optimizer`` in a training
 pass), plus ``sum(act_bytes)`` of ``O`` (outputs kept; kept for backward in training), plus the
 largest single-op working memory.
@@ -42,8 +46,10 @@ def in_flight_micro_batches(schedule: str, n_stages: int, stage: int, micro_batc
 
 
 def capacity_bytes(problem: Problem, device: int, stage: int | None = None) -> float:
-    """Usable memory of a device: its memory less the headroom, capped per stage if set."""
-    cap = float(problem.topology.devices[device].memory_bytes) * (1.0 - problem.settings.memory_headroom)
+    """Memory of a device a stage's tensors may use: its memory less the process's base, less the
+    headroom (a fraction of what remains), capped per stage if set."""
+    dev = problem.topology.devices[device]
+    cap = float(dev.memory_bytes - dev.base_memory_bytes) * (1.0 - problem.settings.memory_headroom)
     if stage is not None and stage in problem.settings.stage_memory_caps_bytes:
         cap = min(cap, float(problem.settings.stage_memory_caps_bytes[stage]))
     return cap

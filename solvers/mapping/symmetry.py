@@ -50,7 +50,7 @@ def twin_classes(topo: Topology) -> IntArray:
     groups: dict[tuple[object, ...], list[int]] = {}
     for d, dev in enumerate(topo.devices):
         others = np.delete(np.arange(n), d)
-        key = (dev.kind, dev.speed, dev.memory_bytes,
+        key = (dev.kind, dev.speed, dev.memory_bytes, dev.base_memory_bytes,
                *(tuple(np.sort(m[d, others]).tolist()) + tuple(np.sort(m[others, d]).tolist())
                  for m in (topo.bandwidth_Bps, topo.latency_s)))
         reps = groups.setdefault(key, [])

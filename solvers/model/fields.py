@@ -18,5 +18,6 @@ NODE_KEYS = frozenset(
 EDGE_KEYS = frozenset({"src", "dst", "bytes"})
 
 TOPOLOGY_KEYS = frozenset({"format", "name", "devices", "links", "bandwidth_Bps", "latency_s", "attrs"})
-DEVICE_KEYS = frozenset({"id", "kind", "node", "memory_bytes", "speed", "attrs"})
+DEVICE_KEYS = frozenset({"id", "kind", "node", "memory_bytes", "speed", "attrs",
+                         "base_memory_bytes"})
 LINK_KEYS = frozenset({"src", "dst", "bandwidth_Bps", "latency_s", "bidirectional"})

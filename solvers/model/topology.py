@@ -34,7 +34,12 @@ FloatMatrix = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One accelerator. ``speed`` is relative to the reference device the graph was profiled on."""
+    """One accelerator. ``speed`` is relative to the reference device the graph was profiled on.
+
+    ``base_memory_bytes``: what one training process holds on the device before any tensor of a
+    plan (the runtime itself: on a GPU the CUDA context and communicator buffers, on a CPU the
+    interpreter, torch and gloo); ``placer topology measure`` measures it, 0 when unknown.
+    """
 
     id: str
     kind: str = "GPU"
@@ -42,10 +47,13 @@ class Device:
     memory_bytes: float = float(16 * 2**30)
     speed: float = 1.0
     attrs: Mapping[str, Any] | None = None
+    base_memory_bytes: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "node": self.node,
                                "memory_bytes": self.memory_bytes, "speed": self.speed}
+        if self.base_memory_bytes:
+            out["base_memory_bytes"] = self.base_memory_bytes
         if self.attrs:
             out["attrs"] = dict(self.attrs)
         return out
@@ -163,6 +171,11 @@ class Topology:
     def _check_connected(self) -> None:
         for d in self.devices:
             check.number(d.memory_bytes, f"devices[{d.id}].memory_bytes", InvalidTopology, ref=d.id)
+            check.number(d.base_memory_bytes, f"devices[{d.id}].base_memory_bytes", InvalidTopology, ref=d.id)
+            if d.base_memory_bytes > d.memory_bytes:
+                raise InvalidTopology(f"devices[{d.id}].base_memory_bytes: {d.base_memory_bytes:.0f} exceeds the "
+                                      f"device's memory_bytes {d.memory_bytes:.0f}",
+                                      field=f"devices[{d.id}].base_memory_bytes", ref=d.id)
             check.number(d.speed, f"devices[{d.id}].speed", InvalidTopology, positive=True, ref=d.id)
         bw = self.bandwidth_Bps
         missing = np.argwhere(bw <= 0)
@@ -336,6 +349,8 @@ def _device_from_dict(raw: Any, i: int) -> Device:
         node=check.string(raw.get("node", "node0"), f"{where}.node", InvalidTopology),
         memory_bytes=check.number(raw["memory_bytes"], f"{where}.memory_bytes", InvalidTopology, ref=dev_id),
         speed=check.number(raw.get("speed", 1.0), f"{where}.speed", InvalidTopology, positive=True, ref=dev_id),
+        base_memory_bytes=check.number(raw.get("base_memory_bytes", 0.0), f"{where}.base_memory_bytes",
+                                       InvalidTopology, ref=dev_id),
         attrs=dict(check.shallow(check.mapping(attrs, f"{where}.attrs", InvalidTopology), f"{where}.attrs",
                                  InvalidTopology)) if attrs is not None else None,
     )

@@ -55,13 +55,16 @@ def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batc
 
 
 def peak_memory_bytes(problem: Problem, rp: ResolvedPlan) -> dict[str, float]:
-    """Per used device: peak bytes from :mod:`solvers.cost.memory` (the model resolve_plan checks); on a
-    calibrated topology ``process_bytes + (1 + fraction) *`` that (:mod:`solvers.calibration.apply`)."""
+    """Per used device: its ``base_memory_bytes`` plus the peak bytes from :mod:`solvers.cost.memory`
+    (the model resolve_plan checks); on a calibrated topology ``process_bytes + (1 + fraction) *``
+    the latter (:mod:`solvers.calibration.apply`)."""
     out: dict[str, float] = {}
     process, fraction = memory_overhead(problem.topology)
     for need, devs in zip(plan_memory_bytes(problem, rp), rp.stage_devices, strict=True):
         for d in devs:
-            out[problem.topology.devices[d].id] = process + (1.0 + fraction) * need if process or fraction else need
+            dev = problem.topology.devices[d]
+            tensors = process + (1.0 + fraction) * need if process or fraction else need
+            out[dev.id] = dev.base_memory_bytes + tensors
     return out
 
 

@@ -27,6 +27,8 @@ def test_measure_topology_four_processes(tmp_path: Path) -> None:
     measured = topo.attrs["measured"]
     assert measured["message_bytes"] == [4096, 16384, 65536] and measured["backend"] == "gloo"
     assert measured["allreduce"]["world_busbw_Bps"] > 0
+    # the resident set of a process with torch and gloo started: well above the bare interpreter, below its share
+    assert all(50 * 2**20 < d.base_memory_bytes < d.memory_bytes for d in topo.devices)
 
 
 def test_fit_recovers_latency_and_bandwidth() -> None:

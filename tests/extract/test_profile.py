@@ -36,6 +36,21 @@ def test_profile_times_add_up(one_thread: object) -> None:
     assert max(n.mem_fwd_bytes for n in linears) >= 8 * 128 * 256 * 4  # a linear's output at least
 
 
+def test_profile_measures_saved_activations_and_peaks(one_thread: object) -> None:
+    params = {"layers": 2, "hidden": 64, "heads": 2, "seq": 32, "vocab": 100, "dropout": 0}
+    graph = profile(example_source("gpt2", params, 2), repeats=1, warmup=1)
+    assert set(graph.attrs["profile"]["memory"]) == {"act_bytes", "mem_fwd_bytes", "mem_bwd_bytes", "estimate"}
+    ops = [n for n in graph.nodes if n.op != "input"]
+    tanh = [n for n in ops if n.op == "aten.tanh.default"]  # GELU's tanh keeps its output: 2 x 32 x 256 floats
+    assert tanh and all(n.act_bytes == 2 * 32 * 256 * 4 for n in tanh)
+    assert all(n.act_bytes == 0 for n in ops if n.op == "aten.view.default")  # a view saves nothing new
+    measured, counted = graph.act_bytes.sum(), sum(n.attrs["estimate_bytes"][0] for n in ops)
+    assert 0.8 * counted <= measured <= 1.2 * counted, (measured, counted)
+    # the peak inside an op holds at least its output; a linear's output is 2 x 32 x 64 floats at least
+    linears = [n for n in ops if n.op in ("aten.addmm.default", "aten.linear.default")]
+    assert linears and all(n.mem_fwd_bytes >= 2 * 32 * 64 * 4 for n in linears)
+
+
 def test_profile_several_batches_feed_graph_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   one_thread: object) -> None:
     out = tmp_path / "p.json"

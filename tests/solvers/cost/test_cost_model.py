@@ -93,3 +93,10 @@ def test_device_memory_and_capacity() -> None:
                      ProblemSettings(memory_headroom=0.25, stage_memory_caps_bytes={1: 50.0}))
     assert capacity_bytes(capped, 0) == 75.0
     assert capacity_bytes(capped, 0, stage=1) == 50.0
+
+
+def test_capacity_leaves_the_process_base_out() -> None:
+    devices = [Device("a", "V100", "h0", 100.0, base_memory_bytes=20.0)]
+    topo = Topology.from_links("t", devices, [])
+    problem = Problem(_graph(), topo, "throughput", ProblemSettings(memory_headroom=0.25))
+    assert capacity_bytes(problem, 0) == pytest.approx((100.0 - 20.0) * 0.75)

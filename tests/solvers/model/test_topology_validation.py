@@ -134,12 +134,25 @@ def test_second_link_between_the_same_pair() -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [("memory_bytes", -1), ("memory_bytes", math.inf), ("speed", 0),
-                                              ("speed", -2), ("speed", "fast"), ("kind", ""), ("node", 7)])
+                                              ("speed", -2), ("speed", "fast"), ("kind", ""), ("node", 7),
+                                              ("base_memory_bytes", -1), ("base_memory_bytes", math.nan)])
 def test_bad_device_fields(field: str, value: Any) -> None:
     d = links_doc()
     d["devices"][1][field] = value
     err = rejected(d)
     assert err.field == f"devices[1].{field}"
+
+
+def test_base_memory_round_trips_and_may_not_exceed_the_memory() -> None:
+    d = links_doc()
+    d["devices"][1]["base_memory_bytes"] = 3e8
+    topo = topology_from_document(d)
+    assert topo.devices[1].base_memory_bytes == 3e8 and topo.devices[0].base_memory_bytes == 0.0
+    assert topo.to_document()["devices"][1]["base_memory_bytes"] == 3e8
+    assert "base_memory_bytes" not in topo.to_document()["devices"][0]  # the default leaves digests as they were
+    d["devices"][1]["base_memory_bytes"] = d["devices"][1]["memory_bytes"] * 2
+    err = rejected(d)
+    assert err.field is not None and err.field.endswith("base_memory_bytes") and "exceeds" in err.message
 
 
 @pytest.mark.parametrize(("field", "value"), [("bandwidth_Bps", 0), ("bandwidth_Bps", -1), ("latency_s", -1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
+from solvers.model.topology import Topology
 from solvers.simulator import SimulationResult, TimelineEntry, simulate
 from solvers.validity import resolve_plan
 from tests.solvers.simulator.cases import chain_graph, line_topology
@@ -121,3 +123,27 @@ def test_latency_metrics_sane(case: tuple[Problem, Plan]) -> None:
     assert m["latency_s"] >= busy * (1 - 1e-12)
     assert 0.0 <= m["bubble_fraction"] <= 1.0
     assert simulate(problem, plan).metrics == m
+
+
+def _with_base(topology: Topology, base_bytes: float, memory_bytes: float | None = None) -> Topology:
+    devices = [replace(d, base_memory_bytes=base_bytes, memory_bytes=memory_bytes or d.memory_bytes)
+               for d in topology.devices]
+    return Topology.from_links(topology.name, devices, list(topology.links or ()))
+
+
+def test_base_memory_is_added_to_every_used_device_peak() -> None:
+    problem, plan = _throughput()
+    bare = simulate(problem, plan).metrics["peak_memory_bytes"]
+    based = Problem(problem.graph, _with_base(problem.topology, 3e8), "throughput", problem.settings)
+    got = simulate(based, plan).metrics["peak_memory_bytes"]
+    assert got == pytest.approx({d: v + 3e8 for d, v in bare.items()})
+
+
+def test_a_plan_that_fits_only_without_the_base_is_refused() -> None:
+    problem, plan = _throughput()
+    need = max(simulate(problem, plan).metrics["peak_memory_bytes"].values())
+    roomy = Problem(problem.graph, _with_base(problem.topology, 0.0, need * 1.5), "throughput", problem.settings)
+    simulate(roomy, plan)  # fits with half its need to spare
+    tight = Problem(problem.graph, _with_base(problem.topology, need, need * 1.5), "throughput", problem.settings)
+    with pytest.raises(InvalidPlan, match=r"stages\[0\].*'d0'"):
+        simulate(tight, plan)
