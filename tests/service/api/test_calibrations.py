@@ -7,19 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from solvers.calibration import OP_CLASSES, calibration_from_document
+from solvers.calibration import calibration_from_document
+from tests.calibration_docs import calibration_doc
 from tests.service.conftest import Api, assert_problem
 
 SETTINGS = {"stages": 2, "micro_batches": 2}
-
-
-def calibration_doc(kind: str = "H100", scale: float = 3.0, name: str = "slow-h100") -> dict[str, Any]:
-    """A valid ``placer.calibration/v1``: every op on ``kind`` takes ``scale`` times the model's time."""
-    return {"format": "placer.calibration/v1", "name": name,
-            "devices": {kind: {"scale": dict.fromkeys(OP_CLASSES, scale), "launch_overhead_s": 0.0}},
-            "channels": {}, "collective_efficiency": 1.0, "memory": {"process_bytes": 0.0, "fraction": 0.0},
-            "step": {"fixed_s": 0.0, "per_param_byte_s": 0.0},
-            "fit": {"runs": ["sha256:run"], "residuals": {"forward_s": {"median_after": 0.02}}}}
 
 
 def upload(api: Api, doc: dict[str, Any]) -> dict[str, Any]:
