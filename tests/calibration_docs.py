@@ -14,4 +14,7 @@ def calibration_doc(kind: str = "H100", scale: float = 3.0, name: str = "slow-h1
             "devices": {kind: {"scale": dict.fromkeys(OP_CLASSES, scale), "launch_overhead_s": 0.0}},
             "channels": {}, "collective_efficiency": 1.0, "memory": {"process_bytes": 0.0, "fraction": 0.0},
             "step": {"fixed_s": 0.0, "per_param_byte_s": 0.0},
-            "fit": {"runs": ["sha256:run"], "residuals": {"forward_s": {"median_after": 0.02}}}}
+            "fit": {"runs": ["sha256:run"], "parameters": [f"devices.{kind}.scale.{c}" for c in OP_CLASSES],
+                    "residuals": {"stage_s": {
+                        "uncalibrated": {"count": 4, "median_relative": 0.6, "max_relative": 0.7},
+                        "calibrated": {"count": 4, "median_relative": 0.02, "max_relative": 0.05}}}}}
