@@ -22,7 +22,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
-from cli import calibrate, files, jobs, launcher_cmd, plans, runs, stored, torch_cmds, workflow
+from cli import calibrate, calibrations, files, jobs, launcher_cmd, plans, runs, stored, torch_cmds, workflow
 from cli._output import EXIT_BAD_INPUT, report_error
 from cli._parsers import Commands, command, verbs
 from cli._remote import add_server_options
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     plans.register(sub)
     runs.register(sub)
     calibrate.register(sub)
+    calibrations.register(sub)
     launcher_cmd.register(sub)
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         ep.load()(sub)

@@ -7,6 +7,8 @@ from typing import Any
 
 from cli._output import EXIT_OK, format_table, print_json
 from cli._parsers import Commands, command
+from cli._remote import add_server_options, make_client
+from cli.calibrations import report_upload, upload_and_attach
 from solvers.calibration import fit_calibration
 from solvers.model.canonical import digest
 from solvers.model.documents import load_graph, load_plan, load_topology, read_json, write_json
@@ -42,6 +44,11 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     p.add_argument("--name", default="", help="a name stored in the document")
     p.add_argument("-o", "--output", required=True, help="the calibration file to write (placer.calibration/v1)")
     p.add_argument("--json", action="store_true", help="print the calibration document as JSON")
+    p.add_argument("--upload", action="store_true",
+                   help="upload the calibration to the server too (--url, --api-key; `placer calibrations upload`)")
+    p.add_argument("--attach", metavar="TOPOLOGY_ID",
+                   help="with --upload: attach it to this topology on the server (its jobs simulate with it)")
+    add_server_options(p)
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -57,6 +64,8 @@ def _pick(run_path: str, field: str, want: str | None, docs: dict[str, Any], fla
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.attach and not args.upload:
+        raise InvalidInput("--attach: attaching to a topology on the server needs --upload", field="attach")
     plans = {digest(p.to_document()): p for p in map(load_plan, args.plan)}
     graphs = {g.digest: g for g in map(load_graph, args.graph)}
     topologies = {t.digest: t for t in map(load_topology, args.topology)}
@@ -74,6 +83,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     cal = fit_calibration(runs, [c[1] for c in chosen], [c[2] for c in chosen], [c[0] for c in chosen],
                           loss=args.loss, name=args.name)
     write_json(cal.to_document(), args.output)
+    uploaded = None
+    if args.upload:
+        with make_client(args) as c:
+            uploaded = upload_and_attach(c, cal.to_document(), args.attach)
     if args.json:
         print_json(cal.to_document())
         return EXIT_OK
@@ -88,6 +101,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"  warning: at a bound of the fit: {', '.join(cal.fit['at_bounds'])}: the runs do not decide them, or "
               "they measure what the model lacks (noise of a loaded machine); add runs that differ there")
     print(f"wrote {args.output} ({cal.digest})")
+    if uploaded is not None:
+        report_upload(*uploaded, as_json=False)
     return EXIT_OK
 
 

@@ -68,7 +68,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with make_client(args) as c:
         job = c.submit(args.graph, args.topology, args.solver, objective=args.objective, settings=settings_from_args(args),
                        options=options_from_pairs(args.option), time_limit_s=args.time_limit, cache=not args.no_cache,
-                       idempotency_key=args.idempotency_key)
+                       idempotency_key=args.idempotency_key, calibration=args.calibration)
         if not args.wait:
             _print_job(job, args.json, brief=True)
             return EXIT_OK
@@ -133,7 +133,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with make_client(args) as c:
         cmp = c.compare(args.graph, args.topology, solvers, objective=args.objective, settings=settings_from_args(args),
                         options=solver_options_from_pairs(args.option), time_limit_s=args.time_limit,
-                        cache=not args.no_cache)
+                        cache=not args.no_cache, calibration=args.calibration)
         if args.wait:
             live = LiveStatus(cmp.id)
             try:

@@ -45,7 +45,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     plan = existing_file(args.plan, "plan")
     with make_client(args) as c:
         result = c.evaluate(args.graph, args.topology, plan, objective=args.objective, settings=settings_from_args(args),
-                            timeline=bool(args.timeline))
+                            timeline=bool(args.timeline), calibration=args.calibration)
     if args.timeline:
         Path(args.timeline).write_text(json.dumps(result.timeline or []))
     m = result.metrics
@@ -54,5 +54,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         print(f"objective {format_seconds(m.get('objective_s'))}, throughput "
               f"{m.get('throughput_samples_per_s', 0.0):.4g} samples/s, latency {format_seconds(m.get('latency_s'))}, "
-              f"efficiency {m.get('efficiency', 0.0):.1%}, bound {format_seconds(m.get('lower_bound_s'))}")
+              f"efficiency {m.get('efficiency', 0.0):.1%}, bound {format_seconds(m.get('lower_bound_s'))}"
+              + (f", calibration {result.calibration_id}" if result.calibration_id else ""))
     return EXIT_FAILED if result.plan.get("status") == "infeasible" else EXIT_OK

@@ -56,6 +56,10 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
         p.add_argument("--calibration", metavar="FILE",
                        help="a placer.calibration/v1 file (`placer calibrate`): the graph and topology as it adjusts "
                             "them (docs/cost-model.md); the metrics name its digest as `calibration`")
+    else:
+        p.add_argument("--calibration", metavar="ID",
+                       help="simulate with this stored calibration (`placer calibrations upload`), or `none`; "
+                            "default: the one attached to the topology, if any")
     if settings:
         p.add_argument("--stages", type=int, help="exactly this many pipeline stages")
         p.add_argument("--replicas", type=int, help="data-parallel replicas of every stage")

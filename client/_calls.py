@@ -71,6 +71,19 @@ def upload_run(plan_id: str, source: DocumentSource, gzip_above_bytes: int = GZI
     return Call("POST", f"/v1/plans/{plan_id}/runs", content=body, headers=headers, retry=True)
 
 
+def upload_calibration(source: DocumentSource, gzip_above_bytes: int = GZIP_ABOVE_BYTES) -> Call:
+    body, headers = encode_document(source, gzip_above_bytes)
+    headers["Content-Type"] = "application/json"
+    # the server deduplicates by the document's digest: a repeated upload returns the stored calibration
+    return Call("POST", "/v1/calibrations", content=body, headers=headers, retry=True)
+
+
+def attach_calibration(topology_id: str, calibration_id: str) -> Call:
+    # setting the same attachment twice is setting it once
+    return json_call("PUT", f"/v1/topologies/{topology_id}/calibration", {"calibration_id": calibration_id},
+                     retry=True)
+
+
 def json_call(method: str, path: str, body: Mapping[str, Any], retry: bool,
               idempotency_key: str | None = None) -> Call:
     headers = {"Content-Type": "application/json"}
@@ -97,25 +110,25 @@ def new_key(given: str | Literal[False] | None) -> str | None:
 
 def submit(graph_id: str, topology_id: str, solver: str, objective: Objective, settings: SettingsLike,
            options: Mapping[str, Any] | None, time_limit_s: float | None, cache: bool,
-           idempotency_key: str | None) -> Call:
+           idempotency_key: str | None, calibration: str | None = None) -> Call:
     body = {"graph_id": graph_id, "topology_id": topology_id, "solver": solver, "objective": objective,
             "settings": settings_body(settings), "options": dict(options or {}), "cache": cache,
-            **_params(time_limit_s=time_limit_s)}
+            **_params(time_limit_s=time_limit_s, calibration=calibration)}
     return json_call("POST", "/v1/jobs", body, retry=idempotency_key is not None, idempotency_key=idempotency_key)
 
 
 def compare(graph_id: str, topology_id: str, solvers: Sequence[str], objective: Objective, settings: SettingsLike,
             options: Mapping[str, Mapping[str, Any]] | None, time_limit_s: float | None, cache: bool,
-            idempotency_key: str | None) -> Call:
+            idempotency_key: str | None, calibration: str | None = None) -> Call:
     body = {"graph_id": graph_id, "topology_id": topology_id, "solvers": list(solvers), "objective": objective,
             "settings": settings_body(settings), "options": {k: dict(v) for k, v in (options or {}).items()},
-            "cache": cache, **_params(time_limit_s=time_limit_s)}
+            "cache": cache, **_params(time_limit_s=time_limit_s, calibration=calibration)}
     return json_call("POST", "/v1/comparisons", body, retry=idempotency_key is not None,
                      idempotency_key=idempotency_key)
 
 
 def evaluate(graph_id: str, topology_id: str, plan: DocumentSource, objective: Objective, settings: SettingsLike,
-             timeline: bool) -> Call:
+             timeline: bool, calibration: str | None = None) -> Call:
     if isinstance(plan, HasDocument):
         doc = plan.to_document()
     elif isinstance(plan, Mapping):
@@ -123,7 +136,7 @@ def evaluate(graph_id: str, topology_id: str, plan: DocumentSource, objective: O
     else:
         doc = orjson.loads(plan if isinstance(plan, bytes) else _read_text(plan))
     body = {"graph_id": graph_id, "topology_id": topology_id, "objective": objective,
-            "settings": settings_body(settings), "plan": doc, "timeline": timeline}
+            "settings": settings_body(settings), "plan": doc, "timeline": timeline, **_params(calibration=calibration)}
     return json_call("POST", "/v1/plans:evaluate", body, retry=True)  # a pure computation: safe to repeat
 
 

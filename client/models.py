@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from solvers.model.ranking import RankedBy, best_index, comparison_key_s
 from solvers.model.settings import ProblemSettings
 
-__all__ = ["FINAL_STATES", "Comparison", "ComparisonRow", "Evaluation", "GraphInfo", "Health", "Job", "JobError",
+__all__ = ["FINAL_STATES", "CalibrationInfo", "Comparison", "ComparisonRow", "Evaluation", "GraphInfo", "Health", "Job", "JobError",
            "JobEvent", "JobState", "Page", "Progress", "SolverInfo", "TopologyInfo"]
 
 T = TypeVar("T")
@@ -68,6 +68,21 @@ class TopologyInfo(_Model):
     name: str
     n_devices: int
     n_hosts: int
+    size_bytes: int
+    calibration_id: str | None = None  # the attached calibration (jobs on the topology simulate with it)
+    created_at: datetime
+
+
+class CalibrationInfo(_Model):
+    """A stored calibration (``GET /v1/calibrations/{id}``); the document itself is ``calibration_document``.
+
+    ``digest`` is the calibration's (its parameters): what a simulation's ``metrics.calibration`` names."""
+
+    id: str
+    digest: str
+    document_digest: str
+    name: str
+    device_kinds: list[str]
     size_bytes: int
     created_at: datetime
 
@@ -122,6 +137,7 @@ class Job(_Model):
     plan_id: str | None
     plan_status: str | None
     warnings: list[PlanWarning] = []  # its plan's warnings about the graph's times (docs/simulator.md)
+    calibration_id: str | None = None  # the calibration it simulates with
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -191,6 +207,7 @@ class Evaluation(_Model):
     plan: dict[str, Any]
     metrics: dict[str, Any]
     timeline: list[Any] | None = None
+    calibration_id: str | None = None  # the calibration it simulated with
 
 
 class SolverInfo(_Model):

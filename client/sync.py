@@ -25,6 +25,7 @@ from client._http import (
 from client._wait import TRANSIENT, EventFollower, Ref, launcher_error, ref_id, wait_timeout
 from client.errors import NotFound
 from client.models import (
+    CalibrationInfo,
     Comparison,
     Evaluation,
     GraphInfo,
@@ -133,14 +134,48 @@ class Client:
     def delete_topology(self, topology: Ref) -> None:
         self._t.send(_calls.delete(f"/v1/topologies/{ref_id(topology)}"))
 
+    def attach_calibration(self, topology: Ref, calibration: Ref) -> TopologyInfo:
+        """Attach a stored calibration to a topology (replacing any): jobs, comparisons and evaluations on it
+        simulate with it. :class:`~client.errors.InvalidInput` naming ``calibration_id`` when it is not fitted for
+        a device kind of the topology (the kind is the error's ``ref``)."""
+        return self._model(TopologyInfo, _calls.attach_calibration(ref_id(topology), ref_id(calibration)))
+
+    def detach_calibration(self, topology: Ref) -> TopologyInfo:
+        """Detach the topology's calibration (none attached is no error)."""
+        return self._model(TopologyInfo, Call("DELETE", f"/v1/topologies/{ref_id(topology)}/calibration",
+                                                  retry=True))
+
+    # ---- calibrations ----------------------------------------------------------------------
+    def upload_calibration(self, source: DocumentSource) -> CalibrationInfo:
+        """Upload a ``placer.calibration/v1`` document (``placer calibrate``'s output); the server answers 422
+        naming the field at fault, and stores an identical document once."""
+        return self._model(CalibrationInfo, _calls.upload_calibration(source, self.gzip_above_bytes))
+
+    def get_calibration(self, calibration: Ref) -> CalibrationInfo:
+        return self._model(CalibrationInfo, _calls.get(f"/v1/calibrations/{ref_id(calibration)}"))
+
+    def list_calibrations(self, *, digest: str | None = None, page_size: int = 50) -> Iterator[CalibrationInfo]:
+        """Every calibration of the project, newest first (``digest``: those with these parameters)."""
+        return self._iterate(CalibrationInfo, "/v1/calibrations", page_size, {"digest": digest})
+
+    def calibration_document(self, calibration: Ref) -> dict[str, Any]:
+        """The stored ``placer.calibration/v1`` document."""
+        return dict(self._json(_calls.get(f"/v1/calibrations/{ref_id(calibration)}/document")))
+
+    def delete_calibration(self, calibration: Ref) -> None:
+        """Delete a calibration (a ``Conflict`` while it is attached to a topology or queued or running jobs use it)."""
+        self._t.send(_calls.delete(f"/v1/calibrations/{ref_id(calibration)}"))
+
     # ---- jobs -------------------------------------------------------------------------------
     def submit(self, graph: Ref, topology: Ref, solver: str, *, objective: Objective = "throughput",
                settings: SettingsLike = None, options: Mapping[str, Any] | None = None,
                time_limit_s: float | None = None, cache: bool = True,
-               idempotency_key: str | Literal[False] | None = None) -> Job:
-        """Queue a solve. A fresh ``Idempotency-Key`` makes the POST safe to retry (``False``: none)."""
+               idempotency_key: str | Literal[False] | None = None, calibration: str | None = None) -> Job:
+        """Queue a solve. A fresh ``Idempotency-Key`` makes the POST safe to retry (``False``: none).
+        ``calibration``: ``None`` simulates with the topology's attached calibration, ``"none"`` with none, a
+        calibration id with that one."""
         call = _calls.submit(ref_id(graph), ref_id(topology), solver, objective, settings, options, time_limit_s,
-                             cache, _calls.new_key(idempotency_key))
+                             cache, _calls.new_key(idempotency_key), calibration)
         return self._model(Job, call)
 
     def get_job(self, job: Ref) -> Job:
@@ -221,10 +256,10 @@ class Client:
     def compare(self, graph: Ref, topology: Ref, solvers: Sequence[str], *, objective: Objective = "throughput",
                 settings: SettingsLike = None, options: Mapping[str, Mapping[str, Any]] | None = None,
                 time_limit_s: float | None = None, cache: bool = True,
-                idempotency_key: str | Literal[False] | None = None) -> Comparison:
+                idempotency_key: str | Literal[False] | None = None, calibration: str | None = None) -> Comparison:
         """Run several solvers on one problem (one job each); ``options`` maps a solver to its options."""
         call = _calls.compare(ref_id(graph), ref_id(topology), solvers, objective, settings, options, time_limit_s,
-                              cache, _calls.new_key(idempotency_key))
+                              cache, _calls.new_key(idempotency_key), calibration)
         return self._model(Comparison, call)
 
     def get_comparison(self, comparison: Ref) -> Comparison:
@@ -278,10 +313,12 @@ class Client:
         return dict(self._json(_calls.get(f"/v1/plans/{plan_id}/runs/{run_id}")))
 
     def evaluate(self, graph: Ref, topology: Ref, plan: DocumentSource, *, objective: Objective = "throughput",
-                 settings: SettingsLike = None, timeline: bool = False) -> Evaluation:
-        """Score a plan (a document, a ``Plan``, or a file) with the server's simulator."""
+                 settings: SettingsLike = None, timeline: bool = False,
+                 calibration: str | None = None) -> Evaluation:
+        """Score a plan (a document, a ``Plan``, or a file) with the server's simulator (with the topology's attached
+        calibration, unless ``calibration`` is ``"none"`` or another calibration's id)."""
         return self._model(Evaluation, _calls.evaluate(ref_id(graph), ref_id(topology), plan, objective, settings,
-                                                       timeline))
+                                                       timeline, calibration))
 
     def download_launcher(self, plan_id: str, path: str | Path | None = None) -> bytes:
         """The plan's launcher bundle (a zip: launch.py, README.md with the torchrun commands, ...),

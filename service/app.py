@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from service import dashboard
-from service.api import comparisons, graphs, health, jobs, plans, runs, topologies
+from service.api import calibrations, comparisons, graphs, health, jobs, plans, runs, topologies
 from service.api import solvers as solvers_api
 from service.auth import KeyCache, RateLimiter
 from service.boundary import BoundaryMiddleware, flat_routes
@@ -70,7 +70,7 @@ def create_app(config: ServiceConfig | None = None, dispatcher: Dispatcher | Non
                   description="Solver-backed placement optimizer for deep learning. Authenticate with "
                               "`Authorization: Bearer <key>`; errors are RFC 9457 problem+json.")
     app.state.ctx = ctx
-    for module in (jobs, plans, graphs, topologies, comparisons, runs, solvers_api, health):  # the polled GETs first
+    for module in (jobs, plans, graphs, topologies, comparisons, runs, calibrations, solvers_api, health):  # the polled GETs first
         app.include_router(module.router)
     install_error_handlers(app)
     dashboard.mount(app, cfg.session_secret)
@@ -147,6 +147,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         {"type": "object", "propertyNames": {"pattern": TEXT_PATTERN},
          "additionalProperties": {"$ref": "#/components/schemas/StorableJSON"}}]}
     components["RunDocument"] = _document_schema("run", "RunDocument", components)
+    components["CalibrationDocument"] = _document_schema("calibration", "CalibrationDocument", components)
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     app.openapi_schema = schema

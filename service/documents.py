@@ -16,6 +16,7 @@ from typing import Any, cast
 import orjson
 
 from service.errors import PayloadTooLarge, UnsupportedMediaType
+from solvers.calibration import apply_calibration, calibration_from_document
 from solvers.model.canonical import canonical_bytes
 from solvers.model.documents import parse_json
 from solvers.model.errors import FormatError, MalformedJSON
@@ -53,10 +54,14 @@ def decompress(body: bytes) -> Any:
 
 
 def load_problem(graph_body: bytes, topology_body: bytes, objective: str,
-                 settings: ProblemSettings | dict[str, Any]) -> Problem:
-    """The problem of a job or an evaluation, rebuilt from the stored (gzip) documents."""
-    return Problem(graph_from_document(decompress(graph_body)), topology_from_document(decompress(topology_body)),
-                   cast(Objective, objective), settings_from_dict(settings))
+                 settings: ProblemSettings | dict[str, Any], calibration_body: bytes | None = None) -> Problem:
+    """The problem of a job or an evaluation, rebuilt from the stored (gzip) documents; with a stored
+    ``placer.calibration/v1`` the graph and topology as it adjusts them (the library's
+    :func:`~solvers.calibration.apply_calibration`, as ``placer solve --calibration``)."""
+    graph, topology = graph_from_document(decompress(graph_body)), topology_from_document(decompress(topology_body))
+    if calibration_body is not None:
+        graph, topology = apply_calibration(graph, topology, calibration_from_document(decompress(calibration_body)))
+    return Problem(graph, topology, cast(Objective, objective), settings_from_dict(settings))
 
 
 def decode_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> bytes:

@@ -56,7 +56,30 @@ class TopologyOut(BaseModel):
     n_devices: int
     n_hosts: int
     size_bytes: int
+    calibration_id: str | None = Field(None, description="the attached calibration: jobs, comparisons and "
+                                                         "evaluations on the topology simulate with it")
     created_at: datetime
+
+
+CALIBRATION_DESCRIPTION = ("the calibration to simulate with: absent or null, the one attached to the topology (if "
+                           "any); \"none\", none; or a calibration id (docs/cost-model.md \"Calibration\")")
+CalibrationChoice = Annotated[str | None, Field(min_length=1, max_length=40, description=CALIBRATION_DESCRIPTION)]
+
+
+class CalibrationOut(BaseModel):
+    """A stored ``placer.calibration/v1`` (the document: ``GET /v1/calibrations/{id}/document``)."""
+
+    id: str
+    digest: str = Field(description="the calibration's digest (its parameters): what metrics.calibration names")
+    document_digest: str = Field(description="the digest of the whole document (fit and name included)")
+    name: str
+    device_kinds: list[str] = Field(description="the device kinds it is fitted for")
+    size_bytes: int = Field(description="size of the canonical JSON document")
+    created_at: datetime
+
+
+class AttachCalibrationIn(Strict):
+    calibration_id: str = Field(min_length=1, max_length=40, description="a calibration of the project")
 
 
 MAX_GENERATOR_NUMBER = 1e15  # bandwidths (GB/s), latencies (s), memory (GiB), speeds: far above any machine
@@ -111,6 +134,7 @@ class JobIn(Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="solver options (see GET /v1/solvers)")
     time_limit_s: float | None = Field(None, gt=0, description="defaults to the server's default time limit")
     cache: bool = Field(True, description="reuse a finished plan of an identical job")
+    calibration: CalibrationChoice = None
 
 
 class ProgressOut(BaseModel):
@@ -160,6 +184,7 @@ class JobOut(BaseModel):
     warnings: list[WarningOut] = Field(default_factory=list, description="its plan's warnings about the graph's "
                                                                           "times (a device kind the topology lacks, "
                                                                           "roofline estimates)")
+    calibration_id: str | None = Field(None, description="the calibration the job simulates with")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -189,6 +214,7 @@ class ComparisonIn(Strict):
                                                description="solver name (one of solvers) -> its options")
     time_limit_s: float | None = Field(None, gt=0)
     cache: bool = True
+    calibration: CalibrationChoice = None
 
 
 class ComparisonRow(BaseModel):
@@ -234,12 +260,14 @@ class EvaluateIn(Strict):
     settings: ProblemSettings = Field(default_factory=ProblemSettings, description="problem settings (docs/formats.md)")
     plan: dict[str, Any] = Field(description="a placer.plan/v1 document (schema: PlanDocument)")
     timeline: bool = False
+    calibration: CalibrationChoice = None
 
 
 class EvaluateOut(BaseModel):
     plan: dict[str, Any]
     metrics: dict[str, Any]
     timeline: list[Any] | None = None
+    calibration_id: str | None = Field(None, description="the calibration it simulated with")
 
 
 class SolverOut(BaseModel):

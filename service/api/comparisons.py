@@ -75,7 +75,8 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
         check_queued_cap(session, ctx.config, project, len(body.solvers))
         specs = [validate_job(session, ctx.config, project, JobRequest(
                      body.graph_id, body.topology_id, name, body.objective, body.settings, body.options.get(name, {}),
-                     body.time_limit_s, solver_field=f"solvers[{i}]", options_field=f"options.{name}"))
+                     body.time_limit_s, solver_field=f"solvers[{i}]", options_field=f"options.{name}",
+                     calibration=body.calibration))
                  for i, name in enumerate(body.solvers)]
         if len({s.lower() for s in body.solvers}) != len(body.solvers):
             raise InvalidInput("solvers: a solver is listed twice", field="solvers")

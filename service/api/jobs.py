@@ -45,7 +45,7 @@ JOBS = cast(Table, Job.__table__)
 JOB_COLUMNS = [JOBS.c[name] for name in (
     "id", "project_id", "state", "graph_id", "topology_id", "comparison_id", "parent_id", "solver", "objective",
     "settings", "options", "time_limit_s", "use_cache", "cached", "cached_from", "attempts", "cancel_requested",
-    "progress", "error", "plan_id", "plan_status", "warnings", "created_at", "started_at", "finished_at")]
+    "progress", "error", "plan_id", "plan_status", "warnings", "calibration_id", "created_at", "started_at", "finished_at")]
 """What ``GET /v1/jobs/{id}`` reads: the answer's columns and the owner (no lease, digest or key)."""
 
 
@@ -61,7 +61,8 @@ def job_out(job: Job | Row[Any] | SimpleNamespace, *, settings: bool = True) -> 
                   error=ErrorOut(**{k: v for k, v in job.error.items() if k in ErrorOut.model_fields})
                   if job.error else None,
                   plan_id=job.plan_id, plan_status=job.plan_status,
-                  warnings=[WarningOut(**w) for w in job.warnings or []], created_at=job.created_at,
+                  warnings=[WarningOut(**w) for w in job.warnings or []], calibration_id=job.calibration_id,
+                  created_at=job.created_at,
                   started_at=job.started_at, finished_at=job.finished_at)
 
 
@@ -75,7 +76,7 @@ def submit_job(body: JobIn, response: Response, ctx: CtxDep, session: SessionDep
         check_queued_cap(session, ctx.config, project)
         spec = validate_job(session, ctx.config, project, JobRequest(
             body.graph_id, body.topology_id, body.solver, body.objective, body.settings, body.options,
-            body.time_limit_s))
+            body.time_limit_s, calibration=body.calibration))
         return store.submit(session, project, spec, use_cache=body.cache, idempotency_key=idempotency_key,
                             request_digest=request_digest)
 

@@ -13,6 +13,7 @@ from service.api.etags import IF_NONE_MATCH_MAX_CHARS, plan_response
 from service.api.head import serve_head
 from service.api.jobs import PLAN_RESPONSE
 from service.boundary import PlacerRoute
+from service.calibrations import choose
 from service.db.models import Graph, PlanRow, TopologyRow
 from service.db.owned import check_owned, get_owned
 from service.deps import ProjectDep, SessionDep, context_of
@@ -36,11 +37,13 @@ PLAN_COLUMNS = [PLANS.c.project_id, PLANS.c.body]
 
 @router.post("/plans:evaluate", response_model=EvaluateOut, responses=errors())
 def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) -> EvaluateOut:
-    """Validate a ``placer.plan/v1`` against the graph and topology (memory included) and simulate it."""
+    """Validate a ``placer.plan/v1`` against the graph and topology (memory included) and simulate it, with the
+    topology's attached calibration unless ``calibration`` says otherwise (``"none"``, or a calibration id)."""
     graph = get_owned(session, Graph, body.graph_id, project, "graph", field="graph_id")
     topology = get_owned(session, TopologyRow, body.topology_id, project, "topology", field="topology_id")
+    cal = choose(session, project, topology, body.calibration)
     session.commit()  # the inputs are read: do not hold a transaction (SQLite's write lock) while simulating
-    problem = load_problem(graph.body, topology.body, body.objective, body.settings)
+    problem = load_problem(graph.body, topology.body, body.objective, body.settings, None if cal is None else cal.body)
     plan = plan_from_document(body.plan)
     if plan.micro_batches > MAX_EVALUATE_MICRO_BATCHES:
         raise InvalidPlan(f"plan.micro_batches: {plan.micro_batches} exceeds the limit of {MAX_EVALUATE_MICRO_BATCHES} "
@@ -49,7 +52,8 @@ def evaluate_plan(body: EvaluateIn, session: SessionDep, project: ProjectDep) ->
     finished = finish_plan(problem, plan, result)
     timeline = [t.to_dict() for t in result.timeline or []] if body.timeline else None
     doc = plain_json(finished.to_document())
-    return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline)
+    return EvaluateOut(plan=doc, metrics=doc.get("metrics") or {}, timeline=timeline,
+                       calibration_id=None if cal is None else cal.id)
 
 
 PLAN_GET_RESPONSES = {**errors(), **PLAN_RESPONSE, 304: {

@@ -1,4 +1,4 @@
-"""``/v1/topologies``: upload, generate, list, metadata, document, delete."""
+"""``/v1/topologies``: upload, generate, list, metadata, document, delete, attach and detach a calibration."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from service.api.answers import document_response
 from service.api.cursors import MAX_PAGE, next_cursor, paginate
 from service.api.error_docs import errors
 from service.boundary import PlacerRoute
-from service.db.models import Job, TopologyRow
+from service.calibrations import check_fits
+from service.db.models import CalibrationRow, Job, TopologyRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
 from service.documents import decode_body, parse_topology
 from service.inputs import refuse_if_in_use, store_topology
-from service.schemas import GenerateTopologyIn, Page, TopologyOut
+from service.schemas import AttachCalibrationIn, GenerateTopologyIn, Page, TopologyOut
 from solvers.generate import generate_topology as generate
 from solvers.model.topology import Topology
 
@@ -29,7 +30,7 @@ TOPOLOGY_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
 
 def topology_out(row: TopologyRow) -> TopologyOut:
     return TopologyOut(id=row.id, digest=row.digest, name=row.name, n_devices=row.n_devices, n_hosts=row.n_hosts,
-                       size_bytes=row.size_bytes, created_at=row.created_at)
+                       size_bytes=row.size_bytes, calibration_id=row.calibration_id, created_at=row.created_at)
 
 
 @router.post("/topologies", status_code=201, response_model=TopologyOut, openapi_extra=TOPOLOGY_BODY,
@@ -110,3 +111,28 @@ def delete_topology(topology_id: str, session: SessionDep, project: ProjectDep) 
     session.delete(row)
     session.commit()
     return Response(status_code=204)
+
+
+@router.put("/topologies/{topology_id:id}/calibration", response_model=TopologyOut, responses=errors())
+def attach_calibration(topology_id: str, body: AttachCalibrationIn, session: SessionDep,
+                       project: ProjectDep) -> TopologyOut:
+    """Attach a calibration of the project (replacing any): jobs, comparisons and evaluations on the topology then
+    simulate with it unless they ask otherwise.  422 naming ``calibration_id`` when it is not fitted for a device
+    kind of the topology (the kind is the error's ``ref``) or does not apply to it."""
+    row = get_owned(session, TopologyRow, topology_id, project, "topology")
+    cal = get_owned(session, CalibrationRow, body.calibration_id, project, "calibration", field="calibration_id")
+    check_fits(cal, row, "calibration_id")
+    row.calibration_id = cal.id
+    out = topology_out(row)
+    session.commit()
+    return out
+
+
+@router.delete("/topologies/{topology_id:id}/calibration", response_model=TopologyOut, responses=errors())
+def detach_calibration(topology_id: str, session: SessionDep, project: ProjectDep) -> TopologyOut:
+    """Detach the topology's calibration (nothing to detach is no error); jobs already submitted keep theirs."""
+    row = get_owned(session, TopologyRow, topology_id, project, "topology")
+    row.calibration_id = None
+    out = topology_out(row)
+    session.commit()
+    return out

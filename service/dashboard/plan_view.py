@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
+from service.calibrations import chosen_by_id
 from service.db.models import Graph, Job, PlanRow, TopologyRow
 from service.documents import decompress, load_problem
 from solvers.model.canonical import digest
@@ -89,12 +90,14 @@ def load_plan(session: Session, row: PlanRow) -> PlanContext:
     job = session.get(Job, row.job_id) if row.job_id else None
     problem = None
     if job is not None and job.graph_id and job.topology_id:
-        key = digest([job.graph_id, job.topology_id, job.objective, job.settings])
+        key = digest([job.graph_id, job.topology_id, job.objective, job.settings, job.calibration_id])
         problem = PROBLEMS.get(key)
         graph = session.get(Graph, job.graph_id) if problem is None else None
         topology = session.get(TopologyRow, job.topology_id) if problem is None else None
-        if graph is not None and topology is not None:
-            problem = load_problem(graph.body, topology.body, job.objective, job.settings)
+        cal = chosen_by_id(session, job.calibration_id) if problem is None else None
+        if graph is not None and topology is not None and (cal is not None or job.calibration_id is None):
+            problem = load_problem(graph.body, topology.body, job.objective, job.settings,
+                                   None if cal is None else cal.body)
             PROBLEMS.put(key, problem)
     return PlanContext(row, doc, plan, job, problem)
 

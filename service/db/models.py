@@ -111,12 +111,35 @@ class Graph(_Document, Base):
     n_edges: Mapped[int] = mapped_column(Integer)
 
 
+class CalibrationRow(Base):
+    """A ``placer.calibration/v1`` document (docs/cost-model.md "Calibration").
+
+    ``digest`` is the calibration's own (its parameters, without ``fit`` and ``name``: what a
+    simulation's ``metrics.calibration`` names); uploads are deduplicated by ``document_digest``,
+    the digest of the whole canonical document.
+    """
+
+    __tablename__ = "calibrations"
+    __table_args__ = (UniqueConstraint("project_id", "document_digest"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(80))
+    document_digest: Mapped[str] = mapped_column(String(80))
+    name: Mapped[str] = mapped_column(String(500))
+    device_kinds: Mapped[list[str]] = mapped_column(JSON)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class TopologyRow(_Document, Base):
     __tablename__ = "topologies"
     __table_args__ = (UniqueConstraint("project_id", "digest"),
                       Index("ix_topologies_project_name", "project_id", "name"))
     n_devices: Mapped[int] = mapped_column(Integer)
     n_hosts: Mapped[int] = mapped_column(Integer)
+    calibration_id: Mapped[str | None] = mapped_column(ForeignKey("calibrations.id", ondelete="SET NULL"),
+                                                       default=None)  # the attached calibration
 
 
 class Comparison(Base):
@@ -237,6 +260,7 @@ class Job(Base):
     plan_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
     plan_status: Mapped[str | None] = mapped_column(String(20))
     warnings: Mapped[list[dict[str, str]] | None] = mapped_column(JSON, default=None)  # its plan's
+    calibration_id: Mapped[str | None] = mapped_column(String(40), index=True, default=None)  # what it simulates with
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
@@ -255,5 +279,5 @@ class JobEvent(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-__all__ = ["ACTIVE_STATES", "FINAL_STATES", "JOB_STATES", "ApiKey", "Base", "Comparison", "Graph", "Job", "JobEvent",
-           "PlanRow", "Project", "RunRow", "TopologyRow", "new_id", "utcnow"]
+__all__ = ["ACTIVE_STATES", "FINAL_STATES", "JOB_STATES", "ApiKey", "Base", "CalibrationRow", "Comparison", "Graph",
+           "Job", "JobEvent", "PlanRow", "Project", "RunRow", "TopologyRow", "new_id", "utcnow"]

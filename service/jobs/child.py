@@ -79,7 +79,7 @@ def run(conn: Connection, job: Claimed) -> None:
 
 
 def _solve(conn: Connection, job: Claimed) -> dict[str, Any]:
-    problem = load_problem(job.graph_body, job.topology_body, job.objective, job.settings)
+    problem = load_problem(job.graph_body, job.topology_body, job.objective, job.settings, job.calibration_body)
     last_sent = [0.0]
 
     def progress(event: ProgressEvent) -> None:

@@ -19,3 +19,4 @@ class Claimed:
     time_limit_s: float
     graph_body: bytes
     topology_body: bytes
+    calibration_body: bytes | None = None  # the placer.calibration/v1 it simulates with (service.calibrations)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from service.calibrations import chosen_by_id
 from service.db.models import FINAL_STATES, Graph, Job, TopologyRow
 from service.documents import load_problem
 from service.jobs import store
@@ -43,7 +44,9 @@ def expand(session: Session, job_id: str, owner: str, lease_s: float, max_runnin
     assert parent is not None and parent.graph_id is not None and parent.topology_id is not None
     graph, topology = session.get(Graph, parent.graph_id), session.get(TopologyRow, parent.topology_id)
     assert graph is not None and topology is not None
-    problem = load_problem(graph.body, topology.body, parent.objective, parent.settings)
+    cal = chosen_by_id(session, parent.calibration_id)
+    problem = load_problem(graph.body, topology.body, parent.objective, parent.settings,
+                           None if cal is None else cal.body)
     names = portfolio_names(problem, AutoOptions.model_validate(parent.options).solvers)
     if not names:
         store.fail(session, job_id, owner, {"type": "solver-failure", "title": "Solver failure",
@@ -55,7 +58,9 @@ def expand(session: Session, job_id: str, owner: str, lease_s: float, max_runnin
         options = member_options(name, names)  # as in one process: celeritas bare beside the list schedulers
         spec = JobSpec(graph.id, topology.id, name, parent.objective, dict(parent.settings), options,
                        parent.time_limit_s, cache_key(graph, topology, name, cls.version, parent.objective,
-                                                      dict(parent.settings), options, parent.time_limit_s))
+                                                      dict(parent.settings), options, parent.time_limit_s,
+                                                      None if cal is None else cal.digest),
+                       None if cal is None else cal.id)
         child = store.submit(session, parent.project_id, spec, use_cache=parent.use_cache,
                              comparison_id=parent.comparison_id)
         child.parent_id = parent.id

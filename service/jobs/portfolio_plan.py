@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.calibrations import chosen_by_id
 from service.db.models import Graph, Job, PlanRow, TopologyRow
 from service.documents import decompress, load_problem
 from solvers.model.errors import PlacerError
@@ -32,7 +33,11 @@ def chosen_plan(session: Session, parent: Job, children: list[Job]) -> dict[str,
     graph, topology = session.get(Graph, parent.graph_id), session.get(TopologyRow, parent.topology_id)
     if graph is None or topology is None:
         raise PlacerError("the job's graph or topology no longer exists")
-    problem = load_problem(graph.body, topology.body, parent.objective, parent.settings)
+    cal = chosen_by_id(session, parent.calibration_id)
+    if parent.calibration_id is not None and cal is None:
+        raise PlacerError("the job's calibration no longer exists")
+    problem = load_problem(graph.body, topology.body, parent.objective, parent.settings,
+                           None if cal is None else cal.body)
     plan = _choose(problem, names, results)
     solve_time_s = max((r[2] for r in results.values()), default=0.0)
     finished = finish_plan(problem, plan.with_(solver=AutoSolver.name, solver_version=AutoSolver.version,

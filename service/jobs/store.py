@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, aliased
 
+from service.calibrations import chosen_by_id
 from service.db.models import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -49,7 +50,8 @@ def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool,
     job = Job(id=new_id("job"), project_id=project_id, comparison_id=comparison_id, graph_id=spec.graph_id,
               topology_id=spec.topology_id, solver=spec.solver, objective=spec.objective, settings=spec.settings,
               options=spec.options, time_limit_s=spec.time_limit_s, use_cache=use_cache, cache_key=spec.cache_key,
-              idempotency_key=idempotency_key, request_digest=request_digest, state="queued", attempts=0)
+              idempotency_key=idempotency_key, request_digest=request_digest, state="queued", attempts=0,
+              calibration_id=spec.calibration_id)
     cached = None
     if use_cache:
         cached = session.scalar(select(PlanRow).where(PlanRow.project_id == project_id,
@@ -111,9 +113,10 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running
     graph = session.get(Graph, job.graph_id) if job.graph_id else None
     topology = session.get(TopologyRow, job.topology_id) if job.topology_id else None
     add_event(session, job, "state", {"status": "running", "attempt": job.attempts, "worker": owner})
-    if graph is None or topology is None:
+    calibration = chosen_by_id(session, job.calibration_id)
+    if graph is None or topology is None or (job.calibration_id is not None and calibration is None):
         _finish(session, job, "failed", error={"type": "not-found", "title": "Input deleted",
-                                               "detail": "the job's graph or topology no longer exists"})
+                                               "detail": "the job's graph, topology or calibration no longer exists"})
         return None
     time_limit_s = job.time_limit_s
     if job.parent_id is not None:
@@ -126,7 +129,7 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running
         if left is not None:
             time_limit_s = min(time_limit_s, left)
     return Claimed(job.id, job.attempts, job.solver, job.objective, dict(job.settings), dict(job.options),
-                   time_limit_s, graph.body, topology.body)
+                   time_limit_s, graph.body, topology.body, None if calibration is None else calibration.body)
 
 
 MIN_MEMBER_BUDGET_S = 0.05

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.calibrations import choose
 from service.config import ServiceConfig
 from service.db.models import Graph, TopologyRow
 from service.db.owned import get_owned
@@ -30,6 +31,7 @@ class JobSpec:
     options: dict[str, Any]
     time_limit_s: float
     cache_key: str
+    calibration_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class JobRequest:
     time_limit_s: float | None
     solver_field: str = "solver"
     options_field: str = "options"
+    calibration: str | None = None  # None: the topology's; "none"; or a calibration id (service.calibrations)
 
 
 def validate_job(session: Session, cfg: ServiceConfig, project_id: str, request: JobRequest) -> JobSpec:
@@ -95,13 +98,21 @@ def validate_job(session: Session, cfg: ServiceConfig, project_id: str, request:
     else:
         check_settings_fit(parsed, graph.n_ops, topology.n_devices)
     canonical_settings = parsed.to_dict()
-    key = cache_key(graph, topology, cls.name, cls.version, objective, canonical_settings, opts, limit)
-    return JobSpec(graph.id, topology.id, cls.name, objective, canonical_settings, opts, limit, key)
+    cal = choose(session, project_id, topology, request.calibration)
+    key = cache_key(graph, topology, cls.name, cls.version, objective, canonical_settings, opts, limit,
+                    None if cal is None else cal.digest)
+    return JobSpec(graph.id, topology.id, cls.name, objective, canonical_settings, opts, limit, key,
+                   None if cal is None else cal.id)
 
 
 def cache_key(graph: Graph, topology: TopologyRow, solver: str, solver_version: str, objective: str,
-              settings: dict[str, Any], options: dict[str, Any], time_limit_s: float) -> str:
-    """The digest under which a job's plan is cached: everything that determines the answer."""
-    return digest({"graph": graph.digest, "topology": topology.digest, "solver": solver,
-                   "solver_version": solver_version, "objective": objective, "settings": settings,
-                   "options": options, "time_limit_s": time_limit_s})
+              settings: dict[str, Any], options: dict[str, Any], time_limit_s: float,
+              calibration_digest: str | None = None) -> str:
+    """The digest under which a job's plan is cached: everything that determines the answer, the
+    calibration's digest included (a plan is never reused across calibrations)."""
+    key: dict[str, Any] = {"graph": graph.digest, "topology": topology.digest, "solver": solver,
+                           "solver_version": solver_version, "objective": objective, "settings": settings,
+                           "options": options, "time_limit_s": time_limit_s}
+    if calibration_digest is not None:
+        key["calibration"] = calibration_digest
+    return digest(key)

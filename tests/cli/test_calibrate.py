@@ -9,6 +9,7 @@ import pytest
 
 from cli import main
 from solvers.model.documents import load_graph, load_topology
+from tests.client.conftest import Server
 from tests.run_records import calibrated_run
 from tests.solvers.calibration.test_calibration import TRAIN, TRUTH
 
@@ -79,3 +80,32 @@ def test_a_bad_calibration_file_is_refused_naming_the_field(inputs: dict[str, Pa
     code, _, err = run(capsys, "solve", "--solver", "even", "--graph", str(inputs["graph"]), "--topology",
                        str(inputs["topo"]), "--calibration", str(bad), "-o", str(bad.with_name("p.json")))
     assert code == 2 and "collective_efficiency" in err
+
+
+def test_calibrate_upload_attach_and_the_server_simulates_as_the_local_solve(
+        inputs: dict[str, Path | list[str]], capsys: pytest.CaptureFixture[str], server: Server) -> None:
+    d, graph, topo = Path(str(inputs["dir"])), str(inputs["graph"]), str(inputs["topo"])
+    remote = ["--url", server.url, "--api-key", server.key]
+    code, out, err = run(capsys, "topology", "upload", topo, "--json", *remote)
+    assert code == 0, err
+    t = json.loads(out)["id"]
+    code, out, err = run(capsys, "graph", "upload", graph, "--json", *remote)
+    g = json.loads(out)["id"]
+    out_file = d / "calibration.json"
+    code, _, err = run(capsys, "calibrate", *inputs["argv"], "--graph", graph, "--topology", topo,  # type: ignore[misc]
+                       "-o", str(out_file), "--attach", t)
+    assert code == 2 and "--upload" in err
+    code, out, err = run(capsys, "calibrate", *inputs["argv"], "--graph", graph, "--topology", topo,  # type: ignore[misc]
+                         "-o", str(out_file), "--upload", "--attach", t, *remote)
+    assert code == 0 and f"attached to {t}" in out, err
+    code, out, err = run(capsys, "job", "submit", "--solver", "even", "--graph", g, "--topology", t, "--stages", "2",
+                         "--micro-batches", "4", "--wait", "--timeout", "60", "--json", *remote)
+    assert code == 0, err
+    code, out, err = run(capsys, "plan", "get", json.loads(out)["plan_id"], *remote)
+    served = json.loads(out)["metrics"]
+    code, out, err = run(capsys, "solve", "--solver", "even", "--graph", graph, "--topology", topo, "--stages", "2",
+                         "--micro-batches", "4", "--calibration", str(out_file), "-o", str(d / "local.json"), "--json")
+    assert code == 0, err
+    local = json.loads(out)["metrics"]
+    assert served["calibration"] == local["calibration"] is not None
+    assert served["iteration_s"] == pytest.approx(local["iteration_s"], rel=1e-9)

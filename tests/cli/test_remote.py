@@ -14,6 +14,7 @@ from cli import main
 from cli._remote import LiveStatus
 from client.models import JobEvent
 from solvers.generate import generate_graph, generate_topology
+from tests.calibration_docs import calibration_doc
 from tests.client.conftest import Server, free_port
 
 
@@ -140,3 +141,38 @@ def test_live_status_only_draws_when_enabled() -> None:
         live.close()
     assert quiet.getvalue() == ""
     assert "[############............]  50% running: DP over 8 stages" in shown.getvalue()
+
+
+def test_calibrations_upload_attach_show_detach_delete(capsys: pytest.CaptureFixture[str], server: Server,
+                                                       inputs: dict[str, str], tmp_path: Path) -> None:
+    g = run_json(capsys, server, "graph", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topology", "upload", inputs["topology_file"])["id"]
+    good, wrong = tmp_path / "cal.json", tmp_path / "a100.json"
+    good.write_text(json.dumps(calibration_doc(scale=2.5, name="cli")))
+    wrong.write_text(json.dumps(calibration_doc(kind="A100", name="cli-a100")))
+    code, out, err = run(capsys, server, "calibrations", "upload", str(good), "--attach", t)
+    assert code == 0 and f"attached to {t}" in out, err
+    cal = run_json(capsys, server, "calibrations", "upload", str(good))
+    assert cal["device_kinds"] == ["H100"] and cal["attached_to"] is None
+    assert cal["id"] in [c["id"] for c in run_json(capsys, server, "calibrations", "list")]
+    code, out, _ = run(capsys, server, "calibrations", "show", cal["id"])
+    assert code == 0 and "matmul" in out and "2.5" in out and "residual stage_s: median 2.0 %" in out
+    assert run_json(capsys, server, "calibrations", "show", cal["id"], "--document")["name"] == "cli"
+    assert run_json(capsys, server, "topology", "show", t)["calibration_id"] == cal["id"]
+    job = run_json(capsys, server, "job", "submit", "--graph", g, "--topology", t, "--solver", "even",
+                   "--stages", "2", "--micro-batches", "2", "--wait", "--timeout", "60")
+    plain = run_json(capsys, server, "job", "submit", "--graph", g, "--topology", t, "--solver", "even",
+                     "--stages", "2", "--micro-batches", "2", "--calibration", "none", "--wait", "--timeout", "60")
+    assert job["calibration_id"] == cal["id"] and plain["calibration_id"] is None
+    plan = run_json(capsys, server, "plan", "get", job["plan_id"])
+    assert plan["metrics"]["calibration"] == cal["digest"]
+    other = run_json(capsys, server, "calibrations", "upload", str(wrong))
+    code, _, err = run(capsys, server, "calibrations", "attach", other["id"], "--topology", t)
+    assert code == 2 and "'H100'" in err
+    code, _, err = run(capsys, server, "calibrations", "delete", cal["id"])
+    assert code == 1 and "attached" in err
+    code, out, _ = run(capsys, server, "calibrations", "detach", "--topology", t)
+    assert code == 0 and t in out
+    assert run_json(capsys, server, "calibrations", "delete", cal["id"]) == {"deleted": cal["id"]}
+    code, _, _ = run(capsys, server, "calibrations", "show", cal["id"])
+    assert code == 2

@@ -11,6 +11,7 @@ from client import AsyncClient, NotFound, WaitTimeout
 from client._http import RetryPolicy
 from client.models import JobEvent
 from solvers.generate import generate_graph, generate_topology
+from tests.calibration_docs import calibration_doc
 from tests.client.conftest import Server
 
 
@@ -98,5 +99,22 @@ def test_upload_list_and_read_back_a_run_record(server: Server) -> None:
             with pytest.raises(InvalidInput) as err:
                 await c.upload_run(done.plan_id, {**doc, "plan_digest": "sha256:0"})
             assert err.value.field == "plan_digest"
+
+    asyncio.run(scenario())
+
+
+def test_calibrations_awaited(server: Server) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(server.url, server.key) as c:
+            t = await c.upload_topology(generate_topology("hierarchical", nodes=1, gpus_per_node=2))
+            cal = await c.upload_calibration(calibration_doc(scale=1.5, name="async"))
+            assert (await c.get_calibration(cal)) == cal
+            assert cal.id in [x.id async for x in c.list_calibrations(digest=cal.digest)]
+            assert (await c.calibration_document(cal))["name"] == "async"
+            assert (await c.attach_calibration(t, cal)).calibration_id == cal.id
+            assert (await c.detach_calibration(t)).calibration_id is None
+            await c.delete_calibration(cal)
+            with pytest.raises(NotFound):
+                await c.get_calibration(cal.id)
 
     asyncio.run(scenario())

@@ -19,7 +19,7 @@ PAIRS: dict[str, type[BaseModel]] = {
     "ProgressOut": models.Progress, "ErrorOut": models.JobError, "ComparisonOut": models.Comparison,
     "ComparisonRow": models.ComparisonRow, "EvaluateOut": models.Evaluation, "SolverOut": models.SolverInfo,
     "HealthOut": models.Health, "Page_GraphOut_": models.Page[models.GraphInfo], "RunOut": models.RunInfo,
-    "WarningOut": models.PlanWarning,
+    "WarningOut": models.PlanWarning, "CalibrationOut": models.CalibrationInfo,
 }
 CANONICAL = {name: model.__name__ for name, model in PAIRS.items()}
 

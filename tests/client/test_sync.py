@@ -12,6 +12,7 @@ from client import Client, Conflict, InvalidInput, NotFound, Unauthorized, WaitT
 from client.models import GraphInfo, Job, JobEvent
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.settings import ProblemSettings
+from tests.calibration_docs import calibration_doc
 from tests.client.conftest import Server
 
 DATA = Path("/work/shared/data")
@@ -208,3 +209,32 @@ def test_parallel_retries_with_one_key_get_one_job(server: Server) -> None:
         with ThreadPoolExecutor(8) as pool:
             jobs = list(pool.map(lambda _: c.submit(g, t, "even", idempotency_key="parallel-1"), range(8)))
     assert len({j.id for j in jobs}) == 1
+
+
+def test_calibrations_upload_attach_simulate_detach_delete(client: Client, tmp_path: Path) -> None:
+    g = client.upload_graph(generate_graph("random_dag", n_ops=12, seed=31))
+    t = client.upload_topology(generate_topology("hierarchical", nodes=1, gpus_per_node=4))
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(calibration_doc()))
+    cal = client.upload_calibration(path)
+    assert cal.device_kinds == ["H100"] and client.upload_calibration(calibration_doc()).id == cal.id
+    assert client.get_calibration(cal.id) == cal and cal.id in [c.id for c in client.list_calibrations()]
+    assert client.calibration_document(cal)["name"] == "slow-h100"
+    with pytest.raises(InvalidInput) as err:
+        client.attach_calibration(t, client.upload_calibration(calibration_doc(kind="A100")))
+    assert err.value.field == "calibration_id" and err.value.ref == "H100"
+    assert client.attach_calibration(t, cal).calibration_id == cal.id
+    with pytest.raises(Conflict):
+        client.delete_calibration(cal)
+    settings = {"stages": 2, "micro_batches": 2}
+    job = client.wait(client.submit(g, t, "even", settings=settings), timeout=60)
+    plain = client.wait(client.submit(g, t, "even", settings=settings, calibration="none"), timeout=60)
+    assert job.calibration_id == cal.id and plain.calibration_id is None and not plain.cached
+    calibrated, uncalibrated = client.get_plan(str(job.plan_id)), client.get_plan(str(plain.plan_id))
+    assert calibrated.metrics["calibration"] == cal.digest and uncalibrated.metrics["calibration"] is None
+    assert calibrated.metrics["iteration_s"] > 2 * uncalibrated.metrics["iteration_s"]
+    assert client.evaluate(g, t, uncalibrated, settings=settings).calibration_id == cal.id
+    assert client.detach_calibration(t).calibration_id is None
+    client.delete_calibration(cal)
+    with pytest.raises(NotFound):
+        client.get_calibration(cal.id)

@@ -24,7 +24,7 @@ from service.dashboard.pages.common import (
     text_field,
 )
 from service.dashboard.render import page
-from service.db.models import TopologyRow
+from service.db.models import CalibrationRow, TopologyRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, SessionDep
 from service.documents import decode_body, decompress, parse_topology
@@ -60,8 +60,26 @@ def topologies_list(viewer: ViewerDep, session: SessionDep, cursor: CursorQ = No
 def topology_page(topology_id: str, viewer: ViewerDep, session: SessionDep) -> Response:
     row = get_owned(session, TopologyRow, topology_id, viewer.project_id, "topology")
     topology = topology_from_document(decompress(row.body))
+    cal = session.get(CalibrationRow, row.calibration_id) if row.calibration_id else None
     return page("topology.html", viewer, topology_row=row, topology=topology, heatmap=bandwidth_heatmap(topology),
-                heatmap_cap=MAX_HEATMAP_DEVICES)
+                heatmap_cap=MAX_HEATMAP_DEVICES, calibration=None if cal is None else calibration_view(cal))
+
+
+def calibration_view(row: CalibrationRow) -> dict[str, Any]:
+    """What the topology page shows of its attached calibration: name, digest, the fitted parameters and the
+    median relative error per kind of figure before and after the fit (docs/cost-model.md "Calibration")."""
+    doc = decompress(row.body)
+    scales = [(kind, cls, value) for kind, kc in sorted(doc.get("devices", {}).items())
+              for cls, value in sorted(kc.get("scale", {}).items())]
+    overheads = [(kind, kc.get("launch_overhead_s", 0.0)) for kind, kc in sorted(doc.get("devices", {}).items())]
+    residuals = [(what, ((sides or {}).get("uncalibrated") or {}).get("median_relative"),
+                  ((sides or {}).get("calibrated") or {}).get("median_relative"))
+                 for what, sides in sorted((doc.get("fit") or {}).get("residuals", {}).items())]
+    return {"id": row.id, "name": row.name, "digest": row.digest, "scales": scales, "overheads": overheads,
+            "channels": sorted(doc.get("channels", {}).items()),
+            "collective_efficiency": doc.get("collective_efficiency", 1.0), "memory": doc.get("memory", {}),
+            "step": doc.get("step", {}), "fitted": (doc.get("fit") or {}).get("parameters", []),
+            "residuals": residuals}
 
 
 async def _store(request: Request, ctx: CtxDep, session: Session, viewer: ViewerDep) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from service.dashboard.charts.bars import _seconds as fmt
 from service.dashboard.session import SESSION_COOKIE
+from tests.calibration_docs import calibration_doc
 from tests.service.api.test_comparisons import per_sample_comparison
 from tests.service.conftest import Api
 
@@ -251,3 +252,16 @@ def test_plan_page_shows_warnings_and_measured_beside_simulated(api: Api) -> Non
     for key in ("iteration_s", "stage_times_s[0]", "stage_times_s[1]", "peak_memory_bytes["):
         assert f"<code>{key}" in table
     assert ">20 ms<" in table and " %" in table  # the measured iteration and a relative error
+
+
+def test_a_topology_page_shows_its_attached_calibration(api: Api) -> None:
+    topology_id = api.topology()
+    web, _ = signed_in(api)
+    assert "None attached" in web.get(f"/topologies/{topology_id}").text
+    cal = api.post("/v1/calibrations", json=calibration_doc(scale=2.5, name="<b>fit</b>")).json()
+    api.request("PUT", f"/v1/topologies/{topology_id}/calibration", json={"calibration_id": cal["id"]})
+    page = web.get(f"/topologies/{topology_id}").text
+    assert cal["id"] in page and cal["digest"] in page and "&lt;b&gt;fit&lt;/b&gt;" in page
+    assert page.count("<td class=\"num\">2.5</td>") == 5  # one scale per op class
+    assert "60.0 %" in page and "2.0 %" in page  # the residual medians before and after
+    assert "devices.H100.scale.matmul" in page

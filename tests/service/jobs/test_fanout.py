@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from service.db.engine import Database
 from service.db.models import Job
+from tests.calibration_docs import calibration_doc
 from tests.service.jobs.processes import redis_server, service_env, start_worker, stop, wait_until
 from tests.service.jobs.test_celery_faults import _history, celery_api
 
@@ -62,3 +63,23 @@ def test_cancelling_a_fanned_out_auto_job_stops_its_members(tmp_path: Path) -> N
         assert done["status"] == "cancelled", done
         assert all(c.state in ("cancelled", "succeeded") for c in _children(db, job["id"]))
         assert any(c.state == "cancelled" for c in _children(db, job["id"]))
+
+
+def test_the_members_and_the_choice_simulate_with_the_topologys_calibration(tmp_path: Path) -> None:
+    with redis_server() as redis, celery_api(tmp_path, redis) as (api, cfg):
+        worker = start_worker(service_env(cfg.database_url, redis.url), 2, tmp_path / "w.log")
+        try:
+            gid, tid = api.graph(), api.topology()
+            cal = api.post("/v1/calibrations", json=calibration_doc()).json()
+            api.request("PUT", f"/v1/topologies/{tid}/calibration", json={"calibration_id": cal["id"]})
+            job = api.submit(gid, tid, "auto", options={"solvers": ["even", "pipedream"]}, time_limit_s=20,
+                             cache=False)
+            done = api.wait(job["id"], timeout_s=90)
+        finally:
+            stop(worker)
+        db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
+        children = _children(db, job["id"])
+        assert done["status"] == "succeeded" and done["calibration_id"] == cal["id"], done
+        assert [c.calibration_id for c in children] == [cal["id"]] * 2
+        for plan_job in (job["id"], *(c.id for c in children)):
+            assert api.get(f"/v1/jobs/{plan_job}/plan").json()["metrics"]["calibration"] == cal["digest"]
