@@ -21,7 +21,7 @@ class TimeBar:
     """One figure in seconds per iteration, measured beside simulated (``None`` where not known)."""
 
     group: str  # "iteration" | "stage" | "device"
-    label: str  # what the row is: "iteration", "stage 1 (4 micro-batches)", "gpu3"
+    label: str  # what the row is: "iteration", "stage 1 × 4" (its time per micro-batch × 4 micro-batches), "gpu3"
     key: str  # the figure's name: iteration_s, stage_times_s[1] × 4, busy_s[gpu3]
     measured_s: float | None
     simulated_s: float | None
@@ -51,7 +51,7 @@ def measured_bars(run: RunRecord, metrics: Mapping[str, Any], micro_batches: int
     sim_stages, got_stages = metrics.get("stage_times_s"), run.summary.get("stage_times_s")
     n_stages = max(len(sim_stages or []), len(got_stages or []))
     for k in range(n_stages):
-        bars.append(TimeBar("stage", f"stage {k} ({m} micro-batch{'es' if m != 1 else ''})",
+        bars.append(TimeBar("stage", f"stage {k} × {m}",
                             f"stage_times_s[{k}] × {m}", _scaled(_times(got_stages, k), m),
                             _scaled(_times(sim_stages, k), m)))
     busy = dict(metrics.get("busy_s") or {})

@@ -14,8 +14,8 @@ from service.dashboard.charts.svg import INK, KIND_COLORS, MUTED, esc, svg, time
 from service.dashboard.run_view import TimeBar
 
 MEASURED = "#c4574f"
-ROW_H = 26.0
-CHAR_W = 6.2  # about one character of the 11 px font
+BAR_H = 9.0
+ROW_H = 38.0  # the simulated bar, the measured bar under it, and the figures under both
 
 
 def span_s(bars: Sequence[TimeBar]) -> float:
@@ -48,19 +48,15 @@ def measured_chart(bars: Sequence[TimeBar], axis_span_s: float) -> Markup:
         error = b.relative_error
         note = (f"measured {_ms(b.measured_s)}, simulated {_ms(b.simulated_s)}"
                 + (f", {error:+.0%}" if error is not None else ""))
-        body.append(f'<g class="run-row" data-key="{esc(b.key)}"><text x="{LABEL_W - 6:.0f}" y="{y + ROW_H * 0.6:.1f}" '
+        body.append(f'<g class="run-row" data-key="{esc(b.key)}"><text x="{LABEL_W - 6:.0f}" y="{y + BAR_H + 4:.1f}" '
                     f'text-anchor="end" fill="{INK}">{esc(b.label)}</text>')
-        for value, color, dy, what in ((b.simulated_s, KIND_COLORS["forward"], 2.0, "simulated"),
-                                       (b.measured_s, MEASURED, ROW_H / 2, "measured")):
+        for value, color, dy, what in ((b.simulated_s, KIND_COLORS["forward"], 0.0, "simulated"),
+                                       (b.measured_s, MEASURED, BAR_H + 1, "measured")):
             if value is not None:
                 body.append(f'<rect class="{what}" x="{LABEL_W:.0f}" y="{y + dy:.1f}" width="{max(value * scale, 0.6):.1f}" '
-                            f'height="{ROW_H / 2 - 3:.1f}" fill="{color}"><title>{esc(b.label)} {what}: '
+                            f'height="{BAR_H:.0f}" fill="{color}"><title>{esc(b.label)} {what}: '
                             f'{_ms(value)} ({esc(b.key)})</title></rect>')
-        end = LABEL_W + max(b.simulated_s or 0.0, b.measured_s or 0.0) * scale
-        if end + 6 + CHAR_W * len(note) <= WIDTH:  # beside the longer bar, else over it, ending where it ends
-            place = f'x="{end + 6:.1f}" fill="{MUTED}"'
-        else:
-            place = f'x="{end - 6:.1f}" text-anchor="end" fill="#fff" font-weight="600"'
-        body.append(f'<text class="note" {place} y="{y + ROW_H * 0.6:.1f}">{esc(note)}</text></g>')
+        body.append(f'<text class="note" x="{LABEL_W + 2:.0f}" y="{y + BAR_H * 2 + 12:.1f}" font-size="10" '
+                    f'fill="{MUTED}">{esc(note)}</text></g>')
         y += ROW_H
     return svg(WIDTH, y + 34, body, "measured beside simulated: iteration, stages and devices, per iteration")

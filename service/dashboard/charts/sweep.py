@@ -61,7 +61,7 @@ def throughput_by_setting(rows: Sequence[ComparisonRow], axis: str, values: Sequ
             best[at] = r
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     span = max([r.throughput_samples_per_s or 0.0 for r in best.values()] + [0.0]) * 1.1 or 1.0
-    body = _y_axis(span, plot_h, "throughput (samples/s)", lambda v: f"{v:.4g}")
+    body = _y_axis(span, plot_h, "throughput (samples/s)", lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
 
     def x_of(i: int) -> float:
         return LEFT + (i + 0.5) / len(values) * plot_w

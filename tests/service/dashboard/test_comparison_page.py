@@ -48,8 +48,8 @@ def test_rows_are_ranked_with_their_shape_and_an_unknown_plan_says_why(api: Api)
     assert [keys[j] for j in order] == sorted(keys[j] for j in order)  # ranked by time per sample
     for r in table["rows"]:
         cells = _cells(body, r["job_id"])
-        assert f'<td class="num">{r["micro_batches"]}</td>' in cells
-        assert f"<td data-layout>{len(r['replicas'])} " in cells and f"<td data-schedule>{r['schedule']}<" in cells
+        assert f'<span data-micro-batches>{r["micro_batches"]}</span>' in cells
+        assert f"<span data-layout>{len(r['replicas'])} " in cells and f"<span data-schedule>{r['schedule']}<" in cells
     exact = next(r for r in table["rows"] if r["solver"] == "exact")
     assert exact["status"] == "unknown"
     assert "data-why>pairs: more than 1 DP transitions" in _cells(body, exact["job_id"])

@@ -150,7 +150,7 @@ def test_assets_are_versioned_and_cached(api: Api) -> None:
     web, _ = signed_in(api)
     html = web.get("/graphs").text
     assets = re.findall(r'(?:href|src)="(/static/[^"]+)"', html)
-    assert sorted(assets) == ["/static/placer-2.css", "/static/placer-2.js"]
+    assert sorted(assets) == ["/static/placer-3.css", "/static/placer-3.js"]
     for url in assets:
         r = web.get(url)
         assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
