@@ -3,7 +3,8 @@
 Starts ``placer serve --demo`` on a free port with a fresh SQLite database in a temporary folder,
 waits for the demo comparison to finish, signs in with the printed key in Debian's Chromium
 (``/usr/bin/chromium``, driven by Playwright as a library) and saves one 1280 × 900 screenshot per
-page into ``OUT`` (default ``docs/img/dashboard``).  Needs the dev extra (Playwright) and Chromium.
+page into ``OUT`` (default ``docs/img/dashboard``), and one of the charts of a second comparison that
+sweeps micro-batch counts and schedules on the demo's inputs.  Needs the dev extra (Playwright) and Chromium.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
+SWEEP_SOLVERS = ("even", "parmesan", "pipedream", "rannc")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 
@@ -36,6 +38,23 @@ def _get(url: str, key: str) -> Any:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=10) as r:
         return json.loads(r.read())
+
+
+def _post(url: str, key: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _wait_done(base: str, key: str, cmp_id: str) -> Any:
+    """The comparison once every job has finished."""
+    for _ in range(1200):
+        table = _get(f"{base}/v1/comparisons/{cmp_id}", key)
+        if table["done"]:
+            return table
+        time.sleep(0.5)
+    raise RuntimeError(f"comparison {cmp_id} did not finish in time")
 
 
 def _wait_for_banner(log: Path, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> tuple[str, str]:
@@ -70,13 +89,13 @@ def shoot(out: Path) -> list[Path]:
         key, comparison_url = _wait_for_banner(log, proc)
         base = f"http://127.0.0.1:{port}"
         cmp_id = comparison_url.rsplit("/", 1)[1]
-        for _ in range(600):
-            table = _get(f"{base}/v1/comparisons/{cmp_id}", key)
-            if table["done"]:
-                break
-            time.sleep(0.5)
+        table = _wait_done(base, key, cmp_id)
         plans = [r["plan_id"] for r in table["rows"] if r.get("plan_id")]
         graph_id, topology_id = table["graph_id"], table["topology_id"]
+        sweep = _post(f"{base}/v1/comparisons", key, {  # the demo's inputs, micro-batches and schedules swept
+            "graph_id": graph_id, "topology_id": topology_id, "solvers": list(SWEEP_SOLVERS), "time_limit_s": 20,
+            "sweep": {"micro_batches": [2, 4, 8, 16], "schedule": ["gpipe", "1f1b"]}})
+        _wait_done(base, key, sweep["id"])
         job_id = table["rows"][0]["job_id"]
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -94,6 +113,9 @@ def shoot(out: Path) -> list[Path]:
             for name, url in pages:
                 page.goto(url)
                 written.append(_shot(page, out, name))
+            page.goto(f"/comparisons/{sweep['id']}")  # its charts, below the table
+            page.locator("[data-sweep-chart]").first.evaluate("e => e.scrollIntoView()")
+            written.append(_shot(page, out, "comparison_sweep"))
             browser.close()
     finally:
         proc.terminate()

@@ -90,8 +90,10 @@ def comparison_table(cmp: Comparison) -> str:
         rate = (f"{r.throughput_samples_per_s:.4g}" if r.throughput_samples_per_s is not None else None) \
             if throughput else format_seconds(r.latency_s)
         efficiency = f"{r.efficiency:.1%}" if r.efficiency is not None else None
-        mark = " *" if r.solver == cmp.best_solver else ""
-        rows.append([r.solver + mark, r.status, format_seconds(cmp.key_s(r)), format_seconds(r.lower_bound_key_s),
+        mark = " *" if r.job_id == (cmp.best_job_id or "") or (not cmp.best_job_id and r.solver == cmp.best_solver) \
+            else ""
+        swept = "".join(f" {k}={v}" for k, v in r.swept.items())
+        rows.append([r.solver + swept + mark, r.status, format_seconds(cmp.key_s(r)), format_seconds(r.lower_bound_key_s),
                      format_seconds(r.objective_s), rate, efficiency, format_seconds(r.solve_time_s), r.job_status])
     keep = [i for i, h in enumerate(headers) if h is not None]
     return format_table([str(headers[i]) for i in keep], [[row[i] for i in keep] for row in rows])

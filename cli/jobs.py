@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 from cli._output import EXIT_FAILED, EXIT_OK, format_seconds, print_json
 from cli._parsers import Commands, command, verbs
 from cli._remote import LiveStatus, comparison_table, dump, make_client, remote_command, show, show_list
-from cli.problem import add_problem_flags, options_from_pairs, settings_from_args, solver_options_from_pairs
+from cli.problem import (
+    add_problem_flags,
+    options_from_pairs,
+    settings_from_args,
+    solver_options_from_pairs,
+    sweep_from_pairs,
+)
 
 if TYPE_CHECKING:
     from client.models import Job
@@ -51,8 +57,13 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
                           [f"placer comparison submit --solvers even,pipedream,parmesan {ON_SERVER} --wait"]))
     p = remote_command(group, "submit", "run several solvers on one problem on the server",
                        [f"placer comparison submit --solvers even,pipedream,parmesan {ON_SERVER} --wait",
-                        f"placer comparison submit --solvers pipedream,rannc {ON_SERVER} --option pipedream.mapping=p2p"])
+                        f"placer comparison submit --solvers pipedream,rannc {ON_SERVER} --option pipedream.mapping=p2p",
+                        f"placer comparison submit --solvers even,parmesan {ON_SERVER} --sweep micro_batches=4,8,16 "
+                        "--sweep schedule=gpipe,1f1b"])
     p.add_argument("--solvers", required=True, help="comma-separated solver names")
+    p.add_argument("--sweep", action="append", default=[], metavar="SETTING=V1,V2",
+                   help="run every solver once per value of a setting (micro_batches, schedule); repeat the "
+                        "flag to sweep several: one job per solver and combination")
     _add_job_flags(p, per_solver_options=True)
     p.set_defaults(func=cmd_compare)
 
@@ -128,12 +139,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _swept(values: dict[str, object]) -> str:
+    return f" [{', '.join(f'{k}={v}' for k, v in values.items())}]" if values else ""
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     with make_client(args) as c:
         cmp = c.compare(args.graph, args.topology, solvers, objective=args.objective, settings=settings_from_args(args),
                         options=solver_options_from_pairs(args.option), time_limit_s=args.time_limit,
-                        cache=not args.no_cache, calibration=args.calibration)
+                        cache=not args.no_cache, calibration=args.calibration,
+                        sweep=sweep_from_pairs(args.sweep) or None)
         if args.wait:
             live = LiveStatus(cmp.id)
             try:
@@ -147,6 +163,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(comparison_table(cmp))
         if cmp.best is not None:
             unit = " per sample" if cmp.ranked_by == "time_per_sample_s" else ""
-            print(f"best: {cmp.best.solver} (plan {cmp.best.plan_id}, {format_seconds(cmp.key_s(cmp.best))}{unit}, "
+            print(f"best: {cmp.best.solver}{_swept(cmp.best.swept)} (plan {cmp.best.plan_id}, {format_seconds(cmp.key_s(cmp.best))}{unit}, "
                   f"objective {format_seconds(cmp.best.objective_s)})")
     return EXIT_FAILED if args.wait and cmp.best_solver is None else EXIT_OK

@@ -136,6 +136,20 @@ def solver_options_from_pairs(pairs: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def sweep_from_pairs(pairs: list[str]) -> dict[str, list[int | str]]:
+    """``SETTING=V1,V2,...`` pairs (``--sweep micro_batches=4,8,16``) as a comparison's ``sweep``;
+    whole numbers become integers.  The server checks the names and values."""
+    out: dict[str, list[int | str]] = {}
+    for pair in pairs:
+        name, eq, values = pair.partition("=")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not eq or not name.strip() or not items:
+            raise InvalidInput(f"--sweep {pair!r}: expected SETTING=V1,V2,... (e.g. micro_batches=4,8,16)",
+                               field="sweep")
+        out[name.strip()] = [int(v) if v.isdigit() else v for v in items]
+    return out
+
+
 def problem_from_args(args: argparse.Namespace, plan: Plan | None = None) -> Problem:
     """The problem named by ``--graph``, ``--topology``, ``--objective`` and the settings flags."""
     return load_problem(args.graph, args.topology, args.objective, settings_from_args(args), plan,

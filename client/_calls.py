@@ -119,10 +119,12 @@ def submit(graph_id: str, topology_id: str, solver: str, objective: Objective, s
 
 def compare(graph_id: str, topology_id: str, solvers: Sequence[str], objective: Objective, settings: SettingsLike,
             options: Mapping[str, Mapping[str, Any]] | None, time_limit_s: float | None, cache: bool,
-            idempotency_key: str | None, calibration: str | None = None) -> Call:
+            idempotency_key: str | None, calibration: str | None = None,
+            sweep: Mapping[str, Sequence[Any]] | None = None) -> Call:
     body = {"graph_id": graph_id, "topology_id": topology_id, "solvers": list(solvers), "objective": objective,
             "settings": settings_body(settings), "options": {k: dict(v) for k, v in (options or {}).items()},
-            "cache": cache, **_params(time_limit_s=time_limit_s, calibration=calibration)}
+            "cache": cache, **_params(time_limit_s=time_limit_s, calibration=calibration),
+            **({"sweep": {k: list(v) for k, v in sweep.items()}} if sweep else {})}
     return json_call("POST", "/v1/comparisons", body, retry=idempotency_key is not None,
                      idempotency_key=idempotency_key)
 

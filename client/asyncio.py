@@ -259,10 +259,13 @@ class AsyncClient:
     async def compare(self, graph: Ref, topology: Ref, solvers: Sequence[str], *, objective: Objective = "throughput",
                 settings: SettingsLike = None, options: Mapping[str, Mapping[str, Any]] | None = None,
                 time_limit_s: float | None = None, cache: bool = True,
-                idempotency_key: str | Literal[False] | None = None, calibration: str | None = None) -> Comparison:
-        """Run several solvers on one problem (one job each); ``options`` maps a solver to its options."""
+                idempotency_key: str | Literal[False] | None = None, calibration: str | None = None,
+                sweep: Mapping[str, Sequence[Any]] | None = None) -> Comparison:
+        """Run several solvers on one problem (one job each); ``options`` maps a solver to its options.
+        ``sweep`` (``{"micro_batches": [4, 8], "schedule": ["gpipe", "1f1b"]}``) runs every solver once
+        per combination of the swept settings' values; ``calibration`` as in :meth:`submit`."""
         call = _calls.compare(ref_id(graph), ref_id(topology), solvers, objective, settings, options, time_limit_s,
-                              cache, _calls.new_key(idempotency_key), calibration)
+                              cache, _calls.new_key(idempotency_key), calibration, sweep)
         return await self._model(Comparison, call)
 
     async def get_comparison(self, comparison: Ref) -> Comparison:

@@ -168,6 +168,13 @@ class ComparisonRow(_Model):
     solve_time_s: float | None
     peak_memory_bytes: float | None
     error: JobError | None
+    swept: dict[str, Any] = {}  # this member's value of each swept setting
+    micro_batches: int | None = None
+    schedule: str | None = None
+    virtual_stages: int | None = None
+    replicas: list[int] | None = None  # devices per stage
+    tensor_degrees: list[int] | None = None
+    status_reason: str | None = None  # why the status is not optimal or feasible
 
 
 class Comparison(_Model):
@@ -181,6 +188,8 @@ class Comparison(_Model):
     ranked_by: RankedBy
     done: bool
     best_solver: str | None
+    best_job_id: str | None = None
+    sweep: dict[str, list[Any]] = {}  # the swept settings and their values
     rows: list[ComparisonRow]
     created_at: datetime
 

@@ -11,6 +11,7 @@ from solvers import registry
 from solvers.generate import MAX_GENERATED_DEVICES, MAX_SEED, TOPOLOGY_KINDS, TOPOLOGY_SIZE_MAXIMA, parameter_types
 from solvers.model.ranking import RankedBy
 from solvers.model.settings import ProblemSettings
+from solvers.model.sweep import MAX_SWEEP_MEMBERS, Sweep
 
 T = TypeVar("T")
 Include = Literal["settings"]
@@ -215,6 +216,9 @@ class ComparisonIn(Strict):
     time_limit_s: float | None = Field(None, gt=0)
     cache: bool = True
     calibration: CalibrationChoice = None
+    sweep: Sweep | None = Field(None, description=(
+        "settings to sweep: one member per solver and combination of the values (settings.micro_batches becomes "
+        f"the swept counts), at most {MAX_SWEEP_MEMBERS} members"))
 
 
 class ComparisonRow(BaseModel):
@@ -235,6 +239,15 @@ class ComparisonRow(BaseModel):
     solve_time_s: float | None
     peak_memory_bytes: float | None
     error: ErrorOut | None
+    swept: dict[str, Any] = Field(default_factory=dict, description=(
+        "this member's value of each swept setting (empty without a sweep)"))
+    micro_batches: int | None = Field(None, description="the plan's micro-batches per iteration")
+    schedule: str | None = Field(None, description="the plan's pipeline schedule")
+    virtual_stages: int | None = Field(None, description="the plan's stages per rank group")
+    replicas: list[int] | None = Field(None, description="devices per stage of the plan (its length: the stages)")
+    tensor_degrees: list[int] | None = Field(None, description="tensor-parallel degree per stage, where the plan has one")
+    status_reason: str | None = Field(None, description=(
+        "why the plan's status is not optimal or feasible (its notes), e.g. the exact solver's budget"))
 
 
 class ComparisonOut(BaseModel):
@@ -249,6 +262,9 @@ class ComparisonOut(BaseModel):
         "sample), iteration_s (throughput with settings.global_batch), latency_s"))
     done: bool
     best_solver: str | None = Field(description="the solver with the least key_s among optimal and feasible plans")
+    best_job_id: str | None = Field(None, description="the job of that row (a sweep has several rows per solver)")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description=(
+        "the swept settings and their values, read back from the members (empty without a sweep)"))
     rows: list[ComparisonRow]
     created_at: datetime
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
@@ -16,6 +16,7 @@ from service.boundary import PlacerRoute
 from service.db.models import FINAL_STATES, Comparison, Job, PlanRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, ProjectDep, SessionDep
+from service.documents import decompress
 from service.inputs import refuse_if_in_use
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
@@ -25,15 +26,19 @@ from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 from solvers.model.ranking import best_index, bound_key_s, comparison_key_s, ranked_by, samples_per_iteration
 from solvers.model.settings import settings_from_dict
+from solvers.model.sweep import SWEEP_AXES, check_members, combinations, member_settings, swept_values
 
 router = APIRouter(prefix="/v1", tags=["comparisons"], route_class=PlacerRoute)
 GOOD_STATUSES = ("optimal", "feasible")
 
 
 def comparison_out(session: Session, cmp: Comparison, *, settings: bool = True) -> ComparisonOut:
-    """The comparison's table (``settings=False``: without its settings, as lists answer unless asked)."""
-    rows = session.execute(select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id)
-                           .where(Job.comparison_id == cmp.id).order_by(Job.id).options(defer(Job.settings))).all()
+    """The comparison's table (``settings=False``: without its settings, the members' swept values
+    and their plans' details, as lists answer unless asked)."""
+    stmt = select(Job, PlanRow).outerjoin(PlanRow, PlanRow.id == Job.plan_id).where(Job.comparison_id == cmp.id)
+    if not settings:
+        stmt = stmt.options(defer(Job.settings), defer(PlanRow.body))
+    rows = session.execute(stmt.order_by(Job.id)).all()
     problem_settings = settings_from_dict(cmp.settings)
     table = []
     for job, plan in rows:
@@ -50,21 +55,54 @@ def comparison_out(session: Session, cmp: Comparison, *, settings: bool = True) 
             key_s=comparison_key_s(figures, cmp.objective, problem_settings.global_batch),
             lower_bound_key_s=bound_key_s(figures, cmp.objective, problem_settings.global_batch),
             efficiency=plan.efficiency if plan else None, solve_time_s=plan.solve_time_s if plan else None,
-            peak_memory_bytes=plan.peak_memory_bytes if plan else None, error=out.error))
+            peak_memory_bytes=plan.peak_memory_bytes if plan else None, error=out.error,
+            **(plan_details(decompress(plan.body)) if settings and plan is not None else {}),
+            **({"swept": swept_values(job.settings or {})} if settings else {})))
+    axes = _swept_axes(table)
+    for row in table:
+        row.swept = {name: row.swept.get(name) for name in axes}
     best = best_index([r.key_s if r.status in GOOD_STATUSES else None for r in table])
     return ComparisonOut(id=cmp.id, graph_id=cmp.graph_id, topology_id=cmp.topology_id, objective=cmp.objective,
                          settings=problem_settings if settings else None,
                          ranked_by=ranked_by(cmp.objective, problem_settings.global_batch),
                          done=all(r.job_status in FINAL_STATES for r in table),
-                         best_solver=None if best is None else table[best].solver, rows=table,
-                         created_at=cmp.created_at)
+                         best_solver=None if best is None else table[best].solver,
+                         best_job_id=None if best is None else table[best].job_id,
+                         sweep=axes, rows=table, created_at=cmp.created_at)
+
+
+def plan_details(doc: Any) -> dict[str, Any]:
+    """What a comparison row shows of its stored plan document: micro-batches, schedule, virtual
+    stages, devices (and tensor degree, where a stage has ``tp``) per stage, and for a plan that is
+    neither optimal nor feasible its notes, which say why (the exact solver's budget, a plan from ``even``)."""
+    if not isinstance(doc, dict):
+        return {}
+    stages = [s for s in doc.get("stages") or [] if isinstance(s, dict)]
+    degrees = [int(s.get("tp", 1)) for s in stages]
+    notes = [str(n) for n in doc.get("notes") or []]
+    return {"micro_batches": doc.get("micro_batches"), "schedule": doc.get("schedule"),
+            "virtual_stages": doc.get("virtual_stages", 1), "replicas": [len(s.get("devices") or []) for s in stages],
+            "tensor_degrees": degrees if any(d > 1 for d in degrees) else None,
+            "status_reason": "; ".join(notes)[:2000] or None
+            if doc.get("status") not in GOOD_STATUSES else None}
+
+
+def _swept_axes(rows: list[ComparisonRow]) -> dict[str, list[Any]]:
+    """The settings whose values differ between the members, each with its values in first-seen order."""
+    axes: dict[str, list[Any]] = {}
+    for name in SWEEP_AXES:
+        values = list(dict.fromkeys(r.swept.get(name) for r in rows))
+        if len(values) > 1 and None not in values:
+            axes[name] = values
+    return axes
 
 
 @router.post("/comparisons", status_code=202, response_model=ComparisonOut, responses=errors(409, 501))
 def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, session: SessionDep,
                       project: ProjectDep,
                       idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> ComparisonOut:
-    """Run several solvers on the same graph, topology, objective and settings.
+    """Run several solvers on the same graph, topology, objective and settings; with ``sweep``, every
+    solver once per combination of the swept settings' values.
 
     With an ``Idempotency-Key`` a repeated request returns the comparison it first created.
     """
@@ -72,20 +110,27 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
     created_jobs: list[Job] = []
 
     def create() -> Comparison:
-        check_queued_cap(session, ctx.config, project, len(body.solvers))
+        combos = combinations(body.sweep)
+        check_members(len(body.solvers), combos)
+        check_queued_cap(session, ctx.config, project, len(body.solvers) * len(combos))
+        base = body.settings.to_dict()
         specs = [validate_job(session, ctx.config, project, JobRequest(
-                     body.graph_id, body.topology_id, name, body.objective, body.settings, body.options.get(name, {}),
-                     body.time_limit_s, solver_field=f"solvers[{i}]", options_field=f"options.{name}",
-                     calibration=body.calibration))
-                 for i, name in enumerate(body.solvers)]
+                     body.graph_id, body.topology_id, name, body.objective, member_settings(base, combo),
+                     body.options.get(name, {}), body.time_limit_s, solver_field=f"solvers[{i}]",
+                     options_field=f"options.{name}", calibration=body.calibration))
+                 for i, name in enumerate(body.solvers) for combo in combos]
         if len({s.lower() for s in body.solvers}) != len(body.solvers):
             raise InvalidInput("solvers: a solver is listed twice", field="solvers")
         unknown = sorted(set(body.options) - set(body.solvers))  # after the inputs: a missing id is 404 first
         if unknown:
             raise InvalidInput(f"options.{unknown[0]}: options given for a solver not in solvers",
                                field=f"options.{unknown[0]}", ref=unknown[0])
+        swept = body.sweep.axes() if body.sweep is not None else {}
+        recorded = {**specs[0].settings, **({"micro_batches": swept["micro_batches"]} if "micro_batches" in swept
+                                            else {})}  # the swept counts, as candidates
         cmp, jobs = store.create_comparison(session, project, specs, body.objective, use_cache=body.cache,
-                                            idempotency_key=idempotency_key, request_digest=request_digest)
+                                            idempotency_key=idempotency_key, request_digest=request_digest,
+                                            settings=recorded)
         created_jobs.extend(jobs)
         return cmp
 

@@ -20,7 +20,7 @@ from service.errors import RateLimited
 from solvers.model.errors import PlacerError
 
 HERE = Path(__file__).parent
-ASSET_VERSION = "2"
+ASSET_VERSION = "3"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
                                "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",

@@ -72,12 +72,14 @@ def submit(session: Session, project_id: str, spec: JobSpec, *, use_cache: bool,
 
 def create_comparison(session: Session, project_id: str, specs: list[JobSpec], objective: str, *, use_cache: bool,
                       idempotency_key: str | None = None, request_digest: str | None = None,
-                      ) -> tuple[Comparison, list[Job]]:
+                      settings: dict[str, Any] | None = None) -> tuple[Comparison, list[Job]]:
     """Insert a comparison and one job per validated spec (not committed); the specs share the
-    graph, topology and settings (the first one's are recorded on the comparison)."""
+    graph and topology, and the settings recorded on the comparison are ``settings`` (default:
+    the first spec's; a sweep's members differ in the swept ones)."""
     first = specs[0]
     cmp = Comparison(id=new_id("cmp"), project_id=project_id, graph_id=first.graph_id, topology_id=first.topology_id,
-                     objective=objective, settings=first.settings, idempotency_key=idempotency_key,
+                     objective=objective, settings=first.settings if settings is None else settings,
+                     idempotency_key=idempotency_key,
                      request_digest=request_digest)
     session.add(cmp)
     session.flush()

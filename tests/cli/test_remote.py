@@ -132,6 +132,26 @@ def test_compare_table_plans_and_launcher(capsys: pytest.CaptureFixture[str], se
     assert code == 2 and "placer extract" in err  # a generated graph: no model to rebuild
 
 
+def test_compare_sweeps_settings(capsys: pytest.CaptureFixture[str], server: Server, inputs: dict[str, str]) -> None:
+    g = run_json(capsys, server, "graph", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topology", "upload", inputs["topology_file"])["id"]
+    sweep = ("--sweep", "micro_batches=2,4", "--sweep", "schedule=gpipe,1f1b")
+    cmp = run_json(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even", *sweep,
+                   "--wait")
+    assert cmp["sweep"] == {"micro_batches": [2, 4], "schedule": ["gpipe", "1f1b"]} and len(cmp["rows"]) == 4
+    assert sorted((r["micro_batches"], r["schedule"]) for r in cmp["rows"]) == [
+        (2, "1f1b"), (2, "gpipe"), (4, "1f1b"), (4, "gpipe")]
+    code, out, _ = run(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even",
+                       *sweep, "--wait")
+    assert code == 0 and "even micro_batches=4 schedule=1f1b" in out and "best: even [micro_batches=" in out
+    code, _, err = run(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even",
+                       "--sweep", "micro_batches")
+    assert code == 2 and "SETTING=V1,V2" in err
+    code, _, err = run(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even",
+                       "--sweep", "stages=2,4")
+    assert code == 2 and "sweep.stages" in err
+
+
 def test_live_status_only_draws_when_enabled() -> None:
     quiet, shown = io.StringIO(), io.StringIO()
     for stream, enabled in ((quiet, False), (shown, True)):

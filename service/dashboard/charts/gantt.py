@@ -23,9 +23,11 @@ MAX_CHANNELS = 48
 LABEL_MIN_W = 16.0  # a bar this wide (px) or wider shows its micro-batch
 
 
-def gantt(entries: list[TimelineEntry], device_order: list[str], label: str) -> Markup:
+def gantt(entries: list[TimelineEntry], device_order: list[str], label: str, span_s: float = 0.0) -> Markup:
     """The timeline: devices first (in ``device_order``), then up to ``MAX_CHANNELS`` channels
-    by busy time.  Intervals narrower than a tenth of a pixel are merged with their neighbour."""
+    by busy time.  Intervals narrower than a tenth of a pixel are merged with their neighbour.
+    The axis reaches ``span_s`` seconds where that is longer than the timeline (a measured run's
+    bars drawn on the same scale)."""
     rows: dict[str, list[TimelineEntry]] = defaultdict(list)
     for e in entries:
         rows[e.resource].append(e)
@@ -33,7 +35,7 @@ def gantt(entries: list[TimelineEntry], device_order: list[str], label: str) -> 
     channels = sorted((r for r in rows if "->" in r), key=lambda r: -sum(e.end_s - e.start_s for e in rows[r]))
     hidden = max(0, len(channels) - MAX_CHANNELS)
     channels = channels[:MAX_CHANNELS]
-    span = max((e.end_s for e in entries), default=0.0) or 1.0
+    span = max(max((e.end_s for e in entries), default=0.0), span_s) or 1.0
     plot_w = WIDTH - LABEL_W - 10
     scale = plot_w / span
     top = 24.0

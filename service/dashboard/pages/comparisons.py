@@ -13,13 +13,14 @@ from sqlalchemy.orm import Session
 
 from service.api.comparisons import comparison_out, create_comparison, delete_comparison, list_comparisons
 from service.api.solvers import catalogue
-from service.dashboard.charts.bars import objective_chart
+from service.dashboard.charts.bars import CHART_UNITS, objective_chart, row_label
+from service.dashboard.charts.sweep import solve_time_against_quality, throughput_by_setting
 from service.dashboard.pages.common import PAGE_SIZE, CursorQ, ViewerDep, json_object, page_router, text_field
 from service.dashboard.render import page
 from service.db.models import Comparison, Graph, TopologyRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, SessionDep
-from service.schemas import ComparisonIn, ComparisonOut
+from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow
 from solvers.model.errors import InvalidInput, PlacerError
 
 router = page_router()
@@ -146,11 +147,41 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
     return RedirectResponse(f"/comparisons/{comparison_id}", status_code=303)
 
 
+def layout(row: ComparisonRow) -> str:
+    """Stages × replicas (× tensor degree) of a row's plan: ``4 × 2``, ``3 stages (2, 1, 1)``, ``2 × 2 × tp 2``."""
+    if not row.replicas:
+        return "–"
+    counts = row.replicas
+    text = f"{len(counts)} × {counts[0]}" if len(set(counts)) == 1 else \
+        f"{len(counts)} stages ({', '.join(str(c) for c in counts)})"
+    degrees = row.tensor_degrees or []
+    if degrees:
+        text += f" × tp {degrees[0]}" if len(set(degrees)) == 1 else f" × tp ({', '.join(str(d) for d in degrees)})"
+    return text
+
+
+def schedule_text(row: ComparisonRow) -> str:
+    """The plan's schedule, with its virtual stages when there are several per rank group."""
+    if row.schedule is None:
+        return "–"
+    return row.schedule + (f", {row.virtual_stages} virtual" if (row.virtual_stages or 1) > 1 else "")
+
+
+def ranked(rows: list[ComparisonRow]) -> list[ComparisonRow]:
+    """The rows by comparison key (least first), the rows without one last in job order."""
+    return sorted(rows, key=lambda r: (r.key_s is None, r.key_s or 0.0))
+
+
 def _comparison_context(session: Session, project: str, comparison_id: str) -> dict[str, Any]:
     out = comparison_out(session, get_owned(session, Comparison, comparison_id, project, "comparison"))
     names = _names(session, project, [out])
-    return {"cmp": out, "names": names, "chart": objective_chart(out.rows, out.best_solver, out.ranked_by),
-            "plans": [r for r in out.rows if r.plan_id]}
+    rows = ranked(out.rows)
+    unit = CHART_UNITS.get(out.ranked_by, ("objective", ""))[0]
+    sweeps = {axis: throughput_by_setting(rows, axis, values) for axis, values in out.sweep.items()}
+    return {"cmp": out, "rows": rows, "names": names, "chart": objective_chart(rows, out.best_job_id, out.ranked_by),
+            "sweep_charts": sweeps, "tradeoff": solve_time_against_quality(rows, unit),
+            "layout": {r.job_id: layout(r) for r in rows}, "schedule": {r.job_id: schedule_text(r) for r in rows},
+            "label": {r.job_id: row_label(r) for r in rows}, "plans": [r for r in rows if r.plan_id]}
 
 
 @router.get("/comparisons/{comparison_id}")

@@ -12,6 +12,8 @@ from sqlalchemy.orm import Session
 
 from service.dashboard.charts.bars import memory_chart, stage_chart
 from service.dashboard.charts.gantt import gantt
+from service.dashboard.charts.runs import measured_chart
+from service.dashboard.charts.runs import span_s as runs_span_s
 from service.dashboard.charts.topology import mapping_chart
 from service.dashboard.pages.common import ViewerDep, page_router
 from service.dashboard.plan_view import (
@@ -24,6 +26,7 @@ from service.dashboard.plan_view import (
 )
 from service.dashboard.plan_view import timeline as plan_timeline
 from service.dashboard.render import SECURITY_HEADERS, page
+from service.dashboard.run_view import measured_bars
 from service.db.models import Job, PlanRow, RunRow
 from service.db.owned import get_owned
 from service.deps import SessionDep
@@ -57,12 +60,21 @@ def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
     ctx = load_plan(session, get_owned(session, PlanRow, plan_id, viewer.project_id, "plan"))
     entries = plan_timeline(ctx)
     charts: dict[str, Any] = {}
+    runs = latest_runs(session, ctx.row.id, viewer.project_id)
+    run = run_from_document(decompress(runs[0].body)) if runs else None
+    order = [d.id for d in ctx.problem.topology.devices] if ctx.problem is not None else \
+        [d for st in ctx.plan.stages for d in st.devices]
+    run_bars = measured_bars(run, ctx.plan.metrics or {}, ctx.plan.micro_batches, order) if run else []
+    # one time scale for the simulated timeline and the measured bars: the longer of the two
+    span = max(max((e.end_s for e in entries), default=0.0), runs_span_s(run_bars))
+    if run_bars:
+        charts["measured"] = measured_chart(run_bars, span)
     if ctx.problem is not None and ctx.plan.stages:
-        order = [d.id for d in ctx.problem.topology.devices]
         stage_of = {d: k for k, st in enumerate(ctx.plan.stages) for d in st.devices}
         charts["mapping"] = mapping_chart(ctx.problem.topology, stage_of, [len(s.ops) for s in ctx.plan.stages])
         if entries:
-            charts["gantt"] = gantt(entries, order, f"simulated timeline of one iteration, {len(entries)} intervals")
+            charts["gantt"] = gantt(entries, order, f"simulated timeline of one iteration, {len(entries)} intervals",
+                                    span)
     bars = stage_bars(ctx)
     memory = device_memory(ctx)
     if bars and ctx.plan.metrics:
@@ -71,11 +83,11 @@ def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
         charts["memory"] = memory_chart(memory)
     warnings = ([w.to_dict() for w in problem_warnings(ctx.problem.graph, ctx.problem.topology)]
                 if ctx.problem is not None else [dict(w) for w in ctx.plan.warnings])
-    runs = latest_runs(session, ctx.row.id, viewer.project_id)
-    measured = line_up(run_from_document(decompress(runs[0].body)), ctx.plan.metrics or {}) if runs else []
+    measured = line_up(run, ctx.plan.metrics or {}) if run else []
     return page("plan.html", viewer, ctx=ctx, plan=ctx.plan, metrics=ctx.plan.metrics or {}, charts=charts,
                 bars=bars, n_entries=len(entries), siblings=_siblings(session, ctx, viewer.project_id),
-                warnings=warnings, runs=runs, measured=measured,
+                warnings=warnings, runs=runs, measured=measured, run_bars=run_bars,
+                calibration=(ctx.plan.metrics or {}).get("calibration"),
                 launchable=ctx.problem is not None and bool(ctx.plan.stages) and "source" in ctx.problem.graph.attrs,
                 settings=shown_settings(ctx), options_json=json.dumps(ctx.plan.options, indent=2,
                                                                                       sort_keys=True))

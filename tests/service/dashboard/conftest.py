@@ -72,15 +72,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                             env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
+        deadline = time.monotonic() + 90.0  # a loaded machine imports the app slowly
+        while True:
             try:
                 with urllib.request.urlopen(base + "/readyz", timeout=1) as r:
                     if r.status == 200:
                         break
             except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError(f"the server did not start; log: {(folder / 'server.log').read_text()}")
+                time.sleep(0.1)
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the server did not start; log: {(folder / 'server.log').read_text()}")
         yield Server(base, keys)
     finally:
         proc.terminate()

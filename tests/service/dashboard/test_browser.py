@@ -317,3 +317,42 @@ def test_new_comparison_form_follows_the_objective(browser: Any, server: Server)
     assert page.is_visible("#solver-heft") and page.is_checked("#solver-heft")
     assert not page.is_visible("#solver-parmesan") and not page.is_checked("#solver-parmesan")
     context.close()
+
+
+def test_a_sweeps_charts_and_a_plans_run(browser: Any, server: Server, shots: Path) -> None:
+    """A comparison sweeping micro-batches and schedules shows its trade-off charts as the rows fill
+    in; a plan with an uploaded run draws it beside the simulation on the timeline's scale."""
+    from tests.run_records import synthetic_run
+
+    context, page = sign_in(browser, server, "beta")
+    graph = _api(context, server, "beta", "POST", "/v1/graphs", generate_graph("random_dag", n_ops=12, seed=3)
+                 .to_document())
+    topology = _api(context, server, "beta", "POST", "/v1/topologies:generate",
+                    {"kind": "hierarchical", "params": {"nodes": 1, "gpus_per_node": 4}})
+    cmp = _api(context, server, "beta", "POST", "/v1/comparisons",
+               {"graph_id": graph["id"], "topology_id": topology["id"], "solvers": ["even", "pipedream"],
+                "time_limit_s": 20, "sweep": {"micro_batches": [2, 4], "schedule": ["gpipe", "1f1b"]}})
+    page.goto(f"/comparisons/{cmp['id']}")
+    page.wait_for_selector("[data-done=true]", timeout=120_000)  # the live refresh until every job is done
+    assert page.locator("h1").inner_text() == "Comparison of 2 solvers, 8 runs"
+    assert page.locator("tbody tr").count() == 8
+    for axis in ("micro_batches", "schedule"):
+        chart = page.locator(f'[data-sweep-chart="{axis}"] svg')
+        assert chart.is_visible() and chart.locator("circle.point").count() == 4  # 2 solvers × 2 values
+    tradeoff = page.locator("[data-tradeoff-chart] svg")
+    tradeoff.scroll_into_view_if_needed()
+    assert tradeoff.is_visible() and tradeoff.locator("circle.point").count() == 8
+    _shot(page, shots, "comparison_sweep")
+    table = _api(context, server, "beta", "GET", f"/v1/comparisons/{cmp['id']}")
+    plan_id = next(r["plan_id"] for r in table["rows"] if r["job_id"] == table["best_job_id"])
+    plan = _api(context, server, "beta", "GET", f"/v1/plans/{plan_id}")
+    _api(context, server, "beta", "POST", f"/v1/plans/{plan_id}/runs", synthetic_run(plan))
+    page.goto(f"/plans/{plan_id}")
+    runs = page.locator("[data-plan-runs]")
+    runs.scroll_into_view_if_needed()
+    assert "Simulated without a calibration" in runs.locator("[data-calibration]").inner_text()
+    rows = runs.locator("svg g.run-row")
+    assert rows.count() == 1 + len(plan["stages"]) + sum(len(s["devices"]) for s in plan["stages"])
+    assert runs.locator("svg rect.measured").count() == rows.count()
+    _shot(page, shots, "plan_runs")
+    context.close()

@@ -151,7 +151,7 @@ def test_assets_are_versioned_and_cached(api: Api) -> None:
     web, _ = signed_in(api)
     html = web.get("/graphs").text
     assets = re.findall(r'(?:href|src)="(/static/[^"]+)"', html)
-    assert sorted(assets) == ["/static/placer-2.css", "/static/placer-2.js"]
+    assert sorted(assets) == ["/static/placer-3.css", "/static/placer-3.js"]
     for url in assets:
         r = web.get(url)
         assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
@@ -206,7 +206,7 @@ def test_comparison_chart_draws_time_per_sample_against_each_plans_bound(api: Ap
     web, _ = signed_in(api)
     page = web.get(f"/comparisons/{table['id']}").text
     assert 'data-ranked-by="time_per_sample_s"' in page and "Time / sample" in page
-    assert '<tr class="best" data-solver="even">' in page
+    assert '<tr class="best" data-solver="even" data-job=' in page
     chart = page[page.index('<figure class="chart-box">'):page.index("</figure>")]
     assert "Time per sample per solver, each against its own lower bound" in chart
     assert chart.count('class="solver-bar"') == 2 and chart.count('<line class="bound"') == 2

@@ -62,7 +62,8 @@ class SleepySolver:
             helper.kill()
             helper.join()
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
-        return Plan(stages=(stage,), micro_batches=problem.micro_batch_candidates[0], status="feasible")
+        return Plan(stages=(stage,), micro_batches=problem.micro_batch_candidates[0],
+                    schedule=problem.settings.schedule, status="feasible")
 
 
 class BusyOptions(SolverOptions):
