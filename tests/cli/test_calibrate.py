@@ -79,3 +79,16 @@ def test_a_bad_calibration_file_is_refused_naming_the_field(inputs: dict[str, Pa
     code, _, err = run(capsys, "solve", "--solver", "even", "--graph", str(inputs["graph"]), "--topology",
                        str(inputs["topo"]), "--calibration", str(bad), "-o", str(bad.with_name("p.json")))
     assert code == 2 and "collective_efficiency" in err
+
+
+def test_calibrate_warns_of_what_one_run_does_not_determine(inputs: dict[str, Path | list[str]],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """One single-stage run cannot tell every op-class scale from the launch overhead: the command names them."""
+    d, graph, topo = Path(str(inputs["dir"])), str(inputs["graph"]), str(inputs["topo"])
+    argv = list(inputs["argv"])  # type: ignore[arg-type]
+    code, out, err = run(capsys, "calibrate", argv[0], "--plan", argv[6], "--graph", graph, "--topology", topo,
+                         "-o", str(d / "one.json"))
+    assert code == 0, err
+    warning = next(line for line in out.splitlines() if "not determined by these runs" in line)
+    held = json.loads((d / "one.json").read_text())["fit"]["unidentified"]
+    assert held and all(name in warning for name in held)
