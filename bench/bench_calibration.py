@@ -7,12 +7,13 @@
    one thread) for every model;
 2. a CPU topology per process count (``cpu0 .. cpuN-1`` on one host, the links' figures nominal: the
    calibration learns what a transfer costs);
-3. ``placer solve`` with every solver, micro-batch count and process count (throughput, 1F1B);
-   distinct plans only (the same stages, devices and micro-batches once);
+3. ``placer solve`` with every solver, micro-batch count and process count (throughput, 1F1B; a
+   latency-only solver, ``celeritas``, once per model and process count: an op-level plan of one
+   training pass); distinct plans only (the same stages, devices and micro-batches once);
 4. every plan's bundle under ``torchrun --standalone`` (gloo, ``OMP_NUM_THREADS=1``, one process per
    device) for ``--steps`` iterations, 2 warm-up, 1 profiled (``--profile-steps 1``): its ``run.json``;
-5. fit a calibration on every third run (``fit_calibration``), predict the others with and without
-   it, and print per held-out plan the measured and predicted iteration and the largest per-rank
+5. fit a calibration on every third run (``fit_calibration``; it prints what the runs do not determine
+   and each run's profiler ratio), predict the others with and without it, and print per held-out plan the measured and predicted iteration and the largest per-rank
    memory error; then the median relative error of the iteration time, the Spearman rank correlation
    and the memory errors, calibrated beside uncalibrated, and the load average before and after.
 """
@@ -160,6 +161,9 @@ def main() -> None:
                           [c[4] for c in fit_on])
     (out / "calibration.json").write_text(json.dumps(cal.to_document(), indent=1))
     print(f"fitted on {len(fit_on)} runs: {', '.join(cal.fit['parameters'])}")
+    print(f"not determined by these runs: {', '.join(cal.fit['unidentified']) or 'none'}; at a bound: "
+          f"{', '.join(cal.fit['at_bounds']) or 'none'}; profiler ratios (plain / profiled iteration): "
+          f"{', '.join(f'{r:.2f}' for r in cal.fit['observations']['profiler_ratios'])}")
     print(json.dumps({k: v.to_dict() for k, v in cal.devices.items()}), json.dumps(
         {k: v.to_dict() for k, v in cal.channels.items()}), f"efficiency {cal.collective_efficiency:.3g}",
         f"memory {cal.memory.to_dict()}", f"step {cal.step.to_dict()}")
