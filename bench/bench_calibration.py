@@ -7,12 +7,13 @@
    one thread) for every model;
 2. a CPU topology per process count (``cpu0 .. cpuN-1`` on one host, the links' figures nominal: the
    calibration learns what a transfer costs);
-3. ``placer solve`` with every solver, micro-batch count and process count (throughput, 1F1B);
-   distinct plans only (the same stages, devices and micro-batches once);
+3. ``placer solve`` with every solver, micro-batch count and process count (throughput, 1F1B; a
+   latency-only solver, ``celeritas``, once per model and process count: an op-level plan of one
+   training pass); distinct plans only (the same stages, devices and micro-batches once);
 4. every plan's bundle under ``torchrun --standalone`` (gloo, ``OMP_NUM_THREADS=1``, one process per
    device) for ``--steps`` iterations, 2 warm-up, 1 profiled (``--profile-steps 1``): its ``run.json``;
-5. fit a calibration on every third run (``fit_calibration``), predict the others with and without
-   it, and print per held-out plan the measured and predicted iteration and the largest per-rank
+5. fit a calibration on every third run (``fit_calibration``; it prints what the runs do not determine
+   and each run's profiler ratio), predict the others with and without it, and print per held-out plan the measured and predicted iteration and the largest per-rank
    memory error; then the median relative error of the iteration time, the Spearman rank correlation
    and the memory errors, calibrated beside uncalibrated, and the load average before and after.
 """
@@ -33,9 +34,9 @@ from scipy.stats import spearmanr
 
 from cli import main as placer
 from solvers.calibration import apply_calibration, fit_calibration
+from solvers.calibration.fit import run_problem
 from solvers.model.canonical import digest
 from solvers.model.documents import load_graph, load_plan, load_topology
-from solvers.model.problem import Problem
 from solvers.model.run import RunRecord, run_from_document
 from solvers.simulator import simulate
 
@@ -46,6 +47,7 @@ MODELS = {
     "vit": ["layers=4", "hidden=128", "heads=4", "image=64", "patch=8", "dropout=0"],
 }
 SOLVERS = ("even", "parmesan", "rannc", "pipedream", "celeritas", "exact")
+LATENCY_SOLVERS = frozenset({"celeritas"})  # solvers of the latency objective only
 
 
 def topology(out: Path, n: int) -> Path:
@@ -72,12 +74,14 @@ def solve_all(out: Path, graphs: dict[str, Path], solvers: list[str], mbs: list[
         for n in procs:
             topo = topology(out, n)
             for solver in solvers:
-                for mb in mbs:
+                latency = solver in LATENCY_SOLVERS  # an op-level plan of one training pass: no micro-batches
+                for mb in mbs[:1] if latency else mbs:
                     path = out / f"{model}-{solver}-p{n}-mb{mb}.json"
+                    shape = (["--objective", "latency", "--pass", "training"] if latency else
+                             ["--micro-batches", str(mb), "--schedule", "1f1b"])
                     if not path.exists():
                         code = placer(["solve", "--solver", solver, "--graph", str(graph), "--topology", str(topo),
-                                       "--micro-batches", str(mb), "--schedule", "1f1b", "--time-limit", "20",
-                                       "--quiet", "-o", str(path)])
+                                       *shape, "--time-limit", "20", "--quiet", "-o", str(path)])
                         if code != 0:
                             path.unlink(missing_ok=True)
                             continue
@@ -94,6 +98,7 @@ def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path
     record = folder / "run.json"
     if record.exists():
         return record
+    print(f"running {plan.stem} at load average {os.getloadavg()}", flush=True)
     assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
                    "-o", str(folder)]) == 0
     devices = len(json.loads((folder / "manifest.json").read_text())["devices"])
@@ -156,6 +161,9 @@ def main() -> None:
                           [c[4] for c in fit_on])
     (out / "calibration.json").write_text(json.dumps(cal.to_document(), indent=1))
     print(f"fitted on {len(fit_on)} runs: {', '.join(cal.fit['parameters'])}")
+    print(f"not determined by these runs: {', '.join(cal.fit['unidentified']) or 'none'}; at a bound: "
+          f"{', '.join(cal.fit['at_bounds']) or 'none'}; profiler ratios (plain / profiled iteration): "
+          f"{', '.join(f'{r:.2f}' for r in cal.fit['observations']['profiler_ratios'])}")
     print(json.dumps({k: v.to_dict() for k, v in cal.devices.items()}), json.dumps(
         {k: v.to_dict() for k, v in cal.channels.items()}), f"efficiency {cal.collective_efficiency:.3g}",
         f"memory {cal.memory.to_dict()}", f"step {cal.step.to_dict()}")
@@ -165,17 +173,17 @@ def main() -> None:
     for name, run, graph, topo, plan in held:
         m = run.summary["iteration_s"]
         g, t = apply_calibration(graph, topo, cal)
-        sim0 = simulate(Problem(graph, topo), plan).metrics
-        sim1 = simulate(Problem(g, t), plan).metrics
+        sim0 = simulate(run_problem(run, graph, topo, plan), plan).metrics
+        sim1 = simulate(run_problem(run, g, t, plan), plan).metrics
         peaks = {k: v for k, v in run.summary["peak_memory_bytes"].items() if v}
         e0 = max(rel(sim0["peak_memory_bytes"][d], v) for d, v in peaks.items())
         e1 = max(rel(sim1["peak_memory_bytes"][d], v) for d, v in peaks.items())
         measured.append(m)
-        before.append(sim0["iteration_s"])
-        after.append(sim1["iteration_s"])
+        before.append(sim0["objective_s"])
+        after.append(sim1["objective_s"])
         mem_before.append(e0)
         mem_after.append(e1)
-        print(f"| {name} | {m * 1e3:.1f} | {sim0['iteration_s'] * 1e3:.1f} | {sim1['iteration_s'] * 1e3:.1f} | "
+        print(f"| {name} | {m * 1e3:.1f} | {sim0['objective_s'] * 1e3:.1f} | {sim1['objective_s'] * 1e3:.1f} | "
               f"{e0:.1%} | {e1:.1%} |", flush=True)
     for label, pred, mem in (("uncalibrated", before, mem_before), ("calibrated", after, mem_after)):
         errors = [rel(p, m) for p, m in zip(pred, measured, strict=True)]

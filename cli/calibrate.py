@@ -100,6 +100,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if cal.fit.get("at_bounds"):
         print(f"  warning: at a bound of the fit: {', '.join(cal.fit['at_bounds'])}: the runs do not decide them, or "
               "they measure what the model lacks (noise of a loaded machine); add runs that differ there")
+    if cal.fit.get("unidentified"):
+        print(f"  warning: not determined by these runs: {', '.join(cal.fit['unidentified'])}: held at neutral values "
+              "(an overhead or latency at 0, an op-class scale at its kind's others, an efficiency at 1, a step "
+              "overhead at 0); add runs that tell them apart (other stage sizes, op mixes, transfer sizes)")
     print(f"wrote {args.output} ({cal.digest})")
     if uploaded is not None:
         report_upload(*uploaded, as_json=False)

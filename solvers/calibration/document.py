@@ -155,7 +155,7 @@ class Calibration:
 
 _TOP_KEYS = frozenset({"format", "name", "devices", "channels", "collective_efficiency", "memory", "step", "fit",
                        "tp_efficiency"})
-_FIT_KEYS = frozenset({"runs", "residuals", "parameters", "observations", "at_bounds"})
+_FIT_KEYS = frozenset({"runs", "residuals", "parameters", "observations", "at_bounds", "unidentified"})
 
 
 def _fraction(value: Any, where: str, *, low: float, high: float, low_open: bool) -> float:

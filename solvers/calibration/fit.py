@@ -8,7 +8,10 @@ robust ``soft_l1`` loss by default):
    backward in ``b_s = sum_{v: bwd>0} (a_{K,c(v)} u_K(v) + o_K) / R`` (``+ f_s`` with recomputation),
    ``t_K``, ``u_K`` being the uncalibrated forward and backward times of op ``v`` on ``K``, ``c(v)`` its
    op class (:func:`~solvers.calibration.document.op_class`), ``a`` the scales and ``o`` the launch
-   overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s``.  A transfer of
+   overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s`` times the run's
+   profiler ratio ``rho`` (:func:`~solvers.calibration.identify.profiler_ratio`: the plain over the
+   profiled iteration; those figures come from the steps run under ``torch.profiler``, which are
+   slower; a transfer, one op, is taken as recorded).  A transfer of
    ``n`` bytes on a channel of class ``h`` takes ``l_h + n / B_h`` (latency, bandwidth); the measured
    figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
    for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
@@ -23,6 +26,12 @@ robust ``soft_l1`` loss by default):
 3. **memory**: per rank, ``measured peak = p + (1 + q) * m_s``, ``m_s`` the memory model's bytes of the
    rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``p`` the per-process constant and
    ``q`` the fraction (``q`` fixed at 0 when every stage has the same ``m_s``).
+
+Fits 1 and 2 then check what the runs determine: where the Jacobian of the observations is short of full
+rank (:func:`~solvers.calibration.identify.undetermined`), the parameters left out by subset selection
+are held at neutral values (an overhead or latency at 0, an op-class scale at its kind's others, the
+efficiency at 1, a step overhead at 0, a kind factor at 1), the others fitted again, and
+``fit.unidentified`` names them.
 
 The result names the digests of the runs it came from, per kind of figure the median and largest
 relative error before and after the fit, and the parameters that ended at an artificial bound (an
@@ -51,6 +60,7 @@ from solvers.calibration.document import (
     StepCalibration,
     op_class,
 )
+from solvers.calibration.identify import jacobian, profiler_ratio, undetermined
 from solvers.cost.memory import plan_memory_bytes, shared_param_stages
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.canonical import digest
@@ -119,12 +129,18 @@ def _cases(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGra
             check_run_matches(run, plan)
         except InvalidInput as exc:
             raise InvalidInput(f"runs[{i}].{exc}", field=f"runs[{i}].{exc.field}") from None
-        objective = "throughput" if run.kind == "throughput" else "latency"
-        problem = Problem(graph, topo, objective)  # type: ignore[arg-type]
-        if objective == "latency":
-            problem = problem.with_settings(pass_="training" if run.mode == "training" else "forward")
-        out.append(_Case(run, problem_for_plan(problem, plan), plan, graph, topo))
+        out.append(_Case(run, run_problem(run, graph, topo, plan), plan, graph, topo))
     return out
+
+
+def run_problem(run: RunRecord, graph: OpGraph, topology: Topology, plan: Plan) -> Problem:
+    """The problem whose simulation of ``plan`` is what ``run`` measured: its objective (``throughput``: the
+    iteration; ``latency``: one pass, training or forward as the run's mode), at the plan's micro-batch size."""
+    objective = "throughput" if run.kind == "throughput" else "latency"
+    problem = Problem(graph, topology, objective)  # type: ignore[arg-type]
+    if objective == "latency":
+        problem = problem.with_settings(pass_="training" if run.mode == "training" else "forward")
+    return problem_for_plan(problem, plan)
 
 
 def _stage_obs(case: _Case) -> list[_StageObs]:
@@ -132,6 +148,7 @@ def _stage_obs(case: _Case) -> list[_StageObs]:
     g, topo = problem.graph, problem.topology
     index = {d.id: i for i, d in enumerate(topo.devices)}
     classes = np.array([OP_CLASSES.index(op_class(n.op)) for n in g.nodes])
+    rho = profiler_ratio(case.run)  # the profiled stage times as a plain step runs them
     out = []
     for s, stage in enumerate(plan.stages):
         ranks = [r for r in case.run.ranks if r.stage == s and r.forward_s]
@@ -151,8 +168,8 @@ def _stage_obs(case: _Case) -> list[_StageObs]:
             bwd[classes[v]] += b / r
         n_bwd = sum(1 for v in ops if (g.nodes[v].times or {}).get(kind, g.nodes[v]).bwd_s > 0) / r
         slowest = max(ranks, key=lambda x: median(x.forward_s) + (median(x.backward_s) if x.backward_s else 0.0))
-        out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), median(slowest.forward_s),
-                             median(slowest.backward_s) if slowest.backward_s else None))
+        out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), rho * median(slowest.forward_s),
+                             rho * median(slowest.backward_s) if slowest.backward_s else None))
     return out
 
 
@@ -240,30 +257,94 @@ def _rel(pred: float, measured: float) -> float:
     return pred / measured - 1.0 if measured > 0 else 0.0
 
 
-def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs], loss: str) -> tuple[_Layout, np.ndarray]:
+def _data_residuals(layout: _Layout, x: np.ndarray, stages: list[_StageObs],
+                    transfers: list[_TransferObs]) -> np.ndarray:
+    out = []
+    for s in stages:
+        f, b = _predict_stage(layout, x, s)
+        out.append(_rel(f, s.measured_fwd))
+        if s.measured_bwd is not None:
+            out.append(_rel(b, s.measured_bwd))
+    for t in transfers:
+        li, bi = layout.channels[t.cls]
+        out.append(_rel(x[li] + t.bytes * x[bi], t.measured))
+    return np.array(out, dtype=np.float64)
+
+
+def _hold(layout: _Layout, x: np.ndarray, held: Sequence[int]) -> np.ndarray:
+    """``x`` with the ``held`` parameters at their neutral values: an overhead or a latency at 0, an op-class
+    scale at the geometric mean of its kind's other scales (1 when all of them are held)."""
+    out = x.copy()
+    held_set = set(held)
+    for i in held_set:
+        if i in layout.overhead.values() or any(i == li for li, _ in layout.channels.values()):
+            out[i] = 0.0
+    for kind in layout.kinds:
+        mine = [i for (k, _), i in layout.scale.items() if k == kind]
+        free = [i for i in mine if i not in held_set]
+        neutral = float(np.exp(np.mean(np.log(out[free])))) if free else 1.0
+        for i in mine:
+            if i in held_set:
+                out[i] = neutral
+    return out
+
+
+def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs],
+                 loss: str) -> tuple[_Layout, np.ndarray, list[int]]:
+    """Fit 1 of the module docstring; the layout, the parameters and those the observations do not determine
+    (held at neutral values, :func:`_hold`)."""
     layout = _Layout(stages, transfers)
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        out = []
-        for s in stages:
-            f, b = _predict_stage(layout, x, s)
-            out.append(_rel(f, s.measured_fwd))
-            if s.measured_bwd is not None:
-                out.append(_rel(b, s.measured_bwd))
-        for t in transfers:
-            li, bi = layout.channels[t.cls]
-            out.append(_rel(x[li] + t.bytes * x[bi], t.measured))
-        for kind in layout.kinds:
-            logs = np.log([x[i] for (k, _), i in layout.scale.items() if k == kind])
-            out.extend(PRIOR_WEIGHT * (logs - logs.mean()) if len(logs) > 1 else [])
-        return np.array(out, dtype=np.float64)
-
     if layout.size == 0:
-        return layout, np.zeros(0)
+        return layout, np.zeros(0), []
+
+    def run(held: list[int], x_start: np.ndarray) -> np.ndarray:
+        free = np.array([i for i in range(layout.size) if i not in held], dtype=np.int64)
+
+        def full(z: np.ndarray) -> np.ndarray:
+            x = x_start.copy()
+            x[free] = z
+            return _hold(layout, x, held)
+
+        def residuals(z: np.ndarray) -> np.ndarray:
+            x = full(z)
+            prior: list[float] = []
+            for kind in layout.kinds:
+                logs = np.log([x[i] for (k, _), i in layout.scale.items() if k == kind and i not in held])
+                prior.extend(PRIOR_WEIGHT * (logs - logs.mean()) if len(logs) > 1 else [])
+            return np.concatenate([_data_residuals(layout, x, stages, transfers), np.array(prior)])
+
+        lo, hi = layout.bounds()
+        z0 = np.clip(x_start[free], lo[free], hi[free])
+        fit = least_squares(residuals, z0, bounds=(lo[free], hi[free]), loss=loss, f_scale=0.1, x_scale="jac")
+        return full(np.asarray(fit.x, dtype=np.float64))
+
     lo, hi = layout.bounds()
-    x0 = np.clip(layout.start(stages, transfers), lo, np.where(np.isfinite(hi), hi, np.inf))
-    fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, x_scale="jac")
-    return layout, np.asarray(fit.x, dtype=np.float64)
+    x0 = np.clip(layout.start(stages, transfers), lo, hi)
+    x = run([], x0)
+    typical = np.maximum(np.abs(x0), 1e-6)
+    for i in layout.overhead.values():
+        typical[i] = max(float(x[i]), 1e-6)
+    jac = jacobian(lambda v: _data_residuals(layout, v, stages, transfers), x, typical)
+    keep = np.ones(layout.size)
+    for i in layout.overhead.values():
+        keep[i] = 0.999  # of a scale and an overhead that the runs cannot tell apart, the scale stays
+    for li, _ in layout.channels.values():
+        keep[li] = 0.999  # of a latency and a bandwidth, the bandwidth
+    held = undetermined(jac, keep)
+    if held:
+        x = run(held, _hold(layout, x, held))
+    return layout, x, held
+
+
+def _parameter_names(layout: _Layout) -> list[str]:
+    names = [""] * layout.size
+    for (k, cls), i in layout.scale.items():
+        names[i] = f"devices.{k}.scale.{OP_CLASSES[cls]}"
+    for k, i in layout.overhead.items():
+        names[i] = f"devices.{k}.launch_overhead_s"
+    for c, (li, bi) in layout.channels.items():
+        names[li], names[bi] = f"channels.{c}.latency_s", f"channels.{c}.bandwidth_Bps"
+    return names
 
 
 def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
@@ -307,10 +388,12 @@ def _largest_stage_params(case: _Case) -> float:
 
 
 def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float], StepCalibration], Calibration],
-                    free_kinds: list[str], loss: str) -> tuple[float, dict[str, float], StepCalibration, list[str]]:
+                    free_kinds: list[str], loss: str
+                    ) -> tuple[float, dict[str, float], StepCalibration, list[str], list[str]]:
     """Fit 2 of the module docstring: the efficiency (where some run all-reduces), the step overhead (its
     per-byte term where the runs' largest stages differ in parameters) and the per-kind factors of
-    ``free_kinds``; also the names of what was fitted."""
+    ``free_kinds``; also the names of what was fitted and of what the runs do not determine (held at
+    the neutral efficiency 1, step overhead 0, factor 1)."""
     timed = [c for c in cases if c.run.summary.get("iteration_s")]
     training = [c for c in timed if c.problem.training and c.problem.objective == "throughput"]
     fit_efficiency = any(_allreduces(c) for c in timed)
@@ -319,7 +402,7 @@ def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, floa
     names = (["collective_efficiency"] * fit_efficiency + ["step.fixed_s"] * bool(training) +
              ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds])
     if not names:
-        return 1.0, {}, StepCalibration(), []
+        return 1.0, {}, StepCalibration(), [], []
 
     def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration]:
         values = dict(zip(names, (float(v) for v in x), strict=True))
@@ -336,8 +419,28 @@ def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, floa
     lo = np.array([box.get(n, (SCALE_BOUNDS[0], 0, 0))[0] for n in names])
     hi = np.array([box.get(n, (0, SCALE_BOUNDS[1], 0))[1] for n in names])
     x0 = np.array([box.get(n, (0, 0, 1.0))[2] for n in names])
-    fit = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=0.1, diff_step=1e-3)
-    return (*unpack(np.asarray(fit.x)), names)
+    neutral = np.array([0.0 if n.startswith("step.") else 1.0 for n in names])
+
+    def run(held: list[int], start: np.ndarray) -> np.ndarray:
+        free = np.array([i for i in range(len(names)) if i not in held], dtype=np.int64)
+
+        def full(z: np.ndarray) -> np.ndarray:
+            x = start.copy()
+            x[free] = z
+            x[held] = neutral[held]
+            return x
+
+        if free.size == 0:
+            return full(np.zeros(0))
+        fit = least_squares(lambda z: residuals(full(z)), start[free], bounds=(lo[free], hi[free]), loss=loss,
+                            f_scale=0.1, diff_step=1e-3)
+        return full(np.asarray(fit.x, dtype=np.float64))
+
+    x = run([], x0)
+    held = undetermined(jacobian(residuals, x, np.maximum(np.abs(x), 1.0)))
+    if held:
+        x = run(held, x)
+    return (*unpack(x), names, [names[i] for i in held])
 
 
 def _memory_obs(cases: list[_Case]) -> list[tuple[float, float]]:
@@ -389,7 +492,8 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
     cases = _cases(runs, graphs, topologies, plans)
     stages = [s for c in cases for s in _stage_obs(c)]
     transfers = [t for c in cases for t in _transfer_obs(c)]
-    layout, x = _fit_compute(stages, transfers, loss)
+    layout, x, held = _fit_compute(stages, transfers, loss)
+    unidentified = [_parameter_names(layout)[i] for i in held]
     memory = _fit_memory(_memory_obs(cases), loss)
     kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
                         for i in (c.problem.topology.index[d] for d in st.devices)})
@@ -398,7 +502,8 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
     def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
         return _calibration(layout, x, eff, factors, memory, step)
 
-    efficiency, factors, step, iteration_params = _fit_iterations(cases, make, free_kinds, loss)
+    efficiency, factors, step, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds, loss)
+    unidentified += iteration_held
     cal = make(efficiency, factors, step)
     before_stage, after_stage, after_transfer = [], [], []
     for s in stages:
@@ -422,17 +527,18 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
         "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, y in mem]),
                               "calibrated": _summary([_rel(memory.process_bytes + (1 + memory.fraction) * m, y)
                                                       for m, y in mem])}}
-    fitted = ([f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale] +
-              [f"devices.{k}.launch_overhead_s" for k in layout.overhead] +
-              [f"channels.{c}" for c in layout.channels] + iteration_params +
+    fitted = ([n for n in (f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale) if n not in unidentified] +
+              [n for n in (f"devices.{k}.launch_overhead_s" for k in layout.overhead) if n not in unidentified] +
+              [f"channels.{c}" for c in layout.channels] + [n for n in iteration_params if n not in unidentified] +
               (["memory.process_bytes"] if mem else []) +
               (["memory.fraction"] if mem and np.ptp([m for m, _ in mem]) > 0 else []))
     at_bounds = [f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale
-                 if not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
+                 if f"devices.{k}.scale.{OP_CLASSES[c]}" not in unidentified and not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
     if "collective_efficiency" in iteration_params and cal.collective_efficiency <= EFFICIENCY_LOW * 1.001:
         at_bounds.append("collective_efficiency")
     fit = {"runs": [digest(c.run.to_document()) for c in cases], "residuals": residuals, "parameters": fitted,
-           "at_bounds": at_bounds,
+           "at_bounds": at_bounds, "unidentified": unidentified,
            "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
-                            sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem)}}
+                            sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem),
+                            "profiler_ratios": [profiler_ratio(c.run) for c in cases]}}
     return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)

@@ -109,3 +109,16 @@ def test_calibrate_upload_attach_and_the_server_simulates_as_the_local_solve(
     local = json.loads(out)["metrics"]
     assert served["calibration"] == local["calibration"] is not None
     assert served["iteration_s"] == pytest.approx(local["iteration_s"], rel=1e-9)
+
+
+def test_calibrate_warns_of_what_one_run_does_not_determine(inputs: dict[str, Path | list[str]],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """One single-stage run cannot tell every op-class scale from the launch overhead: the command names them."""
+    d, graph, topo = Path(str(inputs["dir"])), str(inputs["graph"]), str(inputs["topo"])
+    argv = list(inputs["argv"])  # type: ignore[arg-type]
+    code, out, err = run(capsys, "calibrate", argv[0], "--plan", argv[6], "--graph", graph, "--topology", topo,
+                         "-o", str(d / "one.json"))
+    assert code == 0, err
+    warning = next(line for line in out.splitlines() if "not determined by these runs" in line)
+    held = json.loads((d / "one.json").read_text())["fit"]["unidentified"]
+    assert held and all(name in warning for name in held)

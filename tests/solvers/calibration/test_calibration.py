@@ -26,10 +26,12 @@ from solvers.calibration import (
     fit_calibration,
     op_class,
 )
+from solvers.calibration.identify import profiler_ratio
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
+from solvers.model.run import run_from_document
 from solvers.model.schemas import load_schema
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
@@ -180,3 +182,60 @@ def test_a_run_of_another_graph_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidInput) as exc:
         fit_calibration([run], [graph], [topo], [])
     assert exc.value.field == "plans"
+
+
+def profiled_slower(doc: dict[str, Any], overhead: float) -> dict[str, Any]:
+    """``doc`` as a run whose profiled step (step 1 of 3) ran ``1 + overhead`` times slower than the plain ones:
+    its stage times and that step's iteration stretched alike."""
+    out = copy.deepcopy(doc)
+    for rank in out["ranks"]:
+        it = rank["iterations_s"][0]
+        rank["iterations_s"] = [it, it * (1 + overhead), it]
+        rank["forward_s"] = [t * (1 + overhead) for t in rank["forward_s"]]
+        rank["backward_s"] = [t * (1 + overhead) for t in rank["backward_s"]]
+    return out
+
+
+def test_the_profiler_ratio_is_the_plain_over_the_profiled_iteration() -> None:
+    graph, topo = world()
+    doc = profiled_slower(calibrated_run(TRAIN[1], graph, topo, TRUTH), 0.7)
+    assert profiler_ratio(run_from_document(doc)) == pytest.approx(1 / 1.7)
+    doc["ranks"][0]["iterations_s"] = [1.0, 0.5, 1.0]  # a profiled step faster than the plain ones: noise, not corrected
+    assert profiler_ratio(run_from_document(doc)) == 1.0
+    doc["ranks"][0]["profiled_steps"] = doc["ranks"][1]["profiled_steps"] = []
+    assert profiler_ratio(run_from_document(doc)) == 1.0
+
+
+def test_stage_times_of_profiled_steps_are_scaled_to_the_plain_steps() -> None:
+    """Runs whose profiled steps ran 1.7 times slower give back the true scales (uncorrected they would come back
+    1.7 times too large and over-predict the plain iterations)."""
+    graph, topo = world()
+    runs = [profiled_slower(calibrated_run(p, graph, topo, TRUTH), 0.7) for p in TRAIN]
+    cal = fit_calibration(runs, [graph] * len(runs), [topo] * len(runs), TRAIN)
+    for cls, want in (("matmul", 3.0), ("elementwise", 5.0), ("reduction", 4.0)):
+        assert cal.devices[KIND].scale[cls] == pytest.approx(want, rel=2e-2)
+    assert cal.fit["observations"]["profiler_ratios"] == pytest.approx([1 / 1.7] * len(TRAIN))
+    assert cal.fit["residuals"]["iteration_s"]["calibrated"]["max_relative"] < 1e-2
+
+
+def test_parameters_one_run_does_not_determine_are_named_and_held_neutral() -> None:
+    """One single-stage run has two stage figures (forward, backward) for four scales and an overhead: the fit
+    names those it cannot determine and holds them (a scale at its kind's other scales, an overhead at 0)
+    instead of letting them absorb each other; the runs of TRAIN determine everything."""
+    graph, topo = world()
+    one = TRAIN[0]
+    cal = fit_calibration([calibrated_run(one, graph, topo, TRUTH)], [graph], [topo], [one])
+    held = cal.fit["unidentified"]
+    stage_params = [f"devices.{KIND}.scale.{c}" for c in ("matmul", "elementwise", "reduction", "attention", "other")]
+    stage_params.append(f"devices.{KIND}.launch_overhead_s")
+    mine = [p for p in held if p in stage_params]
+    assert len(mine) >= 2 and not set(mine) & set(cal.fit["parameters"])
+    kc = cal.devices[KIND]
+    free = [c for c in ("matmul", "elementwise", "reduction")
+            if f"devices.{KIND}.scale.{c}" not in held and f"devices.{KIND}.scale.{c}" in cal.fit["parameters"]]
+    mean = float(np.exp(np.mean(np.log([kc.scale[c] for c in free])))) if free else 1.0
+    for p in mine:
+        value = kc.launch_overhead_s if p.endswith("launch_overhead_s") else kc.scale[p.rsplit(".", 1)[1]]
+        assert value == pytest.approx(0.0 if p.endswith("launch_overhead_s") else mean, rel=1e-6, abs=1e-12)
+    assert cal.fit["residuals"]["stage_s"]["calibrated"]["max_relative"] < 1e-3  # the two figures still fit
+    assert exact_fit().fit["unidentified"] == []
