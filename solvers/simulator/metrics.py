@@ -38,7 +38,8 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
 
 
 def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
-    """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch)."""
+    """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch, summed
+    over the virtual stages it runs)."""
     out: dict[str, float] = {}
     for ops, devs, again in zip(rp.stage_ops, rp.stage_devices, rp.recompute, strict=True):
         r = len(devs)
@@ -47,7 +48,8 @@ def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batc
             t = f
             if problem.training:
                 t += float(compute.bwd_s(d)[ops].sum()) + (f if again else 0.0)
-            out[problem.topology.devices[d].id] = micro_batches * t / r
+            dev = problem.topology.devices[d].id  # several virtual stages on one device: their sum
+            out[dev] = out.get(dev, 0.0) + micro_batches * t / r
     return out
 
 
@@ -94,5 +96,6 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
         "efficiency": bound / objective_s if objective_s > 0 else 1.0,
         "micro_batches": mb,
         "schedule": plan.schedule,
+        "virtual_stages": plan.virtual_stages,
         "calibration": calibration_digest(problem.topology),
     }
