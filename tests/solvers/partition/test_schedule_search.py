@@ -101,3 +101,13 @@ def test_exact_under_1f1b_keeps_its_proof(problem4: Problem) -> None:
 def test_a_schedule_that_cannot_run_is_infeasible_and_named(problem4: Problem) -> None:
     plan = solve(problem4.with_settings(schedule="dualpipev", micro_batches=(2,)), "parmesan", time_limit_s=20)
     assert plan.status == "infeasible" and any("dualpipev" in note for note in plan.notes)
+
+
+def test_the_catalogue_states_each_solvers_schedules_and_proofs() -> None:
+    from solvers import registry
+    from solvers.model.schedules import PIPELINE_SCHEDULES
+    for name in THROUGHPUT_SOLVERS:
+        entry = registry.info(name).to_dict()
+        assert entry["schedules"] == list(PIPELINE_SCHEDULES)
+        assert entry["proven_schedules"] == (["gpipe", "1f1b"] if name == "exact" else [])
+    assert registry.info("moirai").to_dict()["schedules"] == []
