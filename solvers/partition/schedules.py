@@ -20,7 +20,8 @@ The solver's own plan is always a candidate, so the search never returns a slowe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -38,6 +39,8 @@ from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan
 
+CUT_POSITIONS_PER_STAGE = 4  # cut positions the virtual-stage cut considers per stage (cheapest_positions)
+MIN_CUT_POSITIONS = 96
 SEARCHED_VIRTUAL_STAGES: tuple[int, ...] = (1, 2, 4)  # v tried when settings.virtual_stages is unset
 # What schedule "auto" searches (issue order); looped-bfs is planned only when asked for by name.
 AUTO_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv", "dualpipev")
@@ -84,7 +87,8 @@ def schedule_candidates(settings: ProblemSettings, ranks: int, n_ops: int, micro
 
 
 def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int],
-                       send_s: Sequence[tuple[FloatArray, FloatArray]] | None = None) -> list[int]:
+                       send_s: Sequence[tuple[FloatArray, FloatArray]] | None = None,
+                       positions: Sequence[int] | IntArray | None = None) -> list[int]:
     """Cut ops ``0 .. n-1`` (in this order) into ``len(stage_rank)`` non-empty contiguous stages, stage ``j``
     timed by ``weights_s[stage_rank[j]]`` (per op, on its rank's group) plus, with ``send_s``, the transfers
     at its ends: ``send_s[j] = (down, up)``, ``down[e]`` the time to send what crosses position ``e`` to
@@ -97,35 +101,42 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
     times, which balances the stages the bottleneck leaves free (a heavy op that cannot be split sets
     ``T``; the others still even out).  The simulator ranks what it gives.
 
+    ``positions``: the cut positions allowed between ``1`` and ``n - 1`` (default: all), at least
+    ``n_stages - 1`` of them; fewer make the programmes ``O(S k^2)`` for ``k`` positions.
+
     Returns the ``n_stages + 1`` cut positions (``0`` first, ``n`` last).
     """
     n, n_stages = len(weights_s[0]), len(stage_rank)
-    if n_stages > n:
-        raise InvalidProblem(f"stages: {n_stages} virtual stages need at least as many ops, got {n}", field="stages")
-    prefix = [np.concatenate(([0.0], np.cumsum(w))) for w in weights_s]
-    zeros = np.zeros(n + 1)
-    empty = np.arange(n + 1)[:, None] >= np.arange(n + 1)[None, :]  # [i, e]: stage over ops i .. e-1 is empty
-    costs = []  # costs[j][i, e] = time of stage j over ops i .. e-1 with its transfers
+    inner = np.arange(1, n) if positions is None else np.unique(np.asarray(positions, dtype=np.int64))
+    if n_stages > n or len(inner) < n_stages - 1 or (len(inner) and (inner[0] < 1 or inner[-1] > n - 1)):
+        raise InvalidProblem(f"stages: {n_stages} virtual stages need {n_stages - 1} cut positions among the "
+                             f"{n} ops, got {len(inner)}", field="stages")
+    points = np.concatenate(([0], inner, [n]))  # the DP runs over these positions
+    k = len(points)
+    prefix = [np.concatenate(([0.0], np.cumsum(w)))[points] for w in weights_s]
+    zeros = np.zeros(k)
+    empty = np.arange(k)[:, None] >= np.arange(k)[None, :]  # [a, b]: stage from points[a] to points[b] is empty
+    costs = []  # costs[j][a, b] = time of stage j over ops points[a] .. points[b] - 1 with its transfers
     for j, r in enumerate(stage_rank):
-        down = send_s[j][0] if send_s is not None and j < n_stages - 1 else zeros
-        up = send_s[j - 1][1] if send_s is not None and j > 0 else zeros
+        down = send_s[j][0][points] if send_s is not None and j < n_stages - 1 else zeros
+        up = send_s[j - 1][1][points] if send_s is not None and j > 0 else zeros
         costs.append(np.where(empty, np.inf, prefix[r][None, :] - prefix[r][:, None] + down[None, :] + up[:, None]))
-    worst = np.full(n + 1, np.inf)  # worst[e] = least largest stage time of stages 0..j over ops 0..e-1
+    worst = np.full(k, np.inf)  # worst[b] = least largest stage time of stages 0..j over ops 0..points[b]-1
     worst[0] = 0.0
     for cost in costs:
         worst = np.min(np.maximum(worst[:, None], cost), axis=0)
-    limit_s = float(worst[n]) * (1 + 1e-9) + 1e-300
-    best = np.full(n + 1, np.inf)  # best[e] = least sum of squares, every stage within limit_s
+    limit_s = float(worst[-1]) * (1 + 1e-9) + 1e-300
+    best = np.full(k, np.inf)  # best[b] = least sum of squares, every stage within limit_s
     best[0] = 0.0
-    back: list[IntArray] = []  # back[j][e] = where stage j starts when it ends at e
+    back: list[IntArray] = []  # back[j][b] = where stage j starts when it ends at points[b]
     for cost in costs:
         total = np.where(cost <= limit_s, best[:, None] + cost * cost, np.inf)
         back.append(np.argmin(total, axis=0))
-        best = total[back[-1], np.arange(n + 1)]
-    cuts = [n]
+        best = total[back[-1], np.arange(k)]
+    cuts = [k - 1]
     for j in range(n_stages - 1, -1, -1):
         cuts.append(int(back[j][cuts[-1]]))
-    return cuts[::-1]
+    return [int(points[c]) for c in cuts[::-1]]
 
 
 def _crossing_bytes(graph: OpGraph, position: IntArray) -> FloatArray:
@@ -156,12 +167,26 @@ def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: boo
     for j in range(len(where) - 1):
         here, there = groups[where[j]], groups[where[j + 1]]
         send.append((_linear_transfer_s(topo, here, there, crossing), _linear_transfer_s(topo, there, here, crossing)))
-    cuts = cut_virtual_stages(weights, where, send)
+    cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where)))
     ids = graph.ids
     stages = tuple(Stage(tuple(ids[k] for k in order[cuts[j]:cuts[j + 1]]), plan.stages[where[j]].devices)
                    for j in range(len(where)))
     return plan.with_(stages=stages, schedule=name, virtual_stages=v, recompute=recompute, order=None,
                       claimed_objective_s=None, lower_bound_s=None)
+
+
+def cheapest_positions(crossing_bytes: FloatArray, n_stages: int) -> IntArray:
+    """The cut positions (``1 .. n - 1``) the virtual-stage cut may use: the :data:`CUT_POSITIONS_PER_STAGE`
+    ``* n_stages`` (at least :data:`MIN_CUT_POSITIONS`) where the fewest bytes cross, ties to the earlier.
+    In a transformer these are the layer boundaries (only the residual stream crosses); fewer positions
+    keep the cut's dynamic programmes small on graphs of many ops."""
+    n = len(crossing_bytes) - 1
+    keep = max(MIN_CUT_POSITIONS, CUT_POSITIONS_PER_STAGE * n_stages)
+    inner = np.arange(1, n)
+    if len(inner) <= keep:
+        return inner
+    chosen = inner[np.argsort(crossing_bytes[1:n], kind="stable")[:keep]]
+    return np.sort(chosen)
 
 
 def _linear_transfer_s(topo: Topology, src: list[int], dst: list[int], size_bytes: FloatArray) -> FloatArray:
@@ -203,17 +228,18 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
     for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops, plan.micro_batches):
         if f"{name}/{v}" in tried:
             continue
+        options: list[Callable[[], Plan]]
         if v == 1:
-            options = [plan.with_(schedule=name, virtual_stages=1, order=None)]
+            options = [partial(plan.with_, schedule=name, virtual_stages=1, order=None)]
         elif pinned:  # a pin names a device or a stage of the solver's cut, which the re-cut would move
             continue
-        else:
+        else:  # recomputation only when the plan without it does not fit
             flags = [False, True] if settings.recompute is None else [settings.recompute is True]
-            options = [virtual_plan(problem, plan, name, v, flag) for flag in flags]
-        key, chosen = math.inf, options[0]
-        for option in options:  # recomputation only when the plan without it does not fit
-            key = _key(problem, option)
-            chosen = option
+            options = [partial(virtual_plan, problem, plan, name, v, flag) for flag in flags]
+        key, chosen = math.inf, plan
+        for option in options:
+            chosen = option()
+            key = _key(problem, chosen)
             if math.isfinite(key):
                 break
         tried[f"{name}/{v}"] = key if math.isfinite(key) else None
