@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from solvers import Problem, generate_graph, generate_topology, simulate, solve
+from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import ProblemSettings
 from solvers.model.schedules import stage_ranks
@@ -57,14 +58,14 @@ def layer_split(problem: Problem, plan: Plan, weights: np.ndarray) -> Plan:
 def _tps(problem: Problem, plan: Plan) -> tuple[float, float] | None:
     try:
         m = simulate(problem, plan).metrics
-    except Exception:  # noqa: BLE001 - a split that does not fit memory has no figure
+    except PlacerError:  # a split that does not fit memory has no figure
         return None
     return m["time_per_sample_s"], m["bubble_fraction"]
 
 
 def quality(solver: str, layers: tuple[int, ...], sizes: tuple[int, ...]) -> None:
-    print(f"| graph | devices | best 1F1B ms/sample (bubble) | best schedule | ms/sample (bubble) | gain | "
-          f"uniform split ms/sample | FLOPs-balanced split ms/sample |")
+    print("| graph | devices | best 1F1B ms/sample (bubble) | best schedule | ms/sample (bubble) | gain | "
+          "uniform split ms/sample | FLOPs-balanced split ms/sample |")
     print("|---|---|---|---|---|---|---|---|")
     for n_layers in layers:
         graph = generate_graph("transformer", layers=n_layers)
