@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from solvers.calibration import apply_calibration, load_calibration
 from solvers.model.documents import load_graph, load_topology
 from solvers.model.errors import InvalidInput
-from solvers.model.problem import Objective, Problem, settings_from_dict
+from solvers.model.problem import SCHEDULES, Objective, Problem, settings_from_dict
 
 if TYPE_CHECKING:
     from solvers.model.plan import Plan
@@ -69,7 +69,12 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
                        help="samples per iteration: each micro-batch count must divide it, the graph is scaled "
                             "to that micro-batch size and the iteration time is minimised (default: the time per "
                             "sample is)")
-        p.add_argument("--schedule", choices=("1f1b", "gpipe"), help="the pipeline schedule")
+        p.add_argument("--schedule", choices=SCHEDULES,
+                       help="the pipeline schedule (auto: every schedule searched with 1, 2 and 4 virtual stages "
+                            "where it applies; default: 1f1b)")
+        p.add_argument("--virtual-stages", type=int, metavar="V",
+                       help="stages per rank group of interleaved-1f1b, looped-bfs and interleaved-zb (zbv, "
+                            "dualpipev: 2; default: searched among 1, 2, 4)")
         p.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=None,
                        help="recompute activations in the backward pass in every stage (--no-recompute: in none; "
                             "default: in exactly the stages whose memory requires it)")
@@ -95,7 +100,7 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidInput(f"--settings: not JSON ({exc})", field="settings") from None
     if not isinstance(settings, dict):
         raise InvalidInput("--settings: must be a JSON object", field="settings")
-    for key in ("stages", "replicas", "seed", "schedule", "global_batch"):
+    for key in ("stages", "replicas", "seed", "schedule", "virtual_stages", "global_batch"):
         if getattr(args, key, None) is not None:
             settings[key] = getattr(args, key)
     if getattr(args, "micro_batches", None):

@@ -17,9 +17,11 @@ from solvers import registry
 from solvers.advice import PlanWarning, next_steps, problem_warnings
 from solvers.base import ProgressEvent
 from solvers.model.documents import load_plan, parse_document, read_json, write_json
+from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.model.schedules import PIPELINE_SCHEDULES
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.solving import solve
@@ -165,6 +167,10 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
     p.add_argument("--global-batch", type=int, metavar="SAMPLES",
                    help="the problem's global batch, when the plan was solved with one: the graph is scaled to "
                         "global batch / the plan's micro-batches samples per micro-batch")
+    p.add_argument("--schedule", choices=PIPELINE_SCHEDULES,
+                   help="score the plan's stages under this pipeline schedule instead of its own")
+    p.add_argument("--virtual-stages", type=int, metavar="V",
+                   help="read the plan's stages as V per rank group (docs/formats.md) instead of its own count")
     p.add_argument("--engine", choices=("auto", "stage", "op"), default="auto",
                    help="the simulator's engine: stage level, op level, or auto (the plan decides)")
     p.add_argument("--timeline", help="write the timeline (device, task, start, end) as JSON here")
@@ -176,6 +182,12 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
+    if args.virtual_stages is not None and args.virtual_stages < 1:
+        raise InvalidInput(f"--virtual-stages: must be an integer >= 1, got {args.virtual_stages}",
+                           field="virtual_stages")
+    if args.schedule is not None or args.virtual_stages is not None:
+        plan = plan.with_(schedule=args.schedule or plan.schedule,
+                          virtual_stages=args.virtual_stages if args.virtual_stages is not None else plan.virtual_stages)
     problem = problem_from_args(args, plan)
     result = simulate(problem, plan, timeline=bool(args.timeline), engine=args.engine)
     if args.timeline:

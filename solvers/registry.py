@@ -16,6 +16,7 @@ from typing import Any
 
 from solvers.base import Solver
 from solvers.model.errors import NotApplicable, PlacerError, SolverUnavailable, UnknownSolver
+from solvers.model.schedules import PIPELINE_SCHEDULES
 
 ENTRY_POINT_GROUP = "placer.solvers"
 
@@ -65,10 +66,13 @@ class SolverInfo:
     objectives: tuple[str, ...]
     version: str
     options_schema: dict[str, Any]
+    schedules: tuple[str, ...] = ()  # the pipeline schedules its throughput plans run (docs/python.md)
+    proven_schedules: tuple[str, ...] = ()  # those for which an ``optimal`` status is a proof
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary, "objectives": list(self.objectives),
-                "version": self.version, "options_schema": self.options_schema}
+                "version": self.version, "options_schema": self.options_schema,
+                "schedules": list(self.schedules), "proven_schedules": list(self.proven_schedules)}
 
 
 def _load(name: str, path: str) -> type[Solver]:
@@ -167,9 +171,16 @@ def solver_for(name: str, objective: str) -> type[Solver]:
 
 
 def info(name: str) -> SolverInfo:
+    """A solver's catalogue entry.  Every throughput solver plans every schedule of
+    :data:`~solvers.model.schedules.PIPELINE_SCHEDULES`: :func:`~solvers.solving.solve` runs its own
+    GPipe / 1F1B plan and cuts its rank groups into ``R * v`` stages for the others
+    (:mod:`solvers.partition.schedules`).  ``proven_schedules`` comes from the class's optional
+    ``proven_schedules`` (``exact``: GPipe and 1F1B, what its model covers); none elsewhere."""
     cls = get_solver_class(name)
+    throughput = "throughput" in cls.objectives
     return SolverInfo(cls.name, cls.summary, tuple(cls.objectives), cls.version,
-                      cls.options_type.model_json_schema())
+                      cls.options_type.model_json_schema(), PIPELINE_SCHEDULES if throughput else (),
+                      tuple(getattr(cls, "proven_schedules", ())) if throughput else ())
 
 
 def catalogue() -> list[SolverInfo]:
@@ -183,7 +194,8 @@ def catalogue() -> list[SolverInfo]:
     -------
     catalogue : list of SolverInfo
         Sorted by name.  ``objectives`` says which problems a solver answers (``throughput``,
-        ``latency``); ``options_schema`` is the JSON Schema of its options.
+        ``latency``); ``options_schema`` is the JSON Schema of its options; ``schedules`` the pipeline
+        schedules its throughput plans run, ``proven_schedules`` those under which its ``optimal`` is a proof.
 
     Raises
     ------

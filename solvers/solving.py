@@ -23,6 +23,7 @@ from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
+from solvers.partition.schedules import base_settings, search_schedules
 from solvers.runnable import runnable_notes
 from solvers.simulator import SimulationResult, simulate
 
@@ -87,10 +88,13 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     limit = time_limit_s if time_limit_s is not None else problem.settings.time_limit_s
     budget = Budget(limit)
     started = time.perf_counter()
+    base = replace(problem, settings=base_settings(problem.settings))  # the solver plans GPipe or 1F1B rank groups
     if problem.settings.global_batch is not None:
-        plan = _solve_per_micro_batches(problem, cls(), opts, budget, progress or no_progress)
+        plan = _solve_per_micro_batches(base, cls(), opts, budget, progress or no_progress)
     else:
-        plan = _solve_deciding_recompute(cls(), problem, opts, budget, progress or no_progress)
+        plan = _solve_deciding_recompute(cls(), base, opts, budget, progress or no_progress)
+    if problem.objective == "throughput":  # schedule "auto" or another by name: every schedule on its groups
+        plan = search_schedules(problem, plan)
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))

@@ -10,7 +10,11 @@ Throughput plans, per device of stage ``s`` (``R`` replicas, ``k`` micro-batches
 * with recomputation: only the stage-boundary inputs ``k * B_s / R`` are kept, plus the largest
   single-op working memory ``/ R``.
 
-``k`` is ``MB`` for GPipe and ``min(S - s, MB)`` for 1F1B (``s`` counted from 0).
+``k`` is ``MB`` for GPipe and ``min(S - s, MB)`` for 1F1B (``s`` counted from 0).  Any other
+schedule, or several virtual stages per rank (:func:`virtual_plan_memory_bytes`): a rank's devices
+hold the parameters of all its virtual stages, and the activations its action list holds at its
+peak (:func:`~solvers.model.schedules.peak_held_bytes`: an ``F`` takes one micro-batch of its stage,
+a ``B`` or a ``W`` frees it, so zero-bubble schedules keep activations until ``W``).
 
 Every device also holds its ``base_memory_bytes`` (the process's own, measured by ``placer
 topology measure``): solvers check the bytes above against :func:`capacity_bytes`, which leaves
@@ -31,10 +35,12 @@ import numpy.typing as npt
 from solvers.arrays import FloatArray, IntArray
 from solvers.cost.tensor_parallel import stage_split_mask
 from solvers.cost.traffic import group_input_bytes
+from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.problem import Problem
+from solvers.model.schedules import PipelineSchedule, build_schedule, peak_held_bytes
 
 if TYPE_CHECKING:
-    from solvers.model.plan import ResolvedPlan
+    from solvers.model.plan import Plan, ResolvedPlan
 
 
 
@@ -110,6 +116,8 @@ def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1, *,
 def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
     """Per stage: peak bytes on each of its devices (throughput or latency model, see module doc)."""
     plan = rp.plan
+    if problem.objective == "throughput" and runs_virtual_stages(plan):
+        return virtual_plan_memory_bytes(problem, rp)
     splits = [stage_split_mask(problem, rp, s) for s in range(rp.n_stages)]
     if problem.objective != "throughput":
         copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * param_bytes_factor(problem)
@@ -122,6 +130,50 @@ def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
                                float(inputs[s]) / (rp.tp(s) if plan.sequence_parallel else 1), rp.recompute[s],
                                tp=rp.tp(s), split=splits[s]) + float(copies[s])
             for s, ops in enumerate(rp.stage_ops)]
+
+
+def runs_virtual_stages(plan: Plan) -> bool:
+    """Whether a plan runs on the action-list engine: several stages per rank, or a schedule beyond GPipe/1F1B."""
+    return plan.virtual_stages > 1 or plan.schedule not in ("gpipe", "1f1b")
+
+
+def plan_schedule(plan: Plan, n_stages: int) -> PipelineSchedule:
+    """The action lists of a plan's schedule over its ``n_stages / v`` rank groups.
+
+    Raises :class:`InvalidPlan` naming the field when the counts break the schedule's rules
+    (:func:`~solvers.model.schedules.build_schedule`: ZBV and DualPipeV take ``v = 2``, DualPipeV
+    at least ``2 R`` micro-batches ...).
+    """
+    v = plan.virtual_stages
+    try:
+        return build_schedule(plan.schedule, n_stages // v, v, plan.micro_batches)
+    except InvalidProblem as exc:
+        raise InvalidPlan(str(exc), field=exc.field or "schedule") from None
+
+
+def virtual_plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
+    """Per stage: peak bytes on each device of its rank group under the plan's schedule (module doc).
+
+    Every stage of a rank group gets the group's figure: parameters (with optimizer state and shared
+    copies) of all its stages, the largest single-op working memory of them ``/ R``, and the most
+    activation bytes its actions hold at once ``/ R`` (only stage-boundary inputs where a stage recomputes).
+    """
+    g, n = problem.graph, rp.n_stages
+    sch = plan_schedule(rp.plan, n)
+    factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte
+    inputs = group_input_bytes(g, rp.stage_of, n)
+    copies = shared_copy_bytes(problem, rp.stage_of, n) * factor
+    held = [(float(inputs[j]) if rp.recompute[j] else float(g.act_bytes[ops].sum())) / rp.replicas(j)
+            for j, ops in enumerate(rp.stage_ops)]
+    peaks = peak_held_bytes(sch, held)
+    per_rank = []
+    for r in range(sch.ranks):
+        stages = sch.rank_stages(r)
+        replicas = rp.replicas(stages[0])
+        params = sum(float(g.param_bytes[rp.stage_ops[j]].sum()) * factor + float(copies[j]) for j in stages)
+        working = max(_working_bytes(problem, rp.stage_ops[j]) for j in stages)
+        per_rank.append(params + working / replicas + peaks[r])
+    return [per_rank[sch.stage_rank[j]] for j in range(n)]
 
 
 def shared_copy_bytes(problem: Problem, stage_of: IntArray, n_stages: int) -> np.ndarray:

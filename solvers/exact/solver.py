@@ -130,6 +130,9 @@ class ExactSolver:
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = ExactOptions
     version: ClassVar[str] = "1"
+    # Its model (one stage per rank, the bottleneck stage) covers these; other schedules are planned on its
+    # rank groups by solvers.partition.schedules without a proof (docs/solvers.md).
+    proven_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def solve(self, problem: Problem, options: ExactOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:

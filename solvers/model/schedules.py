@@ -25,6 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from solvers.model.errors import InvalidProblem
@@ -129,6 +130,7 @@ def stage_ranks(name: str, ranks: int, virtual_stages: int) -> tuple[int, ...]:
     return tuple(j % ranks for j in range(n))
 
 
+@lru_cache(maxsize=256)  # a schedule is immutable data; solvers and the simulator ask for the same ones often
 def build_schedule(name: str, ranks: int, virtual_stages: int, micro_batches: int) -> PipelineSchedule:
     """The action lists of schedule ``name`` for ``ranks`` ranks, ``v`` stages per rank, ``MB`` micro-batches.
 

@@ -28,10 +28,13 @@ from pydantic import (
 from solvers.model.errors import InvalidProblem
 
 Objective = Literal["throughput", "latency"]
-Schedule = Literal["1f1b", "gpipe"]
+Schedule = Literal["1f1b", "gpipe", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev", "auto"]
 Pass = Literal["forward", "training"]
 OBJECTIVES: tuple[str, ...] = ("throughput", "latency")
-SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
+SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev",
+                              "auto")
+ONE_STAGE_PER_RANK: tuple[str, ...] = ("gpipe", "1f1b")  # schedules with virtual_stages 1 only
+TWO_STAGES_PER_RANK: tuple[str, ...] = ("zbv", "dualpipev")  # V-shaped: virtual_stages 2 only
 PASSES: tuple[str, ...] = ("forward", "training")
 
 MAX_DEFAULT_MICRO_BATCHES = 64  # global_batch without micro_batches: candidates up to this count
@@ -140,6 +143,8 @@ class ProblemSettings(BaseModel):
     ``global_batch``: samples per iteration (throughput; null: ``micro_batches`` × the graph's
     ``profiled_batch_size``); every candidate must divide it, and without ``micro_batches`` the
     candidates are :func:`global_batch_candidates`.
+    ``schedule``: the pipeline schedule, ``"auto"`` searched (:mod:`solvers.schedule_search`);
+    ``virtual_stages``: stages per rank group, ``None`` searched.
     ``recompute``: ``True`` recomputes activations in every stage, ``False`` in none, ``None``
     (unset) in exactly the stages whose memory requires it (:func:`solvers.solving.solve`).
     ``stages`` / ``replicas``: fix S and R, or ``None`` to let the solver choose.  ``pinned``: op id -> device id (str) or stage index (int).
@@ -158,7 +163,13 @@ class ProblemSettings(BaseModel):
                            "the graph is scaled to global_batch / micro_batches samples per micro-batch and the "
                            "iteration time is minimised. Null: micro-batches of the graph's profiled_batch_size, "
                            "and the time per sample is minimised."))
-    schedule: Schedule = Field("1f1b", description="Pipeline schedule of a throughput plan.")
+    schedule: Schedule = Field(
+        "1f1b", description="Pipeline schedule of a throughput plan; auto: the solver searches every schedule "
+                            "with virtual_stages 1, 2 and 4 where they apply (zbv, dualpipev: 2) and keeps the "
+                            "fastest per sample.")
+    virtual_stages: Count | None = Field(
+        None, description="Stages per rank group of interleaved and V-shaped schedules (null: searched among "
+                           "1, 2 and 4 where the schedule allows; gpipe and 1f1b run 1, zbv and dualpipev 2).")
     pass_: Pass = Field("forward", alias="pass",
                         description="Latency objective: inference (forward) or forward + backward (training).")
     recompute: Flag | None = Field(
@@ -205,6 +216,18 @@ class ProblemSettings(BaseModel):
                                  f"(micro_batches {list(candidates)}: each must divide global_batch)")
         return batch
 
+    @field_validator("virtual_stages")
+    @classmethod
+    def _stages_per_rank(cls, v: int | None, info: ValidationInfo) -> int | None:
+        """gpipe and 1f1b run one stage per rank, zbv and dualpipev two."""
+        schedule = info.data.get("schedule")
+        if v is not None and v != 1 and schedule in ONE_STAGE_PER_RANK:
+            raise ValueError(f"schedule {schedule!r} runs one stage per rank, got {v} (use interleaved-1f1b, "
+                             "looped-bfs, interleaved-zb or auto for several)")
+        if v is not None and v != 2 and schedule in TWO_STAGES_PER_RANK:
+            raise ValueError(f"schedule {schedule!r} runs exactly 2 stages per rank, got {v}")
+        return v
+
     @property
     def recomputes(self) -> bool:
         """Recomputation in every stage: ``recompute`` is true.  Unset reads as false here (a solver
@@ -216,6 +239,8 @@ class ProblemSettings(BaseModel):
         out = self.model_dump(mode="json", by_alias=True)
         out["pinned"] = dict(sorted(self.pinned.items()))
         out["stage_memory_caps_bytes"] = {str(k): v for k, v in sorted(self.stage_memory_caps_bytes.items())}
+        if out["virtual_stages"] is None:  # unset is left out, so problems without it keep their digests
+            del out["virtual_stages"]
         return out
 
 

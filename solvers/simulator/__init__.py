@@ -12,6 +12,7 @@ from typing import Literal
 from solvers.collector import gc_paused
 from solvers.cost.calibrated import step_overhead_s
 from solvers.cost.compute import ComputeModel
+from solvers.cost.memory import runs_virtual_stages
 from solvers.cost.tensor_parallel import shard_allreduces
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, ResolvedPlan
@@ -21,6 +22,7 @@ from solvers.simulator.metrics import build_metrics
 from solvers.simulator.result import SimulationResult, TimelineEntry
 from solvers.simulator.stage import run_stage_engine
 from solvers.simulator.units import run_units
+from solvers.simulator.virtual import run_virtual
 from solvers.validity import problem_for_plan, resolve_plan
 
 Engine = Literal["auto", "stage", "op"]
@@ -93,14 +95,33 @@ def _simulate(problem: Problem, plan: Plan | ResolvedPlan, timeline: bool, engin
     if not throughput:
         run = run_dataflow(problem, rp, compute, mb, timeline=timeline)
         iteration_s = latency_s = run.makespan_s
+    elif runs_virtual_stages(rp.plan):  # any schedule, several stages per rank: the action-list engine
+        if engine == "op":
+            raise InvalidPlan(f"engine 'op' runs one stage per rank with GPipe or 1F1B; schedule "
+                              f"{rp.plan.schedule!r} with {rp.plan.virtual_stages} virtual stages per rank runs on "
+                              "engine 'stage'", field="engine")
+        run, _ = run_virtual(problem, rp, compute, allreduce=True, timeline=timeline)
+        iteration_s = run.makespan_s + _step_overhead_s(problem, rp)
+        latency_s = run_virtual(problem, rp, compute, allreduce=False, timeline=False, single=True)[0].makespan_s
     else:
         simulate_pipeline = run_stage_engine if engine == "stage" else run_units
         run = simulate_pipeline(problem, rp, compute, mb, allreduce=True, timeline=timeline)
-        iteration_s = run.makespan_s
-        if problem.training:  # a calibrated topology's step overhead (docs/cost-model.md "Calibration")
-            iteration_s += step_overhead_s(problem.topology, max(  # a device's share: 1/t of the split parameters
-                (size for s in range(rp.n_stages) for _, size in shard_allreduces(problem, rp, s)), default=0.0))
+        iteration_s = run.makespan_s + _step_overhead_s(problem, rp)
         latency_s = simulate_pipeline(problem, rp, compute, 1, allreduce=False, timeline=False).makespan_s
     metrics = build_metrics(problem, rp, compute, engine=engine, iteration_s=iteration_s, latency_s=latency_s,
                             traffic=run.bytes_per_channel)
     return SimulationResult(metrics, run.timeline)
+
+
+def _step_overhead_s(problem: Problem, rp: ResolvedPlan) -> float:
+    """A calibrated topology's step overhead (docs/cost-model.md "Calibration") in a training pass, for the
+    largest parameter bytes one device holds: 1/t of a tensor-parallel stage's split parameters, summed
+    over the virtual stages of its rank group."""
+    if not problem.training:
+        return 0.0
+    per_device: dict[int, float] = {}
+    for s in range(rp.n_stages):
+        share = max((size for _, size in shard_allreduces(problem, rp, s)), default=0.0)
+        first = rp.stage_devices[s][0]
+        per_device[first] = per_device.get(first, 0.0) + share
+    return step_overhead_s(problem.topology, max(per_device.values(), default=0.0))

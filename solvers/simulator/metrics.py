@@ -42,7 +42,7 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
 
 def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
     """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch; a
-    tensor-parallel stage's split ops in ``1/t``)."""
+    tensor-parallel stage's split ops in ``1/t``; summed over the virtual stages it runs)."""
     out: dict[str, float] = {}
     for s, (devs, again) in enumerate(zip(rp.stage_devices, rp.recompute, strict=True)):
         for d in devs:
@@ -50,7 +50,8 @@ def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batc
             t = f
             if problem.training:
                 t += b + (f if again else 0.0)
-            out[problem.topology.devices[d].id] = micro_batches * t / rp.replicas(s)
+            dev = problem.topology.devices[d].id  # several virtual stages on one device: their sum
+            out[dev] = out.get(dev, 0.0) + micro_batches * t / rp.replicas(s)
     return out
 
 
@@ -100,5 +101,6 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
         "efficiency": bound / objective_s if objective_s > 0 else 1.0,
         "micro_batches": mb,
         "schedule": plan.schedule,
+        "virtual_stages": plan.virtual_stages,
         "calibration": calibration_digest(problem.topology),
     }

@@ -22,7 +22,7 @@ from tests.strategies import examples, latency_cases, throughput_cases
 KEYS = {"engine", "objective_s", "iteration_s", "throughput_samples_per_s", "samples_per_iteration",
         "time_per_sample_s", "latency_s", "stage_times_s",
         "bottleneck_stage_s", "bubble_fraction", "peak_memory_bytes", "busy_s", "bytes_per_channel",
-        "lower_bound_s", "efficiency", "micro_batches", "schedule", "calibration"}
+        "lower_bound_s", "efficiency", "micro_batches", "schedule", "virtual_stages", "calibration"}
 
 
 def _throughput() -> tuple[Problem, Plan]:

@@ -1,0 +1,262 @@
+"""Plans for every pipeline schedule from a solver's rank groups: cut into ``R * v`` stages, rank per sample.
+
+A throughput solver places ops on ``R`` rank groups (its stages and their replicas, on the real
+topology).  :func:`search_schedules` turns that plan into one plan per schedule candidate
+(:func:`schedule_candidates`) and keeps the fastest per sample
+(:func:`~solvers.model.ranking.comparison_key_s`, simulated by :func:`solvers.simulator.simulate`):
+
+* schedules with one stage per rank (GPipe, 1F1B, interleaved zero-bubble with ``v = 1``, i.e.
+  ZB-H1, Qi et al., arXiv 2401.10241, Section 3) keep the solver's stages as they are;
+* schedules with ``v > 1`` (interleaved 1F1B, Narayanan et al., arXiv 2104.04473, Section 2.2;
+  interleaved zero-bubble; looped BFS; ZBV and DualPipeV, ``v = 2``) re-cut the ops, in topological
+  order, into ``R * v`` contiguous stages, stage ``j`` on the group
+  :func:`~solvers.model.schedules.stage_ranks` gives it (round-robin or V-shaped), timed on that
+  group's devices with the transfers at its ends (:func:`cut_virtual_stages`), so that every edge
+  goes to the same or a later stage.
+
+The solver's own plan is always a candidate, so the search never returns a slower plan than it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import numpy as np
+
+from solvers.arrays import FloatArray, IntArray
+from solvers.cost.comm import group_transfer_s
+from solvers.cost.compute import ComputeModel
+from solvers.model.errors import InvalidProblem, PlacerError
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan, Stage
+from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
+from solvers.model.schedules import V_SHAPED, build_schedule, stage_ranks
+from solvers.model.settings import ONE_STAGE_PER_RANK, ProblemSettings
+from solvers.model.topology import Topology
+from solvers.simulator import simulate
+from solvers.validity import problem_for_plan
+
+CUT_POSITIONS_PER_STAGE = 4  # cut positions the virtual-stage cut considers per stage (cheapest_positions)
+MIN_CUT_POSITIONS = 96
+SEARCHED_VIRTUAL_STAGES: tuple[int, ...] = (1, 2, 4)  # v tried when settings.virtual_stages is unset
+# What schedule "auto" searches (issue order); looped-bfs is planned only when asked for by name.
+AUTO_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv", "dualpipev")
+
+
+def base_settings(settings: ProblemSettings) -> ProblemSettings:
+    """The settings a solver plans its rank groups under: GPipe when asked for, 1F1B otherwise."""
+    schedule = "gpipe" if settings.schedule == "gpipe" else "1f1b"
+    return settings.model_copy(update={"schedule": schedule, "virtual_stages": None})
+
+
+def searches_schedules(settings: ProblemSettings) -> bool:
+    """Whether the settings ask for a schedule beyond the solver's own GPipe or 1F1B plan."""
+    return settings.schedule not in ONE_STAGE_PER_RANK
+
+
+def schedule_candidates(settings: ProblemSettings, ranks: int, n_ops: int, micro_batches: int) -> list[tuple[str, int]]:
+    """``(schedule, v)`` pairs to plan for ``ranks`` rank groups: the asked schedule, or :data:`AUTO_SCHEDULES`;
+    ``v`` the asked one, else :data:`SEARCHED_VIRTUAL_STAGES` where the schedule allows (GPipe/1F1B 1, ZBV and
+    DualPipeV 2; interleaved 1F1B with ``v = 1`` is 1F1B and is left to it under ``auto``).  Pairs whose counts
+    break the schedule's rules (:func:`~solvers.model.schedules.build_schedule`) or that need more stages than
+    ops are left out."""
+    names = AUTO_SCHEDULES if settings.schedule == "auto" else (settings.schedule,)
+    out = []
+    for name in names:
+        if name in ONE_STAGE_PER_RANK:
+            counts: tuple[int, ...] = (1,)
+        elif name in V_SHAPED:
+            counts = (2,)
+        elif settings.virtual_stages is not None:
+            counts = (settings.virtual_stages,)
+        else:
+            counts = SEARCHED_VIRTUAL_STAGES[1:] if name == "interleaved-1f1b" and settings.schedule == "auto" \
+                else SEARCHED_VIRTUAL_STAGES
+        for v in counts:
+            if ranks * v > n_ops:
+                continue
+            try:
+                build_schedule(name, ranks, v, micro_batches)
+            except InvalidProblem:
+                continue
+            out.append((name, v))
+    return out
+
+
+def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int],
+                       send_s: Sequence[tuple[FloatArray, FloatArray]] | None = None,
+                       positions: Sequence[int] | IntArray | None = None) -> list[int]:
+    """Cut ops ``0 .. n-1`` (in this order) into ``len(stage_rank)`` non-empty contiguous stages, stage ``j``
+    timed by ``weights_s[stage_rank[j]]`` (per op, on its rank's group) plus, with ``send_s``, the transfers
+    at its ends: ``send_s[j] = (down, up)``, ``down[e]`` the time to send what crosses position ``e`` to
+    stage ``j + 1``'s group and ``up[e]`` the gradients back from it (both 0 between stages of one rank).
+
+    A rank runs all its stages for every micro-batch, and the interleaved bubble shrinks with stages
+    of equal time (Narayanan et al., arXiv 2104.04473, Section 2.2).  Two dynamic programmes over
+    (stage, end position), ``O(S n^2)`` each: the first finds the least largest stage time ``T``; the
+    second, among the cuts with every stage within ``T``, the one with the least sum of squared stage
+    times, which balances the stages the bottleneck leaves free (a heavy op that cannot be split sets
+    ``T``; the others still even out).  The simulator ranks what it gives.
+
+    ``positions``: the cut positions allowed between ``1`` and ``n - 1`` (default: all), at least
+    ``n_stages - 1`` of them; fewer make the programmes ``O(S k^2)`` for ``k`` positions.
+
+    Returns the ``n_stages + 1`` cut positions (``0`` first, ``n`` last).
+    """
+    n, n_stages = len(weights_s[0]), len(stage_rank)
+    inner = np.arange(1, n) if positions is None else np.unique(np.asarray(positions, dtype=np.int64))
+    if n_stages > n or len(inner) < n_stages - 1 or (len(inner) and (inner[0] < 1 or inner[-1] > n - 1)):
+        raise InvalidProblem(f"stages: {n_stages} virtual stages need {n_stages - 1} cut positions among the "
+                             f"{n} ops, got {len(inner)}", field="stages")
+    points = np.concatenate(([0], inner, [n]))  # the DP runs over these positions
+    k = len(points)
+    prefix = [np.concatenate(([0.0], np.cumsum(w)))[points] for w in weights_s]
+    zeros = np.zeros(k)
+    empty = np.arange(k)[:, None] >= np.arange(k)[None, :]  # [a, b]: stage from points[a] to points[b] is empty
+    costs = []  # costs[j][a, b] = time of stage j over ops points[a] .. points[b] - 1 with its transfers
+    for j, r in enumerate(stage_rank):
+        down = send_s[j][0][points] if send_s is not None and j < n_stages - 1 else zeros
+        up = send_s[j - 1][1][points] if send_s is not None and j > 0 else zeros
+        costs.append(np.where(empty, np.inf, prefix[r][None, :] - prefix[r][:, None] + down[None, :] + up[:, None]))
+    worst = np.full(k, np.inf)  # worst[b] = least largest stage time of stages 0..j over ops 0..points[b]-1
+    worst[0] = 0.0
+    for cost in costs:
+        worst = np.min(np.maximum(worst[:, None], cost), axis=0)
+    limit_s = float(worst[-1]) * (1 + 1e-9) + 1e-300
+    best = np.full(k, np.inf)  # best[b] = least sum of squares, every stage within limit_s
+    best[0] = 0.0
+    back: list[IntArray] = []  # back[j][b] = where stage j starts when it ends at points[b]
+    for cost in costs:
+        total = np.where(cost <= limit_s, best[:, None] + cost * cost, np.inf)
+        back.append(np.argmin(total, axis=0))
+        best = total[back[-1], np.arange(k)]
+    cuts = [k - 1]
+    for j in range(n_stages - 1, -1, -1):
+        cuts.append(int(back[j][cuts[-1]]))
+    return [int(points[c]) for c in cuts[::-1]]
+
+
+def _crossing_bytes(graph: OpGraph, position: IntArray) -> FloatArray:
+    """``out[e]`` = bytes of the edges from an op before position ``e`` (in ``position`` order) to one at or after it."""
+    diff = np.zeros(graph.n_ops + 2)
+    np.add.at(diff, position[graph.edge_src] + 1, graph.edge_bytes)
+    np.add.at(diff, position[graph.edge_dst] + 1, -graph.edge_bytes)
+    return np.cumsum(diff)[: graph.n_ops + 1]
+
+
+def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: bool) -> Plan:
+    """``plan``'s rank groups (its stages' devices, in order) running ``name`` with ``v`` stages each, the ops
+    re-cut by :func:`cut_virtual_stages` on each group's forward + backward times (+ forward with
+    recomputation) and the transfers between consecutive stages' groups (:func:`~solvers.cost.comm.group_transfer_s`
+    of the bytes crossing each cut position)."""
+    scored = problem_for_plan(problem, plan)
+    graph, topo = scored.graph, scored.topology
+    groups = [[topo.index[d] for d in stage.devices] for stage in plan.stages]
+    compute = ComputeModel(graph, topo)
+    order = graph.topo_order
+    weights = []
+    for devs in groups:
+        f, b = compute.group_fwd_s(devs), compute.group_bwd_s(devs)
+        weights.append((f * (2.0 if recompute else 1.0) + b)[order])
+    where = stage_ranks(name, len(groups), v)
+    crossing = _crossing_bytes(graph, graph.topo_position)
+    send = []
+    for j in range(len(where) - 1):
+        here, there = groups[where[j]], groups[where[j + 1]]
+        send.append((_linear_transfer_s(topo, here, there, crossing), _linear_transfer_s(topo, there, here, crossing)))
+    cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where)))
+    ids = graph.ids
+    stages = tuple(Stage(tuple(ids[k] for k in order[cuts[j]:cuts[j + 1]]), plan.stages[where[j]].devices)
+                   for j in range(len(where)))
+    return plan.with_(stages=stages, schedule=name, virtual_stages=v, recompute=recompute, order=None,
+                      claimed_objective_s=None, lower_bound_s=None)
+
+
+def cheapest_positions(crossing_bytes: FloatArray, n_stages: int) -> IntArray:
+    """The cut positions (``1 .. n - 1``) the virtual-stage cut may use: the :data:`CUT_POSITIONS_PER_STAGE`
+    ``* n_stages`` (at least :data:`MIN_CUT_POSITIONS`) where the fewest bytes cross, ties to the earlier.
+    In a transformer these are the layer boundaries (only the residual stream crosses); fewer positions
+    keep the cut's dynamic programmes small on graphs of many ops."""
+    n = len(crossing_bytes) - 1
+    keep = max(MIN_CUT_POSITIONS, CUT_POSITIONS_PER_STAGE * n_stages)
+    inner = np.arange(1, n)
+    if len(inner) <= keep:
+        return inner
+    chosen = inner[np.argsort(crossing_bytes[1:n], kind="stable")[:keep]]
+    return np.sort(chosen)
+
+
+def _linear_transfer_s(topo: Topology, src: list[int], dst: list[int], size_bytes: FloatArray) -> FloatArray:
+    """:func:`~solvers.cost.comm.group_transfer_s` for each size (it is affine in the size); 0 within a group."""
+    if src == dst:
+        return np.zeros_like(size_bytes)
+    fixed = group_transfer_s(topo, src, dst, 0.0)
+    per_byte = (group_transfer_s(topo, src, dst, 2.0**30) - fixed) / 2.0**30
+    return np.where(size_bytes > 0, fixed + per_byte * size_bytes, 0.0)
+
+
+def _key(problem: Problem, plan: Plan) -> float:
+    try:
+        key = comparison_key_s(simulate(problem, plan).metrics, problem.objective, problem.settings.global_batch)
+    except PlacerError:
+        return math.inf
+    return math.inf if key is None else key
+
+
+def search_schedules(problem: Problem, plan: Plan) -> Plan:
+    """The fastest per sample of ``plan`` under every schedule candidate of ``problem.settings`` (module doc).
+
+    ``plan`` is a solver's plan under :func:`base_settings`.  Its own schedule competes under ``auto``.  A
+    solver's proof of optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes
+    ``feasible`` (its bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each
+    candidate's comparison key (``null``: it does not fit).  With a schedule asked for by name and no
+    candidate fitting, the answer is an infeasible plan naming the schedule.
+    """
+    if not searches_schedules(problem.settings) or plan.status == "infeasible" or not plan.stages:
+        return plan
+    settings = problem.settings
+    ranks = len(plan.stages)
+    tried: dict[str, float | None] = {}
+    best: tuple[float, Plan] | None = None
+    if settings.schedule == "auto":
+        best = (_key(problem, plan), plan)
+        tried[f"{plan.schedule}/1"] = best[0] if math.isfinite(best[0]) else None
+    pinned = bool(settings.pinned)
+    for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops, plan.micro_batches):
+        if f"{name}/{v}" in tried:
+            continue
+        options: list[Callable[[], Plan]]
+        if v == 1:
+            options = [partial(plan.with_, schedule=name, virtual_stages=1, order=None)]
+        elif pinned:  # a pin names a device or a stage of the solver's cut, which the re-cut would move
+            continue
+        else:  # recomputation only when the plan without it does not fit
+            flags = [False, True] if settings.recompute is None else [settings.recompute is True]
+            options = [partial(virtual_plan, problem, plan, name, v, flag) for flag in flags]
+        key, chosen = math.inf, plan
+        for option in options:
+            chosen = option()
+            key = _key(problem, chosen)
+            if math.isfinite(key):
+                break
+        tried[f"{name}/{v}"] = key if math.isfinite(key) else None
+        if math.isfinite(key) and (best is None or key < best[0]):
+            best = (key, chosen)
+    stats = {**plan.stats, "schedule_candidates": tried}
+    if best is None or not math.isfinite(best[0]):
+        if settings.schedule == "auto":
+            return plan.with_(stats=stats)
+        return Plan(stages=(), status="infeasible", schedule=base_settings(settings).schedule, stats=stats,
+                    notes=(*plan.notes, f"schedule {settings.schedule!r}: no plan on the solver's {ranks} rank "
+                                        "groups fits (micro-batch count, stage count or memory)"))
+    chosen = best[1]
+    status, bound, notes = chosen.status, chosen.lower_bound_s, chosen.notes
+    if status == "optimal" and (chosen is not plan or len(tried) > 1):
+        status, bound = "feasible", None
+        notes = (*notes, f"schedule {chosen.schedule!r}: the solver's proof covers its own one-stage-per-rank "
+                         "model only")
+    return chosen.with_(status=status, lower_bound_s=bound, notes=notes, stats=stats,
+                        claimed_objective_s=None if chosen is not plan else chosen.claimed_objective_s)

@@ -1,0 +1,113 @@
+"""Solvers choose the pipeline schedule: settings, the virtual-stage cut, and every throughput solver's plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solvers import Problem, generate_graph, generate_topology, simulate, solve
+from solvers.model.errors import InvalidProblem
+from solvers.model.plan import plan_from_document
+from solvers.model.problem import ProblemSettings
+from solvers.model.schedules import stage_ranks
+from solvers.model.settings import settings_from_dict
+from solvers.partition.schedules import cut_virtual_stages, schedule_candidates
+from solvers.validity import resolve_plan
+
+THROUGHPUT_SOLVERS = ("even", "parmesan", "rannc", "pipedream", "exact", "auto")
+
+
+@pytest.fixture(scope="module")
+def problem4() -> Problem:
+    graph = generate_graph("transformer", layers=4)
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=4)
+    return Problem(graph, topology, "throughput", ProblemSettings(micro_batches=(8,)))
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"schedule": "1f1b", "virtual_stages": 2}, "settings.virtual_stages"),
+    ({"schedule": "dualpipev", "virtual_stages": 4}, "settings.virtual_stages"),
+    ({"schedule": "interleaved"}, "settings.schedule"),
+    ({"virtual_stages": 0}, "settings.virtual_stages"),
+    ({"virtual_stages": "2"}, "settings.virtual_stages"),
+])
+def test_settings_errors_name_the_field(raw: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidProblem) as info:
+        settings_from_dict(raw)
+    assert info.value.field == field and field in str(info.value)
+
+
+def test_unset_virtual_stages_keep_the_problem_digest() -> None:
+    assert "virtual_stages" not in ProblemSettings().to_dict()
+    assert ProblemSettings(schedule="auto", virtual_stages=2).to_dict()["virtual_stages"] == 2
+
+
+def test_candidates_follow_each_schedule_rule() -> None:
+    auto = schedule_candidates(ProblemSettings(schedule="auto"), 4, 100, 4)
+    assert ("gpipe", 1) in auto and ("1f1b", 1) in auto and ("zbv", 2) in auto
+    assert ("dualpipev", 2) not in auto  # needs 2 x 4 micro-batches
+    assert ("interleaved-zb", 4) in auto and ("interleaved-1f1b", 1) not in auto
+    assert schedule_candidates(ProblemSettings(schedule="auto"), 4, 100, 8).count(("dualpipev", 2)) == 1
+    assert schedule_candidates(ProblemSettings(schedule="interleaved-1f1b", virtual_stages=2), 4, 100, 8) == \
+        [("interleaved-1f1b", 2)]
+    assert schedule_candidates(ProblemSettings(schedule="interleaved-zb"), 4, 10, 8) == [("interleaved-zb", 1),
+                                                                                      ("interleaved-zb", 2)]
+
+
+def test_cut_balances_equal_ops_and_follows_rank_speed() -> None:
+    ones = np.ones(12)
+    assert cut_virtual_stages([ones, ones], stage_ranks("interleaved-1f1b", 2, 2)) == [0, 3, 6, 9, 12]
+    # rank 1 twice as slow: its stages get half the ops of rank 0's
+    assert cut_virtual_stages([ones, 2 * ones], stage_ranks("zbv", 2, 2)) == [0, 4, 6, 8, 12]
+
+
+def test_cut_avoids_an_expensive_crossing() -> None:
+    ones = np.ones(4)
+    costly = np.array([0.0, 0.0, 10.0, 0.0, 0.0])  # cutting after op 1 sends for 10 s
+    cuts = cut_virtual_stages([ones, ones], (0, 1), [(costly, costly)])
+    assert cuts in ([0, 1, 4], [0, 3, 4])
+
+
+@pytest.mark.parametrize("solver", THROUGHPUT_SOLVERS)
+def test_auto_schedule_never_slower_than_the_solvers_1f1b_plan(problem4: Problem, solver: str) -> None:
+    one = solve(problem4, solver, time_limit_s=20)
+    best = solve(problem4.with_settings(schedule="auto"), solver, time_limit_s=20)
+    assert one.metrics is not None and best.metrics is not None
+    assert best.metrics["time_per_sample_s"] <= one.metrics["time_per_sample_s"] * (1 + 1e-9)
+    assert best.status != "optimal"  # the proofs cover one-stage-per-rank GPipe/1F1B only
+    tried = best.stats["schedule_candidates"]
+    assert f"{best.schedule}/{best.virtual_stages}" in tried and len(tried) > 3
+    again = plan_from_document(best.to_document())  # the chosen plan resolves and simulates as it reports
+    resolve_plan(problem4, again)
+    assert simulate(problem4, again).metrics["iteration_s"] == pytest.approx(best.metrics["iteration_s"], rel=1e-12)
+    assert best.metrics["schedule"] == best.schedule and 0.0 <= best.metrics["bubble_fraction"] < 1.0
+
+
+@pytest.mark.parametrize(("schedule", "v"), [("zbv", 2), ("dualpipev", 2), ("interleaved-1f1b", 2),
+                                             ("looped-bfs", 2), ("interleaved-zb", 1)])
+def test_a_schedule_by_name_gives_that_schedule(problem4: Problem, schedule: str, v: int) -> None:
+    plan = solve(problem4.with_settings(schedule=schedule, virtual_stages=v), "parmesan", time_limit_s=20)
+    assert plan.status == "feasible" and plan.schedule == schedule and plan.virtual_stages == v
+    ranks = len(plan.stages) // v
+    where = stage_ranks(schedule, ranks, v)
+    assert all(plan.stages[j].devices == plan.stages[where[j]].devices for j in range(len(plan.stages)))
+    assert plan.metrics is not None and plan.metrics["virtual_stages"] == v
+
+
+def test_exact_under_1f1b_keeps_its_proof(problem4: Problem) -> None:
+    assert solve(problem4, "exact", time_limit_s=20).status == "optimal"
+
+
+def test_a_schedule_that_cannot_run_is_infeasible_and_named(problem4: Problem) -> None:
+    plan = solve(problem4.with_settings(schedule="dualpipev", micro_batches=(2,)), "parmesan", time_limit_s=20)
+    assert plan.status == "infeasible" and any("dualpipev" in note for note in plan.notes)
+
+
+def test_the_catalogue_states_each_solvers_schedules_and_proofs() -> None:
+    from solvers import registry
+    from solvers.model.schedules import PIPELINE_SCHEDULES
+    for name in THROUGHPUT_SOLVERS:
+        entry = registry.info(name).to_dict()
+        assert entry["schedules"] == list(PIPELINE_SCHEDULES)
+        assert entry["proven_schedules"] == (["gpipe", "1f1b"] if name == "exact" else [])
+    assert registry.info("moirai").to_dict()["schedules"] == []
