@@ -42,22 +42,27 @@ from launcher.runtime.pipeline import TiedGroups, boundary_examples, slice_model
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from launcher.stagemap import pipeline_ranks, rank_groups, schedule_refusal
-from solvers.model.errors import InvalidPlan
+from solvers.model.errors import InvalidInput, InvalidPlan
 from solvers.model.schedules import TORCH_SCHEDULE_CLASSES
 
+SPLIT_BACKWARD = frozenset({"interleaved-zb", "zbv", "dualpipev"})  # their backwards run as I, then W
 
-class Unviewed(torch.nn.Module):
-    """A stage whose outputs are never views: the zero-bubble schedules detach a stage's outputs in place
-    after its input-gradient backward (``stage_backward_input``), which a view does not allow; a view
-    output (a reshaped or expanded value) is returned as a copy."""
+
+class CopiedOutputs(torch.nn.Module):
+    """A stage that returns copies of its tensor outputs.
+
+    The schedules that split a backward into I and W detach the stage's outputs in place after I
+    (``stage_backward_input``): a view cannot be detached in place, and an output that the stage's
+    own W still reads (an activation saved for a weight gradient) must not be.  The copies are what
+    crosses the boundary; the stage keeps its own tensors.
+    """
 
     def __init__(self, inner: torch.nn.Module) -> None:
         super().__init__()
         self.inner = inner
 
     def forward(self, *args: torch.Tensor) -> tuple[Any, ...]:
-        out = as_tuple(self.inner(*args))
-        return tuple(o.clone() if isinstance(o, torch.Tensor) and o._base is not None else o for o in out)
+        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in as_tuple(self.inner(*args)))
 
 
 class MultiStageRunner:
@@ -95,8 +100,10 @@ class MultiStageRunner:
             self.materialized_bytes += materialize(graph.module, read_targets(graph.module), self.aliases, ctx.weights,
                                                    ctx.world.torch_device, shared)
             inner: torch.nn.Module = to_device(graph.module, ctx.world.torch_device)
-            module = Unviewed(wrap_stage(inner, graph, sliced.module, plan.recomputes(s), ctx.autocast,
-                                         ctx.world.torch_device)).to(ctx.world.torch_device)
+            module = wrap_stage(inner, graph, sliced.module, plan.recomputes(s), ctx.autocast, ctx.world.torch_device)
+            if plan.schedule in SPLIT_BACKWARD:
+                module = CopiedOutputs(module)
+            module = module.to(ctx.world.torch_device)
             module.register_forward_pre_hook(self._start)
             module.register_forward_hook(self._stop)
             self.modules.append(module)
@@ -172,8 +179,8 @@ class MultiStageRunner:
         return float(loss)
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
-        """A forward pass of every micro-batch (the schedule's forwards only); the last stage's outputs, rows in order."""
-        rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
-        with torch.no_grad():
-            out = self.schedule.eval(*self._args(inputs, rows))
-        return as_tuple(out) if self.is_last else None
+        """Refused on every rank before any transfer: torch's multi-stage classes have no forward-only pass
+        (their ``eval`` still computes the loss, and the V-shaped ones need backward state)."""
+        raise InvalidInput(f"--inference: schedule {self.ctx.plan.schedule!r} runs on torch's multi-stage schedule "
+                           "classes, which have no forward-only pass; run inference with a gpipe or 1f1b plan",
+                           field="inference")

@@ -99,6 +99,9 @@ def test_every_multi_stage_schedule_verifies_on_two_processes(extracted: dict[st
     # v = 4 round-robin, and interleaved with fewer micro-batches than stages (torch's rounds of 1)
     rows.append(("gpt2-interleaved-1f1b-v4", extracted["gpt2"], virtual_plan(extracted["gpt2"], "interleaved-1f1b",
                                                                              2, 4, 2)))
+    # every stage recomputed under a split backward (W runs through torch.utils.checkpoint)
+    rows.append(("gpt2-zbv-recompute", extracted["gpt2"], {**virtual_plan(extracted["gpt2"], "zbv", 2, 2, 4),
+                                                           "recompute": True}))
     print(_run_world(tmp_path, rows, 2))
 
 
@@ -144,3 +147,5 @@ def test_run_record_times_every_stage_of_a_rank(extracted: dict[str, Path], tmp_
     times = record.summary["stage_times_s"]
     assert times is not None and len(times) == 4 and all(t > 0 for t in times)
     assert run.metrics is not None and [r["stage"] for r in run.metrics["ranks"]] == [0, 1]
+    refused = torchrun(folder, 2, "--inference")
+    assert refused.code != 0 and "--inference: schedule 'zbv' runs on torch's multi-stage schedule classes" in refused.log
