@@ -2,13 +2,15 @@
 
 :func:`check_plan` does what every rank does before it runs, without data or memory: the bundle's
 own refusals (an infeasible plan, another graph, a device missing from the topology, a graph
-without ``attrs.source``), the plan's ops
+without ``attrs.source``), what torch's schedule class cannot run (:func:`launcher.stagemap.schedule_refusal`:
+micro-batch counts the class refuses, virtual stages it does not take), the plan's ops
 against the graph, the model rebuilt and exported on ``meta`` and compared with the graph, every
 stage built as the runtime builds it (ops reading a later stage, ``get_attr`` targets that are
 neither weights nor lifted constants), the replica slices (a micro-batch that does not split, a
 slice whose export has other ops).  It traces every value that crosses a stage boundary: dtype,
 shape, whether the export makes it contiguous (the runtime sends it contiguous either way) and
-the stages it crosses, lists the parameters that several stages share (kept tied), and notes a
+the stages it crosses (with virtual stages, every boundary between consecutive stages, whichever
+ranks hold them), lists the parameters that several stages share (kept tied), and notes a
 stage that does no compute (:mod:`solvers.runnable`: it runs, but no solver returns it).
 
 Needs torch; importing this module does not import it.
@@ -21,6 +23,8 @@ from typing import Any
 
 from extract.deps import require_torch
 from launcher.bundle import build_bundle, plan_kind
+from launcher.placement import device_slots
+from launcher.stagemap import schedule_refusal
 from launcher.structure import granularity_depth, model_source, op_stage, structure_digest
 from solvers.model.errors import InvalidInput, InvalidPlan, PlacerError
 from solvers.model.graph import OpGraph
@@ -75,6 +79,7 @@ def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
     report = CheckReport(plan_kind(plan), len(plan.stages))
     try:
         build_bundle(plan, graph, topology)
+        schedule_refusal(plan, [slot.device for slot in device_slots(plan, topology)])
         report.notes = runnable_notes(graph, plan)
         if not model_required:
             try:

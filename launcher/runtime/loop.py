@@ -28,6 +28,7 @@ import torch.distributed as dist
 from launcher.bundle import plan_kind
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.dataflow import DataflowRunner
+from launcher.runtime.multistage import MultiStageRunner
 from launcher.runtime.pipeline import PipelineRunner
 from launcher.runtime.record import StepRecorder, environment, gather_ranks, rank_record
 from launcher.runtime.training import (
@@ -39,6 +40,7 @@ from launcher.runtime.training import (
     save_checkpoint,
 )
 from launcher.runtime.uneven import UnevenRunner
+from launcher.stagemap import is_multi_stage
 from solvers.model.canonical import plain_json
 from solvers.model.run import RunRecord, run_summary
 
@@ -113,6 +115,8 @@ def make_runner(ctx: LaunchContext) -> Runner:
         return DataflowRunner(ctx)
     widths = {len(s.devices) for s in ctx.plan.stages}
     plan = ctx.plan
+    if is_multi_stage(plan.schedule):
+        return MultiStageRunner(ctx)  # launcher check refuses what torch's multi-stage classes cannot run
     if len(widths) > 1 or (plan.schedule == "1f1b" and plan.micro_batches < len(plan.stages)):
         return UnevenRunner(ctx)  # torch's Schedule1F1B needs at least as many micro-batches as stages
     return PipelineRunner(ctx)

@@ -66,7 +66,8 @@ class TiedGroups:
     def __init__(self, ctx: LaunchContext, weights: torch.nn.Module, stages: list[StageGraph]) -> None:
         self.stages = shared_parameters(weights, stages)
         sets = sorted({tuple(v) for v in self.stages.values()})
-        ranks = [sorted(ctx.world.rank_of[d] for s in group for d in ctx.plan.stages[s].devices) for group in sets]
+        # a rank holding several of the stages (virtual stages) is in the group once
+        ranks = [sorted({ctx.world.rank_of[d] for s in group for d in ctx.plan.stages[s].devices}) for group in sets]
         self.groups = dict(zip(sets, new_groups(ranks), strict=True))
 
     def counted(self, names: list[str], stage: int, replica: int) -> set[str]:

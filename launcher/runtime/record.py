@@ -7,7 +7,8 @@ stage forwards and backwards run inside ``record_function`` ranges (``placer::fo
 transfer's time, shape and dtype:
 
 - **Forward**: the stage module's call (forward pre-/post-hooks), one range per micro-batch.
-- **Backward**: ``PipelineStage.backward_one_chunk``, or the uneven runner's backward of one
+- **Backward**: ``PipelineStage.backward_one_chunk`` (and ``backward_weight_one_chunk``, the
+  weight-gradient part of a split backward, a range of its own), or the uneven runner's backward of one
   micro-batch less the receives and sends inside it (``placer::phase`` ranges), so that a wait for a
   neighbour's gradient is not counted as compute.
 - **Transfers**: ``gloo:send`` / ``gloo:recv`` (``nccl:`` on GPUs); a transfer's phase (forward
@@ -17,6 +18,9 @@ transfer's time, shape and dtype:
   both kinds); what was posted before the first such range (the step's opening barrier) is left
   out.  An op-level (latency)
   plan's runner records transfers but no stage ranges (its stages are devices running op by op).
+- **Several stages per rank** (virtual stages): the ranges are ``placer::forward::<stage>`` and
+  ``placer::backward::<stage>``; the record lists the stage of each (``forward_stages``,
+  ``backward_stages``).
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ class StepRecorder:
         """``runner``: the runner whose calls to time (None: no profiled steps, nothing wrapped)."""
         self.forward_s: list[float] = []
         self.backward_s: list[float] = []
+        self.forward_stages: list[int] = []  # the stage of each entry, for a runner with several stages
+        self.backward_stages: list[int] = []
+        self.several = False
         self.transfers: list[Transfer] = []
         self.steps: list[int] = []
         self._open: list[Any] = []
@@ -60,16 +67,20 @@ class StepRecorder:
 
     # ---- ranges around the runner's calls ------------------------------------------------------------
     def _instrument(self, runner: Any) -> None:
+        if hasattr(runner, "stage_indices"):  # several stages per rank: ranges named by stage
+            self.several = True
+            for j, module, stage in zip(runner.stage_indices, runner.modules, runner.stages, strict=True):
+                module.register_forward_pre_hook(self._opener(f"{FORWARD}::{j}"))
+                module.register_forward_hook(self._exit_forward)
+                self._instrument_stage(stage, f"{BACKWARD}::{j}")
+            return
         module = getattr(runner, "module", None)
         if isinstance(module, torch.nn.Module):
             module.register_forward_pre_hook(self._enter_forward)
             module.register_forward_hook(self._exit_forward)
         stage = getattr(runner, "stage", None)
         if stage is not None and hasattr(stage, "backward_one_chunk"):
-            stage.backward_one_chunk = ranged(BACKWARD, stage.backward_one_chunk)
-            for name, phase, op in (("get_fwd_send_ops", "forward", "send"), ("get_fwd_recv_ops", "forward", "recv"),
-                                    ("get_bwd_send_ops", "backward", "send"), ("get_bwd_recv_ops", "backward", "recv")):
-                setattr(stage, name, ranged(f"{COMM}::{phase}::{op}", getattr(stage, name)))
+            self._instrument_stage(stage, BACKWARD)
         elif hasattr(runner, "_recv_output_grads"):  # the uneven runner
             runner._backward = ranged(BACKWARD, runner._backward)
             for name, phase, op in (("_recv_inputs", "forward", "recv"), ("_send_outputs", "forward", "send"),
@@ -80,8 +91,27 @@ class StepRecorder:
             runner._forward = ranged(f"{COMM}::forward::any", runner._forward)
             runner._backward = ranged(f"{COMM}::backward::any", runner._backward)
 
+    @staticmethod
+    def _instrument_stage(stage: Any, backward: str) -> None:
+        """A ``PipelineStage``'s backward (both parts of a split one) in ``backward`` ranges, its sends and
+        receives marked by phase."""
+        stage.backward_one_chunk = ranged(backward, stage.backward_one_chunk)
+        stage.backward_weight_one_chunk = ranged(backward, stage.backward_weight_one_chunk)
+        for name, phase, op in (("get_fwd_send_ops", "forward", "send"), ("get_fwd_recv_ops", "forward", "recv"),
+                                ("get_bwd_send_ops", "backward", "send"), ("get_bwd_recv_ops", "backward", "recv")):
+            setattr(stage, name, ranged(f"{COMM}::{phase}::{op}", getattr(stage, name)))
+
+    def _opener(self, name: str) -> Callable[..., None]:
+        """A forward pre-hook that opens a ``name`` range."""
+        def hook(*_: Any) -> None:
+            self._open_range(name)
+        return hook
+
     def _enter_forward(self, *_: Any) -> None:
-        scope: Any = record_function(FORWARD)
+        self._open_range(FORWARD)
+
+    def _open_range(self, name: str) -> None:
+        scope: Any = record_function(name)
         scope.__enter__()
         self._open.append(scope)
 
@@ -108,16 +138,21 @@ class StepRecorder:
             if name.startswith(COMM):
                 _, _, mark_phase, mark_op = name.split("::")
                 marks.append((e.time_range.start, e.time_range.end, mark_phase, mark_op))
-            elif name in (FORWARD, BACKWARD) or "barrier" in name:
+            elif name.startswith((FORWARD, BACKWARD)) or "barrier" in name:
                 ranges.setdefault("barrier" if "barrier" in name else name, []).append(
                     (e.time_range.start, e.time_range.end))
             elif name.split(":")[-1] in ("send", "recv") and name.split(":")[0] in ("gloo", "nccl"):
                 comms.append(e)
         inside = [(a, b) for a, b, _, op in marks if op != "any"]
-        self.forward_s += [(b - a) * 1e-6 for a, b in sorted(ranges.get(FORWARD, []))]
-        for a, b in sorted(ranges.get(BACKWARD, [])):
+        forwards = sorted((a, b, key) for key, spans in ranges.items() if key.startswith(FORWARD) for a, b in spans)
+        backwards = sorted((a, b, key) for key, spans in ranges.items() if key.startswith(BACKWARD) for a, b in spans)
+        self.forward_s += [(b - a) * 1e-6 for a, b, _ in forwards]
+        for a, b, _ in backwards:
             waited = sum(d - c for c, d in inside if a <= c and d <= b)
             self.backward_s.append(max(0.0, b - a - waited) * 1e-6)
+        if self.several:  # "placer::forward::<stage>"
+            self.forward_stages += [int(key.rsplit("::", 1)[1]) for _, _, key in forwards]
+            self.backward_stages += [int(key.rsplit("::", 1)[1]) for _, _, key in backwards]
         origin = min([*(a for spans in ranges.values() for a, _ in spans), *(m[0] for m in marks),
                       *(e.time_range.start for e in comms)], default=0.0)
         for e in sorted(comms, key=lambda ev: ev.time_range.start):
@@ -172,7 +207,8 @@ def rank_record(rank: int, device: str, stage: int, replica: int, times_s: list[
     return RankRecord(rank=rank, device=device, stage=stage, replica=replica, hostname=socket.gethostname(),
                       iterations_s=tuple(times_s), memory=memory_peaks(torch_device),
                       profiled_steps=tuple(recorder.steps), forward_s=tuple(recorder.forward_s),
-                      backward_s=tuple(recorder.backward_s), transfers=tuple(recorder.transfers))
+                      backward_s=tuple(recorder.backward_s), transfers=tuple(recorder.transfers),
+                      forward_stages=tuple(recorder.forward_stages), backward_stages=tuple(recorder.backward_stages))
 
 
 def gather_ranks(mine: RankRecord, world_size: int) -> list[RankRecord] | None:

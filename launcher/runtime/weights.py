@@ -116,14 +116,17 @@ def write_weights(source: Mapping[str, Any], path: str | Path) -> int:
 
 
 def materialize(module: fx.GraphModule, targets: Iterable[str], aliases: Mapping[str, str], source: WeightSource,
-                device: torch.device) -> int:
+                device: torch.device, shared: dict[str, torch.Tensor] | None = None) -> int:
     """Give ``module``'s parameters and buffers ``targets`` their values from ``source`` on ``device``.
 
     ``aliases`` maps every name of a parameter to its first name: a tied parameter is computed
     once and is one object under each of its names.  Targets the source does not know (constants
-    the export lifted) keep their values.  Returns the bytes materialised.
+    the export lifted) keep their values.  ``shared``: tensors already materialised by first name
+    (several stages of one rank hold one object per tensor); it receives this call's.  Returns the
+    bytes materialised by this call.
     """
-    loaded: dict[str, torch.Tensor] = {}
+    loaded: dict[str, torch.Tensor] = {} if shared is None else shared
+    before = set(loaded)
     for target in sorted(set(targets)):
         owner_path, _, attr = target.rpartition(".")
         owner = module.get_submodule(owner_path) if owner_path else module
@@ -150,7 +153,7 @@ def materialize(module: fx.GraphModule, targets: Iterable[str], aliases: Mapping
                 name = aliases.get(full, full)
                 if name in loaded and slots[attr] is not loaded[name]:
                     slots[attr] = loaded[name]
-    return sum(t.numel() * t.element_size() for t in loaded.values())
+    return sum(t.numel() * t.element_size() for name, t in loaded.items() if name not in before)
 
 
 def read_targets(gm: fx.GraphModule) -> list[str]:

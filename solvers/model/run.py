@@ -32,7 +32,7 @@ RUN_KEYS = frozenset({"format", "plan_digest", "graph_digest", "topology_digest"
                       "micro_batches", "schedule", "steps", "warmup", "profile_steps", "rows_per_iteration",
                       "environment", "iterations_s", "ranks", "summary"})
 RANK_KEYS = frozenset({"rank", "device", "stage", "replica", "hostname", "iterations_s", "profiled_steps",
-                       "forward_s", "backward_s", "transfers", "memory"})
+                       "forward_s", "backward_s", "forward_stages", "backward_stages", "transfers", "memory"})
 TRANSFER_KEYS = frozenset({"op", "step", "phase", "start_s", "duration_s", "bytes", "shape", "dtype"})
 MEMORY_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_resident_bytes")
 SUMMARY_KEYS = frozenset({"iteration_s", "stage_times_s", "peak_memory_bytes"})
@@ -74,12 +74,35 @@ class RankRecord:
     forward_s: tuple[float, ...] = ()  # every stage forward (one micro-batch) of the profiled steps
     backward_s: tuple[float, ...] = ()  # every stage backward (one micro-batch) of the profiled steps
     transfers: tuple[Transfer, ...] = ()
+    # a rank holding several stages (virtual stages): the stage of each forward_s / backward_s entry
+    forward_stages: tuple[int, ...] = ()
+    backward_stages: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "device": self.device, "stage": self.stage, "replica": self.replica,
-                "hostname": self.hostname, "iterations_s": list(self.iterations_s), "memory": dict(self.memory),
-                "profiled_steps": list(self.profiled_steps), "forward_s": list(self.forward_s),
-                "backward_s": list(self.backward_s), "transfers": [t.to_dict() for t in self.transfers]}
+        out = {"rank": self.rank, "device": self.device, "stage": self.stage, "replica": self.replica,
+               "hostname": self.hostname, "iterations_s": list(self.iterations_s), "memory": dict(self.memory),
+               "profiled_steps": list(self.profiled_steps), "forward_s": list(self.forward_s),
+               "backward_s": list(self.backward_s), "transfers": [t.to_dict() for t in self.transfers]}
+        if self.forward_stages or self.backward_stages:
+            out |= {"forward_stages": list(self.forward_stages), "backward_stages": list(self.backward_stages)}
+        return out
+
+    def stage_time_s(self) -> dict[int, float]:
+        """Per stage this rank ran, the forward + backward compute of one micro-batch (empty without profiles).
+
+        One stage per rank: the median forward plus the median backward.  Several: the median forward
+        of the stage plus its backward time per forward (a split backward's two parts added).
+        """
+        if not self.forward_s:
+            return {}
+        if not self.forward_stages:
+            return {self.stage: median(self.forward_s) + (median(self.backward_s) if self.backward_s else 0.0)}
+        out = {}
+        for s in sorted(set(self.forward_stages)):
+            fwd = [t for t, j in zip(self.forward_s, self.forward_stages, strict=True) if j == s]
+            bwd = [t for t, j in zip(self.backward_s, self.backward_stages, strict=True) if j == s]
+            out[s] = median(fwd) + sum(bwd) / len(fwd)
+        return out
 
     @property
     def peak_memory_bytes(self) -> int | None:
@@ -128,11 +151,12 @@ def run_summary(ranks: Sequence[RankRecord], n_stages: int, warmup: int) -> dict
     kept = [t for i, t in enumerate(slowest) if i >= warmup and i not in profiled] or slowest[warmup:] or slowest
     stage_times: list[float] | None = [0.0] * n_stages
     for r in ranks:
-        if not r.forward_s or stage_times is None or not 0 <= r.stage < n_stages:
+        times = r.stage_time_s()
+        if not times or stage_times is None or not all(0 <= s < n_stages for s in times):
             stage_times = None
             continue
-        per_mb = median(r.forward_s) + (median(r.backward_s) if r.backward_s else 0.0)
-        stage_times[r.stage] = max(stage_times[r.stage], per_mb)
+        for s, per_mb in times.items():
+            stage_times[s] = max(stage_times[s], per_mb)
     return {"iteration_s": median(kept) if kept else None, "stage_times_s": stage_times,
             "peak_memory_bytes": {r.device: r.peak_memory_bytes for r in ranks}}
 
@@ -201,7 +225,19 @@ def _rank(doc: Any, where: str) -> RankRecord:
         profiled_steps=tuple(integer(v, f"{where}.profiled_steps[{i}]", InvalidInput) for i, v in enumerate(profiled)),
         forward_s=_numbers(d.get("forward_s", []), f"{where}.forward_s"),
         backward_s=_numbers(d.get("backward_s", []), f"{where}.backward_s"),
+        forward_stages=_stages(d.get("forward_stages", []), len(_numbers(d.get("forward_s", []), where)),
+                               f"{where}.forward_stages"),
+        backward_stages=_stages(d.get("backward_stages", []), len(_numbers(d.get("backward_s", []), where)),
+                                f"{where}.backward_stages"),
         transfers=tuple(_transfer(t, f"{where}.transfers[{i}]") for i, t in enumerate(transfers)))
+
+
+def _stages(value: Any, entries: int, where: str) -> tuple[int, ...]:
+    """The stage of each of ``entries`` profiled ranges (empty: all the rank's own stage)."""
+    items = sequence(value, where, InvalidInput)
+    if items and len(items) != entries:
+        raise InvalidInput(f"{where}: {len(items)} stage(s) for {entries} profiled range(s)", field=where)
+    return tuple(integer(v, f"{where}[{i}]", InvalidInput, minimum=0) for i, v in enumerate(items))
 
 
 def _summary(doc: Any) -> dict[str, Any]:
@@ -261,7 +297,10 @@ def check_run_matches(run: RunRecord, plan: Plan) -> None:
         if want is not None and got is not None and want != got:
             raise InvalidInput(f"{name}: the run's {got} is not the plan's {want} (a run of another "
                                f"{name.removesuffix('_digest')})", field=name)
-    stage_of = {d: s for s, stage in enumerate(plan.stages) for d in stage.devices}
+    stage_of: dict[str, int] = {}  # a device's first stage (the rank's stage with virtual stages)
+    for s, stage in enumerate(plan.stages):
+        for d in stage.devices:
+            stage_of.setdefault(d, s)
     for i, r in enumerate(run.ranks):
         if stage_of.get(r.device, r.stage) != r.stage or r.device not in stage_of:
             where = "device" if r.device not in stage_of else "stage"

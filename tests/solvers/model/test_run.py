@@ -106,3 +106,33 @@ def test_line_up_pairs_measured_and_simulated_key_by_key() -> None:
     assert rows["stage_times_s[1]"].relative_error is None  # simulated 0: no relative error
     assert rows["peak_memory_bytes[cpu0]"].relative_error == pytest.approx(1.0)
     assert rows["peak_memory_bytes[cpu1]"].unit == "bytes" and rows["peak_memory_bytes[cpu1]"].relative_error == -0.5
+
+
+def test_a_rank_with_several_stages_times_each_and_round_trips() -> None:
+    """Virtual stages: the stage of every profiled range; a split backward's two parts added per forward."""
+    plan = Plan(stages=(Stage(("a",), ("cpu0",)), Stage(("b",), ("cpu1",)), Stage(("c",), ("cpu1",)),
+                        Stage(("d",), ("cpu0",))), micro_batches=2, schedule="zbv", virtual_stages=2)
+    r0 = RankRecord(rank=0, device="cpu0", stage=0, replica=0, hostname="h", iterations_s=(0.5, 0.2),
+                    memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_resident_bytes": 1},
+                    profiled_steps=(1,), forward_s=(0.001, 0.003, 0.002, 0.002), forward_stages=(0, 3, 0, 3),
+                    backward_s=(0.004, 0.001, 0.004, 0.001, 0.002, 0.002, 0.002, 0.002),
+                    backward_stages=(3, 3, 3, 3, 0, 0, 0, 0))
+    r1 = RankRecord(rank=1, device="cpu1", stage=1, replica=0, hostname="h", iterations_s=(0.5, 0.3),
+                    memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_resident_bytes": 1},
+                    profiled_steps=(1,), forward_s=(0.001, 0.001), forward_stages=(1, 2),
+                    backward_s=(0.002, 0.002), backward_stages=(2, 1))
+    assert r0.stage_time_s() == pytest.approx({0: 0.0015 + 0.004, 3: 0.0025 + 0.005})
+    summary = run_summary([r0, r1], 4, 1)
+    assert summary["stage_times_s"] == pytest.approx([0.0055, 0.003, 0.003, 0.0075])
+    doc = {**document(), "plan_digest": digest(plan.to_document()), "ranks": [r0.to_dict(), r1.to_dict()],
+           "iterations_s": [0.5, 0.3], "steps": 2, "summary": summary, "graph_digest": "sha256:g",
+           "topology_digest": None, "schedule": "zbv"}
+    jsonschema.validate(doc, load_schema("run"))
+    run = run_from_document(doc)
+    assert run.ranks[0] == r0
+    check_run_matches(run, plan)  # cpu0 holds stages 0 and 3: the rank's stage is its first
+    assert "forward_stages" not in rank(0, 0).to_dict()  # one stage per rank: the record is as before
+    bad = copy.deepcopy(doc)
+    bad["ranks"][1]["forward_stages"] = [1]
+    with pytest.raises(InvalidInput, match=r"ranks\[1\].forward_stages: 1 stage\(s\) for 2 profiled range\(s\)"):
+        run_from_document(bad)
