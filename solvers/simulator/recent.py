@@ -57,10 +57,18 @@ class RecentResults:
         kept = SimulationResult(copy.deepcopy(result.metrics), None)
         with self._lock:
             if self._problem is None or self._problem() is not problem:
-                self._problem = weakref.ref(problem)
+                self._problem = weakref.ref(problem, self._dropped)
                 self._entries = []
             others = [(k, r) for k, r in self._entries if k != key]
             self._entries = [*others[max(0, len(others) - KEPT + 1):], (key, kept)]
+
+    def _dropped(self, ref: weakref.ref[Problem]) -> None:
+        """The remembered problem was collected: its results go with it (no lock: called by the collector)."""
+        if self._problem is ref:
+            self._entries = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def clear(self) -> None:
         """Forget every result."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -71,3 +72,13 @@ def test_only_the_same_plan_on_the_same_problem_is_reused(monkeypatch: pytest.Mo
     assert runs[0] == 3  # another problem object: simulated afresh
     simulate(problem, one, timeline=True)
     assert runs[0] == 4  # a timeline is never remembered
+
+
+def test_a_dropped_problem_drops_its_results() -> None:
+    problem = _problem()
+    simulator_module._RECENT.clear()
+    simulate(problem, Plan((Stage(tuple(problem.graph.ids), ("gpu0",)),)))
+    assert len(simulator_module._RECENT) == 1
+    del problem
+    gc.collect()
+    assert len(simulator_module._RECENT) == 0
