@@ -98,7 +98,7 @@ def solve_times(repeat: int, sizes: list[int]) -> None:
             runs.append(float(plan.solve_time_s or 0.0))
             clusters = int(plan.stats["fused_nodes"])
             started = time.perf_counter()
-            simulate(problem, plan)
+            simulate(problem, plan, engine="op")  # a forced engine: simulated afresh, not remembered
             sims.append(time.perf_counter() - started)
             order_runs.append(float(solve(problem, "celeritas", {**PAPER, "placement": "order"}).solve_time_s or 0.0))
             cpu_started = time.process_time()

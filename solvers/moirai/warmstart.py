@@ -47,11 +47,19 @@ def upward_rank(inst: Instance) -> list[float]:
     k = inst.n_devices
     mean_dur = inst.dur_s.mean(axis=1)
     off = [(a, b) for a in range(k) for b in range(k) if a != b]
+    topology = inst.problem.topology
+    # each channel's postal time (solvers.cost.comm.transfer_s) at once, the pairs in the same order
+    latency_s = np.array([topology.latency_s[a, b] for a, b in off], dtype=np.float64)
+    bandwidth_Bps = np.array([topology.bandwidth_Bps[a, b] for a, b in off], dtype=np.float64)
+    mean_comm: dict[float, float] = {}
     rank = [0.0] * inst.n_tasks
     for t in reversed(inst.topo):
         best = 0.0
         for s, size in inst.succ[t]:
-            comm = float(np.mean([inst.comm_s(size, a, b) for a, b in off])) if off else 0.0
+            comm = mean_comm.get(size)
+            if comm is None:
+                comm = float(np.mean(latency_s + size / bandwidth_Bps)) if off and size > 0 else 0.0
+                mean_comm[size] = comm
             best = max(best, comm + rank[s])
         rank[t] = float(mean_dur[t]) + best
     return rank

@@ -119,5 +119,5 @@ def test_simulate_pauses_the_collector_and_restores_it() -> None:
         return run_dataflow(*args, **kwargs)
 
     with patch("solvers.simulator.run_dataflow", spy):
-        simulate(problem, plan)
+        simulate(problem, plan, timeline=True)  # a timeline: the engine runs again (solvers.simulator.recent)
     assert seen == [False] and gc.isenabled()
