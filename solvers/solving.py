@@ -88,7 +88,9 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     limit = time_limit_s if time_limit_s is not None else problem.settings.time_limit_s
     budget = Budget(limit)
     started = time.perf_counter()
-    base = replace(problem, settings=base_settings(problem.settings))  # the solver plans GPipe or 1F1B rank groups
+    settings = base_settings(problem.settings)  # the solver plans GPipe or 1F1B rank groups
+    # the same problem object where nothing changes: the simulator then reuses the solver's own result
+    base = problem if settings == problem.settings else replace(problem, settings=settings)
     if problem.settings.global_batch is not None:
         plan = _solve_per_micro_batches(base, cls(), opts, budget, progress or no_progress)
     else:

@@ -3,7 +3,8 @@
 A solver scores its finalists with :func:`~solvers.simulator.simulate`, and ``solve`` then
 attaches the metrics of the plan it returns (:func:`solvers.solving.finish_plan`), which is one
 of those finalists with other stats, notes and status.  What the simulator reads of a plan is
-its stages, their order, micro-batches, schedule, virtual stages and recomputation
+its stages (with their tensor-parallel degrees), their order, micro-batches, schedule, virtual
+stages, recomputation and sequence parallelism
 (:func:`plan_key`); everything else a solver or ``solve`` stamps on it leaves the result as it
 was.  At 36,352 ops (Celeritas, docs/benchmarks.md) the second simulation was a fifth of the
 whole call.
@@ -31,7 +32,8 @@ PlanKey = tuple[Any, ...]
 
 def plan_key(plan: Plan) -> PlanKey:
     """The fields of ``plan`` the simulator reads: equal keys, equal results on one problem."""
-    return (plan.stages, plan.order, plan.micro_batches, plan.schedule, plan.virtual_stages, plan.recompute)
+    return (plan.stages, plan.order, plan.micro_batches, plan.schedule, plan.virtual_stages, plan.recompute,
+            plan.sequence_parallel)
 
 
 class RecentResults:

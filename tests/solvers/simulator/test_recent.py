@@ -82,3 +82,15 @@ def test_a_dropped_problem_drops_its_results() -> None:
     del problem
     gc.collect()
     assert len(simulator_module._RECENT) == 0
+
+
+def test_the_key_holds_every_field_the_simulator_reads() -> None:
+    from solvers.simulator.recent import plan_key
+
+    base = Plan((Stage(("a", "b"), ("gpu0", "gpu1")),), micro_batches=4)
+    changed = [base.with_(stages=(Stage(("a", "b"), ("gpu0", "gpu1"), tp=2),)), base.with_(sequence_parallel=True),
+               base.with_(micro_batches=8), base.with_(schedule="gpipe"), base.with_(recompute=True),
+               base.with_(order={"gpu0": ("b", "a")})]
+    keys = [plan_key(p) for p in [base, *changed]]  # compared by equality (an order is a dict)
+    assert all(a != b for i, a in enumerate(keys) for b in keys[i + 1:])
+    assert plan_key(base) == plan_key(base.with_(solver="x", notes=("n",), stats={"k": 1}))
