@@ -198,6 +198,11 @@ def _linear_transfer_s(topo: Topology, src: list[int], dst: list[int], size_byte
     return np.where(size_bytes > 0, fixed + per_byte * size_bytes, 0.0)
 
 
+TIE_RELATIVE = 1e-9
+"""A candidate replaces the best so far only when faster by more than this fraction: a tie (one rank group
+interleaving its own stages runs the same work in the same time) keeps the simpler, earlier plan."""
+
+
 def _key(problem: Problem, plan: Plan) -> float:
     try:
         key = comparison_key_s(simulate(problem, plan).metrics, problem.objective, problem.settings.global_batch)
@@ -243,7 +248,7 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
             if math.isfinite(key):
                 break
         tried[f"{name}/{v}"] = key if math.isfinite(key) else None
-        if math.isfinite(key) and (best is None or key < best[0]):
+        if math.isfinite(key) and (best is None or key < best[0] * (1.0 - TIE_RELATIVE)):
             best = (key, chosen)
     stats = {**plan.stats, "schedule_candidates": tried}
     if best is None or not math.isfinite(best[0]):

@@ -111,3 +111,14 @@ def test_the_catalogue_states_each_solvers_schedules_and_proofs() -> None:
         assert entry["schedules"] == list(PIPELINE_SCHEDULES)
         assert entry["proven_schedules"] == (["gpipe", "1f1b"] if name == "exact" else [])
     assert registry.info("moirai").to_dict()["schedules"] == []
+
+
+def test_a_tie_keeps_the_solvers_own_plan() -> None:
+    """One rank group interleaving its own stages runs the same work in the same time (to rounding): the
+    search keeps the one-stage plan rather than a split that only costs memory."""
+    graph = generate_graph("transformer", layers=4)
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+    settings = ProblemSettings(micro_batches=(4,), schedule="auto", stages=1)
+    plan = solve(Problem(graph, topology, "throughput", settings), "parmesan")
+    tried = plan.stats["schedule_candidates"]
+    assert len(tried) > 1 and plan.schedule == "1f1b" and plan.virtual_stages == 1 and len(plan.stages) == 1
