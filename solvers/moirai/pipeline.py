@@ -114,16 +114,20 @@ class Run:
         found: dict[str, float] = {}
         variants = [(heuristic, False) for heuristic in heuristics]
         variants += [(h, True) for h in heuristics if h.name not in TIMING_BLIND] if postal else []
-        for heuristic, use_postal in variants:
-            if self.left_s() <= 0:
+        longest_s = 0.0  # the list schedulers run to their end whatever their budget: none starts that
+        for heuristic, use_postal in variants:  # would not end before the deadline, judged by the longest so far
+            if self.left_s() <= longest_s:
                 continue
             sub = Budget(max(0.1, WARM_SHARE * self.left_s()))
             label = f"{heuristic.name} (postal)" if use_postal else heuristic.name
+            started = time.monotonic()
             try:
                 with postal_planning() if use_postal else nullcontext():
                     plan = heuristic.plan(self.problem, sub)
             except PlacerError:
                 continue
+            finally:
+                longest_s = max(longest_s, time.monotonic() - started)
             if plan.status != "infeasible" and plan.stages:
                 sched = schedule_from_plan(self.fine, plan)
                 if sched is not None:
