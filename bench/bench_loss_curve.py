@@ -8,7 +8,8 @@
 3. the bundle under ``torchrun --standalone --nproc-per-node 2`` (gloo, one thread each) for
    ``--steps`` optimizer steps on the project's own docs (``--data text:``, byte-level), AdamW,
    warm-up 20 steps, cosine decay, clipping at global norm 1.0, float32;
-4. the same training in one process from the same seed (:func:`launcher.verify.reference_losses`);
+4. the same training in one process from the same seed (:func:`launcher.verify.reference_losses`),
+   on one thread as each pipeline process;
 5. prints the largest relative difference of the two loss curves over all steps (the pipeline's
    losses at full precision from ``metrics.json``) and how many steps agree to the bit, writes both
    curves to ``DIR/loss_curve.json`` and an SVG plot to ``docs/img/loss_curve.svg``.
@@ -23,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from cli import main as placer
 from launcher.verify import Training, reference_losses
@@ -69,7 +72,12 @@ def run(out: Path, steps: int) -> dict[str, object]:
     losses = [float(x) for x in next(r["losses"] for r in ranks if r["losses"] and r["losses"][0] is not None)]
     started = time.perf_counter()
     manifest = json.loads((folder / "manifest.json").read_text())
-    single = reference_losses(manifest, load_plan(plan), training)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as every pipeline process runs: a parallel reduction rounds otherwise
+    try:
+        single = reference_losses(manifest, load_plan(plan), training)
+    finally:
+        torch.set_num_threads(threads)
     single_s = time.perf_counter() - started
     differences = [abs(a - b) / abs(b) for a, b in zip(losses, single, strict=True)]
     worst = max(differences)
