@@ -5,8 +5,9 @@ any plan runs here), runs ``launch.py`` once under ``torchrun --standalone`` (CP
 there is no GPU, the plan's world size, one thread per process) with ``--save-step``, and runs
 the same step on the model in one process: the same seeded weights, the same global batch, the
 same loss.  The single-process step runs micro-batch by micro-batch, each cut into the replica
-slices of the plan's stages, as the pipeline does (so batch statistics see the same rows); the
-loss is the mean over the slices and a gradient the mean of the slices' gradients.
+slices of the plan's stages, as the pipeline does (so batch statistics see the same rows), and
+adds the slices' gradients in the pipeline's order (:class:`Slicing`); the loss is the mean over
+the slices and a gradient the mean of the slices' gradients.
 
 It reports the largest relative difference (``max |a - b| / max |b|``; a gradient that is zero up
 to rounding, its largest entry below 1e-3 of the model's largest gradient entry, is compared at
@@ -131,32 +132,87 @@ def load_steps(folder: Path, log: str) -> list[dict[str, Any]]:
 
 def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) -> tuple[float, dict[str, Any]]:
     """The single-process step: loss and gradients (by first name), slice by slice as the pipeline runs."""
-    import torch
-    from torch.utils._pytree import tree_leaves
-
     from extract.source import InputSpec
     from launcher.runtime.data import load_data
     from launcher.runtime.seeded import seeded_model
 
     source = manifest["source"]
-    batch = int(source.get("batch") or 1)
-    latency = plan_kind(plan) == "latency"
-    micro = 1 if latency else plan.micro_batches
-    width = 1 if latency else max(len(s.devices) for s in plan.stages)
     model = seeded_model(source)
     data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
-    inputs, target = data.batch(0, batch * micro)
-    losses = []
-    share = batch // width
-    for start in range(0, batch * micro, share):
-        rows = torch.arange(start, start + share)
-        outputs = tuple(x for x in tree_leaves(model(**{k: v[rows] for k, v in inputs.items()}))
-                        if isinstance(x, torch.Tensor))
-        loss = data.loss(outputs, target[rows]) / (micro * width)
-        loss.backward()  # type: ignore[no-untyped-call]
-        losses.append(float(loss.detach()) * micro * width)
-    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
-    return sum(losses) / len(losses), grads
+    slicing = Slicing.of(plan, int(source.get("batch") or 1))
+    loss, grads = slicing.gradients(model, data, *data.batch(0, slicing.rows))
+    return loss, {k: g.detach().clone() for k, g in grads.items()}
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """How the pipeline cuts one iteration's rows, and the order in which it adds their gradients.
+
+    Micro-batching is gradient accumulation: each replica of a stage runs its slice of every
+    micro-batch (``launcher.runtime.context.replica_rows``), accumulating the slices' gradients of
+    ``loss / micro_batches``; the replicas' sums are then added and divided by the replica count
+    (the data-parallel all-reduce).  A tied parameter (one tensor under several module names, the
+    input and output embedding of GPT-2) has a copy in every stage that reads it; each copy
+    accumulates its own part over the micro-batches and the parts are added after the schedule
+    (:class:`launcher.runtime.pipeline.TiedGroups`).  The reference runs the model in the same
+    order: one backward per slice, the tied parameter's second and later names read through their
+    own copies (``torch.func.functional_call`` with ``tie_weights=False``) and added after the
+    micro-batches.  Where a tied parameter's two uses are in different stages of a plan with one
+    replica per stage, every gradient is the pipeline's to the bit; otherwise the same up to the
+    order of float32 additions.
+    """
+
+    batch: int  # the graph's batch: rows of one micro-batch
+    micro: int
+    width: int  # replicas per stage (the widest stage)
+
+    @staticmethod
+    def of(plan: Plan, batch: int) -> Slicing:
+        latency = plan_kind(plan) == "latency"
+        return Slicing(batch, 1 if latency else plan.micro_batches,
+                       1 if latency else max(len(s.devices) for s in plan.stages))
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.micro
+
+    def gradients(self, model: Any, data: Any, inputs: dict[str, Any], target: Any) -> tuple[float, dict[str, Any]]:
+        """One iteration's mean loss and its gradients (by first name), summed in the pipeline's order."""
+        import torch
+        from torch.func import functional_call
+        from torch.utils._pytree import tree_leaves
+
+        named = dict(model.named_parameters())
+        first_of = {id(p): k for k, p in named.items()}
+        ties = {k: first_of[id(p)] for k, p in model.named_parameters(remove_duplicate=False) if k not in named}
+        share = self.batch // self.width
+        sums: dict[str, Any] = {}
+        replica_losses = []
+        for replica in range(self.width):
+            for p in named.values():
+                p.grad = None
+            copies = {k: named[first].detach().requires_grad_() for k, first in ties.items()}
+            losses = []
+            for m in range(self.micro):
+                rows = torch.arange(m * self.batch + replica * share, m * self.batch + (replica + 1) * share)
+                args = {k: v[rows] for k, v in inputs.items()}
+                out = functional_call(model, copies, (), args, tie_weights=False, strict=False) if copies else model(**args)
+                loss = data.loss(tuple(x for x in tree_leaves(out) if isinstance(x, torch.Tensor)), target[rows])
+                (loss / self.micro).backward()
+                losses.append(loss.detach())
+            grads = {k: p.grad for k, p in named.items() if p.grad is not None}
+            for k, first in ties.items():  # the stages' parts of a tied parameter, added after the schedule
+                part = copies[k].grad
+                if part is not None:
+                    grads[first] = grads[first] + part if first in grads else part
+            for k, g in grads.items():
+                sums[k] = sums[k] + g if k in sums else g
+            replica_losses.append(torch.stack(losses).mean())
+        for p in named.values():
+            p.grad = None
+        if self.width > 1:
+            sums = {k: g / self.width for k, g in sums.items()}
+        return float(torch.stack(replica_losses).mean()), sums
 
 
 def relative(got: Any, want: Any, floor: float = 0.0) -> tuple[float, float]:
@@ -229,35 +285,39 @@ class Training:
 
 
 def reference_losses(manifest: dict[str, Any], plan: Plan, training: Training) -> list[float]:
-    """The loss of every step of the same training in one process: same weights, batches, optimizer, schedule."""
-    import torch
-    from torch.utils._pytree import tree_leaves
+    """The loss of every step of the same training in one process: same weights, batches, optimizer, schedule.
 
+    Each step accumulates its micro-batches (and ``training.accumulate`` batches) as the pipeline
+    does (:class:`Slicing`) and clips with the pipeline's float64 global norm
+    (:func:`launcher.runtime.training.clip_global_norm`'s parts).
+    """
     from extract.source import InputSpec
     from launcher.runtime.data import load_data
     from launcher.runtime.seeded import seeded_model
-    from launcher.runtime.training import learning_rate, make_optimizer
+    from launcher.runtime.training import learning_rate, make_optimizer, scale_gradients, squared_gradient_sum
 
     source = manifest["source"]
-    rows = int(source.get("batch") or 1) * (1 if plan_kind(plan) == "latency" else plan.micro_batches)
+    slicing = Slicing.of(plan, int(source.get("batch") or 1))
     model = seeded_model(source)
     data = load_data(training.data, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
-    params = list(model.parameters())
-    optimizer = make_optimizer(training.optimizer, training.optimizer_args, params, training.lr)
+    named = dict(model.named_parameters())
+    optimizer = make_optimizer(training.optimizer, training.optimizer_args, list(named.values()), training.lr)
     losses = []
     for step in range(training.steps):
         optimizer.zero_grad(set_to_none=True)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, training.lr, training.lr_warmup, training.steps, training.lr_decay)
-        total = 0.0
-        for k in range(training.accumulate):
-            inputs, target = data.batch(step * training.accumulate + k, rows)
-            outputs = tuple(x for x in tree_leaves(model(**inputs)) if isinstance(x, torch.Tensor))
-            loss = data.loss(outputs, target) / training.accumulate
-            loss.backward()  # type: ignore[no-untyped-call]
-            total += float(loss.detach())
+        kept: dict[str, Any] = {}
+        step_losses = []
+        for k in range(training.accumulate):  # as launcher.runtime.loop.accumulate adds the batches
+            loss, grads = slicing.gradients(model, data, *data.batch(step * training.accumulate + k, slicing.rows))
+            step_losses.append(loss)
+            for name, g in grads.items():
+                kept[name] = kept[name] + g if name in kept else g.clone()
+        for name, p in named.items():
+            p.grad = (kept[name] / training.accumulate if training.accumulate > 1 else kept[name]) if name in kept else None
         if training.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(params, training.clip_norm)
+            scale_gradients(named.values(), float(squared_gradient_sum(named.values()).sqrt()), training.clip_norm)
         optimizer.step()
-        losses.append(total)
+        losses.append(sum(step_losses) / len(step_losses))
     return losses

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,23 +82,38 @@ def learning_rate(step: int, base: float, warmup: int, total: int, decay: str) -
     raise InvalidInput(f"--lr-decay {decay!r}: expected constant, linear or cosine", field="lr_decay", ref=decay)
 
 
+def squared_gradient_sum(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
+    """The sum of the squares of the parameters' gradient entries, in float64 (one value, on their device)."""
+    total: torch.Tensor | None = None
+    for p in params:
+        if p.grad is not None:
+            term = p.grad.detach().double().pow(2).sum()
+            total = term if total is None else total + term
+    return torch.zeros((), dtype=torch.float64) if total is None else total
+
+
+def scale_gradients(params: Iterable[torch.nn.Parameter], norm: float, max_norm: float) -> None:
+    """Multiply every gradient by ``max_norm / (norm + 1e-6)`` where that is below 1 (clipping at ``max_norm``)."""
+    scale = max_norm / (norm + 1e-6)
+    if scale < 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+
+
 def clip_global_norm(params: Mapping[str, torch.nn.Parameter], counted: set[str], max_norm: float,
                      device: torch.device) -> float:
     """Scale every gradient so that the model's global gradient norm is at most ``max_norm``; the norm before.
 
     ``counted``: the parameters this rank adds to the norm (each parameter once in the world).
+    The single-process reference (:func:`launcher.verify.reference_losses`) clips with the same
+    two functions, so both sides compute the norm in float64 and scale by the same factor.
     """
     total = torch.zeros((), dtype=torch.float64, device=device)
-    for name, p in params.items():
-        if name in counted and p.grad is not None:
-            total += p.grad.detach().double().pow(2).sum()
+    total += squared_gradient_sum(p for name, p in params.items() if name in counted).to(device)
     dist.all_reduce(total)
     norm = float(total.sqrt())
-    scale = max_norm / (norm + 1e-6)
-    if scale < 1.0:
-        for p in params.values():
-            if p.grad is not None:
-                p.grad.mul_(scale)
+    scale_gradients(params.values(), norm, max_norm)
     return norm
 
 

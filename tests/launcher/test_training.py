@@ -64,8 +64,11 @@ def test_text_training_is_the_single_process_training_and_resumes(workdir: Path,
     manifest = json.loads((folder / "manifest.json").read_text())
     want = reference_losses(manifest, plan_from_document(json.loads(plan.read_text())), training)
     assert len(losses) == 4 and losses[-1] < losses[0]
-    for got, ref in zip(losses, want, strict=True):
-        assert abs(got - ref) <= 1e-4 * abs(ref), (losses, want)
+    # the tied embedding's uses are in different stages, one replica each: the single process adds
+    # every gradient in the pipeline's order, so the losses (full precision) are equal to the bit
+    ranks = json.loads((folder / "metrics.json").read_text())["ranks"]
+    exact = next(r["losses"] for r in ranks if r["losses"][0] is not None)
+    assert exact == want, (exact, want)
     resumed = _run(folder, *training.launch_args(), "--resume", "ck/step2")
     assert resumed == losses[2:], (resumed, losses)
 
