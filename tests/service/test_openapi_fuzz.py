@@ -40,14 +40,18 @@ EXAMPLES = 6
 # pattern of the detail); any other refusal is a gap between the schema and the server.
 DOCUMENT_RULES = {"POST /v1/graphs", "POST /v1/topologies", "POST /v1/topologies:generate",
                   # settings.global_batch: every candidate micro-batch count divides it
-                  "POST /v1/jobs", "POST /v1/comparisons", "POST /v1/plans:evaluate"}
+                  "POST /v1/jobs", "POST /v1/comparisons", "POST /v1/plans:evaluate",
+                  # a calibration's free-form fit record: no NUL in its text
+                  "POST /v1/calibrations"}
 RULES_BEYOND_JSON_SCHEMA = [
     ("invalid-graph", r"unknown node|duplicate id|self-loop|has a cycle"),  # edges name existing nodes; ids unique
     ("invalid-topology", r"unknown device|duplicate id|self-link|expected \d+ (rows|entries)|disconnected"),
     # link ends, unique device ids, matrix shapes, connectivity
     ("invalid-input", r"devices, more than the limit"),  # a generator's size parameters multiplied
     (None, r"nested deeper than \d+ levels"),  # free-form members: 64 levels at most
+    (None, r"contains a NUL character"),  # no text is stored with NUL (PostgreSQL cannot), free-form members too
     ("invalid-request", r"settings\.global_batch: .*samples do not split into"),  # divisibility
+    ("invalid-request", r"settings\.virtual_stages: .*runs (one stage|exactly 2 stages) per rank"),  # by schedule
 ]
 # The body's schema depends on ?format= (a Piper document, PipeDream text) and a text/plain body is
 # read only with ?format=pipedream: those cases are refused by the importers, naming the problem.
