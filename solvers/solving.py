@@ -22,10 +22,9 @@ from solvers.cost.recompute import recompute_where_needed
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.model.ranking import comparison_key_s
 from solvers.partition.schedules import base_settings, search_schedules
 from solvers.runnable import runnable_notes
-from solvers.simulator import SimulationResult, simulate
+from solvers.simulator import SimulationResult, simulate, simulated_key_s
 
 
 def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | None = None, *,
@@ -189,7 +188,7 @@ def _solve_deciding_recompute(solver: Solver, problem: Problem, options: SolverO
             plan = recompute_where_needed(problem, plan)
             if several:  # more micro-batches in flight may fit only with recomputation, and be faster per sample
                 other = _with_recompute_where_needed(solver, problem, options, budget, progress)
-                if other is not None and _key(problem, other) < _key(problem, plan):
+                if other is not None and simulated_key_s(problem, other) < simulated_key_s(problem, plan):
                     return _restricted(other, f"recomputation in {_where(other)}: faster per sample than the best "
                                               "plan found without it")
             return _restricted(plan, "recomputation was not needed: this plan is the best found without it"
@@ -210,15 +209,6 @@ def _with_recompute_where_needed(solver: Solver, problem: Problem, options: Solv
     """The solver's plan with recomputation allowed everywhere, then kept only where memory requires it."""
     plan = solver.solve(problem.with_settings(recompute=True), options, budget, progress)
     return None if plan.status == "infeasible" or not plan.stages else recompute_where_needed(problem, plan)
-
-
-def _key(problem: Problem, plan: Plan) -> float:
-    """The plan's comparison key (time per sample, :func:`solvers.model.ranking.comparison_key_s`); inf if invalid."""
-    try:
-        key = comparison_key_s(simulate(problem, plan).metrics, problem.objective, problem.settings.global_batch)
-    except PlacerError:
-        return math.inf
-    return math.inf if key is None else key
 
 
 def _where(plan: Plan) -> str:

@@ -38,7 +38,7 @@ from torch.distributed import pipelining
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.partition import parameter_aliases, stage_parameters, to_device, wrap_stage
-from launcher.runtime.pipeline import TiedGroups, boundary_examples, slice_model, split_model
+from launcher.runtime.pipeline import TiedGroups, boundary_examples, replica_mean_loss, slice_model, split_model
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from launcher.stagemap import pipeline_ranks, rank_groups, schedule_refusal
@@ -170,13 +170,7 @@ class MultiStageRunner:
             # replicas average; the ranks whose stages share a tied parameter add their parts
             dist.all_reduce(p.grad, group=tied or self.dp_group)
             p.grad /= self.width
-        if not self.is_last:
-            return None
-        loss = torch.stack([x.detach() for x in losses]).mean()
-        if self.width > 1:
-            dist.all_reduce(loss, group=self.dp_group)
-            loss /= self.width
-        return float(loss)
+        return replica_mean_loss(losses, self.width, self.dp_group) if self.is_last else None
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """Refused on every rank before any transfer: torch's multi-stage classes have no forward-only pass

@@ -55,6 +55,15 @@ def split_model(ctx: LaunchContext, rebuilt: Rebuilt) -> list[StageGraph]:
     return build_stages(rebuilt.module, rebuilt.attr, assignment, len(ctx.plan.stages))
 
 
+def replica_mean_loss(losses: list[torch.Tensor], width: int, dp_group: Any) -> float:
+    """The last stage's loss of one step: the mean over its micro-batches, averaged over its ``width`` replicas."""
+    loss = torch.stack([x.detach() for x in losses]).mean()
+    if width > 1:
+        dist.all_reduce(loss, group=dp_group)
+        loss /= width
+    return float(loss)
+
+
 class TiedGroups:
     """Parameters that several stages read (tied weights) and the process group of each stage set.
 
@@ -180,13 +189,7 @@ class PipelineRunner:
             # replicas average; the stages that share a tied parameter add their parts
             dist.all_reduce(p.grad, group=tied or self.dp_group)
             p.grad /= self.width
-        if not self.is_last:
-            return None
-        loss = torch.stack([x.detach() for x in losses]).mean()
-        if self.width > 1:
-            dist.all_reduce(loss, group=self.dp_group)
-            loss /= self.width
-        return float(loss)
+        return replica_mean_loss(losses, self.width, self.dp_group) if self.is_last else None
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """A forward pass of every micro-batch; the last stage returns its replica's outputs, rows in order."""

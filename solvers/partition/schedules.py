@@ -28,15 +28,14 @@ import numpy as np
 from solvers.arrays import FloatArray, IntArray
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
-from solvers.model.errors import InvalidProblem, PlacerError
+from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
-from solvers.model.ranking import comparison_key_s
 from solvers.model.schedules import V_SHAPED, build_schedule, stage_ranks
 from solvers.model.settings import ONE_STAGE_PER_RANK, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.simulator import simulate
+from solvers.simulator import simulated_key_s
 from solvers.validity import problem_for_plan
 
 CUT_POSITIONS_PER_STAGE = 4  # cut positions the virtual-stage cut considers per stage (cheapest_positions)
@@ -203,14 +202,6 @@ TIE_RELATIVE = 1e-9
 interleaving its own stages runs the same work in the same time) keeps the simpler, earlier plan."""
 
 
-def _key(problem: Problem, plan: Plan) -> float:
-    try:
-        key = comparison_key_s(simulate(problem, plan).metrics, problem.objective, problem.settings.global_batch)
-    except PlacerError:
-        return math.inf
-    return math.inf if key is None else key
-
-
 def search_schedules(problem: Problem, plan: Plan) -> Plan:
     """The fastest per sample of ``plan`` under every schedule candidate of ``problem.settings`` (module doc).
 
@@ -227,7 +218,7 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
     tried: dict[str, float | None] = {}
     best: tuple[float, Plan] | None = None
     if settings.schedule == "auto":
-        best = (_key(problem, plan), plan)
+        best = (simulated_key_s(problem, plan), plan)
         tried[f"{plan.schedule}/1"] = best[0] if math.isfinite(best[0]) else None
     pinned = bool(settings.pinned)
     for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops, plan.micro_batches):
@@ -244,7 +235,7 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
         key, chosen = math.inf, plan
         for option in options:
             chosen = option()
-            key = _key(problem, chosen)
+            key = simulated_key_s(problem, chosen)
             if math.isfinite(key):
                 break
         tried[f"{name}/{v}"] = key if math.isfinite(key) else None

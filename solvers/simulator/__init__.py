@@ -7,6 +7,7 @@ docs/simulator.md for the rules and every metric.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from solvers.collector import gc_paused
@@ -14,9 +15,10 @@ from solvers.cost.calibrated import step_overhead_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import runs_virtual_stages
 from solvers.cost.tensor_parallel import shard_allreduces
-from solvers.model.errors import InvalidPlan
+from solvers.model.errors import InvalidPlan, PlacerError
 from solvers.model.plan import Plan, ResolvedPlan
 from solvers.model.problem import Problem
+from solvers.model.ranking import comparison_key_s
 from solvers.simulator.dataflow import run_dataflow
 from solvers.simulator.metrics import build_metrics
 from solvers.simulator.recent import RecentResults, plan_key
@@ -29,7 +31,7 @@ from solvers.validity import problem_for_plan, resolve_plan
 Engine = Literal["auto", "stage", "op"]
 ENGINES: tuple[str, ...] = ("auto", "stage", "op")
 
-__all__ = ["ENGINES", "SimulationResult", "TimelineEntry", "simulate"]
+__all__ = ["ENGINES", "SimulationResult", "TimelineEntry", "simulate", "simulated_key_s"]
 
 _RECENT = RecentResults()  # the same plan on the same problem is simulated once (solvers.simulator.recent)
 
@@ -95,6 +97,16 @@ def simulate(problem: Problem, plan: Plan | ResolvedPlan, *, timeline: bool = Fa
     if remember:
         _RECENT.put(problem, key, result)
     return result
+
+
+def simulated_key_s(problem: Problem, plan: Plan) -> float:
+    """The plan's comparison key (time per sample, :func:`solvers.model.ranking.comparison_key_s`) as
+    :func:`simulate` scores it on ``problem``; ``inf`` for a plan that is invalid or has no key."""
+    try:
+        key = comparison_key_s(simulate(problem, plan).metrics, problem.objective, problem.settings.global_batch)
+    except PlacerError:
+        return math.inf
+    return math.inf if key is None else key
 
 
 def _simulate(problem: Problem, plan: Plan | ResolvedPlan, timeline: bool, engine: Engine) -> SimulationResult:
