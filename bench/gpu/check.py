@@ -85,10 +85,16 @@ def environment(device: str) -> int:
     return 2
 
 
-def compare(plan: Path, metrics: Path) -> list[str]:
-    """Measured against simulated, one line per figure (the launcher's metrics.json, docs/launcher.md)."""
+def compare(plan: Path, metrics: Path, topo: Path) -> list[str]:
+    """Measured against simulated, one line per figure (the launcher's metrics.json, docs/launcher.md).
+
+    The simulated peak counts the device's ``base_memory_bytes`` (on CUDA the context and NCCL's
+    buffers, which ``max_memory_allocated`` does not see): the line gives the tensors' part beside it,
+    the figure to set against the allocator's peak.
+    """
     simulated = json.loads(plan.read_text())["metrics"]
     measured = json.loads(metrics.read_text())
+    base = {d["id"]: float(d.get("base_memory_bytes", 0.0)) for d in json.loads(topo.read_text())["devices"]}
     lines = [f"iteration: measured {measured['iteration_s'] * 1e3:.2f} ms (median after warm-up), simulated "
              f"{simulated['iteration_s'] * 1e3:.2f} ms, ratio {measured['iteration_s'] / simulated['iteration_s']:.2f}"]
     peaks = simulated.get("peak_memory_bytes") or {}
@@ -101,6 +107,9 @@ def compare(plan: Path, metrics: Path) -> list[str]:
                 line += f" ({(peak - start) / 2**20:.1f} MiB above the process's start)"
         if device in peaks:
             line += f", simulated {peaks[device] / 2**20:.1f} MiB"
+            if base.get(device):
+                line += (f" ({(peaks[device] - base[device]) / 2**20:.1f} MiB of tensors beside "
+                         f"{base[device] / 2**20:.1f} MiB of the process's base)")
         lines.append(line)
     return lines
 
@@ -125,7 +134,7 @@ def check_model(name: str, args: argparse.Namespace, out: Path, nproc: int, topo
     step(f"{name}: simulate --compare", placer("simulate", "--graph", str(graph), "--topology", str(topo), "--plan",
                                                str(plan), "--compare", str(bundle / "run.json")), out, 60)
     print(f"## {name}: measured against simulated")
-    for line in compare(plan, bundle / "metrics.json"):
+    for line in compare(plan, bundle / "metrics.json", topo):
         print(f"  {line}")
 
 
