@@ -131,7 +131,10 @@ def stage_bars(ctx: PlanContext) -> list[StageBar]:
 def device_memory(ctx: PlanContext) -> list[DeviceMemory]:
     """Peak memory of every used device (the simulator's) against its capacity less the headroom."""
     peak = dict((ctx.plan.metrics or {}).get("peak_memory_bytes") or {})
-    stage_of = {d: k for k, st in enumerate(ctx.plan.stages) for d in st.devices}
+    stage_of: dict[str, int] = {}  # a device's first stage (its colour; the mapping chart's too)
+    for k, st in enumerate(ctx.plan.stages):
+        for d in st.devices:
+            stage_of.setdefault(d, k)
     if ctx.problem is None:
         return [DeviceMemory(d, "", stage_of.get(d), float(v), 0.0) for d, v in peak.items()]
     free = 1.0 - ctx.problem.settings.memory_headroom

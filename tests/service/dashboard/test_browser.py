@@ -432,6 +432,9 @@ def test_a_virtual_stage_plans_timeline_and_trace(browser: Any, server: Server, 
         == {(k, s, m) for k in kinds for s in range(4) for m in range(4)}
     assert {c for _, _, c, _ in tagged} == {"0", "1"}
     assert chart.locator("text", has_text=re.compile(r"^s\d:\d$")).count() > 0  # bars read s<stage>:<micro-batch>
+    rank0 = [j for j, st in enumerate(plan["stages"]) if st["devices"] == plan["stages"][0]["devices"]]
+    mapping = page.locator("svg[aria-label^=\"the plan's stages on the topology\"]")
+    assert mapping.locator("text", has_text=f"stages {rank0[0]}, {rank0[1]}").count() == 1
     if "backward-weight" in kinds:
         assert chart.locator('[data-legend="backward-weight"]').count() == 1
         assert chart.locator("rect.task-backward-weight").first.get_attribute("fill") == "url(#w-hatch)"
