@@ -3,8 +3,9 @@
 Starts ``placer serve --demo`` on a free port with a fresh SQLite database in a temporary folder,
 waits for the demo comparison to finish, signs in with the printed key in Debian's Chromium
 (``/usr/bin/chromium``, driven by Playwright as a library) and saves one 1280 × 900 screenshot per
-page into ``OUT`` (default ``docs/img/dashboard``), and one of the charts of a second comparison that
-sweeps micro-batch counts and schedules on the demo's inputs.  Needs the dev extra (Playwright) and Chromium.
+page into ``OUT`` (default ``docs/img/dashboard``), one of the charts of a second comparison that
+sweeps micro-batch counts and schedules on the demo's inputs, and the timeline of a plan of those inputs
+under the ZBV schedule.  Needs the dev extra (Playwright) and Chromium.
 """
 
 from __future__ import annotations
@@ -57,6 +58,18 @@ def _wait_done(base: str, key: str, cmp_id: str) -> Any:
     raise RuntimeError(f"comparison {cmp_id} did not finish in time")
 
 
+def _wait_job(base: str, key: str, job_id: str) -> Any:
+    """The job once it has succeeded."""
+    for _ in range(1200):
+        job = _get(f"{base}/v1/jobs/{job_id}", key)
+        if job["status"] == "succeeded":
+            return job
+        if job["status"] in ("failed", "cancelled"):
+            raise RuntimeError(f"job {job_id} {job['status']}: {job.get('error')}")
+        time.sleep(0.5)
+    raise RuntimeError(f"job {job_id} did not finish in time")
+
+
 def _wait_for_banner(log: Path, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> tuple[str, str]:
     """The demo's key and comparison page from the server's last lines."""
     deadline = time.monotonic() + timeout_s
@@ -95,7 +108,11 @@ def shoot(out: Path) -> list[Path]:
         sweep = _post(f"{base}/v1/comparisons", key, {  # the demo's inputs, micro-batches and schedules swept
             "graph_id": graph_id, "topology_id": topology_id, "solvers": list(SWEEP_SOLVERS), "time_limit_s": 20,
             "sweep": {"micro_batches": [2, 4, 8, 16], "schedule": ["gpipe", "1f1b"]}})
+        zbv = _post(f"{base}/v1/jobs", key, {  # the demo's inputs under a V-shaped zero-bubble schedule
+            "graph_id": graph_id, "topology_id": topology_id, "solver": "even", "time_limit_s": 20,
+            "settings": {"micro_batches": [8], "schedule": "zbv"}})
         _wait_done(base, key, sweep["id"])
+        zbv_plan = _wait_job(base, key, zbv["id"])["plan_id"]
         job_id = table["rows"][0]["job_id"]
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -116,6 +133,9 @@ def shoot(out: Path) -> list[Path]:
             page.goto(f"/comparisons/{sweep['id']}")  # its charts, below the table
             page.locator("[data-sweep-chart]").first.evaluate("e => e.scrollIntoView()")
             written.append(_shot(page, out, "comparison_sweep"))
+            page.goto(f"/plans/{zbv_plan}")  # its timeline: two virtual stages per rank, W tasks hatched
+            page.locator("svg[aria-label^='simulated timeline']").evaluate("e => e.closest('section').scrollIntoView()")
+            written.append(_shot(page, out, "plan_zbv"))
             browser.close()
     finally:
         proc.terminate()

@@ -24,6 +24,7 @@ from solvers.model.problem import Problem
 from solvers.model.schedules import PIPELINE_SCHEDULES
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
+from solvers.simulator.trace import chrome_trace
 from solvers.solving import solve
 from solvers.validity import resolve_plan
 
@@ -173,7 +174,10 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
                    help="read the plan's stages as V per rank group (docs/formats.md) instead of its own count")
     p.add_argument("--engine", choices=("auto", "stage", "op"), default="auto",
                    help="the simulator's engine: stage level, op level, or auto (the plan decides)")
-    p.add_argument("--timeline", help="write the timeline (device, task, start, end) as JSON here")
+    p.add_argument("--timeline", help="write the timeline (device, task, start, end; a pipeline task's kind, "
+                                      "stage, chunk, rank and micro-batch) as JSON here")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write the timeline as a Chrome trace (Trace Event Format: chrome://tracing, Perfetto) here")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.add_argument("--compare", metavar="RUN",
                    help="a launcher run's run.json (or metrics.json) to set beside the prediction")
@@ -189,11 +193,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = plan.with_(schedule=args.schedule or plan.schedule,
                           virtual_stages=args.virtual_stages if args.virtual_stages is not None else plan.virtual_stages)
     problem = problem_from_args(args, plan)
-    result = simulate(problem, plan, timeline=bool(args.timeline), engine=args.engine)
+    result = simulate(problem, plan, timeline=bool(args.timeline or args.trace), engine=args.engine)
     if args.timeline:
-        entries = [{"resource": e.resource, "task": e.task, "start_s": e.start_s, "end_s": e.end_s}
-                   for e in result.timeline or []]
-        Path(args.timeline).write_text(json.dumps(entries))
+        Path(args.timeline).write_text(json.dumps([e.to_dict() for e in result.timeline or []]))
+    if args.trace:
+        Path(args.trace).write_text(json.dumps(chrome_trace(result.timeline or [], {
+            "solver": plan.solver, "schedule": plan.schedule, "virtual_stages": plan.virtual_stages})))
     m = result.metrics
     warnings = problem_warnings(problem.graph, problem.topology)
     if args.compare:

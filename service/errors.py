@@ -118,7 +118,8 @@ def placer_error_response(exc: PlacerError, instance: str | None = None) -> JSON
     return problem_response(status, body, headers)
 
 
-def _field_of(loc: Any) -> str:
+def field_of(loc: Any) -> str:
+    """A validation error's location as a field path: ``sweep.micro_batches[2]`` (``body`` dropped)."""
     parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header"):
         where = parts.pop(0)
@@ -169,9 +170,9 @@ def install_error_handlers(app: FastAPI) -> None:
                                 request.url.path, field="body")
             return problem_response(400, body)
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        field = _field_of(first.get("loc", ()))
+        field = field_of(first.get("loc", ()))
         detail = f"{field}: {first.get('msg', 'invalid value')}" if field else str(first.get("msg"))
-        more = [{"field": _field_of(e.get("loc", ())), "message": e.get("msg")} for e in errors[:20]]
+        more = [{"field": field_of(e.get("loc", ())), "message": e.get("msg")} for e in errors[:20]]
         return problem_response(422, problem_body(422, "invalid-request", "Invalid request", detail,
                                                   request.url.path, field=field or None, errors=more))
 

@@ -18,10 +18,9 @@ from solvers.model.canonical import digest
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
 from solvers.simulator import TimelineEntry, simulate
+from solvers.simulator.trace import chrome_trace as trace_of
 
 V = TypeVar("V")
-TRACE_PID_DEVICES = 1
-TRACE_PID_CHANNELS = 2
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,10 @@ def stage_bars(ctx: PlanContext) -> list[StageBar]:
 def device_memory(ctx: PlanContext) -> list[DeviceMemory]:
     """Peak memory of every used device (the simulator's) against its capacity less the headroom."""
     peak = dict((ctx.plan.metrics or {}).get("peak_memory_bytes") or {})
-    stage_of = {d: k for k, st in enumerate(ctx.plan.stages) for d in st.devices}
+    stage_of: dict[str, int] = {}  # a device's first stage (its colour; the mapping chart's too)
+    for k, st in enumerate(ctx.plan.stages):
+        for d in st.devices:
+            stage_of.setdefault(d, k)
     if ctx.problem is None:
         return [DeviceMemory(d, "", stage_of.get(d), float(v), 0.0) for d, v in peak.items()]
     free = 1.0 - ctx.problem.settings.memory_headroom
@@ -142,34 +144,9 @@ def device_memory(ctx: PlanContext) -> list[DeviceMemory]:
 
 
 def chrome_trace(ctx: PlanContext, entries: list[TimelineEntry]) -> dict[str, Any]:
-    """The timeline in the Trace Event Format (complete events ``ph: "X"``, microseconds) that
-    chrome://tracing and Perfetto open: devices are threads of process 1, channels of process 2."""
-    tids: dict[str, int] = {}
-    events: list[dict[str, Any]] = []
-    for e in entries:
-        tid = tids.setdefault(e.resource, len(tids) + 1)
-        channel = "->" in e.resource
-        events.append({"name": e.task, "cat": "transfer" if channel else category(e.task), "ph": "X",
-                       "ts": e.start_s * 1e6, "dur": max(0.0, e.end_s - e.start_s) * 1e6,
-                       "pid": TRACE_PID_CHANNELS if channel else TRACE_PID_DEVICES, "tid": tid})
-    meta: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": TRACE_PID_DEVICES, "tid": 0, "args": {"name": "devices"}},
-        {"name": "process_name", "ph": "M", "pid": TRACE_PID_CHANNELS, "tid": 0, "args": {"name": "channels"}},
-    ]
-    for resource, tid in tids.items():
-        pid = TRACE_PID_CHANNELS if "->" in resource else TRACE_PID_DEVICES
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": resource}})
-    return {"traceEvents": meta + events, "displayTimeUnit": "ms",
-            "otherData": {"plan_id": ctx.row.id, "solver": ctx.plan.solver, "source": "placer simulator"}}
-
-
-def category(task: str) -> str:
-    """forward, backward, recompute, allreduce or op (op-level tasks are named by their op)."""
-    if task == "allreduce":
-        return "allreduce"
-    if len(task) > 1 and task[1:].split(" ")[0].isdigit():
-        return {"F": "forward", "B": "backward", "R": "recompute"}.get(task[0], "op")
-    return "op"
+    """The timeline in the Trace Event Format (:func:`solvers.simulator.trace.chrome_trace`: devices are
+    threads of process 1, channels of process 2; each task named by its kind, stage and micro-batch)."""
+    return trace_of(entries, {"plan_id": ctx.row.id, "solver": ctx.plan.solver})
 
 
 @dataclass(frozen=True)

@@ -93,9 +93,10 @@ class ChannelTable:
                     arrival = end
         return arrival
 
-    def send_logged(self, transfers: Transfers, request_s: float, label: str,
-                    timeline: list[TimelineEntry]) -> float:
-        """:meth:`send`, also writing each transfer to ``timeline``."""
+    def send_logged(self, transfers: Transfers, request_s: float, label: str, timeline: list[TimelineEntry], *,
+                    stage: int | None = None, micro_batch: int | None = None) -> float:
+        """:meth:`send`, also writing each transfer to ``timeline`` (kind ``transfer``, from ``stage``,
+        for ``micro_batch``)."""
         free = self.free_s
         arrival = request_s
         ids = self.topology.devices
@@ -105,7 +106,8 @@ class ChannelTable:
                 end = free[cid] = start + dur
                 arrival = max(arrival, end)
                 a, b = self.pairs[cid]
-                timeline.append(TimelineEntry(f"{ids[a].id}->{ids[b].id}", label, start, end))
+                timeline.append(TimelineEntry(f"{ids[a].id}->{ids[b].id}", label, start, end, "transfer",
+                                              stage=stage, micro_batch=micro_batch))
         return arrival
 
 

@@ -144,6 +144,6 @@ def run_iteration(problem: Problem, rp: ResolvedPlan, tg: EventGraph, channels: 
                 channels.add_allreduce(ring, size)
             if log is not None and tail > 0:
                 log.extend(TimelineEntry(problem.topology.devices[d].id, "allreduce", last_end[s],
-                                         last_end[s] + tail) for d in devs)
+                                         last_end[s] + tail, "allreduce", rank=s) for d in devs)
         makespan = max(makespan, last_end[s] + tail)
     return EngineRun(makespan, dict(channels.traffic_bytes), log)

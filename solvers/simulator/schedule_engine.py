@@ -29,7 +29,7 @@ messages of one sending rank in that rank's order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -225,6 +225,7 @@ def run_schedule(problem: Problem, pipe: VirtualPipeline, channels: ChannelTable
     log: list[TimelineEntry] | None = [] if timeline else None
     remaining = sum(len(acts) for acts in sch.actions)
     sweep = list(range(ranks))
+    chunk = [sch.rank_stages(sch.stage_rank[j]).index(j) for j in range(n)]  # stage j's index on its rank
     while remaining:
         progressed = 0
         for r in sweep:
@@ -244,7 +245,8 @@ def run_schedule(problem: Problem, pipe: VirtualPipeline, channels: ChannelTable
                     grad_end[j][m] = end
                 _send(pipe, channels, kind, j, m, end, fwd_arrival, grad_arrival, log)
                 if log is not None:
-                    _log(problem, pipe.rank_devices[r], f"{j}{kind}{m}", start, end, log)
+                    _log(problem, pipe.rank_devices[r], TimelineEntry(
+                        "", f"{j}{kind}{m}", start, end, kind, j, chunk[j], r, m), log)
                 pointer[r] += 1
                 progressed += 1
         if not progressed:
@@ -256,7 +258,8 @@ def run_schedule(problem: Problem, pipe: VirtualPipeline, channels: ChannelTable
     for r in range(ranks):
         tail = pipe.allreduce_s[r]
         if log is not None and tail > 0:
-            _log(problem, pipe.rank_devices[r], "allreduce", free_s[r], free_s[r] + tail, log)
+            _log(problem, pipe.rank_devices[r], TimelineEntry("", "allreduce", free_s[r], free_s[r] + tail,
+                                                              "allreduce", rank=r), log)
         iteration_s = max(iteration_s, free_s[r] + tail)
     bubble = 1.0 - sum(busy_s) / (ranks * iteration_s) if iteration_s > 0 else 0.0
     activations = peak_held_bytes(sch, pipe.held_bytes)
@@ -299,18 +302,19 @@ def _send(pipe: VirtualPipeline, channels: ChannelTable, kind: str, j: int, m: i
         for b in pipe.readers[j]:
             msg = pipe.fwd_msg[(j, b)]
             fwd_arrival[(j, b)][m] = (channels.send(msg, end) if log is None else
-                                      channels.send_logged(msg, end, f"F{m} s{j}->s{b}", log))
+                                      channels.send_logged(msg, end, f"F{m} s{j}->s{b}", log, stage=j, micro_batch=m))
     elif kind != BACKWARD_WEIGHT:
         for a in pipe.senders[j]:
             msg = pipe.grad_msg[(a, j)]
             grad_arrival[(a, j)][m] = (channels.send(msg, end) if log is None else
-                                       channels.send_logged(msg, end, f"{kind}{m} s{j}->s{a}", log))
+                                       channels.send_logged(msg, end, f"{kind}{m} s{j}->s{a}", log, stage=j,
+                                                            micro_batch=m))
 
 
-def _log(problem: Problem, devices: list[int], label: str, start: float, end: float,
-         log: list[TimelineEntry]) -> None:
+def _log(problem: Problem, devices: list[int], entry: TimelineEntry, log: list[TimelineEntry]) -> None:
+    """``entry`` once per device of the rank (its resource the device's id)."""
     for d in devices:
-        log.append(TimelineEntry(problem.topology.devices[d].id, label, start, end))
+        log.append(replace(entry, resource=problem.topology.devices[d].id))
 
 
 def simulate_schedule(problem: Problem, schedule: PipelineSchedule, stage_ops: StageOps,

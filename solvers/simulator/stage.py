@@ -18,7 +18,7 @@ channel carries the messages of one sending stage in that stage's task order).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
@@ -117,7 +117,8 @@ def run_stage_engine(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, 
                     fwd_end[s][m] = end
                 _send(pipe, channels, s, pass_, m, end, fwd_arrival, grad_arrival, log)
                 if log is not None:
-                    _log_task(problem, rp, s, task_label(pass_, m), start, end, log)
+                    _log_task(problem, rp, TimelineEntry("", task_label(pass_, m), start, end,
+                                                         "F" if pass_ == FORWARD else "B", s, 0, s, m), log)
                 pointer[s] += 1
                 progressed += 1
         if not progressed:  # pragma: no cover - impossible with forward-only edges
@@ -128,7 +129,8 @@ def run_stage_engine(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, 
     for s in range(n_stages):
         tail = pipe.allreduce_s[s]
         if log is not None and tail > 0:
-            _log_task(problem, rp, s, "allreduce", free_s[s], free_s[s] + tail, log)
+            _log_task(problem, rp, TimelineEntry("", "allreduce", free_s[s], free_s[s] + tail, "allreduce", rank=s),
+                      log)
         makespan = max(makespan, free_s[s] + tail)
     return EngineRun(makespan, dict(channels.traffic_bytes), log)
 
@@ -161,16 +163,18 @@ def _send(pipe: _Pipeline, channels: ChannelTable, s: int, pass_: int, m: int, e
         for b in pipe.readers[s]:
             msg = pipe.fwd_msg[(s, b)]
             fwd_arrival[(s, b)][m] = (channels.send(msg, end) if log is None else
-                                      channels.send_logged(msg, end, f"F{m} s{s}->s{b}", log))
+                                      channels.send_logged(msg, end, f"F{m} s{s}->s{b}", log, stage=s,
+                                                           micro_batch=m))
     else:
         for a in pipe.senders[s]:
             msg = pipe.grad_msg[(a, s)]
             grad_arrival[(a, s)][m] = (channels.send(msg, end) if log is None else
-                                       channels.send_logged(msg, end, f"B{m} s{s}->s{a}", log))
+                                       channels.send_logged(msg, end, f"B{m} s{s}->s{a}", log, stage=s,
+                                                            micro_batch=m))
 
 
-def _log_task(problem: Problem, rp: ResolvedPlan, s: int, label: str, start: float, end: float,
-              log: list[TimelineEntry]) -> None:
-    for d in rp.stage_devices[s]:
-        log.append(TimelineEntry(problem.topology.devices[d].id, label, start, end))
+def _log_task(problem: Problem, rp: ResolvedPlan, entry: TimelineEntry, log: list[TimelineEntry]) -> None:
+    """``entry`` once per device of its stage (rank) ``entry.rank``."""
+    for d in rp.stage_devices[entry.rank or 0]:
+        log.append(replace(entry, resource=problem.topology.devices[d].id))
 

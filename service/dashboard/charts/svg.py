@@ -6,8 +6,9 @@ import math
 
 from markupsafe import Markup, escape
 
-KIND_COLORS = {"forward": "#3b6fb6", "backward": "#2f9e8f", "recompute": "#8a6fbf", "allreduce": "#d08a2c",
-               "transfer": "#9aa5b1", "op": "#3b6fb6"}
+KIND_COLORS = {"forward": "#3b6fb6", "backward": "#2f9e8f", "backward-input": "#1f6f64",
+               "backward-weight": "#c4574f", "recompute": "#8a6fbf", "allreduce": "#d08a2c", "transfer": "#9aa5b1",
+               "op": "#3b6fb6"}
 STAGE_COLORS = ("#3b6fb6", "#2f9e8f", "#d08a2c", "#8a6fbf", "#c4574f", "#5d8a3a", "#b0679a", "#4f8fb0",
                 "#9c7a3c", "#6b7a8f")
 INK = "#1f2937"

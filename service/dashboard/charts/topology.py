@@ -56,8 +56,9 @@ def bandwidth_heatmap(topology: Topology) -> Markup:
     return svg(lx + 110, size + 8, body, "bandwidth between every pair of devices (row sends to column)")
 
 
-def mapping_chart(topology: Topology, stage_of: Mapping[str, int], ops_per_stage: Sequence[int]) -> Markup:
-    """Hosts as boxes, their devices as tiles coloured by the stage placed on them."""
+def mapping_chart(topology: Topology, stages_of: Mapping[str, Sequence[int]], ops_per_stage: Sequence[int]) -> Markup:
+    """Hosts as boxes, their devices as tiles coloured by the (first) stage placed on them and naming
+    every stage they run (``stages 0, 7``: the virtual stages of an interleaved or V-shaped schedule)."""
     hosts: dict[str, list[str]] = {}
     for d in topology.devices:
         hosts.setdefault(d.node, []).append(d.id)
@@ -81,10 +82,11 @@ def mapping_chart(topology: Topology, stage_of: Mapping[str, int], ops_per_stage
         for k, dev in enumerate(devices):
             tx = x + pad + (k % per_row) * (tile_w + pad)
             ty = y + 18 + pad + (k // per_row) * (tile_h + pad)
-            stage = stage_of.get(dev)
+            stages = list(stages_of.get(dev, ()))
+            stage = stages[0] if stages else None
             text_fill = "#ffffff" if stage is not None else MUTED
-            what = f"stage {stage}" if stage is not None else "idle"
-            tip = f"{dev}: {what}" + (f", {ops_per_stage[stage]} ops" if stage is not None else "")
+            what = "idle" if not stages else f"stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))}"
+            tip = f"{dev}: {what}" + (f", {sum(ops_per_stage[k] for k in stages)} ops" if stages else "")
             body.append(f'<g><rect x="{tx:.0f}" y="{ty:.0f}" width="{tile_w:.0f}" height="{tile_h:.0f}" rx="4" '
                         f'fill="{stage_color(stage)}"/><text x="{tx + tile_w / 2:.0f}" y="{ty + 15:.0f}" '
                         f'text-anchor="middle" fill="{text_fill}">{esc(dev)}</text><text x="{tx + tile_w / 2:.0f}" '

@@ -20,8 +20,11 @@ from service.dashboard.render import page
 from service.db.models import Comparison, Graph, TopologyRow
 from service.db.owned import get_owned
 from service.deps import CtxDep, SessionDep
+from service.errors import field_of
 from service.schemas import ComparisonIn, ComparisonOut, ComparisonRow
 from solvers.model.errors import InvalidInput, PlacerError
+from solvers.model.schedules import PIPELINE_SCHEDULES
+from solvers.model.sweep import MAX_SWEEP_MEMBERS, MAX_SWEEP_VALUES
 
 router = page_router()
 CHOICES = 200  # graphs / topologies offered in the form's lists (newest first)
@@ -56,7 +59,8 @@ def _form_context(session: Session, project: str, values: dict[str, Any]) -> dic
                                  .order_by(TopologyRow.id.desc()).limit(CHOICES)).all()
     solvers = [s for s in catalogue() if s.available]
     return {"graphs": graphs, "topologies": topologies, "solvers": solvers, "values": values,
-            "defaults": DEFAULT_SOLVERS}
+            "defaults": DEFAULT_SOLVERS, "schedules": PIPELINE_SCHEDULES, "max_members": MAX_SWEEP_MEMBERS,
+            "max_values": MAX_SWEEP_VALUES}
 
 
 def default_solvers(objective: str) -> list[str]:
@@ -81,17 +85,58 @@ def comparison_form(request: Request, viewer: ViewerDep, session: SessionDep) ->
     values = {"graph_id": request.query_params.get("graph_id", ""),
               "topology_id": request.query_params.get("topology_id", ""), "objective": "throughput",
               "pass": "forward", "micro_batches": "8", "global_batch": "", "time_limit_s": "10",
+              "sweep_micro_batches": "", "sweep_schedule": [],
               "solvers": default_solvers("throughput"), "options": {}}
-    return page("comparison_new.html", viewer, **_form_context(session, viewer.project_id, values), error=None)
+    return page("comparison_new.html", viewer, **_form_context(session, viewer.project_id, values), error=None,
+                error_at=None)
+
+
+# The form's inputs an error can be shown next to; a request field that is another's (``settings.*``) maps to it.
+FORM_FIELDS = ("graph_id", "topology_id", "objective", "pass", "micro_batches", "global_batch", "time_limit_s",
+               "solvers", "sweep", "sweep.micro_batches", "sweep.schedule")
+FIELD_ALIASES = {"settings.micro_batches": "micro_batches", "settings.global_batch": "global_batch",
+                 "settings.pass": "pass"}
+
+
+def error_at(field: str | None) -> str | None:
+    """The form input an error naming ``field`` belongs to (``sweep.micro_batches[2]`` ->
+    ``sweep.micro_batches``), or ``None`` when it is none of them (the error is then shown above the form)."""
+    if not field:
+        return None
+    for alias, name in FIELD_ALIASES.items():
+        if field == alias or field.startswith((alias + "[", alias + ".")):
+            return name
+    known = [f for f in FORM_FIELDS if field == f or field.startswith((f + "[", f + "."))]
+    return max(known, key=len) if known else None
+
+
+def _counts(text: str, field: str) -> list[int]:
+    """Whole numbers separated by commas or spaces; an error naming ``field[i]`` at the first that is not one."""
+    out = []
+    for i, token in enumerate(str(text).replace(",", " ").split()):
+        try:
+            out.append(int(token))
+        except ValueError:
+            raise InvalidInput(f"{field}[{i}]: {token!r} is not a whole number; write counts separated by commas, "
+                               "e.g. 4, 8", field=f"{field}[{i}]") from None
+    return out
+
+
+def _sweep(values: dict[str, Any]) -> dict[str, Any] | None:
+    """The request's ``sweep`` from the form: the micro-batch counts typed and the schedules ticked
+    (``None`` when neither is given; the API checks the values and the member count)."""
+    sweep: dict[str, Any] = {}
+    counts = _counts(values.get("sweep_micro_batches", ""), "sweep.micro_batches")
+    if counts:
+        sweep["micro_batches"] = counts
+    if values.get("sweep_schedule"):
+        sweep["schedule"] = list(values["sweep_schedule"])
+    return sweep or None
 
 
 def _comparison_in(values: dict[str, Any]) -> ComparisonIn:
     """The API's request model from the form's values (errors name the field)."""
-    try:
-        micro = [int(x) for x in str(values["micro_batches"]).replace(",", " ").split()]
-    except ValueError:
-        raise InvalidInput("micro_batches: whole numbers separated by commas, e.g. 4, 8", field="micro_batches") \
-            from None
+    micro = _counts(values["micro_batches"], "micro_batches")
     options = {name: json_object(values["options"].get(name, ""), f"options.{name}") for name in values["solvers"]}
     settings: dict[str, Any] = {"pass": values["pass"]} if values["objective"] == "latency" else {}
     if micro:
@@ -107,11 +152,11 @@ def _comparison_in(values: dict[str, Any]) -> ComparisonIn:
         return ComparisonIn.model_validate({
             "graph_id": values["graph_id"], "topology_id": values["topology_id"], "solvers": values["solvers"],
             "objective": values["objective"], "settings": settings, "time_limit_s": float(limit) if limit else None,
-            "options": {k: v for k, v in options.items() if v}})
+            "options": {k: v for k, v in options.items() if v}, "sweep": _sweep(values)})
     except (ValidationError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or "form"
+            field = field_of(err["loc"]) or "form"
             raise InvalidInput(f"{field}: {str(err['msg']).removeprefix('Value error, ')}", field=field) from None
         raise InvalidInput("time_limit_s: must be a number of seconds", field="time_limit_s") from None
 
@@ -126,6 +171,8 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
         "objective": text_field(fields, "objective", "throughput"), "pass": text_field(fields, "pass", "forward"),
         "micro_batches": text_field(fields, "micro_batches"), "global_batch": text_field(fields, "global_batch"),
         "time_limit_s": text_field(fields, "time_limit_s"),
+        "sweep_micro_batches": text_field(fields, "sweep.micro_batches"),
+        "sweep_schedule": [s for s in form.getlist("sweep.schedule") if isinstance(s, str)],
         "solvers": solvers, "options": {k[len("options."):]: text_field(fields, k) for k in fields
                                         if k.startswith("options.")}}
 
@@ -143,7 +190,7 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
         session.rollback()
         context = await run_in_threadpool(_form_context, session, viewer.project_id, values)
         return page("comparison_new.html", viewer, status_code=int(getattr(exc, "http_status", 422)), **context,
-                    error=exc.message)
+                    error=exc.message, error_at=error_at(getattr(exc, "field", None)))
     return RedirectResponse(f"/comparisons/{comparison_id}", status_code=303)
 
 

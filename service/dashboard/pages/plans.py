@@ -70,8 +70,11 @@ def render_plan(session: Session, viewer: Any, plan_id: str) -> Response:
     if run_bars:
         charts["measured"] = measured_chart(run_bars, span)
     if ctx.problem is not None and ctx.plan.stages:
-        stage_of = {d: k for k, st in enumerate(ctx.plan.stages) for d in st.devices}
-        charts["mapping"] = mapping_chart(ctx.problem.topology, stage_of, [len(s.ops) for s in ctx.plan.stages])
+        stages_of: dict[str, list[int]] = {}
+        for k, st in enumerate(ctx.plan.stages):
+            for d in st.devices:
+                stages_of.setdefault(d, []).append(k)
+        charts["mapping"] = mapping_chart(ctx.problem.topology, stages_of, [len(s.ops) for s in ctx.plan.stages])
         if entries:
             charts["gantt"] = gantt(entries, order, f"simulated timeline of one iteration, {len(entries)} intervals",
                                     span)

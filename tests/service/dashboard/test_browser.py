@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +224,8 @@ def test_pages_have_labelled_controls_and_work_from_the_keyboard(browser: Any, s
     page.wait_for_url(lambda u: "/signin" not in u)
     main_controls = {"/graphs": ["#graph-file", "#graph-kind", "form.upload button"],
                      "/topologies": ["#topology-file", "#topology-kind"],
-                     "/comparisons/new": ["#graph_id", "#topology_id", "#solver-even", "#time_limit_s"],
+                     "/comparisons/new": ["#graph_id", "#topology_id", "#solver-even", "#time_limit_s",
+                                          "#sweep-micro_batches", "#sweep-schedule-zbv"],
                      "/jobs": ["#status"]}
     for url in [*main_controls, *_alpha_pages(browser, server, shots)]:
         page.goto(url)
@@ -355,4 +357,97 @@ def test_a_sweeps_charts_and_a_plans_run(browser: Any, server: Server, shots: Pa
     assert rows.count() == 1 + len(plan["stages"]) + sum(len(s["devices"]) for s in plan["stages"])
     assert runs.locator("svg rect.measured").count() == rows.count()
     _shot(page, shots, "plan_runs")
+    context.close()
+
+
+def _wait_job(context: Any, server: Server, project: str, job_id: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = _api(context, server, project, "GET", f"/v1/jobs/{job_id}")
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return dict(job)
+        assert time.monotonic() < deadline, f"job {job_id} still {job['status']}"
+        time.sleep(0.2)
+
+
+def test_a_sweep_started_from_the_form(browser: Any, server: Server, shots: Path) -> None:
+    """The new-comparison form sweeps micro-batches and schedules: a bad count is shown next to its
+    input, the corrected form starts the comparison, and its page plots every member."""
+    context, page = sign_in(browser, server, "beta")
+    graph = _api(context, server, "beta", "POST", "/v1/graphs", generate_graph("random_dag", n_ops=10, seed=5)
+                 .to_document())
+    topology = _api(context, server, "beta", "POST", "/v1/topologies:generate",
+                    {"kind": "hierarchical", "params": {"nodes": 1, "gpus_per_node": 2}})
+    page.goto(f"/comparisons/new?graph_id={graph['id']}&topology_id={topology['id']}")
+    for name in ("parmesan", "rannc"):
+        page.uncheck(f"#solver-{name}")
+    page.fill("#time_limit_s", "20")
+    page.fill("#sweep-micro_batches", "2, four")
+    page.check("#sweep-schedule-gpipe")
+    page.check("#sweep-schedule-1f1b")
+    page.click("form[data-solver-filter] button[type=submit]")
+    error = page.locator('[data-field-error="sweep.micro_batches"]')
+    assert error.is_visible() and error.inner_text().startswith("sweep.micro_batches[1]:")
+    assert page.get_attribute("#sweep-micro_batches", "aria-describedby") == "error-sweep-micro_batches"
+    assert page.is_checked("#sweep-schedule-1f1b") and not page.is_checked("#sweep-schedule-zbv")
+    _shot(page, shots, "comparison_new_sweep_error")
+    page.fill("#sweep-micro_batches", "2, 4")
+    page.click("form[data-solver-filter] button[type=submit]")
+    page.wait_for_url(re.compile(r"/comparisons/cmp_"))
+    page.wait_for_selector("[data-done=true]", timeout=120_000)
+    assert page.locator("h1").inner_text() == "Comparison of 2 solvers, 8 runs"
+    for axis in ("micro_batches", "schedule"):
+        chart = page.locator(f'[data-sweep-chart="{axis}"] svg')
+        assert chart.is_visible() and chart.locator("circle.point").count() == 4  # 2 solvers × 2 values
+    context.close()
+
+
+@pytest.mark.parametrize(("schedule", "settings", "kinds"), [
+    ("interleaved-1f1b", {"virtual_stages": 2}, {"forward", "backward"}),
+    ("zbv", {}, {"forward", "backward-input", "backward-weight"}),
+])
+def test_a_virtual_stage_plans_timeline_and_trace(browser: Any, server: Server, shots: Path, schedule: str,
+                                                  settings: dict[str, Any], kinds: set[str]) -> None:
+    """A plan solved with two virtual stages per rank: its timeline draws every action with its stage and
+    micro-batch (W hatched and in the legend for ZBV), and its Chrome trace names and tags each one."""
+    context, page = sign_in(browser, server, "beta")
+    graph = _api(context, server, "beta", "POST", "/v1/graphs", generate_graph("transformer", layers=4).to_document())
+    topology = _api(context, server, "beta", "POST", "/v1/topologies:generate",
+                    {"kind": "hierarchical", "params": {"nodes": 1, "gpus_per_node": 2}})
+    job = _api(context, server, "beta", "POST", "/v1/jobs", {
+        "graph_id": graph["id"], "topology_id": topology["id"], "solver": "even", "time_limit_s": 20,
+        "settings": {"micro_batches": [4], "schedule": schedule, **settings}})
+    job = _wait_job(context, server, "beta", job["id"])
+    assert job["status"] == "succeeded", job
+    plan = _api(context, server, "beta", "GET", f"/v1/plans/{job['plan_id']}")
+    assert plan["virtual_stages"] == 2 and len(plan["stages"]) == 4
+    page.goto(f"/plans/{job['plan_id']}")
+    chart = page.locator("svg[aria-label^='simulated timeline']")
+    drawn = {c.removeprefix("task-") for c in chart.locator("rect[class^=task-]").evaluate_all(
+        "rs => [...new Set(rs.map(r => r.getAttribute('class')))]")}
+    assert kinds <= drawn and ("backward-weight" in drawn) == ("backward-weight" in kinds)
+    tagged = chart.locator("rect[data-stage][data-chunk][data-mb]").evaluate_all(
+        "rs => rs.map(r => [r.getAttribute('class'), r.dataset.stage, r.dataset.chunk, r.dataset.mb])")
+    assert {(k.removeprefix("task-"), int(s), int(m)) for k, s, _, m in tagged if k.removeprefix("task-") in kinds} \
+        == {(k, s, m) for k in kinds for s in range(4) for m in range(4)}
+    assert {c for _, _, c, _ in tagged} == {"0", "1"}
+    assert chart.locator("text", has_text=re.compile(r"^s\d:\d$")).count() > 0  # bars read s<stage>:<micro-batch>
+    rank0 = [j for j, st in enumerate(plan["stages"]) if st["devices"] == plan["stages"][0]["devices"]]
+    mapping = page.locator("svg[aria-label^=\"the plan's stages on the topology\"]")
+    assert mapping.locator("text", has_text=f"stages {rank0[0]}, {rank0[1]}").count() == 1
+    if "backward-weight" in kinds:
+        assert chart.locator('[data-legend="backward-weight"]').count() == 1
+        assert chart.locator("rect.task-backward-weight").first.get_attribute("fill") == "url(#w-hatch)"
+    _shot(page, shots, f"plan_{schedule}")
+    with page.expect_download() as info:
+        page.click("text=Download Chrome trace")
+    trace = json.loads(Path(info.value.path()).read_text())
+    actions = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] in kinds]
+    assert {(e["cat"], e["args"]["stage"], e["args"]["micro_batch"]) for e in actions} == {
+        (k, s, m) for k in kinds for s in range(4) for m in range(4)}
+    words = {"forward": "forward", "backward": "backward", "backward-input": "input-grad",
+             "backward-weight": "weight-grad"}
+    assert all(e["name"] == f"{words[e['cat']]} s{e['args']['stage']} mb{e['args']['micro_batch']}" for e in actions)
+    assert max(e["ts"] + e["dur"] for e in trace["traceEvents"] if e["ph"] == "X") == pytest.approx(
+        plan["metrics"]["iteration_s"] * 1e6, rel=1e-6)
     context.close()

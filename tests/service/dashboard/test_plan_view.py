@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.dashboard.plan_view import PlanContext, category, chrome_trace, diff_plans, plan_diff
+from service.dashboard.plan_view import PlanContext, chrome_trace, diff_plans, plan_diff
 from solvers.model.plan import Plan, Stage
 from solvers.simulator import TimelineEntry
+from solvers.simulator.trace import task_category
 
 
 def _plan(*stages: tuple[tuple[str, ...], tuple[str, ...]]) -> Plan:
@@ -77,5 +78,43 @@ def test_chrome_trace_is_the_trace_event_format() -> None:
 
 
 def test_categories() -> None:
-    assert [category(t) for t in ("F12", "B0", "R3", "allreduce", "fc1", "Fx", "B")] == [
+    assert [task_category(t) for t in ("F12", "B0", "R3", "allreduce", "fc1", "Fx", "B")] == [
         "forward", "backward", "recompute", "allreduce", "op", "op", "op"]
+
+
+def test_a_zbv_timeline_draws_chunks_and_hatched_weight_tasks() -> None:
+    """ZBV on 2 ranks (stages 0 and 3 on d0, 1 and 2 on d1), 4 micro-batches: each action one bar
+    with its stage, chunk and micro-batch; W bars hatched and in the legend; bars read ``s<stage>:<mb>``."""
+    import re
+
+    from service.dashboard.charts.gantt import gantt
+    from solvers.simulator import simulate
+    from tests.solvers.simulator.test_virtual_plans import _plan as chain_plan
+
+    problem, plan = chain_plan("zbv", 2, 2, 4)
+    entries = list(simulate(problem, plan, timeline=True).timeline or [])
+    svg = str(gantt(entries, ["d0", "d1"], "t"))
+    bars = re.findall(r'<rect [^>]*class="task-([a-z-]+)" data-stage="(\d)" data-chunk="(\d)" data-mb="(\d)"', svg)
+    stage_chunk = {"0": "0", "3": "1", "1": "0", "2": "1"}
+    assert {(k, s, m) for k, s, _, m in bars} == {
+        (k, str(s), str(m)) for k in ("forward", "backward-input", "backward-weight") for s in range(4) for m in range(4)}
+    assert all(stage_chunk[s] == c for _, s, c, _ in bars)
+    assert svg.count('class="task-backward-weight"') == 16 and 'fill="url(#w-hatch)" class="task-backward-weight"' in svg
+    assert 'data-legend="backward-weight"' in svg and "weight grad (W)" in svg and 'data-legend="backward-input"' in svg
+    assert 'pointer-events="none">s3:2</text>' in svg
+    assert "3W2: weight-grad of virtual stage 3 (chunk 1 of rank 0), micro-batch 2 on d0" in svg
+    ctx: Any = PlanContext(row=type("Row", (), {"id": "plan_1"})(), doc={}, plan=plan, job=None, problem=problem)
+    complete = [e for e in chrome_trace(ctx, entries)["traceEvents"] if e["ph"] == "X"]
+    weight = [e for e in complete if e["cat"] == "backward-weight"]
+    assert len(weight) == 16 and {e["name"] for e in weight} == {f"weight-grad s{s} mb{m}" for s in range(4)
+                                                                 for m in range(4)}
+    assert all(e["args"]["kind"] == "W" and e["args"]["rank"] == (0 if e["args"]["stage"] in (0, 3) else 1)
+               for e in weight)
+
+
+def test_timeline_entries_say_what_they_are_only_when_known() -> None:
+    assert TimelineEntry("gpu0", "F0", 0.0, 1.0).to_dict() == {"resource": "gpu0", "task": "F0", "start_s": 0.0,
+                                                               "end_s": 1.0}
+    entry = TimelineEntry("gpu0", "2W1", 0.0, 1.0, "W", 2, 1, 0, 1)
+    assert entry.to_dict() == {"resource": "gpu0", "task": "2W1", "start_s": 0.0, "end_s": 1.0, "kind": "W",
+                               "stage": 2, "chunk": 1, "rank": 0, "micro_batch": 1}

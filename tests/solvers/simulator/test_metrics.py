@@ -90,7 +90,11 @@ def test_timeline_entries() -> None:
     on_d1 = [e.task for e in timeline if e.resource == "d1"]
     assert len(on_d1) == 9 and on_d1[-1] == "allreduce"  # 4 forwards, 4 backwards, the all-reduce
     assert all(e.end_s >= e.start_s for e in timeline)
-    assert timeline[0].to_dict().keys() == {"resource", "task", "start_s", "end_s"}
+    first = timeline[0]
+    assert first.to_dict() == {"resource": first.resource, "task": first.task, "start_s": first.start_s,
+                               "end_s": first.end_s, "kind": "F", "stage": 0, "chunk": 0, "rank": 0, "micro_batch": 0}
+    assert [(e.kind, e.stage, e.chunk, e.rank, e.micro_batch) for e in timeline if e.resource == "d1"][-1] == (
+        "allreduce", None, None, 1, None)
 
 
 def test_latency_plan_objective_is_latency() -> None:
