@@ -1,7 +1,7 @@
 """Calibration on CPU: run many plans, fit on a third, predict the rest (docs/cost-model.md "Calibration").
 
 ``.venv/bin/python -m bench.bench_calibration [--out DIR] [--models gpt2,bert,vit] [--solvers ...]
-[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--limit N]``:
+[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--limit N] [--cores N] [--deadline-s S]``:
 
 1. ``placer profile --example MODEL`` (small sizes, see ``MODELS``; micro-batch of ``--batch`` rows,
    one thread) for every model;
@@ -12,6 +12,8 @@
    training pass); distinct plans only (the same stages, devices and micro-batches once);
 4. every plan's bundle under ``torchrun --standalone`` (gloo, ``OMP_NUM_THREADS=1``, one process per
    device) for ``--steps`` iterations, 2 warm-up, 1 profiled (``--profile-steps 1``): its ``run.json``;
+   one plan at a time, or with ``--cores N`` side by side on N cores, each rank pinned to a core of
+   its own (bench/pinned.py), none started that would end after ``--deadline-s``;
 5. fit a calibration on every third run (``fit_calibration``; it prints what the runs do not determine
    and each run's profiler ratio), predict the others with and without it, and print per held-out plan the measured and predicted iteration and the largest per-rank
    memory error; then the median relative error of the iteration time, the Spearman rank correlation
@@ -21,6 +23,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -129,8 +133,11 @@ def bundle(out: Path, plan: Path, graph: Path, topo: Path) -> tuple[Path, int]:
     """``placer launcher build`` of the plan into ``out/runs/<plan>``; the folder and its process count."""
     folder = out / "runs" / plan.stem
     if not (folder / "manifest.json").exists():
-        assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
-                       "-o", str(folder)]) == 0
+        with contextlib.redirect_stdout(io.StringIO()) as said:  # "wrote FOLDER ...": printed on failure only
+            code = placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
+                           "-o", str(folder)])
+        if code != 0:
+            raise RuntimeError(f"placer launcher build {plan}: exit {code}\n{said.getvalue()}")
     return folder, len(json.loads((folder / "manifest.json").read_text())["devices"])
 
 
@@ -242,7 +249,11 @@ def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, core
     its own, bench/pinned.py); new runs start only while they can end before ``deadline`` (monotonic)."""
     jobs, where = [], {}
     for plan, graph, topo in items:
-        folder, devices = bundle(out, plan, graph, topo)
+        try:
+            folder, devices = bundle(out, plan, graph, topo)
+        except RuntimeError as err:
+            print(f"skipped {plan.stem}: {err}", flush=True)
+            continue
         if devices > len(cores):
             print(f"skipped {plan.stem}: {devices} processes, {len(cores)} cores", flush=True)
             continue

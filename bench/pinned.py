@@ -69,13 +69,20 @@ def _env(job: Job) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **job.extra_env}
 
 
+def _pin_to(cores: tuple[int, ...]) -> Callable[[], None]:
+    def pin() -> None:
+        os.sched_setaffinity(0, cores)
+
+    return pin
+
+
 def run_jobs(jobs: Sequence[Job], cores: Sequence[int], deadline_s: float, *,
              argv_for: Callable[[Job, tuple[int, ...]], list[str]] | None = None,
              on_done: Callable[[Job], None] | None = None, poll_s: float = 0.05) -> list[Job]:
     """Run ``jobs`` on ``cores`` until done or until ``deadline_s`` (a ``time.monotonic()`` instant).
 
     ``argv_for(job, pinned)`` gives the command once the job's cores are known (default: ``job.argv``);
-    it is prefixed with ``taskset -c`` where taskset exists.  Returns the jobs that were started, in
+    it is prefixed with ``taskset -c`` where taskset exists (else the child sets its affinity before exec).  Returns the jobs that were started, in
     the order they finished; each with its return code, output (stdout and stderr) and wall time.
     """
     taskset = shutil.which("taskset")
@@ -119,8 +126,9 @@ def run_jobs(jobs: Sequence[Job], cores: Sequence[int], deadline_s: float, *,
                 argv = [taskset, "-c", ",".join(map(str, job.pinned)), *argv]
             job.started_at_s = now - began
             log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends, in another round of the loop
+            pin = None if taskset else _pin_to(job.pinned)  # without taskset: the affinity set before exec
             proc = subprocess.Popen(argv, cwd=job.cwd, env=_env(job), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=pin)
             running.append((job, proc, log, now))
             waiting.remove(job)
         if running:

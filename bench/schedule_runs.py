@@ -53,13 +53,14 @@ def pipelined(plan: Path) -> bool:
 
 def pairwise_agreement(predicted: list[float], measured: list[float], tie: float = 0.0) -> tuple[int, int]:
     """(pairs ordered alike, pairs compared): pairs whose measured times differ by at most ``tie``
-    (relative) are not compared."""
+    (relative) are not compared; a pair predicted equal is compared and counts as not ordered alike."""
     agree = compared = 0
     for i, j in combinations(range(len(measured)), 2):
         if abs(measured[i] - measured[j]) <= tie * max(measured[i], measured[j]):
             continue
         compared += 1
-        agree += (predicted[i] < predicted[j]) == (measured[i] < measured[j])
+        if predicted[i] != predicted[j]:  # a pair the simulator ties is not ordered: it does not agree
+            agree += (predicted[i] < predicted[j]) == (measured[i] < measured[j])
     return agree, compared
 
 

@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 AFFINITY = "import os; print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"
 
 
-def test_jobs_share_the_cores_and_each_runs_on_its_own() -> None:
+@pytest.mark.parametrize("taskset", [True, False], ids=["taskset", "affinity-before-exec"])
+def test_jobs_share_the_cores_and_each_runs_on_its_own(taskset: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not taskset:
+        monkeypatch.setattr("bench.pinned.shutil.which", lambda name: None)
     cores = pool_cores(0, keep_free=0)[:2]
     jobs = [Job(f"j{i}", [sys.executable, "-c", AFFINITY], ROOT, expected_s=1) for i in range(3)]
     done = run_jobs(jobs, cores, time.monotonic() + 120)
@@ -66,6 +69,8 @@ def test_pairwise_agreement_counts_pairs_and_leaves_ties_out() -> None:
     assert pairwise_agreement([1.0, 2.0, 3.0, 4.0], measured) == (6, 6)
     assert pairwise_agreement([2.0, 1.0, 3.0, 4.0], measured) == (5, 6)
     assert pairwise_agreement([1.0, 2.0, 4.0, 3.0], measured, tie=0.01) == (5, 5)  # 3.0 and 3.01: a tie
+    assert pairwise_agreement([1.0, 1.0, 3.0], [1.0, 2.0, 3.0]) == (2, 3)  # predicted equal: not ordered
+    assert pairwise_agreement([1.0, 1.0, 3.0], [2.0, 1.0, 3.0]) == (2, 3)
 
 
 def test_merge_spreads_both_lists_over_the_whole() -> None:

@@ -19,8 +19,8 @@ one (core 0 stays with this driver); each job runs under ``taskset`` on cores of
    simulated against measured iteration, Spearman and pairwise order agreement
    (bench/schedule_runs.report, with that calibration too).
 
-Every graph, plan, topology, run.json and the calibration are copied to ``--keep`` (one folder per
-kind), so the tables can be printed again from the returned files.  Run it anywhere with fewer
+Every graph, plan, topology, run.json and the calibration are copied to ``--keep`` (``files/``
+and ``runs/``): what the tables were computed from comes back with them.  Run it anywhere with fewer
 cores by ``--cores N`` (and smaller ``--models``/``--solvers``/``--procs``) to check the steps.
 """
 
