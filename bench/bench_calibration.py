@@ -32,8 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scipy.stats import spearmanr
 
@@ -47,6 +48,7 @@ from solvers.model.run import RunRecord, run_from_document
 from solvers.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 MODELS = {
     "gpt2": ["layers=4", "hidden=128", "heads=4", "seq=64", "vocab=2000", "dropout=0"],
     "bert": ["layers=4", "hidden=128", "heads=4", "seq=64", "vocab=2000", "dropout=0"],
@@ -277,13 +279,19 @@ def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, core
     return cases
 
 
+def round_robin(items: list[T], group: Callable[[T], str]) -> list[T]:
+    """The items in rounds, one of each group a round (groups by name), each group's items in their order:
+    a deadline that cuts the tail leaves every group a share."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(group(item), []).append(item)
+    rounds = [(i, key, x) for key, members in groups.items() for i, x in enumerate(members)]
+    return [x for _, _, x in sorted(rounds, key=lambda r: (r[0], r[1]))]
+
+
 def interleave(plans: list[Path]) -> list[Path]:
     """The plans in rounds: one per model and solver a round, so that a deadline leaves every kind a share."""
-    groups: dict[str, list[Path]] = {}
-    for plan in plans:
-        groups.setdefault(plan.stem.split("-p")[0], []).append(plan)
-    rounds = [(i, key, p) for key, group in sorted(groups.items()) for i, p in enumerate(group)]
-    return [p for _, _, p in sorted(rounds, key=lambda r: (r[0], r[1]))]
+    return round_robin(plans, lambda plan: plan.stem.split("-p")[0])
 
 
 def main() -> None:

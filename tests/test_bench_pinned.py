@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_calibration import round_robin
 from bench.gpu.cpu_runs import merge
 from bench.pinned import Job, pool_cores, rank_pinned, run_jobs
 from bench.schedule_runs import pairwise_agreement
@@ -77,3 +78,9 @@ def test_merge_spreads_both_lists_over_the_whole() -> None:
     a = [(Path(f"a{i}"), Path(), Path()) for i in range(4)]
     b = [(Path(f"b{i}"), Path(), Path()) for i in range(2)]
     assert [str(x[0]) for x in merge(a, b)] == ["a0", "b0", "a1", "a2", "b1", "a3"]
+    assert [str(x[0]) for x in merge(a, b, 0.5)] == ["a0", "b0", "a1", "b1", "a2", "a3"]
+
+
+def test_round_robin_takes_one_of_each_group_a_round() -> None:
+    items = ["gpt2-a", "gpt2-b", "gpt2-c", "vit-a", "bert-a", "bert-b"]
+    assert round_robin(items, lambda x: x.split("-")[0]) == ["bert-a", "gpt2-a", "vit-a", "bert-b", "gpt2-b", "gpt2-c"]
