@@ -260,7 +260,8 @@ def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, core
             print(f"skipped {plan.stem}: {devices} processes, {len(cores)} cores", flush=True)
             continue
         (folder / "run.json").unlink(missing_ok=True)
-        jobs.append(Job(plan.stem, [], folder, cores=devices, expected_s=expected_run_s(plan, steps), timeout_s=600))
+        jobs.append(Job(plan.stem, [], folder, cores=devices, expected_s=expected_run_s(plan, steps), timeout_s=600,
+                        extra_env={"CUDA_VISIBLE_DEVICES": ""}))  # CPU runs (gloo) on a machine with GPUs too
         where[plan.stem] = (plan, graph, topo, folder)
     cases = []
 

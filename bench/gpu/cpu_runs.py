@@ -113,9 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     cores = pool_cores(args.cores)
+    # every child on CPU: the launcher takes CUDA (NCCL, cuda:LOCAL_INDEX) wherever torch sees a GPU
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
 
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores, pool {cores}, "
+    print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA hidden: "
+          f"{not torch.cuda.is_available()}), {os.cpu_count()} cores, pool {cores}, "
           f"load {os.getloadavg()}, deadline {args.deadline_s:g} s", flush=True)
     try:
         models = [m for m in args.models.split(",") if m]

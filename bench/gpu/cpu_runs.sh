@@ -16,6 +16,7 @@ if [ -d .whl ]; then
 else
   export PYTHONPATH="$PWD"
 fi
+export CUDA_VISIBLE_DEVICES=  # CPU runs only: the launcher would take the GPU wherever torch sees one
 dest="${OUT:-/tmp/placer-cpu}"
 mkdir -p "$dest"
 kept=/tmp/placer-cpu-kept
