@@ -20,7 +20,8 @@ one (core 0 stays with this driver); each job runs under ``taskset`` on cores of
    (bench/schedule_runs.report, with that calibration too).
 
 Every graph, plan, topology, run.json and the calibration are copied to ``--keep`` (``files/``
-and ``runs/``): what the tables were computed from comes back with them.  Run it anywhere with fewer
+and ``runs/``): what the tables were computed from comes back with them, and ``--report-from KEPT``
+prints the tables again from those files (here, after ``tar -xzf cpu_runs.tar.gz -C KEPT``).  Run it anywhere with fewer
 cores by ``--cores N`` (and smaller ``--models``/``--solvers``/``--procs``) to check the steps.
 """
 
@@ -31,6 +32,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -86,6 +88,29 @@ def keep(out: Path, dest: Path) -> None:
         shutil.copy(record, dest / "runs" / f"{record.parent.name}.json")
 
 
+def report(cal_cases: list[calib.Case], sched_cases: list[calib.Case], out: Path) -> None:
+    """Step 4: the calibration table, then the schedules' (with that calibration)."""
+    print("\n## calibration: fitted on a third, predicting the rest", flush=True)
+    calibration = calib.fit_and_predict(cal_cases, out) if cal_cases else None
+    print("\n## schedules: simulated against measured, 2 processes", flush=True)
+    sched.report(sched_cases, calibration)
+
+
+def kept_cases(kept: Path) -> tuple[list[calib.Case], list[calib.Case]]:
+    """The calibration and schedule cases of a ``--keep`` folder (the returned files, unpacked)."""
+    files = kept / "files"
+    cal_cases, sched_cases = [], []
+    for record in sorted((kept / "runs").glob("*.json")):
+        plan = files / record.name
+        if record.stem.startswith("sched-"):
+            graph, topo = files / "schedmodel.json", files / f"topo{sched.PROCESSES}.json"
+            sched_cases.append(calib.load_case(record.stem, record, graph, topo, plan))
+        else:
+            model, n = calib.plan_model(plan)
+            cal_cases.append(calib.load_case(record.stem, record, files / f"{model}.json", files / f"topo{n}.json", plan))
+    return cal_cases, sched_cases
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/placer-cpu-runs"))
@@ -107,7 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solve-time-limit-s", type=float, default=8.0)
     parser.add_argument("--limit", type=int, default=0, help="run at most this many calibration plans (0: all)")
     parser.add_argument("--schedule-limit", type=int, default=0, help="run at most this many schedule plans")
+    parser.add_argument("--report-from", type=Path, default=None, metavar="KEPT",
+                        help="run nothing: print the tables again from a --keep folder (the returned files)")
     args = parser.parse_args(argv)
+    if args.report_from is not None:
+        report(*kept_cases(args.report_from), args.out)
+        return 0
+    # an outer timeout's SIGTERM ends the run through the finally below: what ran is kept
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     started = time.monotonic()
     deadline = started + args.deadline_s
     out: Path = args.out.resolve()
@@ -151,10 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         cal_cases = [c for c in cases if c[0] not in names]
         sched_cases = [c for c in cases if c[0] in names]
         timed(f"ran {len(cal_cases)} calibration and {len(sched_cases)} schedule plans", started)
-        print("\n## calibration: fitted on a third, predicting the rest", flush=True)
-        calibration = calib.fit_and_predict(cal_cases, out) if cal_cases else None
-        print("\n## schedules: simulated against measured, 2 processes", flush=True)
-        sched.report(sched_cases, calibration)
+        report(cal_cases, sched_cases, out)
         summary = {"calibration_plans": len(cal_cases), "schedule_plans": len(sched_cases), "cores": cores,
                    "wall_s": time.monotonic() - started, "load": os.getloadavg()}
         (out / "summary.json").write_text(json.dumps(summary))
