@@ -94,46 +94,53 @@ def run_jobs(jobs: Sequence[Job], cores: Sequence[int], deadline_s: float, *,
     running: list[tuple[Job, subprocess.Popen[bytes], IO[bytes], float]] = []
     finished: list[Job] = []
     began = time.monotonic()
-    while waiting or running:
-        now = time.monotonic()
-        for entry in list(running):
-            job, proc, log, started = entry
-            if proc.poll() is None and now < min(deadline_s, started + job.timeout_s):
-                continue
-            if proc.poll() is None:  # past the deadline or its timeout: the whole process group goes
+    try:
+        while waiting or running:
+            now = time.monotonic()
+            for entry in list(running):
+                job, proc, log, started = entry
+                if proc.poll() is None and now < min(deadline_s, started + job.timeout_s):
+                    continue
+                if proc.poll() is None:  # past the deadline or its timeout: the whole process group goes
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    job.returncode = None
+                else:
+                    job.returncode = proc.returncode
+                log.seek(0)
+                job.output, job.wall_s = log.read().decode(errors="replace"), now - started
+                log.close()
+                running.remove(entry)
+                free = sorted([*free, *job.pinned])
+                finished.append(job)
+                if on_done is not None:
+                    on_done(job)
+            for job in list(waiting):
+                if now + job.expected_s > deadline_s:
+                    waiting.remove(job)  # would not finish in time: not started
+                    continue
+                if job.cores > len(free):
+                    continue
+                job.pinned, free = tuple(free[:job.cores]), free[job.cores:]
+                argv = argv_for(job, job.pinned) if argv_for is not None else job.argv
+                if taskset:
+                    argv = [taskset, "-c", ",".join(map(str, job.pinned)), *argv]
+                job.started_at_s = now - began
+                log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends, in another round of the loop
+                pin = None if taskset else _pin_to(job.pinned)  # without taskset: the affinity set before exec
+                proc = subprocess.Popen(argv, cwd=job.cwd, env=_env(job), stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, preexec_fn=pin)
+                running.append((job, proc, log, now))
+                waiting.remove(job)
+            if running:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    running[0][1].wait(timeout=poll_s)
+    finally:  # an exception (SIGTERM through sys.exit, ^C) takes the jobs still running with it
+        for _, proc, log, _ in running:
+            if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                job.returncode = None
-            else:
-                job.returncode = proc.returncode
-            log.seek(0)
-            job.output, job.wall_s = log.read().decode(errors="replace"), now - started
             log.close()
-            running.remove(entry)
-            free = sorted([*free, *job.pinned])
-            finished.append(job)
-            if on_done is not None:
-                on_done(job)
-        for job in list(waiting):
-            if now + job.expected_s > deadline_s:
-                waiting.remove(job)  # would not finish in time: not started
-                continue
-            if job.cores > len(free):
-                continue
-            job.pinned, free = tuple(free[:job.cores]), free[job.cores:]
-            argv = argv_for(job, job.pinned) if argv_for is not None else job.argv
-            if taskset:
-                argv = [taskset, "-c", ",".join(map(str, job.pinned)), *argv]
-            job.started_at_s = now - began
-            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends, in another round of the loop
-            pin = None if taskset else _pin_to(job.pinned)  # without taskset: the affinity set before exec
-            proc = subprocess.Popen(argv, cwd=job.cwd, env=_env(job), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=pin)
-            running.append((job, proc, log, now))
-            waiting.remove(job)
-        if running:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                running[0][1].wait(timeout=poll_s)
     return finished
 
 

@@ -84,3 +84,21 @@ def test_merge_spreads_both_lists_over_the_whole() -> None:
 def test_round_robin_takes_one_of_each_group_a_round() -> None:
     items = ["gpt2-a", "gpt2-b", "gpt2-c", "vit-a", "bert-a", "bert-b"]
     assert round_robin(items, lambda x: x.split("-")[0]) == ["bert-a", "gpt2-a", "vit-a", "bert-b", "gpt2-b", "gpt2-c"]
+
+
+def test_jobs_still_running_go_with_an_exception(tmp_path: Path) -> None:
+    cores = pool_cores(0, keep_free=0)
+    slots = [cores[0], cores[-1]]  # two slots (the same core twice on a one-core machine)
+    pid_file = tmp_path / "pid"
+    sleeper = Job("sleeper", [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str("
+                  "os.getpid())); time.sleep(60)"], ROOT, expected_s=0.5)
+    quick = Job("quick", [sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(pid_file)!r}): "
+                "time.sleep(0.05)"], ROOT, expected_s=0.5)
+
+    def fail(job: Job) -> None:
+        raise RuntimeError(f"{job.name} done")
+
+    with pytest.raises(RuntimeError, match="quick done"):
+        run_jobs([sleeper, quick], slots, time.monotonic() + 60, on_done=fail)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
