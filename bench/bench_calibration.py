@@ -291,8 +291,10 @@ def round_robin(items: list[T], group: Callable[[T], str]) -> list[T]:
 
 
 def interleave(plans: list[Path]) -> list[Path]:
-    """The plans in rounds: one per model and solver a round, so that a deadline leaves every kind a share."""
-    return round_robin(plans, lambda plan: plan.stem.split("-p")[0])
+    """The plans in rounds: one per model and solver a round, and each model and solver's plans in rounds
+    over the process counts, so that a deadline leaves every model, solver and process count a share."""
+    by_procs = round_robin(sorted(plans), lambda plan: str(plan_model(plan)[1]))
+    return round_robin(by_procs, lambda plan: plan.stem.split("-p")[0])
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_calibration import round_robin
+from bench.bench_calibration import interleave, round_robin
 from bench.gpu.cpu_runs import merge
 from bench.pinned import Job, pool_cores, rank_pinned, run_jobs
 from bench.schedule_runs import pairwise_agreement
@@ -102,3 +102,12 @@ def test_jobs_still_running_go_with_an_exception(tmp_path: Path) -> None:
         run_jobs([sleeper, quick], slots, time.monotonic() + 60, on_done=fail)
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_interleave_takes_every_model_solver_and_process_count_before_more_micro_batches() -> None:
+    plans = [Path(f"{m}-{s}-p{n}-mb{b}.json") for m in ("gpt2", "vit") for s in ("even", "exact") for n in (2, 4)
+             for b in (1, 2)]
+    order = [p.stem for p in interleave(plans)]
+    assert order[:8] == ["gpt2-even-p2-mb1", "gpt2-exact-p2-mb1", "vit-even-p2-mb1", "vit-exact-p2-mb1",
+                         "gpt2-even-p4-mb1", "gpt2-exact-p4-mb1", "vit-even-p4-mb1", "vit-exact-p4-mb1"]
+    assert sorted(order) == sorted(p.stem for p in plans)

@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         spread = calib.round_robin(cal_requests, lambda r: calib.plan_model(r[0])[0] + str(calib.plan_model(r[0])[1]))
         run_placer_jobs(sched_requests + spread, cores, solve_deadline, expected_s=args.solve_time_limit_s + 6)
         cal_plans = calib.interleave(calib.distinct_plans([p for p, _ in cal_requests]))
-        sched_plans = [p for p in calib.distinct_plans([p for p, _ in sched_requests]) if sched.pipelined(p)]
+        # every schedule at the fewest micro-batches first: a cut takes the larger counts, not a schedule
+        sched_plans = sorted((p for p in calib.distinct_plans([p for p, _ in sched_requests]) if sched.pipelined(p)),
+                             key=lambda p: (json.loads(p.read_text())["micro_batches"], p.name))
         if args.limit:
             cal_plans = cal_plans[:args.limit]
         if args.schedule_limit:
