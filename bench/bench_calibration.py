@@ -1,7 +1,7 @@
 """Calibration on CPU: run many plans, fit on a third, predict the rest (docs/cost-model.md "Calibration").
 
 ``.venv/bin/python -m bench.bench_calibration [--out DIR] [--models gpt2,bert,vit] [--solvers ...]
-[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--limit N]``:
+[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--limit N] [--cores N] [--deadline-s S]``:
 
 1. ``placer profile --example MODEL`` (small sizes, see ``MODELS``; micro-batch of ``--batch`` rows,
    one thread) for every model;
@@ -12,6 +12,8 @@
    training pass); distinct plans only (the same stages, devices and micro-batches once);
 4. every plan's bundle under ``torchrun --standalone`` (gloo, ``OMP_NUM_THREADS=1``, one process per
    device) for ``--steps`` iterations, 2 warm-up, 1 profiled (``--profile-steps 1``): its ``run.json``;
+   one plan at a time, or with ``--cores N`` side by side on N cores, each rank pinned to a core of
+   its own (bench/pinned.py), none started that would end after ``--deadline-s``;
 5. fit a calibration on every third run (``fit_calibration``; it prints what the runs do not determine
    and each run's profiler ratio), predict the others with and without it, and print per held-out plan the measured and predicted iteration and the largest per-rank
    memory error; then the median relative error of the iteration time, the Spearman rank correlation
@@ -21,19 +23,24 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scipy.stats import spearmanr
 
+from bench.pinned import Job, pool_cores, rank_pinned, run_jobs
 from cli import main as placer
-from solvers.calibration import apply_calibration, fit_calibration
+from solvers.calibration import Calibration, apply_calibration, fit_calibration
 from solvers.calibration.fit import run_problem
 from solvers.model.canonical import digest
 from solvers.model.documents import load_graph, load_plan, load_topology
@@ -41,6 +48,7 @@ from solvers.model.run import RunRecord, run_from_document
 from solvers.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 MODELS = {
     "gpt2": ["layers=4", "hidden=128", "heads=4", "seq=64", "vocab=2000", "dropout=0"],
     "bert": ["layers=4", "hidden=128", "heads=4", "seq=64", "vocab=2000", "dropout=0"],
@@ -60,16 +68,26 @@ def topology(out: Path, n: int) -> Path:
     return path
 
 
+def profile_argv(out: Path, model: str, batch: int, params: list[str] | None = None,
+                 name: str | None = None) -> tuple[Path, list[str]]:
+    """The graph file of ``placer profile --example MODEL`` (one thread) and its ``placer`` arguments."""
+    graph = out / f"{name or model}.json"
+    return graph, ["profile", "--example", model, "--param", *(MODELS[model] if params is None else params),
+                   "--batch", str(batch), "--device", "cpu", "--threads", "1", "--repeats", "5", "-o", str(graph)]
+
+
 def profile(out: Path, model: str, batch: int) -> Path:
-    graph = out / f"{model}.json"
+    graph, argv = profile_argv(out, model, batch)
     if not graph.exists():
-        assert placer(["profile", "--example", model, "--param", *MODELS[model], "--batch", str(batch),
-                       "--device", "cpu", "--threads", "1", "--repeats", "5", "-o", str(graph)]) == 0
+        assert placer(argv) == 0
     return graph
 
 
-def solve_all(out: Path, graphs: dict[str, Path], solvers: list[str], mbs: list[int], procs: list[int]) -> list[Path]:
-    made: dict[str, Path] = {}
+def solve_requests(out: Path, graphs: dict[str, Path], solvers: list[str], mbs: list[int], procs: list[int],
+                   time_limit_s: float = 20) -> list[tuple[Path, list[str]]]:
+    """Every plan file to solve and its ``placer`` arguments: each model, process count, solver and
+    micro-batch count (1F1B; a latency solver once per model and process count)."""
+    requests = []
     for model, graph in graphs.items():
         for n in procs:
             topo = topology(out, n)
@@ -79,79 +97,112 @@ def solve_all(out: Path, graphs: dict[str, Path], solvers: list[str], mbs: list[
                     path = out / f"{model}-{solver}-p{n}-mb{mb}.json"
                     shape = (["--objective", "latency", "--pass", "training"] if latency else
                              ["--micro-batches", str(mb), "--schedule", "1f1b"])
-                    if not path.exists():
-                        code = placer(["solve", "--solver", solver, "--graph", str(graph), "--topology", str(topo),
-                                       *shape, "--time-limit", "20", "--quiet", "-o", str(path)])
-                        if code != 0:
-                            path.unlink(missing_ok=True)
-                            continue
-                    doc = json.loads(path.read_text())
-                    key = digest({"model": model, "stages": [[s["ops"], s["devices"]] for s in doc["stages"] if s["ops"]],
-                                  "mb": doc["micro_batches"]})
-                    made.setdefault(key, path)
+                    requests.append((path, ["solve", "--solver", solver, "--graph", str(graph), "--topology",
+                                            str(topo), *shape, "--time-limit", f"{time_limit_s:g}", "--quiet",
+                                            "-o", str(path)]))
+    return requests
+
+
+def distinct_plans(paths: list[Path]) -> list[Path]:
+    """The plan files that exist, one per distinct plan (the same model, stages, devices and micro-batches
+    once: the first by name)."""
+    made: dict[str, Path] = {}
+    for path in sorted(p for p in paths if p.exists()):
+        doc = json.loads(path.read_text())
+        key = digest({"model": path.stem.split("-")[0],
+                      "stages": [[s["ops"], s["devices"]] for s in doc["stages"] if s["ops"]],
+                      "mb": doc["micro_batches"], "schedule": doc.get("schedule"), "v": doc.get("virtual_stages")})
+        made.setdefault(key, path)
     return sorted(made.values())
 
 
-def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path | None:
-    """The plan's ``run.json``; None when the launcher refuses the plan (the reason printed)."""
+def solve_all(out: Path, graphs: dict[str, Path], solvers: list[str], mbs: list[int], procs: list[int]) -> list[Path]:
+    for path, argv in solve_requests(out, graphs, solvers, mbs, procs):
+        if not path.exists() and placer(argv) != 0:
+            path.unlink(missing_ok=True)
+    return distinct_plans([path for path, _ in solve_requests(out, graphs, solvers, mbs, procs)])
+
+
+def plan_model(plan: Path) -> tuple[str, int]:
+    """The model and process count a plan file's name (``MODEL-SOLVER-pN-mbM``) carries."""
+    found = re.fullmatch(r"(\w+)-.+-p(\d+)-mb\d+", plan.stem)
+    if found is None:
+        raise ValueError(f"plan file {plan}: its name is not MODEL-SOLVER-pN-mbM")
+    return found.group(1), int(found.group(2))
+
+
+def bundle(out: Path, plan: Path, graph: Path, topo: Path) -> tuple[Path, int]:
+    """``placer launcher build`` of the plan into ``out/runs/<plan>``; the folder and its process count."""
     folder = out / "runs" / plan.stem
+    if not (folder / "manifest.json").exists():
+        with contextlib.redirect_stdout(io.StringIO()) as said:  # "wrote FOLDER ...": printed on failure only
+            code = placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
+                           "-o", str(folder)])
+        if code != 0:
+            raise RuntimeError(f"placer launcher build {plan}: exit {code}\n{said.getvalue()}")
+    return folder, len(json.loads((folder / "manifest.json").read_text())["devices"])
+
+
+def launch_args(steps: int, warmup: int = 2) -> list[str]:
+    """launch.py's arguments: ``steps`` iterations, ``warmup`` left out, one profiled, no autocast."""
+    return ["launch.py", "--steps", str(steps), "--warmup", str(warmup), "--profile-steps", "1", "--autocast", "none"]
+
+
+def torchrun_argv(devices: int, worker: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices), *worker]
+
+
+def run_result(name: str, folder: Path, returncode: int | None, output: str) -> Path | None:
+    """The run's ``run.json``; None (the reason printed) when the launcher refused the plan, the run failed
+    or was stopped at the deadline."""
     record = folder / "run.json"
-    if record.exists():
+    if returncode == 0 and record.exists():
         return record
+    refused = [line for line in output.splitlines() if line.startswith("launch.py: refused")]
+    why = (refused[0] if refused else "stopped at the deadline" if returncode is None else
+           f"exit {returncode}: " + " | ".join(output.strip().splitlines()[-4:]))
+    print(f"skipped {name}: {why}", flush=True)
+    return None
+
+
+def expected_run_s(plan: Path, steps: int) -> float:
+    """A generous guess of a run's wall time: start-up plus twice the simulated iterations (steps and the
+    profiled one)."""
+    metrics = json.loads(plan.read_text()).get("metrics") or {}
+    return 12.0 + 2.0 * (steps + 1) * float(metrics.get("iteration_s") or metrics.get("objective_s") or 1.0)
+
+
+def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path | None:
+    """The plan's ``run.json``, run here unpinned; None when the launcher refuses the plan (the reason printed)."""
+    folder, devices = bundle(out, plan, graph, topo)
+    if (folder / "run.json").exists():
+        return folder / "run.json"
     print(f"running {plan.stem} at load average {os.getloadavg()}", flush=True)
-    assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology", str(topo),
-                   "-o", str(folder)]) == 0
-    devices = len(json.loads((folder / "manifest.json").read_text())["devices"])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(devices), "launch.py", "--steps", str(steps), "--warmup", "2", "--profile-steps", "1",
-                           "--autocast", "none"], cwd=folder, env=env, capture_output=True, text=True, timeout=900,
-                          check=False)
-    refused = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("launch.py: refused")]
-    if done.returncode and refused:
-        print(f"skipped {plan.stem}: {refused[0]}", flush=True)
-        return None
-    if done.returncode:
-        raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
-    return record
+    done = subprocess.run(torchrun_argv(devices, launch_args(steps)), cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    return run_result(plan.stem, folder, done.returncode, done.stdout + done.stderr)
+
+
+Case = tuple[str, RunRecord, Any, Any, Any]
+
+
+def load_case(name: str, record: Path, graph: Path, topo: Path, plan: Path) -> Case:
+    return (name, run_from_document(json.loads(record.read_text())), load_graph(graph), load_topology(topo),
+            load_plan(plan))
 
 
 def rel(pred: float, measured: float) -> float:
     return abs(pred / measured - 1.0)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="/tmp/bench_calibration")
-    parser.add_argument("--models", default="gpt2,bert,vit")
-    parser.add_argument("--solvers", default=",".join(SOLVERS))
-    parser.add_argument("--micro-batches", default="1,2,4")
-    parser.add_argument("--procs", default="2,3,4")
-    parser.add_argument("--batch", type=int, default=12,
-                        help="rows per micro-batch of the profile (12: splits over 2, 3 and 4 replicas)")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--limit", type=int, default=0, help="run at most this many plans (0: all)")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"load average {os.getloadavg()}", flush=True)
-    graphs = {m: profile(out, m, args.batch) for m in args.models.split(",")}
-    plans = solve_all(out, graphs, args.solvers.split(","), [int(x) for x in args.micro_batches.split(",")],
-                      [int(x) for x in args.procs.split(",")])
-    if args.limit:
-        plans = plans[:args.limit]
-    print(f"{len(plans)} distinct plans", flush=True)
-    cases: list[tuple[str, RunRecord, Any, Any, Any]] = []
-    for plan in plans:
-        found = re.fullmatch(r"(\w+)-.+-p(\d+)-mb\d+", plan.stem)
-        assert found, plan.stem
-        model, n = found.group(1), int(found.group(2))
-        topo = topology(out, n)
-        record = run_plan(out, plan, graphs[model], topo, args.steps)
-        if record is None:
-            continue
-        cases.append((plan.stem, run_from_document(json.loads(record.read_text())), load_graph(graphs[model]),
-                      load_topology(topo), load_plan(plan)))
+def fit_and_predict(cases: list[Case], out: Path) -> Calibration | None:
+    """Fit on every third case (by name), predict the others with and without the fit; print the table
+    and the summary lines (docstring, step 5).  The calibration, or None with fewer than one case."""
+    cases = sorted(cases, key=lambda c: c[0])
+    if not cases:
+        print("no run finished: nothing to fit")
+        return None
     fit_on = [c for i, c in enumerate(cases) if i % 3 == 0]
     held = [c for i, c in enumerate(cases) if i % 3 != 0]
     if not held:
@@ -191,6 +242,101 @@ def main() -> None:
         print(f"{label}: {len(pred)} held-out plans, iteration median relative error {statistics.median(errors):.1%}, "
               f"Spearman {rho:.3f}; per-rank peak memory: largest error {max(mem):.1%}, "
               f"plans within 10 % {sum(e <= 0.1 for e in mem)}/{len(mem)}")
+    return cal
+
+
+def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, cores: list[int],
+               deadline: float) -> list[Case]:
+    """Every (plan, graph, topology) bundle under torchrun, side by side on ``cores`` (each rank on a core of
+    its own, bench/pinned.py); new runs start only while they can end before ``deadline`` (monotonic)."""
+    jobs, where = [], {}
+    for plan, graph, topo in items:
+        try:
+            folder, devices = bundle(out, plan, graph, topo)
+        except RuntimeError as err:
+            print(f"skipped {plan.stem}: {err}", flush=True)
+            continue
+        if devices > len(cores):
+            print(f"skipped {plan.stem}: {devices} processes, {len(cores)} cores", flush=True)
+            continue
+        (folder / "run.json").unlink(missing_ok=True)
+        jobs.append(Job(plan.stem, [], folder, cores=devices, expected_s=expected_run_s(plan, steps), timeout_s=600,
+                        extra_env={"CUDA_VISIBLE_DEVICES": ""}))  # CPU runs (gloo) on a machine with GPUs too
+        where[plan.stem] = (plan, graph, topo, folder)
+    cases = []
+
+    def done(job: Job) -> None:
+        plan, graph, topo, folder = where[job.name]
+        print(f"ran {job.name} on cores {','.join(map(str, job.pinned))} in {job.wall_s:.1f} s "
+              f"(started at {job.started_at_s:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+        record = run_result(job.name, folder, job.returncode, job.output)
+        if record is not None:
+            cases.append(load_case(job.name, record, graph, topo, plan))
+
+    started = run_jobs(jobs, cores, deadline, on_done=done,
+                       argv_for=lambda job, pinned: torchrun_argv(job.cores, rank_pinned(pinned, launch_args(steps))))
+    if len(started) < len(jobs):
+        print(f"{len(jobs) - len(started)} runs not started: they would have ended after the deadline", flush=True)
+    return cases
+
+
+def round_robin(items: list[T], group: Callable[[T], str]) -> list[T]:
+    """The items in rounds, one of each group a round (groups by name), each group's items in their order:
+    a deadline that cuts the tail leaves every group a share."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(group(item), []).append(item)
+    rounds = [(i, key, x) for key, members in groups.items() for i, x in enumerate(members)]
+    return [x for _, _, x in sorted(rounds, key=lambda r: (r[0], r[1]))]
+
+
+def interleave(plans: list[Path]) -> list[Path]:
+    """The plans in rounds: one per model and solver a round, and each model and solver's plans in rounds
+    over the process counts, so that a deadline leaves every model, solver and process count a share."""
+    by_procs = round_robin(sorted(plans), lambda plan: str(plan_model(plan)[1]))
+    return round_robin(by_procs, lambda plan: plan.stem.split("-p")[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="/tmp/bench_calibration")
+    parser.add_argument("--models", default="gpt2,bert,vit")
+    parser.add_argument("--solvers", default=",".join(SOLVERS))
+    parser.add_argument("--micro-batches", default="1,2,4")
+    parser.add_argument("--procs", default="2,3,4")
+    parser.add_argument("--batch", type=int, default=12,
+                        help="rows per micro-batch of the profile (12: splits over 2, 3 and 4 replicas)")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--limit", type=int, default=0, help="run at most this many plans (0: all)")
+    parser.add_argument("--cores", type=int, default=-1,
+                        help="run the plans side by side on this many cores, each rank pinned to one "
+                             "(0: all but one; default -1: one plan at a time, unpinned)")
+    parser.add_argument("--deadline-s", type=float, default=0.0,
+                        help="start no run that would end later than this many seconds after the start (0: none)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    deadline = started + args.deadline_s if args.deadline_s > 0 else float("inf")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"load average {os.getloadavg()}", flush=True)
+    graphs = {m: profile(out, m, args.batch) for m in args.models.split(",")}
+    plans = interleave(solve_all(out, graphs, args.solvers.split(","), [int(x) for x in args.micro_batches.split(",")],
+                                 [int(x) for x in args.procs.split(",")]))
+    if args.limit:
+        plans = plans[:args.limit]
+    print(f"{len(plans)} distinct plans", flush=True)
+    if args.cores >= 0:
+        items = [(plan, graphs[plan_model(plan)[0]], topology(out, plan_model(plan)[1])) for plan in plans]
+        cases = run_pinned(out, items, args.steps, pool_cores(args.cores), deadline)
+    else:
+        cases = []
+        for plan in plans:
+            model, n = plan_model(plan)
+            topo = topology(out, n)
+            record = run_plan(out, plan, graphs[model], topo, args.steps)
+            if record is not None:
+                cases.append(load_case(plan.stem, record, graphs[model], topo, plan))
+    fit_and_predict(cases, out)
     print(f"load average {os.getloadavg()}")
 
 

@@ -1,0 +1,102 @@
+"""Pipeline schedules run on CPU: does the simulator order them as the runs do (docs/benchmarks.md)?
+
+One model graph profiled here (one thread), over 2 CPU processes (one rank group each, no replicas):
+``placer solve --schedule X --virtual-stages V`` for every schedule of :data:`SCHEDULES` and each
+micro-batch count; the distinct plans run under torchrun (bench/pinned.py: each rank on a core of
+its own); per plan the simulated iteration (uncalibrated, and with a calibration where one is given)
+beside the measured one, then over all plans the Spearman rank correlation and the share of plan
+pairs whose order the simulator gets right (pairwise agreement; pairs measured within ``tie`` of
+each other count as ties and are left out).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from itertools import combinations
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+from bench.bench_calibration import Case, rel, topology
+from solvers.calibration import Calibration, apply_calibration
+from solvers.calibration.fit import run_problem
+from solvers.simulator import simulate
+
+MODEL = "gpt2"
+PARAMS = ["layers=8", "hidden=128", "heads=4", "seq=64", "vocab=512", "dropout=0"]
+SCHEDULES = {"gpipe": 1, "1f1b": 1, "interleaved-1f1b": 2, "looped-bfs": 2, "interleaved-zb": 2, "zbv": 2,
+             "dualpipev": 2}  # schedule -> virtual stages per rank group
+PROCESSES = 2
+
+
+def solve_requests(out: Path, graph: Path, mbs: list[int], solver: str = "rannc",
+                   time_limit_s: float = 10) -> list[tuple[Path, list[str]]]:
+    """Every schedule plan file (``sched-SCHEDULE-vV-mbM``) and its ``placer solve`` arguments."""
+    topo = topology(out, PROCESSES)
+    requests = []
+    for mb in mbs:
+        for schedule, v in SCHEDULES.items():
+            path = out / f"sched-{schedule}-v{v}-mb{mb}.json"
+            requests.append((path, ["solve", "--solver", solver, "--graph", str(graph), "--topology", str(topo),
+                                    "--micro-batches", str(mb), "--replicas", "1", "--schedule", schedule,
+                                    "--virtual-stages", str(v), "--time-limit", f"{time_limit_s:g}", "--quiet",
+                                    "-o", str(path)]))
+    return requests
+
+
+def pipelined(plan: Path) -> bool:
+    """Whether the plan uses both processes (a one-stage plan does not tell the schedules apart)."""
+    doc = json.loads(plan.read_text())
+    return len({d for s in doc["stages"] if s["ops"] for d in s["devices"]}) == PROCESSES
+
+
+def pairwise_agreement(predicted: list[float], measured: list[float], tie: float = 0.0) -> tuple[int, int]:
+    """(pairs ordered alike, pairs compared): pairs whose measured times differ by at most ``tie``
+    (relative) are not compared; a pair predicted equal is compared and counts as not ordered alike."""
+    agree = compared = 0
+    for i, j in combinations(range(len(measured)), 2):
+        if abs(measured[i] - measured[j]) <= tie * max(measured[i], measured[j]):
+            continue
+        compared += 1
+        if predicted[i] != predicted[j]:  # a pair the simulator ties is not ordered: it does not agree
+            agree += (predicted[i] < predicted[j]) == (measured[i] < measured[j])
+    return agree, compared
+
+
+def report(cases: list[Case], calibration: Calibration | None, tie: float = 0.02) -> None:
+    """Print per plan simulated against measured, then the rank correlation and pairwise agreement."""
+    cases = sorted(cases, key=lambda c: c[0])
+    if len(cases) < 2:
+        print(f"schedules: {len(cases)} plan(s) ran, too few to compare")
+        return
+    print("| plan | schedule | v | micro-batches | measured ms | simulated ms | calibrated ms |")
+    print("|---|---|---|---|---|---|---|")
+    measured, uncal, cal = [], [], []
+    for name, run, graph, topo, plan in cases:
+        m = run.summary["iteration_s"]
+        s0 = simulate(run_problem(run, graph, topo, plan), plan).metrics["objective_s"]
+        s1 = float("nan")
+        if calibration is not None:
+            g, t = apply_calibration(graph, topo, calibration)
+            s1 = simulate(run_problem(run, g, t, plan), plan).metrics["objective_s"]
+        measured.append(m)
+        uncal.append(s0)
+        cal.append(s1)
+        print(f"| {name} | {plan.schedule} | {plan.virtual_stages} | {plan.micro_batches} | {m * 1e3:.1f} | "
+              f"{s0 * 1e3:.1f} | {s1 * 1e3:.1f} |", flush=True)
+    columns = [("uncalibrated", uncal)] + ([("calibrated", cal)] if calibration is not None else [])
+    for label, pred in columns:
+        rho = spearmanr(pred, measured).statistic if len(pred) > 2 else float("nan")
+        agree, compared = pairwise_agreement(pred, measured)
+        agree_tie, compared_tie = pairwise_agreement(pred, measured, tie)
+        error = statistics.median(rel(p, m) for p, m in zip(pred, measured, strict=True))
+        print(f"schedules, {label}: {len(pred)} plans, Spearman {rho:.3f}, pairs ordered as measured "
+              f"{agree}/{compared} (measured more than {tie:.0%} apart: {agree_tie}/{compared_tie}), "
+              f"iteration median relative error {error:.1%}")
+    for mb in sorted({c[4].micro_batches for c in cases}):
+        group = [(c, p, m) for c, p, m in zip(cases, uncal, measured, strict=True) if c[4].micro_batches == mb]
+        agree, compared = pairwise_agreement([p for _, p, _ in group], [m for _, _, m in group], tie)
+        order = lambda xs: " < ".join(c[4].schedule for c, _ in sorted(xs, key=lambda x: x[1]))  # noqa: E731
+        print(f"  {mb} micro-batches: measured {order([(c, m) for c, _, m in group])}; "
+              f"simulated {order([(c, p) for c, p, _ in group])}; pairs {agree}/{compared}")
