@@ -13,7 +13,10 @@
 3. ``even --stages 4 --micro-batches 4`` (1F1B) on the four CPU devices, run under ``torchrun
    --standalone --nproc-per-node 4`` (gloo, one thread each) for two AdamW steps: every rank builds
    the model on meta and materialises its stage's seeded weights (the default), then once more
-   with the stage's weights read from a safetensors file (``--weights``);
+   with the stage's weights read from a safetensors file (``--weights``); and the memory-balanced
+   plan: ``exact`` under the smallest per-stage memory cap it can meet
+   (:func:`solvers.memory_balance.least_memory_plan`, 4 stages, ``--balanced-micro-batches``,
+   1F1B), seeded; ``--runs`` picks which of ``even``, ``weights`` and ``balanced`` run;
 4. the same architecture at hidden 32 (the same ops, exports and process groups; weights and
    activations under 2 % of the large model's) on the same kind of plan: what a rank holds beyond
    its measured base and the tensors the simulator counts;
@@ -35,6 +38,8 @@ from typing import Any
 
 from cli import main as placer
 from launcher.runtime.weights import write_weights
+from solvers import Problem, ProblemSettings, load_graph, load_topology
+from solvers.memory_balance import least_memory_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE = ["layers=8", "hidden=768", "heads=12", "seq=32", "vocab=1000", "dropout=0"]
@@ -78,6 +83,17 @@ def prepare(out: Path, name: str, params: list[str], bases: list[float]) -> tupl
     return graph, plan, folder
 
 
+def balanced(out: Path, graph: Path, bases: list[float], micro_batches: int) -> tuple[Path, Path]:
+    """The memory-balanced 4-stage plan of the large model (module doc, step 3) and its bundle."""
+    plan_path, folder = out / f"balanced-mb{micro_batches}-plan.json", out / f"balanced-mb{micro_batches}-run"
+    settings = ProblemSettings(micro_batches=(micro_batches,), schedule="1f1b", stages=4, replicas=1, recompute=False)
+    problem = Problem(load_graph(graph), load_topology(topology(out, 4, bases)), "throughput", settings)
+    plan = least_memory_plan(problem, "exact", time_limit_s=120)
+    plan_path.write_text(json.dumps(plan.to_document()))
+    assert placer(["launcher", "build", "--plan", str(plan_path), "--graph", str(graph), "-o", str(folder)]) == 0
+    return plan_path, folder
+
+
 def single_device_peak(out: Path, graph: Path, bases: list[float]) -> float:
     """The simulator's peak memory of the whole model trained on one device (rank 0's base included)."""
     plan = out / "single-plan.json"
@@ -101,22 +117,34 @@ def run(folder: Path, *extra: str) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/bench_stage_memory")
-    out = Path(parser.parse_args().out)
+    parser.add_argument("--runs", default="even,weights,balanced", help="comma-separated: even, weights, balanced")
+    parser.add_argument("--balanced-micro-batches", type=int, default=1)
+    args = parser.parse_args()
+    out, runs = Path(args.out), set(args.runs.split(","))
     out.mkdir(parents=True, exist_ok=True)
     bases = measured_bases(out)
     graph, plan, folder = prepare(out, "gpt2-large", LARGE, bases)
     _, _, small_folder = prepare(out, "gpt2-small", SMALL, bases)
     whole = single_device_peak(out, graph, bases)
-    simulated: dict[str, float] = json.loads(plan.read_text())["metrics"]["peak_memory_bytes"]
+    plans = {"seeded": plan, "--weights": plan}
     model_bytes = json.loads(graph.read_text())["attrs"]["model_param_bytes"]
-    weights = out / "gpt2.safetensors"
-    write_weights(json.loads(graph.read_text())["attrs"]["source"], weights)
     tensors = whole - bases[0]
     print(f"base_memory_bytes per rank (placer topology measure), MiB: {', '.join(f'{b / MIB:.1f}' for b in bases)}")
     print(f"model parameters {model_bytes / MIB:.1f} MiB; whole model on one device (simulated) {whole / MIB:.1f} MiB "
           f"({tensors / MIB:.1f} MiB of tensors)")
-    results = {"runtime (hidden 32)": run(small_folder), "seeded": run(folder),
-               "--weights": run(folder, "--weights", str(weights))}
+    results = {"runtime (hidden 32)": run(small_folder)}
+    if "even" in runs:
+        results["seeded"] = run(folder)
+    if "weights" in runs:
+        weights = out / "gpt2.safetensors"
+        write_weights(json.loads(graph.read_text())["attrs"]["source"], weights)
+        results["--weights"] = run(folder, "--weights", str(weights))
+    if "balanced" in runs:
+        mode = f"balanced, {args.balanced_micro_batches} micro-batch(es)"
+        plans[mode], balanced_folder = balanced(out, graph, bases, args.balanced_micro_batches)
+        stages = [len(s["ops"]) for s in json.loads(plans[mode].read_text())["stages"]]
+        print(f"{mode}: ops per stage {stages}")
+        results[mode] = run(balanced_folder)
     # the launcher's own base: what a rank of the same architecture holds once set up, its weights left out
     own = {int(r["rank"]): float(r["settled_memory_bytes"]) - float(r["materialized_bytes"])
            for r in results["runtime (hidden 32)"]}
@@ -125,7 +153,8 @@ def main() -> None:
     print("| rank | stage | mode | simulated MiB | measured MiB | / sim | simulated, launcher's base MiB | / sim "
           "| setup peak MiB | under the limit |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for mode in ("seeded", "--weights"):
+    peaks = {m: json.loads(p.read_text())["metrics"]["peak_memory_bytes"] for m, p in plans.items() if m in results}
+    for mode, simulated in peaks.items():
         for r in results[mode]:
             rank = int(r["rank"])
             sim = float(simulated[str(r["device"])])
@@ -136,9 +165,10 @@ def main() -> None:
                   f"| {sim_own / MIB:.1f} | {peak / sim_own:.2f} | {setup / MIB:.1f} "
                   f"| {'yes' if max(peak, setup) <= limit else 'no'} ({limit / MIB:.1f}) |")
         largest = max(float(r["peak_memory_bytes"]) - own[int(r["rank"])] for r in results[mode])
+        predicted = max(float(simulated[str(r["device"])]) - bases[int(r["rank"])] for r in results[mode])
         print(f"{mode}: the whole model's tensors are {tensors / largest:.2f}x the largest rank's measured peak "
-              "less the launcher's base")
-    (out / "memory.json").write_text(json.dumps({"bases": bases, "launcher_bases": own, "simulated": simulated,
+              f"less the launcher's base ({tensors / predicted:.2f}x the largest rank's simulated tensors)")
+    (out / "memory.json").write_text(json.dumps({"bases": bases, "launcher_bases": own, "simulated": peaks,
                                                  "whole_model_simulated": whole, **results}, indent=1))
 
 

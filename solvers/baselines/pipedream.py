@@ -38,6 +38,7 @@ from solvers.baselines._pipedream_hier import pipedream_dp
 from solvers.baselines._pipedream_states import AntichainStates, antichain_states
 from solvers.baselines.even import EvenOptions, EvenSolver
 from solvers.cost.compute import ComputeModel
+from solvers.cost.memory import kept_bytes
 from solvers.mapping.apply import (
     MAPPING_TIME_LIMIT_DOC,
     MappingSettings,
@@ -101,7 +102,7 @@ def _flat_costs(problem: Problem, chain: LayerChain, n_stages: int, replicas: in
     acts = ca[None, 1:] - ca[:-1, None]
     working = np.array([np.maximum.accumulate(np.r_[np.zeros(i), chain.working_bytes[i:]]) for i in range(n)])
     inputs = np.repeat(np.r_[0.0, chain.cut_bytes[:-1]][:, None], n, axis=1)  # bytes entering at layer i
-    kept = inputs if problem.settings.recomputes else acts
+    kept = kept_bytes(acts, inputs, problem.settings.recomputes)
     stage_cost, cut_cost = [], []
     for s in range(n_stages):
         b_ar = _ring_min_bw(problem, place[s].tolist())

@@ -5,16 +5,22 @@ Throughput plans, per device of stage ``s`` (``R`` replicas, ``k`` micro-batches
 * parameters ``P_s * (1 + optimizer_bytes_per_param_byte)`` (every replica holds all of them),
   plus a copy of each shared parameter (a tied weight) that the stage reads but whose first
   reader is in another stage (:func:`shared_copy_bytes`);
-* without recomputation: activations ``k * A_s / R`` plus the largest single-op working memory
-  ``max_v max(mem_fwd, mem_bwd) / R``;
-* with recomputation: only the stage-boundary inputs ``k * B_s / R`` are kept, plus the largest
-  single-op working memory ``/ R``.
+* without recomputation: activations ``k * (A_s + B_s) / R`` plus the largest single-op working
+  memory ``max_v max(mem_fwd, mem_bwd) / R``: ``A_s`` what the stage's ops save for backward
+  (their ``act_bytes``), ``B_s`` the tensors the stage receives from other stages, which it keeps
+  per micro-batch until that micro-batch's backward (a received tensor is an input of the stage's
+  autograd graph, not an op's saved output there, so ``A_s`` does not count it);
+* with recomputation: only the stage-boundary inputs ``k * B_s / R`` are kept (Eq. 14), plus the
+  largest single-op working memory ``/ R``.
+
+:func:`kept_bytes` is that per-micro-batch rule and :func:`stage_device_bytes` the per-device sum:
+every solver and both simulator engines use them (docs/cost-model.md, "Memory").
 
 ``k`` is ``MB`` for GPipe and ``min(S - s, MB)`` for 1F1B (``s`` counted from 0).  Any other
 schedule, or several virtual stages per rank (:func:`virtual_plan_memory_bytes`): a rank's devices
 hold the parameters of all its virtual stages, and the activations its action list holds at its
-peak (:func:`~solvers.model.schedules.peak_held_bytes`: an ``F`` takes one micro-batch of its stage,
-a ``B`` or a ``W`` frees it, so zero-bubble schedules keep activations until ``W``).
+peak (:func:`~solvers.model.schedules.peak_held_bytes`: an ``F`` takes one micro-batch of its
+stage, :func:`kept_bytes`, a ``B`` or a ``W`` frees it, so zero-bubble schedules keep activations until ``W``).
 
 Every device also holds its ``base_memory_bytes`` (the process's own, measured by ``placer
 topology measure``): solvers check the bytes above against :func:`capacity_bytes`, which leaves
@@ -27,7 +33,7 @@ largest single-op working memory.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +48,22 @@ from solvers.model.schedules import PipelineSchedule, build_schedule, peak_held_
 if TYPE_CHECKING:
     from solvers.model.plan import Plan, ResolvedPlan
 
+Bytes = TypeVar("Bytes", float, FloatArray)
+
+
+def kept_bytes(act_bytes: Bytes, input_bytes: Bytes, recompute: bool) -> Bytes:
+    """Bytes one micro-batch in flight keeps on a stage until its backward (module doc): the stage's
+    received inputs ``B_s`` and, unless it recomputes (Parmesan Appendix C, Eq. 14), its activations
+    ``A_s``.  Scalars or arrays of candidate stages alike."""
+    return input_bytes if recompute else act_bytes + input_bytes
+
+
+def stage_device_bytes(param_bytes: Bytes, kept: Bytes, working_bytes: Bytes, in_flight: int | Bytes,
+                       replicas: int, optimizer_bytes_per_param_byte: float) -> Bytes:
+    """Peak bytes on one device of a stage: parameters with gradient and optimizer state, ``in_flight``
+    micro-batches of ``kept`` (:func:`kept_bytes`) and the largest single-op working memory, the last
+    two spread over the stage's ``replicas``."""
+    return param_bytes * (1.0 + optimizer_bytes_per_param_byte) + (in_flight * kept + working_bytes) / replicas
 
 
 def in_flight_micro_batches(schedule: str, n_stages: int, stage: int, micro_batches: int) -> int:
@@ -95,10 +117,10 @@ def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flig
     recompute = s.recomputes if recompute is None else recompute
     scale = _tp_scale(ops, tp, split)
     param = g.param_bytes[ops] if scale is None else g.param_bytes[ops] * scale
-    params = float(param.sum()) * (1.0 + s.optimizer_bytes_per_param_byte)
     act = g.act_bytes[ops] if scale is None else g.act_bytes[ops] * scale
-    kept = boundary_input_bytes if recompute else float(act.sum())
-    return params + (in_flight * kept + _working_bytes(problem, ops, scale)) / n_replicas
+    kept = kept_bytes(float(act.sum()), boundary_input_bytes, recompute)
+    return stage_device_bytes(float(param.sum()), kept, _working_bytes(problem, ops, scale), in_flight, n_replicas,
+                              s.optimizer_bytes_per_param_byte)
 
 
 def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1, *, tp: int = 1,
@@ -163,7 +185,7 @@ def virtual_plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]
     factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte
     inputs = group_input_bytes(g, rp.stage_of, n)
     copies = shared_copy_bytes(problem, rp.stage_of, n) * factor
-    held = [(float(inputs[j]) if rp.recompute[j] else float(g.act_bytes[ops].sum())) / rp.replicas(j)
+    held = [kept_bytes(float(g.act_bytes[ops].sum()), float(inputs[j]), rp.recompute[j]) / rp.replicas(j)
             for j, ops in enumerate(rp.stage_ops)]
     peaks = peak_held_bytes(sch, held)
     per_rank = []

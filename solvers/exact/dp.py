@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.arrays import BoolArray, FloatArray, IntArray
+from solvers.cost.memory import kept_bytes
 from solvers.exact.ideals import Ideals, subsets_among
 from solvers.exact.stage_model import StageModel
 
@@ -170,7 +171,7 @@ def _stage_terms(ideals: Ideals, model: StageModel, work_s: FloatArray, sums: _I
     inside = ideals.members(np.array([i]))[0]
     prev = ideals.members(cands)
     in_b = np.zeros(len(cands))
-    if (model.edge_bytes > 0).any() and (traffic or model.recompute):
+    if (model.edge_bytes > 0).any():
         out_b, in_b = _traffic_bytes(model, inside, prev)
         if traffic:
             time_s = time_s + model.message_s(out_b, replicas)
@@ -179,7 +180,7 @@ def _stage_terms(ideals: Ideals, model: StageModel, work_s: FloatArray, sums: _I
     if not with_memory:
         return time_s, None, None
     working = ((inside[None, :] & ~prev) * model.working_bytes).max(axis=1)
-    kept = in_b if model.recompute else sums.act_bytes[i] - sums.act_bytes[cands]
+    kept = kept_bytes(sums.act_bytes[i] - sums.act_bytes[cands], in_b, model.recompute)
     return time_s, sums.param_bytes[i] - sums.param_bytes[cands] + working / replicas, kept / replicas
 
 

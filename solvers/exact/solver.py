@@ -32,6 +32,7 @@ from pydantic import Field
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.cost.bounds import lower_bound_s
+from solvers.cost.memory import kept_bytes
 from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
 from solvers.exact.ideals import Ideals, enumerate_ideals
 from solvers.exact.relax import lift, light_ops, reduce_problem
@@ -106,7 +107,7 @@ def _memory_binds(model: StageModel, capacity: FloatArray, replicas: int, n_stag
                   micro_batches: tuple[int, ...]) -> bool:
     """Whether some stage could exceed its memory (the whole graph on one stage, every in-flight
     micro-batch, every tensor kept, would not)."""
-    kept = max(float(model.act_bytes.sum()), float(model.edge_bytes.sum()))
+    kept = kept_bytes(float(model.act_bytes.sum()), float(model.edge_bytes.sum()), model.recompute)
     need = float(model.param_bytes.sum()) + (max(micro_batches) * kept + float(model.working_bytes.max(initial=0.0))) / replicas
     return need > float(capacity.min())
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import capacity_bytes, in_flight_micro_batches
+from solvers.cost.memory import capacity_bytes, in_flight_micro_batches, kept_bytes, stage_device_bytes
 from solvers.model.problem import Problem
 
 
@@ -133,11 +133,9 @@ def partition_traffic_bytes(model: StageModel, stage_of: IntArray, n_stages: int
 def partition_memory_bytes(model: StageModel, stage_of: IntArray, n_stages: int, replicas: int,
                            in_flight: IntArray) -> FloatArray:
     """Per stage: its memory in this model (equal to :func:`solvers.cost.memory.stage_memory_bytes`)."""
-    params = np.bincount(stage_of, weights=model.param_bytes, minlength=n_stages)
-    if model.recompute:
-        kept = partition_traffic_bytes(model, stage_of, n_stages)[1]
-    else:
-        kept = np.bincount(stage_of, weights=model.act_bytes, minlength=n_stages).astype(np.float64)
+    params = np.bincount(stage_of, weights=model.param_bytes, minlength=n_stages).astype(np.float64)
+    acts = np.bincount(stage_of, weights=model.act_bytes, minlength=n_stages).astype(np.float64)
+    kept = kept_bytes(acts, partition_traffic_bytes(model, stage_of, n_stages)[1], model.recompute)
     working = np.zeros(n_stages)
     np.maximum.at(working, stage_of, model.working_bytes)
-    return np.asarray(params + (in_flight * kept + working) / replicas, dtype=np.float64)
+    return stage_device_bytes(params, kept, working, in_flight.astype(np.float64), replicas, 0.0)  # params already times 1 + opt

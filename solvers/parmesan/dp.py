@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.cost.memory import kept_bytes
 from solvers.model.problem import Problem
 from solvers.parmesan.clustering import ClusterGraph
 from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
@@ -158,7 +159,7 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
     nonempty = np.flatnonzero(np.diff(tr.start) > 0)
     seg_start = tr.start[nonempty]
     seg_len = np.diff(tr.start)[nonempty]
-    candidates = StageBytes(tr.param_bytes, tr.input_bytes if problem.settings.recomputes else tr.act_bytes,
+    candidates = StageBytes(tr.param_bytes, kept_bytes(tr.act_bytes, tr.input_bytes, problem.settings.recomputes),
                             tr.working_bytes)
     t_prev = np.full(n, np.inf)
     t_prev[0] = 0.0

@@ -26,7 +26,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import capacity_bytes, in_flight_micro_batches
+from solvers.cost.memory import capacity_bytes, in_flight_micro_batches, stage_device_bytes
 from solvers.model.problem import Problem
 
 
@@ -91,8 +91,8 @@ def stage_capacity_bytes(problem: Problem, stage: int) -> float:
 
 class StageBytes(NamedTuple):
     """The bytes of candidate stages, one entry each: their parameters, what each micro-batch in
-    flight keeps (the boundary input with recompute, Eq. 14, or the activation sum without, as the
-    caller chooses from ``problem.settings.recomputes``) and their working memory."""
+    flight keeps (:func:`solvers.cost.memory.kept_bytes` of the candidate's activation sum and
+    boundary inputs, with ``problem.settings.recomputes``) and their working memory."""
 
     param: FloatArray
     kept: FloatArray
@@ -105,5 +105,5 @@ def stage_memory_vec(problem: Problem, candidates: StageBytes, replicas: int, n_
     ``stage`` of ``n_stages`` stages of ``replicas`` replicas, ``micro_batches`` an iteration."""
     s = problem.settings
     k = in_flight_micro_batches(s.schedule, n_stages, stage, micro_batches)
-    return np.asarray(candidates.param * (1.0 + s.optimizer_bytes_per_param_byte)
-                      + (k * candidates.kept + candidates.working) / replicas, dtype=np.float64)
+    return stage_device_bytes(candidates.param, candidates.kept, candidates.working, k, replicas,
+                              s.optimizer_bytes_per_param_byte)

@@ -20,6 +20,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.cost.memory import kept_bytes
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
 from solvers.rannc.groups import reference_times
@@ -87,7 +88,7 @@ class CostModelProfiler:
     def __call__(self, stage: StageCandidate) -> StageProfile:
         fwd, bwd, params, act, work = self._range_sums(stage)
         r = stage.replicas
-        kept = stage.input_bytes if self.recompute else act
+        kept = kept_bytes(act, stage.input_bytes, self.recompute)
         bwd_total = bwd + fwd if self.recompute else bwd
         return StageProfile(fwd / r, bwd_total / r, params, kept / r, work / r)
 

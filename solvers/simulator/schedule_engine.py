@@ -37,7 +37,7 @@ from solvers.arrays import IntArray
 from solvers.cost.backward_split import weight_grad_fraction
 from solvers.cost.comm import allreduce_s
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import shared_copy_bytes, shared_param_stages
+from solvers.cost.memory import kept_bytes, shared_copy_bytes, shared_param_stages
 from solvers.cost.traffic import group_input_bytes, group_traffic_bytes
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, ResolvedPlan
@@ -190,7 +190,7 @@ def _recompute_flags(problem: Problem, recompute: bool | Sequence[bool] | None, 
 def _memory(problem: Problem, schedule: PipelineSchedule, stage_of: np.ndarray, ops_of: list[np.ndarray],
             rank_devices: Sequence[Sequence[int]], flags: list[bool]) -> tuple[list[float], list[float]]:
     """Per stage the activations one micro-batch keeps, per rank the static bytes (solvers.cost.memory's
-    terms: boundary inputs only with recomputation; parameters with optimizer state and shared copies;
+    terms: :func:`~solvers.cost.memory.kept_bytes`; parameters with optimizer state and shared copies;
     the largest single-op working memory), each per device of the rank's group."""
     g, n = problem.graph, schedule.n_stages
     factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte
@@ -198,7 +198,7 @@ def _memory(problem: Problem, schedule: PipelineSchedule, stage_of: np.ndarray, 
     copies = shared_copy_bytes(problem, stage_of, n) * factor
     held = []
     for j, ops in enumerate(ops_of):
-        kept = float(inputs[j]) if flags[j] else float(g.act_bytes[ops].sum())
+        kept = kept_bytes(float(g.act_bytes[ops].sum()), float(inputs[j]), flags[j])
         held.append(kept / len(rank_devices[schedule.stage_rank[j]]))
     static = []
     for r in range(schedule.ranks):

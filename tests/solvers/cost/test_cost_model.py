@@ -75,8 +75,8 @@ def test_traffic_sends_a_tensor_once_per_group_at_its_largest_size() -> None:
 def test_stage_memory_with_and_without_recompute() -> None:
     problem = Problem(_graph(), _topology(), "throughput", ProblemSettings(optimizer_bytes_per_param_byte=3.0))
     ops = np.array([0, 1])
-    # params 16 * 4 = 64; activations 2 in flight * 8 = 16; working max 9; / R = 2
-    assert stage_memory_bytes(problem, ops, 2, 2, 5.0) == pytest.approx(64 + (16 + 9) / 2)
+    # params 16 * 4 = 64; 2 in flight * (activations 8 + received inputs 5) = 26; working max 9; / R = 2
+    assert stage_memory_bytes(problem, ops, 2, 2, 5.0) == pytest.approx(64 + (26 + 9) / 2)
     assert stage_memory_bytes(problem, ops, 2, 2, 5.0, recompute=True) == pytest.approx(64 + (10 + 9) / 2)
     assert in_flight_micro_batches("gpipe", 4, 1, 8) == 8
     assert in_flight_micro_batches("1f1b", 4, 1, 8) == 3
