@@ -25,13 +25,16 @@ identical devices joined by identical channels when no tensor feeds two later st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.cost.calibrated import tp_efficiency
+from solvers.cost.comm import ring_hop_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, in_flight_micro_batches
+from solvers.cost.tensor_parallel import layout_of
 from solvers.model.problem import Problem
 
 
@@ -90,6 +93,55 @@ def stage_model(problem: Problem) -> StageModel:
         src=np.asarray(g.edge_src[order], dtype=np.int64), dst=np.asarray(g.edge_dst[order], dtype=np.int64),
         edge_bytes=np.asarray(g.edge_bytes[order], dtype=np.float64),
         bandwidth_Bps=bw, latency_s=lat, training=problem.training, recompute=problem.settings.recomputes)
+
+
+def tp_stage_model(problem: Problem, model: StageModel, t: int, groups: list[list[int]],
+                   kept: IntArray | None = None) -> StageModel:
+    """``model`` for stages of tensor-parallel degree ``t`` on ``groups`` (docs/exact.md, "Tensor
+    parallelism"), still a relaxation of the simulator's stage (:mod:`solvers.cost.tensor_parallel`).
+
+    Per op of the whole graph: its least time over the groups' devices with a split op's compute
+    divided by ``t e`` (Shoeybi et al. 2019, §3; ``e`` the kind's calibrated efficiency), plus its
+    collectives on the fastest ring among the groups, with the smallest per-byte time and latency of
+    any group (``2 ((t-1)/t) B / bw + 2 (t-1) lat`` per all-reduce: the row output forward, the
+    column input's gradient backward); split ops hold ``1/t`` of their parameters, activations and
+    working memory.  The DP divides the whole work by ``R``, the simulator the collectives' bytes
+    but not their latency, so the stage time stays at most the simulator's.  ``kept``: the ops of a
+    relaxation (:mod:`solvers.exact.relax`), whose model ``model`` is.  ``t = 1`` returns ``model``.
+    """
+    if t == 1:
+        return model
+    g, topo = problem.graph, problem.topology
+    lay = layout_of(g)
+    split = lay.split_mask(False)
+    compute = ComputeModel(g, topo)
+    work = np.full(g.n_ops, np.inf)
+    for d in sorted({d for group in groups for d in group}):
+        f, b = compute.fwd_s(d).copy(), compute.bwd_s(d).copy()
+        scale = t * tp_efficiency(topo, topo.devices[d].kind)
+        f[split] /= scale
+        b[split] /= scale
+        w = f + (b + (f if problem.settings.recomputes else 0.0) if problem.training else 0.0)
+        work = np.minimum(work, w)
+    hops = [ring_hop_s(topo, group) for group in groups]
+    per_byte, lat = min(h[0] for h in hops), min(h[1] for h in hops)
+    share = (t - 1) / t
+
+    def all_reduce_s(size: FloatArray) -> FloatArray:
+        return np.asarray(np.where(size > 0, 2.0 * (share * size * per_byte + (t - 1) * lat), 0.0), dtype=np.float64)
+
+    work = work + all_reduce_s(lay.output_reduce_bytes)
+    if problem.training:
+        work = work + all_reduce_s(lay.input_gather_bytes)
+    factor = np.where(split, 1.0 / t, 1.0)
+    params = g.param_bytes * (1.0 + problem.settings.optimizer_bytes_per_param_byte) * factor
+    act = g.act_bytes * factor
+    working = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * factor
+    at = slice(None) if kept is None else kept
+    return replace(model, work_s=np.asarray(work[at], dtype=np.float64),
+                   param_bytes=np.asarray(params[at], dtype=np.float64),
+                   act_bytes=np.asarray(act[at], dtype=np.float64),
+                   working_bytes=np.asarray(working[at], dtype=np.float64))
 
 
 def stage_capacities_bytes(problem: Problem, n_stages: int) -> FloatArray:
