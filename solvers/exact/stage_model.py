@@ -30,12 +30,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
-from solvers.cost.calibrated import tp_efficiency
-from solvers.cost.comm import ring_hop_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, in_flight_micro_batches
-from solvers.cost.tensor_parallel import layout_of
 from solvers.model.problem import Problem
+from solvers.partition.tp import split_op_costs
 
 
 @dataclass(frozen=True)
@@ -111,32 +109,12 @@ def tp_stage_model(problem: Problem, model: StageModel, t: int, groups: list[lis
     """
     if t == 1:
         return model
-    g, topo = problem.graph, problem.topology
-    lay = layout_of(g)
-    split = lay.split_mask(False)
-    compute = ComputeModel(g, topo)
-    work = np.full(g.n_ops, np.inf)
-    for d in sorted({d for group in groups for d in group}):
-        f, b = compute.fwd_s(d).copy(), compute.bwd_s(d).copy()
-        scale = t * tp_efficiency(topo, topo.devices[d].kind)
-        f[split] /= scale
-        b[split] /= scale
-        w = f + (b + (f if problem.settings.recomputes else 0.0) if problem.training else 0.0)
-        work = np.minimum(work, w)
-    hops = [ring_hop_s(topo, group) for group in groups]
-    per_byte, lat = min(h[0] for h in hops), min(h[1] for h in hops)
-    share = (t - 1) / t
-
-    def all_reduce_s(size: FloatArray) -> FloatArray:
-        return np.asarray(np.where(size > 0, 2.0 * (share * size * per_byte + (t - 1) * lat), 0.0), dtype=np.float64)
-
-    work = work + all_reduce_s(lay.output_reduce_bytes)
-    if problem.training:
-        work = work + all_reduce_s(lay.input_gather_bytes)
-    factor = np.where(split, 1.0 / t, 1.0)
-    params = g.param_bytes * (1.0 + problem.settings.optimizer_bytes_per_param_byte) * factor
-    act = g.act_bytes * factor
-    working = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * factor
+    g = problem.graph
+    costs = split_op_costs(problem, t, groups, slowest=False)
+    work = costs.work_s + costs.comm_s
+    params = g.param_bytes * (1.0 + problem.settings.optimizer_bytes_per_param_byte) * costs.shrink
+    act = g.act_bytes * costs.shrink
+    working = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * costs.shrink
     at = slice(None) if kept is None else kept
     return replace(model, work_s=np.asarray(work[at], dtype=np.float64),
                    param_bytes=np.asarray(params[at], dtype=np.float64),

@@ -17,9 +17,14 @@ then places stages on groups as it placed them on devices (:func:`expand_groups`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from solvers.arrays import IntArray
+from solvers.arrays import FloatArray, IntArray
+from solvers.cost.calibrated import tp_efficiency
+from solvers.cost.comm import ring_hop_s
+from solvers.cost.compute import ComputeModel
 from solvers.cost.tensor_parallel import layout_of
 from solvers.model.problem import Problem
 from solvers.model.settings import ONE_STAGE_PER_RANK
@@ -90,3 +95,53 @@ def expand_groups(place: IntArray, groups: list[list[int]]) -> list[list[int]]:
     """Per stage, its devices replica-major (docs/formats.md) from ``place[s, i]`` = the group index of
     replica ``i`` of stage ``s``."""
     return [[d for g in row for d in groups[int(g)]] for row in np.asarray(place)]
+
+
+@dataclass(frozen=True)
+class SplitOpCosts:
+    """Per op of the graph, for one replica's group of ``t`` devices and a whole micro-batch.
+
+    ``work_s``: forward + backward (+ forward again with recomputation) with a split op's compute
+    divided by ``t e`` (Shoeybi et al. 2019, §3; ``e`` the kind's calibrated efficiency);
+    ``comm_s``: its collectives, ``2 ((t-1)/t) B / bw + 2 (t-1) lat`` per all-reduce (the row or
+    vocabulary-embedding output forward, the column or LM-head input's gradient backward, §3's
+    ``g`` and ``f``); ``shrink``: ``1/t`` for a split op (its parameters, activations and working
+    memory on each device), 1 otherwise.  The terms of :mod:`solvers.cost.tensor_parallel`.
+    """
+
+    work_s: FloatArray
+    comm_s: FloatArray
+    shrink: FloatArray
+
+
+def split_op_costs(problem: Problem, t: int, groups: list[list[int]], slowest: bool) -> SplitOpCosts:
+    """:class:`SplitOpCosts` over ``groups``: each op's time on the slowest of their devices and the
+    slowest ring among them (``slowest``), or the least time and the fastest per-byte time and latency
+    of any group (a relaxation, for a bound)."""
+    g, topo = problem.graph, problem.topology
+    lay = layout_of(g)
+    split = lay.split_mask(False)
+    compute = ComputeModel(g, topo)
+    pick = np.maximum if slowest else np.minimum
+    work: FloatArray | None = None
+    for d in sorted({d for group in groups for d in group}):
+        f, b = compute.fwd_s(d).copy(), compute.bwd_s(d).copy()
+        scale = t * tp_efficiency(topo, topo.devices[d].kind)
+        f[split] /= scale
+        b[split] /= scale
+        w = f + (b + (f if problem.settings.recomputes else 0.0) if problem.training else 0.0)
+        work = w if work is None else pick(work, w)
+    assert work is not None
+    hops = [ring_hop_s(topo, group) for group in groups]
+    per_byte = max(h[0] for h in hops) if slowest else min(h[0] for h in hops)
+    lat = max(h[1] for h in hops) if slowest else min(h[1] for h in hops)
+    share = (t - 1) / t
+
+    def all_reduce_s(size: FloatArray) -> FloatArray:
+        return np.asarray(np.where(size > 0, 2.0 * (share * size * per_byte + (t - 1) * lat), 0.0), dtype=np.float64)
+
+    comm = all_reduce_s(lay.output_reduce_bytes)
+    if problem.training:
+        comm = comm + all_reduce_s(lay.input_gather_bytes)
+    return SplitOpCosts(np.asarray(work, dtype=np.float64), comm,
+                        np.asarray(np.where(split, 1.0 / t, 1.0), dtype=np.float64))
