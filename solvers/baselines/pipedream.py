@@ -199,7 +199,9 @@ class PipeDreamSolver:
     summary: ClassVar[str] = "PipeDream's hierarchical DP (its optimizer's antichain DP by default), CS, p2p or Parmesan mapping"
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = PipeDreamOptions
-    version: ClassVar[str] = "3"
+    version: ClassVar[str] = "4"
+    # tensor-parallel stages: under the schedules the stage and op engines time (docs/tensor-parallel.md)
+    tp_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def solve(self, problem: Problem, options: PipeDreamOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:

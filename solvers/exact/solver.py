@@ -131,10 +131,12 @@ class ExactSolver:
                               "consecutive mapping (Tarnawski et al.)")
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = ExactOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     # Its model (one stage per rank, the bottleneck stage) covers these; other schedules are planned on its
     # rank groups by solvers.partition.schedules without a proof (docs/solvers.md).
     proven_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
+    # tensor-parallel stages: under the schedules the stage and op engines time (docs/tensor-parallel.md)
+    tp_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def solve(self, problem: Problem, options: ExactOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:
