@@ -75,6 +75,22 @@ class _Best:
     key_s: float = float("inf")  # the comparison key (solvers.model.ranking): candidates' micro-batch counts differ
     plan: Plan | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    pruned_shapes: int = 0  # tensor-parallel shapes whose bound cannot beat the incumbent
+
+
+def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: _Best) -> bool:
+    """Whether no plan of ``S`` stages of ``R`` groups can beat ``best`` for any micro-batch count: the
+    bottleneck stage runs each of the ``MB`` micro-batches for at least the DP model's trivial bound
+    ``max(max_v w_v / R, W / (S R))`` (a relaxation of the simulated stage time), so the iteration takes
+    at least ``MB`` times it; compared in the comparison key's unit (per sample, or per iteration with
+    ``global_batch``)."""
+    if best.plan is None:
+        return False
+    lower = max(float(model.work_s.max()) / replicas, float(model.work_s.sum()) / (n_stages * replicas))
+    per_sample = problem.settings.global_batch is None
+    keys = [mb * lower / (mb * problem.graph.profiled_batch_size if per_sample else 1.0)
+            for mb in problem.micro_batch_candidates]
+    return min(keys) >= best.key_s
 
 
 def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
@@ -171,7 +187,8 @@ class ExactSolver:
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
-                 "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget, **best.stats}
+                 "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget,
+                 "tp_configs_pruned": best.pruned_shapes, **best.stats}
         if best.plan is None:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
@@ -189,6 +206,9 @@ class ExactSolver:
         n_stages, replicas = shape.stages, shape.replicas
         model = tp_stage_model(problem, base_model, shape.tp, shape.groups)
         place = _Placement(shape.groups if shape.tp > 1 else None, shape.tp)
+        if shape.tp > 1 and _cannot_win(problem, model, n_stages, replicas, best):
+            best.pruned_shapes += 1
+            return 0
         capacity = stage_capacities_bytes(problem, n_stages)
         mbs = problem.micro_batch_candidates
         warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]

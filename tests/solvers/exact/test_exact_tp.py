@@ -74,6 +74,8 @@ def test_max_tp_1_searches_the_shapes_of_before() -> None:
     assert plan.stats["configs"] == len(sr_candidates(base, graph.n_ops))
     searched = solve(Problem(graph, topo, settings=ProblemSettings(micro_batches=(8,))), "exact", time_limit_s=30)
     assert searched.stats["configs"] > plan.stats["configs"]
+    # shapes whose trivial bound (MB x max(w / R, W / (S R))) cannot beat the incumbent are skipped, the proof kept
+    assert searched.stats["tp_configs_pruned"] > 0 and searched.stats["exact"]
     assert searched.to_document()["stages"] == plan.to_document()["stages"]  # a tie keeps the plan without tp
 
 
