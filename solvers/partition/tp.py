@@ -112,6 +112,10 @@ class SplitOpCosts:
     work_s: FloatArray
     comm_s: FloatArray
     shrink: FloatArray
+    fwd_s: FloatArray  # the forward alone, split ops over t e
+    bwd_s: FloatArray  # the backward alone, split ops over t e
+    comm_fwd_s: FloatArray  # the forward's collectives (row / vocabulary embedding output)
+    comm_bwd_s: FloatArray  # the backward's collectives (column / LM head input gradient)
 
 
 def split_op_costs(problem: Problem, t: int, groups: list[list[int]], slowest: bool) -> SplitOpCosts:
@@ -124,6 +128,8 @@ def split_op_costs(problem: Problem, t: int, groups: list[list[int]], slowest: b
     compute = ComputeModel(g, topo)
     pick = np.maximum if slowest else np.minimum
     work: FloatArray | None = None
+    fwd: FloatArray | None = None
+    bwd: FloatArray | None = None
     for d in sorted({d for group in groups for d in group}):
         f, b = compute.fwd_s(d).copy(), compute.bwd_s(d).copy()
         scale = t * tp_efficiency(topo, topo.devices[d].kind)
@@ -131,7 +137,9 @@ def split_op_costs(problem: Problem, t: int, groups: list[list[int]], slowest: b
         b[split] /= scale
         w = f + (b + (f if problem.settings.recomputes else 0.0) if problem.training else 0.0)
         work = w if work is None else pick(work, w)
-    assert work is not None
+        fwd = f if fwd is None else pick(fwd, f)
+        bwd = b if bwd is None else pick(bwd, b)
+    assert work is not None and fwd is not None and bwd is not None
     hops = [ring_hop_s(topo, group) for group in groups]
     per_byte = max(h[0] for h in hops) if slowest else min(h[0] for h in hops)
     lat = max(h[1] for h in hops) if slowest else min(h[1] for h in hops)
@@ -140,8 +148,8 @@ def split_op_costs(problem: Problem, t: int, groups: list[list[int]], slowest: b
     def all_reduce_s(size: FloatArray) -> FloatArray:
         return np.asarray(np.where(size > 0, 2.0 * (share * size * per_byte + (t - 1) * lat), 0.0), dtype=np.float64)
 
-    comm = all_reduce_s(lay.output_reduce_bytes)
-    if problem.training:
-        comm = comm + all_reduce_s(lay.input_gather_bytes)
-    return SplitOpCosts(np.asarray(work, dtype=np.float64), comm,
-                        np.asarray(np.where(split, 1.0 / t, 1.0), dtype=np.float64))
+    comm_fwd = all_reduce_s(lay.output_reduce_bytes)
+    comm_bwd = all_reduce_s(lay.input_gather_bytes)
+    return SplitOpCosts(np.asarray(work, dtype=np.float64), comm_fwd + comm_bwd if problem.training else comm_fwd,
+                        np.asarray(np.where(split, 1.0 / t, 1.0), dtype=np.float64),
+                        np.asarray(fwd, dtype=np.float64), np.asarray(bwd, dtype=np.float64), comm_fwd, comm_bwd)
