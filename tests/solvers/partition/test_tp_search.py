@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from solvers import solve
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings, settings_from_dict
 from solvers.model.topology import Device, Link, Topology
 from solvers.partition.schedules import base_settings
 from solvers.partition.tp import tp_degrees, tp_groups
+from tests.solvers.exact.test_exact_tp import one_host, problem
 from tests.solvers.simulator.test_tensor_parallel import mlp_graph
 
 
@@ -102,3 +104,11 @@ def test_a_group_is_one_device_kind() -> None:
         for grp in tp_groups(topo, 2, within) + tp_groups(topo, 4, within):
             assert len({topo.devices[d].kind for d in grp}) == 1
     assert len(tp_groups(topo, 4, within_host=False)) == 2  # two hosts of each kind
+
+
+def test_auto_covers_tp_and_a_split_plan_competes_as_gpipe_or_1f1b_only() -> None:
+    plan = solve(problem(one_host(2, 1e9, 23e6), 1), "auto", time_limit_s=30)
+    assert [(s.devices, s.tp) for s in plan.stages] == [(("d0", "d1"), 2)]
+    searched = solve(problem(one_host(2, 1e9, 23e6), 1, schedule="auto"), "exact", time_limit_s=30)
+    assert searched.stages[0].tp == 2 and searched.schedule in ("gpipe", "1f1b")
+    assert set(searched.stats["schedule_candidates"]) == {"1f1b/1", "gpipe/1"}
