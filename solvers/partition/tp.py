@@ -17,6 +17,7 @@ then places stages on groups as it placed them on devices (:func:`expand_groups`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,9 +27,11 @@ from solvers.cost.calibrated import tp_efficiency
 from solvers.cost.comm import ring_hop_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.tensor_parallel import layout_of
+from solvers.model.graph import OpGraph
+from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.settings import ONE_STAGE_PER_RANK
-from solvers.model.topology import Topology
+from solvers.model.topology import Device, Topology
 
 
 def tp_degrees(problem: Problem) -> tuple[int, ...]:
@@ -153,3 +156,42 @@ def split_op_costs(problem: Problem, t: int, groups: list[list[int]], slowest: b
     return SplitOpCosts(np.asarray(work, dtype=np.float64), comm_fwd + comm_bwd if problem.training else comm_fwd,
                         np.asarray(np.where(split, 1.0 / t, 1.0), dtype=np.float64),
                         np.asarray(fwd, dtype=np.float64), np.asarray(bwd, dtype=np.float64), comm_fwd, comm_bwd)
+
+
+def group_problem(problem: Problem, t: int, groups: list[list[int]]) -> Problem:
+    """``problem`` with each group of ``t`` devices as one device, for a solver that plans on devices
+    (docs/tensor-parallel.md, "Search"): each op timed as :func:`split_op_costs` times it on the
+    group (the slowest device and ring, forward and backward each with its collectives), split ops
+    holding ``1/t`` of their memory; a group device has the least memory and the largest base memory
+    of its devices, and the channels of rank 0 to rank 0 (each rank's transfers run in parallel).
+    Its settings: no tensor parallelism (``max_tp`` 1).  :func:`expand_plan` maps a plan back."""
+    g, topo = problem.graph, problem.topology
+    costs = split_op_costs(problem, t, groups, slowest=True)
+    nodes = [dataclasses.replace(node, fwd_s=float(costs.fwd_s[v] + costs.comm_fwd_s[v]),
+                                 bwd_s=float(costs.bwd_s[v] + costs.comm_bwd_s[v]),
+                                 param_bytes=node.param_bytes * float(costs.shrink[v]),
+                                 act_bytes=node.act_bytes * float(costs.shrink[v]),
+                                 mem_fwd_bytes=node.mem_fwd_bytes * float(costs.shrink[v]),
+                                 mem_bwd_bytes=node.mem_bwd_bytes * float(costs.shrink[v]), times=None)
+             for v, node in enumerate(g.nodes)]
+    graph = OpGraph.build(f"{g.name} (tp {t})", nodes, list(g.edges), g.profiled_batch_size, g.attrs)
+    devices = [Device(f"tp{k}", topo.devices[grp[0]].kind, topo.devices[grp[0]].node,
+                      min(topo.devices[d].memory_bytes for d in grp), 1.0,
+                      base_memory_bytes=max(topo.devices[d].base_memory_bytes for d in grp)) for k, grp in enumerate(groups)]
+    rank0 = np.array([grp[0] for grp in groups], dtype=np.int64)
+    bandwidth = topo.bandwidth_Bps[np.ix_(rank0, rank0)].copy()
+    np.fill_diagonal(bandwidth, 0.0)  # no channel from a device to itself
+    grouped = Topology.from_matrices(f"{topo.name} (tp {t})", devices, bandwidth.tolist(),
+                                     topo.latency_s[np.ix_(rank0, rank0)].tolist(), topo.attrs)
+    settings = problem.settings.model_copy(update={"tp": None, "max_tp": 1})
+    return Problem(graph, grouped, problem.objective, settings)
+
+
+def expand_plan(problem: Problem, plan: Plan, groups: list[list[int]]) -> Plan:
+    """A plan of :func:`group_problem` on ``problem``: each group device ``tp{k}`` becomes the devices of
+    ``groups[k]``, every stage of degree ``t = len(groups[0])``."""
+    topo = problem.topology
+    stages = tuple(Stage(stage.ops, tuple(topo.devices[d].id for unit in stage.devices
+                                          for d in groups[int(unit.removeprefix("tp"))]), len(groups[0]))
+                   for stage in plan.stages)
+    return plan.with_(stages=stages, claimed_objective_s=None, lower_bound_s=None)
