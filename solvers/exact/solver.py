@@ -226,7 +226,7 @@ class ExactSolver:
                 _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best, place)
             return 0
         pairs = None
-        dp_model = tp_stage_model(space.problem, space.model, shape.tp, shape.groups, space.kept) \
+        dp_model = tp_stage_model(problem, space.model, shape.tp, shape.groups, space.kept) \
             if space.kept is not None else model
         deadline = time.monotonic() + budget.remaining_s()
         work = None

@@ -9,6 +9,7 @@ import pytest
 
 from solvers import generate_graph, generate_topology, solve
 from solvers.model.errors import InvalidPlan
+from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.ranking import comparison_key_s
@@ -104,3 +105,19 @@ def test_optimum_over_stage_tp_replicas_by_brute_force(bandwidth_Bps: float, mem
     assert keys
     assert (plan.stages[0].tp > 1) == (memory_bytes < 27e6)  # whole weights with optimizer state: 27 MB
     assert comparison_key_s(plan.metrics, "throughput", None) == pytest.approx(min(keys), rel=1e-12)
+
+
+def test_tp_on_the_relaxation_without_light_ops() -> None:
+    """Twelve zero-work index ops feeding the head blow the ideals past the budget: the DP runs on the
+    relaxation without them (docs/exact.md), its split model taken from the whole graph's ops, and
+    finds the plan of the graph without them."""
+    g = mlp_graph()
+    light = OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
+                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))])
+    settings = ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2)
+    plan = solve(Problem(light, one_host(4, 1e9, 23e6), "throughput", settings), "exact", {"max_ideals": 100},
+                 time_limit_s=30)
+    assert plan.stats["relaxed_ops"] == 13 and plan.stats["tp"] == 2
+    plain = solve(problem(one_host(4, 1e9, 23e6), 2), "exact", time_limit_s=30)
+    assert plan.metrics["objective_s"] == pytest.approx(plain.metrics["objective_s"], rel=1e-12)
+    assert [(s.tp, len(s.devices)) for s in plan.stages] == [(s.tp, len(s.devices)) for s in plain.stages]
