@@ -112,3 +112,18 @@ def test_auto_covers_tp_and_a_split_plan_competes_as_gpipe_or_1f1b_only() -> Non
     searched = solve(problem(one_host(2, 1e9, 23e6), 1, schedule="auto"), "exact", time_limit_s=30)
     assert searched.stages[0].tp == 2 and searched.schedule in ("gpipe", "1f1b")
     assert set(searched.stats["schedule_candidates"]) == {"1f1b/1", "gpipe/1"}
+
+
+@pytest.mark.parametrize("solver", ["exact", "rannc", "pipedream", "parmesan"])
+def test_solvers_keep_each_group_on_one_host_and_kind(solver: str) -> None:
+    """A heterogeneous cluster (hosts of H100 and of A100, 2 each): with ``tp`` 2 every group of every
+    stage is one host's pair, joined by its NVLink-class link."""
+    topo = hosts(2, 4, kinds=("H100", "A100"))
+    p = Problem(mlp_graph(), topo, settings=ProblemSettings(micro_batches=(2,), tp=2))
+    plan = solve(p, solver, time_limit_s=30)
+    assert plan.stages
+    for stage in plan.stages:
+        assert stage.tp == 2
+        for k in range(0, len(stage.devices), 2):
+            pair = [topo.devices[topo.index[d]] for d in stage.devices[k:k + 2]]
+            assert pair[0].node == pair[1].node and pair[0].kind == pair[1].kind
