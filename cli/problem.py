@@ -36,8 +36,8 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
     objective_default
         The default of ``--objective`` (``None``: the plan's, else throughput).
     settings
-        Add the settings flags beyond ``--pass`` (stages, replicas, micro-batches, global batch,
-        schedule, recompute, seed, settings).
+        Add the settings flags beyond ``--pass`` (stages, replicas, tensor parallelism, micro-batches,
+        global batch, schedule, recompute, seed, settings).
     solving
         Add ``--option`` and ``--time-limit``.
     per_solver_options
@@ -63,6 +63,13 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
     if settings:
         p.add_argument("--stages", type=int, help="exactly this many pipeline stages")
         p.add_argument("--replicas", type=int, help="data-parallel replicas of every stage")
+        p.add_argument("--tp", type=int, metavar="N",
+                       help="tensor-parallel degree of every stage, a power of two (gpipe, 1f1b or auto; default: "
+                            "searched among 1, 2, 4, ... up to --max-tp)")
+        p.add_argument("--max-tp", type=int, metavar="N",
+                       help="largest tensor-parallel degree searched, a power of two (default: 8; 1: none)")
+        p.add_argument("--tp-across-hosts", dest="tp_within_host", action="store_false", default=None,
+                       help="let a tensor-parallel group span hosts (default: each group on one host)")
         p.add_argument("--micro-batches", help="a count or a comma-separated list of candidates, e.g. 4,8,16 "
                                                "(default: powers of two from 1 to twice the device count are searched)")
         p.add_argument("--global-batch", type=int, metavar="SAMPLES",
@@ -100,7 +107,8 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidInput(f"--settings: not JSON ({exc})", field="settings") from None
     if not isinstance(settings, dict):
         raise InvalidInput("--settings: must be a JSON object", field="settings")
-    for key in ("stages", "replicas", "seed", "schedule", "virtual_stages", "global_batch"):
+    for key in ("stages", "replicas", "tp", "max_tp", "tp_within_host", "seed", "schedule", "virtual_stages",
+                "global_batch"):
         if getattr(args, key, None) is not None:
             settings[key] = getattr(args, key)
     if getattr(args, "micro_batches", None):

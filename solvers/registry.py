@@ -68,11 +68,13 @@ class SolverInfo:
     options_schema: dict[str, Any]
     schedules: tuple[str, ...] = ()  # the pipeline schedules its throughput plans run (docs/python.md)
     proven_schedules: tuple[str, ...] = ()  # those for which an ``optimal`` status is a proof
+    tp_schedules: tuple[str, ...] = ()  # those under which it plans tensor-parallel stages (docs/tensor-parallel.md)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary, "objectives": list(self.objectives),
                 "version": self.version, "options_schema": self.options_schema,
-                "schedules": list(self.schedules), "proven_schedules": list(self.proven_schedules)}
+                "schedules": list(self.schedules), "proven_schedules": list(self.proven_schedules),
+                "tp_schedules": list(self.tp_schedules)}
 
 
 def _load(name: str, path: str) -> type[Solver]:
@@ -175,12 +177,16 @@ def info(name: str) -> SolverInfo:
     :data:`~solvers.model.schedules.PIPELINE_SCHEDULES`: :func:`~solvers.solving.solve` runs its own
     GPipe / 1F1B plan and cuts its rank groups into ``R * v`` stages for the others
     (:mod:`solvers.partition.schedules`).  ``proven_schedules`` comes from the class's optional
-    ``proven_schedules`` (``exact``: GPipe and 1F1B, what its model covers); none elsewhere."""
+    ``proven_schedules`` (``exact``: GPipe and 1F1B, what its model covers); none elsewhere.
+    ``tp_schedules`` from the class's optional ``tp_schedules``: the schedules under which its plans may
+    have tensor-parallel stages (``exact``, ``pipedream``: GPipe and 1F1B, which the engines that time
+    such stages run); none elsewhere."""
     cls = get_solver_class(name)
     throughput = "throughput" in cls.objectives
     return SolverInfo(cls.name, cls.summary, tuple(cls.objectives), cls.version,
                       cls.options_type.model_json_schema(), PIPELINE_SCHEDULES if throughput else (),
-                      tuple(getattr(cls, "proven_schedules", ())) if throughput else ())
+                      tuple(getattr(cls, "proven_schedules", ())) if throughput else (),
+                      tuple(getattr(cls, "tp_schedules", ())) if throughput else ())
 
 
 def catalogue() -> list[SolverInfo]:
@@ -195,7 +201,8 @@ def catalogue() -> list[SolverInfo]:
     catalogue : list of SolverInfo
         Sorted by name.  ``objectives`` says which problems a solver answers (``throughput``,
         ``latency``); ``options_schema`` is the JSON Schema of its options; ``schedules`` the pipeline
-        schedules its throughput plans run, ``proven_schedules`` those under which its ``optimal`` is a proof.
+        schedules its throughput plans run, ``proven_schedules`` those under which its ``optimal`` is a proof,
+        ``tp_schedules`` those under which it plans tensor-parallel stages.
 
     Raises
     ------

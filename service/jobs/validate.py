@@ -93,7 +93,7 @@ def validate_job(session: Session, cfg: ServiceConfig, project_id: str, request:
         raise InvalidInput(f"time_limit_s: {limit:g} s exceeds the server's maximum of {cfg.max_time_limit_s:g} s",
                            field="time_limit_s")
     # settings that depend on the graph and topology: the library's one check (solvers.model.problem)
-    if parsed.pinned:  # pins name ops and devices: read the documents
+    if parsed.pinned or (parsed.tp or 1) > 1:  # pins name ops and devices, a tp group needs a host: read them
         load_problem(graph.body, topology.body, objective, parsed)
     else:
         check_settings_fit(parsed, graph.n_ops, topology.n_devices)

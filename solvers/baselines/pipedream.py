@@ -54,6 +54,7 @@ from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
 from solvers.partition.shapes import sr_candidates
+from solvers.partition.tp import SplitOpCosts, split_op_costs, tp_degrees, tp_groups
 
 
 class PipeDreamOptions(SolverOptions):
@@ -87,11 +88,15 @@ def _ring_min_bw(problem: Problem, devices: list[int]) -> float:
     return min((float(bw[a, b]) for a, b in hops), default=float("inf"))
 
 
-def _flat_costs(problem: Problem, chain: LayerChain, n_stages: int, replicas: int,
-                micro_batches: int) -> tuple[list[FloatArray], list[FloatArray]]:
-    """PipeDream stage and split costs for S stages of R replicas on the consecutive placement."""
+def _flat_costs(problem: Problem, chain: LayerChain, n_stages: int, replicas: int, micro_batches: int,
+                groups: list[list[int]] | None = None) -> tuple[list[FloatArray], list[FloatArray]]:
+    """PipeDream stage and split costs for S stages of R replicas on the consecutive placement (of
+    tensor-parallel ``groups``: a replica's all-reduce and sends go from rank 0 of its group, the
+    other ranks' in parallel with it)."""
     n = chain.n_layers
     place = consecutive_mapping(n_stages, replicas)
+    if groups is not None:
+        place = np.array([[groups[int(u)][0] for u in row] for row in place], dtype=np.int64)
     bw = problem.topology.bandwidth_Bps
     upper = np.triu(np.ones((n, n), dtype=bool))
     cw = np.concatenate(([0.0], np.cumsum(chain.work_s)))
@@ -195,15 +200,24 @@ class PipeDreamSolver:
     summary: ClassVar[str] = "PipeDream's hierarchical DP (its optimizer's antichain DP by default), CS, p2p or Parmesan mapping"
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = PipeDreamOptions
-    version: ClassVar[str] = "3"
+    version: ClassVar[str] = "4"
+    # tensor-parallel stages: under the schedules the stage and op engines time (docs/tensor-parallel.md)
+    tp_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def solve(self, problem: Problem, options: PipeDreamOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:
             op = next(iter(problem.settings.pinned))
             raise InvalidProblem(f"settings.pinned.{op}: solver 'pipedream' does not take pins",
                                  field=f"settings.pinned.{op}", ref=op)
-        plan = self._pipedream(problem, options, budget, progress)
-        return _even_guard(problem, plan, budget) if options.even_guard else plan
+        fixed_tp = (problem.settings.tp or 1) > 1
+        plan = Plan(stages=()) if fixed_tp else self._pipedream(problem, options, budget, progress)
+        split = _flat_tp(problem, options, budget, [t for t in tp_degrees(problem) if t > 1])
+        if split is not None and (not plan.stages or simulated_scores(problem, split)[0] < simulated_scores(problem, plan)[0]):
+            plan = split  # a tie keeps the plan without tensor parallelism
+        if fixed_tp and not plan.stages:
+            return Plan(stages=(), status="infeasible", stats=plan.stats,
+                        notes=(f"no PipeDream partition with tp {problem.settings.tp} fits the devices' memory",))
+        return _even_guard(problem, plan, budget) if options.even_guard and not fixed_tp else plan
 
     def _pipedream(self, problem: Problem, options: PipeDreamOptions, budget: Budget,
                    progress: ProgressCallback) -> Plan:
@@ -301,6 +315,58 @@ class PipeDreamSolver:
                  "pipedream_dp_objective_s": value_dp, "candidates": len(cands), "timed_out": skipped > 0,
                  **mstats}
         return plan.with_(claimed_objective_s=value, stats=stats)
+
+
+def _tp_chain(chain: LayerChain, costs: SplitOpCosts, problem: Problem) -> LayerChain:
+    """``chain`` with each layer's work, collectives and memory for stages of one tensor-parallel degree."""
+    g, n = problem.graph, chain.n_layers
+    working = np.zeros(n)
+    np.maximum.at(working, chain.layer_of, np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * costs.shrink)
+    return LayerChain(chain.layer_of,
+                      np.bincount(chain.layer_of, weights=costs.work_s + costs.comm_s, minlength=n).astype(np.float64),
+                      np.bincount(chain.layer_of, weights=g.param_bytes * costs.shrink, minlength=n).astype(np.float64),
+                      np.bincount(chain.layer_of, weights=g.act_bytes * costs.shrink, minlength=n).astype(np.float64),
+                      working, chain.cut_bytes)
+
+
+def _flat_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degrees: list[int]) -> Plan | None:
+    """The flat DP over ``S`` stages of ``R`` tensor-parallel groups for each degree of ``degrees``
+    (docs/tensor-parallel.md, "Search"): each layer's time with its split ops over ``t`` and their
+    collectives (:func:`~solvers.partition.tp.split_op_costs`, the slowest device and ring, as
+    PipeDream times a layer), the stages placed consecutively on the groups of
+    :func:`~solvers.partition.tp.tp_groups`; the fastest per sample by the simulator, ``None`` when
+    none fits."""
+    if not degrees:
+        return None
+    base = layer_chain(problem, options.max_layers)
+    best: tuple[tuple[float, float], float, Plan] | None = None
+    tried = 0
+    for t in degrees:
+        groups = tp_groups(problem.topology, t, problem.settings.tp_within_host)
+        if not groups:
+            continue
+        chain = _tp_chain(base, split_op_costs(problem, t, groups, slowest=True), problem)
+        for s, r in sr_candidates(problem, chain.n_layers, len(groups)):
+            if s * r > len(groups):
+                continue
+            for mb in problem.micro_batch_candidates:
+                if best is not None and budget.expired():
+                    break
+                tried += 1
+                found = flat_dp(chain, s, *_flat_costs(problem, chain, s, r, mb, groups))
+                if found is None:
+                    continue
+                stage_of_layer = np.searchsorted(np.array(found[1]), np.arange(chain.n_layers), side="left")
+                plan = build_plan(problem, stage_of_layer[chain.layer_of].astype(np.int64),
+                                  consecutive_mapping(s, r), mb, groups)
+                key, value = simulated_scores(problem, plan)
+                if np.isfinite(key[0]) and (best is None or key < best[0]):
+                    stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "tp": t,
+                             "micro_batches": mb, "pipedream_dp_objective_s": found[0]}
+                    best = (key, value, plan.with_(stats=stats))
+    if best is None:
+        return None
+    return best[2].with_(claimed_objective_s=best[1], stats={**best[2].stats, "tp_candidates": tried})
 
 
 def _even_guard(problem: Problem, plan: Plan, budget: Budget) -> Plan:

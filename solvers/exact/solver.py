@@ -43,6 +43,7 @@ from solvers.exact.stage_model import (
     partition_times_s,
     stage_capacities_bytes,
     stage_model,
+    tp_stage_model,
 )
 from solvers.mapping.apply import build_plan
 from solvers.mapping.heuristics import consecutive_mapping
@@ -52,6 +53,7 @@ from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import sr_candidates
+from solvers.partition.tp import tp_degrees, tp_groups
 from solvers.simulator import simulate
 
 # the relaxations tried in turn: (the fraction of the whole graph's work under which an op is light,
@@ -74,6 +76,22 @@ class _Best:
     key_s: float = float("inf")  # the comparison key (solvers.model.ranking): candidates' micro-batch counts differ
     plan: Plan | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    pruned_shapes: int = 0  # tensor-parallel shapes whose bound cannot beat the incumbent
+
+
+def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: _Best) -> bool:
+    """Whether no plan of ``S`` stages of ``R`` groups can beat ``best`` for any micro-batch count: the
+    bottleneck stage runs each of the ``MB`` micro-batches for at least the DP model's trivial bound
+    ``max(max_v w_v / R, W / (S R))`` (a relaxation of the simulated stage time), so the iteration takes
+    at least ``MB`` times it; compared in the comparison key's unit (per sample, or per iteration with
+    ``global_batch``)."""
+    if best.plan is None:
+        return False
+    lower = max(float(model.work_s.max()) / replicas, float(model.work_s.sum()) / (n_stages * replicas))
+    per_sample = problem.settings.global_batch is None
+    keys = [mb * lower / (mb * problem.graph.profiled_batch_size if per_sample else 1.0)
+            for mb in problem.micro_batch_candidates]
+    return min(keys) >= best.key_s
 
 
 def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
@@ -130,10 +148,12 @@ class ExactSolver:
                               "consecutive mapping (Tarnawski et al.)")
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = ExactOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     # Its model (one stage per rank, the bottleneck stage) covers these; other schedules are planned on its
     # rank groups by solvers.partition.schedules without a proof (docs/solvers.md).
     proven_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
+    # tensor-parallel stages: under the schedules the stage and op engines time (docs/tensor-parallel.md)
+    tp_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def solve(self, problem: Problem, options: ExactOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.settings.pinned:
@@ -144,19 +164,19 @@ class ExactSolver:
         model = stage_model(problem)
         space = _space(problem, options, model, budget)
         enum_s = time.perf_counter() - started
-        configs = sr_candidates(problem, problem.graph.n_ops)
+        configs = _shapes(problem)
         best = _Best()
         over_budget: list[tuple[str, str]] = []  # (S x R, why it has no proof)
         pairs_total = 0
         streamed_s = float("inf")
-        for k, (n_stages, replicas) in enumerate(configs):
+        for k, shape in enumerate(configs):
             if best.plan is not None and budget.expired():
-                over_budget.append((f"{n_stages}x{replicas}", f"time: the {budget.time_limit_s:g} s limit ran out "
+                over_budget.append((shape.label, f"time: the {budget.time_limit_s:g} s limit ran out "
                                     "before these (S, R)"))
                 continue
-            found = self._config(problem, options, model, space, n_stages, replicas, budget, best)
+            found = self._config(problem, options, model, space, shape, budget, best)
             if isinstance(found, str):
-                over_budget.append((f"{n_stages}x{replicas}", found))
+                over_budget.append((shape.label, found))
             else:
                 pairs_total += found
             improved = best.plan is not None and best.objective_s < streamed_s
@@ -168,7 +188,8 @@ class ExactSolver:
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
-                 "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget, **best.stats}
+                 "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget,
+                 "tp_configs_pruned": best.pruned_shapes, **best.stats}
         if best.plan is None:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
@@ -180,9 +201,15 @@ class ExactSolver:
                                notes=notes)
 
     @staticmethod
-    def _config(problem: Problem, options: ExactOptions, model: StageModel, space: _Space,
-                n_stages: int, replicas: int, budget: Budget, best: _Best) -> int | str:
-        """Solve one (S, R) for every micro-batch count; the pairs built, or why it fell back."""
+    def _config(problem: Problem, options: ExactOptions, base_model: StageModel, space: _Space,
+                shape: _Shape, budget: Budget, best: _Best) -> int | str:
+        """Solve one (S, t, R) for every micro-batch count; the pairs built, or why it fell back."""
+        n_stages, replicas = shape.stages, shape.replicas
+        model = tp_stage_model(problem, base_model, shape.tp, shape.groups)
+        place = _Placement(shape.groups if shape.tp > 1 else None, shape.tp)
+        if shape.tp > 1 and _cannot_win(problem, model, n_stages, replicas, best):
+            best.pruned_shapes += 1
+            return 0
         capacity = stage_capacities_bytes(problem, n_stages)
         mbs = problem.micro_batch_candidates
         warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]
@@ -197,10 +224,11 @@ class ExactSolver:
             reason = f"ideals: the relaxation has {space.problem.graph.n_ops} ops, fewer than the stages"
         if n_stages == 1:  # one partition only (the whole graph), even's split: no DP needed
             for mb, (warm_of, warm_s) in zip(mbs, warm, strict=True):
-                _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best)
+                _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best, place)
             return 0
         pairs = None
-        dp_model = space.model
+        dp_model = tp_stage_model(problem, space.model, shape.tp, shape.groups, space.kept) \
+            if space.kept is not None else model
         deadline = time.monotonic() + budget.remaining_s()
         work = None
         if reason is None and ideals is not None and n_stages <= space.problem.graph.n_ops:
@@ -227,9 +255,9 @@ class ExactSolver:
                     stage_of = lift(problem.graph, space.kept, stage_of, model.work_s / replicas,
                                     partition_times_s(dp_model, stage_of, n_stages, replicas))
                     bound_s = min(bound_s, result.fewer_stages_s)
-                _consider(problem, stage_of, n_stages, replicas, mb, bound_s, best)
+                _consider(problem, stage_of, n_stages, replicas, mb, bound_s, best, place)
             else:
-                _consider(problem, warm_of, n_stages, replicas, mb, None, best)
+                _consider(problem, warm_of, n_stages, replicas, mb, None, best, place)
         return reason if reason is not None else (pairs.count if pairs is not None else 0)
 
 
@@ -282,6 +310,41 @@ def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: B
     return _Space(None, problem, model, None, (), f"{whole} and in its relaxations without light ops")
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One searched shape: ``stages`` of ``replicas`` tensor-parallel groups of ``tp`` devices, the
+    groups :func:`~solvers.partition.tp.tp_groups` forms (one per device when ``tp = 1``)."""
+
+    stages: int
+    replicas: int
+    tp: int
+    groups: list[list[int]]
+
+    @property
+    def label(self) -> str:
+        return f"{self.stages}x{self.replicas}" + (f" tp {self.tp}" if self.tp > 1 else "")
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """How a candidate's stages take devices: ``groups`` (``None``: one device per replica) of ``tp``."""
+
+    groups: list[list[int]] | None
+    tp: int
+
+
+def _shapes(problem: Problem) -> list[_Shape]:
+    """The (S, R) of :func:`~solvers.partition.shapes.sr_candidates` for each degree of
+    :func:`~solvers.partition.tp.tp_degrees`, over that degree's groups; degree 1 first, so that a
+    tie keeps the plan without tensor parallelism."""
+    out: list[_Shape] = []
+    for t in tp_degrees(problem):
+        groups = tp_groups(problem.topology, t, problem.settings.tp_within_host)
+        out.extend(_Shape(s, r, t, groups) for s, r in sr_candidates(problem, problem.graph.n_ops, len(groups))
+                   if s * r <= len(groups))
+    return out
+
+
 def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     """A bound that holds for a plan of any candidate micro-batch count, in ``plan``'s iteration
     units: the least time-per-sample bound over the candidates times ``plan``'s samples (a bound
@@ -318,11 +381,12 @@ def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, sp
 
 
 def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mb: int,
-              dp_bottleneck_s: float | None, best: _Best) -> None:
-    """Simulate one candidate partition (consecutive mapping) and keep it if it is the best."""
+              dp_bottleneck_s: float | None, best: _Best, place: _Placement) -> None:
+    """Simulate one candidate partition (consecutive mapping, of tensor-parallel groups when
+    ``place.groups``) and keep it if it is the best (a tie keeps the earlier, lower degree)."""
     if int(stage_of.max()) + 1 != n_stages:
         return
-    plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb)
+    plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb, place.groups)
     metrics = _simulate(problem, plan)
     key = None if metrics is None else comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
     if metrics is None or key is None or not key < best.key_s:
@@ -331,7 +395,7 @@ def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int
     best.objective_s, best.key_s = float(metrics["objective_s"]), key
     best.plan = plan
     best.stats = {
-        "stages": n_stages, "replicas": replicas, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",
+        "stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",
         "bottleneck_lower_bound_s": dp_bottleneck_s,
         "simulated_bottleneck_s": simulated_b,
         "bottleneck_optimal": bool(dp_bottleneck_s is not None and simulated_b <= dp_bottleneck_s * (1 + 1e-9) + 1e-15),

@@ -25,7 +25,7 @@ identical devices joined by identical channels when no tensor feeds two later st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, in_flight_micro_batches, kept_bytes, stage_device_bytes
 from solvers.model.problem import Problem
+from solvers.partition.tp import split_op_costs
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,35 @@ def stage_model(problem: Problem) -> StageModel:
         src=np.asarray(g.edge_src[order], dtype=np.int64), dst=np.asarray(g.edge_dst[order], dtype=np.int64),
         edge_bytes=np.asarray(g.edge_bytes[order], dtype=np.float64),
         bandwidth_Bps=bw, latency_s=lat, training=problem.training, recompute=problem.settings.recomputes)
+
+
+def tp_stage_model(problem: Problem, model: StageModel, t: int, groups: list[list[int]],
+                   kept: IntArray | None = None) -> StageModel:
+    """``model`` for stages of tensor-parallel degree ``t`` on ``groups`` (docs/exact.md, "Tensor
+    parallelism"), still a relaxation of the simulator's stage (:mod:`solvers.cost.tensor_parallel`).
+
+    Per op of the whole graph: its least time over the groups' devices with a split op's compute
+    divided by ``t e`` (Shoeybi et al. 2019, §3; ``e`` the kind's calibrated efficiency), plus its
+    collectives on the fastest ring among the groups, with the smallest per-byte time and latency of
+    any group (``2 ((t-1)/t) B / bw + 2 (t-1) lat`` per all-reduce: the row output forward, the
+    column input's gradient backward); split ops hold ``1/t`` of their parameters, activations and
+    working memory.  The DP divides the whole work by ``R``, the simulator the collectives' bytes
+    but not their latency, so the stage time stays at most the simulator's.  ``kept``: the ops of a
+    relaxation (:mod:`solvers.exact.relax`), whose model ``model`` is.  ``t = 1`` returns ``model``.
+    """
+    if t == 1:
+        return model
+    g = problem.graph
+    costs = split_op_costs(problem, t, groups, slowest=False)
+    work = costs.work_s + costs.comm_s
+    params = g.param_bytes * (1.0 + problem.settings.optimizer_bytes_per_param_byte) * costs.shrink
+    act = g.act_bytes * costs.shrink
+    working = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * costs.shrink
+    at = slice(None) if kept is None else kept
+    return replace(model, work_s=np.asarray(work[at], dtype=np.float64),
+                   param_bytes=np.asarray(params[at], dtype=np.float64),
+                   act_bytes=np.asarray(act[at], dtype=np.float64),
+                   working_bytes=np.asarray(working[at], dtype=np.float64))
 
 
 def stage_capacities_bytes(problem: Problem, n_stages: int) -> FloatArray:

@@ -28,6 +28,7 @@ from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
 from solvers.model.topology import Topology
 from solvers.partition.shapes import StagePartition as StagePartition  # the partition to map
+from solvers.partition.tp import expand_groups
 from solvers.simulator import simulate
 
 Mapper = Literal["parmesan", "consecutive", "p2p"]
@@ -80,14 +81,18 @@ def mapping_deadline(cap_s: float | None, budget: Budget) -> float:
     return time.monotonic() + min(cap_s, remaining)
 
 
-def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int) -> Plan:
-    """The plan of a partition (op -> stage) and a mapping ``place[s, i]``."""
+def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batches: int,
+               groups: list[list[int]] | None = None) -> Plan:
+    """The plan of a partition (op -> stage) and a mapping ``place[s, i]`` (a device index, or with
+    ``groups`` the index of a tensor-parallel group: every stage then has ``tp = len(groups[0])``)."""
     g, topo = problem.graph, problem.topology
     n_stages = place.shape[0]
     order = g.topo_order
+    tp = 1 if groups is None else len(groups[0])
+    devices = [[int(d) for d in row] for row in place] if groups is None else expand_groups(place, groups)
     stages = tuple(
         Stage(tuple(g.nodes[int(v)].id for v in order if stage_of[v] == s),
-              tuple(topo.devices[int(d)].id for d in place[s]))
+              tuple(topo.devices[d].id for d in devices[s]), tp)
         for s in range(n_stages))
     return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
                 recompute=problem.settings.recomputes, status="feasible")

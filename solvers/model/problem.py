@@ -8,6 +8,7 @@ forward + backward).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -53,7 +54,7 @@ class Problem:
             raise InvalidProblem(f"objective: must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}",
                                  field="objective")
         check_settings_fit(self.settings, self.graph.n_ops, self.topology.n_devices,
-                           self.graph.index, self.topology.index)
+                           self.graph.index, self.topology.index, largest_host_devices(self.topology))
         if self.settings.global_batch is not None and self.objective != "throughput":
             raise InvalidProblem("settings.global_batch: applies to the throughput objective only (a latency "
                                  "problem places one batch of the graph's profiled_batch_size)",
@@ -115,8 +116,14 @@ class Problem:
         return _digest(self.spec())
 
 
+def largest_host_devices(topology: Topology) -> int:
+    """Devices of the topology's largest host (a tensor-parallel group within a host has at most these)."""
+    return max(Counter(d.node for d in topology.devices).values(), default=0)
+
+
 def check_settings_fit(settings: ProblemSettings, n_ops: int, n_devices: int,
-                       op_ids: Container[str] | None = None, device_ids: Container[str] | None = None) -> None:
+                       op_ids: Container[str] | None = None, device_ids: Container[str] | None = None,
+                       host_devices: int | None = None) -> None:
     """Check the settings against the size of the graph and the topology (docs/formats.md).
 
     ``stages`` at most the devices and, when every stage must hold an op (``no_empty_stage``), at
@@ -124,7 +131,9 @@ def check_settings_fit(settings: ProblemSettings, n_ops: int, n_devices: int,
     device exists (``op_ids`` / ``device_ids``: the graph's and topology's ids; ``None`` skips the
     check, for a caller that knows there are no pins) and every pinned stage index and every key of
     ``stage_memory_caps_bytes`` is below the number of stages there can be (``stages``, or else the
-    devices, or the fewer of ops and devices under ``no_empty_stage``).  Raises :class:`InvalidProblem` naming the setting
+    devices, or the fewer of ops and devices under ``no_empty_stage``).  ``tp`` x (``replicas`` or 1) x
+    (``stages`` or 1) at most the devices, and with ``tp_within_host`` ``tp`` at most ``host_devices``
+    (the largest host's devices; ``None`` skips the check).  Raises :class:`InvalidProblem` naming the setting
     (``settings.stages``, ``settings.pinned.<op>`` ...): the library and the service refuse alike.
     """
     s = settings
@@ -138,6 +147,15 @@ def check_settings_fit(settings: ProblemSettings, n_ops: int, n_devices: int,
         raise InvalidProblem(
             f"settings.replicas: {s.replicas} replicas x {s.stages or 1} stages = {s.replicas * (s.stages or 1)} "
             f"devices exceed the {n_devices} devices of the topology", field="settings.replicas")
+    if s.tp is not None:
+        used = s.tp * (s.replicas or 1) * (s.stages or 1)
+        if used > n_devices:
+            raise InvalidProblem(f"settings.tp: {s.tp} x {s.replicas or 1} replicas x {s.stages or 1} stages = {used} "
+                                 f"devices exceed the {n_devices} devices of the topology", field="settings.tp")
+        if s.tp_within_host and host_devices is not None and s.tp > host_devices:
+            raise InvalidProblem(f"settings.tp: a tensor-parallel group of {s.tp} devices does not fit a host (the "
+                                 f"largest has {host_devices}); set tp_within_host to false to let groups span hosts",
+                                 field="settings.tp")
     most_stages = s.stages if s.stages is not None else max(1, min(n_ops, n_devices) if s.no_empty_stage else n_devices)
     for op, target in s.pinned.items():
         if op_ids is not None and op not in op_ids:

@@ -131,6 +131,19 @@ MicroBatches = Annotated[
                               {"type": "array", "minItems": 1, "maxItems": MAX_MICRO_BATCH_CANDIDATES,
                                "items": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}}]}),
 ]
+DEFAULT_MAX_TP = 8  # max_tp: the GPUs of a DGX host (Narayanan et al., SC'21, §3.3, Takeaway #1)
+MAX_TP = 1 << 14  # tp and max_tp: at most a device per group member (MAX_DEVICES)
+
+
+def _power_of_two(value: Any) -> Any:
+    value = _integral(value)
+    if isinstance(value, int) and value >= 1 and value & (value - 1):
+        raise ValueError(f"must be a power of two (1, 2, 4, 8, ...), got {value}")
+    return value
+
+
+TensorParallelDegree = Annotated[int, Field(ge=1, le=MAX_TP), BeforeValidator(_power_of_two),
+                                 WithJsonSchema({"type": "integer", "enum": [1 << k for k in range(MAX_TP.bit_length())]})]
 StageIndex = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(lambda k: int(k) if isinstance(k, str) and k.isdigit() else k)]
 
 
@@ -181,6 +194,16 @@ class ProblemSettings(BaseModel):
         0.0, description="Fraction of every device's memory kept free.")
     stages: Count | None = Field(None, description="Fix the number of pipeline stages (null: the solver chooses).")
     replicas: Count | None = Field(None, description="Fix the replicas per stage (null: the solver chooses).")
+    tp: TensorParallelDegree | None = Field(
+        None, description="Fix every stage's tensor-parallel degree, a power of two (null: the solver chooses among "
+                          "1, 2, 4, ... up to max_tp; docs/tensor-parallel.md). Above 1 only with the gpipe, 1f1b or "
+                          "auto schedule.")
+    max_tp: TensorParallelDegree = Field(
+        DEFAULT_MAX_TP, description="Largest tensor-parallel degree the throughput solvers try per stage, a power "
+                                    "of two (1: no tensor parallelism).")
+    tp_within_host: Flag = Field(
+        True, description="Keep each tensor-parallel group on the devices of one host (false: a group may span "
+                          "hosts where one host has too few devices).")
     pinned: dict[str, PinTarget] = Field(
         default_factory=dict, max_length=MAX_PINNED,
         description="Op id -> device id (string) or stage index (integer).")
@@ -228,6 +251,16 @@ class ProblemSettings(BaseModel):
             raise ValueError(f"schedule {schedule!r} runs exactly 2 stages per rank, got {v}")
         return v
 
+    @field_validator("tp")
+    @classmethod
+    def _tp_schedule(cls, tp: int | None, info: ValidationInfo) -> int | None:
+        """Tensor-parallel stages run under GPipe and 1F1B (the action-list engine times no split stages)."""
+        schedule = info.data.get("schedule")
+        if tp is not None and tp > 1 and schedule not in (*ONE_STAGE_PER_RANK, "auto"):
+            raise ValueError(f"tensor-parallel stages (tp {tp}) run under gpipe or 1f1b only, got schedule "
+                             f"{schedule!r} (use gpipe, 1f1b or auto)")
+        return tp
+
     @property
     def recomputes(self) -> bool:
         """Recomputation in every stage: ``recompute`` is true.  Unset reads as false here (a solver
@@ -241,6 +274,9 @@ class ProblemSettings(BaseModel):
         out["stage_memory_caps_bytes"] = {str(k): v for k, v in sorted(self.stage_memory_caps_bytes.items())}
         if out["virtual_stages"] is None:  # unset is left out, so problems without it keep their digests
             del out["virtual_stages"]
+        for key, default in (("tp", None), ("max_tp", DEFAULT_MAX_TP), ("tp_within_host", True)):
+            if out[key] == default:  # defaults left out: problems from before these settings keep their digests
+                del out[key]
         return out
 
 

@@ -30,6 +30,7 @@ from solvers.model.problem import Problem
 from solvers.model.ranking import ranked_by
 from solvers.parmesan.search import SearchSettings, search_partitions
 from solvers.partition.costs import reference_costs
+from solvers.partition.tp import expand_plan, group_problem, tp_degrees, tp_groups
 
 
 class ParmesanOptions(SolverOptions):
@@ -112,13 +113,49 @@ class ParmesanSolver:
                               "device mapping on general topologies (Parmesan)")
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = ParmesanOptions
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
+    # tensor-parallel stages: under the schedules the stage and op engines time (docs/tensor-parallel.md)
+    tp_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def __init__(self, safety_net: SafetyNet = no_baselines) -> None:
         self.safety_net = safety_net
 
     def solve(self, problem: Problem, options: ParmesanOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        """Parmesan on the devices, then on the tensor-parallel groups of each degree ``t > 1`` of
+        :func:`~solvers.partition.tp.tp_degrees` with the time left (docs/tensor-parallel.md, "Search"):
+        the whole flow on :func:`~solvers.partition.tp.group_problem`, its plan expanded onto the
+        groups; the best per sample wins, a tie keeps the plan without tensor parallelism."""
         check_pins(problem, self.name)
+        fixed = (problem.settings.tp or 1) > 1
+        plan = Plan(stages=()) if fixed else self._solve_on_devices(problem, options, budget, progress)
+        best_key = simulated_key(problem, plan) if plan.stages else (float("inf"), float("inf"))
+        degrees = [t for t in tp_degrees(problem) if t > 1] if not problem.settings.pinned else []
+        for t in degrees:
+            if plan.stages and budget.expired():
+                break
+            groups = tp_groups(problem.topology, t, problem.settings.tp_within_host)
+            try:
+                grouped = group_problem(problem, t, groups) if groups else None
+            except InvalidProblem:  # fixed stages / replicas need more groups than there are
+                grouped = None
+            if grouped is None:
+                continue
+            found = self._solve_on_devices(grouped, options, Budget(budget.time_limit_s and budget.remaining_s()),
+                                           no_progress)
+            if not found.stages:
+                continue
+            candidate = expand_plan(problem, found, groups)
+            key, value = simulated_scores(problem, candidate)
+            if key < best_key:
+                plan, best_key = candidate.with_(claimed_objective_s=value, stats={**found.stats, "tp": t}), key
+        if not plan.stages and fixed:
+            return Plan(stages=(), status="infeasible",
+                        notes=(f"no partition with tp {problem.settings.tp} fits the devices' memory",))
+        return plan
+
+    def _solve_on_devices(self, problem: Problem, options: ParmesanOptions, budget: Budget,
+                          progress: ProgressCallback) -> Plan:
+        """The paper's flow on ``problem``'s devices."""
         costs = reference_costs(problem)
         k = min(problem.graph.n_ops, options.clusters or default_clusters(problem))
         search_budget = budget.sub(options.search_fraction)

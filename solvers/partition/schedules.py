@@ -46,9 +46,14 @@ AUTO_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "interle
 
 
 def base_settings(settings: ProblemSettings) -> ProblemSettings:
-    """The settings a solver plans its rank groups under: GPipe when asked for, 1F1B otherwise."""
+    """The settings a solver plans its rank groups under: GPipe when asked for, 1F1B otherwise; no
+    tensor parallelism (``max_tp`` 1) for a schedule asked for by name that the action-list engine
+    times, which times no tensor-parallel stage (docs/tensor-parallel.md, "Search")."""
     schedule = "gpipe" if settings.schedule == "gpipe" else "1f1b"
-    return settings.model_copy(update={"schedule": schedule, "virtual_stages": None})
+    update: dict[str, object] = {"schedule": schedule, "virtual_stages": None}
+    if settings.schedule not in (*ONE_STAGE_PER_RANK, "auto"):
+        update["max_tp"] = 1
+    return settings.model_copy(update=update)
 
 
 def searches_schedules(settings: ProblemSettings) -> bool:
@@ -221,9 +226,10 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
         best = (simulated_key_s(problem, plan), plan)
         tried[f"{plan.schedule}/1"] = best[0] if math.isfinite(best[0]) else None
     pinned = bool(settings.pinned)
+    split = any(stage.tp > 1 for stage in plan.stages)
     for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops, plan.micro_batches):
-        if f"{name}/{v}" in tried:
-            continue
+        if f"{name}/{v}" in tried or (split and name not in ONE_STAGE_PER_RANK):
+            continue  # tensor-parallel stages run under GPipe and 1F1B only
         options: list[Callable[[], Plan]]
         if v == 1:
             options = [partial(plan.with_, schedule=name, virtual_stages=1, order=None)]

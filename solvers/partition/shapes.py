@@ -23,9 +23,13 @@ class StagePartition(NamedTuple):
     micro_batches: int
 
 
-def sr_candidates(problem: Problem, max_stages: int) -> list[tuple[int, int]]:
-    """(S, R) pairs to search: the settings' values, else S in powers of two and divisors of D."""
-    d = problem.topology.n_devices
+def sr_candidates(problem: Problem, max_stages: int, n_units: int | None = None) -> list[tuple[int, int]]:
+    """(S, R) pairs to search: the settings' values, else S in powers of two and divisors of D.
+
+    ``n_units``: place stage replicas on this many units instead of the devices (the tensor-parallel
+    groups of one degree, :func:`solvers.partition.tp.tp_groups`); ``S x R`` may then exceed it
+    only when the settings fix both."""
+    d = problem.topology.n_devices if n_units is None else n_units
     s_fix, r_fix = problem.settings.stages, problem.settings.replicas
     pins = [t for t in problem.settings.pinned.values() if isinstance(t, int)]
     s_min = max(pins, default=-1) + 1

@@ -78,3 +78,24 @@ def allocate_devices(layout: NodeLayout, nodes_per_copy: int, copies: int, repli
             out[i].extend(pool[start:start + r])
             start += r
     return out
+
+
+def tp_layout(layout: NodeLayout, topology: Topology, t: int) -> tuple[NodeLayout, list[list[int]]] | None:
+    """``layout`` over tensor-parallel groups of ``t`` devices: each node's locality chain (every step to
+    the widest channel) cut into runs of ``t``, so that a group sits on the widest links of its node
+    (docs/tensor-parallel.md, "Search"); the layout numbers the groups, ``groups[u]`` lists group
+    ``u``'s devices.  ``None`` when ``t`` does not divide a node's devices or a group would mix device
+    kinds."""
+    if layout.devices_per_node % t:
+        return None
+    groups: list[list[int]] = []
+    nodes = []
+    for node in layout.nodes:
+        first = len(groups)
+        for k in range(0, len(node), t):
+            group = list(node[k:k + t])
+            if len({topology.devices[d].kind for d in group}) > 1:
+                return None
+            groups.append(group)
+        nodes.append(tuple(range(first, len(groups))))
+    return NodeLayout(tuple(nodes)), groups

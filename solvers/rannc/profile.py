@@ -23,6 +23,7 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.cost.memory import kept_bytes
 from solvers.model.problem import Problem
 from solvers.model.topology import Topology
+from solvers.partition.tp import SplitOpCosts
 from solvers.rannc.groups import reference_times
 
 
@@ -66,22 +67,29 @@ class CostModelProfiler:
 
     scales_with_replicas: ClassVar[bool] = True
 
-    def __init__(self, problem: Problem, recompute: bool) -> None:
+    def __init__(self, problem: Problem, recompute: bool, split: SplitOpCosts | None = None) -> None:
+        """``split``: stages of a tensor-parallel degree (:func:`~solvers.partition.tp.split_op_costs`):
+        split ops over ``t e`` with their collectives, ``1/t`` of their memory (docs/tensor-parallel.md)."""
         self.problem = problem
         self.recompute = recompute
-        self.fwd_ref, self.bwd_ref = reference_times(problem)
         g = problem.graph
         self.work = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes)
+        self.params, self.act = g.param_bytes, g.act_bytes
+        if split is None:
+            self.fwd_ref, self.bwd_ref = reference_times(problem)
+        else:
+            self.fwd_ref, self.bwd_ref = split.fwd_s + split.comm_fwd_s, split.bwd_s + split.comm_bwd_s
+            self.work, self.params, self.act = self.work * split.shrink, self.params * split.shrink, self.act * split.shrink
         self._sums: dict[tuple[int, int], tuple[float, float, float, float, float]] = {}
 
     def _range_sums(self, stage: StageCandidate) -> tuple[float, float, float, float, float]:
         key = (stage.first_block, stage.last_block)
         hit = self._sums.get(key)
         if hit is None:
-            g, ops = self.problem.graph, stage.ops
+            ops = stage.ops
             work = float(self.work[ops].max()) if len(ops) else 0.0
-            hit = (float(self.fwd_ref[ops].sum()), float(self.bwd_ref[ops].sum()), float(g.param_bytes[ops].sum()),
-                   float(g.act_bytes[ops].sum()), work)
+            hit = (float(self.fwd_ref[ops].sum()), float(self.bwd_ref[ops].sum()), float(self.params[ops].sum()),
+                   float(self.act[ops].sum()), work)
             self._sums[key] = hit
         return hit
 

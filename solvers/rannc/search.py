@@ -70,8 +70,11 @@ class StageSearch:
 
     def __init__(self, problem: Problem, blocks: BlockPartition, layout: NodeLayout,
                  profilers: dict[bool, StageProfiler], recompute_for: Callable[[int], bool],
-                 micro_batches: list[int], prune: bool) -> None:
+                 micro_batches: list[int], prune: bool, groups: list[list[int]] | None = None) -> None:
+        """``groups``: the layout numbers tensor-parallel groups (:func:`.allocate.tp_layout`), whose
+        devices these are; a stage's replicas are groups, its plan stage has ``tp = len(groups[0])``."""
         self.problem = problem
+        self.groups = groups
         self.blocks = blocks
         self.layout = layout
         self.profilers = profilers
@@ -163,12 +166,16 @@ class StageSearch:
         per_byte, fixed = np.zeros((devices + 1, devices + 1)), np.zeros((devices + 1, devices + 1))
         for lo in range(devices):
             for hi in range(lo + 1, devices + 1):
-                ring = [d for pool in pools for d in pool[lo:hi]]
+                ring = [self._rank0(d) for pool in pools for d in pool[lo:hi]]  # each shard's ring in parallel
                 one, two = allreduce_s(topo, ring, 1.0), allreduce_s(topo, ring, 2.0)
                 per_byte[lo, hi], fixed[lo, hi] = two - one, 2.0 * one - two
         hit = (per_byte, fixed)
         self._rings[key] = hit
         return hit
+
+    def _rank0(self, unit: int) -> int:
+        """The device of a layout position: itself, or the first device of its tensor-parallel group."""
+        return unit if self.groups is None else self.groups[unit][0]
 
     def allreduce_table(self, cand: SearchPoint, recompute: bool) -> AllReduceTable:
         """The gradient all-reduce of every candidate stage, per micro-batch of ``cand``."""
@@ -247,8 +254,9 @@ class StageSearch:
             fresh = ops[~placed[ops]]
             placed[fresh] = True
             fresh = fresh[np.argsort(g.topo_position[fresh], kind="stable")]
-            stages.append(Stage(tuple(g.nodes[int(v)].id for v in fresh),
-                                tuple(topo.devices[d].id for d in devices[i])))
+            units = devices[i] if self.groups is None else [d for u in devices[i] for d in self.groups[u]]
+            stages.append(Stage(tuple(g.nodes[int(v)].id for v in fresh), tuple(topo.devices[d].id for d in units),
+                                1 if self.groups is None else len(self.groups[0])))
             start = end
         return Plan(stages=tuple(stages), micro_batches=cand.micro_batches, schedule=self.problem.settings.schedule,
                     recompute=self.recompute_for(cand.stages), status="feasible")

@@ -10,6 +10,7 @@ the pipeline's fill and drain in Algorithm 2), are listed in docs/rannc.md.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -17,9 +18,10 @@ from pydantic import Field
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.rannc.allocate import node_layout
+from solvers.partition.tp import split_op_costs, tp_degrees
+from solvers.rannc.allocate import node_layout, tp_layout
 from solvers.rannc.atomic import atomic_subcomponents
-from solvers.rannc.blocks import partition_blocks
+from solvers.rannc.blocks import BlockPartition, partition_blocks
 from solvers.rannc.profile import CostModelProfiler, StageProfiler
 from solvers.rannc.search import SearchResult, StageSearch
 
@@ -58,7 +60,9 @@ class RanncSolver:
                               "and node-aligned device allocation")
     objectives: ClassVar[tuple[str, ...]] = ("throughput",)
     options_type: ClassVar[type[SolverOptions]] = RanncOptions
-    version: ClassVar[str] = "2"
+    version: ClassVar[str] = "3"
+    # tensor-parallel stages: under the schedules the stage and op engines time (docs/tensor-parallel.md)
+    tp_schedules: ClassVar[tuple[str, ...]] = ("gpipe", "1f1b")
 
     def __init__(self, profiler: StageProfiler | None = None) -> None:
         """``profiler`` replaces the cost-model profile (used for both recompute settings)."""
@@ -82,11 +86,6 @@ class RanncSolver:
         def recompute_for(n_stages: int) -> bool:
             return n_stages > 1 if auto else problem.settings.recomputes
 
-        profilers: dict[bool, StageProfiler] = {
-            flag: self.profiler or CostModelProfiler(problem, flag) for flag in (False, True)}
-        search = StageSearch(problem, blocks, node_layout(problem.topology), profilers, recompute_for,
-                             micro_batch_candidates(problem, options), options.prune_d_min)
-
         streamed: list[float] = []  # the objective of the last incumbent plan reported
 
         def report(res: SearchResult, fraction: float) -> None:
@@ -98,9 +97,21 @@ class RanncSolver:
                                    plan=res.plan.with_(claimed_objective_s=res.objective_s)
                                    if improved and res.plan is not None else None))
 
-        result = search.run(options.search == "exhaustive", budget, report)
+        result, degree = SearchResult(), 1
+        for t, search in self._searches(problem, options, blocks, recompute_for):
+            if result.plan is not None and budget.expired():
+                stats["tp_degrees_skipped"] = stats.get("tp_degrees_skipped", 0) + 1
+                continue
+            found = search.run(options.search == "exhaustive", budget, report)
+            result.dp_calls += found.dp_calls
+            result.simulated += found.simulated
+            result.rejected += found.rejected
+            if found.plan is not None and found.per_sample_s < result.per_sample_s:  # a tie keeps the lower degree
+                result.plan, result.objective_s, result.per_sample_s = found.plan, found.objective_s, found.per_sample_s
+                result.chosen, result.solution, degree = found.chosen, found.solution, t
         stats.update(dp_calls=result.dp_calls, plans_simulated=result.simulated,
-                     plans_rejected_for_memory=result.rejected, search_s=round(time.perf_counter() - blocks_done, 4))
+                     plans_rejected_for_memory=result.rejected, search_s=round(time.perf_counter() - blocks_done, 4),
+                     tp=degree)
         if result.plan is None or result.chosen is None or result.solution is None:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=("no stage partition of the blocks fits the devices' memory",))
@@ -109,3 +120,25 @@ class RanncSolver:
                      micro_batches=cand.micro_batches, replicas=[r * cand.copies for r in sol.replicas],
                      dp_value_s=sol.value_s)
         return result.plan.with_(claimed_objective_s=result.objective_s, stats=stats)
+
+    def _searches(self, problem: Problem, options: RanncOptions, blocks: BlockPartition,
+                  recompute_for: Callable[[int], bool]) -> Iterator[tuple[int, StageSearch]]:
+        """Algorithm 2 per tensor-parallel degree (docs/tensor-parallel.md, "Search"): degree 1 on the
+        devices, each ``t > 1`` of :func:`~solvers.partition.tp.tp_degrees` on the layout's groups of ``t``
+        (:func:`.allocate.tp_layout`) with the cost-model profile of split stages.  A profiler given to
+        the solver profiles degree 1 only."""
+        layout = node_layout(problem.topology)
+        for t in tp_degrees(problem) if self.profiler is None else (1,):
+            if t == 1:
+                profilers: dict[bool, StageProfiler] = {
+                    flag: self.profiler or CostModelProfiler(problem, flag) for flag in (False, True)}
+                yield 1, StageSearch(problem, blocks, layout, profilers, recompute_for,
+                                     micro_batch_candidates(problem, options), options.prune_d_min)
+                continue
+            units = tp_layout(layout, problem.topology, t)
+            if units is None or (problem.settings.tp_within_host and len(layout.nodes) != len(problem.topology.hosts)):
+                continue  # hosts of unequal size share one node in the layout: a group could span hosts
+            split = split_op_costs(problem, t, units[1], slowest=True)
+            profilers = {flag: CostModelProfiler(problem, flag, split) for flag in (False, True)}
+            yield t, StageSearch(problem, blocks, units[0], profilers, recompute_for,
+                                 micro_batch_candidates(problem, options), options.prune_d_min, units[1])

@@ -312,3 +312,23 @@ def test_solve_infeasible_shows_the_memory_it_needs(files: dict[str, Path], caps
     assert "memory: any plan without recomputation needs at least" in out and "the 2 devices offer 0.00 GiB" in out
     doc = json.loads(plan.read_text())
     assert doc["stats"]["memory_need_total_bytes"] > doc["stats"]["memory_usable_bytes"]
+
+
+def test_tp_flags_fix_bound_and_name_the_setting(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--tp 2`` fixes every stage's degree; ``--max-tp 1`` searches none; a bad degree names the setting."""
+    graph = files["dir"] / "gpt.json"
+    assert run(capsys, "graph", "generate", "transformer", "--layers", "2", "--causal", "true", "-o", str(graph))[0] == 0
+    common = ("--solver", "exact", "--graph", str(graph), "--topology", str(files["topo"]), "--micro-batches", "4")
+    code, out, _ = run(capsys, "solve", *common, "--tp", "2", "-o", str(files["dir"] / "tp.json"), "--json")
+    assert code == 0, out
+    stages = json.loads((files["dir"] / "tp.json").read_text())["stages"]
+    assert stages and all(s["tp"] == 2 for s in stages)
+    code, _, _ = run(capsys, "solve", *common, "--max-tp", "1", "-o", str(files["dir"] / "none.json"))
+    assert code == 0 and all("tp" not in s for s in json.loads((files["dir"] / "none.json").read_text())["stages"])
+    for flags, message in ((["--tp", "3"], "settings.tp: must be a power of two"),
+                           (["--tp", "4", "--schedule", "zbv"], "settings.tp: tensor-parallel stages (tp 4) run under"),
+                           (["--tp", "4"], "settings.tp: a tensor-parallel group of 4 devices does not fit a host")):
+        code, _, err = run(capsys, "solve", *common, *flags, "-o", str(files["dir"] / "bad.json"))
+        assert code == 2 and err.startswith(f"error: {message}"), err
+    code, _, err = run(capsys, "solve", *common, "--tp", "4", "--tp-across-hosts", "-o", str(files["dir"] / "x.json"))
+    assert code == 0, err

@@ -238,3 +238,17 @@ def test_calibrations_upload_attach_simulate_detach_delete(client: Client, tmp_p
     client.delete_calibration(cal)
     with pytest.raises(NotFound):
         client.get_calibration(cal.id)
+
+
+def test_tensor_parallel_settings_through_the_server(client: Client) -> None:
+    """``tp`` fixes the degree of the server's plan; a degree no host holds is refused naming settings.tp."""
+    g = client.upload_graph(generate_graph("transformer", layers=2, causal=True))
+    t = client.upload_topology(generate_topology("hierarchical", nodes=2, gpus_per_node=2))
+    job = client.submit(g, t, "exact", settings=ProblemSettings(micro_batches=(4,), tp=2), time_limit_s=30, cache=False)
+    assert job.settings.tp == 2
+    done = client.wait(job, timeout=60)
+    assert done.status == "succeeded"
+    assert all(s.tp == 2 for s in client.job_plan(done).stages)
+    with pytest.raises(InvalidInput) as err:
+        client.submit(g, t, "exact", settings={"tp": 4})
+    assert err.value.status == 422 and err.value.field == "settings.tp" and "does not fit a host" in str(err.value)

@@ -52,6 +52,7 @@ RULES_BEYOND_JSON_SCHEMA = [
     (None, r"contains a NUL character"),  # no text is stored with NUL (PostgreSQL cannot), free-form members too
     ("invalid-request", r"settings\.global_batch: .*samples do not split into"),  # divisibility
     ("invalid-request", r"settings\.virtual_stages: .*runs (one stage|exactly 2 stages) per rank"),  # by schedule
+    ("invalid-request", r"settings\.tp: tensor-parallel stages .* run under gpipe or 1f1b only"),  # by schedule
 ]
 # The body's schema depends on ?format= (a Piper document, PipeDream text) and a text/plain body is
 # read only with ?format=pipedream: those cases are refused by the importers, naming the problem.

@@ -110,6 +110,7 @@ def test_the_catalogue_states_each_solvers_schedules_and_proofs() -> None:
         entry = registry.info(name).to_dict()
         assert entry["schedules"] == list(PIPELINE_SCHEDULES)
         assert entry["proven_schedules"] == (["gpipe", "1f1b"] if name == "exact" else [])
+        assert entry["tp_schedules"] == (["gpipe", "1f1b"] if name in ("exact", "pipedream", "rannc", "parmesan") else [])
     assert registry.info("moirai").to_dict()["schedules"] == []
 
 
