@@ -250,7 +250,10 @@ class ListSchedule:
         starts, ends = self._starts[d], self._ends[d]
         # after equal starts, but an empty task before them: the ends stay sorted (an empty task
         # can start where another starts; after it, a bisection of the ends would skip that one)
-        k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
+        if starts and start > starts[-1]:
+            k = len(starts)  # after the last task (most commits): what either bisection gives
+        else:
+            k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
         starts.insert(k, start)
         ends.insert(k, end)
         n = len(starts)
