@@ -127,9 +127,20 @@ def build_instance(problem: Problem, grouping: Grouping) -> Instance:
     cm = ComputeModel(g, topo)
     fwd = np.zeros((n_units, n_dev))
     bwd = np.zeros((n_units, n_dev))
+    # one op per unit (the uncoarsened graph): its times gathered, the same values as the sums of one
+    single = np.array([ops[0] for ops in grouping.groups], dtype=np.int64) \
+        if all(len(ops) == 1 for ops in grouping.groups) else None
+    column_of: dict[int, int] = {}  # devices of one class share their time vectors: filled once
     for k in range(n_dev):
-        fwd[:, k] = [cm.fwd_s(k)[list(ops)].sum() for ops in grouping.groups]
-        bwd[:, k] = [cm.bwd_s(k)[list(ops)].sum() for ops in grouping.groups]
+        f_k, b_k = cm.fwd_s(k), cm.bwd_s(k)
+        same = column_of.setdefault(id(f_k), k)
+        if same != k:
+            fwd[:, k], bwd[:, k] = fwd[:, same], bwd[:, same]
+        elif single is not None:
+            fwd[:, k], bwd[:, k] = f_k[single], b_k[single]
+        else:
+            fwd[:, k] = [f_k[list(ops)].sum() for ops in grouping.groups]
+            bwd[:, k] = [b_k[list(ops)].sum() for ops in grouping.groups]
     # unit edge bytes: each producer op's largest edge into the consumer unit, summed over producers
     largest: dict[tuple[int, int, int], float] = {}
     first_edge: dict[tuple[int, int], int] = {}
@@ -154,10 +165,14 @@ def build_instance(problem: Problem, grouping: Grouping) -> Instance:
         for u in range(n_units):
             succ[u].append((n_units + u, 0.0))
     factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte if problem.training else 1.0
-    static = np.array([float(g.param_bytes[list(ops)].sum()) * factor + float(g.act_bytes[list(ops)].sum())
-                       for ops in grouping.groups])
-    work = np.array([float(np.maximum(g.mem_fwd_bytes[list(ops)], g.mem_bwd_bytes[list(ops)]).max())
-                     for ops in grouping.groups])
+    if single is not None:
+        static = g.param_bytes[single] * factor + g.act_bytes[single]
+        work = np.maximum(g.mem_fwd_bytes[single], g.mem_bwd_bytes[single])
+    else:
+        static = np.array([float(g.param_bytes[list(ops)].sum()) * factor + float(g.act_bytes[list(ops)].sum())
+                           for ops in grouping.groups])
+        work = np.array([float(np.maximum(g.mem_fwd_bytes[list(ops)], g.mem_bwd_bytes[list(ops)]).max())
+                         for ops in grouping.groups])
     allowed = np.ones((n_units, n_dev), dtype=bool)
     for op, target in problem.settings.pinned.items():
         if isinstance(target, str):
