@@ -37,6 +37,18 @@ summary in ``stats["portfolio"]`` (name, status, simulated objective, key, solve
 ``cut_short``).  The status is the chosen plan's (``feasible`` where its ``optimal`` is for
 another metric, ``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its
 objective and the problem has one candidate micro-batch count.  New solvers join the portfolio as soon as they are registered.
+**Gap stop.**  Members report the lower bounds they prove (``moirai``: its task-DAG bound before
+its warm start, then each one it raises) and the parent keeps the largest
+(``("bound", bound_s)`` on the pipe, :class:`Stream`).  As members finish, and as bounds arrive
+(the reporting member's latest incumbent is then scored), :class:`GapStop` compares the best plan
+returned or scored so far with the largest bound, the members' and the plans' own; once
+``objective <= (1 + gap) x bound`` (option ``gap``, default :data:`GAP`), the members still
+running are stopped (a stopped member's scored incumbent is its answer, ``cut_short``), those not
+started stay so, and the plan says why in ``stats["stopped"]`` and a note.  A bound holds for one
+micro-batch count, so the stop applies to the latency objective and to problems with one
+candidate count.  The quick members run first and the proving member gets only the time until
+the proof: on a transformer whose list schedule is optimal, ``auto`` ends once ``celeritas``
+returns and ``moirai`` has proven its bound (docs/benchmarks.md).
 When no member returns a plan or an incumbent in time (a heavily loaded machine), the
 linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``) runs in-process
 after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not
@@ -65,6 +77,7 @@ from solvers.solving import finish_plan, solve
 from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
+GAP = 1e-4  # auto's default relative gap: moirai's "optimal" (solvers.moirai.pipeline.OPTIMAL_GAP)
 ANYTIME = ("moirai",)  # anytime solvers: all the time left, started first with spare workers (module doc)
 # linear-time baselines run in-process when no member returned a plan in time (a loaded machine)
 FALLBACK = {"throughput": "even", "latency": "single"}
@@ -74,7 +87,8 @@ _KILL_GRACE_S = 0.2
 # tests/solvers/test_portfolio_stream.py checks they are the same), named here so that choosing a
 # member's options imports nothing
 CELERITAS_LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")
-CUT_SHORT_NOTE = "cut short at auto's deadline: its last streamed incumbent, scored by the simulator"
+CUT_SHORT_NOTE = ("cut short by auto (its deadline, or the best plan proven within its gap): its last streamed "
+                  "incumbent, scored by the simulator")
 
 Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) or ("error", message), seconds
 
@@ -82,11 +96,14 @@ Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) o
 class AutoOptions(SolverOptions):
     """``solvers``: restrict the portfolio to these names (default: every applicable solver).
     ``workers``: parallel processes (default: CPU count).  ``default_time_limit_s``: the
-    budget when the problem sets none."""
+    budget when the problem sets none.  ``gap``: relative gap; once the best plan a member
+    returned is within it of the best proven bound (``objective <= (1 + gap) x bound``), the
+    members still running are stopped and that plan is returned (module doc, "Gap stop")."""
 
     solvers: tuple[str, ...] | None = None
     workers: int | None = Field(None, ge=1)
     default_time_limit_s: float = Field(60.0, gt=0.0)
+    gap: float = Field(GAP, ge=0.0, le=1.0)
 
 
 @dataclass
@@ -102,6 +119,11 @@ class Stream:
     incumbents: int = 0
     reported_s: float | None = None
     cut_short: bool = False
+    bound_s: float | None = None  # the largest lower bound it reported (a proven bound of the problem)
+
+    def prove(self, bound_s: float) -> None:
+        if self.bound_s is None or bound_s > self.bound_s:
+            self.bound_s = bound_s
 
     def add(self, document: dict[str, Any], incumbent_s: float | None) -> None:
         self.latest, self.scored, self.incumbents = document, None, self.incumbents + 1
@@ -143,7 +165,8 @@ def _run_one(problem: Problem, name: str, time_limit_s: float, options: dict[str
 
 def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, options: dict[str, Any]) -> None:
     """A member's process: every improved incumbent its solver reports goes to the parent as
-    ``("incumbent", (plan document, incumbent_s))`` the moment it is found, its answer last."""
+    ``("incumbent", (plan document, incumbent_s))`` the moment it is found, every higher bound
+    as ``("bound", bound_s)``, its answer last."""
 
     try:
         cls = registry.get_solver_class(name)
@@ -151,7 +174,13 @@ def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, o
         conn.send(("error", f"{type(exc).__name__}: {exc.message}"))
         return
 
+    bound_s = float("-inf")
+
     def stream(event: ProgressEvent) -> None:
+        nonlocal bound_s
+        if event.bound_s is not None and event.bound_s > bound_s:
+            bound_s = event.bound_s
+            conn.send(("bound", bound_s))
         if event.plan is not None:
             plan = event.plan.with_(solver=cls.name, solver_version=cls.version)
             conn.send(("incumbent", (plan.to_document(), event.incumbent_s)))
@@ -197,11 +226,12 @@ class AutoSolver:
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
         anytime, quick = [n for n in names if n in ANYTIME], [n for n in names if n not in ANYTIME]
         streams: dict[str, Stream] = {}
+        stop = GapStop(problem, options.gap)
         if mp.current_process().daemon:
-            results = self._sequential(problem, quick + anytime, deadline, progress)
+            results = self._sequential(problem, quick + anytime, deadline, progress, stop)
         else:  # the anytime members first, on workers of their own, when that leaves one for the others
             launch = anytime + quick if workers > len(anytime) else quick + anytime
-            results = self._parallel(problem, launch, workers, deadline, progress, streams, budget.started_at)
+            results = self._parallel(problem, launch, workers, deadline, progress, streams, budget.started_at, stop)
         fallback = FALLBACK[problem.objective]
         if fallback in names and not any(kind == "ok" for kind, _, _ in results.values()):
             started = time.monotonic()
@@ -211,13 +241,21 @@ class AutoSolver:
                 plan = _choose(problem, names, results, streams)
                 return plan.with_(notes=(*plan.notes, f"no solver returned a plan in time; {fallback!r} ran after "
                                                       "the deadline as the fallback"))
-        return _choose(problem, names, results, streams)
+        plan = _choose(problem, names, results, streams)
+        if stop.reason is None:
+            return plan
+        return plan.with_(stats={**plan.stats, "stopped": stop.reason},
+                          notes=(*plan.notes, f"the members still running were stopped: {stop.reason}"))
 
     @staticmethod
-    def _sequential(problem: Problem, names: list[str], deadline: float, progress: ProgressCallback) -> Results:
+    def _sequential(problem: Problem, names: list[str], deadline: float, progress: ProgressCallback,
+                    stop: GapStop | None = None) -> Results:
         results: Results = {}
         for i, name in enumerate(names):
             left = deadline - time.monotonic()
+            if stop is not None and stop.check(results, {}):
+                results[name] = ("error", NOT_STARTED_NOTE, 0.0)
+                continue
             if left <= 0.05:
                 results[name] = ("error", "not started: no time left", 0.0)
                 continue
@@ -229,9 +267,11 @@ class AutoSolver:
 
     @staticmethod
     def _parallel(problem: Problem, names: list[str], workers: int, deadline: float, progress: ProgressCallback,
-                  streams: dict[str, Stream] | None = None, origin: float | None = None) -> Results:
+                  streams: dict[str, Stream] | None = None, origin: float | None = None,
+                  stop: GapStop | None = None) -> Results:
         """The members in child processes; ``streams`` receives what each streamed (module doc),
-        their start times counted from ``origin`` (``time.monotonic``; default: now)."""
+        their start times counted from ``origin`` (``time.monotonic``; default: now); ``stop``:
+        the members still running are stopped, and none is started, once it holds (module doc)."""
         ctx = mp.get_context("fork")
         streams = {} if streams is None else streams
         origin = time.monotonic() if origin is None else origin
@@ -255,6 +295,13 @@ class AutoSolver:
             for ready in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
                 name, member = running[cast(Connection, ready)]
                 message = member.receive()
+                if message is not None and message[0] == "bound":
+                    streams[name].prove(float(message[1]))
+                    if stop is not None and streams[name].latest is not None:
+                        _scored(problem, streams[name])  # a bound is mostly proven of the member's own incumbent
+                    if stop is not None and stop.check(results, streams):
+                        break
+                    continue
                 if message is not None and message[0] == "incumbent":
                     streams[name].add(*message[1])
                     progress(_event(problem, results, len(names), f"{name}: incumbent", streams))
@@ -265,10 +312,26 @@ class AutoSolver:
                     "error", f"the solver process exited with code {code}")
                 results[name] = (kind, value, member.elapsed_s())
                 progress(_event(problem, results, len(names), f"{name}: {kind}", streams))
+                if stop is not None and stop.check(results, streams):
+                    break
             for name, _ in running.values():  # anytime members run to the deadline: score as they go, once
                 # every member has started (scoring here must not hold back a start)
                 if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
                     _scored(problem, streams[name])
+            if stop is not None and stop.check(results, streams):
+                for name, member in running.values():
+                    final = _drain(member, streams[name])
+                    member.stop(_KILL_GRACE_S)
+                    scored = streams[name].scored
+                    if final is None and scored is not None and scored[0] == "ok":
+                        streams[name].cut_short, final = True, scored  # its last incumbent, scored: its answer
+                    results[name] = (*(final or ("error", STOPPED_NOTE)), member.elapsed_s())
+                running.clear()
+                for name in pending:
+                    results[name] = ("error", NOT_STARTED_NOTE, 0.0)
+                pending.clear()
+                progress(_event(problem, results, len(names), f"stopped: {stop.reason}", streams))
+                break
             if time.monotonic() >= deadline:
                 for name, late in running.values():
                     final = _drain(late, streams[name])
@@ -294,9 +357,12 @@ def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
         message = member.receive()
         if message is None:
             return None
-        if message[0] != "incumbent":
+        if message[0] == "bound":
+            stream.prove(float(message[1]))
+        elif message[0] == "incumbent":
+            stream.add(*message[1])
+        else:
             return cast(tuple[str, Any], message)
-        stream.add(*message[1])
     return None
 
 
@@ -313,6 +379,44 @@ def _event(problem: Problem, results: Results, total: int, message: str,
         return ProgressEvent(len(results) / total, doc["metrics"]["objective_s"], doc.get("lower_bound_s"), message)
     reported = [s.reported_s for name, s in (streams or {}).items() if name not in results and s.reported_s]
     return ProgressEvent(len(results) / total, min(reported, default=None), None, message)
+
+
+def _one_count(problem: Problem) -> bool:
+    """Whether every plan of ``problem`` runs one micro-batch count (so one bound holds for all)."""
+    return problem.objective == "latency" or len(set(problem.micro_batch_candidates)) == 1
+
+
+STOPPED_NOTE = "stopped: the best plan was proven within auto's gap"
+NOT_STARTED_NOTE = "not started: the best plan was proven within auto's gap"
+
+
+class GapStop:
+    """Whether the best plan returned so far is proven within ``gap`` of the best bound (module
+    doc, "Gap stop"); ``reason`` says so once it is (it stays set)."""
+
+    def __init__(self, problem: Problem, gap: float) -> None:
+        self.problem, self.gap = problem, gap
+        self.reason: str | None = None
+
+    def check(self, results: Results, streams: dict[str, Stream]) -> bool:
+        if self.reason is not None:
+            return True
+        if not _one_count(self.problem):
+            return False
+        docs = [value for kind, value, _ in results.values() if kind == "ok"]
+        docs += [s.scored[1] for s in streams.values() if s.scored is not None and s.scored[0] == "ok"]
+        docs = [d for d in docs if d.get("stages") and d.get("metrics") and d.get("status") != "infeasible"]
+        if not docs:
+            return False
+        best = min(float(d["metrics"]["objective_s"]) for d in docs)
+        bounds = [float(d["lower_bound_s"]) for d in docs if d.get("lower_bound_s") is not None]
+        bounds += [s.bound_s for s in streams.values() if s.bound_s is not None]
+        bound = max(bounds, default=0.0)
+        if bound <= 0.0 or best > (1.0 + self.gap) * bound:
+            return False
+        self.reason = (f"the best plan ({best:.6g} s) is within the gap {self.gap:g} of the proven bound "
+                       f"({bound:.6g} s)")
+        return True
 
 
 def _choose(problem: Problem, names: list[str], results: Results, streams: dict[str, Stream] | None = None) -> Plan:
@@ -349,13 +453,16 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
     chosen = min(tied, key=lambda n: (float((placed[n].metrics or {}).get("bottleneck_stage_s") or 0.0), n))
     best = placed[chosen]
     objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
-    # each bound holds for its plan's micro-batch count (its global batch) only
+    # each bound holds for its plan's micro-batch count (its global batch) only; a streamed one
+    # (a member's proven bound, GapStop) where the problem has one count
     bounds = [p.lower_bound_s for p in plans.values()
               if p.lower_bound_s is not None and p.micro_batches == best.micro_batches]
+    one_count = _one_count(problem)
+    if one_count:
+        bounds += [s.bound_s for s in (streams or {}).values() if s.bound_s is not None]
     bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
-    one_count = problem.objective == "latency" or len(set(problem.micro_batch_candidates)) == 1
     if bound is not None and one_count and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,

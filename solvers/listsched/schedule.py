@@ -76,21 +76,28 @@ class ListSchedule:
         self._dur_s: list[list[float]] = tasks.dur_s.tolist()
         self._add_bytes: list[float] = tasks.mem_add_bytes.tolist()
         self._work_bytes: list[float] = tasks.mem_work_bytes.tolist()
-        # est_all's data-ready time per device of task _ready_v: (time, arrivals, channel ends)
+        # est_all's data-ready time per device of task _ready_v: (time, arrivals, channel ends),
+        # and its earliest starts (what a commit of _ready_v that follows starts at)
         self._ready_v = -1
         self._ready_of_v: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
+        self._est_of_v: list[float] = []
 
     def _messages(self, v: int) -> list[tuple[float, int, int, float]]:
         """``v``'s incoming messages as (producer finish, producer, producer device, bytes),
-        sorted: the order in which they take their channels."""
+        sorted: the order in which they take their channels (one producer: nothing to sort)."""
         pred, finish, device = self.tasks.pred[v], self.finish_s, self.device
-        return sorted(zip([finish[p] for p in pred], pred, [device[p] for p in pred],
-                          self.tasks.pred_bytes[v], strict=True))
+        if len(pred) == 1:
+            p = pred[0]
+            return [(finish[p], p, device[p], self.tasks.pred_bytes[v][0])]
+        msgs = [(finish[p], p, device[p], size) for p, size in zip(pred, self.tasks.pred_bytes[v], strict=True)]
+        msgs.sort()
+        return msgs
 
-    def _ready_on(self, d: int, msgs: Sequence[tuple[float, int, int, float]]
-                  ) -> tuple[float, list[tuple[int, float]], dict[int, float]]:
-        """Data-ready time on device ``d`` of a task with messages ``msgs``, with the arrivals
-        of its new messages and the channel ends they book (returned, not written).
+    def _ready_on(self, devices: Sequence[int], msgs: Sequence[tuple[float, int, int, float]],
+                  out: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]]) -> None:
+        """Data-ready time on each of ``devices`` of a task with messages ``msgs``, with the
+        arrivals of its new messages and the channel ends they book (into ``out[d]``, not
+        written to the schedule).
 
         A producer on ``d`` only orders; a message already sent to ``d`` (the producer's output
         went there for another consumer) arrives when it did; an empty message is a pure
@@ -100,43 +107,48 @@ class ListSchedule:
         lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
         postal = not self.costs.channel_queues
         arrival, chan_free, n_dev = self._arrival, self._chan_free, self.n_devices
-        t = 0.0  # max(...) chains written as comparisons (the same values, faster)
-        local: dict[int, float] = {}
-        booked: list[tuple[int, float]] = []
-        for fin, p, dp, size in msgs:
-            if dp == d:
-                if fin > t:
-                    t = fin
-                continue
-            comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
-            if postal:
-                if fin + comm > t:
-                    t = fin + comm
-                continue
-            hit = arrival.get(p * n_dev + d)
-            if hit is not None:
-                if hit > t:
-                    t = hit
-                continue
-            if comm <= 0.0:
-                if fin > t:
-                    t = fin
-                continue
-            a = local.get(dp, chan_free[dp][d])
-            if fin > a:
-                a = fin
-            a += comm
-            local[dp] = a
-            booked.append((p, a))
-            if a > t:
-                t = a
-        return t, booked, local
+        for d in devices:
+            t = 0.0  # max(...) chains written as comparisons (the same values, faster)
+            local: dict[int, float] = {}
+            booked: list[tuple[int, float]] = []
+            for fin, p, dp, size in msgs:
+                if dp == d:
+                    if fin > t:
+                        t = fin
+                    continue
+                comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
+                if postal:
+                    if fin + comm > t:
+                        t = fin + comm
+                    continue
+                hit = arrival.get(p * n_dev + d)
+                if hit is not None:
+                    if hit > t:
+                        t = hit
+                    continue
+                if comm <= 0.0:
+                    if fin > t:
+                        t = fin
+                    continue
+                a = local[dp] if dp in local else chan_free[dp][d]
+                if fin > a:
+                    a = fin
+                a += comm
+                local[dp] = a
+                booked.append((p, a))
+                if a > t:
+                    t = a
+            out[d] = (t, booked, local)
 
     def _ready_s(self, v: int, d: int, book: bool) -> float:
         """Data-ready time of ``v`` on ``d``; ``book`` reserves the channels for new messages
         (from what :meth:`est_all` computed for ``v`` when nothing was placed since)."""
         cached = self._ready_of_v.get(d) if v == self._ready_v else None
-        t, booked, local = cached if cached is not None else self._ready_on(d, self._messages(v))
+        if cached is None:
+            one: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
+            self._ready_on((d,), self._messages(v), one)
+            cached = one[d]
+        t, booked, local = cached
         if book:
             for p, a in booked:
                 self._arrival[p * self.n_devices + d] = a
@@ -199,21 +211,21 @@ class ListSchedule:
         add, work = self._add_bytes[v], self._work_bytes[v]
         mem = self.mem
         mem_add, mem_work, limits = mem.add_bytes, mem.work_bytes, mem.limits
-        out: list[float] = []
         self._ready_v, ready = v, self._ready_of_v
         ready.clear()
-        for d, dur in enumerate(self._dur_s[v]):
-            if mem_add[d] + add + max(mem_work[d], work) > limits[d]:  # not MemoryTracker.fits, inlined
-                out.append(_INF)
-                continue
-            ready[d] = on_d = self._ready_on(d, msgs)
-            t = on_d[0]
-            ends = self._ends[d]
-            k = bisect.bisect_right(ends, t)
-            if k == len(ends) or self._starts[d][k] - t >= dur:
-                out.append(t)  # slot_s's first answer, without the call
-            else:
-                out.append(self._slot_after(d, t, dur, k))
+        dur_v = self._dur_s[v]
+        # not MemoryTracker.fits, inlined
+        fitting = [d for d in range(self.n_devices) if not mem_add[d] + add + max(mem_work[d], work) > limits[d]]
+        self._ready_on(fitting, msgs, ready)
+        out = [_INF] * self.n_devices
+        slot_after, all_starts, all_ends, bisect_right = self._slot_after, self._starts, self._ends, bisect.bisect_right
+        for d in fitting:
+            dur, t = dur_v[d], ready[d][0]
+            ends = all_ends[d]
+            k = bisect_right(ends, t)
+            # slot_s's first answer without the call, else the scan
+            out[d] = t if k == len(ends) or all_starts[d][k] - t >= dur else slot_after(d, t, dur, k)
+        self._est_of_v = out
         return out
 
     def dur_lists_s(self) -> list[list[float]]:
@@ -224,9 +236,12 @@ class ListSchedule:
         return self.mem.fits(d, self._add_bytes[v], self._work_bytes[v])
 
     def commit(self, v: int, d: int, insertion: bool, best_effort: bool = False) -> float:
-        """Place ``v`` on ``d`` at its earliest start; book its messages; return the start."""
+        """Place ``v`` on ``d`` at its earliest start; book its messages; return the start (the
+        one :meth:`est_all` found for ``v`` on ``d`` when nothing was placed since)."""
         dur = self._dur_s[v][d]
-        start = self.slot_s(d, self._ready_s(v, d, True), dur, insertion)
+        ready = self._ready_s(v, d, True)
+        known = self._est_of_v[d] if v == self._ready_v and insertion else _INF
+        start = known if known < _INF else self.slot_s(d, ready, dur, insertion)
         end = start + dur
         self.device[v] = d
         self.start_s[v] = start
@@ -235,14 +250,18 @@ class ListSchedule:
         starts, ends = self._starts[d], self._ends[d]
         # after equal starts, but an empty task before them: the ends stay sorted (an empty task
         # can start where another starts; after it, a bisection of the ends would skip that one)
-        k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
+        if starts and start > starts[-1]:
+            k = len(starts)  # after the last task (most commits): what either bisection gives
+        else:
+            k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
         starts.insert(k, start)
         ends.insert(k, end)
         n = len(starts)
         gap_np = self._gap_np[d]
         if n > len(gap_np):
             gap_np = self._gap_np[d] = np.concatenate([gap_np, np.empty(max(64, len(gap_np)))])
-        gap_np[k + 1:n] = gap_np[k:n - 1]
+        if k + 1 < n:
+            gap_np[k + 1:n] = gap_np[k:n - 1]
         gap_np[k] = gap = start - ends[k - 1] if k > 0 else -_INF
         gaps = self._gaps[d]
         gaps.insert(k, gap)

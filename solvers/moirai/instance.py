@@ -20,6 +20,7 @@ tasks in the reverse order.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -83,13 +84,21 @@ class Instance:
 
     @cached_property
     def topo(self) -> tuple[int, ...]:
-        """Tasks in a topological order, ties by task index (networkx's lexicographical sort)."""
-        import networkx as nx
-
-        dag = nx.DiGraph()
-        dag.add_nodes_from(range(self.n_tasks))
-        dag.add_edges_from((t, s) for t, succ in enumerate(self.succ) for s, _ in succ)
-        return tuple(nx.lexicographical_topological_sort(dag))
+        """Tasks in a topological order, ties by task index: of the tasks whose predecessors are
+        all out, the smallest index next (networkx's lexicographical sort, without loading
+        networkx: a second of a member's start on a loaded machine)."""
+        indeg = [len(p) for p in self.pred]
+        ready = [t for t, k in enumerate(indeg) if k == 0]
+        heapq.heapify(ready)
+        out: list[int] = []
+        while ready:
+            t = heapq.heappop(ready)
+            out.append(t)
+            for s, _ in self.succ[t]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, s)
+        return tuple(out)
 
     @cached_property
     def reach(self) -> tuple[int, ...]:
@@ -118,9 +127,20 @@ def build_instance(problem: Problem, grouping: Grouping) -> Instance:
     cm = ComputeModel(g, topo)
     fwd = np.zeros((n_units, n_dev))
     bwd = np.zeros((n_units, n_dev))
+    # one op per unit (the uncoarsened graph): its times gathered, the same values as the sums of one
+    single = np.array([ops[0] for ops in grouping.groups], dtype=np.int64) \
+        if all(len(ops) == 1 for ops in grouping.groups) else None
+    column_of: dict[int, int] = {}  # devices of one class share their time vectors: filled once
     for k in range(n_dev):
-        fwd[:, k] = [cm.fwd_s(k)[list(ops)].sum() for ops in grouping.groups]
-        bwd[:, k] = [cm.bwd_s(k)[list(ops)].sum() for ops in grouping.groups]
+        f_k, b_k = cm.fwd_s(k), cm.bwd_s(k)
+        same = column_of.setdefault(id(f_k), k)
+        if same != k:
+            fwd[:, k], bwd[:, k] = fwd[:, same], bwd[:, same]
+        elif single is not None:
+            fwd[:, k], bwd[:, k] = f_k[single], b_k[single]
+        else:
+            fwd[:, k] = [f_k[list(ops)].sum() for ops in grouping.groups]
+            bwd[:, k] = [b_k[list(ops)].sum() for ops in grouping.groups]
     # unit edge bytes: each producer op's largest edge into the consumer unit, summed over producers
     largest: dict[tuple[int, int, int], float] = {}
     first_edge: dict[tuple[int, int], int] = {}
@@ -145,10 +165,14 @@ def build_instance(problem: Problem, grouping: Grouping) -> Instance:
         for u in range(n_units):
             succ[u].append((n_units + u, 0.0))
     factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte if problem.training else 1.0
-    static = np.array([float(g.param_bytes[list(ops)].sum()) * factor + float(g.act_bytes[list(ops)].sum())
-                       for ops in grouping.groups])
-    work = np.array([float(np.maximum(g.mem_fwd_bytes[list(ops)], g.mem_bwd_bytes[list(ops)]).max())
-                     for ops in grouping.groups])
+    if single is not None:
+        static = g.param_bytes[single] * factor + g.act_bytes[single]
+        work = np.maximum(g.mem_fwd_bytes[single], g.mem_bwd_bytes[single])
+    else:
+        static = np.array([float(g.param_bytes[list(ops)].sum()) * factor + float(g.act_bytes[list(ops)].sum())
+                           for ops in grouping.groups])
+        work = np.array([float(np.maximum(g.mem_fwd_bytes[list(ops)], g.mem_bwd_bytes[list(ops)]).max())
+                         for ops in grouping.groups])
     allowed = np.ones((n_units, n_dev), dtype=bool)
     for op, target in problem.settings.pinned.items():
         if isinstance(target, str):

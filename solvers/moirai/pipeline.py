@@ -33,7 +33,7 @@ from solvers.model.problem import Problem
 from solvers.moirai.backends.result import BackendResult
 from solvers.moirai.backends.runner import run_backend
 from solvers.moirai.block import Block
-from solvers.moirai.bounds import TaskBounds, critical_block, task_bounds
+from solvers.moirai.bounds import TaskBounds, critical_block, path_bound_s, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
 from solvers.moirai.formulation import build
 from solvers.moirai.instance import Instance, build_instance
@@ -91,8 +91,11 @@ class Run:
         return True
 
     def prove(self, bound_s: float | None) -> None:
-        if bound_s is not None:
-            self.bound_s = max(self.bound_s, bound_s * (1 - BOUND_SAFETY))
+        """Raise the proven bound; a higher one is reported at once (``auto`` stops its members when
+        it proves their best plan within its gap)."""
+        if bound_s is not None and bound_s * (1 - BOUND_SAFETY) > self.bound_s:
+            self.bound_s = bound_s * (1 - BOUND_SAFETY)
+            self.event("bound")
 
     def proven(self) -> bool:
         return self.best is not None and self.best.makespan_s * (1 - OPTIMAL_GAP) <= self.bound_s
@@ -155,12 +158,17 @@ class Run:
             self.prove(result.bound / f.scale)
 
     def task_bounds(self) -> None:
-        """Heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`)."""
+        """Heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`); above
+        ``HEADS_MAX_TASKS`` tasks the longest path and work bound (:func:`~solvers.moirai.bounds.path_bound_s`)."""
         started = time.monotonic()
         self.bounds = task_bounds(self.fine, None if self.best is None else self.best.makespan_s)
         if self.bounds is not None:
             self.stats.update(task_bound_s=self.bounds.bound_s, task_bound_time_s=time.monotonic() - started)
             self.prove(self.bounds.bound_s)
+        elif "path_bound_s" not in self.stats:  # too many tasks for heads and tails: the path and work bound
+            self.stats["path_bound_s"] = bound = path_bound_s(self.fine)
+            self.stats["task_bound_time_s"] = time.monotonic() - started
+            self.prove(bound)
 
     def whole_window(self, share: float) -> None:
         """Step 2b: the window model with every unit free (exact without communication)."""
@@ -260,7 +268,7 @@ class Run:
         unit = self.fine.grouping.unit_of(self.problem.graph.n_ops)
         seed_sched = by_rank(coarse, [self.best.device_of_unit[unit[ops[0]]] for ops in grouping.groups])
         f = build(coarse, seed_sched)
-        result = self._backend(f, share)
+        result = self._backend(f, share, proves=False)
         self.stats.update(coarse_backend_status=result.status, coarse_backend_message=result.message)
         self.offer(_refine(self.fine, coarse, _decode(f, result)), "coarse MILP")
 
@@ -277,7 +285,9 @@ class Run:
     def _improved(self, sched: TimedSchedule) -> None:
         self.offer(sched, "window search")
 
-    def _backend(self, f: Formulation, share: float) -> BackendResult:
+    def _backend(self, f: Formulation, share: float, proves: bool = True) -> BackendResult:
+        """Run the back-end on ``f``; its progress is reported with its bound only when ``proves``
+        (a formulation of the ops: the coarse MILP's bound holds for its coarse graph, not the problem)."""
         hard = share * self.left_s()
         if hard < 0.2:
             return BackendResult("unknown", message="no time left for the back-end")
@@ -286,7 +296,8 @@ class Run:
         def report(incumbent: float | None, bound: float | None) -> None:
             frac = min(0.95, 0.05 + 0.9 * (time.monotonic() - self.started) / max(1e-9, self.deadline - self.started))
             self.progress(ProgressEvent(frac, None if incumbent is None else incumbent / f.scale,
-                                        None if bound is None else bound / f.scale, self.options.backend))
+                                        None if bound is None or not proves else bound / f.scale * (1 - BOUND_SAFETY),
+                                        self.options.backend))
 
         own = max(0.1, 0.85 * hard - 0.15)
         result = run_backend(f, self.options.backend, own, hard, self.options.threads, self.problem.settings.seed,

@@ -21,6 +21,7 @@ from typing import ClassVar
 from solvers.base import Budget, ProgressCallback, SolverOptions
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
+from solvers.moirai.bounds import ENERGY_MAX_TASKS
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import Instance, build_instance
 from solvers.moirai.options import MoiraiOptions
@@ -75,13 +76,15 @@ class MoiraiSolver:
         if proof is not None:
             return Plan(stages=(), status="infeasible", stats=run.stats, notes=(proof,))
         communicates = _communicates(fine)
+        run.task_bounds()  # before the warm start, so that its bound is reported at once (auto's gap stop)
         run.warm(self.warm_start if options.warm_start else (), communicates)
         if run.best is None:
             return Plan(stages=(), status="infeasible", stats=run.stats,
                         notes=("no memory-feasible placement found (not proven infeasible)",))
         run.stats["prepare_s"] = time.perf_counter() - t0
         small = fine.n_units <= options.max_nodes
-        run.task_bounds()
+        if run.bounds is not None and fine.n_tasks <= ENERGY_MAX_TASKS:
+            run.task_bounds()  # the energetic bound's bisection starts at the incumbent
         if small and communicates:
             run.exact_milp(EXACT_SHARE)
         if small and not run.proven():

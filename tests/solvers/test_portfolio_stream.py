@@ -12,7 +12,8 @@ import pytest
 
 from solvers import registry
 from solvers.base import ProgressEvent
-from solvers.portfolio import CUT_SHORT_NOTE, member_options, portfolio_names
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.portfolio import CUT_SHORT_NOTE, GAP, GapStop, Stream, member_options, portfolio_names
 from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
@@ -96,3 +97,53 @@ def test_auto_reports_its_members_incumbents_as_progress() -> None:
     assert all(e.incumbent_s is not None for e in streamed)
     best_streamed = min(e.incumbent_s or 0.0 for e in streamed)  # moirai's measure: its exactly timed schedule
     assert plan.metrics is not None and plan.metrics["objective_s"] <= best_streamed * (1 + 1e-9)
+
+
+@pytest.mark.usefixtures("late_members")
+def test_auto_stops_its_members_once_the_best_plan_is_proven_within_the_gap() -> None:
+    """``late-moirai`` proves its plan optimal and streams the bound, then holds its answer back for a
+    minute: ``auto`` stops it once its scored incumbent is within the gap of that bound, long before
+    the deadline, and says why."""
+    problem = fx.latency_problem("forward")
+    started = time.monotonic()
+    plan = solve(problem, "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2}, time_limit_s=40.0)
+    assert time.monotonic() - started < 25.0
+    assert "within the gap" in plan.stats["stopped"]
+    rows = {row["name"]: row for row in plan.stats["portfolio"]}
+    assert rows["late-moirai"]["cut_short"] is True and rows["late-moirai"]["objective_s"] is not None
+    assert plan.metrics is not None and plan.lower_bound_s is not None
+    assert plan.metrics["objective_s"] <= (1 + GAP) * plan.lower_bound_s
+    assert any("were stopped" in note for note in plan.notes)
+    resolve_plan(problem, plan)
+
+
+@pytest.mark.usefixtures("late_members")
+def test_auto_with_no_gap_waits_for_a_proof_of_the_plan_itself() -> None:
+    """With ``gap`` 0 the bound moirai proves (a hair below its plan: its solver tolerances) stops
+    nothing: the late member runs to the deadline and is cut short there."""
+    plan = solve(fx.latency_problem("forward"), "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2,
+                                                         "gap": 0.0}, time_limit_s=6.0)
+    assert "stopped" not in plan.stats
+    rows = {row["name"]: row for row in plan.stats["portfolio"]}
+    assert rows["late-moirai"]["cut_short"] is True
+
+
+def _doc(objective_s: float, bound_s: float) -> dict[str, object]:
+    return {"stages": [{"ops": ["a"], "devices": ["d0"]}], "metrics": {"objective_s": objective_s},
+            "status": "feasible", "lower_bound_s": bound_s}
+
+
+def test_gap_stop_compares_the_best_plan_with_the_best_bound_of_one_micro_batch_count() -> None:
+    """Best plan 1.0 s; a bound of 0.99995 s streamed by a running member proves it within 1e-4 but not
+    within 1e-5; a problem whose plans may run different micro-batch counts never stops (no bound holds
+    for all of them)."""
+    results = {"a": ("ok", _doc(1.0, 0.5), 1.0), "b": ("ok", _doc(1.2, 0.6), 1.0), "c": ("error", "x", 0.0)}
+    streams = {"m": Stream(bound_s=0.99995)}
+    latency = fx.latency_problem("forward")
+    assert not GapStop(latency, 1e-4).check(results, {})
+    assert not GapStop(latency, 1e-5).check(results, streams)
+    stop = GapStop(latency, 1e-4)
+    assert stop.check(results, streams) and stop.reason is not None and "0.99995" in stop.reason
+    several = Problem(fx.diamond_graph(), fx.two_node_topology(), "throughput", ProblemSettings(micro_batches=(2, 4)))
+    assert GapStop(fx.throughput_problem(), 1.0).check(results, streams)  # one count: the bound holds for all
+    assert not GapStop(several, 1.0).check(results, streams)

@@ -4,12 +4,13 @@ every schedule moirai returns."""
 
 from __future__ import annotations
 
+import networkx as nx
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from solvers.cost.bounds import lower_bound_s
 from solvers.model.problem import Problem
-from solvers.moirai.bounds import least_durations_s, task_bounds
+from solvers.moirai.bounds import least_durations_s, path_bound_s, task_bounds
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import Instance, build_instance
 from solvers.simulator import simulate
@@ -93,3 +94,18 @@ def test_energetic_reasoning_lifts_the_bound() -> None:
     assert b is not None and b.bound_s >= 1.19 * lower_bound_s(problem)
     plan = solve(problem, "heft", time_limit_s=5)
     assert b.bound_s <= simulate(problem, plan).metrics["latency_s"]
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(latency_cases(max_ops=12, max_devices=3))
+def test_task_order_is_networkx_lexicographical_topological_sort(case: tuple[Problem, object]) -> None:
+    """``Instance.topo`` (a heap over the ready tasks) is the order networkx's lexicographical sort gives,
+    and the path and work bound (for instances too large for heads and tails) is at most the heads' bound."""
+    problem, _ = case
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(inst.n_tasks))
+    dag.add_edges_from((t, s) for t, succ in enumerate(inst.succ) for s, _ in succ)
+    assert inst.topo == tuple(nx.lexicographical_topological_sort(dag))
+    full = task_bounds(inst)
+    assert full is not None and path_bound_s(inst) <= full.bound_s
