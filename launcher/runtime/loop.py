@@ -31,6 +31,7 @@ from launcher.runtime.dataflow import DataflowRunner
 from launcher.runtime.multistage import MultiStageRunner
 from launcher.runtime.pipeline import PipelineRunner
 from launcher.runtime.record import StepRecorder, environment, gather_ranks, rank_record
+from launcher.runtime.tensor_parallel import full_tensor
 from launcher.runtime.training import (
     clip_global_norm,
     latest_checkpoint,
@@ -215,8 +216,10 @@ def checkpoint(folder: Path, runner: Runner, params: dict[str, torch.nn.Paramete
 
 def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | None,
               outputs: tuple[torch.Tensor, ...] | None) -> None:
+    """The first step of this rank: loss, outputs and gradients (a tensor-parallel shard's gathered whole)."""
     folder.mkdir(parents=True, exist_ok=True)
-    grads = {k: p.grad.detach().cpu() for k, p in runner.named_parameters().items() if p.grad is not None}
+    grads = {k: full_tensor(p.grad.detach()).cpu() for k, p in runner.named_parameters().items()
+             if p.grad is not None}
     torch.save({"loss": loss, "grads": grads, "outputs": None if outputs is None else [o.cpu() for o in outputs],
                 "device": ctx.world.device, "stage": runner.stage_index}, folder / f"rank{ctx.world.rank}.pt")
 
