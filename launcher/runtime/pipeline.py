@@ -41,10 +41,10 @@ from launcher.runtime.tensor_parallel import (
     parameter_placements,
     placed_gradient,
     plan_mesh,
-    tensor_parallel_degree,
 )
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
+from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidPlan
 
 

@@ -41,9 +41,9 @@ from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 from extract.export import collect_ops
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.model import Rebuilt
+from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
-from solvers.model.plan import Plan
 from solvers.model.tp_rules import COLUMN, ROW, SHARDED, VOCAB_EMBEDDING, VOCAB_HEAD, split_layout
 
 _LINEAR = {"aten.linear.default"}  # weight [out, in]
@@ -279,23 +279,6 @@ def head_refusal(module: fx.GraphModule, kinds: Mapping[str, str], tp: int, stag
                 field=f"stages[{stage}].tp",
                 ref=node.name,
             )
-
-
-def tensor_parallel_degree(plan: Plan) -> int:
-    """The plan's one tensor-parallel degree; refused (naming the stage) when its stages differ.
-
-    Pipeline ``(k, j)`` is device ``j`` of replica ``k`` in every stage: every stage needs the
-    same ``tp`` (and the same replica count) for the pipelines to line up.
-    """
-    tp = plan.stages[0].tp
-    for s, stage in enumerate(plan.stages):
-        if stage.tp != tp:
-            raise InvalidPlan(
-                f"stages[{s}].tp: the launcher runs one tensor-parallel degree in every stage "
-                f"(stage 0 has tp={tp}, stage {s} tp={stage.tp})",
-                field=f"stages[{s}].tp",
-            )
-    return tp
 
 
 def plan_mesh(ctx: LaunchContext) -> DeviceMesh:
