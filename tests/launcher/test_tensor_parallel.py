@@ -2,8 +2,9 @@
 
 ``placer launcher verify`` runs GPT-2 (fused QKV, Conv1D weights, tied vocabulary-parallel
 embedding and LM head) and Llama (separate q/k/v, gated MLP, RMSNorm, rotary positions) at
-tp 2 x pp 2 on 4 processes, and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage); every rank
-reports its own parts' shapes, so a weight the rules split is seen split.  ``launcher check``
+tp 2 x pp 2 on 4 processes, and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps
+of training with clipping); every rank reports its own parts' shapes, so a weight the rules split
+is seen split.  ``launcher check``
 refuses, naming the field, what the runtime cannot run.
 """
 
@@ -18,9 +19,9 @@ import pytest
 import torch
 
 from launcher.check import check_plan
-from launcher.verify import TOLERANCE, verify_plan
+from launcher.verify import TOLERANCE, Training, reference_losses, verify_plan
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import MODELS
+from tests.launcher.conftest import MODELS, bundle, check_training_step, torchrun
 
 MODELS.setdefault("llama", ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64",
                             "seq=8", "vocab=64"])
@@ -81,11 +82,25 @@ def test_llama_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str],
 
 
 @pytest.mark.slow
-def test_gpt2_tp2_pp1_ties_inside_one_stage(workdir: Path, graphs: Callable[[str], Path]) -> None:
+def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(workdir: Path,
+                                                                         graphs: Callable[[str], Path]) -> None:
+    """One launch, three steps (AdamW on the shards, clipping by the global norm of the shards): the first
+    step's gradients and every step's loss equal the single process's."""
     graph = graphs("gpt2")
-    shapes = verified(workdir, graph, tp_plan(workdir, graph, "gpt2-tp2pp1", 1, 2), "gpt2-tp2pp1")
+    plan = tp_plan(workdir, graph, "gpt2-tp2pp1", 1, 2)
+    folder = bundle(workdir, plan, graph, 2, "gpt2-tp2pp1")
+    training = Training(steps=3, lr=3e-3, clip_norm=0.05)
+    run = torchrun(folder, 2, *training.launch_args())
+    check_training_step(run, folder, 2)
+    assert run.metrics is not None
+    got = next(r["losses"] for r in run.metrics["ranks"] if r["losses"][0] is not None)
+    want = reference_losses(json.loads((folder / "manifest.json").read_text()), load_plan(plan), training)
+    assert len(got) == 3 and got[-1] < got[0]
+    for a, b in zip(got, want, strict=True):
+        assert abs(a - b) <= TOLERANCE * abs(b), (got, want)
+    shapes = local_shapes(folder)
     assert shapes["transformer.wte.weight"] == [[32, 32]] * 2
-    assert "lm_head.weight" not in shapes  # one parameter under its first name
+    assert "lm_head.weight" not in shapes  # the tie: one parameter under its first name
 
 
 def test_check_reports_what_each_stage_splits(workdir: Path, graphs: Callable[[str], Path]) -> None:
@@ -117,3 +132,15 @@ def test_check_refuses_stages_of_different_tp(workdir: Path, graphs: Callable[[s
     path.write_text(json.dumps(doc))
     report = check_plan(load_plan(path), load_graph(graph))
     assert report.reason is not None and report.reason.startswith("stages[1].tp: every stage of a tensor-parallel")
+
+
+def test_launch_refuses_checkpoints_of_tensor_parallel_stages(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    from launcher.runtime.main import parse_args, prepare
+    from solvers.model.errors import InvalidInput
+
+    graph = graphs("gpt2")
+    folder = bundle(workdir, tp_plan(workdir, graph, "gpt2-tp-save", 1, 2), graph, 2, "gpt2-tp-save")
+    for option in (["--save", "ck"], ["--resume", "ck"]):
+        with pytest.raises(InvalidInput) as info:
+            prepare(folder, parse_args(option))
+        assert info.value.field == "save" and "tensor-parallel" in str(info.value)
