@@ -72,7 +72,7 @@ def _weight_placements(kind: str, target: str, n_args: int) -> Sequence[Placemen
             return [None, Shard(0), Shard(0)][:n_args]
         if kind == ROW:
             return [None, Shard(1), Replicate()][:n_args]
-    if target in _ADDMM:  # addmm(b[out], x, w[in, out]) or mm(x, w[in, out])
+    if target in _ADDMM and kind in (COLUMN, VOCAB_HEAD, ROW):  # addmm(b[out], x, w[in, out]) or mm(x, w[in, out])
         with_bias = target == "aten.addmm.default"
         w, b = (Shard(1), Shard(0)) if kind in (COLUMN, VOCAB_HEAD) else (Shard(0), Replicate())
         return [b, None, w] if with_bias else [None, w]
@@ -168,8 +168,9 @@ def _attention_by_heads(query: Any, key: Any, value: Any, attn_mask: Any = None,
     Megatron's attention runs per head on the heads of the column-parallel QKV (Shoeybi et al. 2019,
     §3): with the queries split by heads (``Shard`` of the heads dimension, ``[.., heads, seq, dim]``)
     every device runs the local kernel on its heads (the mask cut to them when it has a heads
-    dimension), and the output is split the same way; otherwise the inputs are made whole
-    (replicated) and every device runs the whole attention.  No communication either way.
+    dimension), and the output is split the same way, without communication; otherwise the inputs
+    are made whole (replicated, gathered where they were split) and every device runs the whole
+    attention.
     """
     mask = kwargs.pop("attn_mask", attn_mask)
     found = next((t for t in (query, key, value) if isinstance(t, DTensor)), None)

@@ -2,10 +2,10 @@
 
 ``placer launcher verify`` runs GPT-2 (fused QKV, Conv1D weights, tied vocabulary-parallel
 embedding and LM head) and Llama (separate q/k/v, gated MLP, RMSNorm, rotary positions) at
-tp 2 x pp 2 on 4 processes, and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps
-of training with clipping); every rank reports its own parts' shapes, so a weight the rules split
-is seen split.  ``launcher check``
-refuses, naming the field, what the runtime cannot run.
+tp 2 x pp 2 on 4 processes, GPT-2 at tp 2 x dp 2 on 4 (each shard averaged over the replicas),
+and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps of training with clipping).
+Every rank reports its own parts' shapes, so a weight the rules split is seen split.
+``launcher check`` refuses, naming the field, what the runtime cannot run.
 """
 
 from __future__ import annotations
@@ -101,6 +101,13 @@ def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(workdi
     shapes = local_shapes(folder)
     assert shapes["transformer.wte.weight"] == [[32, 32]] * 2
     assert "lm_head.weight" not in shapes  # the tie: one parameter under its first name
+
+
+@pytest.mark.slow
+def test_gpt2_tp2_dp2_averages_each_shard_over_the_replicas(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("gpt2")
+    shapes = verified(workdir, graph, tp_plan(workdir, graph, "gpt2-tp2dp2", 1, 2, replicas=2), "gpt2-tp2dp2")
+    assert shapes["transformer.h.0.mlp.c_proj.weight"] == [[64, 32]] * 4  # every replica holds its two shards
 
 
 def test_check_reports_what_each_stage_splits(workdir: Path, graphs: Callable[[str], Path]) -> None:
