@@ -26,24 +26,40 @@ def tensor_parallel_degree(plan: Plan) -> int:
         return 1
     first = next(s for s, stage in enumerate(plan.stages) if stage.tp == tp)
     if plan_kind(plan) == "latency":
-        raise InvalidPlan(f"stages[{first}].tp: an op-level (latency) plan places each op on one device; tensor "
-                          "parallelism runs in throughput plans", field=f"stages[{first}].tp")
+        raise InvalidPlan(
+            f"stages[{first}].tp: an op-level (latency) plan places each op on one device; tensor "
+            "parallelism runs in throughput plans",
+            field=f"stages[{first}].tp",
+        )
     if plan.sequence_parallel:
-        raise InvalidPlan("sequence_parallel: the launcher runs tensor-parallel stages with full tensors at the stage "
-                          "boundaries; sequence parallelism is scored by the simulator only", field="sequence_parallel")
+        raise InvalidPlan(
+            "sequence_parallel: the launcher runs tensor-parallel stages with full tensors at the stage "
+            "boundaries; sequence parallelism is scored by the simulator only",
+            field="sequence_parallel",
+        )
     if is_multi_stage(plan.schedule):
-        raise InvalidPlan(f"stages[{first}].tp: tensor-parallel stages run with the gpipe and 1f1b schedules, not "
-                          f"{plan.schedule!r}", field=f"stages[{first}].tp")
+        raise InvalidPlan(
+            f"stages[{first}].tp: tensor-parallel stages run with the gpipe and 1f1b schedules, not {plan.schedule!r}",
+            field=f"stages[{first}].tp",
+        )
     width = len(plan.stages[0].devices) // plan.stages[0].tp
     for s, stage in enumerate(plan.stages):
         if stage.tp != tp:
-            raise InvalidPlan(f"stages[{s}].tp: every stage of a tensor-parallel plan needs the same tp (stage "
-                              f"{first} has tp={tp}, stage {s} tp={stage.tp})", field=f"stages[{s}].tp")
+            raise InvalidPlan(
+                f"stages[{s}].tp: every stage of a tensor-parallel plan needs the same tp (stage "
+                f"{first} has tp={tp}, stage {s} tp={stage.tp})",
+                field=f"stages[{s}].tp",
+            )
         if len(stage.devices) // stage.tp != width:
-            raise InvalidPlan(f"stages[{s}].devices: every stage of a tensor-parallel plan needs the same replica "
-                              f"count (stage 0 has {width}, stage {s} {len(stage.devices) // stage.tp})",
-                              field=f"stages[{s}].devices")
+            raise InvalidPlan(
+                f"stages[{s}].devices: every stage of a tensor-parallel plan needs the same replica "
+                f"count (stage 0 has {width}, stage {s} {len(stage.devices) // stage.tp})",
+                field=f"stages[{s}].devices",
+            )
     if plan.schedule == "1f1b" and plan.micro_batches < len(plan.stages):
-        raise InvalidPlan(f"micro_batches: a tensor-parallel 1f1b plan needs at least as many micro-batches as "
-                          f"stages ({plan.micro_batches} < {len(plan.stages)})", field="micro_batches")
+        raise InvalidPlan(
+            f"micro_batches: a tensor-parallel 1f1b plan needs at least as many micro-batches as "
+            f"stages ({plan.micro_batches} < {len(plan.stages)})",
+            field="micro_batches",
+        )
     return tp

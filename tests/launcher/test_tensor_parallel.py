@@ -23,8 +23,10 @@ from launcher.verify import TOLERANCE, Training, reference_losses, verify_plan
 from solvers.model.documents import load_graph, load_plan
 from tests.launcher.conftest import MODELS, bundle, check_training_step, torchrun
 
-MODELS.setdefault("llama", ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64",
-                            "seq=8", "vocab=64"])
+MODELS.setdefault(
+    "llama",
+    ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64", "seq=8", "vocab=64"],
+)
 
 
 def tp_plan(workdir: Path, graph: Path, name: str, stages: int, tp: int, replicas: int = 1, **extra: Any) -> Path:
@@ -33,10 +35,19 @@ def tp_plan(workdir: Path, graph: Path, name: str, stages: int, tp: int, replica
     ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
     cuts = [len(ids) * s // stages for s in range(stages + 1)]
     width = tp * replicas
-    doc = {"format": "placer.plan/v1", "solver": "user", "status": "feasible", "micro_batches": 2,
-           "schedule": "1f1b", "objective": "throughput",
-           "stages": [{"ops": ids[cuts[s]:cuts[s + 1]], "devices": [f"cpu{s * width + i}" for i in range(width)],
-                       "tp": tp} for s in range(stages)], **extra}
+    doc = {
+        "format": "placer.plan/v1",
+        "solver": "user",
+        "status": "feasible",
+        "micro_batches": 2,
+        "schedule": "1f1b",
+        "objective": "throughput",
+        "stages": [
+            {"ops": ids[cuts[s] : cuts[s + 1]], "devices": [f"cpu{s * width + i}" for i in range(width)], "tp": tp}
+            for s in range(stages)
+        ],
+        **extra,
+    }
     path = workdir / f"{name}.json"
     path.write_text(json.dumps(doc))
     return path
@@ -82,8 +93,9 @@ def test_llama_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str],
 
 
 @pytest.mark.slow
-def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(workdir: Path,
-                                                                         graphs: Callable[[str], Path]) -> None:
+def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(
+    workdir: Path, graphs: Callable[[str], Path]
+) -> None:
     """One launch, three steps (AdamW on the shards, clipping by the global norm of the shards): the first
     step's gradients and every step's loss equal the single process's."""
     graph = graphs("gpt2")
@@ -119,13 +131,21 @@ def test_check_reports_what_each_stage_splits(workdir: Path, graphs: Callable[[s
     assert report.to_dict()["tensor_parallel"] == report.tensor_parallel
 
 
-@pytest.mark.parametrize(("name", "shape", "expected"), [
-    ("heads", dict(stages=1, tp=4), "stages[0].tp: op 'view_3' splits the shard into 2 heads, which tp=4 does not"),
-    ("sp", dict(stages=1, tp=2, sequence_parallel=True), "sequence_parallel: the launcher runs tensor-parallel"),
-    ("interleaved", dict(stages=2, tp=2, schedule="interleaved-1f1b", virtual_stages=2), "stages[0].tp: tensor-par"),
-])
-def test_check_refuses_what_the_runtime_cannot_run(workdir: Path, graphs: Callable[[str], Path], name: str,
-                                                   shape: dict[str, Any], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "shape", "expected"),
+    [
+        ("heads", dict(stages=1, tp=4), "stages[0].tp: op 'view_3' splits the shard into 2 heads, which tp=4 does not"),
+        ("sp", dict(stages=1, tp=2, sequence_parallel=True), "sequence_parallel: the launcher runs tensor-parallel"),
+        (
+            "interleaved",
+            dict(stages=2, tp=2, schedule="interleaved-1f1b", virtual_stages=2),
+            "stages[0].tp: tensor-par",
+        ),
+    ],
+)
+def test_check_refuses_what_the_runtime_cannot_run(
+    workdir: Path, graphs: Callable[[str], Path], name: str, shape: dict[str, Any], expected: str
+) -> None:
     graph = graphs("gpt2")
     report = check_plan(load_plan(tp_plan(workdir, graph, f"gpt2-refuse-{name}", **shape)), load_graph(graph))
     assert report.reason is not None and expected in report.reason, report.reason
