@@ -26,6 +26,7 @@ from launcher.bundle import build_bundle, plan_kind
 from launcher.placement import device_slots
 from launcher.stagemap import schedule_refusal
 from launcher.structure import granularity_depth, model_source, op_stage, structure_digest
+from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidInput, InvalidPlan, PlacerError
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
@@ -58,6 +59,7 @@ class CheckReport:
     boundaries: list[Boundary] = field(default_factory=list)
     tied: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    tensor_parallel: list[str] = field(default_factory=list)  # per tensor-parallel stage: what it splits
     reason: str | None = None
 
     @property
@@ -66,7 +68,8 @@ class CheckReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "reason": self.reason, "kind": self.kind, "stages": self.stages,
-                "boundaries": [b.to_dict() for b in self.boundaries], "tied": self.tied, "notes": self.notes}
+                "boundaries": [b.to_dict() for b in self.boundaries], "tied": self.tied, "notes": self.notes,
+                **({"tensor_parallel": self.tensor_parallel} if self.tensor_parallel else {})}
 
 
 def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
@@ -79,6 +82,7 @@ def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
     report = CheckReport(plan_kind(plan), len(plan.stages))
     try:
         build_bundle(plan, graph, topology)
+        tensor_parallel_degree(plan)  # what the tensor-parallel runtime runs, before the schedule's own refusals
         schedule_refusal(plan, [slot.device for slot in device_slots(plan, topology)])
         report.notes = runnable_notes(graph, plan)
         if not model_required:
@@ -127,6 +131,8 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
     stages = build_stages(gm, reference.attr, assignment, len(plan.stages))
     report.tied = shared_parameters(reference.weights, stages)
     _check_replicas(plan, source, reference.batch, gm)
+    if tensor_parallel_degree(plan) > 1:
+        report.tensor_parallel = _check_tensor_parallel(plan, reference, stages)
     vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
     crossed: dict[str, list[int]] = {}
     for b, names in enumerate(live_values(gm, assignment, len(plan.stages))):
@@ -143,11 +149,11 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
 def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> None:
     from launcher.runtime.model import rebuild_meta
 
-    widths = sorted({len(s.devices) for s in plan.stages})
+    widths = sorted({len(s.devices) // s.tp for s in plan.stages})
     for s, stage in enumerate(plan.stages):
-        if batch % len(stage.devices):
+        if batch % (len(stage.devices) // stage.tp):
             raise InvalidPlan(f"stages[{s}]: the micro-batch of {batch} rows does not split evenly over "
-                              f"{len(stage.devices)} replicas", field=f"stages[{s}].devices")
+                              f"{len(stage.devices) // stage.tp} replicas", field=f"stages[{s}].devices")
     want = {n.name for n in gm.graph.nodes if n.op == "call_function"}
     for width in widths:
         if width == 1:
@@ -160,6 +166,34 @@ def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> 
                               "stage's replica count divides into equal exports", field="stages")
 
 
+def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> list[str]:
+    """Every stage's weights placed as the runtime places them; refused where ``tp`` does not divide a split
+    dimension or a head count.  One note per stage: the weights it splits and the ones it keeps whole."""
+    from torch.distributed.tensor import Shard
+
+    from launcher.runtime.tensor_parallel import head_refusal, op_kinds, parameter_placements
+
+    kinds = op_kinds(reference)
+    notes = []
+    for st in stages:
+        tp = plan.stages[st.index].tp
+        head_refusal(st.module, kinds, tp, st.index)
+        placements = parameter_placements(st.module, kinds)
+        split = 0
+        for name, placement in placements.items():
+            value = reference.attr(name)
+            if not isinstance(placement, Shard) or not hasattr(value, "shape"):
+                continue
+            size = int(value.shape[placement.dim])
+            if size % tp:
+                raise InvalidPlan(f"stages[{st.index}].tp: weight {name!r} splits its dimension {placement.dim} of "
+                                  f"{size}, which tp={tp} does not divide", field=f"stages[{st.index}].tp", ref=name)
+            split += 1
+        notes.append(f"stage {st.index}: tensor-parallel over tp={tp}, {split} weight(s) split, "
+                     f"{len(placements) - split} whole; full tensors at its boundaries")
+    return notes
+
+
 def format_report(report: CheckReport) -> str:
     """The text ``placer launcher check`` prints."""
     if not report.ok:
@@ -170,5 +204,6 @@ def format_report(report: CheckReport) -> str:
                      f"stage {b.produced} -> {b.read}")
     for name, where in report.tied.items():
         lines.append(f"  tied: {name} in stages {where} (gradients summed over them)")
+    lines += [f"  {line}" for line in report.tensor_parallel]
     lines += [f"  note: {n} (it runs; no solver returns such a plan)" for n in report.notes]
     return "\n".join(lines)

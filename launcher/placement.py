@@ -30,15 +30,9 @@ class DeviceSlot:
 
 
 def plan_devices(plan: Plan) -> list[str]:
-    """The plan's devices in stage order (each once).  A plan with a tensor-parallel stage is refused
-    (:class:`InvalidPlan` naming ``stages[i].tp``): the launcher runs pipeline stages and data-parallel
-    replicas only."""
+    """The plan's devices in stage order (each once); a tensor-parallel stage's devices replica-major."""
     seen: dict[str, None] = {}
-    for s, stage in enumerate(plan.stages):
-        if stage.tp != 1:
-            raise InvalidPlan(f"stages[{s}].tp: the launcher runs pipeline stages and data-parallel replicas; "
-                              f"a tensor-parallel stage (tp={stage.tp}) is scored by the simulator only",
-                              field=f"stages[{s}].tp")
+    for stage in plan.stages:
         for d in stage.devices:
             seen.setdefault(d, None)
     return list(seen)

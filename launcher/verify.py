@@ -170,7 +170,7 @@ class Slicing:
     def of(plan: Plan, batch: int) -> Slicing:
         latency = plan_kind(plan) == "latency"
         return Slicing(batch, 1 if latency else plan.micro_batches,
-                       1 if latency else max(len(s.devices) for s in plan.stages))
+                       1 if latency else max(len(s.devices) // s.tp for s in plan.stages))
 
     @property
     def rows(self) -> int:

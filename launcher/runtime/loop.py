@@ -31,6 +31,7 @@ from launcher.runtime.dataflow import DataflowRunner
 from launcher.runtime.multistage import MultiStageRunner
 from launcher.runtime.pipeline import PipelineRunner
 from launcher.runtime.record import StepRecorder, environment, gather_ranks, rank_record
+from launcher.runtime.tensor_parallel import full_tensor, local_tensor
 from launcher.runtime.training import (
     clip_global_norm,
     latest_checkpoint,
@@ -41,6 +42,7 @@ from launcher.runtime.training import (
 )
 from launcher.runtime.uneven import UnevenRunner
 from launcher.stagemap import is_multi_stage
+from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.canonical import plain_json
 from solvers.model.run import RunRecord, run_summary
 
@@ -111,6 +113,8 @@ def now() -> float:
 
 
 def make_runner(ctx: LaunchContext) -> Runner:
+    if tensor_parallel_degree(ctx.plan) > 1:  # refused unless the pipeline runner can run it
+        return PipelineRunner(ctx)
     if plan_kind(ctx.plan) == "latency":
         return DataflowRunner(ctx)
     widths = {len(s.devices) for s in ctx.plan.stages}
@@ -215,10 +219,14 @@ def checkpoint(folder: Path, runner: Runner, params: dict[str, torch.nn.Paramete
 
 def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | None,
               outputs: tuple[torch.Tensor, ...] | None) -> None:
+    """The first step of this rank: loss, outputs and gradients (a tensor-parallel shard's gathered whole)."""
     folder.mkdir(parents=True, exist_ok=True)
-    grads = {k: p.grad.detach().cpu() for k, p in runner.named_parameters().items() if p.grad is not None}
+    params = runner.named_parameters()
+    grads = {k: full_tensor(p.grad.detach()).cpu() for k, p in params.items() if p.grad is not None}
+    local_shapes = {k: list(local_tensor(p).shape) for k, p in params.items()}  # a tensor-parallel shard's own
     torch.save({"loss": loss, "grads": grads, "outputs": None if outputs is None else [o.cpu() for o in outputs],
-                "device": ctx.world.device, "stage": runner.stage_index}, folder / f"rank{ctx.world.rank}.pt")
+                "device": ctx.world.device, "stage": runner.stage_index, "local_shapes": local_shapes},
+               folder / f"rank{ctx.world.rank}.pt")
 
 
 def settled_steps(steps: int, warmup: int, profile_steps: int) -> int:

@@ -30,6 +30,7 @@ from launcher.runtime.training import optimizer_class, optimizer_kwargs
 from launcher.runtime.weights import FileWeights, SeededWeights, WeightSource
 from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
 from launcher.structure import granularity_depth, op_stage
+from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.documents import load_graph, load_plan
 from solvers.model.errors import InvalidInput, PlacerError
 
@@ -110,6 +111,9 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     plan = load_plan(bundle / "plan.json")
     graph = load_graph(bundle / "graph.json")
     devices = manifest["devices"]
+    if tensor_parallel_degree(plan) > 1 and (args.save or args.resume):
+        raise InvalidInput("--save / --resume: checkpoints of tensor-parallel stages are not written or read (the "
+                           "stage's shards would share one folder)", field="save")
     check_world_size(len(devices))
     stage_of = op_stage(graph, plan)
     host = args.host or _only_host(devices)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from launcher.runtime.context import LaunchContext, replica_rows
@@ -30,8 +31,20 @@ from launcher.runtime.partition import (
     to_device,
     wrap_stage,
 )
+from launcher.runtime.tensor_parallel import (
+    TensorParallelStage,
+    dtensor_scope,
+    is_sharded,
+    local_tensor,
+    op_kinds,
+    parallelize_stage,
+    parameter_placements,
+    placed_gradient,
+    plan_mesh,
+)
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
+from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidPlan
 
 
@@ -70,22 +83,26 @@ class TiedGroups:
     Every rank creates the same groups in the same order.  A group holds every replica of every
     stage that reads the parameter; after backward the parameter's gradient is summed over it,
     so all copies take the same step and stay equal (the input/output embedding of Megatron-LM).
+    With tensor-parallel stages (``tp`` > 1) there is one group per position ``j`` in the
+    tensor-parallel groups: the devices that hold the same shard of the (vocabulary-parallel) weight.
     """
 
-    def __init__(self, ctx: LaunchContext, weights: torch.nn.Module, stages: list[StageGraph]) -> None:
+    def __init__(self, ctx: LaunchContext, weights: torch.nn.Module, stages: list[StageGraph], tp: int = 1) -> None:
         self.stages = shared_parameters(weights, stages)
         sets = sorted({tuple(v) for v in self.stages.values()})
         # a rank holding several of the stages (virtual stages) is in the group once
-        ranks = [sorted({ctx.world.rank_of[d] for s in group for d in ctx.plan.stages[s].devices}) for group in sets]
-        self.groups = dict(zip(sets, new_groups(ranks), strict=True))
+        ranks = [sorted({ctx.world.rank_of[d] for s in group for i, d in enumerate(ctx.plan.stages[s].devices)
+                         if i % tp == j}) for group in sets for j in range(tp)]
+        made = new_groups(ranks)
+        self.groups = {(group, j): made[g * tp + j] for g, group in enumerate(sets) for j in range(tp)}
 
     def counted(self, names: list[str], stage: int, replica: int) -> set[str]:
         """The parameters a rank adds to the global gradient norm: each once, in its first stage's replica 0."""
         return {n for n in names if replica == 0 and (n not in self.stages or self.stages[n][0] == stage)}
 
-    def group_of(self, name: str) -> dist.ProcessGroup | None:
+    def group_of(self, name: str, tp_rank: int = 0) -> dist.ProcessGroup | None:
         where = self.stages.get(name)
-        return None if where is None else self.groups[tuple(where)]
+        return None if where is None else self.groups[(tuple(where), tp_rank)]
 
 
 def boundary_examples(gm: torch.fx.GraphModule, device: torch.device) -> dict[str, torch.Tensor]:
@@ -108,37 +125,50 @@ class PipelineRunner:
     def __init__(self, ctx: LaunchContext) -> None:
         self.ctx = ctx
         plan = ctx.plan
-        self.width = len(plan.stages[0].devices)
+        self.tp = tensor_parallel_degree(plan)
+        self.width = len(plan.stages[0].devices) // self.tp  # data-parallel replicas
         if ctx.batch % self.width:
             raise InvalidPlan(f"the micro-batch of {ctx.batch} rows does not split evenly over {self.width} replicas",
                               field="stages")
-        self.stage_index, self.replica = ctx.stage_and_replica()
+        self.stage_index, index = ctx.stage_and_replica()
+        self.replica, self.tp_rank = divmod(index, self.tp)
         rank_of = ctx.world.rank_of
-        pipelines = [[rank_of[st.devices[r]] for st in plan.stages] for r in range(self.width)]
-        pp_groups = new_groups(pipelines)
-        dp_groups = new_groups([[rank_of[d] for d in st.devices] for st in plan.stages])
-        self.dp_group = dp_groups[self.stage_index]
+        # pipeline (k, j): device j of replica k's tensor-parallel group in every stage
+        pipelines = [[rank_of[st.devices[k * self.tp + j]] for st in plan.stages]
+                     for k in range(self.width) for j in range(self.tp)]
+        self.mesh: DeviceMesh | None = None
+        if self.tp == 1:
+            pp_group = new_groups(pipelines)[self.replica]
+            self.dp_group = new_groups([[rank_of[d] for d in st.devices] for st in plan.stages])[self.stage_index]
+        else:
+            self.mesh = plan_mesh(ctx)
+            pp_group, self.dp_group = self.mesh["pp"].get_group(), self.mesh["dp"].get_group()
         sliced = slice_model(ctx, ctx.batch // self.width)
         stages = split_model(ctx, sliced)
-        self.tied = TiedGroups(ctx, sliced.weights, stages)
+        self.tied = TiedGroups(ctx, sliced.weights, stages, self.tp)
         self.aliases = parameter_aliases(sliced.weights)
         self.graph = stages[self.stage_index]
         self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
                                               ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
+        if self.mesh is not None:
+            tp_mesh = self.mesh["tp"]
+            kinds = op_kinds(sliced)
+            parallelize_stage(self.graph.module, tp_mesh, parameter_placements(self.graph.module, kinds))
+            inner = TensorParallelStage(self.graph.module, tp_mesh, kinds)
         self.module = wrap_stage(inner, self.graph, sliced.module, plan.recomputes(self.stage_index), ctx.autocast,
                                  ctx.world.torch_device).to(ctx.world.torch_device)
         self.fwd_s = 0.0
         self.module.register_forward_pre_hook(self._start)
         self.module.register_forward_hook(self._stop)
-        mine = pipelines[self.replica]
+        mine = pipelines[self.replica * self.tp + self.tp_rank]
         # the boundary values' shapes and dtypes from the export: no shape inference at run time
         examples = boundary_examples(sliced.module, ctx.world.torch_device)
         stage = PipelineStage(self.module, self.stage_index, len(plan.stages), ctx.world.torch_device,
                               input_args=tuple(examples[n] for n in self.graph.inputs),
                               output_args=tuple(examples[n] for n in self.graph.outputs),
-                              group=pp_groups[self.replica])
-        stage.stage_index_to_group_rank = {i: sorted(mine).index(r) for i, r in enumerate(mine)}
+                              group=pp_group)
+        stage.stage_index_to_group_rank = {i: dist.get_group_rank(pp_group, r) for i, r in enumerate(mine)}
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
         self.schedule = schedule_class(stage, plan.micro_batches, loss_fn=self._loss)
         self.stage = stage
@@ -167,7 +197,10 @@ class PipelineRunner:
         return stage_parameters(self.module, self.aliases)
 
     def counted_parameters(self) -> set[str]:
-        return self.tied.counted(list(self.named_parameters()), self.stage_index, self.replica)
+        """Each parameter once in the world: a shard on every device of its group, a replicated one on the first."""
+        params = self.named_parameters()
+        mine = [n for n, p in params.items() if self.tp_rank == 0 or is_sharded(p)]
+        return self.tied.counted(mine, self.stage_index, self.replica)
 
     def _args(self, inputs: dict[str, torch.Tensor], rows: torch.Tensor) -> list[torch.Tensor]:
         if not self.is_first:
@@ -179,16 +212,20 @@ class PipelineRunner:
         rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
         losses: list[torch.Tensor] = []
         tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
-        self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses, return_outputs=False)
+        with dtensor_scope(self.tp):  # the backward passes too: plain tensors saved beside DTensors
+            self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses, return_outputs=False)
         for name, p in self.named_parameters().items():
-            tied = self.tied.group_of(name)
+            tied = self.tied.group_of(name, self.tp_rank)
+            if self.tp > 1:
+                p.grad = placed_gradient(p)
             if tied is None and self.width == 1:
                 continue
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            # replicas average; the stages that share a tied parameter add their parts
-            dist.all_reduce(p.grad, group=tied or self.dp_group)
-            p.grad /= self.width
+            # replicas average; the stages that share a tied parameter add their parts (shard by shard)
+            local = local_tensor(p.grad)
+            dist.all_reduce(local, group=tied or self.dp_group)
+            local /= self.width
         return replica_mean_loss(losses, self.width, self.dp_group) if self.is_last else None
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
@@ -196,6 +233,6 @@ class PipelineRunner:
         rows = replica_rows(self.ctx.plan.micro_batches, self.ctx.batch, self.width, self.replica)
         if self.forward_only is None:  # forwards only: GPipe's order, whatever the plan's schedule
             self.forward_only = ScheduleGPipe(self.stage, self.ctx.plan.micro_batches)
-        with torch.no_grad():
+        with torch.no_grad(), dtensor_scope(self.tp):
             out = self.forward_only.step(*self._args(inputs, rows))
         return as_tuple(out) if self.is_last else None

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.distributed.tensor import DTensor
 
 from solvers.model.errors import InvalidInput
 
@@ -87,7 +88,9 @@ def squared_gradient_sum(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
     total: torch.Tensor | None = None
     for p in params:
         if p.grad is not None:
-            term = p.grad.detach().double().pow(2).sum()
+            grad = p.grad.detach()
+            grad = grad.to_local() if isinstance(grad, DTensor) else grad  # a tensor-parallel shard: its own part
+            term = grad.double().pow(2).sum()
             total = term if total is None else total + term
     return torch.zeros((), dtype=torch.float64) if total is None else total
 

@@ -1,0 +1,173 @@
+"""Tensor-parallel stages: placed by the split rules, run under real torchrun (gloo), equal to one process.
+
+``placer launcher verify`` runs GPT-2 (fused QKV, Conv1D weights, tied vocabulary-parallel
+embedding and LM head) and Llama (separate q/k/v, gated MLP, RMSNorm, rotary positions) at
+tp 2 x pp 2 on 4 processes, GPT-2 at tp 2 x dp 2 on 4 (each shard averaged over the replicas),
+and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps of training with clipping).
+Every rank reports its own parts' shapes, so a weight the rules split is seen split.
+``launcher check`` refuses, naming the field, what the runtime cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from launcher.check import check_plan
+from launcher.verify import TOLERANCE, Training, reference_losses, verify_plan
+from solvers.model.documents import load_graph, load_plan
+from tests.launcher.conftest import MODELS, bundle, check_training_step, torchrun
+
+MODELS.setdefault(
+    "llama",
+    ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64", "seq=8", "vocab=64"],
+)
+
+
+def tp_plan(workdir: Path, graph: Path, name: str, stages: int, tp: int, replicas: int = 1, **extra: Any) -> Path:
+    """A hand-made plan: the graph's ops cut into ``stages`` runs of equal length (graph order), each stage
+    on ``replicas`` tensor-parallel groups of ``tp`` devices (replica-major), 2 micro-batches, 1F1B."""
+    ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
+    cuts = [len(ids) * s // stages for s in range(stages + 1)]
+    width = tp * replicas
+    doc = {
+        "format": "placer.plan/v1",
+        "solver": "user",
+        "status": "feasible",
+        "micro_batches": 2,
+        "schedule": "1f1b",
+        "objective": "throughput",
+        "stages": [
+            {"ops": ids[cuts[s] : cuts[s + 1]], "devices": [f"cpu{s * width + i}" for i in range(width)], "tp": tp}
+            for s in range(stages)
+        ],
+        **extra,
+    }
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def local_shapes(folder: Path) -> dict[str, list[list[int]]]:
+    """Parameter -> the shape of the part every rank that holds it holds."""
+    out: dict[str, list[list[int]]] = {}
+    for path in sorted((folder / "step").glob("rank*.pt")):
+        for name, shape in torch.load(path)["local_shapes"].items():
+            out.setdefault(name, []).append(shape)
+    return out
+
+
+def verified(workdir: Path, graph: Path, plan: Path, name: str) -> dict[str, list[list[int]]]:
+    report = verify_plan(load_plan(plan), load_graph(graph), folder=workdir / name)
+    assert report.ok, report.first_failure
+    assert report.worst is not None and report.worst.relative <= TOLERANCE
+    assert not report.missing
+    return local_shapes(workdir / name)
+
+
+@pytest.mark.slow
+def test_gpt2_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("gpt2")
+    shapes = verified(workdir, graph, tp_plan(workdir, graph, "gpt2-tp2pp2", 2, 2), "gpt2-tp2pp2")
+    assert shapes["transformer.h.1.attn.c_attn.weight"] == [[32, 48]] * 2  # Conv1D [in, out]: columns split
+    assert shapes["transformer.h.1.attn.c_proj.weight"] == [[16, 32]] * 2  # rows split
+    assert shapes["transformer.h.1.mlp.c_fc.weight"] == [[32, 64]] * 2
+    assert shapes["transformer.h.1.ln_2.weight"] == [[32]] * 2  # replicated
+    assert shapes["transformer.wte.weight"] == [[32, 32]] * 4  # vocabulary-parallel in both stages (tied)
+
+
+@pytest.mark.slow
+def test_llama_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("llama")
+    shapes = verified(workdir, graph, tp_plan(workdir, graph, "llama-tp2pp2", 2, 2), "llama-tp2pp2")
+    assert shapes["layers.1.self_attn.q_proj.weight"] == [[16, 32]] * 2  # Linear [out, in]: outputs split
+    assert shapes["layers.1.self_attn.o_proj.weight"] == [[32, 16]] * 2
+    assert shapes["layers.1.mlp.gate_proj.weight"] == [[32, 32]] * 2
+    assert shapes["layers.1.mlp.down_proj.weight"] == [[32, 32]] * 2
+    assert shapes["embed_tokens.weight"] == [[32, 32]] * 2
+
+
+@pytest.mark.slow
+def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(
+    workdir: Path, graphs: Callable[[str], Path]
+) -> None:
+    """One launch, three steps (AdamW on the shards, clipping by the global norm of the shards): the first
+    step's gradients and every step's loss equal the single process's."""
+    graph = graphs("gpt2")
+    plan = tp_plan(workdir, graph, "gpt2-tp2pp1", 1, 2)
+    folder = bundle(workdir, plan, graph, 2, "gpt2-tp2pp1")
+    training = Training(steps=3, lr=3e-3, clip_norm=0.05)
+    run = torchrun(folder, 2, *training.launch_args())
+    check_training_step(run, folder, 2)
+    assert run.metrics is not None
+    got = next(r["losses"] for r in run.metrics["ranks"] if r["losses"][0] is not None)
+    want = reference_losses(json.loads((folder / "manifest.json").read_text()), load_plan(plan), training)
+    assert len(got) == 3 and got[-1] < got[0]
+    for a, b in zip(got, want, strict=True):
+        assert abs(a - b) <= TOLERANCE * abs(b), (got, want)
+    shapes = local_shapes(folder)
+    assert shapes["transformer.wte.weight"] == [[32, 32]] * 2
+    assert "lm_head.weight" not in shapes  # the tie: one parameter under its first name
+
+
+@pytest.mark.slow
+def test_gpt2_tp2_dp2_averages_each_shard_over_the_replicas(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("gpt2")
+    shapes = verified(workdir, graph, tp_plan(workdir, graph, "gpt2-tp2dp2", 1, 2, replicas=2), "gpt2-tp2dp2")
+    assert shapes["transformer.h.0.mlp.c_proj.weight"] == [[64, 32]] * 4  # every replica holds its two shards
+
+
+def test_check_reports_what_each_stage_splits(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("llama")
+    report = check_plan(load_plan(tp_plan(workdir, graph, "llama-check", 2, 2)), load_graph(graph))
+    assert report.ok, report.reason
+    assert len(report.tensor_parallel) == 2
+    assert all("full tensors at its boundaries" in line for line in report.tensor_parallel)
+    assert report.to_dict()["tensor_parallel"] == report.tensor_parallel
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "expected"),
+    [
+        ("heads", dict(stages=1, tp=4), "stages[0].tp: op 'view_3' splits the shard into 2 heads, which tp=4 does not"),
+        ("sp", dict(stages=1, tp=2, sequence_parallel=True), "sequence_parallel: the launcher runs tensor-parallel"),
+        (
+            "interleaved",
+            dict(stages=2, tp=2, schedule="interleaved-1f1b", virtual_stages=2),
+            "stages[0].tp: tensor-par",
+        ),
+    ],
+)
+def test_check_refuses_what_the_runtime_cannot_run(
+    workdir: Path, graphs: Callable[[str], Path], name: str, shape: dict[str, Any], expected: str
+) -> None:
+    graph = graphs("gpt2")
+    report = check_plan(load_plan(tp_plan(workdir, graph, f"gpt2-refuse-{name}", **shape)), load_graph(graph))
+    assert report.reason is not None and expected in report.reason, report.reason
+
+
+def test_check_refuses_stages_of_different_tp(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("gpt2")
+    path = tp_plan(workdir, graph, "gpt2-mixed", 2, 2)
+    doc = json.loads(path.read_text())
+    doc["stages"][1].update(tp=1, devices=["cpu2", "cpu3"])
+    path.write_text(json.dumps(doc))
+    report = check_plan(load_plan(path), load_graph(graph))
+    assert report.reason is not None and report.reason.startswith("stages[1].tp: every stage of a tensor-parallel")
+
+
+def test_launch_refuses_checkpoints_of_tensor_parallel_stages(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    from launcher.runtime.main import parse_args, prepare
+    from solvers.model.errors import InvalidInput
+
+    graph = graphs("gpt2")
+    folder = bundle(workdir, tp_plan(workdir, graph, "gpt2-tp-save", 1, 2), graph, 2, "gpt2-tp-save")
+    for option in (["--save", "ck"], ["--resume", "ck"]):
+        with pytest.raises(InvalidInput) as info:
+            prepare(folder, parse_args(option))
+        assert info.value.field == "save" and "tensor-parallel" in str(info.value)
