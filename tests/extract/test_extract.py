@@ -106,6 +106,8 @@ def test_module_granularity_keeps_totals(tmp_path: Path, capsys: pytest.CaptureF
     assert merged.nodes[merged.index["encoder.layer.0"]].op == "BertLayer"
     assert merged.param_bytes.sum() == graph.param_bytes.sum()
     assert merged.fwd_s.sum() == pytest.approx(graph.fwd_s.sum())
+    assert merged.bwd_weight_s.sum() == pytest.approx(graph.bwd_weight_s.sum())  # every member records its split
+    assert merged.bwd_input_s.sum() == pytest.approx(graph.bwd_input_s.sum())
     members = [op for n in merged.nodes for op in (n.attrs or {})["ops"]]
     assert members == graph.ids  # every op in exactly one module, in order
     assert merged.edges and len(merged.topo_order) == merged.n_ops
