@@ -10,7 +10,8 @@ of two kinds (the second host's at half speed), per case:
   profiled forward + backward time, the same on every rank, transfers ignored).
 
 Then the solve time of every throughput solver on the 48-layer graph over 8 devices, 1F1B only and
-with the search, side by side in one run (CPU seconds of this process and wall seconds).
+with the search, side by side in one run (medians of ``--repeats`` alternating runs after a warm-up;
+CPU seconds of this process and wall seconds) and how many candidates the search simulated.
 
 Usage: ``python -m bench.bench_schedules [--solver exact] [--quick]``.
 """
@@ -88,21 +89,29 @@ def quality(solver: str, layers: tuple[int, ...], sizes: tuple[int, ...]) -> Non
                   f"{(a / b - 1) * 100:+.1f} % | {cell(uniform)} | {cell(flops)} |", flush=True)
 
 
-def solve_times(layers: int, devices: int, solvers: tuple[str, ...]) -> None:
+def solve_times(layers: int, devices: int, solvers: tuple[str, ...], repeats: int) -> None:
     graph = generate_graph("transformer", layers=layers)
     topo = generate_topology("hierarchical", nodes=1, gpus_per_node=devices)
     base = Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(4 * devices,)))
-    print(f"\nsolve time, {graph.name} ({graph.n_ops} ops) over {devices} H100, load {os.getloadavg()[0]:.1f}")
-    print("| solver | 1F1B CPU s | auto CPU s | ratio | 1F1B wall s | auto wall s |")
-    print("|---|---|---|---|---|---|")
+    print(f"\nsolve time, {graph.name} ({graph.n_ops} ops) over {devices} H100, medians of {repeats} runs "
+          f"(1F1B and auto alternating, after one warm-up of each), load {os.getloadavg()[0]:.1f}")
+    print("| solver | 1F1B CPU s | auto CPU s | ratio | 1F1B wall s | auto wall s | simulated candidates |")
+    print("|---|---|---|---|---|---|---|")
     for solver in solvers:
-        row = []
-        for schedule in ("1f1b", "auto"):
-            cpu, wall = time.process_time(), time.perf_counter()
-            solve(base.with_settings(schedule=schedule), solver, time_limit_s=120)
-            row.append((time.process_time() - cpu, time.perf_counter() - wall))
-        print(f"| {solver} | {row[0][0]:.2f} | {row[1][0]:.2f} | {row[1][0] / max(row[0][0], 1e-9):.2f} | "
-              f"{row[0][1]:.2f} | {row[1][1]:.2f} |", flush=True)
+        runs: dict[str, list[tuple[float, float]]] = {"1f1b": [], "auto": []}
+        simulated = 0
+        for k in range(repeats + 1):
+            for schedule, times in runs.items():
+                cpu, wall = time.process_time(), time.perf_counter()
+                plan = solve(base.with_settings(schedule=schedule), solver, time_limit_s=120)
+                if k:  # the first of each warms the caches
+                    times.append((time.process_time() - cpu, time.perf_counter() - wall))
+                if schedule == "auto":
+                    simulated = len(plan.stats["schedule_candidates"])
+        one = [float(np.median([t[i] for t in runs["1f1b"]])) for i in (0, 1)]
+        auto = [float(np.median([t[i] for t in runs["auto"]])) for i in (0, 1)]
+        print(f"| {solver} | {one[0]:.3f} | {auto[0]:.3f} | {auto[0] / max(one[0], 1e-9):.2f} | "
+              f"{one[1]:.3f} | {auto[1]:.3f} | {simulated} |", flush=True)
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
@@ -112,12 +121,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="24 layers, 2 and 4 devices only")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-times", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per solver and schedule (medians)")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
     if not args.skip_quality:
         quality(args.solver, (24,) if args.quick else (24, 48), (2, 4) if args.quick else (2, 4, 8))
     if not args.skip_times:
-        solve_times(48, 8, SOLVERS)
+        solve_times(48, 8, SOLVERS, args.repeats)
 
 
 if __name__ == "__main__":

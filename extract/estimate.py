@@ -16,7 +16,12 @@ over its outputs we count
   graph's sum is what autograd keeps for the whole model; views taken by an op count as
   their own tensors;
 - ``mem_fwd_bytes``: the op's newly allocated outputs; ``mem_bwd_bytes``: the gradients it
-  produces (inputs and parameters).
+  produces (inputs and parameters);
+- the weight-gradient part of the backward (``bwd_weight_s``): the FLOPs and bytes of a second
+  ``torch.autograd.grad`` call over the op's parameters alone (for ``Y = X W`` the one GEMM
+  ``dW = X^T dY``, the forward's FLOPs; Qi et al., arXiv 2401.10241, Section 2.1); the input
+  gradient (``bwd_input_s``) is the whole backward's count less it.  An op without trainable
+  parameters has a weight gradient of 0.
 
 Time on a device kind is the roofline ``max(flops / peak_flops, bytes / memory_bandwidth)``
 (Williams et al., Roofline, CACM 2009), with the peak for the op's floating-point dtype.
@@ -74,6 +79,8 @@ class OpCost:
     act_bytes: float = 0.0
     mem_fwd_bytes: float = 0.0
     mem_bwd_bytes: float = 0.0
+    flops_wgt: float = 0.0  # part of flops_bwd / bytes_bwd that computes the parameters' gradients
+    bytes_wgt: float = 0.0
     half: bool = False  # the op computes in bf16 / fp16
     counted: bool = True  # False: the op could not run on meta tensors and counts as free
 
@@ -83,6 +90,13 @@ class OpCost:
         fwd = max(self.flops_fwd / peak, self.bytes_fwd / spec.bandwidth_Bps)
         bwd = max(self.flops_bwd / peak, self.bytes_bwd / spec.bandwidth_Bps)
         return fwd, bwd
+
+    def backward_split_s(self, spec: DeviceSpec) -> tuple[float, float]:
+        """(bwd_input_s, bwd_weight_s) on ``spec`` by the roofline, each part timed on its own counts."""
+        peak = spec.half_flops if self.half else spec.fp32_flops
+        wgt = max(self.flops_wgt / peak, self.bytes_wgt / spec.bandwidth_Bps)
+        inp = max((self.flops_bwd - self.flops_wgt) / peak, (self.bytes_bwd - self.bytes_wgt) / spec.bandwidth_Bps)
+        return max(inp, 0.0), wgt
 
 
 class _BytesMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -136,18 +150,20 @@ def op_cost(node: torch.fx.Node, get_attr: Callable[[str], Any], weights: set[st
         else:
             inputs[arg.name] = _meta_like(arg.meta.get("val"), grad=arg.name not in frozen)
     leaves = [t for v in inputs.values() for t in _tensors(v) if t.requires_grad]
+    params = [t for k, v in inputs.items() if k in weights for t in _tensors(v) if t.requires_grad]
     # Non-leaf copies: an in-place op (a residual ``add_``) may write them; gradients go to ``leaves``.
     inputs = {k: tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) and t.requires_grad else t, v)
               for k, v in inputs.items()}
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: inputs[n.name])
     try:
-        return _run(node, args, kwargs, inputs, leaves, weights, saved)
+        return _run(node, args, kwargs, inputs, (leaves, params), weights, saved)
     except Exception:
         return OpCost(counted=False)
 
 
-def _run(node: torch.fx.Node, args: Any, kwargs: Any, inputs: dict[str, Any], leaves: list[torch.Tensor],
-         weights: set[str], saved: SavedTensors) -> OpCost:
+def _run(node: torch.fx.Node, args: Any, kwargs: Any, inputs: dict[str, Any],
+         leaves: tuple[list[torch.Tensor], list[torch.Tensor]], weights: set[str], saved: SavedTensors) -> OpCost:
+    """Count one op; ``leaves``: every input that needs a gradient, and those of them that are parameters."""
     key_of: dict[int, tuple[str, int] | None] = {}
     for name, value in inputs.items():
         for i, t in enumerate(_tensors(value)):
@@ -171,7 +187,7 @@ def _run(node: torch.fx.Node, args: Any, kwargs: Any, inputs: dict[str, Any], le
             cost.mem_fwd_bytes += t.untyped_storage().nbytes()
             key_of[key] = (node.name, i)
     cost.act_bytes = _charge(packed, key_of, node.name, saved)
-    _backward(cost, outs, leaves)
+    _backward(cost, outs, *leaves)
     return cost
 
 
@@ -194,10 +210,16 @@ def _charge(packed: list[torch.Tensor], key_of: dict[int, tuple[str, int] | None
     return total
 
 
-def _backward(cost: OpCost, outs: list[torch.Tensor], leaves: list[torch.Tensor]) -> None:
+def _backward(cost: OpCost, outs: list[torch.Tensor], leaves: list[torch.Tensor], params: list[torch.Tensor]) -> None:
     diff = [t for t in outs if t.requires_grad]
     if not diff or not leaves:
         return
+    if params:  # the weight gradients alone, then the whole backward
+        flops, moved = FlopCounterMode(display=False), _BytesMode()
+        with flops, moved:
+            torch.autograd.grad(diff, params, grad_outputs=[torch.empty_like(t) for t in diff], allow_unused=True,
+                                retain_graph=True)
+        cost.flops_wgt, cost.bytes_wgt = float(flops.get_total_flops()), float(moved.total)
     flops, moved = FlopCounterMode(display=False), _BytesMode()
     with flops, moved:
         grads = torch.autograd.grad(diff, leaves, grad_outputs=[torch.empty_like(t) for t in diff],

@@ -56,7 +56,8 @@ def assemble(built: BuiltModel, exported: ExportedOps, costs: Mapping[str, OpCos
         cost = costs.get(rec.id, OpCost())
         fwd_s, bwd_s = cost.times(spec)
         attrs: dict[str, Any] = {"flops_fwd": cost.flops_fwd, "flops_bwd": cost.flops_bwd,
-                                 "bytes_fwd": cost.bytes_fwd, "bytes_bwd": cost.bytes_bwd}
+                                 "bytes_fwd": cost.bytes_fwd, "bytes_bwd": cost.bytes_bwd,
+                                 "flops_bwd_weight": cost.flops_wgt, "bytes_bwd_weight": cost.bytes_wgt}
         if rec.module_type:
             attrs["module"] = rec.module_type
         if rec.buffer_bytes:
@@ -65,10 +66,16 @@ def assemble(built: BuiltModel, exported: ExportedOps, costs: Mapping[str, OpCos
             attrs["not_counted"] = True
         nodes.append(Node(rec.id, rec.op, fwd_s, bwd_s, float(rec.param_bytes), cost.act_bytes,
                           cost.mem_fwd_bytes, cost.mem_bwd_bytes, rec.constant, rec.layer,
-                          {spec.name: KindTimes(fwd_s, bwd_s)}, attrs))
+                          {spec.name: KindTimes(fwd_s, bwd_s)}, attrs, *_split(cost, spec, bwd_s)))
         edges += [Edge(src, rec.id, float(size)) for src, size in dict(rec.inputs).items()]
     batch = int(next(iter(built.inputs.values())).shape[0]) if built.inputs else 1
     return OpGraph.build(name, nodes, edges, batch, graph_attrs(built, exported, spec))
+
+
+def _split(cost: OpCost, spec: DeviceSpec, bwd_s: float) -> tuple[float | None, float | None]:
+    """The op's counted (bwd_input_s, bwd_weight_s); none where it has no counted backward."""
+    inp, wgt = cost.backward_split_s(spec)
+    return (inp, wgt) if cost.counted and (inp + wgt > 0 or bwd_s == 0) else (None, None)
 
 
 def graph_attrs(built: BuiltModel, exported: ExportedOps, spec: DeviceSpec) -> dict[str, Any]:

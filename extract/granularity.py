@@ -80,7 +80,14 @@ def _merged_node(graph: OpGraph, node_id: str, key: str, members: list[int]) -> 
                 sum(n.fwd_s for n in parts), sum(n.bwd_s for n in parts), sum(n.param_bytes for n in parts),
                 sum(n.act_bytes for n in parts), max(n.mem_fwd_bytes for n in parts),
                 max(n.mem_bwd_bytes for n in parts), all(n.constant for n in parts),
-                None if key == "root" else key, times or None, attrs)
+                None if key == "root" else key, times or None, attrs, *_merged_split(parts))
+
+
+def _merged_split(parts: list[Node]) -> tuple[float | None, float | None]:
+    """The members' summed backward split, where every member records one (else none)."""
+    if any(n.bwd_input_s is None or n.bwd_weight_s is None for n in parts):
+        return None, None
+    return sum(n.bwd_input_s or 0.0 for n in parts), sum(n.bwd_weight_s or 0.0 for n in parts)
 
 
 def _merged_edges(graph: OpGraph, owner: list[int], ids: list[str]) -> list[Edge]:

@@ -16,6 +16,13 @@ forward, a scalar loss (the mean of every floating-point output, summed) and ``b
   out); ``mem_fwd_bytes`` / ``mem_bwd_bytes``, the allocator's peak inside the op's forward range
   and inside its largest backward function (``profile_memory`` events), above what was allocated
   when it began.  ``attrs.profile.memory`` says so;
+- backward split (``bwd_input_s`` / ``bwd_weight_s``): every op that reads a parameter runs again
+  alone, on the arguments it had in the step, detached; ``torch.autograd.grad`` over its
+  outputs is timed once with respect to its other floating-point inputs (the input gradient) and
+  once with respect to its parameters (the weight gradient), the median of ``repeats`` each;
+  the op's measured ``bwd_s`` is split in that ratio (Qi et al., arXiv 2401.10241, Section 2).
+  An op that reads no parameter has no weight gradient: ``bwd_weight_s = 0``.
+  ``attrs.profile.backward_split`` says so;
 - ``warmup`` steps run first and are not recorded; each figure is the median over ``repeats``
   profiled steps.  Between them, a whole step of the unlifted module runs without profiler or
   interpreter; the median is ``attrs.profile.step_s``, to compare with the sum of the op times.
@@ -33,7 +40,7 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, record_function
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from extract.build import build
 from extract.estimate import DEVICES, device_spec
@@ -63,6 +70,74 @@ class _Ranges(torch.fx.Interpreter):
         finally:
             if self.log is not None:
                 self.log.current = None
+
+
+class _Arguments(torch.fx.Interpreter):
+    """Runs the module and keeps the arguments of every op that reads a parameter."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module)
+        self.params = {id(p) for p in module.parameters() if p.requires_grad}
+        self.calls: dict[str, tuple[Any, Any, Any]] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "call_function":
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            if any(id(t) in self.params for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
+                self.calls[n.name] = (n.target, args, kwargs)
+        return super().run_node(n)
+
+
+def gradient_times_s(module: torch.fx.GraphModule, inputs: Mapping[str, torch.Tensor], device: str,
+                     repeats: int) -> dict[str, tuple[float, float]]:
+    """Per op that reads a parameter, (input-gradient, weight-gradient) time of the op alone (module doc)."""
+    names = [n.name for n in module.graph.nodes if n.op == "placeholder"]
+    values = list(inputs.values())
+    recorder = _Arguments(module)
+    recorder.run(*[inputs.get(p, values[i]) for i, p in enumerate(names)])
+    out = {}
+    for op, (target, args, kwargs) in recorder.calls.items():
+        timed = _gradient_times_s(target, args, kwargs, recorder.params, device, repeats)
+        if timed is not None:
+            out[op] = timed
+    module.zero_grad(set_to_none=True)
+    return out
+
+
+def _gradient_times_s(target: Any, args: Any, kwargs: Any, params: set[int], device: str,
+                      repeats: int) -> tuple[float, float] | None:
+    weights: list[torch.Tensor] = []
+    others: list[torch.Tensor] = []
+
+    def fresh(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        t = value.detach()
+        if t.is_floating_point():
+            t.requires_grad_(True)
+            (weights if id(value) in params else others).append(t)
+        return t
+
+    fresh_args, fresh_kwargs = tree_map(fresh, (args, kwargs))
+    outs = [t for t in tree_leaves(target(*fresh_args, **fresh_kwargs))
+            if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outs or not weights:
+        return None
+    grads = [torch.ones_like(t) for t in outs]
+
+    def median_s(leaves: list[torch.Tensor]) -> float:
+        if not leaves:
+            return 0.0
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up
+            _sync(device)
+            start = time.perf_counter()
+            torch.autograd.grad(outs, leaves, grads, retain_graph=True, allow_unused=True)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+        return float(statistics.median(times[1:]))
+
+    return median_s(others), median_s(weights)
 
 
 @dataclass
@@ -196,11 +271,12 @@ def profile(source: Mapping[str, Any], device: str = "cpu", repeats: int = 5, wa
         steps.append(profile_step(module, inputs, device))
         whole.append(time_step(module, inputs, device, repeats=1, warmup=0))
     step_s = statistics.median(whole)
-    nodes = [_measured(n, steps, kind) for n in estimated.nodes]
+    split = gradient_times_s(module, inputs, device, repeats)
+    nodes = [_measured(n, steps, kind, split.get(n.id)) for n in estimated.nodes]
     attrs = {**estimated.attrs, "profile": {
         "device": device, "device_kind": kind, "repeats": repeats, "warmup": warmup, "step_s": step_s,
         "ops_sum_s": sum(n.fwd_s + n.bwd_s for n in nodes), "torch_threads": torch.get_num_threads(),
-        "memory": MEMORY_SOURCES}}
+        "memory": MEMORY_SOURCES, "backward_split": BACKWARD_SPLIT_SOURCE}}
     return OpGraph.build(estimated.name, nodes, estimated.edges, estimated.profiled_batch_size, attrs)
 
 
@@ -212,11 +288,21 @@ MEMORY_SOURCES = {
 }
 
 
-def _measured(node: Node, steps: Sequence[StepProfile], kind: str) -> Node:
+BACKWARD_SPLIT_SOURCE = ("measured: bwd_s split in the ratio of the op's input- and weight-gradient times, each "
+                         "timed alone on the step's arguments (torch.autograd.grad); 0 weight gradient for an op "
+                         "that reads no parameter; attrs.gradient_s of a node: those two times")
+
+
+def _measured(node: Node, steps: Sequence[StepProfile], kind: str, gradient_s: tuple[float, float] | None) -> Node:
     fwd, bwd = _median(steps, "fwd_s", node.id), _median(steps, "bwd_s", node.id)
     attrs = dict(node.attrs or {})
     attrs["estimate_s"] = [node.fwd_s, node.bwd_s]
     attrs["estimate_bytes"] = [node.act_bytes, node.mem_fwd_bytes, node.mem_bwd_bytes]
+    bwd_input_s, bwd_weight_s = bwd, 0.0
+    if gradient_s is not None and sum(gradient_s) > 0:
+        attrs["gradient_s"] = list(gradient_s)
+        bwd_weight_s = bwd * gradient_s[1] / sum(gradient_s)
+        bwd_input_s = bwd - bwd_weight_s
     return Node(node.id, node.op, fwd, bwd, node.param_bytes, _median(steps, "act", node.id),
                 _median(steps, "mem_fwd", node.id), _median(steps, "mem_bwd", node.id), node.constant, node.layer,
-                {kind: KindTimes(fwd, bwd)}, attrs)
+                {kind: KindTimes(fwd, bwd)}, attrs, bwd_input_s, bwd_weight_s)

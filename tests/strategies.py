@@ -151,15 +151,16 @@ _numbers = st.floats(0.0, 1e12, allow_nan=False) | st.sampled_from([0.0, 1e-9, 1
 def full_graphs(draw: st.DrawFn, max_ops: int = 8, ids: st.SearchStrategy[str] = xml_text) -> OpGraph:
     """A random DAG using every field of ``placer.opgraph/v1``: ids of any text, ``layer``,
     ``constant``, per-kind ``times`` for several kinds, nested ``attrs`` on nodes and on the graph,
-    and edges in an order that is not grouped by source."""
+    a recorded backward split on some nodes, and edges in an order that is not grouped by source."""
     names = draw(st.lists(ids, min_size=1, max_size=max_ops, unique=True))
     nodes = []
     for op_id in names:
         kinds = draw(st.lists(xml_text, max_size=3, unique=True))
         times = {k: KindTimes(draw(_numbers), draw(_numbers)) for k in kinds} or None
+        split = draw(st.just((None, None)) | st.tuples(st.floats(1e-6, 1e12), _numbers))
         nodes.append(Node(op_id, draw(xml_text), draw(_numbers), draw(_numbers), draw(_numbers), draw(_numbers),
                           draw(_numbers), draw(_numbers), draw(st.booleans()), draw(st.none() | st.just("") | xml_text),
-                          times, draw(_attrs)))
+                          times, draw(_attrs), *split))
     pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names)) if draw(st.booleans())]
     pairs = draw(st.permutations(pairs))
     edges = [Edge(names[i], names[j], draw(_numbers)) for i, j in pairs]

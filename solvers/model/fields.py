@@ -13,7 +13,7 @@ TOPOLOGY_FORMAT = "placer.topology/v1"
 GRAPH_KEYS = frozenset({"format", "name", "profiled_batch_size", "nodes", "edges", "attrs"})
 NODE_KEYS = frozenset(
     {"id", "op", "fwd_s", "bwd_s", "times", "param_bytes", "act_bytes", "mem_fwd_bytes",
-     "mem_bwd_bytes", "constant", "layer", "attrs"}
+     "mem_bwd_bytes", "constant", "layer", "attrs", "bwd_input_s", "bwd_weight_s"}
 )
 EDGE_KEYS = frozenset({"src", "dst", "bytes"})
 

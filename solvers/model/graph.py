@@ -143,6 +143,16 @@ class OpGraph:
         return self._column("bwd_s")
 
     @cached_property
+    def bwd_input_s(self) -> FloatArray:
+        """The recorded input-gradient part of each op's backward; NaN where the graph does not record it."""
+        return np.array([np.nan if n.bwd_input_s is None else n.bwd_input_s for n in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def bwd_weight_s(self) -> FloatArray:
+        """The recorded weight-gradient part of each op's backward; NaN where the graph does not record it."""
+        return np.array([np.nan if n.bwd_weight_s is None else n.bwd_weight_s for n in self.nodes], dtype=np.float64)
+
+    @cached_property
     def param_bytes(self) -> FloatArray:
         return self._column("param_bytes")
 

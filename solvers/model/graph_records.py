@@ -26,6 +26,7 @@ from solvers.model.fields import EDGE_KEYS, NODE_KEYS
 
 _NUMBER_KEYS = ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "mem_fwd_bytes", "mem_bwd_bytes")
 _TIMES_KEYS = frozenset({"fwd_s", "bwd_s"})
+_SPLIT_KEYS = ("bwd_input_s", "bwd_weight_s")  # optional: the backward's input- and weight-gradient parts
 _INF = float("inf")
 _NUMBER_TYPES = frozenset({float, int})
 _LAYER_TYPES = frozenset({str, type(None)})
@@ -34,6 +35,7 @@ _LAYER_TYPES = frozenset({str, type(None)})
 _NODE_DEFAULTS: dict[str, Any] = {
     "id": None, "op": "", "fwd_s": None, "bwd_s": 0.0, "param_bytes": 0.0, "act_bytes": 0.0,
     "mem_fwd_bytes": 0.0, "mem_bwd_bytes": 0.0, "constant": False, "layer": None, "times": None, "attrs": None,
+    "bwd_input_s": None, "bwd_weight_s": None,
 }
 _EDGE_DEFAULTS: dict[str, Any] = {"src": None, "dst": None, "bytes": 0.0}
 assert _NODE_DEFAULTS.keys() == NODE_KEYS and _EDGE_DEFAULTS.keys() == EDGE_KEYS
@@ -63,6 +65,8 @@ class Node:
     layer: str | None = None
     times: Mapping[str, KindTimes] | None = None
     attrs: Mapping[str, Any] | None = None
+    bwd_input_s: float | None = None  # recorded input-gradient part of the backward (with bwd_weight_s)
+    bwd_weight_s: float | None = None  # recorded weight-gradient part of the backward
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -73,6 +77,8 @@ class Node:
         }
         if self.layer is not None:
             out["layer"] = self.layer
+        if self.bwd_input_s is not None and self.bwd_weight_s is not None:
+            out["bwd_input_s"], out["bwd_weight_s"] = self.bwd_input_s, self.bwd_weight_s
         if self.times:
             out["times"] = {k: {"fwd_s": t.fwd_s, "bwd_s": t.bwd_s} for k, t in sorted(self.times.items())}
         if self.attrs:
@@ -226,13 +232,56 @@ def _columns(raw_nodes: Sequence[Any], raw_edges: Sequence[Any]) -> Columns | No
                 attrs[i] = dict(check.shallow(check.mapping(value, where, InvalidGraph), where, InvalidGraph))
     except InvalidGraph:
         return None
+    if not _valid_splits(node_table["bwd_input_s"], node_table["bwd_weight_s"], numbers["bwd_s"]):
+        return None
     src, dst = edge_table["src"], edge_table["dst"]
     edge_bytes = _number_column(edge_table["bytes"])
     if edge_bytes is None or not (_texts(src) and _texts(dst)):
         return None
-    nodes = list(map(Node, ids, ops, *(numbers[key].tolist() for key in _NUMBER_KEYS), constant, layer, times, attrs))
+    split = [[None if x is None else float(x) for x in node_table[key]] if node_table[key].count(None) < len(ids)
+             else node_table[key] for key in _SPLIT_KEYS]
+    nodes = list(map(Node, ids, ops, *(numbers[key].tolist() for key in _NUMBER_KEYS), constant, layer, times, attrs,
+                     *split))
     edges = list(map(Edge, src, dst, edge_bytes.tolist()))
     return Columns(nodes, edges, ids, numbers, src, dst, edge_bytes)
+
+
+def _valid_splits(inputs: list[Any], weights: list[Any], bwd_s: FloatArray) -> bool:
+    """Whether every node's recorded backward split (or none) is valid, as :func:`_split` checks it."""
+    if inputs.count(None) == len(inputs) and weights.count(None) == len(weights):
+        return True
+    if not set(map(type, inputs)) | set(map(type, weights)) <= _NUMBER_TYPES | {type(None)}:
+        return False
+    try:
+        inp = np.array([np.nan if x is None else x for x in inputs], dtype=np.float64)
+        wgt = np.array([np.nan if x is None else x for x in weights], dtype=np.float64)
+    except (OverflowError, ValueError, TypeError):
+        return False
+    given = ~np.isnan(inp)
+    if (given != ~np.isnan(wgt)).any():
+        return False
+    inp, wgt = inp[given], wgt[given]
+    return bool(np.isfinite(inp).all() and np.isfinite(wgt).all() and (inp >= 0).all() and (wgt >= 0).all()
+                and not ((inp + wgt <= 0) & (bwd_s[given] > 0)).any())
+
+
+def _split(raw: Mapping[str, Any], i: int, node_id: str, bwd_s: float) -> tuple[float | None, float | None]:
+    """A node's recorded backward split: ``bwd_input_s`` and ``bwd_weight_s`` both or neither, each ``>= 0``,
+    their sum ``> 0`` where ``bwd_s > 0`` (the simulator splits ``bwd_s`` in their ratio)."""
+    values = [raw.get(key) for key in _SPLIT_KEYS]
+    if values == [None, None]:
+        return None, None
+    for key, value in zip(_SPLIT_KEYS, values, strict=True):
+        if value is None:
+            other = _SPLIT_KEYS[1 - _SPLIT_KEYS.index(key)]
+            raise check.fail(InvalidGraph, f"nodes[{i}].{key}", f"node {node_id!r}: must be given with {other} (both or neither)", node_id)
+    inp, wgt = (check.number(v, f"nodes[{i}].{k} (node {node_id!r})", InvalidGraph, ref=node_id)
+                for k, v in zip(_SPLIT_KEYS, values, strict=True))
+    if inp + wgt <= 0 and bwd_s > 0:
+        raise check.fail(InvalidGraph, f"nodes[{i}].bwd_weight_s",
+                         f"node {node_id!r}: bwd_input_s + bwd_weight_s must be > 0 where bwd_s > 0 "
+                         f"(bwd_s {bwd_s})", node_id)
+    return inp, wgt
 
 
 def _node(raw: Any, i: int) -> Node:
@@ -273,8 +322,9 @@ def _node(raw: Any, i: int) -> Node:
         where = f"nodes[{i}].attrs"
         attrs = dict(check.shallow(check.mapping(attrs, where, InvalidGraph), where, InvalidGraph))
     fwd_s, bwd_s, param_bytes, act_bytes, mem_fwd_bytes, mem_bwd_bytes = numbers
+    bwd_input_s, bwd_weight_s = _split(raw, i, node_id, bwd_s)
     return Node(node_id, op, fwd_s, bwd_s, param_bytes, act_bytes, mem_fwd_bytes, mem_bwd_bytes, constant, layer,
-                times, attrs)
+                times, attrs, bwd_input_s, bwd_weight_s)
 
 
 def _kind_times(raw: Any, i: int, node_id: str) -> dict[str, KindTimes]:

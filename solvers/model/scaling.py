@@ -78,16 +78,36 @@ def scale_graph(profiles: Sequence[OpGraph], batch_sizes: Sequence[int], target_
                   if first.edges else np.zeros(0))
     kinds = sorted({k for g in profiles for n in g.nodes if n.times for k in n.times})
     kind_times = {k: _kind_times(profiles, batch_sizes, target_batch, k) for k in kinds}
+    split = _scaled_split(profiles, batch_sizes, target_batch)
     nodes = []
     for i, n in enumerate(first.nodes):
         times = {k: KindTimes(float(t[0][i]), float(t[1][i])) for k, t in kind_times.items() if t[2][i]}
         nodes.append(Node(n.id, n.op, float(cols["fwd_s"][i]), float(cols["bwd_s"][i]), float(cols["param_bytes"][i]),
                           float(cols["act_bytes"][i]), float(cols["mem_fwd_bytes"][i]),
                           float(cols["mem_bwd_bytes"][i]), n.constant, n.layer, times or None,
-                          dict(n.attrs) if n.attrs else None))
+                          dict(n.attrs) if n.attrs else None, *_split_at(split, i)))
     edges = [Edge(e.src, e.dst, float(b)) for e, b in zip(first.edges, edge_bytes.tolist(), strict=True)]
     attrs = {**dict(first.attrs), "scaled_from_batch_sizes": [int(b) for b in batch_sizes]}
     return OpGraph.build(first.name, nodes, edges, profiled_batch_size=int(target_batch), attrs=attrs)
+
+
+def _scaled_split(profiles: Sequence[OpGraph], batch_sizes: Sequence[int],
+                  target: int) -> tuple[FloatArray, FloatArray] | None:
+    """The recorded backward splits predicted at ``target`` (NaN for an op not recorded in every profile)."""
+    inp = np.stack([g.bwd_input_s for g in profiles])
+    if np.isnan(inp).all():
+        return None
+    wgt = np.stack([g.bwd_weight_s for g in profiles])
+    have = ~np.isnan(inp).any(axis=0)
+    out = (_predict(batch_sizes, np.nan_to_num(inp), target), _predict(batch_sizes, np.nan_to_num(wgt), target))
+    return np.where(have, out[0], np.nan), np.where(have, out[1], np.nan)
+
+
+def _split_at(split: tuple[FloatArray, FloatArray] | None, i: int) -> tuple[float | None, float | None]:
+    if split is None or np.isnan(split[0][i]):
+        return None, None
+    inp, wgt = float(split[0][i]), float(split[1][i])
+    return (inp, wgt) if inp + wgt > 0 else (None, None)  # a split predicted to 0 + 0 leaves the estimate
 
 
 def _kind_times(profiles: Sequence[OpGraph], batch_sizes: Sequence[int], target: int,

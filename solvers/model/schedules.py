@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
+import numpy as np
+
+from solvers.arrays import FloatArray, IntArray
 from solvers.model.errors import InvalidProblem
 
 FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = "F", "B", "I", "W"
@@ -99,7 +102,13 @@ class PipelineSchedule:
 
 def check_schedule(schedule: PipelineSchedule) -> None:
     """Check that ``schedule`` runs each stage's ``F`` and its ``B``, or ``I`` and ``W``, once per micro-batch,
-    each on the rank holding the stage; raise :class:`InvalidProblem` (``field="schedule"``) naming the action."""
+    each on the rank holding the stage; raise :class:`InvalidProblem` (``field="schedule"``) naming the action.
+    A schedule found valid is remembered (the simulator checks the same built schedules again and again)."""
+    _check_once(schedule)
+
+
+@lru_cache(maxsize=256)  # only a valid schedule is remembered: a raising call caches nothing
+def _check_once(schedule: PipelineSchedule) -> None:
     n, mb = schedule.n_stages, schedule.micro_batches
     if len(schedule.actions) != schedule.ranks or sorted(set(schedule.stage_rank)) != list(range(schedule.ranks)):
         raise InvalidProblem(f"schedule: {schedule.name!r} needs one action list and at least one stage per rank",
@@ -349,16 +358,24 @@ def peak_held_bytes(schedule: PipelineSchedule, held_bytes: Sequence[float]) -> 
     An ``F`` takes its micro-batch's activations; a ``B`` frees them; a split backward frees them
     at its ``W`` (the weight gradient still reads the stage's inputs, so zero-bubble schedules hold
     activations until ``W``), an ``I`` frees nothing.  A rank runs its actions one at a time, so the
-    peak depends on the order only, not on timing.
+    peak depends on the order only, not on timing.  Each rank's running sum is one ``cumsum`` over its
+    actions (the same additions, in the same order, as one at a time).
     """
+    held = np.asarray(held_bytes, dtype=np.float64)
+    out = []
+    for stages, signs in _held_deltas(schedule):
+        running = np.cumsum(held[stages] * signs)
+        out.append(max(0.0, float(running.max())) if len(running) else 0.0)
+    return out
+
+
+@lru_cache(maxsize=256)
+def _held_deltas(schedule: PipelineSchedule) -> tuple[tuple[IntArray, FloatArray], ...]:
+    """Per rank, the stage of each action and its sign on the held bytes (+1 ``F``; -1 ``B``, ``W``; 0 ``I``)."""
     out = []
     for acts in schedule.actions:
-        held = peak = 0.0
-        for kind, j, _ in acts:
-            if kind == FORWARD:
-                held += held_bytes[j]
-                peak = max(peak, held)
-            elif kind != BACKWARD_INPUT:
-                held -= held_bytes[j]
-        out.append(peak)
-    return out
+        stages = np.fromiter((j for _, j, _ in acts), dtype=np.int64, count=len(acts))
+        signs = np.fromiter((1.0 if kind == FORWARD else 0.0 if kind == BACKWARD_INPUT else -1.0
+                             for kind, _, _ in acts), dtype=np.float64, count=len(acts))
+        out.append((stages, signs))
+    return tuple(out)

@@ -20,8 +20,7 @@ The solver's own plan is always a candidate, so the search never returns a slowe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,7 +34,8 @@ from solvers.model.problem import Problem
 from solvers.model.schedules import V_SHAPED, build_schedule, stage_ranks
 from solvers.model.settings import ONE_STAGE_PER_RANK, ProblemSettings
 from solvers.model.topology import Topology
-from solvers.simulator import simulated_key_s
+from solvers.partition.schedule_estimates import CandidateEstimates
+from solvers.simulator import simulate, simulated_key_s
 from solvers.validity import problem_for_plan
 
 CUT_POSITIONS_PER_STAGE = 4  # cut positions the virtual-stage cut considers per stage (cheapest_positions)
@@ -119,12 +119,14 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
     k = len(points)
     prefix = [np.concatenate(([0.0], np.cumsum(w)))[points] for w in weights_s]
     zeros = np.zeros(k)
-    empty = np.arange(k)[:, None] >= np.arange(k)[None, :]  # [a, b]: stage from points[a] to points[b] is empty
+    # [a, b]: inf where the stage from points[a] to points[b] would be empty, else 0
+    empty = np.where(np.arange(k)[:, None] >= np.arange(k)[None, :], np.inf, 0.0)
+    span = {r: prefix[r][None, :] - prefix[r][:, None] + empty for r in set(stage_rank)}  # each rank's once
     costs = []  # costs[j][a, b] = time of stage j over ops points[a] .. points[b] - 1 with its transfers
     for j, r in enumerate(stage_rank):
         down = send_s[j][0][points] if send_s is not None and j < n_stages - 1 else zeros
         up = send_s[j - 1][1][points] if send_s is not None and j > 0 else zeros
-        costs.append(np.where(empty, np.inf, prefix[r][None, :] - prefix[r][:, None] + down[None, :] + up[:, None]))
+        costs.append(span[r] + down[None, :] + up[:, None])
     worst = np.full(k, np.inf)  # worst[b] = least largest stage time of stages 0..j over ops 0..points[b]-1
     worst[0] = 0.0
     for cost in costs:
@@ -151,11 +153,25 @@ def _crossing_bytes(graph: OpGraph, position: IntArray) -> FloatArray:
     return np.cumsum(diff)[: graph.n_ops + 1]
 
 
-def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: bool) -> Plan:
+def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: bool,
+                 cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] | None = None) -> Plan:
     """``plan``'s rank groups (its stages' devices, in order) running ``name`` with ``v`` stages each, the ops
     re-cut by :func:`cut_virtual_stages` on each group's forward + backward times (+ forward with
     recomputation) and the transfers between consecutive stages' groups (:func:`~solvers.cost.comm.group_transfer_s`
-    of the bytes crossing each cut position)."""
+    of the bytes crossing each cut position).  ``cuts``: stages already cut for a stage-to-group map and
+    recomputation flag (schedules with the same map, e.g. interleaved 1F1B and interleaved zero-bubble,
+    share one cut); filled here."""
+    where = stage_ranks(name, len(plan.stages), v)
+    stages = None if cuts is None else cuts.get((where, recompute))
+    if stages is None:
+        stages = _cut_stages(problem, plan, where, recompute)
+        if cuts is not None:
+            cuts[(where, recompute)] = stages
+    return plan.with_(stages=stages, schedule=name, virtual_stages=v, recompute=recompute, order=None,
+                      claimed_objective_s=None, lower_bound_s=None)
+
+
+def _cut_stages(problem: Problem, plan: Plan, where: tuple[int, ...], recompute: bool) -> tuple[Stage, ...]:
     scored = problem_for_plan(problem, plan)
     graph, topo = scored.graph, scored.topology
     groups = [[topo.index[d] for d in stage.devices] for stage in plan.stages]
@@ -165,7 +181,6 @@ def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: boo
     for devs in groups:
         f, b = compute.group_fwd_s(devs), compute.group_bwd_s(devs)
         weights.append((f * (2.0 if recompute else 1.0) + b)[order])
-    where = stage_ranks(name, len(groups), v)
     crossing = _crossing_bytes(graph, graph.topo_position)
     send = []
     for j in range(len(where) - 1):
@@ -173,10 +188,8 @@ def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: boo
         send.append((_linear_transfer_s(topo, here, there, crossing), _linear_transfer_s(topo, there, here, crossing)))
     cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where)))
     ids = graph.ids
-    stages = tuple(Stage(tuple(ids[k] for k in order[cuts[j]:cuts[j + 1]]), plan.stages[where[j]].devices)
-                   for j in range(len(where)))
-    return plan.with_(stages=stages, schedule=name, virtual_stages=v, recompute=recompute, order=None,
-                      claimed_objective_s=None, lower_bound_s=None)
+    return tuple(Stage(tuple(ids[k] for k in order[cuts[j]:cuts[j + 1]]), plan.stages[where[j]].devices)
+                 for j in range(len(where)))
 
 
 def cheapest_positions(crossing_bytes: FloatArray, n_stages: int) -> IntArray:
@@ -206,15 +219,30 @@ TIE_RELATIVE = 1e-9
 """A candidate replaces the best so far only when faster by more than this fraction: a tie (one rank group
 interleaving its own stages runs the same work in the same time) keeps the simpler, earlier plan."""
 
+ESTIMATE_MARGIN = 0.0
+"""Once a candidate fits, the search simulates another only when its estimate
+(:mod:`solvers.partition.schedule_estimates`) is below that one's times ``1 +`` this fraction, and below the best
+simulated time (0: only the best-estimated candidate that fits; a tie goes to the earlier in
+:data:`AUTO_SCHEDULES`)."""
+MARGIN_EXEMPT: frozenset[str] = frozenset({"gpipe"})
+"""Candidates simulated whenever their estimate is below the best simulated time, whatever the margin: GPipe
+runs on the stage engine, as cheap as the solver's own plan, and hides its transfers behind a whole phase of
+forwards, which the estimate (equal to 1F1B's) does not see."""
 
-def search_schedules(problem: Problem, plan: Plan) -> Plan:
-    """The fastest per sample of ``plan`` under every schedule candidate of ``problem.settings`` (module doc).
 
-    ``plan`` is a solver's plan under :func:`base_settings`.  Its own schedule competes under ``auto``.  A
-    solver's proof of optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes
-    ``feasible`` (its bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each
-    candidate's comparison key (``null``: it does not fit).  With a schedule asked for by name and no
-    candidate fitting, the answer is an infeasible plan naming the schedule.
+def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = None) -> Plan:
+    """The fastest per sample of ``plan`` under the schedule candidates of ``problem.settings`` (module doc).
+
+    ``plan`` is a solver's plan under :func:`base_settings`, ``solved_on`` the problem it was solved and
+    simulated on (its simulation is reused).  Its own schedule competes under ``auto``.  The candidates are
+    simulated in the order of their closed-form estimates (:class:`~solvers.partition.schedule_estimates.
+    CandidateEstimates`): until one fits, then those whose estimate is within :data:`ESTIMATE_MARGIN` of
+    that one's and below the best simulated time; the others are not simulated.  A solver's proof of
+    optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes ``feasible`` (its
+    bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each simulated
+    candidate's comparison key (``null``: it does not fit), ``stats.schedule_estimates`` every candidate's
+    estimated key.  With a schedule asked for by name and no candidate fitting, the answer is an
+    infeasible plan naming the schedule.
     """
     if not searches_schedules(problem.settings) or plan.status == "infeasible" or not plan.stages:
         return plan
@@ -222,32 +250,42 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
     ranks = len(plan.stages)
     tried: dict[str, float | None] = {}
     best: tuple[float, Plan] | None = None
-    if settings.schedule == "auto":
-        best = (simulated_key_s(problem, plan), plan)
-        tried[f"{plan.schedule}/1"] = best[0] if math.isfinite(best[0]) else None
     pinned = bool(settings.pinned)
     split = any(stage.tp > 1 for stage in plan.stages)
-    for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops, plan.micro_batches):
-        if f"{name}/{v}" in tried or (split and name not in ONE_STAGE_PER_RANK):
-            continue  # tensor-parallel stages run under GPipe and 1F1B only
-        options: list[Callable[[], Plan]]
-        if v == 1:
-            options = [partial(plan.with_, schedule=name, virtual_stages=1, order=None)]
-        elif pinned:  # a pin names a device or a stage of the solver's cut, which the re-cut would move
+    candidates = [(name, v) for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops,
+                                                                plan.micro_batches)
+                  if not (pinned and v > 1)  # a pin names a device or a stage of the solver's cut
+                  and not (split and name not in ONE_STAGE_PER_RANK)]  # tensor-parallel stages: GPipe, 1F1B
+    scored = problem_for_plan(problem, plan)
+    estimates = CandidateEstimates(scored, plan, _crossing_bytes(scored.graph, scored.graph.topo_position))
+    own_iteration_s = estimates.iteration_s(plan.schedule, 1)
+    per_sample = 1.0
+    if settings.schedule == "auto":
+        key = simulated_key_s(solved_on or problem, plan)
+        best = (key, plan)
+        tried[f"{plan.schedule}/1"] = key if math.isfinite(key) else None
+        metrics = simulate(solved_on or problem, plan).metrics if math.isfinite(key) else {}
+        if metrics.get("iteration_s"):
+            per_sample = key / float(metrics["iteration_s"])
+    estimated = sorted(((estimates.iteration_s(name, v), k, name, v) for k, (name, v) in enumerate(candidates)
+                        if f"{name}/{v}" not in tried))
+    stats_estimates = {f"{plan.schedule}/1": own_iteration_s * per_sample} if best is not None else {}
+    stats_estimates.update({f"{name}/{v}": est * per_sample for est, _, name, v in estimated})
+    first_fit_s: float | None = None
+    cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] = {}
+    for est, _, name, v in estimated:
+        if name not in MARGIN_EXEMPT and first_fit_s is not None and est >= first_fit_s * (1.0 + ESTIMATE_MARGIN):
             continue
-        else:  # recomputation only when the plan without it does not fit
-            flags = [False, True] if settings.recompute is None else [settings.recompute is True]
-            options = [partial(virtual_plan, problem, plan, name, v, flag) for flag in flags]
-        key, chosen = math.inf, plan
-        for option in options:
-            chosen = option()
-            key = simulated_key_s(problem, chosen)
-            if math.isfinite(key):
-                break
+        if best is not None and math.isfinite(best[0]) and est * per_sample >= best[0]:
+            continue
+        key, chosen = _simulate_candidate(problem, plan, name, v, cuts)
         tried[f"{name}/{v}"] = key if math.isfinite(key) else None
-        if math.isfinite(key) and (best is None or key < best[0] * (1.0 - TIE_RELATIVE)):
-            best = (key, chosen)
-    stats = {**plan.stats, "schedule_candidates": tried}
+        if math.isfinite(key):
+            if name not in MARGIN_EXEMPT:
+                first_fit_s = est if first_fit_s is None else first_fit_s
+            if best is None or key < best[0] * (1.0 - TIE_RELATIVE):
+                best = (key, chosen)
+    stats = {**plan.stats, "schedule_candidates": tried, "schedule_estimates": stats_estimates}
     if best is None or not math.isfinite(best[0]):
         if settings.schedule == "auto":
             return plan.with_(stats=stats)
@@ -256,9 +294,26 @@ def search_schedules(problem: Problem, plan: Plan) -> Plan:
                                         "groups fits (micro-batch count, stage count or memory)"))
     chosen = best[1]
     status, bound, notes = chosen.status, chosen.lower_bound_s, chosen.notes
-    if status == "optimal" and (chosen is not plan or len(tried) > 1):
+    if status == "optimal" and (chosen is not plan or len(candidates) > 1):
         status, bound = "feasible", None
         notes = (*notes, f"schedule {chosen.schedule!r}: the solver's proof covers its own one-stage-per-rank "
                          "model only")
     return chosen.with_(status=status, lower_bound_s=bound, notes=notes, stats=stats,
                         claimed_objective_s=None if chosen is not plan else chosen.claimed_objective_s)
+
+
+def _simulate_candidate(problem: Problem, plan: Plan, name: str, v: int,
+                        cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]]) -> tuple[float, Plan]:
+    """The simulated key of ``plan`` under ``(name, v)`` and that plan: the solver's stages for ``v = 1``, else
+    the re-cut without recomputation, then (where it does not fit and ``recompute`` is unset) with it."""
+    if v == 1:
+        chosen = plan.with_(schedule=name, virtual_stages=1, order=None)
+        return simulated_key_s(problem, chosen), chosen
+    recompute = problem.settings.recompute
+    key, chosen = math.inf, plan
+    for flag in ([False, True] if recompute is None else [recompute is True]):
+        chosen = virtual_plan(problem, plan, name, v, flag, cuts)
+        key = simulated_key_s(problem, chosen)
+        if math.isfinite(key):
+            break
+    return key, chosen

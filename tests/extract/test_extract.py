@@ -11,9 +11,11 @@ import torch
 
 from cli import main
 from extract.build import build, example_source
+from extract.estimate import device_spec
 from extract.export import export_model, fx_nodes_by_id
 from extract.extract import extract
 from extract.granularity import merge_modules
+from solvers.cost.backward_split import weight_grad_fraction
 from solvers.model.documents import load_graph
 from solvers.model.graph import graph_from_document
 
@@ -82,6 +84,7 @@ def test_estimate_uses_the_flop_counter() -> None:
     assert node.attrs is not None
     assert node.attrs["flops_fwd"] == 2 * (2 * 16) * 64 * 256  # 2 * tokens * in * out
     assert node.attrs["flops_bwd"] == 2 * node.attrs["flops_fwd"]  # input and weight gradients
+    assert node.attrs["flops_bwd_weight"] == node.attrs["flops_fwd"]  # dW = X^T dY: one GEMM of the forward's size
     slower = extract(example_source("bert", TINY["bert"], 2), device_kind="V100")
     assert slower.fwd_s.sum() > graph.fwd_s.sum()
 
@@ -103,6 +106,8 @@ def test_module_granularity_keeps_totals(tmp_path: Path, capsys: pytest.CaptureF
     assert merged.nodes[merged.index["encoder.layer.0"]].op == "BertLayer"
     assert merged.param_bytes.sum() == graph.param_bytes.sum()
     assert merged.fwd_s.sum() == pytest.approx(graph.fwd_s.sum())
+    assert merged.bwd_weight_s.sum() == pytest.approx(graph.bwd_weight_s.sum())  # every member records its split
+    assert merged.bwd_input_s.sum() == pytest.approx(graph.bwd_input_s.sum())
     members = [op for n in merged.nodes for op in (n.attrs or {})["ops"]]
     assert members == graph.ids  # every op in exactly one module, in order
     assert merged.edges and len(merged.topo_order) == merged.n_ops
@@ -120,3 +125,23 @@ def test_spec_with_inputs_and_module_only(tmp_path: Path, capsys: pytest.Capture
     assert graph.nodes[0].op == "input" and graph.attrs["source"]["spec"] == "tests.extract.models:mlp"
     assert main(["extract", "tests.extract.models:mlp_module_only", "--input", "x=7x16", "-o", str(b)]) == 0
     assert load_graph(b).profiled_batch_size == 7
+
+
+def test_extract_records_the_backward_split_by_the_roofline() -> None:
+    graph = extract(example_source("bert", TINY["bert"], 2))
+    spec = device_spec("H100")
+    peak = spec.fp32_flops  # the example computes in float32
+    for node in graph.nodes:
+        assert node.attrs is not None and not node.attrs.get("not_counted")
+        assert node.bwd_input_s is not None and node.bwd_weight_s is not None
+        attrs = node.attrs
+        assert node.bwd_weight_s == max(attrs["flops_bwd_weight"] / peak, attrs["bytes_bwd_weight"] / spec.bandwidth_Bps)
+        assert node.bwd_input_s == pytest.approx(max((attrs["flops_bwd"] - attrs["flops_bwd_weight"]) / peak,
+                                                     (attrs["bytes_bwd"] - attrs["bytes_bwd_weight"]) / spec.bandwidth_Bps))
+        if node.param_bytes == 0:
+            assert node.bwd_weight_s == 0.0
+    dense = next(n for n in graph.nodes if n.layer == "encoder.layer.0.intermediate.dense" and n.param_bytes)
+    assert dense.bwd_weight_s is not None and dense.bwd_weight_s > 0
+    share = weight_grad_fraction(graph)[graph.index[dense.id]]
+    assert share == dense.bwd_weight_s / (dense.bwd_input_s + dense.bwd_weight_s)
+    assert graph_from_document(graph.to_document()).nodes[graph.index[dense.id]] == dense

@@ -63,3 +63,21 @@ def test_profile_several_batches_feed_graph_scale(tmp_path: Path, capsys: pytest
     assert main(["graph", "scale", "--profiles", str(tmp_path / "p.b1.json"), str(tmp_path / "p.b2.json"),
                  "--batch", "8", "-o", str(scaled)]) == 0
     assert load_graph(scaled).profiled_batch_size == 8
+
+
+def test_profile_measures_the_input_and_weight_gradients_apart(one_thread: object) -> None:
+    params = {"layers": 1, "hidden": 256, "heads": 4, "seq": 64, "vocab": 500, "dropout": 0}
+    graph = profile(example_source("bert", params, 4), repeats=3, warmup=1)
+    assert "backward_split" in graph.attrs["profile"]
+    ops = [n for n in graph.nodes if n.op != "input"]
+    for n in ops:
+        assert n.bwd_input_s is not None and n.bwd_weight_s is not None
+        assert n.bwd_input_s + n.bwd_weight_s == pytest.approx(n.bwd_s)
+    linears = [n for n in ops if n.op == "aten.linear.default"]
+    assert linears and all(n.attrs is not None and min(n.attrs["gradient_s"]) > 0 for n in linears)
+    assert all(n.bwd_weight_s > 0 for n in linears if n.bwd_s > 0)
+    free = [n for n in ops if "gradient_s" not in (n.attrs or {})]  # ops that read no parameter
+    assert any(n.op == "aten.gelu.default" for n in free) and all(n.bwd_weight_s == 0 for n in free)
+    embedding = next(n for n in ops if n.op == "aten.embedding.default")
+    assert embedding.attrs is not None and embedding.attrs["gradient_s"][0] == 0.0  # token ids take no gradient
+    assert embedding.bwd_weight_s == embedding.bwd_s

@@ -45,6 +45,8 @@ DOCUMENT_RULES = {"POST /v1/graphs", "POST /v1/topologies", "POST /v1/topologies
                   "POST /v1/calibrations"}
 RULES_BEYOND_JSON_SCHEMA = [
     ("invalid-graph", r"unknown node|duplicate id|self-loop|has a cycle"),  # edges name existing nodes; ids unique
+    # a node's backward split: bwd_input_s and bwd_weight_s both or neither, their sum > 0 where bwd_s > 0
+    ("invalid-graph", r"bwd_(input|weight)_s: node .*(both or neither|must be > 0 where bwd_s > 0)"),
     ("invalid-topology", r"unknown device|duplicate id|self-link|expected \d+ (rows|entries)|disconnected"),
     # link ends, unique device ids, matrix shapes, connectivity
     ("invalid-input", r"devices, more than the limit"),  # a generator's size parameters multiplied

@@ -23,6 +23,7 @@ def _uneven_doc() -> dict[str, Any]:
         "format": GRAPH_FORMAT, "name": "g",
         "nodes": [
             {"id": "a", "op": "aten.mm", "fwd_s": 1, "bwd_s": 2.5, "param_bytes": 2**70, "layer": "l0",
+             "bwd_input_s": 1, "bwd_weight_s": 1.5,
              "times": {"v100": {"fwd_s": 2.0, "bwd_s": 3}}},
             {"id": "b", "op": "aten.relu", "fwd_s": -0.0, "constant": True, "attrs": {"k": [1, {"x": None}]}},
             {"id": "c", "op": "aten.add", "fwd_s": 0.25, "act_bytes": 9007199254740993, "layer": ""},
@@ -35,7 +36,8 @@ def _uneven_doc() -> dict[str, Any]:
 def _uniform_doc() -> dict[str, Any]:
     """Every record with the same fields (as a written document has them)."""
     nodes = [{"id": f"n{i}", "op": "aten.mm", "fwd_s": 0.5 * i, "bwd_s": i, "param_bytes": 0.0, "act_bytes": 1.0,
-              "mem_fwd_bytes": 2.0, "mem_bwd_bytes": 3, "constant": i == 1, "layer": None} for i in range(4)]
+              "mem_fwd_bytes": 2.0, "mem_bwd_bytes": 3, "constant": i == 1, "layer": None,
+              "bwd_input_s": 0.5 * i, "bwd_weight_s": i // 2} for i in range(4)]
     edges = [{"src": f"n{i}", "dst": f"n{i + 1}", "bytes": float(i)} for i in range(3)]
     return {"format": GRAPH_FORMAT, "name": "u", "nodes": nodes, "edges": edges}
 
@@ -59,6 +61,8 @@ def test_uneven_records_keep_their_values() -> None:
     graph = graph_from_document(_uneven_doc())
     assert graph.nodes[0].param_bytes == float(2**70)
     assert graph.nodes[0].times is not None and graph.nodes[0].times["v100"].bwd_s == 3.0
+    assert type(graph.nodes[0].bwd_input_s) is float and graph.nodes[0].bwd_weight_s == 1.5
+    assert np.isnan(graph.bwd_weight_s[1:]).all() and graph.nodes[1].bwd_input_s is None
     assert graph.nodes[1].attrs == {"k": [1, {"x": None}]} and graph.nodes[1].constant is True
     assert graph.nodes[2].act_bytes == float(9007199254740993) and graph.nodes[2].layer == ""
     assert [e.bytes for e in graph.edges] == [0.0, 20.0, 1.5]
@@ -73,6 +77,10 @@ def test_uneven_records_keep_their_values() -> None:
     ({"constant": 1}, "nodes[1].constant: must be true or false, got 1"),
     ({"shape": [1]}, "nodes[1].shape: unknown field"),
     ({"times": {"v100": {"fwd_s": "x"}}}, "nodes[1].times.v100.fwd_s: must be a number, got str"),
+    ({"bwd_weight_s": None}, "nodes[1].bwd_weight_s: node 'n1': must be given with bwd_input_s (both or neither)"),
+    ({"bwd_input_s": -1, "bwd_weight_s": 1.0}, "nodes[1].bwd_input_s (node 'n1'): must be >= 0, got -1"),
+    ({"bwd_s": 1.0, "bwd_input_s": 0, "bwd_weight_s": 0.0},
+     "nodes[1].bwd_weight_s: node 'n1': bwd_input_s + bwd_weight_s must be > 0 where bwd_s > 0"),
 ])
 def test_a_fault_among_uniform_records_is_named_as_before(node: dict[str, Any], message: str) -> None:
     doc = _uniform_doc()

@@ -58,3 +58,19 @@ def test_mismatched_profiles_are_rejected() -> None:
         scale_graph([_profile(2), _profile(4)], [2, 2], 8)
     with pytest.raises(InvalidInput, match="batch_sizes"):
         scale_graph([_profile(2)], [2, 4], 8)
+
+
+def _split_profile(batch: int, recorded: bool) -> OpGraph:
+    split = {"bwd_input_s": 0.001 * batch, "bwd_weight_s": 0.003 * batch} if recorded else {}
+    nodes = [Node("mm", "aten.mm", 0.002 * batch, 0.004 * batch, param_bytes=64.0, **split),
+             Node("relu", "aten.relu", 0.001 * batch, 0.001 * batch, bwd_input_s=0.001 * batch, bwd_weight_s=0.0)]
+    return OpGraph.build("g", nodes, [Edge("mm", "relu", 8.0 * batch)], profiled_batch_size=batch)
+
+
+def test_a_recorded_backward_split_is_scaled_where_every_profile_has_it() -> None:
+    g = scale_graph([_split_profile(2, True), _split_profile(4, True)], [2, 4], 16)
+    assert (g.nodes[0].bwd_input_s, g.nodes[0].bwd_weight_s) == pytest.approx((0.016, 0.048))
+    assert (g.nodes[1].bwd_input_s, g.nodes[1].bwd_weight_s) == pytest.approx((0.016, 0.0))
+    partial = scale_graph([_split_profile(2, False), _split_profile(4, True)], [2, 4], 16)
+    assert partial.nodes[0].bwd_input_s is None and partial.nodes[0].bwd_weight_s is None
+    assert partial.nodes[1].bwd_input_s == pytest.approx(0.016)

@@ -128,6 +128,7 @@ GRAPH_BREAKS = {
     "string time": _set(("nodes", 1, "bwd_s"), "1"),
     "bool number": _set(("nodes", 1, "param_bytes"), True),
     "unknown node key": _set(("nodes", 1, "speed"), 2),
+    "negative weight gradient": _set(("nodes", 1, "bwd_weight_s"), -1),
     "bad constant": _set(("nodes", 1, "constant"), 1),
     "bad layer": _set(("nodes", 1, "layer"), 3),
     "bad times": _set(("nodes", 0, "times", "H100", "fwd_s"), -1),

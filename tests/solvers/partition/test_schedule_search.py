@@ -7,10 +7,13 @@ import pytest
 
 from solvers import Problem, generate_graph, generate_topology, simulate, solve
 from solvers.model.errors import InvalidProblem
-from solvers.model.plan import plan_from_document
+from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import ProblemSettings
 from solvers.model.schedules import stage_ranks
 from solvers.model.settings import settings_from_dict
+from solvers.partition import schedules
+from solvers.partition.schedule_estimates import CandidateEstimates
 from solvers.partition.schedules import cut_virtual_stages, schedule_candidates
 from solvers.validity import resolve_plan
 
@@ -75,8 +78,14 @@ def test_auto_schedule_never_slower_than_the_solvers_1f1b_plan(problem4: Problem
     assert one.metrics is not None and best.metrics is not None
     assert best.metrics["time_per_sample_s"] <= one.metrics["time_per_sample_s"] * (1 + 1e-9)
     assert best.status != "optimal"  # the proofs cover one-stage-per-rank GPipe/1F1B only
-    tried = best.stats["schedule_candidates"]
-    assert f"{best.schedule}/{best.virtual_stages}" in tried and len(tried) > 3
+    tried, estimated = best.stats["schedule_candidates"], best.stats["schedule_estimates"]
+    auto = problem4.with_settings(schedule="auto").settings
+    every = {f"{n}/{v}" for n, v in schedule_candidates(auto, 4, problem4.graph.n_ops, 8)}
+    assert f"{best.schedule}/{best.virtual_stages}" in tried and set(tried) <= set(estimated) == every
+    assert "1f1b/1" in tried  # the solver's own plan
+    assert "gpipe/1" in tried or estimated["gpipe/1"] >= min(v for v in tried.values() if v is not None)
+    first = min((key for key in estimated if key.split("/")[0] not in ("1f1b", "gpipe")), key=estimated.__getitem__)
+    assert first in tried or estimated[first] >= tried["1f1b/1"]  # the best estimate is simulated unless hopeless
     again = plan_from_document(best.to_document())  # the chosen plan resolves and simulates as it reports
     resolve_plan(problem4, again)
     assert simulate(problem4, again).metrics["iteration_s"] == pytest.approx(best.metrics["iteration_s"], rel=1e-12)
@@ -123,3 +132,40 @@ def test_a_tie_keeps_the_solvers_own_plan() -> None:
     plan = solve(Problem(graph, topology, "throughput", settings), "parmesan")
     tried = plan.stats["schedule_candidates"]
     assert len(tried) > 1 and plan.schedule == "1f1b" and plan.virtual_stages == 1 and len(plan.stages) == 1
+
+
+def test_the_search_simulates_what_its_estimates_rank_first(problem4: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the margin wide open every candidate estimated below the best simulated time is simulated, and
+    the answer is at least as fast as the pruned search's; with none, only the best-estimated one that fits."""
+    auto = problem4.with_settings(schedule="auto")
+    pruned = solve(auto, "parmesan", time_limit_s=20)
+    monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
+    wide = solve(auto, "parmesan", time_limit_s=20)
+    assert len(wide.stats["schedule_candidates"]) > len(pruned.stats["schedule_candidates"])
+    assert wide.stats["schedule_estimates"] == pruned.stats["schedule_estimates"]
+    assert wide.metrics is not None and pruned.metrics is not None
+    assert wide.metrics["time_per_sample_s"] <= pruned.metrics["time_per_sample_s"] * (1 + 1e-9)
+    fitting = [key for key, value in wide.stats["schedule_candidates"].items() if value is not None
+               and key.split("/")[0] not in ("1f1b", "gpipe")]
+    estimates = pruned.stats["schedule_estimates"]
+    simulated = [key for key in pruned.stats["schedule_candidates"] if key.split("/")[0] not in ("1f1b", "gpipe")]
+    assert simulated and min(fitting, key=estimates.__getitem__) == simulated[-1]
+
+
+def test_estimates_follow_the_closed_forms() -> None:
+    """Two ranks, equal ops with parameters (f = 1, b = 2, w = 1 each), no bytes between them: 1F1B's bubble
+    is (R - 1)(f + b), ZB-H1's (R - 1)(f + i - w) = 1 per op, ZBV's (R - 1)(f + i - 2w) = 0."""
+    nodes = [Node(f"op{i}", "aten.mm", 1.0, 2.0, param_bytes=4.0) for i in range(8)]
+    graph = OpGraph.build("chain", nodes, [Edge(f"op{i}", f"op{i + 1}", 0.0) for i in range(7)])
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+    problem = Problem(graph, topology, "throughput", ProblemSettings(micro_batches=(4,)))
+    devices = [d.id for d in topology.devices]
+    plan = Plan(stages=(Stage(tuple(graph.ids[:4]), (devices[0],)), Stage(tuple(graph.ids[4:]), (devices[1],))),
+                micro_batches=4)
+    estimates = CandidateEstimates(problem, plan, np.zeros(9))
+    speed = topology.devices[0].speed
+    stage = 4 * 3.0 / speed  # f + b of a stage's four ops
+    assert estimates.iteration_s("1f1b", 1) == pytest.approx(4 * stage + stage)
+    assert estimates.iteration_s("interleaved-zb", 1) == pytest.approx(4 * stage + 4 * 1.0 / speed)
+    assert estimates.iteration_s("zbv", 2) == pytest.approx(4 * stage)
+    assert estimates.iteration_s("interleaved-1f1b", 2) == pytest.approx(4 * stage + stage / 2)
