@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cli import main as placer
-from tests.launcher.conftest import Run, bundle, check_training_step, cut_plan, solve, torchrun, torchrun_many
+from tests.launcher.conftest import Run, bundle, check_training_step, cut_plan, torchrun_many
 
 pytestmark = pytest.mark.slow
 
@@ -123,11 +123,3 @@ def test_verify_compares_one_step_with_the_single_process_model(
     assert report["ok"] and report["missing"] == []
     tied = [d for d in report["differences"] if d["what"].startswith("model.embed_tokens.weight on ")]
     assert len(tied) == 2 and all(d["relative"] <= 1e-5 for d in tied)
-
-
-def test_1f1b_with_fewer_micro_batches_than_stages(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    """torch's Schedule1F1B refuses it; the launcher runs the same order on its own runner."""
-    graph = graphs("cnn")
-    plan = solve(workdir, graph, "even", 3, "--stages", "3", "--micro-batches", "2", "--schedule", "1f1b")
-    folder = bundle(workdir, plan, graph, 3, "cnn-1f1b-3")
-    check_training_step(torchrun(folder, 3), folder, 3)

@@ -1,7 +1,7 @@
 """Plans run for real under torchrun (gloo, CPU, one thread per process): one training step gives the
 single-process loss and gradients, inference gives the single-process outputs.  The two-process runs
 all run in one torchrun world (:func:`tests.launcher.conftest.torchrun_many`), each as its own
-``launch.py`` run would."""
+``launch.py`` run would, and the three-process runs in another."""
 
 from __future__ import annotations
 
@@ -107,12 +107,29 @@ def test_bert_even_1f1b_with_two_replicas_per_stage(workdir: Path, graphs: Calla
     check_training_step(torchrun(folder, 4), folder, 4)
 
 
-def test_bert_rannc_unequal_replicas(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("bert")
-    plan = solve(workdir, graph, "rannc", 3, "--micro-batches", "2", "--stages", "2")
+@pytest.fixture(scope="module")
+def three_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[Path, Path, Run]]:
+    """The two three-process plans, bundled, and their steps in one torchrun world: name -> (plan, bundle, run)."""
+    bert, cnn = graphs("bert"), graphs("cnn")
+    plans = {"bert-rannc": (bert, solve(workdir, bert, "rannc", 3, "--micro-batches", "2", "--stages", "2")),
+             "cnn-1f1b-3": (cnn, solve(workdir, cnn, "even", 3, "--stages", "3", "--micro-batches", "2",
+                                       "--schedule", "1f1b"))}
+    folders = {name: bundle(workdir, plan, graph, 3, name) for name, (graph, plan) in plans.items()}
+    done = torchrun_many([(folder, name, ()) for name, folder in folders.items()], 3)
+    return {name: (plans[name][1], folders[name], done[name]) for name in plans}
+
+
+def test_bert_rannc_unequal_replicas(three_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    plan, folder, run = three_process["bert-rannc"]
     assert sorted(stage_counts(plan)) == [1, 2]
-    folder = bundle(workdir, plan, graph, 3, "bert-rannc")
-    check_training_step(torchrun(folder, 3), folder, 3)
+    check_training_step(run, folder, 3)
+
+
+def test_1f1b_with_fewer_micro_batches_than_stages(three_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    """torch's Schedule1F1B refuses it; the launcher runs the same order on its own runner."""
+    plan, folder, run = three_process["cnn-1f1b-3"]
+    assert stage_counts(plan) == [1, 1, 1] and json.loads(plan.read_text())["micro_batches"] == 2
+    check_training_step(run, folder, 3)
 
 
 def test_cnn_even_1f1b_branches_cross_the_boundary(workdir: Path, two_process: dict[str, TwoProcess]) -> None:
