@@ -40,9 +40,10 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 # Two processes (pytest-xdist), a test file's tests in one of them (module-scoped servers start once).
+# Files in collection order, the long (``slow``) ones first (tests/conftest.py), not xdist's most-tests-first.
 PYTEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Property tests with random examples, ten times as many (profile `fuzz`, tests/conftest.py).
 fuzz: $(STAMP)

@@ -17,7 +17,7 @@ from extract.extract import extract
 from extract.granularity import merge_modules
 from solvers.cost.backward_split import weight_grad_fraction
 from solvers.model.documents import load_graph
-from solvers.model.graph import graph_from_document
+from solvers.model.graph import OpGraph, graph_from_document
 
 TINY: dict[str, dict[str, Any]] = {
     "bert": {"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 1000},
@@ -25,6 +25,12 @@ TINY: dict[str, dict[str, Any]] = {
     "vit": {"layers": 2, "hidden": 64, "heads": 4, "image": 32, "patch": 8},
     "resnet": {"depths": "1,1", "hidden": 16, "image": 32},
 }
+
+
+@pytest.fixture(scope="module")
+def bert_tiny() -> OpGraph:
+    """The tiny BERT at batch 2, extracted once for the tests that only read it."""
+    return extract(example_source("bert", TINY["bert"], 2))
 
 
 def real_param_bytes(source: dict[str, Any]) -> int:
@@ -76,8 +82,8 @@ def test_gpt2_tied_embedding_counted_once() -> None:
     assert len(head) == 1 and head[0].op == "aten.linear.default" and head[0].param_bytes == 0
 
 
-def test_estimate_uses_the_flop_counter() -> None:
-    graph = extract(example_source("bert", TINY["bert"], 2))
+def test_estimate_uses_the_flop_counter(bert_tiny: OpGraph) -> None:
+    graph = bert_tiny
     linear = [n for n in graph.nodes if n.op == "aten.linear.default" and n.layer == "encoder.layer.0.intermediate.dense"]
     assert len(linear) == 1
     node = linear[0]
@@ -99,8 +105,9 @@ def test_extract_is_solvable(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["simulate", "--graph", str(g), "--topology", str(t), "--plan", str(p), "--json"]) == 0
 
 
-def test_module_granularity_keeps_totals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    graph = extract(example_source("bert", TINY["bert"], 2))
+def test_module_granularity_keeps_totals(bert_tiny: OpGraph, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    graph = bert_tiny
     merged = merge_modules(graph, 3)
     assert {"encoder.layer.0", "encoder.layer.1"} <= set(merged.ids)
     assert merged.nodes[merged.index["encoder.layer.0"]].op == "BertLayer"

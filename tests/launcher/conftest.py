@@ -97,6 +97,32 @@ def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150) -> Ru
     return Run(done.returncode, done.stdout + done.stderr, steps, metrics)
 
 
+def torchrun_many(runs: Sequence[tuple[Path, str, Sequence[str]]], nproc: int, timeout_s: float = 400) -> dict[str, Run]:
+    """Several ``launch.py`` runs, ``(folder, name, args)``, one after the other in ONE torchrun world
+    (tests/launcher/matrix_worker.py ``--runs``): each gives the :class:`Run` that ``torchrun(folder, nproc,
+    *args)`` gives (its first step saved in ``folder/step-NAME``, its metrics in ``folder/metrics-NAME.json``);
+    ``code`` and ``log`` are the world's.  Starting torchrun once saves a start per run."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    spec = [{"folder": str(folder), "args": ["--steps", "1", "--warmup", "0", "--save-step", f"step-{name}",
+                                             "--metrics", f"metrics-{name}.json", "--run-record", f"run-{name}.json",
+                                             *args]}
+            for folder, name, args in runs]
+    names = [name for _, name, _ in runs]
+    assert len(set(names)) == len(names), f"run names repeat: {names}"
+    spec_path = runs[0][0].parent / f"runs-{nproc}-{names[0]}-{len(names)}.json"
+    spec_path.write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "-m", "tests.launcher.matrix_worker", "--runs", str(spec_path)]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+    out = {}
+    for folder, name, _ in runs:
+        step_dir, metrics_path = folder / f"step-{name}", folder / f"metrics-{name}.json"
+        steps = [torch.load(p) for p in sorted(step_dir.glob("rank*.pt"))] if step_dir.exists() else []
+        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
+        out[name] = Run(done.returncode, done.stdout + done.stderr, steps, metrics)
+    return out
+
+
 def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
     """The single-process step: eager model, the same global batch, the same loss."""
     from torch.utils._pytree import tree_leaves

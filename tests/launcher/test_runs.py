@@ -1,16 +1,20 @@
 """Plans run for real under torchrun (gloo, CPU, one thread per process): one training step gives the
-single-process loss and gradients, inference gives the single-process outputs."""
+single-process loss and gradients, inference gives the single-process outputs.  The two-process runs
+all run in one torchrun world (:func:`tests.launcher.conftest.torchrun_many`), each as its own
+``launch.py`` run would, and the three-process runs in another."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.launcher.conftest import (
+    Run,
     assert_close,
     bundle,
     check_training_step,
@@ -18,21 +22,80 @@ from tests.launcher.conftest import (
     solve,
     stage_counts,
     torchrun,
+    torchrun_many,
 )
 
 pytestmark = pytest.mark.slow
 
+CLASSES = "tests.launcher.models:classes"
 
-def test_bert_parmesan_gpipe_cuts_inside_a_layer(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("bert")
-    plan = solve(workdir, graph, "parmesan", 2, "--micro-batches", "2", "--schedule", "gpipe", "--stages", "2")
-    layers = {n["id"]: n.get("layer") or "" for n in json.loads(graph.read_text())["nodes"]}
-    stages = json.loads(plan.read_text())["stages"]
+
+@dataclass
+class TwoProcess:
+    graph: Path
+    plan: Path
+    folder: Path
+    runs: dict[str, Run]  # "train" and, where the test runs inference, "infer"
+
+
+def _handwritten_cnn_plan(workdir: Path, graph: Path) -> Path:
+    """The stem on cpu0, the rest on cpu1: the stem's output is read by both branches and the residual."""
+    ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
+    first, rest = ids[:3], ids[3:]
+    plan = workdir / "cnn-handwritten.json"
+    plan.write_text(json.dumps({
+        "format": "placer.plan/v1", "objective": "latency", "pass": "training",
+        "stages": [{"ops": first, "devices": ["cpu0"]}, {"ops": rest, "devices": ["cpu1"]}],
+        "order": {"cpu0": first, "cpu1": rest}}))
+    return plan
+
+
+@pytest.fixture(scope="module")
+def two_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, TwoProcess]:
+    """Every two-process plan of this file, bundled, and its runs, all in one torchrun world."""
+    bert, cnn = graphs("bert"), graphs("cnn")
+    recompute_1 = solve(workdir, cnn, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
+                        "--no-recompute")
+    recompute_1.write_text(json.dumps({**json.loads(recompute_1.read_text()), "recompute": [1]}))
+    plans = {  # name -> (graph, plan, runs: run name -> launch.py options)
+        "bert-parmesan": (bert, solve(workdir, bert, "parmesan", 2, "--micro-batches", "2", "--schedule", "gpipe",
+                                      "--stages", "2"), {"train": ()}),
+        "cnn-even": (cnn, solve(workdir, cnn, "even", 2, "--micro-batches", "2", "--schedule", "1f1b",
+                                "--stages", "2"), {"train": (), "infer": ("--inference",)}),
+        "cnn-parmesan": (cnn, solve(workdir, cnn, "parmesan", 2, "--micro-batches", "4", "--schedule", "gpipe",
+                                    "--stages", "2", "--recompute"), {"train": ("--data", CLASSES)}),
+        "cnn-recompute-1": (cnn, recompute_1, {"train": ()}),
+        "bert-heft": (bert, solve(workdir, bert, "heft", 2, "--objective", "latency", "--pass", "training"),
+                      {"train": (), "infer": ("--inference",)}),
+        "cnn-handwritten": (cnn, _handwritten_cnn_plan(workdir, cnn), {"train": ()}),
+    }
+    folders = {name: bundle(workdir, plan, graph, 2, name) for name, (graph, plan, _) in plans.items()}
+    launches = [(folders[name], f"{name}-{run}", args) for name, (_, _, runs) in plans.items()
+                for run, args in runs.items()]
+    done = torchrun_many(launches, 2)
+    return {name: TwoProcess(graph, plan, folders[name], {run: done[f"{name}-{run}"] for run in runs})
+            for name, (graph, plan, runs) in plans.items()}
+
+
+def check_inference(run: Run, folder: Path) -> tuple[torch.Tensor, ...]:
+    """The outputs, on the one rank that reports them, equal the single-process model's."""
+    assert run.code == 0, run.log[-4000:]
+    _, _, outputs = reference(folder)
+    got = [s["outputs"] for s in run.steps if s["outputs"] is not None]
+    assert len(got) == 1
+    for have, want in zip(got[0], outputs, strict=True):
+        assert_close(have, want, "inference output")
+    return tuple(got[0])
+
+
+def test_bert_parmesan_gpipe_cuts_inside_a_layer(two_process: dict[str, TwoProcess]) -> None:
+    case = two_process["bert-parmesan"]
+    layers = {n["id"]: n.get("layer") or "" for n in json.loads(case.graph.read_text())["nodes"]}
+    stages = json.loads(case.plan.read_text())["stages"]
     blocks = [{".".join(layers[op].split(".")[:3]) for op in s["ops"] if layers[op].startswith("encoder.layer.")}
               for s in stages]
     assert len(stages) == 2 and blocks[0] & blocks[1], "the plan should cut an encoder layer in two"
-    folder = bundle(workdir, plan, graph, 2, "bert-parmesan")
-    check_training_step(torchrun(folder, 2), folder, 2)
+    check_training_step(case.runs["train"], case.folder, 2)
 
 
 def test_bert_even_1f1b_with_two_replicas_per_stage(workdir: Path, graphs: Callable[[str], Path]) -> None:
@@ -44,30 +107,39 @@ def test_bert_even_1f1b_with_two_replicas_per_stage(workdir: Path, graphs: Calla
     check_training_step(torchrun(folder, 4), folder, 4)
 
 
-def test_bert_rannc_unequal_replicas(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("bert")
-    plan = solve(workdir, graph, "rannc", 3, "--micro-batches", "2", "--stages", "2")
+@pytest.fixture(scope="module")
+def three_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[Path, Path, Run]]:
+    """The two three-process plans, bundled, and their steps in one torchrun world: name -> (plan, bundle, run)."""
+    bert, cnn = graphs("bert"), graphs("cnn")
+    plans = {"bert-rannc": (bert, solve(workdir, bert, "rannc", 3, "--micro-batches", "2", "--stages", "2")),
+             "cnn-1f1b-3": (cnn, solve(workdir, cnn, "even", 3, "--stages", "3", "--micro-batches", "2",
+                                       "--schedule", "1f1b"))}
+    folders = {name: bundle(workdir, plan, graph, 3, name) for name, (graph, plan) in plans.items()}
+    done = torchrun_many([(folder, name, ()) for name, folder in folders.items()], 3)
+    return {name: (plans[name][1], folders[name], done[name]) for name in plans}
+
+
+def test_bert_rannc_unequal_replicas(three_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    plan, folder, run = three_process["bert-rannc"]
     assert sorted(stage_counts(plan)) == [1, 2]
-    folder = bundle(workdir, plan, graph, 3, "bert-rannc")
-    check_training_step(torchrun(folder, 3), folder, 3)
+    check_training_step(run, folder, 3)
 
 
-def test_cnn_even_1f1b_branches_cross_the_boundary(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("cnn")
-    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2")
-    folder = bundle(workdir, plan, graph, 2, "cnn-even")
-    run = torchrun(folder, 2)
-    check_training_step(run, folder, 2)
+def test_1f1b_with_fewer_micro_batches_than_stages(three_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    """torch's Schedule1F1B refuses it; the launcher runs the same order on its own runner."""
+    plan, folder, run = three_process["cnn-1f1b-3"]
+    assert stage_counts(plan) == [1, 1, 1] and json.loads(plan.read_text())["micro_batches"] == 2
+    check_training_step(run, folder, 3)
+
+
+def test_cnn_even_1f1b_branches_cross_the_boundary(workdir: Path, two_process: dict[str, TwoProcess]) -> None:
+    case = two_process["cnn-even"]
+    run = case.runs["train"]
+    check_training_step(run, case.folder, 2)
     assert run.metrics is not None and run.metrics["iteration_s"] > 0 and len(run.metrics["stages"]) == 2
     assert all(r["peak_memory_bytes"] > 0 for r in run.metrics["ranks"])
-    compare_metrics(workdir, plan, graph, folder / "metrics.json")
-    inference = torchrun(folder, 2, "--inference")
-    assert inference.code == 0, inference.log[-4000:]
-    _, _, outputs = reference(folder)
-    got = [s["outputs"] for s in inference.steps if s["outputs"] is not None]
-    assert len(got) == 1
-    for have, want in zip(got[0], outputs, strict=True):
-        assert_close(have, want, "inference output")
+    compare_metrics(workdir, case.plan, case.graph, case.folder / "metrics-cnn-even-train.json")
+    check_inference(case.runs["infer"], case.folder)
 
 
 def compare_metrics(workdir: Path, plan: Path, graph: Path, metrics: Path) -> None:
@@ -87,57 +159,34 @@ def compare_metrics(workdir: Path, plan: Path, graph: Path, metrics: Path) -> No
     assert all(r["simulated_s"] > 0 for r in rows.values())
 
 
-def test_cnn_parmesan_gpipe_with_recompute_and_user_data(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("cnn")
-    plan = solve(workdir, graph, "parmesan", 2, "--micro-batches", "4", "--schedule", "gpipe", "--stages", "2",
-                 "--recompute")
-    assert json.loads(plan.read_text())["recompute"] is True
-    folder = bundle(workdir, plan, graph, 2, "cnn-parmesan")
-    data = "tests.launcher.models:classes"
-    check_training_step(torchrun(folder, 2, "--data", data), folder, 2, data)
+def test_cnn_parmesan_gpipe_with_recompute_and_user_data(two_process: dict[str, TwoProcess]) -> None:
+    case = two_process["cnn-parmesan"]
+    assert json.loads(case.plan.read_text())["recompute"] is True
+    check_training_step(case.runs["train"], case.folder, 2, CLASSES)
 
 
-def test_cnn_recompute_in_one_stage_only(workdir: Path, graphs: Callable[[str], Path]) -> None:
+def test_cnn_recompute_in_one_stage_only(two_process: dict[str, TwoProcess]) -> None:
     """A plan recomputing stage 1 only (``recompute: [1]``): stage 1 runs checkpointed, stage 0 not,
     and the step still equals the single-process one."""
-    graph = graphs("cnn")
-    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
-                 "--no-recompute")
-    doc = json.loads(plan.read_text())
-    plan.write_text(json.dumps({**doc, "recompute": [1]}))
-    folder = bundle(workdir, plan, graph, 2, "cnn-recompute-1")
-    check_training_step(torchrun(folder, 2), folder, 2)
+    case = two_process["cnn-recompute-1"]
+    assert json.loads((case.folder / "plan.json").read_text())["recompute"] == [1]
+    check_training_step(case.runs["train"], case.folder, 2)
 
 
-def test_bert_heft_latency_training_and_inference(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("bert")
-    plan = solve(workdir, graph, "heft", 2, "--objective", "latency", "--pass", "training")
-    doc = json.loads(plan.read_text())
+def test_bert_heft_latency_training_and_inference(two_process: dict[str, TwoProcess]) -> None:
+    case = two_process["bert-heft"]
+    doc = json.loads(case.plan.read_text())
     assert doc["order"] and len([s for s in doc["stages"] if s["ops"]]) == 2
-    folder = bundle(workdir, plan, graph, 2, "bert-heft")
-    check_training_step(torchrun(folder, 2), folder, 2)
-    inference = torchrun(folder, 2, "--inference")
-    assert inference.code == 0, inference.log[-4000:]
-    _, _, outputs = reference(folder)
-    got = [s["outputs"] for s in inference.steps if s["outputs"] is not None]
-    assert len(got) == 1
-    for have, want in zip(got[0], outputs, strict=True):
-        assert_close(have, want, "inference output")
+    check_training_step(case.runs["train"], case.folder, 2)
+    inference = case.runs["infer"]
+    outputs = check_inference(inference, case.folder)
     metrics = inference.metrics
     assert metrics is not None and metrics["kind"] == "latency" and metrics["iteration_s"] > 0
-    assert torch.is_tensor(got[0][0])
+    assert torch.is_tensor(outputs[0])
 
 
-def test_cnn_latency_plan_where_a_remote_value_has_several_readers(workdir: Path, graphs: Callable[[str], Path]) -> None:
+def test_cnn_latency_plan_where_a_remote_value_has_several_readers(two_process: dict[str, TwoProcess]) -> None:
     """The stem's output is read by both branches and the residual on the other device: one gradient goes back."""
-    graph = graphs("cnn")
-    ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
-    first, rest = ids[:3], ids[3:]
-    assert first == ["x", "conv2d", "relu"]
-    plan = workdir / "cnn-handwritten.json"
-    plan.write_text(json.dumps({
-        "format": "placer.plan/v1", "objective": "latency", "pass": "training",
-        "stages": [{"ops": first, "devices": ["cpu0"]}, {"ops": rest, "devices": ["cpu1"]}],
-        "order": {"cpu0": first, "cpu1": rest}}))
-    folder = bundle(workdir, plan, graph, 2, "cnn-handwritten")
-    check_training_step(torchrun(folder, 2), folder, 2)
+    case = two_process["cnn-handwritten"]
+    assert json.loads(case.plan.read_text())["stages"][0]["ops"] == ["x", "conv2d", "relu"]
+    check_training_step(case.runs["train"], case.folder, 2)
