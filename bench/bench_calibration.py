@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from scipy.stats import spearmanr
 
 from bench.pinned import Job, pool_cores, rank_pinned, run_jobs
+from bench.torchrun_log import FAILED_LOG, output_tail, root_cause_line
 from cli import main as placer
 from solvers.calibration import Calibration, apply_calibration, fit_calibration
 from solvers.calibration.fit import run_problem
@@ -154,14 +155,17 @@ def torchrun_argv(devices: int, worker: list[str]) -> list[str]:
 
 def run_result(name: str, folder: Path, returncode: int | None, output: str) -> Path | None:
     """The run's ``run.json``; None (the reason printed) when the launcher refused the plan, the run failed
-    or was stopped at the deadline."""
+    or was stopped at the deadline: then the output's last lines are kept in ``FOLDER/failed.log`` and the
+    reason is the refusal, or the first error line of torchrun's root-cause rank (bench/torchrun_log.py)."""
     record = folder / "run.json"
     if returncode == 0 and record.exists():
         return record
+    (folder / FAILED_LOG).write_text(output_tail(output))
     refused = [line for line in output.splitlines() if line.startswith("launch.py: refused")]
+    cause = root_cause_line(output) or " | ".join(output.strip().splitlines()[-4:])
     why = (refused[0] if refused else "stopped at the deadline" if returncode is None else
-           f"exit {returncode}: " + " | ".join(output.strip().splitlines()[-4:]))
-    print(f"skipped {name}: {why}", flush=True)
+           f"exit {returncode}: {cause}")
+    print(f"skipped {name}: {why} (the output's tail: {folder / FAILED_LOG})", flush=True)
     return None
 
 
@@ -260,6 +264,7 @@ def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, core
             print(f"skipped {plan.stem}: {devices} processes, {len(cores)} cores", flush=True)
             continue
         (folder / "run.json").unlink(missing_ok=True)
+        (folder / FAILED_LOG).unlink(missing_ok=True)
         jobs.append(Job(plan.stem, [], folder, cores=devices, expected_s=expected_run_s(plan, steps), timeout_s=600,
                         extra_env={"CUDA_VISIBLE_DEVICES": ""}))  # CPU runs (gloo) on a machine with GPUs too
         where[plan.stem] = (plan, graph, topo, folder)

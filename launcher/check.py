@@ -103,12 +103,13 @@ def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
 
 
 def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
+    from launcher.runtime.compat import refuse_non_float_boundaries
     from launcher.runtime.model import check_structure, rebuild_meta
     from launcher.runtime.partition import (
         assign_stages,
         build_stages,
         compute_nodes,
-        live_values,
+        crossing_values,
         shared_parameters,
     )
 
@@ -133,17 +134,13 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
     _check_replicas(plan, source, reference.batch, gm)
     if tensor_parallel_degree(plan) > 1:
         report.tensor_parallel = _check_tensor_parallel(plan, reference, stages)
-    vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
-    crossed: dict[str, list[int]] = {}
-    for b, names in enumerate(live_values(gm, assignment, len(plan.stages))):
-        for name in names:
-            crossed.setdefault(name, []).append(b)
-    for name, bounds in crossed.items():
-        val = vals.get(name)
+    crossings = crossing_values(gm, assignment, len(plan.stages))
+    for name, val, produced, read in crossings:
         shape = tuple(int(x) for x in getattr(val, "shape", ()))
         dtype = str(getattr(val, "dtype", type(val).__name__)).removeprefix("torch.")
         contiguous = bool(val.is_contiguous()) if val is not None and hasattr(val, "is_contiguous") else True
-        report.boundaries.append(Boundary(name, dtype, shape, contiguous, min(bounds) - 1, max(bounds)))
+        report.boundaries.append(Boundary(name, dtype, shape, contiguous, produced, read))
+    refuse_non_float_boundaries(plan, crossings)
 
 
 def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> None:

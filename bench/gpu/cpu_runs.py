@@ -20,7 +20,8 @@ one (core 0 stays with this driver); each job runs under ``taskset`` on cores of
    (bench/schedule_runs.report, with that calibration too).
 
 Every graph, plan, topology, run.json and the calibration are copied to ``--keep`` (``files/``
-and ``runs/``): what the tables were computed from comes back with them, and ``--report-from KEPT``
+and ``runs/``), and the last 40 lines of the output of every run that failed (``runs/PLAN.failed.log``;
+its "skipped" line names the root-cause rank's first error): what the tables were computed from comes back with them, and ``--report-from KEPT``
 prints the tables again from those files (here, after ``tar -xzf cpu_runs.tar.gz -C KEPT``).  Run it anywhere with fewer
 cores by ``--cores N`` (and smaller ``--models``/``--solvers``/``--procs``) to check the steps.
 """
@@ -44,6 +45,7 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's packages
 from bench import bench_calibration as calib  # noqa: E402
 from bench import schedule_runs as sched  # noqa: E402
 from bench.pinned import Job, pool_cores, python_m, run_jobs  # noqa: E402
+from bench.torchrun_log import FAILED_LOG  # noqa: E402
 
 
 def timed(title: str, started: float) -> None:
@@ -78,14 +80,17 @@ def merge(first: list[tuple[Path, Path, Path]], second: list[tuple[Path, Path, P
 
 
 def keep(out: Path, dest: Path) -> None:
-    """Graphs, topologies, plans, the calibration and the summary (``dest/files``) and every run.json
-    (``dest/runs/PLAN.json``); bench/gpu/cpu_runs.sh tars ``dest``."""
+    """Graphs, topologies, plans, the calibration and the summary (``dest/files``), every run.json
+    (``dest/runs/PLAN.json``) and the output's tail of every run that wrote none (``dest/runs/PLAN.failed.log``,
+    bench_calibration.run_result); bench/gpu/cpu_runs.sh tars ``dest``."""
     (dest / "files").mkdir(parents=True, exist_ok=True)
     (dest / "runs").mkdir(parents=True, exist_ok=True)
     for path in out.glob("*.json"):
         shutil.copy(path, dest / "files" / path.name)
     for record in (out / "runs").glob("*/run.json"):
         shutil.copy(record, dest / "runs" / f"{record.parent.name}.json")
+    for log in (out / "runs").glob(f"*/{FAILED_LOG}"):
+        shutil.copy(log, dest / "runs" / f"{log.parent.name}.{FAILED_LOG}")
 
 
 def report(cal_cases: list[calib.Case], sched_cases: list[calib.Case], out: Path) -> None:

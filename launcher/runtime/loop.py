@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.bundle import plan_kind
+from launcher.runtime.compat import runs_on_pipeline_stage
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.dataflow import DataflowRunner
 from launcher.runtime.multistage import MultiStageRunner
@@ -117,12 +118,10 @@ def make_runner(ctx: LaunchContext) -> Runner:
         return PipelineRunner(ctx)
     if plan_kind(ctx.plan) == "latency":
         return DataflowRunner(ctx)
-    widths = {len(s.devices) for s in ctx.plan.stages}
-    plan = ctx.plan
-    if is_multi_stage(plan.schedule):
+    if is_multi_stage(ctx.plan.schedule):
         return MultiStageRunner(ctx)  # launcher check refuses what torch's multi-stage classes cannot run
-    if len(widths) > 1 or (plan.schedule == "1f1b" and plan.micro_batches < len(plan.stages)):
-        return UnevenRunner(ctx)  # torch's Schedule1F1B needs at least as many micro-batches as stages
+    if not runs_on_pipeline_stage(ctx.plan):
+        return UnevenRunner(ctx)  # replica counts differ, or fewer micro-batches than stages for Schedule1F1B
     return PipelineRunner(ctx)
 
 

@@ -22,10 +22,13 @@ import torch
 import torch.distributed as dist
 
 from extract.source import InputSpec
+from launcher.bundle import plan_kind
+from launcher.runtime.compat import refuse_non_float_boundaries
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
 from launcher.runtime.loop import resident_bytes, run_loop
 from launcher.runtime.model import Rebuilt, check_structure, export_device, rebuild
+from launcher.runtime.partition import assign_stages, crossing_values
 from launcher.runtime.training import optimizer_class, optimizer_kwargs
 from launcher.runtime.weights import FileWeights, SeededWeights, WeightSource
 from launcher.runtime.world import check_world_size, locate, select_gpu, start_process_group
@@ -123,6 +126,9 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     if reference is None:
         reference = rebuild(manifest["source"], device=device)
     check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
+    if plan_kind(plan) == "throughput":
+        crossings = crossing_values(reference.module, assign_stages(reference.module, stage_of), len(plan.stages))
+        refuse_non_float_boundaries(plan, crossings, backward=not args.inference)
     seeded = reference.seeded
     if seeded is None:
         raise AssertionError("the reference model was rebuilt without its construction log")

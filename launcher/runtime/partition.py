@@ -127,6 +127,17 @@ def live_values(gm: fx.GraphModule, stage: Mapping[str, int], n_stages: int) -> 
     return [[] if b == 0 else [v for v in order if stage[v] < b <= last_reader.get(v, -1)] for b in range(n_stages)]
 
 
+def crossing_values(gm: fx.GraphModule, stage: Mapping[str, int], n_stages: int) -> list[tuple[str, Any, int, int]]:
+    """Every value live across a boundary: (name, its example value in the export, the stage that makes it,
+    the last stage that reads it), in graph order."""
+    crossed: dict[str, list[int]] = {}
+    for b, names in enumerate(live_values(gm, stage, n_stages)):
+        for name in names:
+            crossed.setdefault(name, []).append(b)
+    vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    return [(name, vals.get(name), min(bounds) - 1, max(bounds)) for name, bounds in crossed.items()]
+
+
 def build_stages(gm: fx.GraphModule, lookup: Callable[[str], Any], stage: Mapping[str, int],
                  n_stages: int) -> list[StageGraph]:
     """One :class:`StageGraph` per stage; ``lookup`` gives a ``get_attr`` target's value (parameters,

@@ -84,9 +84,13 @@ class Run:
     metrics: dict[str, Any] | None
 
 
-def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150) -> Run:
-    """``launch.py`` under torchrun with gloo, one thread per process; the first step saved per rank."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150, preload: Path | None = None) -> Run:
+    """``launch.py`` under torchrun with gloo, one thread per process; the first step saved per rank.
+
+    ``preload``: a folder put first on ``PYTHONPATH`` (its ``sitecustomize.py`` runs in every process).
+    """
+    path = [str(preload)] if preload is not None else []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([*path, str(REPO)])}
     step_dir = folder / "step"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            "launch.py", "--steps", "1", "--warmup", "0", "--save-step", str(step_dir), *args]
