@@ -11,13 +11,13 @@ from tests.solvers.exact.test_exact_tp import LAT, one_host, problem
 
 def test_tp_wins_where_only_split_weights_fit() -> None:
     """The closed form of tests/solvers/exact/test_exact_tp.py: one stage split two ways on a 1 GB/s link."""
-    plan = solve(problem(one_host(2, 1e9, 23e6), 1), "pipedream", time_limit_s=20)
+    plan = solve(problem(one_host(2, 1e9, 25e6), 1), "pipedream", time_limit_s=20)
     assert [(s.devices, s.tp) for s in plan.stages] == [(("d0", "d1"), 2)]
     fwd = 3.0 / 2 + 0.75 + 4e6 / 1e9 + 2 * LAT
     bwd = 6.0 / 2 + 0.25 + 4e6 / 1e9 + 2 * LAT
     assert plan.metrics["objective_s"] == pytest.approx(fwd + bwd, rel=1e-12)
     assert plan.stats["tp"] == 2
-    without = solve(problem(one_host(2, 1e9, 23e6), 1, max_tp=1), "pipedream", time_limit_s=20)
+    without = solve(problem(one_host(2, 1e9, 25e6), 1, max_tp=1), "pipedream", time_limit_s=20)
     assert all(s.tp == 1 for s in without.stages) and without.metrics["objective_s"] > 10.0
 
 
