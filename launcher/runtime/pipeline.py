@@ -19,6 +19,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
+from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.model import Rebuilt, rebuild
 from launcher.runtime.partition import (
     StageGraph,
@@ -180,15 +181,11 @@ class PipelineRunner:
         losses: list[torch.Tensor] = []
         tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
         self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses, return_outputs=False)
-        for name, p in self.named_parameters().items():
-            tied = self.tied.group_of(name)
-            if tied is None and self.width == 1:
-                continue
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            # replicas average; the stages that share a tied parameter add their parts
-            dist.all_reduce(p.grad, group=tied or self.dp_group)
-            p.grad /= self.width
+        # replicas average; the stages that share a tied parameter add their parts
+        all_reduce_gradients([(name, p, self.tied.group_of(name) or self.dp_group)
+                              for name, p in self.named_parameters().items()
+                              if self.tied.group_of(name) is not None or self.width > 1],
+                             divide_by=self.width, bucket_bytes=self.ctx.bucket_bytes)
         return replica_mean_loss(losses, self.width, self.dp_group) if self.is_last else None
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
