@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from launcher.runtime.gradsync import _buckets, all_reduce_gradients
+from launcher.runtime.gradsync import BUCKET_BYTES, _buckets, all_reduce_gradients
+from launcher.runtime.main import check_args, parse_args
+from solvers.model.errors import InvalidInput
 from tests.launcher.conftest import REPO
 
 
@@ -26,6 +28,13 @@ def test_buckets_are_consecutive_runs_within_the_cap() -> None:
 def test_a_bucket_cap_must_be_positive() -> None:
     with pytest.raises(ValueError, match="bucket_bytes"):
         all_reduce_gradients([], bucket_bytes=0)
+
+
+def test_launch_option_bucket_mib() -> None:
+    assert parse_args([]).bucket_mib * 2**20 == BUCKET_BYTES
+    with pytest.raises(InvalidInput, match=r"--bucket-mib 0\.0: expected > 0") as refused:
+        check_args(parse_args(["--bucket-mib", "0"]))
+    assert refused.value.field == "bucket_mib"
 
 
 @pytest.mark.slow
