@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from launcher.runtime.data import DataSource
+from launcher.runtime.gradsync import BUCKET_BYTES
 from launcher.runtime.model import Rebuilt
 from launcher.runtime.weights import WeightSource
 from launcher.runtime.world import World
@@ -28,6 +29,7 @@ class LaunchContext:
     export_device: str = "meta"
     autocast: bool = False  # pipeline stages run under bf16 autocast
     start_memory_bytes: int = 0  # resident set before the model was built (torch and the process group)
+    bucket_bytes: int = BUCKET_BYTES  # largest bucket of one gradient all-reduce
 
     @property
     def batch(self) -> int:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import fx
 
 from launcher.runtime.context import LaunchContext
+from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.partition import (
     compute_nodes,
     model_outputs,
@@ -282,12 +283,9 @@ class DataflowRunner:
 
     def _sum_shared_parameters(self) -> None:
         mine = self.ctx.world.device
-        for target, (group, devices) in sorted(self.groups.items()):
-            if mine in devices:
-                param = self.all_parameters[target]
-                if param.grad is None:
-                    param.grad = torch.zeros_like(param)
-                dist.all_reduce(param.grad, group=group)
+        all_reduce_gradients([(target, self.all_parameters[target], group)
+                              for target, (group, devices) in sorted(self.groups.items()) if mine in devices],
+                             bucket_bytes=self.ctx.bucket_bytes)
 
     # ---- the runner interface ----------------------------------------------------------------
     def train_step(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> float | None:

@@ -26,6 +26,7 @@ from launcher.bundle import plan_kind
 from launcher.runtime.compat import refuse_non_float_boundaries
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
+from launcher.runtime.gradsync import BUCKET_BYTES
 from launcher.runtime.loop import resident_bytes, run_loop
 from launcher.runtime.model import Rebuilt, check_structure, export_device, rebuild
 from launcher.runtime.partition import assign_stages, crossing_values
@@ -73,6 +74,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=0, metavar="N",
                    help="profile the N steps after the warm-up (torch.profiler): stage forward/backward and "
                         "transfer times in the run record (default 0: iteration times and memory only)")
+    p.add_argument("--bucket-mib", type=float, default=BUCKET_BYTES / 2**20, metavar="MIB",
+                   help="largest bucket of gradients one data-parallel all-reduce carries (default 25)")
     p.add_argument("--save-step", default=None, metavar="DIR",
                    help="write the first step's loss, outputs and gradients of every rank into DIR")
     return p.parse_args(list(argv))
@@ -139,7 +142,8 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     data = load_data(args.data, specs, reference.weights)
     autocast = args.autocast == "bf16" or (args.autocast == "auto" and world.torch_device.type == "cuda"
                                            and torch.cuda.is_bf16_supported())
-    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, weights, device, autocast)
+    return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, weights, device, autocast,
+                         bucket_bytes=int(args.bucket_mib * 2**20))
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -149,6 +153,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.accumulate < 1 or args.steps < 0:
         raise InvalidInput(f"--accumulate {args.accumulate} / --steps {args.steps}: expected >= 1 / >= 0",
                            field="accumulate")
+    if not args.bucket_mib > 0:
+        raise InvalidInput(f"--bucket-mib {args.bucket_mib}: expected > 0", field="bucket_mib")
     if args.profile_steps < 0 or args.warmup + args.profile_steps > max(args.steps, args.warmup):
         raise InvalidInput(f"--profile-steps {args.profile_steps}: expected between 0 and --steps - --warmup "
                            f"({args.steps} - {args.warmup})", field="profile_steps")

@@ -32,11 +32,11 @@ import time
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed import pipelining
 
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
+from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.partition import parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, boundary_examples, replica_mean_loss, slice_model, split_model
 from launcher.runtime.weights import materialize, read_targets
@@ -160,16 +160,15 @@ class MultiStageRunner:
         losses: list[torch.Tensor] = []
         tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
         self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses)
-        for name, p in self.named_parameters().items():
+        for p in self.named_parameters().values():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             p.grad /= plan.micro_batches
-            tied = self.tied.group_of(name)
-            if tied is None and self.width == 1:
-                continue
-            # replicas average; the ranks whose stages share a tied parameter add their parts
-            dist.all_reduce(p.grad, group=tied or self.dp_group)
-            p.grad /= self.width
+        # replicas average; the ranks whose stages share a tied parameter add their parts
+        all_reduce_gradients([(name, p, self.tied.group_of(name) or self.dp_group)
+                              for name, p in self.named_parameters().items()
+                              if self.tied.group_of(name) is not None or self.width > 1],
+                             divide_by=self.width, bucket_bytes=self.ctx.bucket_bytes)
         return replica_mean_loss(losses, self.width, self.dp_group) if self.is_last else None
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:

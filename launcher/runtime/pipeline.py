@@ -20,6 +20,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
+from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.model import Rebuilt, rebuild
 from launcher.runtime.partition import (
     StageGraph,
@@ -35,7 +36,6 @@ from launcher.runtime.tensor_parallel import (
     TensorParallelStage,
     dtensor_scope,
     is_sharded,
-    local_tensor,
     op_kinds,
     parallelize_stage,
     parameter_placements,
@@ -214,18 +214,15 @@ class PipelineRunner:
         tgt = target[rows].to(self.ctx.world.torch_device) if self.is_last else None
         with dtensor_scope(self.tp):  # the backward passes too: plain tensors saved beside DTensors
             self.schedule.step(*self._args(inputs, rows), target=tgt, losses=losses, return_outputs=False)
-        for name, p in self.named_parameters().items():
-            tied = self.tied.group_of(name, self.tp_rank)
-            if self.tp > 1:
+        params = self.named_parameters()
+        if self.tp > 1:
+            for p in params.values():
                 p.grad = placed_gradient(p)
-            if tied is None and self.width == 1:
-                continue
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            # replicas average; the stages that share a tied parameter add their parts (shard by shard)
-            local = local_tensor(p.grad)
-            dist.all_reduce(local, group=tied or self.dp_group)
-            local /= self.width
+        # replicas average; the stages that share a tied parameter add their parts (shard by shard)
+        groups = {name: self.tied.group_of(name, self.tp_rank) for name in params}
+        all_reduce_gradients([(name, p, groups[name] or self.dp_group) for name, p in params.items()
+                              if groups[name] is not None or self.width > 1],
+                             divide_by=self.width, bucket_bytes=self.ctx.bucket_bytes)
         return replica_mean_loss(losses, self.width, self.dp_group) if self.is_last else None
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:

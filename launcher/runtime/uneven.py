@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.runtime.context import LaunchContext
+from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.partition import StageGraph, parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, slice_model, split_model
 from launcher.runtime.weights import materialize, read_targets
@@ -277,12 +278,14 @@ class UnevenRunner:
                 self._backward(mb)
         for work in self.works:
             work.wait()
-        for name, p in self.named_parameters().items():
+        for p in self.named_parameters().values():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            tied = self.tied.group_of(name)  # the replicas, and the stages sharing a tied parameter, add
-            if tied is not None or self.widths[self.stage_index] > 1:
-                dist.all_reduce(p.grad, group=tied or self.dp_group)
+        # the replicas, and the stages sharing a tied parameter, add
+        all_reduce_gradients([(name, p, self.tied.group_of(name) or self.dp_group)
+                              for name, p in self.named_parameters().items()
+                              if self.tied.group_of(name) is not None or self.widths[self.stage_index] > 1],
+                             bucket_bytes=self.ctx.bucket_bytes)
         if not self.is_last:
             return None
         loss = torch.stack(self.losses).mean()

@@ -7,6 +7,7 @@ spread evenly over all sender/receiver pairs.  Ring all-reduce follows Parmesan 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from solvers.cost.calibrated import collective_efficiency
@@ -73,6 +74,26 @@ def allreduce_s(topology: Topology, ring: Sequence[int], param_bytes: float) -> 
     bw = min(float(topology.bandwidth_Bps[a, b]) for a, b in hops)
     lat = max(float(topology.latency_s[a, b]) for a, b in hops)
     return (2.0 * (r - 1) / r * param_bytes / bw + 2.0 * (r - 1) * lat) / collective_efficiency(topology)
+
+
+GRADIENT_BUCKET_BYTES = 25 * 2**20  # the launcher's gradient bucket (PyTorch DDP's default bucket_cap_mb)
+
+
+def gradient_buckets(param_bytes: float, bucket_bytes: float = GRADIENT_BUCKET_BYTES) -> int:
+    """All-reduces of a data-parallel gradient of ``param_bytes``: one per bucket, at least one."""
+    return max(1, math.ceil(param_bytes / bucket_bytes))
+
+
+def gradient_allreduce_s(topology: Topology, ring: Sequence[int], param_bytes: float) -> float:
+    """The data-parallel gradient all-reduce as the launcher runs it: ``param_bytes`` in buckets of at
+    most :data:`GRADIENT_BUCKET_BYTES` (PyTorch DDP, Li et al. VLDB 2020 Sec. 3.2.3), one ring
+    all-reduce each.  The bytes cost what one all-reduce of them costs (:func:`allreduce_s`); every
+    bucket pays the ring's latency: ``allreduce_s + (k - 1) · 2 (R-1) · max lat / e`` for ``k`` buckets."""
+    r = len(ring)
+    if r <= 1 or param_bytes <= 0:
+        return 0.0
+    _, lat = ring_hop_s(topology, ring)
+    return allreduce_s(topology, ring, param_bytes) + (gradient_buckets(param_bytes) - 1) * 2.0 * (r - 1) * lat
 
 
 def ring_hop_s(topology: Topology, ring: Sequence[int]) -> tuple[float, float]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from solvers.cost.comm import allreduce_s
+from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import shared_param_stages
 from solvers.cost.tensor_parallel import boundary_mode, op_times_s, shard_allreduces
@@ -139,7 +139,7 @@ def run_iteration(problem: Problem, rp: ResolvedPlan, tg: EventGraph, channels: 
         record_collectives(problem, rp, channels, s, tg.micro_batches)
         if allreduce and rp.replicas(s) > 1:
             rings = shard_allreduces(problem, rp, s)
-            tail += max(allreduce_s(problem.topology, ring, size) for ring, size in rings)
+            tail += max(gradient_allreduce_s(problem.topology, ring, size) for ring, size in rings)
             for ring, size in rings:
                 channels.add_allreduce(ring, size)
             if log is not None and tail > 0:

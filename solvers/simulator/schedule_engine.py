@@ -35,7 +35,7 @@ import numpy as np
 
 from solvers.arrays import IntArray
 from solvers.cost.backward_split import weight_grad_fraction
-from solvers.cost.comm import allreduce_s
+from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import kept_bytes, shared_copy_bytes, shared_param_stages
 from solvers.cost.traffic import group_input_bytes, group_traffic_bytes
@@ -120,7 +120,7 @@ def virtual_pipeline(problem: Problem, compute: ComputeModel, channels: ChannelT
     if allreduce:
         for r in range(ranks):
             params = sum(float(graph.param_bytes[ops_of[j]].sum()) for j in schedule.rank_stages(r))
-            ar[r] = allreduce_s(topo, rank_devices[r], params)
+            ar[r] = gradient_allreduce_s(topo, rank_devices[r], params)
             channels.add_allreduce(rank_devices[r], params)
         for _, stages, size in shared_param_stages(problem, stage_of):  # tied weights on several ranks
             holders = sorted({schedule.stage_rank[t] for t in stages})

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from solvers.cost.comm import allreduce_s
+from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import shared_param_stages
 from solvers.cost.tensor_parallel import boundary_mode, op_times_s, shard_allreduces
@@ -58,7 +58,7 @@ def _pipeline(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, channel
         bwd.append(b + f if again else b)
         record_collectives(problem, rp, channels, s, micro_batches)
         rings = shard_allreduces(problem, rp, s)
-        ar.append(max(allreduce_s(problem.topology, ring, size) for ring, size in rings) if allreduce else 0.0)
+        ar.append(max(gradient_allreduce_s(problem.topology, ring, size) for ring, size in rings) if allreduce else 0.0)
         if allreduce:
             for ring, size in rings:
                 channels.add_allreduce(ring, size)

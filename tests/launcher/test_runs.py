@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli import main as placer
 from tests.launcher.conftest import (
     Run,
     assert_close,
@@ -190,3 +191,22 @@ def test_cnn_latency_plan_where_a_remote_value_has_several_readers(two_process: 
     case = two_process["cnn-handwritten"]
     assert json.loads(case.plan.read_text())["stages"][0]["ops"] == ["x", "conv2d", "relu"]
     check_training_step(case.runs["train"], case.folder, 2)
+
+
+@pytest.mark.parametrize(("stages", "tied"), [(1, {}), (2, {"transformer.wte.weight": [0, 1]})])
+def test_gpt2_replicas_verify_with_bucketed_gradients(workdir: Path, graphs: Callable[[str], Path], stages: int,
+                                                       tied: dict[str, list[int]],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """1 stage x 2 replicas (the gradients averaged in buckets over the replicas) and 2 stages x 2
+    replicas (the tied embedding summed over both stages' replicas): one step equals the single process."""
+    graph = graphs("gpt2")
+    devices = 2 * stages
+    plan = solve(workdir, graph, "even", devices, "--micro-batches", "2", "--schedule", "1f1b", "--stages",
+                 str(stages), "--replicas", "2")
+    assert stage_counts(plan) == [2] * stages
+    capsys.readouterr()
+    assert placer(["launcher", "check", "--plan", str(plan), "--graph", str(graph), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tied"] == tied
+    assert placer(["launcher", "verify", "--plan", str(plan), "--graph", str(graph), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["missing"] == [], report["first_failure"]

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.cost.comm import allreduce_s, group_transfer_s, transfer_pairs, transfer_s
+from solvers.cost.comm import (
+    GRADIENT_BUCKET_BYTES,
+    allreduce_s,
+    gradient_allreduce_s,
+    gradient_buckets,
+    group_transfer_s,
+    transfer_pairs,
+    transfer_s,
+)
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, device_memory_bytes, in_flight_micro_batches, stage_memory_bytes
 from solvers.cost.traffic import group_input_bytes, group_traffic_bytes
@@ -60,6 +68,18 @@ def test_allreduce_eq9() -> None:
     # ring a -> b -> c -> a: hops a->b (10, 1), b->c (5, 0.5), c->a (5, 1.5)
     assert allreduce_s(topo, [0, 1, 2], 30.0) == pytest.approx(2 * 2 / 3 * 30.0 / 5.0 + 2 * 2 * 1.5)
     assert allreduce_s(topo, [1], 30.0) == 0.0 and allreduce_s(topo, [0, 1], 0.0) == 0.0
+
+
+def test_gradient_allreduce_pays_the_ring_latency_once_per_bucket() -> None:
+    topo = _topology()
+    b = GRADIENT_BUCKET_BYTES
+    assert [gradient_buckets(x) for x in (1.0, b, b + 1, 3.5 * b)] == [1, 1, 2, 4]
+    # up to one bucket: the one all-reduce of Eq. 9
+    assert gradient_allreduce_s(topo, [0, 1, 2], 30.0) == allreduce_s(topo, [0, 1, 2], 30.0)
+    # four buckets: the same bytes, three more ring latencies 2 max lat
+    four = gradient_allreduce_s(topo, [0, 1, 2], 3.5 * b)
+    assert four == pytest.approx(allreduce_s(topo, [0, 1, 2], 3.5 * b) + 3 * 2 * 2 * 1.5)
+    assert gradient_allreduce_s(topo, [1], 3.5 * b) == 0.0
 
 
 def test_traffic_sends_a_tensor_once_per_group_at_its_largest_size() -> None:

@@ -91,7 +91,8 @@ def test_allreduce_term_ends_the_iteration(engine: str) -> None:
     m = simulate(problem, plan, engine=engine).metrics  # type: ignore[arg-type]
     ring = allreduce_s(problem.topology, [0, 1], params)
     assert ring == pytest.approx(2 * 0.5 * params / bw + 2 * lat)
-    assert m["iteration_s"] == pytest.approx(4 * 2 * 3.0 / 2 + ring)
+    # 4e8 bytes are 16 buckets of 25 MiB: every bucket after the first adds the ring's latency 2 lat
+    assert m["iteration_s"] == pytest.approx(4 * 2 * 3.0 / 2 + ring + 15 * 2 * lat)
     assert m["latency_s"] == pytest.approx(2 * 3.0 / 2)  # one micro-batch, no all-reduce
     assert m["bytes_per_channel"] == {"d0->d1": pytest.approx(params), "d1->d0": pytest.approx(params)}
 
