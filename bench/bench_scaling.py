@@ -81,11 +81,18 @@ def solve_once(solver: str, layers: int, time_limit_s: float) -> dict[str, Any]:
         status, reason = "refused", f"{type(exc).__name__}: {exc.message}"[:300]
     wall_s = time.perf_counter() - wall0
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = (time.process_time() - cpu0 + children.ru_utime - children0.ru_utime
-             + children.ru_stime - children0.ru_stime)
+    cpu_s = time.process_time() - cpu0 + children.ru_utime - children0.ru_utime + children.ru_stime - children0.ru_stime
     peak_kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, children.ru_maxrss)
-    return {"solver": solver, "ops": graph.n_ops, "status": status, "reason": reason, "wall_s": wall_s,
-            "cpu_s": cpu_s, "peak_mib": peak_kib / 1024, "over_limit": wall_s > time_limit_s + OVERRUN_S}
+    return {
+        "solver": solver,
+        "ops": graph.n_ops,
+        "status": status,
+        "reason": reason,
+        "wall_s": wall_s,
+        "cpu_s": cpu_s,
+        "peak_mib": peak_kib / 1024,
+        "over_limit": wall_s > time_limit_s + OVERRUN_S,
+    }
 
 
 @dataclass
@@ -114,8 +121,16 @@ def run_child(solver: str, layers: int, ops: int, time_limit_s: float) -> Run:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return Run(solver, ops, "crashed", f"exit {out.returncode}: {last[:200]}", math.nan, math.nan, math.nan)
     doc = json.loads(lines[-1])
-    return Run(doc["solver"], doc["ops"], doc["status"], doc["reason"], doc["wall_s"], doc["cpu_s"], doc["peak_mib"],
-               doc["over_limit"])
+    return Run(
+        doc["solver"],
+        doc["ops"],
+        doc["status"],
+        doc["reason"],
+        doc["wall_s"],
+        doc["cpu_s"],
+        doc["peak_mib"],
+        doc["over_limit"],
+    )
 
 
 def exponent(points: list[tuple[int, float]]) -> float | None:
@@ -142,8 +157,11 @@ def cell(runs: list[Run]) -> str:
     wall = statistics.median(r.wall_s for r in planned)
     peak = max(r.peak_mib for r in planned)
     over = sum(r.over_limit for r in planned)
-    return (f"{cpu:.2f} / {wall:.2f} s, {peak:.0f} MiB" + (f" (x{len(planned)})" if len(planned) != 3 else "")
-            + (f", {over} over the limit" if over else ""))
+    return (
+        f"{cpu:.2f} / {wall:.2f} s, {peak:.0f} MiB"
+        + (f" (x{len(planned)})" if len(planned) != 3 else "")
+        + (f", {over} over the limit" if over else "")
+    )
 
 
 def main() -> None:
@@ -170,16 +188,24 @@ def main() -> None:
             runs = [run_child(solver, layers, n_ops, args.time_limit) for _ in range(repeats)]
             results[solver][ops] = runs
             r = runs[-1]
-            print(f"{solver:9s} {n_ops:7d} ops: {cell(runs)}; last {r.status} {r.reason}; "
-                  f"load {load_average()}", flush=True)
+            print(
+                f"{solver:9s} {n_ops:7d} ops: {cell(runs)}; last {r.status} {r.reason}; load {load_average()}",
+                flush=True,
+            )
     print("\n| solver | " + " | ".join(f"{n // 1000}k ops" for n in sizes) + " | exponent |")
     print("|---|" + "---|" * (len(sizes) + 1))
     for solver in solvers:
-        points = [(runs[0].ops, statistics.median(r.cpu_s for r in runs if r.status == "planned"))
-                  for runs in results[solver].values() if any(r.status == "planned" for r in runs)]
+        points = [
+            (runs[0].ops, statistics.median(r.cpu_s for r in runs if r.status == "planned"))
+            for runs in results[solver].values()
+            if any(r.status == "planned" for r in runs)
+        ]
         slope = exponent(points)
-        print(f"| `{solver}` | " + " | ".join(cell(results[solver][n]) for n in sizes)
-              + f" | {'n/a' if slope is None else f'{slope:.2f}'} |")
+        print(
+            f"| `{solver}` | "
+            + " | ".join(cell(results[solver][n]) for n in sizes)
+            + f" | {'n/a' if slope is None else f'{slope:.2f}'} |"
+        )
     print(f"\nload average at the end: {load_average()}")
 
 
