@@ -3,7 +3,8 @@
 The solvers run in parallel child processes (``workers``, default one per core), each started
 with a share of the time left (see below, never more than what is left) and killed at the
 deadline; quick solvers finish early and leave their time to the later ones.  The budget counts
-from the call (the default one as well); the parent picks the members without loading their
+from the call (the default one as well), less a reserve for the work after the deadline that grows
+with the ops and the machine's load (:func:`finish_reserve_s`); the parent picks the members without loading their
 modules (:func:`~solvers.registry.objectives`), each member's process loads its own, so a slow
 import delays that member only.  The anytime solvers in ``ANYTIME`` (``moirai``: it starts from
 the best list schedule and improves it for as long as it may) get all the time left: with more
@@ -78,6 +79,10 @@ from solvers.supervise import Child
 
 _MARGIN_S = 0.35  # kept back from the budget for collecting and choosing
 GAP = 1e-4  # auto's default relative gap: moirai's "optimal" (solvers.moirai.pipeline.OPTIMAL_GAP)
+# CPU seconds per op of the work after the deadline (scoring cut-short incumbents, reading the
+# members' plans, the final simulation): 9-14 us/op measured at 50k and 200k ops (docs/benchmarks.md,
+# "Scaling"), kept back with a factor of about 2
+FINISH_CPU_S_PER_OP = 20e-6
 ANYTIME = ("moirai",)  # anytime solvers: all the time left, started first with spare workers (module doc)
 # linear-time baselines run in-process when no member returned a plan in time (a loaded machine)
 FALLBACK = {"throughput": "even", "latency": "single"}
@@ -129,6 +134,17 @@ class Stream:
         self.latest, self.scored, self.incumbents = document, None, self.incumbents + 1
         if incumbent_s is not None and (self.reported_s is None or incumbent_s < self.reported_s):
             self.reported_s = incumbent_s
+
+
+def finish_reserve_s(n_ops: int, limit_s: float, load: float | None = None, cpus: int | None = None) -> float:
+    """Seconds kept back from the members for the work after the deadline, which grows with the ops:
+    ``n_ops x FINISH_CPU_S_PER_OP`` CPU seconds, stretched by the machine's load per core (``load``:
+    the 1-minute load average, ``os.getloadavg``; ``cpus``: ``os.cpu_count``) when it is above 1,
+    and never more than half the limit (the members keep the other half).  About 4 s of 60 at
+    200k ops on an idle machine, 30 s at a load of 7.5 per core; 0.02 s at 1k ops."""
+    load = os.getloadavg()[0] if load is None else load
+    per_core = max(1.0, load / max(1, cpus or os.cpu_count() or 1))
+    return min(limit_s / 2.0, n_ops * FINISH_CPU_S_PER_OP * per_core)
 
 
 def portfolio_names(problem: Problem, only: tuple[str, ...] | None = None) -> list[str]:
@@ -222,7 +238,8 @@ class AutoSolver:
             raise SolverFailure(f"auto: no registered solver answers the {problem.objective!r} objective")
         # counted from the call, like a given limit: loading the members' modules is part of the budget
         limit_s = (budget.time_limit_s if budget.time_limit_s is not None else options.default_time_limit_s)
-        deadline = budget.started_at + max(0.0, limit_s - _MARGIN_S)
+        reserve_s = finish_reserve_s(problem.graph.n_ops, limit_s)
+        deadline = budget.started_at + max(0.0, limit_s - _MARGIN_S - reserve_s)
         workers = max(1, min(options.workers or os.cpu_count() or 1, len(names)))
         anytime, quick = [n for n in names if n in ANYTIME], [n for n in names if n not in ANYTIME]
         streams: dict[str, Stream] = {}
@@ -240,8 +257,10 @@ class AutoSolver:
             if kind == "ok":
                 plan = _choose(problem, names, results, streams)
                 return plan.with_(notes=(*plan.notes, f"no solver returned a plan in time; {fallback!r} ran after "
-                                                      "the deadline as the fallback"))
+                                                      "the deadline as the fallback"),
+                                  stats={**plan.stats, "finish_reserve_s": reserve_s})
         plan = _choose(problem, names, results, streams)
+        plan = plan.with_(stats={**plan.stats, "finish_reserve_s": reserve_s})
         if stop.reason is None:
             return plan
         return plan.with_(stats={**plan.stats, "stopped": stop.reason},

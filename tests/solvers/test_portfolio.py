@@ -8,7 +8,7 @@ import pytest
 
 from solvers import registry
 from solvers.model.errors import SolverFailure
-from solvers.portfolio import _choose, portfolio_names
+from solvers.portfolio import FINISH_CPU_S_PER_OP, _choose, finish_reserve_s, portfolio_names
 from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
@@ -139,3 +139,17 @@ def test_choose_ranks_per_sample_and_keeps_each_bound_to_its_micro_batch_count()
     assert plan.lower_bound_s == many["lower_bound_s"] and plan.status == "feasible"
     assert [r["key_s"] for r in plan.stats["portfolio"]] == [few["metrics"]["time_per_sample_s"],
                                                              many["metrics"]["time_per_sample_s"]]
+
+
+def test_the_finish_reserve_grows_with_the_ops_and_the_load_and_leaves_the_members_half() -> None:
+    idle = finish_reserve_s(200_000, 60.0, load=0.5, cpus=2)
+    assert idle == pytest.approx(200_000 * FINISH_CPU_S_PER_OP)
+    assert finish_reserve_s(1_000, 60.0, load=0.5, cpus=2) == pytest.approx(idle / 200)
+    assert finish_reserve_s(200_000, 60.0, load=8.0, cpus=2) == pytest.approx(4 * idle)
+    assert finish_reserve_s(200_000, 60.0, load=30.0, cpus=2) == 30.0  # half the limit at most
+
+
+def test_auto_records_the_reserve_it_kept_back() -> None:
+    problem = fx.throughput_problem()
+    plan = solve(problem, "auto", {"solvers": ["even"]}, time_limit_s=5)
+    assert 0.0 < plan.stats["finish_reserve_s"] <= 2.5
