@@ -59,10 +59,11 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
                        [f"placer comparison submit --solvers even,pipedream,parmesan {ON_SERVER} --wait",
                         f"placer comparison submit --solvers pipedream,rannc {ON_SERVER} --option pipedream.mapping=p2p",
                         f"placer comparison submit --solvers even,parmesan {ON_SERVER} --sweep micro_batches=4,8,16 "
-                        "--sweep schedule=gpipe,1f1b"])
+                        "--sweep schedule=gpipe,1f1b",
+                        f"placer comparison submit --solvers even,parmesan {ON_SERVER} --sweep tp=1,2,4"])
     p.add_argument("--solvers", required=True, help="comma-separated solver names")
     p.add_argument("--sweep", action="append", default=[], metavar="SETTING=V1,V2",
-                   help="run every solver once per value of a setting (micro_batches, schedule); repeat the "
+                   help="run every solver once per value of a setting (micro_batches, schedule, tp); repeat the "
                         "flag to sweep several: one job per solver and combination")
     _add_job_flags(p, per_solver_options=True)
     p.set_defaults(func=cmd_compare)

@@ -150,7 +150,7 @@ def solver_options_from_pairs(pairs: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def sweep_from_pairs(pairs: list[str]) -> dict[str, list[int | str]]:
-    """``SETTING=V1,V2,...`` pairs (``--sweep micro_batches=4,8,16``) as a comparison's ``sweep``;
+    """``SETTING=V1,V2,...`` pairs (``--sweep micro_batches=4,8,16``, ``--sweep tp=1,2,4``) as a comparison's ``sweep``;
     whole numbers become integers.  The server checks the names and values."""
     out: dict[str, list[int | str]] = {}
     for pair in pairs:

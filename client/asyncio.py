@@ -262,8 +262,8 @@ class AsyncClient:
                 idempotency_key: str | Literal[False] | None = None, calibration: str | None = None,
                 sweep: Mapping[str, Sequence[Any]] | None = None) -> Comparison:
         """Run several solvers on one problem (one job each); ``options`` maps a solver to its options.
-        ``sweep`` (``{"micro_batches": [4, 8], "schedule": ["gpipe", "1f1b"]}``) runs every solver once
-        per combination of the swept settings' values; ``calibration`` as in :meth:`submit`."""
+        ``sweep`` (``{"micro_batches": [4, 8], "schedule": ["gpipe", "1f1b"], "tp": [1, 2]}``) runs every
+        solver once per combination of the swept settings' values; ``calibration`` as in :meth:`submit`."""
         call = _calls.compare(ref_id(graph), ref_id(topology), solvers, objective, settings, options, time_limit_s,
                               cache, _calls.new_key(idempotency_key), calibration, sweep)
         return await self._model(Comparison, call)

@@ -218,7 +218,8 @@ class ComparisonIn(Strict):
     calibration: CalibrationChoice = None
     sweep: Sweep | None = Field(None, description=(
         "settings to sweep: one member per solver and combination of the values (settings.micro_batches becomes "
-        f"the swept counts), at most {MAX_SWEEP_MEMBERS} members"))
+        "the swept counts; each member's settings are checked as a job's, an error naming the swept value, e.g. "
+        f"sweep.tp[1]), at most {MAX_SWEEP_MEMBERS} members"))
 
 
 class ComparisonRow(BaseModel):

@@ -20,13 +20,20 @@ from service.documents import decompress
 from service.inputs import refuse_if_in_use
 from service.jobs import store
 from service.jobs.caps import check_queued_cap
-from service.jobs.validate import JobRequest, validate_job
+from service.jobs.validate import JobRequest, JobSpec, validate_job
 from service.schemas import INCLUDE_DESCRIPTION, ComparisonIn, ComparisonOut, ComparisonRow, Include, Page
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
 from solvers.model.ranking import best_index, bound_key_s, comparison_key_s, ranked_by, samples_per_iteration
 from solvers.model.settings import settings_from_dict
-from solvers.model.sweep import SWEEP_AXES, check_members, combinations, member_settings, swept_values
+from solvers.model.sweep import (
+    SWEEP_AXES,
+    check_members,
+    combinations,
+    member_error,
+    member_settings,
+    swept_values,
+)
 
 router = APIRouter(prefix="/v1", tags=["comparisons"], route_class=PlacerRoute)
 GOOD_STATUSES = ("optimal", "feasible")
@@ -114,11 +121,17 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
         check_members(len(body.solvers), combos)
         check_queued_cap(session, ctx.config, project, len(body.solvers) * len(combos))
         base = body.settings.to_dict()
-        specs = [validate_job(session, ctx.config, project, JobRequest(
-                     body.graph_id, body.topology_id, name, body.objective, member_settings(base, combo),
-                     body.options.get(name, {}), body.time_limit_s, solver_field=f"solvers[{i}]",
-                     options_field=f"options.{name}", calibration=body.calibration))
-                 for i, name in enumerate(body.solvers) for combo in combos]
+
+        def member(i: int, name: str, combo: dict[str, Any]) -> JobSpec:
+            try:
+                return validate_job(session, ctx.config, project, JobRequest(
+                    body.graph_id, body.topology_id, name, body.objective, member_settings(base, combo),
+                    body.options.get(name, {}), body.time_limit_s, solver_field=f"solvers[{i}]",
+                    options_field=f"options.{name}", calibration=body.calibration))
+            except InvalidInput as exc:  # a member's settings are wrong: name the swept value that made them so
+                raise member_error(exc, combo, body.sweep) from None
+
+        specs = [member(i, name, combo) for i, name in enumerate(body.solvers) for combo in combos]
         if len({s.lower() for s in body.solvers}) != len(body.solvers):
             raise InvalidInput("solvers: a solver is listed twice", field="solvers")
         unknown = sorted(set(body.options) - set(body.solvers))  # after the inputs: a missing id is 404 first
@@ -128,6 +141,8 @@ def create_comparison(body: ComparisonIn, response: Response, ctx: CtxDep, sessi
         swept = body.sweep.axes() if body.sweep is not None else {}
         recorded = {**specs[0].settings, **({"micro_batches": swept["micro_batches"]} if "micro_batches" in swept
                                             else {})}  # the swept counts, as candidates
+        if "tp" in swept:  # the swept degrees are the members'; the comparison fixes none
+            del recorded["tp"]
         cmp, jobs = store.create_comparison(session, project, specs, body.objective, use_cache=body.cache,
                                             idempotency_key=idempotency_key, request_digest=request_digest,
                                             settings=recorded)

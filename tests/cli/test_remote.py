@@ -152,6 +152,23 @@ def test_compare_sweeps_settings(capsys: pytest.CaptureFixture[str], server: Ser
     assert code == 2 and "sweep.stages" in err
 
 
+def test_compare_sweeps_tensor_degrees(capsys: pytest.CaptureFixture[str], server: Server,
+                                       inputs: dict[str, str]) -> None:
+    g = run_json(capsys, server, "graph", "upload", inputs["graph_file"])["id"]
+    t = run_json(capsys, server, "topology", "upload", inputs["topology_file"])["id"]
+    cmp = run_json(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "pipedream",
+                   "--micro-batches", "4", "--schedule", "gpipe", "--sweep", "tp=1,2", "--wait")
+    assert cmp["sweep"] == {"tp": [1, 2]} and sorted(r["swept"]["tp"] for r in cmp["rows"]) == [1, 2]
+    split = next(r for r in cmp["rows"] if r["swept"]["tp"] == 2)
+    assert split["tensor_degrees"] and set(split["tensor_degrees"]) == {2}
+    code, _, err = run(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even",
+                       "--sweep", "tp=1,3")
+    assert code == 2 and "sweep.tp[1]" in err and "power of two" in err
+    code, _, err = run(capsys, server, "comparison", "submit", "--graph", g, "--topology", t, "--solvers", "even",
+                       "--schedule", "zbv", "--sweep", "tp=1,2")
+    assert code == 2 and "sweep.tp[1]" in err and "gpipe or 1f1b only" in err
+
+
 def test_live_status_only_draws_when_enabled() -> None:
     quiet, shown = io.StringIO(), io.StringIO()
     for stream, enabled in ((quiet, False), (shown, True)):

@@ -55,6 +55,8 @@ RULES_BEYOND_JSON_SCHEMA = [
     ("invalid-request", r"settings\.global_batch: .*samples do not split into"),  # divisibility
     ("invalid-request", r"settings\.virtual_stages: .*runs (one stage|exactly 2 stages) per rank"),  # by schedule
     ("invalid-request", r"settings\.tp: tensor-parallel stages .* run under gpipe or 1f1b only"),  # by schedule
+    # a sweep's member: a swept tp above 1 (or a fixed one) under a swept schedule other than gpipe, 1f1b or auto
+    ("invalid-problem", r"sweep\.(tp|schedule)\[\d+\]: .*run under gpipe or 1f1b only"),
 ]
 # The body's schema depends on ?format= (a Piper document, PipeDream text) and a text/plain body is
 # read only with ?format=pipedream: those cases are refused by the importers, naming the problem.

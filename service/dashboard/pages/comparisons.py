@@ -85,7 +85,7 @@ def comparison_form(request: Request, viewer: ViewerDep, session: SessionDep) ->
     values = {"graph_id": request.query_params.get("graph_id", ""),
               "topology_id": request.query_params.get("topology_id", ""), "objective": "throughput",
               "pass": "forward", "micro_batches": "8", "global_batch": "", "time_limit_s": "10",
-              "sweep_micro_batches": "", "sweep_schedule": [],
+              "sweep_micro_batches": "", "sweep_schedule": [], "sweep_tp": "",
               "solvers": default_solvers("throughput"), "options": {}}
     return page("comparison_new.html", viewer, **_form_context(session, viewer.project_id, values), error=None,
                 error_at=None)
@@ -93,7 +93,7 @@ def comparison_form(request: Request, viewer: ViewerDep, session: SessionDep) ->
 
 # The form's inputs an error can be shown next to; a request field that is another's (``settings.*``) maps to it.
 FORM_FIELDS = ("graph_id", "topology_id", "objective", "pass", "micro_batches", "global_batch", "time_limit_s",
-               "solvers", "sweep", "sweep.micro_batches", "sweep.schedule")
+               "solvers", "sweep", "sweep.micro_batches", "sweep.schedule", "sweep.tp")
 FIELD_ALIASES = {"settings.micro_batches": "micro_batches", "settings.global_batch": "global_batch",
                  "settings.pass": "pass"}
 
@@ -123,14 +123,17 @@ def _counts(text: str, field: str) -> list[int]:
 
 
 def _sweep(values: dict[str, Any]) -> dict[str, Any] | None:
-    """The request's ``sweep`` from the form: the micro-batch counts typed and the schedules ticked
-    (``None`` when neither is given; the API checks the values and the member count)."""
+    """The request's ``sweep`` from the form: the micro-batch counts typed, the schedules ticked and the
+    tensor-parallel degrees typed (``None`` when none is given; the API checks the values and the member count)."""
     sweep: dict[str, Any] = {}
     counts = _counts(values.get("sweep_micro_batches", ""), "sweep.micro_batches")
     if counts:
         sweep["micro_batches"] = counts
     if values.get("sweep_schedule"):
         sweep["schedule"] = list(values["sweep_schedule"])
+    degrees = _counts(values.get("sweep_tp", ""), "sweep.tp")
+    if degrees:
+        sweep["tp"] = degrees
     return sweep or None
 
 
@@ -173,6 +176,7 @@ async def comparison_create(request: Request, ctx: CtxDep, session: SessionDep, 
         "time_limit_s": text_field(fields, "time_limit_s"),
         "sweep_micro_batches": text_field(fields, "sweep.micro_batches"),
         "sweep_schedule": [s for s in form.getlist("sweep.schedule") if isinstance(s, str)],
+        "sweep_tp": text_field(fields, "sweep.tp"),
         "solvers": solvers, "options": {k[len("options."):]: text_field(fields, k) for k in fields
                                         if k.startswith("options.")}}
 

@@ -63,7 +63,9 @@ def test_an_unknown_plan_says_why(api: Api) -> None:
     ({"micro_batches": []}, "sweep.micro_batches"),
     ({"schedule": ["zb"]}, "sweep.schedule[0]"),
     ({"schedule": ["gpipe", "gpipe"]}, "sweep.schedule"),
-    ({"tp": [2]}, "sweep.tp"),
+    ({"tp": [1, 3]}, "sweep.tp[1]"),
+    ({"tp": [2, 2]}, "sweep.tp"),
+    ({"stages": [2]}, "sweep.stages"),
     ({"micro_batches": list(range(1, 17)), "schedule": ["gpipe", "1f1b"]}, "sweep"),
 ])
 def test_a_bad_sweep_is_refused_naming_the_field(api: Api, sweep: dict[str, object], field: str) -> None:
@@ -73,4 +75,35 @@ def test_a_bad_sweep_is_refused_naming_the_field(api: Api, sweep: dict[str, obje
     problem = assert_problem(r, 422, field=field)
     if field == "sweep":
         assert f"more than {MAX_SWEEP_MEMBERS}" in problem["detail"]
+    assert api.get(f"/v1/jobs?graph_id={gid}").json()["items"] == []
+
+
+def test_a_tp_sweep_fixes_each_members_degree(api: Api) -> None:
+    gid, tid = api.graph(n_ops=12), api.topology()
+    table = finished_comparison(api, {"graph_id": gid, "topology_id": tid, "solvers": ["pipedream"], "time_limit_s": 20,
+                                      "settings": {"micro_batches": [4], "schedule": "gpipe"},
+                                      "sweep": {"tp": [1, 2, 4]}})
+    assert table["sweep"] == {"tp": [1, 2, 4]} and len(table["rows"]) == 3
+    assert sorted(r["swept"]["tp"] for r in table["rows"]) == [1, 2, 4]
+    for r in table["rows"]:  # each member's plan splits its stages as swept
+        degree = r["swept"]["tp"]
+        assert r["tensor_degrees"] == (None if degree == 1 else [degree] * len(r["replicas"]))
+    assert "tp" not in table["settings"] or table["settings"]["tp"] is None  # the comparison fixes none
+
+
+@pytest.mark.parametrize(("settings", "sweep", "field", "says"), [
+    ({"schedule": "zbv"}, {"tp": [1, 2]}, "sweep.tp[1]", "run under gpipe or 1f1b only"),
+    ({}, {"schedule": ["gpipe", "zbv"], "tp": [1, 2]}, "sweep.tp[1]", "(with schedule zbv)"),
+    ({"tp": 2}, {"schedule": ["1f1b", "interleaved-1f1b"]}, "sweep.schedule[1]", "run under gpipe or 1f1b only"),
+    ({}, {"tp": [2, 4]}, "sweep.tp[1]", "does not fit a host"),
+    ({"tp_within_host": False}, {"tp": [2, 8]}, "sweep.tp[1]", "exceed the 4 devices"),
+])
+def test_a_member_whose_settings_a_job_would_refuse_names_the_swept_value(
+        api: Api, settings: dict[str, object], sweep: dict[str, object], field: str, says: str) -> None:
+    gid, tid = api.graph(n_ops=6), api.topology(nodes=2, gpus_per_node=2)
+    r = api.post("/v1/comparisons", json={"graph_id": gid, "topology_id": tid, "solvers": ["even"],
+                                          "settings": settings, "sweep": sweep})
+    problem = assert_problem(r, 422, field=field)
+    assert problem["detail"].startswith(f"{field}: ") and says in problem["detail"]
+    assert problem["type"].removeprefix("/problems/") == "invalid-problem"
     assert api.get(f"/v1/jobs?graph_id={gid}").json()["items"] == []

@@ -225,7 +225,7 @@ def test_pages_have_labelled_controls_and_work_from_the_keyboard(browser: Any, s
     main_controls = {"/graphs": ["#graph-file", "#graph-kind", "form.upload button"],
                      "/topologies": ["#topology-file", "#topology-kind"],
                      "/comparisons/new": ["#graph_id", "#topology_id", "#solver-even", "#time_limit_s",
-                                          "#sweep-micro_batches", "#sweep-schedule-zbv"],
+                                          "#sweep-micro_batches", "#sweep-schedule-zbv", "#sweep-tp"],
                      "/jobs": ["#status"]}
     for url in [*main_controls, *_alpha_pages(browser, server, shots)]:
         page.goto(url)
@@ -371,8 +371,9 @@ def _wait_job(context: Any, server: Server, project: str, job_id: str, timeout_s
 
 
 def test_a_sweep_started_from_the_form(browser: Any, server: Server, shots: Path) -> None:
-    """The new-comparison form sweeps micro-batches and schedules: a bad count is shown next to its
-    input, the corrected form starts the comparison, and its page plots every member."""
+    """The new-comparison form sweeps micro-batches, schedules and tensor-parallel degrees: a bad count
+    and a degree that is no power of two are shown next to their inputs, the corrected form starts the
+    comparison, and its page plots throughput against each swept setting, tp included."""
     context, page = sign_in(browser, server, "beta")
     graph = _api(context, server, "beta", "POST", "/v1/graphs", generate_graph("random_dag", n_ops=10, seed=5)
                  .to_document())
@@ -392,13 +393,26 @@ def test_a_sweep_started_from_the_form(browser: Any, server: Server, shots: Path
     assert page.is_checked("#sweep-schedule-1f1b") and not page.is_checked("#sweep-schedule-zbv")
     _shot(page, shots, "comparison_new_sweep_error")
     page.fill("#sweep-micro_batches", "2, 4")
+    page.fill("#sweep-tp", "1, 3")  # not a power of two: refused by the API, shown next to its input
+    page.click("form[data-solver-filter] button[type=submit]")
+    error = page.locator('[data-field-error="sweep.tp"]')
+    assert error.is_visible() and error.inner_text().startswith("sweep.tp[1]:")
+    assert page.get_attribute("#sweep-tp", "aria-describedby") == "error-sweep-tp"
+    assert page.input_value("#sweep-micro_batches") == "2, 4" and page.is_checked("#sweep-schedule-gpipe")
+    page.fill("#sweep-tp", "1, 2")
     page.click("form[data-solver-filter] button[type=submit]")
     page.wait_for_url(re.compile(r"/comparisons/cmp_"))
     page.wait_for_selector("[data-done=true]", timeout=120_000)
-    assert page.locator("h1").inner_text() == "Comparison of 2 solvers, 8 runs"
-    for axis in ("micro_batches", "schedule"):
+    assert page.locator("h1").inner_text() == "Comparison of 2 solvers, 16 runs"
+    for axis in ("micro_batches", "schedule", "tp"):
         chart = page.locator(f'[data-sweep-chart="{axis}"] svg')
+        chart.scroll_into_view_if_needed()
         assert chart.is_visible() and chart.locator("circle.point").count() == 4  # 2 solvers × 2 values
+    tp_chart = page.locator('[data-sweep-chart="tp"] svg')
+    labels = [t.strip() for t in tp_chart.locator("text").all_text_contents()]
+    assert "tp" in labels  # the x axis: tp, its ticks the swept degrees
+    assert {"1", "2"} <= set(labels)
+    _shot(page, shots, "comparison_sweep_tp")
     context.close()
 
 

@@ -101,3 +101,19 @@ def test_a_sweep_plots_throughput_per_setting_and_solve_time_against_quality(api
     assert "solve time (log scale)" in tradeoff and tradeoff.count('<circle class="point"') == 12
     best = table["best_job_id"]
     assert '<tr class="best"' in page and f'class="best" data-solver="{table["best_solver"]}" data-job="{best}"' in page
+
+
+def test_a_tp_sweep_plots_throughput_against_the_degree(api: Api) -> None:
+    gid, tid = api.graph(n_ops=12), api.topology()
+    table = finished_comparison(api, {"graph_id": gid, "topology_id": tid, "solvers": ["even", "pipedream"],
+                                      "time_limit_s": 20, "settings": {"micro_batches": [4], "schedule": "gpipe"},
+                                      "sweep": {"tp": [1, 2, 4]}})
+    web, _ = signed_in(api)
+    page = web.get(f"/comparisons/{table['id']}").text
+    assert "Comparison of 2 solvers, 6 runs" in page and "Tensor-parallel degree (swept)</dt><dd>1, 2, 4" in page
+    chart = page.split('data-sweep-chart="tp">', 1)[1].split("</figure>", 1)[0]
+    assert "throughput against tp per solver" in chart and ">tp</text>" in chart  # the x axis
+    for solver in ("even", "pipedream"):
+        assert re.findall(rf'data-solver="{solver}" data-value="([^"]+)"', chart) == ["1", "2", "4"]
+        split = next(r for r in table["rows"] if r["solver"] == solver and r["swept"]["tp"] == 2)
+        assert f"tp 2: {split['throughput_samples_per_s']:.4g} samples/s" in chart

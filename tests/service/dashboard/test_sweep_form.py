@@ -68,7 +68,27 @@ def test_sweep_errors_are_shown_next_to_the_field(api: Api) -> None:
     assert web.post("/comparisons", data=no_token).status_code == 403
 
 
+def test_the_form_sweeps_tensor_degrees(api: Api) -> None:
+    gid, tid = api.graph(n_ops=8), api.topology()
+    web, token = signed_in(api)
+    assert 'name="sweep.tp"' in web.get("/comparisons/new").text
+    r = web.post("/comparisons", data=_form(token, gid, tid, **{"sweep.tp": "1, three"}))
+    assert r.status_code == 422 and _field_error(r.text, "sweep.tp").startswith("sweep.tp[1]: &#39;three&#39; is not")
+    r = web.post("/comparisons", data=_form(token, gid, tid, **{"sweep.tp": "1, 6"}))
+    assert r.status_code == 422 and _field_error(r.text, "sweep.tp").startswith("sweep.tp[1]:")
+    assert 'aria-describedby="error-sweep-tp"' in r.text and 'value="1, 6"' in r.text
+    r = web.post("/comparisons", data=_form(token, gid, tid, **{"sweep.tp": "1, 2", "sweep.schedule": ["zbv"]}))
+    assert r.status_code == 422 and "gpipe or 1f1b only" in _field_error(r.text, "sweep.tp")
+    assert api.get("/v1/comparisons").json()["items"] == []  # nothing was started
+    r = web.post("/comparisons", data=_form(token, gid, tid, **{"sweep.tp": "1, 2", "sweep.schedule": ["gpipe"]}),
+                 follow_redirects=False)
+    assert r.status_code == 303
+    out = api.get(f"/v1/comparisons/{r.headers['location'].rsplit('/', 1)[1]}").json()
+    assert out["sweep"] == {"tp": [1, 2]}  # a setting with one value is not listed as swept
+    assert sorted(row["swept"]["tp"] for row in out["rows"]) == [1, 2]
+
+
 def test_errors_belong_to_the_input_they_name() -> None:
-    assert [error_at(f) for f in ("sweep.micro_batches[3]", "sweep.schedule[0]", "sweep", "settings.micro_batches[0]",
-                                  "solvers", "options.even", None, "calibration")] == [
-        "sweep.micro_batches", "sweep.schedule", "sweep", "micro_batches", "solvers", None, None, None]
+    assert [error_at(f) for f in ("sweep.micro_batches[3]", "sweep.schedule[0]", "sweep.tp[1]", "sweep",
+                                  "settings.micro_batches[0]", "solvers", "options.even", None, "calibration")] == [
+        "sweep.micro_batches", "sweep.schedule", "sweep.tp", "sweep", "micro_batches", "solvers", None, None, None]
