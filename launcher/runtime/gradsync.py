@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
-from launcher.runtime.tensor_parallel import local_tensor
 from solvers.cost.comm import GRADIENT_BUCKET_BYTES
 
 BUCKET_BYTES = GRADIENT_BUCKET_BYTES  # 25 MiB (DDP's bucket_cap_mb); the simulator counts these buckets
@@ -91,7 +91,7 @@ def all_reduce_gradients(
         for _, param in sorted(params, key=lambda item: item[0]):
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-            grad = local_tensor(param.grad)  # a tensor-parallel shard: this device's part, a view
+            grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad  # a shard: a view
             by_kind.setdefault((grad.dtype, grad.device), []).append(grad)
         for kind in sorted(by_kind, key=str):
             for bucket in _buckets(by_kind[kind], bucket_bytes):
