@@ -16,7 +16,8 @@ Sources and figures:
   is not in the project's library): parameters, attention heads, hidden, layers, t, p, GPUs,
   batch size; d = GPUs / (t p). Sequence 2048 and vocabulary 51200 as in the paper's §5. The
   table gives no micro-batch size: the published plan runs micro-batches of 1 sample per replica
-  (``global_batch / d`` micro-batches an iteration), and the solvers get the same count.
+  (``global_batch / d`` micro-batches an iteration); the solvers get the counts of the published
+  variants of the case (Llama-3 8B: 16 and 32).
 - DGX A100 hosts: 8 A100 80 GB (312 TFLOP/s bf16), NVLink 3 at 300 GB/s per direction between
   GPUs of a host (NVSwitch), 8 HDR InfiniBand adapters of 200 Gb/s per host, i.e. 25 GB/s per GPU
   between hosts (NVIDIA DGX A100 datasheet; the paper's §5 testbed).
