@@ -46,6 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bench.bench_tp_search import with_megatron_names
 from solvers import generate_graph, generate_topology, simulate, solve
 from solvers.generate._topo import matrix_topology, two_level
 from solvers.generate.devices import GB, GiB, relative_speed
@@ -55,14 +56,6 @@ from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
 from solvers.partition.tp import tp_groups
-
-# generated op id suffix -> Megatron-LM / GPT-2 module name the split rules match (bench_tp_search)
-RENAMES = {
-    ".attn.qkv": ".attn.c_attn",
-    ".attn.dense": ".attn.c_proj",
-    ".mlp.fc_up": ".mlp.c_fc",
-    ".mlp.fc_down": ".mlp.c_proj",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,16 +134,7 @@ def megatron_gpt(case: Case) -> OpGraph:
         ffn_mult=case.ffn_mult,
         device=case.device,
     )
-    nodes = []
-    for node in graph.nodes:
-        layer = node.layer
-        for suffix, name in RENAMES.items():
-            if node.id.endswith(suffix):
-                layer = node.id.removesuffix(suffix) + name
-        if node.id == "transformer.wte":
-            layer = "transformer.wte"
-        nodes.append(dataclasses.replace(node, layer=layer))
-    return OpGraph.build(case.name, nodes, list(graph.edges), profiled_batch_size=graph.profiled_batch_size)
+    return with_megatron_names(graph, case.name)
 
 
 def hosts_topology(

@@ -32,16 +32,22 @@ def megatron_gpt(layers: int) -> OpGraph:
     """The generated GPT with its linear layers and token embedding under Megatron's module names."""
     graph = generate_graph("transformer", layers=layers, causal=True, hidden=2048, heads=16, seq_len=1024,
                            micro_batch=4, vocab=50257, device="H100")
+    return with_megatron_names(graph, f"gpt-{layers}")
+
+
+def with_megatron_names(graph: OpGraph, name: str) -> OpGraph:
+    """``graph`` (a generated transformer) with its linear layers and token embedding under Megatron's
+    module names (:data:`RENAMES`), which the tensor-parallel split rules match."""
     nodes = []
     for node in graph.nodes:
         layer = node.layer
-        for suffix, name in RENAMES.items():
+        for suffix, module in RENAMES.items():
             if node.id.endswith(suffix):
-                layer = node.id.removesuffix(suffix) + name
+                layer = node.id.removesuffix(suffix) + module
         if node.id == "transformer.wte":
             layer = "transformer.wte"
         nodes.append(dataclasses.replace(node, layer=layer))
-    return OpGraph.build(f"gpt-{layers}", nodes, list(graph.edges), profiled_batch_size=graph.profiled_batch_size)
+    return OpGraph.build(name, nodes, list(graph.edges), profiled_batch_size=graph.profiled_batch_size)
 
 
 def main() -> None:
