@@ -53,7 +53,7 @@ from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
-from solvers.partition.shapes import sr_candidates
+from solvers.partition.shapes import replicas_fit, sr_candidates
 from solvers.partition.tp import SplitOpCosts, split_op_costs, tp_degrees, tp_groups
 
 
@@ -279,7 +279,8 @@ class PipeDreamSolver:
 
     def _flat(self, problem: Problem, options: PipeDreamOptions, chain: LayerChain, budget: Budget,
               progress: ProgressCallback) -> Plan:
-        cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.micro_batch_candidates]
+        cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.micro_batch_candidates
+                 if replicas_fit(problem, r, mb)]
         best: tuple[float, IntArray, int, int, int, float] | None = None
         incumbent_s = np.inf
         skipped = 0
@@ -352,6 +353,8 @@ def _flat_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degree
             for mb in problem.micro_batch_candidates:
                 if best is not None and budget.expired():
                     break
+                if not replicas_fit(problem, r, mb):
+                    continue
                 tried += 1
                 found = flat_dp(chain, s, *_flat_costs(problem, chain, s, r, mb, groups))
                 if found is None:
