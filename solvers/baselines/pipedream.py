@@ -228,6 +228,7 @@ class PipeDreamSolver:
         deadline = time.monotonic() + budget.remaining_s()  # inf without a time limit
         notes: tuple[str, ...] = ()
         timed_out = False
+        refused_dp_s: float | None = None
         if hierarchy is not None and options.cost_model == "pipedream":
             levels, units = hierarchy
             states = antichain_states(problem.graph, pipedream_work_s(problem), options.max_states)
@@ -245,7 +246,8 @@ class PipeDreamSolver:
                     stats = {"mode": "hierarchical", "cost_model": "pipedream", "pipedream_dp_objective_s": value_dp,
                              "antichain_states": states.n_states, "timed_out": False}
                     return found.with_(stats={**stats, "stages": len(found.stages)})
-                notes = ("the PipeDream-cost plan does not fit the devices' memory; Placer's layer-chain model used",)
+                refused_dp_s = value_dp
+                notes = (_refusal_note(problem, sgroups, "PipeDream-cost"),)
         if hierarchy is not None:  # the DP does not depend on the micro-batch count: one run serves all
             levels, units = hierarchy
             solved_chain = hierarchical_dp(chain, levels[0], levels[1] if len(levels) > 1 else None, deadline)
@@ -260,8 +262,11 @@ class PipeDreamSolver:
                     stats = {"mode": "hierarchical", "cost_model": "placer", "pipedream_dp_objective_s": value_dp,
                              "layers": chain.n_layers, "timed_out": timed_out}
                     return found.with_(stats={**stats, "stages": len(found.stages)}, notes=notes)
+                notes = (*notes, _refusal_note(problem, groups, "hierarchical layer-chain"))
         plan = self._flat(problem, options, chain, budget, progress)
-        return plan.with_(stats={**plan.stats, "timed_out": timed_out or plan.stats.get("timed_out", False)},
+        refused = {} if refused_dp_s is None else {"pipedream_refused_dp_objective_s": refused_dp_s}
+        return plan.with_(stats={**plan.stats, **refused, "cost_model": "placer",
+                                 "timed_out": timed_out or plan.stats.get("timed_out", False)},
                           notes=(*notes, *plan.notes))
 
     @staticmethod
@@ -316,6 +321,20 @@ class PipeDreamSolver:
                  "pipedream_dp_objective_s": value_dp, "candidates": len(cands), "timed_out": skipped > 0,
                  **mstats}
         return plan.with_(claimed_objective_s=value, stats=stats)
+
+
+def _refusal_note(problem: Problem, groups: list[Group] | list[StateGroup], model: str) -> str:
+    """Why a hierarchical plan was not kept: a stage whose replica count divides no candidate
+    micro-batch's rows (docs/formats.md, plan validity), else memory."""
+    for reps, inner in groups:
+        replicas = next((reps * gpus for _, _, gpus in inner
+                         if not any(replicas_fit(problem, reps * gpus, mb) for mb in problem.micro_batch_candidates)),
+                        None)
+        if replicas is not None:
+            return (f"the {model} plan gives a stage {replicas} replicas, which do not split a micro-batch of "
+                    f"{problem.micro_batch_rows(problem.micro_batch_candidates[0])} rows evenly; Placer's "
+                    "layer-chain model used")
+    return f"the {model} plan does not fit the devices' memory; Placer's layer-chain model used"
 
 
 def _tp_chain(chain: LayerChain, costs: SplitOpCosts, problem: Problem) -> LayerChain:
