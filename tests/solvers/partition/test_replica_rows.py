@@ -98,7 +98,7 @@ def small_cases(draw: st.DrawFn) -> Problem:
     return Problem(graph, topo, "throughput", ProblemSettings(micro_batches=mbs))
 
 
-@settings(max_examples=examples(6), deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(small_cases(), st.sampled_from((*SOLVERS, "even")))
 def test_every_returned_plan_splits_its_micro_batches_evenly(prob: Problem, solver: str) -> None:
     plan = solve(prob, solver, time_limit_s=5)
