@@ -18,7 +18,6 @@ from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
-from solvers.partition.shapes import replicas_fit
 from solvers.simulator import simulate
 
 
@@ -47,7 +46,7 @@ class EvenSolver:
         else:
             replicas = problem.settings.replicas or 1
             candidates = [(s, replicas, mb) for s in _stage_candidates(problem, replicas)
-                          for mb in problem.micro_batch_candidates if replicas_fit(problem, replicas, mb)]
+                          for mb in problem.micro_batch_candidates]
         best: Plan | None = None
         best_key = np.inf
         rejected = 0
@@ -69,7 +68,6 @@ class EvenSolver:
                                    plan=best.with_(status="feasible") if improved else None))
         stats = {"candidates": len(candidates), "rejected_for_memory": rejected}
         if best is None:
-            why = ("no even split fits the devices' memory" if candidates else
-                   f"settings.replicas: {problem.settings.replicas} replicas split no candidate micro-batch's rows evenly")
-            return Plan(stages=(), status="infeasible", stats=stats, notes=(why,))
+            return Plan(stages=(), status="infeasible", stats=stats,
+                        notes=("no even split fits the devices' memory",))
         return best.with_(stats=stats)
