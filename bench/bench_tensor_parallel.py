@@ -57,6 +57,10 @@ from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Topology
 from solvers.partition.tp import tp_groups
 
+# NVLink inside a host and the per-GPU network between hosts, GB/s: DGX H100 (NVLink 4, 400 Gb/s
+# per GPU) and DGX A100 (NVLink 3, 8 x HDR 200 Gb/s per host)
+HOST_LINKS_GBPS = {"H100": (450.0, 50.0), "A100": (300.0, 25.0)}
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -161,24 +165,14 @@ def topology_for(case: Case) -> Topology:
         return hosts_topology(
             "2xH100+2xA100", ["H100", "H100", "A100", "A100"], "H100", [450.0, 450.0, 300.0, 300.0], 25.0
         )
-    if case.device == "H100":
-        return generate_topology(
-            "hierarchical",
-            nodes=4,
-            gpus_per_node=8,
-            device="H100",
-            intra_bandwidth_GBps=450.0,
-            inter_bandwidth_GBps=50.0,
-            intra_latency_s=2e-6,
-            inter_latency_s=5e-6,
-        )
+    intra_GBps, inter_GBps = HOST_LINKS_GBPS[case.device]
     return generate_topology(
         "hierarchical",
         nodes=case.gpus // 8,
         gpus_per_node=8,
-        device="A100",
-        intra_bandwidth_GBps=300.0,
-        inter_bandwidth_GBps=25.0,
+        device=case.device,
+        intra_bandwidth_GBps=intra_GBps,
+        inter_bandwidth_GBps=inter_GBps,
         intra_latency_s=2e-6,
         inter_latency_s=5e-6,
     )
