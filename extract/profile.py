@@ -301,8 +301,8 @@ def _measured(node: Node, steps: Sequence[StepProfile], kind: str, gradient_s: t
     bwd_input_s, bwd_weight_s = bwd, 0.0
     if gradient_s is not None and sum(gradient_s) > 0:
         attrs["gradient_s"] = list(gradient_s)
-        bwd_weight_s = bwd * gradient_s[1] / sum(gradient_s)
-        bwd_input_s = bwd - bwd_weight_s
+        bwd_weight_s = min(bwd, bwd * gradient_s[1] / sum(gradient_s))
+        bwd_input_s = max(0.0, bwd - bwd_weight_s)  # g1 / (0 + g1) may round above 1
     return Node(node.id, node.op, fwd, bwd, node.param_bytes, _median(steps, "act", node.id),
                 _median(steps, "mem_fwd", node.id), _median(steps, "mem_bwd", node.id), node.constant, node.layer,
                 {kind: KindTimes(fwd, bwd)}, attrs, bwd_input_s, bwd_weight_s)

@@ -81,3 +81,17 @@ def test_profile_measures_the_input_and_weight_gradients_apart(one_thread: objec
     embedding = next(n for n in ops if n.op == "aten.embedding.default")
     assert embedding.attrs is not None and embedding.attrs["gradient_s"][0] == 0.0  # token ids take no gradient
     assert embedding.bwd_weight_s == embedding.bwd_s
+
+
+def test_an_op_whose_whole_backward_is_its_weight_gradient_keeps_a_non_negative_split() -> None:
+    """A clean-clone CI run: an embedding's split came out as -1.7e-21 s input gradient, since
+    ``b * g / (0 + g)`` can round above ``b``; the graph was then refused on load."""
+    from extract.profile import StepProfile, _measured
+    from solvers.model.graph import Node
+
+    bwd, grad = 0.00021659939713061338, 4.2211657558271735e-05  # b - b * g / g < 0 in doubles
+    assert bwd - bwd * grad / (0.0 + grad) < 0
+    step = StepProfile()
+    step.fwd_s["emb"], step.bwd_s["emb"] = 1e-4, bwd
+    node = _measured(Node("emb", "aten.embedding.default", 0.0, 0.0, 8.0, 0.0, 0.0, 0.0), [step], "cpu", (0.0, grad))
+    assert node.bwd_input_s == 0.0 and node.bwd_weight_s == bwd
