@@ -14,11 +14,16 @@ SoCC'20, §4.3; SCT: Hanen & Munier 1995).
    its favourite parent's device whenever it fits there.
 
 If the LP does not finish within its share of the budget (half of what remains, at most
-``lp_time_limit_s``), no favourites are used (plain m-ETF) and the plan says so.
+``lp_time_limit_s``, counted from before the program is built), no favourites are used (plain
+m-ETF) and the plan says so.  m-ETF then stops early enough to place the ops it has not reached
+(:func:`~solvers.listsched.schedule.complete_fast`) and to build and simulate the plan within the
+budget: that end is estimated as the time the op-level schedule took to set up (one pass over the
+ops, like the end), at least ``END_RESERVE_MIN_S``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -38,6 +43,8 @@ from solvers.model.errors import require
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 
+END_RESERVE_MIN_S = 0.2  # the least time kept for completing, building and simulating the plan
+
 
 class MSCTOptions(SolverOptions):
     """``relaxation``: solve the favourite-child LP (True, Baechi's default) or the ILP.
@@ -54,7 +61,9 @@ class MSCTOptions(SolverOptions):
 def favourite_children(tasks: TaskGraph, costs: LatencyCosts, relaxation: bool, threshold: float,
                        time_limit_s: float, lp_solver: str = "highs") -> tuple[IntArray | None, dict[str, Any]]:
     """The SCT program of the module doc; ``fav[u]`` = favourite child of ``u`` or -1
-    (``None`` when the solver found no solution in time), and solve statistics."""
+    (``None`` when the solver found no solution in time), and solve statistics.
+    ``time_limit_s`` counts from the call: building the program (seconds at 200k ops) is part of it."""
+    called = time.monotonic()
     sp = require("scipy.sparse", "milp")
     mbh = require("ortools.linear_solver.python.model_builder_helper", "milp")
     n = tasks.n
@@ -112,7 +121,7 @@ def favourite_children(tasks: TaskGraph, costs: LatencyCosts, relaxation: bool, 
     solver.enable_output(False)
     if backend == "highs":
         solver.set_solver_specific_parameters("output_flag=false")
-    solver.set_time_limit_in_seconds(max(0.05, time_limit_s))
+    solver.set_time_limit_in_seconds(max(0.05, time_limit_s - (time.monotonic() - called)))
     solver.solve(model)
     stats: dict[str, Any] = {"lp_solver": backend, "lp_rows": n_rows, "lp_columns": n + n_edges + 1,
                              "lp_status": str(solver.status()).rsplit(".", 1)[-1]}
@@ -154,16 +163,20 @@ class MSCTSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: MSCTOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        set_up = time.monotonic()
         start = start_op_schedule(problem)
         if isinstance(start, Plan):
             return start
         sched, pins = start
+        end_reserve_s = max(END_RESERVE_MIN_S, time.monotonic() - set_up)
         tasks, costs = sched.tasks, sched.costs
         lp_limit = min(options.lp_time_limit_s, budget.remaining_s() * 0.5)
         fav, stats = favourite_children(tasks, costs, options.relaxation, options.threshold, lp_limit,
                                         options.lp_solver)
         progress(ProgressEvent(0.4, message=f"favourite-child program: {stats['lp_status']}"))
         notes = [] if fav is not None else ["the favourite-child program found no solution in time: plain m-ETF"]
-        timed_out = etf_schedule(sched, pins, budget, None if fav is None else fav.tolist())
+        etf_budget = budget if budget.time_limit_s is None else Budget(max(0.0, budget.remaining_s() - end_reserve_s))
+        timed_out = etf_schedule(sched, pins, etf_budget, None if fav is None else fav.tolist())
         progress(ProgressEvent(0.9, sched.makespan_s()))
+        stats["end_reserve_s"] = end_reserve_s
         return finish_schedule(problem, sched, timed_out=timed_out, stats=stats, notes=notes)

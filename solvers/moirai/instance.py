@@ -21,6 +21,7 @@ tasks in the reverse order.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -33,6 +34,12 @@ from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes
 from solvers.model.problem import Problem
 from solvers.moirai.gcof import Grouping
+
+DEADLINE_CHECK_EVERY = 4096  # edges between two looks at the clock while building
+
+
+class OutOfTime(Exception):
+    """The deadline passed before the step that raised it could end (the solver refuses with the reason)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,8 +125,10 @@ class Instance:
         return bool((self.reach[i] >> j) & 1 or (self.reach[j] >> i) & 1)
 
 
-def build_instance(problem: Problem, grouping: Grouping) -> Instance:
-    """The instance of ``problem`` coarsened by ``grouping`` (module doc)."""
+def build_instance(problem: Problem, grouping: Grouping, deadline: float | None = None) -> Instance:
+    """The instance of ``problem`` coarsened by ``grouping`` (module doc).  ``deadline``
+    (``time.monotonic()``): raise :class:`OutOfTime` once it has passed (looked at every
+    ``DEADLINE_CHECK_EVERY`` edges: the edge sweep is the part that grows with the graph)."""
     g, topo = problem.graph, problem.topology
     n_units, n_dev = grouping.n_units, topo.n_devices
     training = problem.settings.pass_ == "training"
@@ -145,6 +154,8 @@ def build_instance(problem: Problem, grouping: Grouping) -> Instance:
     largest: dict[tuple[int, int, int], float] = {}
     first_edge: dict[tuple[int, int], int] = {}
     for e, (s, d, b) in enumerate(zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist(), strict=True)):
+        if deadline is not None and e % DEADLINE_CHECK_EVERY == 0 and time.monotonic() > deadline:
+            raise OutOfTime(f"the time limit ran out while building the instance ({e} of {len(g.edge_src)} edges)")
         a, c = unit_of[s], unit_of[d]
         if a != c:
             largest[(a, c, s)] = max(largest.get((a, c, s), 0.0), float(b))

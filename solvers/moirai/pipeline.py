@@ -36,7 +36,7 @@ from solvers.moirai.block import Block
 from solvers.moirai.bounds import TaskBounds, critical_block, path_bound_s, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
 from solvers.moirai.formulation import build
-from solvers.moirai.instance import Instance, build_instance
+from solvers.moirai.instance import Instance, OutOfTime, build_instance
 from solvers.moirai.linear_model import Formulation
 from solvers.moirai.lns import window_search
 from solvers.moirai.options import MoiraiOptions
@@ -66,8 +66,12 @@ class Run:
                  progress: ProgressCallback) -> None:
         self.problem, self.options, self.fine, self.progress = problem, options, fine, progress
         self.started = time.monotonic()
-        span = min(budget.remaining_s() - RESERVE_S, options.solve_time_limit_s)
-        self.deadline = self.started + max(0.0, span)
+        self.end_at = self.started + budget.remaining_s()  # the budget's own end (inf: unlimited)
+        self.cap_at = self.started + options.solve_time_limit_s
+        self.reserve_s = RESERVE_S
+        self.replay_s = 0.0  # the longest replay of the ops measured so far (:meth:`warm`)
+        self.deadline = self.started
+        self.keep_for_finish(RESERVE_S)
         self.best: TimedSchedule | None = None
         self.bounds: TaskBounds | None = None
         self.bound_s = lower_bound_s(problem)
@@ -78,6 +82,12 @@ class Run:
     # --- bookkeeping -------------------------------------------------------------------------
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
+
+    def keep_for_finish(self, reserve_s: float) -> None:
+        """Keep ``reserve_s`` before the budget's end for expanding and simulating the plan
+        (grows with the graph: measured on a replay of the ops, :meth:`warm`)."""
+        self.reserve_s = max(self.reserve_s, reserve_s)
+        self.deadline = max(self.started, min(self.cap_at, self.end_at - self.reserve_s))
 
     def offer(self, sched: TimedSchedule | None, source: str) -> bool:
         """Keep ``sched`` when it beats the incumbent; report progress."""
@@ -113,16 +123,25 @@ class Run:
         ``postal``, every heuristic also plans with the postal model (no channel queues,
         :func:`~solvers.listsched.postal_planning`), each plan timed exactly; not those whose
         placement ignores timing (``TIMING_BLIND``: m-topo places by topological order and memory),
-        whose postal plan is their plan."""
+        whose postal plan is their plan.
+
+        Each step starts only when the time left covers its cost as measured so far: a list
+        scheduler the longest one so far (they run to their end whatever their budget), a
+        single-device plan the longest replay so far; our list schedule stops itself at the deadline
+        less one replay.  The first replay measured sets the reserve for the end
+        (:meth:`keep_for_finish`: expanding and simulating cost about one replay each).  Steps not
+        started are listed in the stats (``warm_start_skipped``)."""
         found: dict[str, float] = {}
+        skipped: list[str] = []
         variants = [(heuristic, False) for heuristic in heuristics]
         variants += [(h, True) for h in heuristics if h.name not in TIMING_BLIND] if postal else []
-        longest_s = 0.0  # the list schedulers run to their end whatever their budget: none starts that
-        for heuristic, use_postal in variants:  # would not end before the deadline, judged by the longest so far
+        longest_s = 0.0
+        for heuristic, use_postal in variants:
+            label = f"{heuristic.name} (postal)" if use_postal else heuristic.name
             if self.left_s() <= longest_s:
+                skipped.append(label)
                 continue
             sub = Budget(max(0.1, WARM_SHARE * self.left_s()))
-            label = f"{heuristic.name} (postal)" if use_postal else heuristic.name
             started = time.monotonic()
             try:
                 with postal_planning() if use_postal else nullcontext():
@@ -132,19 +151,53 @@ class Run:
             finally:
                 longest_s = max(longest_s, time.monotonic() - started)
             if plan.status != "infeasible" and plan.stages:
+                started = time.monotonic()
                 sched = schedule_from_plan(self.fine, plan)
+                self._replayed(time.monotonic() - started)
                 if sched is not None:
                     found[label] = sched.makespan_s
                     self.offer(sched, label)
-        own = [("list schedule", list_schedule(self.fine))]
-        own += [(f"single device {k}", single_device(self.fine, k)) for k in range(self.fine.n_devices)]
-        for name, sched in own:
+        own: dict[str, TimedSchedule | None] = {}
+        singles = [f"single device {k}" for k in range(self.fine.n_devices)]
+        if self.best is None and self.left_s() > 0:  # a plan first, before the longer list schedule
+            own[singles[0]] = self._single(0)
+        if self.left_s() > self.replay_s:
+            try:
+                own["list schedule"] = list_schedule(self.fine, self.deadline - self.replay_s)
+            except OutOfTime:
+                skipped.append("list schedule (stopped at the deadline)")
+        else:
+            skipped.append("list schedule")
+        for k, name in enumerate(singles):
+            if name in own:
+                continue
+            if self.left_s() <= self.replay_s:
+                skipped.append(name)
+                continue
+            own[name] = self._single(k)
+        for name in ["list schedule", *singles]:  # offered in this order whichever ran first: ties keep the first
+            sched = own.get(name)
             if sched is not None:
                 found[name] = sched.makespan_s
                 self.offer(sched, name)
         self.stats["warm_start"] = found
+        if skipped:
+            self.stats["warm_start_skipped"] = skipped
         if self.best is not None:
             self.stats["warm_start_s"] = self.best.makespan_s
+
+
+    def _replayed(self, seconds: float) -> None:
+        """Note a replay's time; the end keeps two (expanding and simulating the plan)."""
+        self.replay_s = max(self.replay_s, seconds)
+        self.keep_for_finish(RESERVE_S + 2 * self.replay_s)
+
+    def _single(self, k: int) -> TimedSchedule | None:
+        started = time.monotonic()
+        sched = single_device(self.fine, k)
+        if sched is not None:
+            self._replayed(time.monotonic() - started)
+        return sched
 
     def exact_milp(self, share: float) -> None:
         """Step 2a: the §III-D formulation of the whole graph on the chosen back-end."""

@@ -23,9 +23,9 @@ from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.moirai.bounds import ENERGY_MAX_TASKS
 from solvers.moirai.gcof import identity_grouping
-from solvers.moirai.instance import Instance, build_instance
+from solvers.moirai.instance import Instance, OutOfTime, build_instance
 from solvers.moirai.options import MoiraiOptions
-from solvers.moirai.pipeline import Run
+from solvers.moirai.pipeline import RESERVE_S, Run
 from solvers.moirai.warmstart import Heuristic
 
 EXACT_SHARE = 0.5  # of the time left, for the §III-D MILP of the whole graph (with communication)
@@ -70,7 +70,13 @@ class MoiraiSolver:
 
     def solve(self, problem: Problem, options: MoiraiOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         t0 = time.perf_counter()
-        fine = build_instance(problem, identity_grouping(problem.graph))
+        end_at = time.monotonic() + budget.remaining_s()
+        try:
+            fine = build_instance(problem, identity_grouping(problem.graph),
+                                  None if budget.time_limit_s is None else end_at - RESERVE_S)
+        except OutOfTime as exc:
+            return Plan(stages=(), status="infeasible", stats={"nodes_original": problem.graph.n_ops},
+                        notes=(f"no plan: {exc} (time limit {budget.time_limit_s} s)",))
         run = Run(problem, options, fine, budget, progress)
         proof = _proved_infeasible(problem, fine)
         if proof is not None:
@@ -79,8 +85,11 @@ class MoiraiSolver:
         run.task_bounds()  # before the warm start, so that its bound is reported at once (auto's gap stop)
         run.warm(self.warm_start if options.warm_start else (), communicates)
         if run.best is None:
-            return Plan(stages=(), status="infeasible", stats=run.stats,
-                        notes=("no memory-feasible placement found (not proven infeasible)",))
+            skipped = run.stats.get("warm_start_skipped")
+            reason = (f"no plan: the time limit ({budget.time_limit_s} s) ran out before any warm-start "
+                      f"candidate was timed (not started: {', '.join(skipped)})" if skipped else
+                      "no memory-feasible placement found (not proven infeasible)")
+            return Plan(stages=(), status="infeasible", stats=run.stats, notes=(reason,))
         run.stats["prepare_s"] = time.perf_counter() - t0
         small = fine.n_units <= options.max_nodes
         if run.bounds is not None and fine.n_tasks <= ENERGY_MAX_TASKS:

@@ -17,6 +17,7 @@ reversed); the best one is the MILP's incumbent, the source of its hint and of t
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -26,7 +27,7 @@ from solvers.base import Budget, Solver, no_progress, parse_options
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.moirai.instance import Instance
+from solvers.moirai.instance import Instance, OutOfTime
 from solvers.moirai.schedule import TimedSchedule, full_order, memory_fits, replay
 
 
@@ -65,8 +66,13 @@ def upward_rank(inst: Instance) -> list[float]:
     return rank
 
 
-def list_schedule(inst: Instance) -> TimedSchedule | None:
-    """The HEFT-like list schedule (module doc), or ``None`` when some unit fits nowhere."""
+LIST_CHECK_EVERY = 256  # tasks between two looks at the clock in the list schedule
+
+
+def list_schedule(inst: Instance, deadline: float | None = None) -> TimedSchedule | None:
+    """The HEFT-like list schedule (module doc), or ``None`` when some unit fits nowhere.
+    ``deadline`` (``time.monotonic()``): raise :class:`~solvers.moirai.instance.OutOfTime` once
+    it has passed, looked at every ``LIST_CHECK_EVERY`` tasks and before the final replay."""
     rank = upward_rank(inst)
     fwd = inst.n_units  # forward tasks are 0 .. n_units - 1
     indeg = [len(p) for p in inst.pred]
@@ -78,7 +84,11 @@ def list_schedule(inst: Instance) -> TimedSchedule | None:
     free = np.zeros(inst.n_devices)
     end = [0.0] * inst.n_tasks
     order: dict[int, list[int]] = {}
+    placed = 0
     while ready:
+        if deadline is not None and placed % LIST_CHECK_EVERY == 0 and time.monotonic() > deadline:
+            raise OutOfTime(f"the list schedule ran out of time after {placed} of {fwd} tasks")
+        placed += 1
         _, t = heapq.heappop(ready)
         u = inst.task_unit[t]
         if device[u] < 0:
@@ -103,6 +113,8 @@ def list_schedule(inst: Instance) -> TimedSchedule | None:
             indeg[s] -= 1
             if indeg[s] == 0 and s < fwd:
                 heapq.heappush(ready, (-rank[s], s))
+    if deadline is not None and time.monotonic() > deadline:
+        raise OutOfTime(f"the list schedule ran out of time before its replay ({fwd} tasks placed)")
     return replay(inst, device, full_order(inst, order))
 
 
