@@ -127,8 +127,9 @@ class Instance:
 
 def build_instance(problem: Problem, grouping: Grouping, deadline: float | None = None) -> Instance:
     """The instance of ``problem`` coarsened by ``grouping`` (module doc).  ``deadline``
-    (``time.monotonic()``): raise :class:`OutOfTime` once it has passed (looked at every
-    ``DEADLINE_CHECK_EVERY`` edges: the edge sweep is the part that grows with the graph)."""
+    (``time.monotonic()``): raise :class:`OutOfTime` once it has passed, looked at after every
+    ``DEADLINE_CHECK_EVERY`` edges (the edge sweep is the part that grows with the graph); a graph
+    with fewer edges is always built, whatever the clock, so that it always gets a plan."""
     g, topo = problem.graph, problem.topology
     n_units, n_dev = grouping.n_units, topo.n_devices
     training = problem.settings.pass_ == "training"
@@ -154,7 +155,7 @@ def build_instance(problem: Problem, grouping: Grouping, deadline: float | None 
     largest: dict[tuple[int, int, int], float] = {}
     first_edge: dict[tuple[int, int], int] = {}
     for e, (s, d, b) in enumerate(zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist(), strict=True)):
-        if deadline is not None and e % DEADLINE_CHECK_EVERY == 0 and time.monotonic() > deadline:
+        if deadline is not None and e and e % DEADLINE_CHECK_EVERY == 0 and time.monotonic() > deadline:
             raise OutOfTime(f"the time limit ran out while building the instance ({e} of {len(g.edge_src)} edges)")
         a, c = unit_of[s], unit_of[d]
         if a != c:

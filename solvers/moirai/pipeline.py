@@ -52,6 +52,9 @@ RESERVE_S = 0.4  # kept for expanding and simulating at the end
 REFUTE_GAP = 0.9 * OPTIMAL_GAP  # the decision step asks for a plan at least this much shorter (relative)
 REFUTE_MISSES = 2  # the decision step stops after this many questions without an answer
 WARM_SHARE = 0.2  # of the time left, the most one list scheduler of the warm start may take
+BACKEND_MIN_S = 0.2  # the least time a back-end (MILP) is started with
+NO_TIME_FOR_BACKEND = "no time left for the back-end"
+FIRST_LIST_MAX_UNITS = 2_000  # the first plan's list schedule runs unstopped up to this many ops (Run.first_plan)
 DECISION_TICKS = 10_000_000  # the decision step's ticks per incumbent makespan (docs/moirai.md)
 BLOCK_FRACTION = 0.75  # the critical block is solved when it has at most this share of the tasks
 BLOCK_MIN_WORK = 0.05  # CP-SAT deterministic time of the critical block's first (minimising) question (~0.5 s)
@@ -125,14 +128,17 @@ class Run:
         placement ignores timing (``TIMING_BLIND``: m-topo places by topological order and memory),
         whose postal plan is their plan.
 
-        Each step starts only when the time left covers its cost as measured so far: a list
+        First, whatever the clock says, the cheapest plan (:meth:`first_plan`): so there is always
+        a candidate when one exists, and its replay, timed, sets the reserve for the end
+        (:meth:`keep_for_finish`: expanding and simulating cost about one replay each).  Every
+        further step starts only when the time left covers its cost as measured so far: a list
         scheduler the longest one so far (they run to their end whatever their budget), a
         single-device plan the longest replay so far; our list schedule stops itself at the deadline
-        less one replay.  The first replay measured sets the reserve for the end
-        (:meth:`keep_for_finish`: expanding and simulating cost about one replay each).  Steps not
-        started are listed in the stats (``warm_start_skipped``)."""
+        less one replay.  Steps not started are listed in the stats (``warm_start_skipped``).  The
+        candidates are offered in the order above whichever ran first (ties keep the first)."""
         found: dict[str, float] = {}
         skipped: list[str] = []
+        own: dict[str, TimedSchedule | None] = dict([self.first_plan(skipped)])
         variants = [(heuristic, False) for heuristic in heuristics]
         variants += [(h, True) for h in heuristics if h.name not in TIMING_BLIND] if postal else []
         longest_s = 0.0
@@ -157,11 +163,10 @@ class Run:
                 if sched is not None:
                     found[label] = sched.makespan_s
                     self.offer(sched, label)
-        own: dict[str, TimedSchedule | None] = {}
         singles = [f"single device {k}" for k in range(self.fine.n_devices)]
-        if self.best is None and self.left_s() > 0:  # a plan first, before the longer list schedule
-            own[singles[0]] = self._single(0)
-        if self.left_s() > self.replay_s:
+        if "list schedule" in own or "list schedule (stopped at the deadline)" in skipped:
+            pass  # it was the first plan
+        elif self.left_s() > self.replay_s:
             try:
                 own["list schedule"] = list_schedule(self.fine, self.deadline - self.replay_s)
             except OutOfTime:
@@ -186,6 +191,20 @@ class Run:
         if self.best is not None:
             self.stats["warm_start_s"] = self.best.makespan_s
 
+    def first_plan(self, skipped: list[str]) -> tuple[str, TimedSchedule | None]:
+        """The warm start's first candidate, made whatever the time left: the first device (in
+        order) that holds every op alone, one memory check per device and one replay of the ops; when
+        none does, our list schedule, unstopped on at most ``FIRST_LIST_MAX_UNITS`` ops (milliseconds)
+        and stopped at the deadline less one replay above (then noted in ``skipped`` when cut)."""
+        for k in range(self.fine.n_devices):
+            if memory_fits(self.fine, [k] * self.fine.n_units):
+                return f"single device {k}", self._single(k)
+        small = self.fine.n_units <= FIRST_LIST_MAX_UNITS
+        try:
+            return "list schedule", list_schedule(self.fine, None if small else self.deadline - self.replay_s)
+        except OutOfTime:
+            skipped.append("list schedule (stopped at the deadline)")
+            return "list schedule (stopped at the deadline)", None
 
     def _replayed(self, seconds: float) -> None:
         """Note a replay's time; the end keeps two (expanding and simulating the plan)."""
@@ -200,7 +219,12 @@ class Run:
         return sched
 
     def exact_milp(self, share: float) -> None:
-        """Step 2a: the §III-D formulation of the whole graph on the chosen back-end."""
+        """Step 2a: the §III-D formulation of the whole graph on the chosen back-end; not built when
+        the back-end would get less than ``BACKEND_MIN_S`` (building it takes longer than that on a
+        few hundred ops)."""
+        if share * self.left_s() < BACKEND_MIN_S:
+            self.stats.update(backend_status="unknown", backend_message=NO_TIME_FOR_BACKEND)
+            return
         f = build(self.fine, self.best)
         result = self._backend(f, share)
         self.stats.update(variables=len(f.model.names), rows=len(f.model.rows), messages=len(f.messages),
@@ -342,8 +366,8 @@ class Run:
         """Run the back-end on ``f``; its progress is reported with its bound only when ``proves``
         (a formulation of the ops: the coarse MILP's bound holds for its coarse graph, not the problem)."""
         hard = share * self.left_s()
-        if hard < 0.2:
-            return BackendResult("unknown", message="no time left for the back-end")
+        if hard < BACKEND_MIN_S:
+            return BackendResult("unknown", message=NO_TIME_FOR_BACKEND)
         started = time.monotonic()
 
         def report(incumbent: float | None, bound: float | None) -> None:

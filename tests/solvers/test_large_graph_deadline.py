@@ -1,6 +1,9 @@
 """Large graphs under a short limit: ``moirai`` (its warm start and instance building) and ``m-sct``
 (its favourite-child program and m-ETF) end within the limit plus a second with a valid plan, or
-refuse with the reason when the limit leaves no time for any (docs/benchmarks.md "Scaling")."""
+refuse with the reason when the limit leaves no time for any (docs/benchmarks.md "Scaling").
+Small graphs always get a plan, even under a limit that has already run out: ``moirai`` makes its
+cheapest plan before it looks at the clock (docs/moirai.md "Pipeline"), m-ETF completes by the fast
+rule (docs/baselines.md)."""
 
 from __future__ import annotations
 
@@ -9,14 +12,19 @@ from functools import cache
 
 import pytest
 
+import solvers.solving
+from solvers.base import Budget
 from solvers.generate import generate_graph, generate_topology
+from solvers.model.plan import Plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import OutOfTime, build_instance
+from solvers.moirai.schedule import memory_fits
 from solvers.moirai.warmstart import list_schedule
 from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
+from tests.solvers.moirai.tiny import tiny_problem
 
 LIMIT_S = 2.0
 GRACE_S = 1.0
@@ -76,3 +84,67 @@ def test_the_list_schedule_stops_at_a_passed_deadline() -> None:
     inst = build_instance(problem, identity_grouping(problem.graph))
     with pytest.raises(OutOfTime, match="list schedule"):
         list_schedule(inst, deadline=time.monotonic() - 1.0)
+
+
+def _expired_budget(time_limit_s: float | None) -> Budget:
+    """A budget whose limit ran out before the solver started (a stand-in for a machine so loaded
+    that the set-up took the whole limit)."""
+    return Budget(time_limit_s, started_at=time.monotonic() - 100.0)
+
+
+def small_problems() -> dict[str, Problem]:
+    """A generated transformer on 2 x 2 H100 and a random DAG on 3 devices, each held by one
+    device, and the DAG's training pass, which no single device holds (so ``moirai``'s first plan
+    is its list schedule)."""
+    graph = generate_graph("transformer", layers=2, hidden=256, heads=4, seq_len=128, micro_batch=1, vocab=8192)
+    return {"transformer": Problem(graph, generate_topology("hierarchical", nodes=2, gpus_per_node=2), "latency",
+                                   ProblemSettings(pass_="training")),
+            "tiny": tiny_problem(11, 14, 3),
+            "tiny-training": tiny_problem(11, 14, 3, training=True)}
+
+
+def _check_valid(problem: Problem, plan: Plan) -> None:
+    assert plan.status in ("optimal", "feasible") and plan.stages, plan.notes
+    resolve_plan(problem, plan)
+    assert plan.claimed_objective_s == pytest.approx(simulate(problem, plan).metrics["latency_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize(("name", "fits_one"), [("transformer", True), ("tiny", True), ("tiny-training", False)])
+def test_the_small_problems_cover_both_first_plans(name: str, fits_one: bool) -> None:
+    problem = small_problems()[name]
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    assert any(memory_fits(inst, [k] * inst.n_units) for k in range(inst.n_devices)) == fits_one
+
+
+@pytest.mark.parametrize("solver", ["moirai", "m-sct"])
+@pytest.mark.parametrize("name", ["transformer", "tiny", "tiny-training"])
+def test_a_small_graph_gets_a_plan_under_a_tiny_limit(solver: str, name: str) -> None:
+    problem = small_problems()[name]
+    started = time.monotonic()
+    plan = solve(problem, solver, time_limit_s=0.05)
+    assert time.monotonic() - started <= 0.05 + GRACE_S
+    _check_valid(problem, plan)
+
+
+@pytest.mark.parametrize("name", ["transformer", "tiny", "tiny-training"])
+def test_moirai_plans_a_small_graph_when_the_limit_has_already_run_out(name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(solvers.solving, "Budget", _expired_budget)
+    problem = small_problems()[name]
+    plan = solve(problem, "moirai", time_limit_s=0.5)
+    _check_valid(problem, plan)
+    # the clock was seen expired: every warm-start step after the first plan was left out
+    assert plan.stats["warm_start_skipped"]
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    holds_all = [k for k in range(inst.n_devices) if memory_fits(inst, [k] * inst.n_units)]
+    assert list(plan.stats["warm_start"]) == [f"single device {holds_all[0]}" if holds_all else "list schedule"]
+
+
+@pytest.mark.parametrize("name", ["transformer", "tiny", "tiny-training"])
+def test_m_sct_plans_a_small_graph_when_the_limit_has_already_run_out(name: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(solvers.solving, "Budget", _expired_budget)
+    problem = small_problems()[name]
+    plan = solve(problem, "m-sct", time_limit_s=0.5)
+    _check_valid(problem, plan)
+    assert plan.stats["timed_out"] is True  # m-ETF placed nothing itself: the fast rule did
