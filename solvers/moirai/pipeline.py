@@ -52,6 +52,10 @@ RESERVE_S = 0.4  # kept for expanding and simulating at the end
 REFUTE_GAP = 0.9 * OPTIMAL_GAP  # the decision step asks for a plan at least this much shorter (relative)
 REFUTE_MISSES = 2  # the decision step stops after this many questions without an answer
 WARM_SHARE = 0.2  # of the time left, the most one list scheduler of the warm start may take
+# a list scheduler's work outside its share (set-up, completing its ops, simulating its plan, our
+# replay of it), in replays of the ops: at 200k ops m-sct ended 1.9 replays past its share at load
+# 9-12, heft about 4 (by its CPU time) at load 14
+LIST_SCHEDULER_REPLAYS = 6
 BACKEND_MIN_S = 0.2  # the least time a back-end (MILP) is started with
 NO_TIME_FOR_BACKEND = "no time left for the back-end"
 FIRST_LIST_MAX_UNITS = 2_000  # the first plan's list schedule runs unstopped up to this many ops (Run.first_plan)
@@ -132,22 +136,27 @@ class Run:
         a candidate when one exists, and its replay, timed, sets the reserve for the end
         (:meth:`keep_for_finish`: expanding and simulating cost about one replay each).  Every
         further step starts only when the time left covers its cost as measured so far: a list
-        scheduler the longest one so far (they run to their end whatever their budget), a
-        single-device plan the longest replay so far; our list schedule stops itself at the deadline
-        less one replay.  Steps not started are listed in the stats (``warm_start_skipped``).  The
-        candidates are offered in the order above whichever ran first (ties keep the first)."""
+        scheduler its share of the time left plus ``LIST_SCHEDULER_REPLAYS`` replays (its work
+        outside the share), and at least the longest one so far (they run to their end whatever
+        their budget), a single-device plan the longest replay so far; our list schedule stops
+        itself at the deadline less one replay.  Steps not started are listed in the stats
+        (``warm_start_skipped``), with each list scheduler's time and share
+        (``warm_start_times_s``: seconds, ``[run, share]``) and the longest replay (``replay_s``).
+        The candidates are offered in the order above whichever ran first (ties keep the first)."""
         found: dict[str, float] = {}
         skipped: list[str] = []
         own: dict[str, TimedSchedule | None] = dict([self.first_plan(skipped)])
         variants = [(heuristic, False) for heuristic in heuristics]
         variants += [(h, True) for h in heuristics if h.name not in TIMING_BLIND] if postal else []
         longest_s = 0.0
+        times: dict[str, list[float]] = {}
         for heuristic, use_postal in variants:
             label = f"{heuristic.name} (postal)" if use_postal else heuristic.name
-            if self.left_s() <= longest_s:
+            share_s = max(0.1, WARM_SHARE * self.left_s())
+            if self.left_s() <= max(longest_s, share_s + LIST_SCHEDULER_REPLAYS * self.replay_s):
                 skipped.append(label)
                 continue
-            sub = Budget(max(0.1, WARM_SHARE * self.left_s()))
+            sub = Budget(share_s)
             started = time.monotonic()
             try:
                 with postal_planning() if use_postal else nullcontext():
@@ -155,7 +164,8 @@ class Run:
             except PlacerError:
                 continue
             finally:
-                longest_s = max(longest_s, time.monotonic() - started)
+                times[label] = [time.monotonic() - started, share_s]
+                longest_s = max(longest_s, times[label][0])
             if plan.status != "infeasible" and plan.stages:
                 started = time.monotonic()
                 sched = schedule_from_plan(self.fine, plan)
@@ -186,6 +196,7 @@ class Run:
                 found[name] = sched.makespan_s
                 self.offer(sched, name)
         self.stats["warm_start"] = found
+        self.stats.update(warm_start_times_s=times, replay_s=self.replay_s)
         if skipped:
             self.stats["warm_start_skipped"] = skipped
         if self.best is not None:

@@ -12,6 +12,7 @@ from functools import cache
 
 import pytest
 
+import solvers.moirai.pipeline
 import solvers.solving
 from solvers.base import Budget
 from solvers.generate import generate_graph, generate_topology
@@ -148,3 +149,18 @@ def test_m_sct_plans_a_small_graph_when_the_limit_has_already_run_out(name: str,
     plan = solve(problem, "m-sct", time_limit_s=0.5)
     _check_valid(problem, plan)
     assert plan.stats["timed_out"] is True  # m-ETF placed nothing itself: the fast rule did
+
+
+def test_moirai_starts_no_list_scheduler_whose_work_outside_its_share_would_not_fit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list scheduler starts only when the time left covers its share plus
+    ``LIST_SCHEDULER_REPLAYS`` replays; with that many replays past any limit, none starts and the
+    first plan still comes back."""
+    problem = small_problems()["tiny"]
+    plan = solve(problem, "moirai", time_limit_s=5.0)
+    assert plan.stats["warm_start_times_s"] and plan.stats["replay_s"] > 0  # with the real count they run
+    monkeypatch.setattr(solvers.moirai.pipeline, "LIST_SCHEDULER_REPLAYS", 1e12)
+    plan = solve(problem, "moirai", time_limit_s=5.0)
+    _check_valid(problem, plan)
+    assert plan.stats["warm_start_times_s"] == {}
+    assert {"heft", "m-etf", "m-sct"} <= set(plan.stats["warm_start_skipped"])
