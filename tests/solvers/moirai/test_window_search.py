@@ -128,6 +128,6 @@ def test_decision_form_lifts_the_task_bound_on_a_classic_instance() -> None:
                           upper_s=b.bound_s * (1 + 1e-4))
     assert result.status == "infeasible"
     problem = classic(60, 4, 1)
-    plan = solve(problem, "moirai", time_limit_s=20)
+    plan = solve(problem, "moirai", time_limit_s=90)  # about 3 s on a quiet core; it ends at the proof
     assert plan.status == "optimal" and plan.stats["chosen"] == "whole-graph model (decision)", plan.stats
     assert plan.stats["task_bound_s"] * (1 - 1e-5) <= plan.lower_bound_s <= simulate(problem, plan).metrics["latency_s"]
