@@ -6,6 +6,7 @@ strategies here rather than writing private ones.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -108,10 +109,21 @@ def throughput_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 6) -
     mb = draw(st.integers(1, 5))
     schedule = draw(st.sampled_from(["gpipe", "1f1b"]))
     recompute = draw(st.booleans())
+    graph = with_rows_for(graph, [len(devs) for devs in groups])
     problem = Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(mb,), schedule=schedule))
     plan = Plan(tuple(Stage(tuple(ops), tuple(devs)) for ops, devs in zip(stages, groups, strict=True)),
                 micro_batches=mb, schedule=schedule, recompute=recompute)
     return problem, plan
+
+
+def with_rows_for(graph: OpGraph, replica_counts: list[int]) -> OpGraph:
+    """``graph`` with its ``profiled_batch_size`` scaled by the least common multiple of
+    ``replica_counts``, so that every such stage splits a micro-batch evenly (docs/formats.md)."""
+    rows = graph.profiled_batch_size * math.lcm(*replica_counts)
+    if rows == graph.profiled_batch_size:
+        return graph
+    return OpGraph.build(graph.name, list(graph.nodes), list(graph.edges), profiled_batch_size=rows,
+                         attrs=dict(graph.attrs))
 
 
 @st.composite
@@ -220,6 +232,7 @@ def partition_problems(draw: st.DrawFn, max_ops: int = 7, max_stages: int = 3, m
                               profiled_batch_size=graph.profiled_batch_size)
     n_stages = draw(st.integers(1, min(max_stages, graph.n_ops)))
     replicas = draw(st.integers(1, max_replicas))
+    graph = with_rows_for(graph, [replicas])
     memory = draw(st.sampled_from([HUGE_MEMORY_BYTES, 2e7, 6e7]))
     devices = [Device(f"d{i}", "GPU", f"h{i}", memory) for i in range(n_stages * replicas)]
     bandwidth, latency = draw(st.sampled_from([1e6, 1e9])), draw(st.sampled_from([0.0, 1e-3]))

@@ -18,6 +18,7 @@ from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
+from solvers.partition.shapes import replicas_fit
 from solvers.simulator import simulate
 
 
@@ -46,7 +47,7 @@ class EvenSolver:
         else:
             replicas = problem.settings.replicas or 1
             candidates = [(s, replicas, mb) for s in _stage_candidates(problem, replicas)
-                          for mb in problem.micro_batch_candidates]
+                          for mb in problem.micro_batch_candidates if replicas_fit(problem, replicas, mb)]
         best: Plan | None = None
         best_key = np.inf
         rejected = 0
@@ -68,6 +69,7 @@ class EvenSolver:
                                    plan=best.with_(status="feasible") if improved else None))
         stats = {"candidates": len(candidates), "rejected_for_memory": rejected}
         if best is None:
-            return Plan(stages=(), status="infeasible", stats=stats,
-                        notes=("no even split fits the devices' memory",))
+            why = ("no even split fits the devices' memory" if candidates else
+                   f"settings.replicas: {problem.settings.replicas} replicas split no candidate micro-batch's rows evenly")
+            return Plan(stages=(), status="infeasible", stats=stats, notes=(why,))
         return best.with_(stats=stats)

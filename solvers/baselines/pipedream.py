@@ -53,7 +53,7 @@ from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
-from solvers.partition.shapes import sr_candidates
+from solvers.partition.shapes import replicas_fit, sr_candidates
 from solvers.partition.tp import SplitOpCosts, split_op_costs, tp_degrees, tp_groups
 
 
@@ -228,6 +228,7 @@ class PipeDreamSolver:
         deadline = time.monotonic() + budget.remaining_s()  # inf without a time limit
         notes: tuple[str, ...] = ()
         timed_out = False
+        refused_dp_s: float | None = None
         if hierarchy is not None and options.cost_model == "pipedream":
             levels, units = hierarchy
             states = antichain_states(problem.graph, pipedream_work_s(problem), options.max_states)
@@ -245,7 +246,8 @@ class PipeDreamSolver:
                     stats = {"mode": "hierarchical", "cost_model": "pipedream", "pipedream_dp_objective_s": value_dp,
                              "antichain_states": states.n_states, "timed_out": False}
                     return found.with_(stats={**stats, "stages": len(found.stages)})
-                notes = ("the PipeDream-cost plan does not fit the devices' memory; Placer's layer-chain model used",)
+                refused_dp_s = value_dp
+                notes = (_refusal_note(problem, sgroups, "PipeDream-cost"),)
         if hierarchy is not None:  # the DP does not depend on the micro-batch count: one run serves all
             levels, units = hierarchy
             solved_chain = hierarchical_dp(chain, levels[0], levels[1] if len(levels) > 1 else None, deadline)
@@ -260,8 +262,11 @@ class PipeDreamSolver:
                     stats = {"mode": "hierarchical", "cost_model": "placer", "pipedream_dp_objective_s": value_dp,
                              "layers": chain.n_layers, "timed_out": timed_out}
                     return found.with_(stats={**stats, "stages": len(found.stages)}, notes=notes)
+                notes = (*notes, _refusal_note(problem, groups, "hierarchical layer-chain"))
         plan = self._flat(problem, options, chain, budget, progress)
-        return plan.with_(stats={**plan.stats, "timed_out": timed_out or plan.stats.get("timed_out", False)},
+        refused = {} if refused_dp_s is None else {"pipedream_refused_dp_objective_s": refused_dp_s}
+        return plan.with_(stats={**plan.stats, **refused, "cost_model": "placer",
+                                 "timed_out": timed_out or plan.stats.get("timed_out", False)},
                           notes=(*notes, *plan.notes))
 
     @staticmethod
@@ -279,7 +284,8 @@ class PipeDreamSolver:
 
     def _flat(self, problem: Problem, options: PipeDreamOptions, chain: LayerChain, budget: Budget,
               progress: ProgressCallback) -> Plan:
-        cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.micro_batch_candidates]
+        cands = [(s, r, mb) for s, r in sr_candidates(problem, chain.n_layers) for mb in problem.micro_batch_candidates
+                 if replicas_fit(problem, r, mb)]
         best: tuple[float, IntArray, int, int, int, float] | None = None
         incumbent_s = np.inf
         skipped = 0
@@ -317,6 +323,20 @@ class PipeDreamSolver:
         return plan.with_(claimed_objective_s=value, stats=stats)
 
 
+def _refusal_note(problem: Problem, groups: list[Group] | list[StateGroup], model: str) -> str:
+    """Why a hierarchical plan was not kept: a stage whose replica count divides no candidate
+    micro-batch's rows (docs/formats.md, plan validity), else memory."""
+    for reps, inner in groups:
+        replicas = next((reps * gpus for _, _, gpus in inner
+                         if not any(replicas_fit(problem, reps * gpus, mb) for mb in problem.micro_batch_candidates)),
+                        None)
+        if replicas is not None:
+            return (f"the {model} plan gives a stage {replicas} replicas, which do not split a micro-batch of "
+                    f"{problem.micro_batch_rows(problem.micro_batch_candidates[0])} rows evenly; Placer's "
+                    "layer-chain model used")
+    return f"the {model} plan does not fit the devices' memory; Placer's layer-chain model used"
+
+
 def _tp_chain(chain: LayerChain, costs: SplitOpCosts, problem: Problem) -> LayerChain:
     """``chain`` with each layer's work, collectives and memory for stages of one tensor-parallel degree."""
     g, n = problem.graph, chain.n_layers
@@ -352,6 +372,8 @@ def _flat_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degree
             for mb in problem.micro_batch_candidates:
                 if best is not None and budget.expired():
                     break
+                if not replicas_fit(problem, r, mb):
+                    continue
                 tried += 1
                 found = flat_dp(chain, s, *_flat_costs(problem, chain, s, r, mb, groups))
                 if found is None:

@@ -52,7 +52,7 @@ from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
-from solvers.partition.shapes import sr_candidates
+from solvers.partition.shapes import replicas_fit, sr_candidates
 from solvers.partition.tp import tp_degrees, tp_groups
 from solvers.simulator import simulate
 
@@ -211,7 +211,9 @@ class ExactSolver:
             best.pruned_shapes += 1
             return 0
         capacity = stage_capacities_bytes(problem, n_stages)
-        mbs = problem.micro_batch_candidates
+        mbs = tuple(mb for mb in problem.micro_batch_candidates if replicas_fit(problem, replicas, mb))
+        if not mbs:
+            return 0  # R divides no candidate micro-batch's rows
         warm = [_warm_start(problem, model, n_stages, replicas, mb, capacity) for mb in mbs]
         upper = max(w[1] for w in warm)
         results: list[DPResult | None] = [None] * len(mbs)

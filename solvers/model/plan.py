@@ -371,6 +371,8 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                 f"edge {e.src!r} -> {e.dst!r} goes from stage {stage_of[g.index[e.src]]} back to stage "
                 f"{stage_of[g.index[e.dst]]}: a throughput plan's stages must follow the dependencies",
                 field="stages", ref=e.src)
+    if problem.objective == "throughput":
+        check_replica_rows(plan, problem.micro_batch_rows(plan.micro_batches))
     for op, target in problem.settings.pinned.items():
         s = int(stage_of[g.index[op]])
         if isinstance(target, int) and s != target:
@@ -388,6 +390,25 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                           field="recompute")
     recompute = tuple(plan.recomputes(s) for s in range(len(plan.stages)))
     return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order, recompute)
+
+
+def replicas_split_rows(replicas: int, rows: int) -> bool:
+    """Whether ``replicas`` data-parallel replicas share a micro-batch of ``rows`` rows evenly
+    (each replica runs ``rows / replicas`` whole samples; the runtime slices the batch so)."""
+    return replicas >= 1 and rows % replicas == 0
+
+
+def check_replica_rows(plan: Plan, rows: int) -> None:
+    """Raise :class:`InvalidPlan` (field ``stages[i].devices``) for the first stage whose replica
+    count ``len(devices) / tp`` does not divide a micro-batch of ``rows`` rows."""
+    for s, stage in enumerate(plan.stages):
+        if stage.tp < 1 or not stage.devices:
+            continue
+        replicas = len(stage.devices) // stage.tp
+        if not replicas_split_rows(replicas, rows):
+            raise InvalidPlan(f"stages[{s}].devices: the micro-batch of {rows} rows does not split evenly over "
+                              f"{replicas} replicas (a stage's replica count must divide the rows)",
+                              field=f"stages[{s}].devices")
 
 
 def _rank_groups(plan: Plan) -> list[int]:

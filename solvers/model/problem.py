@@ -63,6 +63,15 @@ class Problem:
     def with_settings(self, **changes: Any) -> Problem:
         return replace(self, settings=self.settings.model_copy(update=changes))
 
+    def micro_batch_rows(self, micro_batches: int) -> int:
+        """Rows (samples) of one micro-batch of a plan with ``micro_batches`` micro-batches:
+        ``settings.global_batch / micro_batches`` with a global batch (rounded down where the count
+        does not divide it, which :meth:`at_micro_batches` refuses), else the graph's ``profiled_batch_size``."""
+        batch = self.settings.global_batch
+        if batch is None or self.objective != "throughput":
+            return self.graph.profiled_batch_size
+        return max(1, batch // max(1, micro_batches))
+
     def at_micro_batches(self, micro_batches: int) -> Problem:
         """The problem a plan of ``micro_batches`` micro-batches is solved and scored on.
 

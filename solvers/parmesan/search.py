@@ -32,7 +32,7 @@ from solvers.parmesan.dp import Transitions, build_transitions, run_dp
 from solvers.parmesan.refine import RefineEdges, refine
 from solvers.partition.costs import ReferenceCosts, allreduce_terms
 from solvers.partition.fronted import enumerate_fronted
-from solvers.partition.shapes import StagePartition, sr_candidates
+from solvers.partition.shapes import StagePartition, replicas_fit, sr_candidates
 
 
 @dataclass
@@ -202,6 +202,8 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
                     break
                 if with_ar and replicas == 1 and len(allreduce_variants) > 1:
                     continue  # no all-reduce: the same DP as without the term
+                if not replicas_fit(problem, replicas, mb):
+                    continue  # R does not divide this micro-batch's rows
                 explored["candidates"] += 1
                 found = partition(ctx, cg, tr, Shape(n_stages, replicas, mb, with_ar), deadline)
                 if found is None:

@@ -24,6 +24,7 @@ from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
+from solvers.partition.shapes import replicas_fit
 from solvers.rannc.allocate import NodeLayout, allocate_devices
 from solvers.rannc.blocks import BlockPartition
 from solvers.rannc.groups import reference_capacity_bytes
@@ -229,10 +230,10 @@ class StageSearch:
         caps = np.asarray([reference_capacity_bytes(problem, s) for s in range(cand.stages)])
         in_flight = np.asarray([in_flight_micro_batches(problem.settings.schedule, cand.stages, s, cand.micro_batches)
                                 for s in range(cand.stages)], dtype=np.int64)
-        allowed = None
+        allowed = np.asarray([r > 0 and replicas_fit(problem, r * cand.copies, cand.micro_batches)
+                              for r in range(max_r + 1)], dtype=bool)  # R must divide the micro-batch's rows
         if cand.fixed_replicas is not None:
-            allowed = np.zeros(max_r + 1, dtype=bool)
-            allowed[cand.fixed_replicas] = True
+            allowed &= np.arange(max_r + 1) == cand.fixed_replicas
         allreduce = self.allreduce_table(cand, recompute)
         out: list[StageSolution] = []
         for charged in (allreduce, None):

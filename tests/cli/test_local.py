@@ -332,3 +332,19 @@ def test_tp_flags_fix_bound_and_name_the_setting(files: dict[str, Path], capsys:
         assert code == 2 and err.startswith(f"error: {message}"), err
     code, _, err = run(capsys, "solve", *common, "--tp", "4", "--tp-across-hosts", "-o", str(files["dir"] / "x.json"))
     assert code == 0, err
+
+
+def test_simulate_refuses_replicas_that_do_not_split_the_micro_batch(files: dict[str, Path],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The generated transformer's micro-batch has 8 rows: 3 replicas of a stage would hold 8/3 samples each."""
+    plan = files["dir"] / "plan.json"
+    common = ("--graph", str(files["graph"]), "--topology", str(files["topo"]))
+    assert run(capsys, "solve", "--solver", "even", *common, "--stages", "2", "--replicas", "2",
+               "--micro-batches", "4", "-o", str(plan))[0] == 0
+    doc = json.loads(plan.read_text())
+    devices = [d for stage in doc["stages"] for d in stage["devices"]]
+    doc["stages"][0]["devices"], doc["stages"][1]["devices"] = devices[:3], devices[3:]
+    plan.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "simulate", *common, "--plan", str(plan))
+    assert code == 2
+    assert "stages[0].devices: the micro-batch of 8 rows does not split evenly over 3 replicas" in err

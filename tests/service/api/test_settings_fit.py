@@ -87,3 +87,17 @@ def test_lists_carry_settings_only_when_asked(api: Api) -> None:
         assert lean and all(item["settings"] is None for item in lean)
         assert full and all(item["settings"]["pinned"] == {"op1": 0} for item in full)
     assert_problem(api.get("/v1/jobs?include=options"), 422, field="include")
+
+
+def test_evaluate_refuses_replicas_that_do_not_split_the_micro_batch(api: Api) -> None:
+    """The random DAG is profiled at one sample: two replicas of a stage would hold half a sample each."""
+    gid, tid = _inputs(api)
+    stage = {"ops": [f"op{i}" for i in range(6)], "devices": ["gpu0", "gpu1"]}
+    plan = {"format": "placer.plan/v1", "stages": [stage]}
+    r = api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "plan": plan})
+    body = assert_problem(r, 422, field="stages[0].devices")
+    assert "micro-batch of 1 rows does not split evenly over 2 replicas" in body["detail"]
+    two_rows = api.post("/v1/graphs", json=generate_graph("random_dag", n_ops=6, seed=2, micro_batch=2).to_document())
+    assert two_rows.status_code == 201
+    r = api.post("/v1/plans:evaluate", json={"graph_id": two_rows.json()["id"], "topology_id": tid, "plan": plan})
+    assert r.status_code == 200, r.text

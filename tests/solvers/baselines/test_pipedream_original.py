@@ -32,6 +32,9 @@ needs_data = pytest.mark.skipif(not PROFILES.is_dir(), reason="shared/data not p
 # "Time per stage in pipeline" printed by the original optimizer on the 4 x 4 hierarchy
 ORIGINAL_S = {"resnet50": 0.0432084692, "resnext101": 0.0616378724, "alexnet": 0.0150994944,
               "gnmt": 0.0100663296}
+# PipeDream's plans that give a stage replicas not dividing the profiled batch (128 and 64 rows): no
+# solver returns such a plan (docs/formats.md, plan validity), so the flat DP's plan is returned
+REFUSED_REPLICAS = {"alexnet": 12, "gnmt": 3}
 
 
 def _chain_graph(seed: int, n: int) -> OpGraph:
@@ -119,8 +122,13 @@ def _problem(name: str) -> Problem:
 def test_original_figures_on_the_4x4_hierarchy(name: str) -> None:
     problem = _problem(name)
     plan = solve(problem, "pipedream", time_limit_s=60)
-    assert plan.stats["cost_model"] == "pipedream"
-    assert plan.stats["pipedream_dp_objective_s"] == pytest.approx(ORIGINAL_S[name], rel=1e-6)
+    if name in REFUSED_REPLICAS:  # the published plan cannot run: the DP's figure is kept beside the fallback
+        assert plan.stats["cost_model"] == "placer"
+        assert plan.stats["pipedream_refused_dp_objective_s"] == pytest.approx(ORIGINAL_S[name], rel=1e-6)
+        assert f"gives a stage {REFUSED_REPLICAS[name]} replicas, which do not split" in plan.notes[0]
+    else:
+        assert plan.stats["cost_model"] == "pipedream"
+        assert plan.stats["pipedream_dp_objective_s"] == pytest.approx(ORIGINAL_S[name], rel=1e-6)
     resolve_plan(problem, plan)
     assert plan.claimed_objective_s == pytest.approx(float(simulate(problem, plan).metrics["objective_s"]))
     assert sum(len(s.devices) for s in plan.stages) <= 16

@@ -113,7 +113,8 @@ def test_tp_on_the_relaxation_without_light_ops() -> None:
     finds the plan of the graph without them."""
     g = mlp_graph()
     light = OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
-                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))])
+                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))],
+                          profiled_batch_size=g.profiled_batch_size)
     settings = ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2)
     plan = solve(Problem(light, one_host(4, 1e9, 23e6), "throughput", settings), "exact", {"max_ideals": 100},
                  time_limit_s=30)

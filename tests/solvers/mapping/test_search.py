@@ -35,7 +35,7 @@ from solvers.model.topology import Device, Topology
 from solvers.simulator import simulate
 from solvers.solving import solve
 from tests.solvers.parmesan.strategies import random_dag
-from tests.strategies import examples
+from tests.strategies import examples, with_rows_for
 
 GiB = float(2**30)
 
@@ -63,7 +63,7 @@ def case(seed: int, n_stages: int, replicas: int, n_devices: int, mb: int, sched
     """A problem and a contiguous partition of a random DAG (edges go from lower to higher index)."""
     rng = np.random.default_rng(seed)
     n_ops = int(rng.integers(n_stages + 2, 3 * n_stages + 4))
-    graph = random_dag(seed, n_ops, 0.4)
+    graph = with_rows_for(random_dag(seed, n_ops, 0.4), [replicas])  # rows the replicas split
     cuts = np.sort(rng.choice(np.arange(1, n_ops), size=n_stages - 1, replace=False))
     stage_of = np.searchsorted(cuts, np.arange(n_ops), side="right").astype(np.int64)
     problem = Problem(graph, topology(seed, n_devices, symmetric, hetero, blocky), "throughput",
@@ -195,7 +195,7 @@ def test_conflict_bound_sees_what_the_assignment_misses() -> None:
     devices = [Device(f"d{i}", "GPU", f"h{i // 2}", 64 * GiB) for i in range(4)]
     bw = np.array([[1e10 if i // 2 == j // 2 else 1e8 for j in range(4)] for i in range(4)])
     topo = Topology.from_matrices("blocks", devices, bw.tolist(), np.zeros((4, 4)).tolist())
-    graph = random_dag(2, 6, 0.5)
+    graph = with_rows_for(random_dag(2, 6, 0.5), [2])
     stage_of = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
     problem = Problem(graph, topo, "throughput", ProblemSettings(stages=2, replicas=2, micro_batches=(4,)))
     model = pipeline_model(problem, stage_of, 2, 2, 4)

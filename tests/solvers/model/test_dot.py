@@ -41,7 +41,8 @@ def test_graph_with_plan_has_one_cluster_per_stage() -> None:
     topo = Topology.from_links("t", [Device("gpu0"), Device("gpu1"), Device("gpu2")],
                                [Link("gpu0", "gpu1", 1e9), Link("gpu1", "gpu2", 1e9)])
     plan = Plan(stages=(Stage(("qkv", "embed"), ("gpu0",)), Stage(('odd "name"', "out"), ("gpu1", "gpu2"))))
-    text = to_dot(g, resolve_plan(Problem(g, topo), plan))
+    rows = OpGraph.build(g.name, list(g.nodes), list(g.edges), profiled_batch_size=2)  # two replicas split it
+    text = to_dot(g, resolve_plan(Problem(rows, topo), plan))
     assert text.count("subgraph cluster_") == 2
     assert 'label="stage 1: gpu1, gpu2"' in text
     check_golden("tiny_plan.dot", text)

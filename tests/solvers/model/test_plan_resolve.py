@@ -20,7 +20,7 @@ def make_problem(objective: str = "throughput", memory: float = 8 * GiB, **setti
     nodes = [Node("a", "x", 1.0, 2.0, param_bytes=1e6, act_bytes=1e6), Node("b", "x", 1.0, 2.0, act_bytes=1e6),
              Node("c", "x", 1.0, 2.0, param_bytes=GiB), Node("d", "x", 1.0, 2.0)]
     edges = [Edge("a", "b", 1e6), Edge("b", "c", 1e6), Edge("a", "d", 1e3), Edge("c", "d", 1e3)]
-    g = OpGraph.build("g", nodes, edges)
+    g = OpGraph.build("g", nodes, edges, profiled_batch_size=4)  # rows that two replicas split
     devices = [Device(f"g{i}", memory_bytes=memory) for i in range(4)]
     t = Topology.from_links("t", devices, [Link(f"g{i}", f"g{i + 1}", 1e9) for i in range(3)])
     return Problem(g, t, objective, ProblemSettings(**settings))  # type: ignore[arg-type]

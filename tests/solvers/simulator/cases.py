@@ -9,11 +9,11 @@ from solvers.model.topology import Device, Link, Topology
 
 
 def chain_graph(n_ops: int, fwd_s: float = 1.0, bwd_s: float = 2.0, edge_bytes: float = 0.0,
-                param_bytes: float = 0.0) -> OpGraph:
-    """``op0 -> op1 -> ...`` with equal times."""
+                param_bytes: float = 0.0, rows: int = 12) -> OpGraph:
+    """``op0 -> op1 -> ...`` with equal times, profiled at ``rows`` samples (any 1-4 replicas split them)."""
     nodes = [Node(f"op{i}", "aten.mm", fwd_s, bwd_s, param_bytes=param_bytes) for i in range(n_ops)]
     edges = [Edge(f"op{i}", f"op{i + 1}", edge_bytes) for i in range(n_ops - 1)]
-    return OpGraph.build("chain", nodes, edges)
+    return OpGraph.build("chain", nodes, edges, profiled_batch_size=rows)
 
 
 def line_topology(n_devices: int, bandwidth_Bps: float = 1e9, latency_s: float = 0.0,

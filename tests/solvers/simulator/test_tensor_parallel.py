@@ -38,7 +38,7 @@ def mlp_graph(norm: bool = False) -> OpGraph:
     ids = [n.id for n in nodes]
     sizes = {"fc1": X, "act": H, "fc2": H, "head": Y, "ln": X}
     edges = [Edge(a, b, sizes[b]) for a, b in itertools.pairwise(ids)]
-    return OpGraph.build("mlp", nodes, edges)
+    return OpGraph.build("mlp", nodes, edges, profiled_batch_size=12)
 
 
 def topology(n: int, efficiency: float | None = None) -> Topology:
