@@ -50,6 +50,7 @@ from scipy.sparse import coo_matrix
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.mapping.bounds import DeviceBounds
+from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping
 from solvers.mapping.objective import PipelineCosts, PipelineModel, edge_costs, iteration_bound_s, ring_s
 from solvers.mapping.unionfind import component_threshold_Bps
 from solvers.model.topology import Topology
@@ -238,6 +239,33 @@ class HostRelaxationRun:
             host_of = settle_lanes(self.model, host_of, self.host_costs, settle_deadline)
         return HostRelaxation(bound * (1 - 1e-9), value, host_of, self.host_index,
                               "optimal" if status == 0 else "time_limit", time.monotonic() - self.started_s)
+
+
+    def heuristic_layout(self, settle_deadline: float) -> tuple[IntArray, float] | None:
+        """A layout without the relaxation's counts, for when HiGHS has none in time (the 256-
+        and 512-device random_blk_2 cells): the better at host level of the hosts of p2p-first's and of
+        CS's devices taken as counts (lane-major and stage-major fills of the hosts in
+        device order), each through :func:`host_lanes` and :func:`settle_lanes`; with its host
+        objective (a lower bound of every mapping that keeps it).  ``None`` when
+        ``settle_deadline`` passes first."""
+        s_, r = self.model.n_stages, self.model.replicas
+        n_hosts = int(self.host_index.max()) + 1
+        if s_ * r > len(self.host_index):
+            return None
+        lane_cost = [np.maximum(m, m.T) for m in self.host_costs.fwd]
+        best: tuple[tuple[float, float], IntArray] | None = None
+        fills = (p2p_mapping(s_, r), consecutive_mapping(s_, r))
+        for k, place in enumerate(fills):
+            now = time.monotonic()
+            if now > settle_deadline:
+                break
+            counts = np.array([np.bincount(self.host_index[place[s]], minlength=n_hosts) for s in range(s_)])
+            host_of = settle_lanes(self.model, host_lanes(self.model, counts, lane_cost), self.host_costs,
+                                   now + (settle_deadline - now) / (len(fills) - k))
+            value = _host_objective(self.model, host_of, self.host_costs)
+            if best is None or value < best[0]:
+                best = (value, host_of)
+        return None if best is None else (best[1], best[0][0])
 
 
 def start_host_relaxation(model: PipelineModel, costs: PipelineCosts, topo: Topology, bounds: DeviceBounds,

@@ -406,7 +406,9 @@ def greedy_dives(spec: CombinedSpec, deadline: float, prefix: str,
 
 def host_start(spec: CombinedSpec, relax: HostRelaxation, floor_s: float, deadline: float, seed: int,
                stats: dict[str, Any]) -> tuple[str, IntArray] | None:
-    """A mapping that follows the host relaxation's layout (:mod:`solvers.mapping.hosts`):
+    """A mapping that follows the host relaxation's layout (:mod:`solvers.mapping.hosts`; or the
+    filled layout of :meth:`~solvers.mapping.hosts.HostRelaxationRun.heuristic_layout` where
+    HiGHS has none):
     the better of Alg. 2's two greedy dives (each replica on its best device by the partial
     objective, no target; lane by lane, stage by stage), every replica restricted to its host's
     devices, improved by the large-neighbourhood search under the same restriction until
@@ -432,23 +434,31 @@ def zigzag_starts(model: PipelineModel) -> list[tuple[str, IntArray]]:
 
 
 def multi_start_improve(spec: CombinedSpec, starts: Sequence[tuple[str, IntArray]], until: StopRule, seed: int,
-                        stats: dict[str, Any]) -> tuple[IntArray, float]:
+                        stats: dict[str, Any],
+                        progress: dict[str, tuple[IntArray, float]] | None = None) -> tuple[IntArray, float]:
     """:func:`improve` from each of ``starts`` (distinct by name) for an equal share of half the
     time, then from the best result for the rest: the best start by value can sit in a poorer
-    basin than a structured one (zigzag rings) a little above it.  ``until``: :class:`StopRule`."""
+    basin than a structured one (zigzag rings) a little above it.  ``until``: :class:`StopRule`.
+    ``progress`` (read and updated): each start's best mapping so far, by name; a start found
+    there resumes from it, so passes split by a wait (the host relaxation's) add up to one
+    longer search per start instead of restarting each one."""
     model, costs = spec.model, spec.costs
+    progress = {} if progress is None else progress
     named = list({name: p for name, p in starts}.items())
     share = 0.5 * max(0.0, until.deadline - time.monotonic()) / len(named)
     tries = moves = 0
     results = []
     for k, (name, p) in enumerate(named):
         sub: dict[str, Any] = {}
-        found, value = improve(spec, p, combined_objective_s(model, costs, p),
+        p, value = progress.get(name, (p, combined_objective_s(model, costs, p)))
+        found, value = improve(spec, p, value,
                                replace(until, deadline=min(until.deadline, time.monotonic() + share)), seed + k, sub)
+        progress[name] = (found, value)
         tries, moves = tries + sub["improve_tries"], moves + sub["improve_moves"]
         results.append((value, k, name, found))
     value, _, name, place = min(results, key=lambda t: (t[0], t[1]))
     place, value = improve(spec, place, value, until, seed, stats)
+    progress[name] = (place, value)
     stats["improve_tries"] += tries
     stats["improve_moves"] += moves
     stats["improve_from"] = name
@@ -477,14 +487,17 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
     stats: dict[str, Any] = {"initial_upper_bound_s": t_r, "upper_bound_from": start_name, **counters.as_stats(),
                              "instantiation": "combined"}
     hosted: list[tuple[str, IntArray]] = []
-    also = [*zigzag_starts(model), *packed[:1]]  # searched beside the incumbent (multi_start_improve)
+    # searched beside the incumbent (multi_start_improve); each start's progress carries over
+    # from the pass during the host relaxation's wait into the pass after it
+    searched = [(start_name, place), *zigzag_starts(model), *packed[:1]]
+    progress: dict[str, tuple[IntArray, float]] = {}
     if running is not None:
         if t_r - bound > eps_rel * t_r:  # while HiGHS works: a first pass of the multi-start search
             sub: dict[str, Any] = {}
             first = StopRule(running.solve.deadline, bound, eps_rel, stop=running.solve.done)
-            place, t_r = multi_start_improve(spec, [(start_name, place), *also], first, seed + 1000, sub)
+            place, t_r = multi_start_improve(spec, searched, first, seed + 1000, sub, progress)
             stats.update(host_wait_tries=sub["improve_tries"], host_wait_moves=sub["improve_moves"])
-            start_name = f"{sub['improve_from']} (searched)"  # not its start's name: distinct in the next pass
+            start_name = sub["improve_from"]
         if t_r - bound <= eps_rel * t_r:  # proven already: the relaxation is not needed
             running.solve.cancel()
         # the layout's settling (half of it at most), the dives and the search inside its hosts
@@ -492,14 +505,19 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
         relax = running.result(time.monotonic() + 0.5 * search_s)
         bound = max(bound, relax.bound_s)
         host_stats: dict[str, Any] = {}
-        if relax.value_s < t_r:  # its layout may beat the incumbent
-            found = host_start(spec, relax, bound, time.monotonic() + search_s, seed, host_stats)
+        layout, layout_from = relax, None if relax.host_of is None else "relaxation"
+        if relax.host_of is None and t_r - bound > eps_rel * t_r:  # no layout from HiGHS: a filled one
+            filled = running.heuristic_layout(time.monotonic() + 0.25 * search_s)
+            if filled is not None:
+                layout, layout_from = replace(relax, host_of=filled[0], value_s=filled[1]), "filled"
+        if layout.value_s < t_r:  # its layout may beat the incumbent
+            found = host_start(spec, layout, bound, time.monotonic() + search_s, seed, host_stats)
             if found is not None:  # the incumbent if best, a start of the search if close
                 value = combined_objective_s(model, costs, found[1])
                 hosted = [found] if value <= 1.25 * t_r else []
                 if value < t_r:
                     (start_name, place), t_r = found, value
-        stats.update(host_bound_s=relax.bound_s, host_status=relax.status,
+        stats.update(host_bound_s=relax.bound_s, host_status=relax.status, host_layout=layout_from,
                      host_relaxation_s=relax.value_s if np.isfinite(relax.value_s) else None,
                      host_time_s=relax.seconds, host_search_tries=host_stats.get("improve_tries", 0),
                      host_search_moves=host_stats.get("improve_moves", 0))
@@ -507,8 +525,8 @@ def map_stages_combined(model: PipelineModel, topo: Topology, options: BisectOpt
     stats.update(initial_lower_bound_s=t_l, bound_s_time=time.monotonic() - started)
     if t_r - t_l > eps_rel * t_r and improve_share > 0:
         until = time.monotonic() + improve_share * max(0.0, deadline - time.monotonic())
-        place, t_r = multi_start_improve(spec, [(start_name, place), *also, *hosted], StopRule(until, t_l, eps_rel),
-                                         seed, stats)
+        place, t_r = multi_start_improve(spec, [(start_name, place), *searched, *hosted], StopRule(until, t_l, eps_rel),
+                                         seed, stats, progress)
     place, t_r, t_l = bisect_targets(search_combined, spec, lambda found: (found, combined_objective_s(model, costs, found)),
                                      Bracket(place, t_r, t_l), options, counters)
     status = "optimal" if t_r - t_l <= eps_rel * t_r else "feasible"

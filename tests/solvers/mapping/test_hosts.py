@@ -133,6 +133,31 @@ def test_host_start_stays_in_its_hosts() -> None:
     assert stats["improve_tries"] >= 1
 
 
+def test_filled_layout_without_the_relaxation() -> None:
+    """Without HiGHS' counts: the better of the lane-major and stage-major fills, a layout that
+    keeps every host within its size, valued at its host objective, which the device mapping
+    placed inside its hosts does not beat."""
+    model, problem = blk_case(2, "random_blk_2", 3, 4, 16, 4)
+    topo = problem.topology
+    costs = PipelineCosts.of(model, topo)
+    run = start_host_relaxation(model, costs, topo, device_bounds(model, costs, topo), 5.0)
+    assert run is not None
+    run.solve.cancel()
+    filled = run.heuristic_layout(time.monotonic() + 5)
+    assert filled is not None
+    host_of, value = filled
+    size = np.bincount(run.host_index)
+    assert host_of.shape == (3, 4)
+    assert (np.bincount(host_of.reshape(-1), minlength=len(size)) <= size).all()
+    assert value == _host_objective(model, host_of, run.host_costs)[0]
+    _, g = assignment_bound_s(model, costs, topo)
+    layout = HostRelaxation(0.0, value, host_of, run.host_index, "cancelled", 0.0)
+    found = host_start(make_combined_spec(model, topo, costs, g), layout, 0.0, time.monotonic() + 2, 0, {})
+    assert found is not None and np.array_equal(run.host_index[found[1]], host_of)
+    assert combined_objective_s(model, costs, found[1]) >= value * (1 - 1e-9)
+    assert run.heuristic_layout(time.monotonic() - 1) is None  # no time: no layout
+
+
 def test_not_built_where_it_cannot_help() -> None:
     problem, stage_of = case(1, 2, 2, 6, 4, "1f1b", True)
     model = pipeline_model(problem, stage_of, 2, 2, 4)

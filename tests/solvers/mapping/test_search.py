@@ -25,8 +25,11 @@ from solvers.mapping.heuristics import consecutive_mapping, p2p_mapping, random_
 from solvers.mapping.objective import PipelineCosts, PipelineModel, combined_objective_s, pipeline_model
 from solvers.mapping.packing import _packing_quota, packing_mapping, packing_starts
 from solvers.mapping.search import (
+    StopRule,
+    improve,
     make_combined_spec,
     map_stages_combined,
+    multi_start_improve,
     search_combined,
 )
 from solvers.model.errors import InvalidPlan
@@ -143,6 +146,31 @@ def test_bound_below_and_search_equal_to_brute_force(seed: int, shape: tuple[int
     assert result.lower_bound_s <= expected * (1 + 1e-9)
     assert combined_objective_s(model, costs, result.place) == pytest.approx(result.objective_s)
     assert sorted(result.place.reshape(-1).tolist()) == sorted(set(result.place.reshape(-1).tolist()))
+
+
+def test_multi_start_resumes_each_start_from_its_progress() -> None:
+    """A start found in ``progress`` resumes from the mapping recorded there (a pass cut short by
+    the host relaxation's wait is not lost), and every start's result is recorded for the next pass."""
+    problem, stage_of = case(3, 3, 3, 9, 4, "1f1b", True, blocky=True)
+    model = pipeline_model(problem, stage_of, 3, 3, 4)
+    costs = PipelineCosts.of(model, problem.topology)
+    _, g = assignment_bound_s(model, costs, problem.topology)
+    spec = make_combined_spec(model, problem.topology, costs, g)
+    starts = [("consecutive", consecutive_mapping(3, 3)), ("p2p", p2p_mapping(3, 3))]
+    values = [combined_objective_s(model, costs, p) for _, p in starts]
+    better, best = improve(spec, starts[0][1], values[0], StopRule(time.monotonic() + 5, 0.0, patience=400), 1,
+                           {"improve_tries": 0, "improve_moves": 0})
+    assert best < min(values)  # else the case shows nothing
+    progress = {"consecutive": (better, best)}
+    stats = {"improve_tries": 0, "improve_moves": 0}
+    # no time: every start keeps the mapping it begins from
+    place, value = multi_start_improve(spec, starts, StopRule(time.monotonic(), 0.0), 0, stats, progress)
+    assert value == pytest.approx(best) and combined_objective_s(model, costs, place) == pytest.approx(best)
+    assert stats["improve_from"] == "consecutive"
+    assert set(progress) == {"consecutive", "p2p"}
+    assert progress["p2p"][1] == pytest.approx(values[1])
+    _, fresh = multi_start_improve(spec, starts, StopRule(time.monotonic(), 0.0), 0, dict(stats))
+    assert fresh == pytest.approx(min(values))
 
 
 def test_search_with_fixed_replicas_keeps_them() -> None:
