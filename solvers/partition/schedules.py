@@ -240,7 +240,8 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes ``feasible`` (its
     bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each simulated
     candidate's comparison key (``null``: it does not fit), ``stats.schedule_estimates`` every candidate's
-    estimated key.  With a schedule asked for by name and no candidate fitting, the answer is an
+    estimated key; a candidate chosen over the solver's own plan claims the objective the search
+    simulated for it.  With a schedule asked for by name and no candidate fitting, the answer is an
     infeasible plan naming the schedule.  Under ``auto``, rank groups with different replica counts
     compete as GPipe and 1F1B only (the launcher runs the multi-stage schedules one pipeline per
     replica, docs/launcher.md), as tensor-parallel stages do.
@@ -301,8 +302,10 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
         status, bound = "feasible", None
         notes = (*notes, f"schedule {chosen.schedule!r}: the solver's proof covers its own one-stage-per-rank "
                          "model only")
-    return chosen.with_(status=status, lower_bound_s=bound, notes=notes, stats=stats,
-                        claimed_objective_s=None if chosen is not plan else chosen.claimed_objective_s)
+    claimed = chosen.claimed_objective_s
+    if chosen is not plan:  # the search's claim: its own simulation of the candidate (remembered by simulate)
+        claimed = float(simulate(problem, chosen).metrics["objective_s"])
+    return chosen.with_(status=status, lower_bound_s=bound, notes=notes, stats=stats, claimed_objective_s=claimed)
 
 
 def _simulate_candidate(problem: Problem, plan: Plan, name: str, v: int,
