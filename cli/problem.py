@@ -77,8 +77,8 @@ def add_problem_flags(p: argparse.ArgumentParser, *, on_server: bool, objective_
                             "to that micro-batch size and the iteration time is minimised (default: the time per "
                             "sample is)")
         p.add_argument("--schedule", choices=SCHEDULES,
-                       help="the pipeline schedule (auto: every schedule searched with 1, 2 and 4 virtual stages "
-                            "where it applies; default: 1f1b)")
+                       help="the pipeline schedule (default: auto, every schedule searched with 1, 2 and 4 "
+                            "virtual stages where it applies and the fastest per sample kept; a name fixes it)")
         p.add_argument("--virtual-stages", type=int, metavar="V",
                        help="stages per rank group of interleaved-1f1b, looped-bfs and interleaved-zb (zbv, "
                             "dualpipev: 2; default: searched among 1, 2, 4)")

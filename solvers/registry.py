@@ -201,7 +201,8 @@ def catalogue() -> list[SolverInfo]:
     catalogue : list of SolverInfo
         Sorted by name.  ``objectives`` says which problems a solver answers (``throughput``,
         ``latency``); ``options_schema`` is the JSON Schema of its options; ``schedules`` the pipeline
-        schedules its throughput plans run, ``proven_schedules`` those under which its ``optimal`` is a proof,
+        schedules its throughput plans run (``settings.schedule`` ``auto``, the default, searches them; a
+        name fixes one), ``proven_schedules`` those under which its ``optimal`` is a proof,
         ``tp_schedules`` those under which it plans tensor-parallel stages.
 
     Raises

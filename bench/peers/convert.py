@@ -64,7 +64,7 @@ def pipedream_plan(problem: Problem, answer: dict[str, Any], micro_batches: int)
             sid += 1
             if ops:
                 stages.append(Stage(ops, devices))
-    return Plan(stages=tuple(stages), micro_batches=micro_batches, schedule=problem.settings.schedule,
+    return Plan(stages=tuple(stages), micro_batches=micro_batches, schedule=problem.settings.own_schedule,
                 recompute=problem.settings.recomputes, status="feasible")
 
 

@@ -183,7 +183,7 @@ def _place_groups(problem: Problem, groups: list[Group] | list[StateGroup], unit
             ops = sorted(stage_ops[len(stages)], key=lambda v: int(position[v]))
             stages.append(Stage(tuple(g.nodes[v].id for v in ops), tuple(devices)))
     return Plan(stages=tuple(s for s in stages if s.ops), micro_batches=micro_batches,
-                schedule=problem.settings.schedule, recompute=problem.settings.recomputes, status="feasible")
+                schedule=problem.settings.own_schedule, recompute=problem.settings.recomputes, status="feasible")
 
 
 def pipedream_work_s(problem: Problem) -> FloatArray:

@@ -42,7 +42,7 @@ class SingleSolver:
         best = min(fits, key=lambda d: (total_s(d), d))
         dev = topo.devices[best].id
         ops = tuple(g.nodes[int(v)].id for v in g.topo_order)
-        plan = Plan(stages=(Stage(ops, (dev,)),), micro_batches=1, schedule=problem.settings.schedule,
+        plan = Plan(stages=(Stage(ops, (dev,)),), micro_batches=1, schedule=problem.settings.own_schedule,
                     status="feasible", order={dev: ops}, stats={"device": dev, "fitting_devices": len(fits)})
         objective_s = float(simulate(problem, plan).metrics["objective_s"])
         progress(ProgressEvent(1.0, objective_s, None))

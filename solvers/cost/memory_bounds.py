@@ -70,7 +70,7 @@ def least_memory(problem: Problem, *, recompute: bool) -> MemoryNeed:
     factor = 1.0 + problem.settings.optimizer_bytes_per_param_byte if throughput else param_bytes_factor(problem)
     params = float(g.param_bytes.sum()) * factor
     kept = 0.0 if throughput and recompute else float(g.act_bytes.sum())
-    if throughput and problem.settings.schedule == "gpipe":
+    if throughput and problem.settings.own_schedule == "gpipe":
         kept *= min(problem.micro_batch_candidates)
     working = float(max(g.mem_fwd_bytes.max(), g.mem_bwd_bytes.max())) if g.n_ops else 0.0
     caps = [capacity_bytes(problem, d) for d in range(problem.topology.n_devices)]

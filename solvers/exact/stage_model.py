@@ -130,7 +130,7 @@ def stage_capacities_bytes(problem: Problem, n_stages: int) -> FloatArray:
 
 def in_flight(problem: Problem, n_stages: int, micro_batches: int) -> IntArray:
     """Per stage index: micro-batches whose activations it holds at once."""
-    return np.array([in_flight_micro_batches(problem.settings.schedule, n_stages, s, micro_batches)
+    return np.array([in_flight_micro_batches(problem.settings.own_schedule, n_stages, s, micro_batches)
                      for s in range(n_stages)], dtype=np.int64)
 
 

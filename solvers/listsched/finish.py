@@ -22,7 +22,7 @@ from solvers.simulator import simulate
 
 
 def infeasible_plan(problem: Problem, reason: str, stats: Mapping[str, Any] | None = None) -> Plan:
-    return Plan(stages=(), status="infeasible", schedule=problem.settings.schedule,
+    return Plan(stages=(), status="infeasible", schedule=problem.settings.own_schedule,
                 notes=(reason,), stats=dict(stats or {}))
 
 
@@ -99,7 +99,7 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
         ids = tuple(g.nodes[int(v)].id for v in ops)
         stages.append(Stage(ids, (topo.devices[d].id,)))
         order[topo.devices[d].id] = ids
-    plan = Plan(stages=tuple(stages), micro_batches=1, schedule=problem.settings.schedule, status=status,
+    plan = Plan(stages=tuple(stages), micro_batches=1, schedule=problem.settings.own_schedule, status=status,
                 order=order, stats=dict(stats), notes=tuple(notes))
     objective_s = float(simulate(problem, plan).metrics["objective_s"])
     return plan.with_(claimed_objective_s=objective_s,

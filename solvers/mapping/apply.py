@@ -94,7 +94,7 @@ def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batc
         Stage(tuple(g.nodes[int(v)].id for v in order if stage_of[v] == s),
               tuple(topo.devices[d].id for d in devices[s]), tp)
         for s in range(n_stages))
-    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
+    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.own_schedule,
                 recompute=problem.settings.recomputes, status="feasible")
 
 

@@ -94,7 +94,7 @@ def pipeline_model(problem: Problem, stage_of: IntArray, n_stages: int, replicas
     traffic = sorted(group_traffic_bytes(g, stage_of).items())
     params = np.bincount(stage_of, weights=g.param_bytes, minlength=n_stages).astype(np.float64)
     mb = micro_batches
-    if problem.settings.schedule == "gpipe":
+    if problem.settings.own_schedule == "gpipe":
         k = np.full(n_stages, mb, dtype=np.int64)
     else:
         k = np.minimum(n_stages - np.arange(n_stages), mb).astype(np.int64)

@@ -156,7 +156,8 @@ class ProblemSettings(BaseModel):
     ``global_batch``: samples per iteration (throughput; null: ``micro_batches`` × the graph's
     ``profiled_batch_size``); every candidate must divide it, and without ``micro_batches`` the
     candidates are :func:`global_batch_candidates`.
-    ``schedule``: the pipeline schedule, ``"auto"`` searched (:mod:`solvers.schedule_search`);
+    ``schedule``: the pipeline schedule; ``"auto"`` (the default) searched
+    (:func:`solvers.partition.schedules.search_schedules`), the plan naming the one chosen;
     ``virtual_stages``: stages per rank group, ``None`` searched.
     ``recompute``: ``True`` recomputes activations in every stage, ``False`` in none, ``None``
     (unset) in exactly the stages whose memory requires it (:func:`solvers.solving.solve`).
@@ -177,9 +178,10 @@ class ProblemSettings(BaseModel):
                            "iteration time is minimised. Null: micro-batches of the graph's profiled_batch_size, "
                            "and the time per sample is minimised."))
     schedule: Schedule = Field(
-        "1f1b", description="Pipeline schedule of a throughput plan; auto: the solver searches every schedule "
-                            "with virtual_stages 1, 2 and 4 where they apply (zbv, dualpipev: 2) and keeps the "
-                            "fastest per sample.")
+        "auto", description="Pipeline schedule of a throughput plan; auto (the default): the solver searches "
+                            "gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv and dualpipev with virtual_stages "
+                            "1, 2 and 4 where they apply (zbv, dualpipev: 2) and keeps the fastest per sample; a "
+                            "name fixes that schedule. The plan names the schedule chosen.")
     virtual_stages: Count | None = Field(
         None, description="Stages per rank group of interleaved and V-shaped schedules (null: searched among "
                            "1, 2 and 4 where the schedule allows; gpipe and 1f1b run 1, zbv and dualpipev 2).")
@@ -260,6 +262,13 @@ class ProblemSettings(BaseModel):
             raise ValueError(f"tensor-parallel stages (tp {tp}) run under gpipe or 1f1b only, got schedule "
                              f"{schedule!r} (use gpipe, 1f1b or auto)")
         return tp
+
+    @property
+    def own_schedule(self) -> str:
+        """The schedule a solver plans its own stages under: GPipe when asked for, 1F1B otherwise (``auto``
+        and the multi-stage schedules cut the solver's rank groups afterwards,
+        :func:`solvers.partition.schedules.search_schedules`); a solver called on its own reads this."""
+        return "gpipe" if self.schedule == "gpipe" else "1f1b"
 
     @property
     def recomputes(self) -> bool:

@@ -162,7 +162,7 @@ def _fits(problem: Problem, stage_of: IntArray, stages: tuple[int, ...], n_stage
     inputs = group_input_bytes(problem.graph, stage_of)
     for s in stages:
         ops = np.flatnonzero(stage_of == s)
-        k = in_flight_micro_batches(problem.settings.schedule, n_stages, s, micro_batches)
+        k = in_flight_micro_batches(problem.settings.own_schedule, n_stages, s, micro_batches)
         if stage_memory_bytes(problem, ops, replicas, k, float(inputs[s])) > stage_capacity_bytes(problem, s):
             return False
     return True

@@ -73,5 +73,5 @@ def even_plan(problem: Problem, n_stages: int, replicas: int, micro_batches: int
         Stage(tuple(g.nodes[int(v)].id for v in order[a:b]), tuple(devices[s * replicas:(s + 1) * replicas]))
         for s, (a, b) in enumerate(chunks)
     )
-    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.schedule,
+    return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.own_schedule,
                 recompute=problem.settings.recomputes, status="feasible")

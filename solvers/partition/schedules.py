@@ -49,8 +49,7 @@ def base_settings(settings: ProblemSettings) -> ProblemSettings:
     """The settings a solver plans its rank groups under: GPipe when asked for, 1F1B otherwise; no
     tensor parallelism (``max_tp`` 1) for a schedule asked for by name that the action-list engine
     times, which times no tensor-parallel stage (docs/tensor-parallel.md, "Search")."""
-    schedule = "gpipe" if settings.schedule == "gpipe" else "1f1b"
-    update: dict[str, object] = {"schedule": schedule, "virtual_stages": None}
+    update: dict[str, object] = {"schedule": settings.own_schedule, "virtual_stages": None}
     if settings.schedule not in (*ONE_STAGE_PER_RANK, "auto"):
         update["max_tp"] = 1
     return settings.model_copy(update=update)
@@ -241,8 +240,11 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes ``feasible`` (its
     bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each simulated
     candidate's comparison key (``null``: it does not fit), ``stats.schedule_estimates`` every candidate's
-    estimated key.  With a schedule asked for by name and no candidate fitting, the answer is an
-    infeasible plan naming the schedule.
+    estimated key; a candidate chosen over the solver's own plan claims the objective the search
+    simulated for it.  With a schedule asked for by name and no candidate fitting, the answer is an
+    infeasible plan naming the schedule.  Under ``auto``, rank groups with different replica counts
+    compete as GPipe and 1F1B only (the launcher runs the multi-stage schedules one pipeline per
+    replica, docs/launcher.md), as tensor-parallel stages do.
     """
     if not searches_schedules(problem.settings) or plan.status == "infeasible" or not plan.stages:
         return plan
@@ -252,10 +254,12 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     best: tuple[float, Plan] | None = None
     pinned = bool(settings.pinned)
     split = any(stage.tp > 1 for stage in plan.stages)
+    # auto returns only plans the launcher runs: its multi-stage schedules run one pipeline per replica
+    uneven = settings.schedule == "auto" and len({len(stage.devices) for stage in plan.stages}) > 1
     candidates = [(name, v) for name, v in schedule_candidates(settings, ranks, problem.graph.n_ops,
                                                                 plan.micro_batches)
                   if not (pinned and v > 1)  # a pin names a device or a stage of the solver's cut
-                  and not (split and name not in ONE_STAGE_PER_RANK)]  # tensor-parallel stages: GPipe, 1F1B
+                  and not ((split or uneven) and name not in ONE_STAGE_PER_RANK)]  # tp or uneven: GPipe, 1F1B
     scored = problem_for_plan(problem, plan)
     estimates = CandidateEstimates(scored, plan, _crossing_bytes(scored.graph, scored.graph.topo_position))
     own_iteration_s = estimates.iteration_s(plan.schedule, 1)
@@ -298,8 +302,10 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
         status, bound = "feasible", None
         notes = (*notes, f"schedule {chosen.schedule!r}: the solver's proof covers its own one-stage-per-rank "
                          "model only")
-    return chosen.with_(status=status, lower_bound_s=bound, notes=notes, stats=stats,
-                        claimed_objective_s=None if chosen is not plan else chosen.claimed_objective_s)
+    claimed = chosen.claimed_objective_s
+    if chosen is not plan:  # the search's claim: its own simulation of the candidate (remembered by simulate)
+        claimed = float(simulate(problem, chosen).metrics["objective_s"])
+    return chosen.with_(status=status, lower_bound_s=bound, notes=notes, stats=stats, claimed_objective_s=claimed)
 
 
 def _simulate_candidate(problem: Problem, plan: Plan, name: str, v: int,

@@ -228,7 +228,7 @@ class StageSearch:
         max_r = cand.devices - cand.stages + 1
         tables = self.tables(recompute, cand.copies, max_r)
         caps = np.asarray([reference_capacity_bytes(problem, s) for s in range(cand.stages)])
-        in_flight = np.asarray([in_flight_micro_batches(problem.settings.schedule, cand.stages, s, cand.micro_batches)
+        in_flight = np.asarray([in_flight_micro_batches(problem.settings.own_schedule, cand.stages, s, cand.micro_batches)
                                 for s in range(cand.stages)], dtype=np.int64)
         allowed = np.asarray([r > 0 and replicas_fit(problem, r * cand.copies, cand.micro_batches)
                               for r in range(max_r + 1)], dtype=bool)  # R must divide the micro-batch's rows
@@ -259,7 +259,7 @@ class StageSearch:
             stages.append(Stage(tuple(g.nodes[int(v)].id for v in fresh), tuple(topo.devices[d].id for d in units),
                                 1 if self.groups is None else len(self.groups[0])))
             start = end
-        return Plan(stages=tuple(stages), micro_batches=cand.micro_batches, schedule=self.problem.settings.schedule,
+        return Plan(stages=tuple(stages), micro_batches=cand.micro_batches, schedule=self.problem.settings.own_schedule,
                     recompute=self.recompute_for(cand.stages), status="feasible")
 
     def run(self, exhaustive: bool, budget: Budget, report: Callable[[SearchResult, float], None]) -> SearchResult:

@@ -10,8 +10,10 @@ was.  At 36,352 ops (Celeritas, docs/benchmarks.md) the second simulation was a 
 whole call.
 
 Only the most recent problem is remembered (by identity, held weakly: a problem dropped by its
-caller drops its results), with its last :data:`KEPT` results.  Each caller gets its own copy
-of the metrics.
+caller drops its results), with its last :data:`KEPT` results.  A problem that differs from it
+only in the settings the simulator does not read (:data:`SCHEDULE_CHOICE`: ``solve`` runs a
+solver on a copy with GPipe or 1F1B in place of ``auto``, :func:`solvers.partition.schedules.base_settings`)
+shares its results.  Each caller gets its own copy of the metrics.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from solvers.model.problem import Problem
 from solvers.simulator.result import SimulationResult
 
 KEPT = 8
+SCHEDULE_CHOICE = ("schedule", "virtual_stages", "max_tp")
+"""Settings the simulator does not read: a plan states its own schedule, virtual stages and tensor-parallel degrees."""
 
 PlanKey = tuple[Any, ...]
 
@@ -34,6 +38,20 @@ def plan_key(plan: Plan) -> PlanKey:
     """The fields of ``plan`` the simulator reads: equal keys, equal results on one problem."""
     return (plan.stages, plan.order, plan.micro_batches, plan.schedule, plan.virtual_stages, plan.recompute,
             plan.sequence_parallel)
+
+
+def same_simulation(a: Problem, b: Problem) -> bool:
+    """Whether every plan simulates alike on ``a`` and ``b``: one problem, or the same graph and topology
+    objects and objective with settings that differ at most in :data:`SCHEDULE_CHOICE`."""
+    if a is b:
+        return True
+    if a.graph is not b.graph or a.topology is not b.topology or a.objective != b.objective:
+        return False
+    left, right = dict(a.settings), dict(b.settings)
+    for name in SCHEDULE_CHOICE:
+        left.pop(name)
+        right.pop(name)
+    return left == right
 
 
 class RecentResults:
@@ -47,7 +65,8 @@ class RecentResults:
     def get(self, problem: Problem, key: PlanKey) -> SimulationResult | None:
         """A copy of the result remembered for ``key`` on ``problem``, or ``None``."""
         with self._lock:
-            if self._problem is None or self._problem() is not problem:
+            remembered = self._problem() if self._problem is not None else None
+            if remembered is None or not same_simulation(remembered, problem):
                 return None
             for k, result in self._entries:
                 if k == key:
@@ -55,12 +74,15 @@ class RecentResults:
         return None
 
     def put(self, problem: Problem, key: PlanKey, result: SimulationResult) -> None:
-        """Remember ``result`` (metrics only) for ``key`` on ``problem``; another problem starts afresh."""
+        """Remember ``result`` (metrics only) for ``key`` on ``problem``; another problem starts afresh, one
+        that simulates alike (:func:`same_simulation`) keeps the results and is remembered in its place."""
         kept = SimulationResult(copy.deepcopy(result.metrics), None)
         with self._lock:
-            if self._problem is None or self._problem() is not problem:
+            remembered = self._problem() if self._problem is not None else None
+            if remembered is not problem:
+                if remembered is None or not same_simulation(remembered, problem):
+                    self._entries = []
                 self._problem = weakref.ref(problem, self._dropped)
-                self._entries = []
             others = [(k, r) for k, r in self._entries if k != key]
             self._entries = [*others[max(0, len(others) - KEPT + 1):], (key, kept)]
 

@@ -89,7 +89,9 @@ def test_upload_list_and_read_back_a_run_record(server: Server) -> None:
         async with AsyncClient(server.url, server.key) as c:
             g = await c.upload_graph(generate_graph("random_dag", n_ops=12, seed=23))
             t = await c.generate_topology("hierarchical", nodes=1, gpus_per_node=2)
-            done = await c.wait(await c.submit(g, t, "even", settings={"stages": 2, "micro_batches": 2}), timeout=60)
+            # one stage per rank, as synthetic_run records it
+            done = await c.wait(await c.submit(g, t, "even", settings={"stages": 2, "micro_batches": 2,
+                                                                      "schedule": "1f1b"}), timeout=60)
             assert done.plan_id and done.warnings == []
             doc = synthetic_run((await c.get_plan(done.plan_id)).to_document())
             run = await c.upload_run(done.plan_id, doc)

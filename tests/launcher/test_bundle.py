@@ -29,7 +29,7 @@ FILES = {"launch.py", "README.md", "plan.json", "graph.json", "manifest.json"}
 @pytest.fixture(scope="module")
 def cnn_plan(workdir: Path, graphs: Callable[[str], Path]) -> tuple[Path, Path]:
     graph = graphs("cnn")
-    return solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2"), graph
+    return solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2", "--schedule", "1f1b"), graph
 
 
 def test_bundle_files_manifest_and_readme(workdir: Path, cnn_plan: tuple[Path, Path]) -> None:

@@ -86,7 +86,7 @@ def without_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 def bert_plan(workdir: Path, graphs: Callable[[str], Path]) -> tuple[Path, Path]:
     """bert, ``even``, 2 stages x 2 micro-batches: an attention mask (bool) crosses the boundary."""
     graph = graphs("bert")
-    return solve(workdir, graph, "even", 2, "--micro-batches", "2"), graph
+    return solve(workdir, graph, "even", 2, "--micro-batches", "2", "--schedule", "1f1b"), graph
 
 
 def _check(plan: Path, graph: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:

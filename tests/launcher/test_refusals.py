@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cnn_bundle(workdir: Path, graphs: Callable[[str], Path]) -> Callable[[str], Path]:
     graph = graphs("cnn")
-    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2")
+    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2", "--schedule", "1f1b")
 
     def make(name: str) -> Path:
         return bundle(workdir, plan, graph, 2, name)
@@ -50,7 +50,7 @@ def test_graph_digest_mismatch_with_the_reexported_model(cnn_bundle: Callable[[s
 def test_plan_device_absent_from_the_world(workdir: Path, graphs: Callable[[str], Path]) -> None:
     graph = graphs("cnn")
     (workdir / "topo2-hosts.json").write_text(json.dumps(topology(2, hosts=2)))
-    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2")
+    plan = solve(workdir, graph, "even", 2, "--micro-batches", "2", "--stages", "2", "--schedule", "1f1b")
     folder = workdir / "refuse-absent"
     from cli import main as placer
 

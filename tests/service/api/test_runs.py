@@ -10,11 +10,13 @@ from solvers.generate import generate_graph
 from tests.run_records import synthetic_run
 from tests.service.conftest import Api, assert_problem
 
+ONE_STAGE_PER_RANK = {"stages": 2, "micro_batches": 2, "schedule": "1f1b"}  # synthetic_run records one stage per rank
+
 
 def solved(api: Api, graph_doc: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """(plan id, plan document) of an even two-stage plan; its job carries the plan's warnings."""
     graph_id = api.graph(n_ops=12) if graph_doc is None else api.post("/v1/graphs", json=graph_doc).json()["id"]
-    job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
+    job = api.wait(api.submit(graph_id, api.topology(), "even", settings=ONE_STAGE_PER_RANK)["id"])
     assert job["status"] == "succeeded", job
     plan = api.get(f"/v1/plans/{job['plan_id']}").json()
     assert job["warnings"] == plan.get("warnings", [])
@@ -66,5 +68,5 @@ def test_plans_carry_the_warnings_of_their_graphs_times(api: Api) -> None:
     _, quiet = solved(api)
     assert "warnings" not in quiet
     again = api.wait(api.submit(api.post("/v1/graphs", json=doc).json()["id"], api.topology(), "even",
-                                settings={"stages": 2, "micro_batches": 2})["id"])
+                                settings=ONE_STAGE_PER_RANK)["id"])
     assert again["cached"] and [w["code"] for w in again["warnings"]] == codes  # a cached plan's warnings too

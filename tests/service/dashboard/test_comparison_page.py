@@ -49,7 +49,8 @@ def test_rows_are_ranked_with_their_shape_and_an_unknown_plan_says_why(api: Api)
     for r in table["rows"]:
         cells = _cells(body, r["job_id"])
         assert f'<span data-micro-batches>{r["micro_batches"]}</span>' in cells
-        assert f"<span data-layout>{len(r['replicas'])} " in cells and f"<span data-schedule>{r['schedule']}<" in cells
+        shown = r["schedule"] + (f", {r['virtual_stages']} virtual" if (r["virtual_stages"] or 1) > 1 else "")
+        assert f"<span data-layout>{len(r['replicas'])} " in cells and f"<span data-schedule>{shown}<" in cells
     exact = next(r for r in table["rows"] if r["solver"] == "exact")
     assert exact["status"] == "unknown"
     assert "data-why>pairs: more than 1 DP transitions" in _cells(body, exact["job_id"])

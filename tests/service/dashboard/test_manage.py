@@ -74,8 +74,9 @@ def test_api_keys_are_created_listed_by_prefix_and_revoked(api: Api) -> None:
 
 def test_plan_diff_reads_stage_by_stage(api: Api) -> None:
     gid, tid = api.graph(n_ops=12), api.topology(nodes=1, gpus_per_node=4)
-    a = api.wait(api.submit(gid, tid, "even", settings={"stages": 2, "micro_batches": 4})["id"])
-    b = api.wait(api.submit(gid, tid, "even", settings={"stages": 4, "micro_batches": 8})["id"])
+    # the solver's own stages under 1F1B (no virtual stages): the diff reads their boundaries
+    a = api.wait(api.submit(gid, tid, "even", settings={"stages": 2, "micro_batches": 4, "schedule": "1f1b"})["id"])
+    b = api.wait(api.submit(gid, tid, "even", settings={"stages": 4, "micro_batches": 8, "schedule": "1f1b"})["id"])
     web, _ = signed_in(api)
     page = _alert(web.get(f"/plans/diff?a={a['plan_id']}&b={b['plan_id']}").text)
     summary = page.split("data-diff-summary>", 1)[1].split("</ul>", 1)[0]

@@ -17,6 +17,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+ONE_STAGE_PER_RANK = {"stages": 2, "micro_batches": 2, "schedule": "1f1b"}  # synthetic_run records one stage per rank
+
 
 def browser_for(api: Api) -> TestClient:
     """A client with its own cookie jar on the running app."""
@@ -237,7 +239,7 @@ def test_plan_page_shows_warnings_and_measured_beside_simulated(api: Api) -> Non
     doc = generate_graph("random_dag", n_ops=12, seed=5).to_document()
     doc["attrs"] = {"estimate": {"device_kind": "A100", "rule": "roofline"}}
     graph_id = api.post("/v1/graphs", json=doc).json()["id"]
-    job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
+    job = api.wait(api.submit(graph_id, api.topology(), "even", settings=ONE_STAGE_PER_RANK)["id"])
     plan_id = job["plan_id"]
     web, _ = signed_in(api)
     page = web.get(f"/plans/{plan_id}").text

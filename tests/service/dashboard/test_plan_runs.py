@@ -18,6 +18,8 @@ from tests.run_records import synthetic_run
 from tests.service.conftest import Api
 from tests.service.dashboard.test_pages import signed_in
 
+ONE_STAGE_PER_RANK = {"stages": 2, "micro_batches": 2, "schedule": "1f1b"}  # synthetic_run records one stage per rank
+
 
 def _width(svg: str, pattern: str) -> float:
     match = re.search(pattern + r'[^>]*width="([0-9.]+)"', svg)
@@ -59,7 +61,7 @@ def _run_doc() -> dict[str, object]:
 
 def test_plan_page_draws_the_run_on_the_timelines_scale_with_errors(api: Api) -> None:
     graph_id = api.post("/v1/graphs", json=generate_graph("random_dag", n_ops=12, seed=5).to_document()).json()["id"]
-    job = api.wait(api.submit(graph_id, api.topology(), "even", settings={"stages": 2, "micro_batches": 2})["id"])
+    job = api.wait(api.submit(graph_id, api.topology(), "even", settings=ONE_STAGE_PER_RANK)["id"])
     plan_id = job["plan_id"]
     plan = api.get(f"/v1/plans/{plan_id}").json()
     api.post(f"/v1/plans/{plan_id}/runs", json=synthetic_run(plan, iteration_s=0.5))
@@ -90,7 +92,7 @@ def test_plan_page_names_the_calibration_its_simulation_used(api: Api) -> None:
     g, t = apply_calibration(graph, topology, cal)
     gid = api.post("/v1/graphs", json=g.to_document()).json()["id"]
     tid = api.post("/v1/topologies", json=t.to_document()).json()["id"]
-    job = api.wait(api.submit(gid, tid, "even", settings={"stages": 2, "micro_batches": 2})["id"])
+    job = api.wait(api.submit(gid, tid, "even", settings=ONE_STAGE_PER_RANK)["id"])
     assert job["status"] == "succeeded", job
     digest = api.get(f"/v1/plans/{job['plan_id']}").json()["metrics"]["calibration"]
     assert digest == cal.digest

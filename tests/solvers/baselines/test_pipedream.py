@@ -95,7 +95,7 @@ def test_hierarchical_plan_on_two_hosts() -> None:
 
 @pytest.mark.parametrize("mapping", ["consecutive", "p2p", "parmesan"])
 def test_fixed_stages_with_each_mapper(mapping: str) -> None:
-    problem = fx.throughput_problem().with_settings(stages=2, replicas=2)
+    problem = fx.throughput_problem().with_settings(stages=2, replicas=2, schedule="1f1b")  # the solver's own stages
     plan = solve(problem, "pipedream", {"mapping": mapping}, time_limit_s=10)
     resolve_plan(problem, plan)
     assert [len(s.devices) for s in plan.stages] == [2, 2]

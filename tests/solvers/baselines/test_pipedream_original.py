@@ -114,7 +114,7 @@ def _problem(name: str) -> Problem:
     graph = import_pipedream((PROFILES / name / "graph.txt").read_text(), name)
     topo = generate_topology("hierarchical", nodes=4, gpus_per_node=4, intra_bandwidth_GBps=25.0,
                              inter_bandwidth_GBps=1.25, memory_gib=16.0)
-    return Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(8,)))
+    return Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(8,), schedule="1f1b"))  # PipeDream's own
 
 
 @needs_data

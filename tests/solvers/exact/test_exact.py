@@ -120,7 +120,7 @@ def test_compute_only_plan_reaches_the_bound(problem: Problem) -> None:
 
 def test_ideal_budget_exceeded_is_unknown_with_even_split() -> None:
     # two stages: one stage needs no DP (the whole graph is its only partition)
-    problem = fx.throughput_problem().with_settings(stages=2)
+    problem = fx.throughput_problem().with_settings(stages=2, schedule="1f1b")  # the solver's own plan and claim
     plan = solve(problem, "exact", {"max_ideals": 3})
     assert plan.status == "unknown"
     assert plan.stats["exact"] is False and plan.stats["ideals"] is None
@@ -157,7 +157,7 @@ def _chains_problem(n_chains: int, length: int, light_s: float, heavy: int = 0, 
     topo = Topology.from_links("t", devices, [Link(a.id, b.id, 1e10, 0.0) for i, a in enumerate(devices)
                                               for b in devices[i + 1:]])
     return Problem(OpGraph.build("chains", nodes, edges), topo, "throughput",
-                   ProblemSettings(micro_batches=(1,), stages=stages, replicas=1))
+                   ProblemSettings(micro_batches=(1,), schedule="1f1b", stages=stages, replicas=1))
 
 
 def test_time_limit_holds_while_the_ideals_are_enumerated() -> None:
@@ -197,7 +197,7 @@ def test_lift_keeps_every_edge_forward() -> None:
 
 
 def test_one_stage_is_proven_without_the_dp() -> None:
-    problem = fx.throughput_problem().with_settings(stages=1)
+    problem = fx.throughput_problem().with_settings(stages=1, schedule="1f1b")  # the proof covers 1F1B
     plan = solve(problem, "exact", {"max_ideals": 3})
     assert plan.stats["partition"] == "dp" and plan.stats["bottleneck_optimal"] is True
     assert plan.status == "optimal"

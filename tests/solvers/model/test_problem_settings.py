@@ -23,9 +23,12 @@ def parts() -> tuple[OpGraph, Topology]:
 
 def test_defaults() -> None:
     s = settings_from_dict(None)
-    assert s == ProblemSettings() and s.schedule == "1f1b" and s.pass_ == "forward"
+    assert s == ProblemSettings() and s.schedule == "auto" and s.pass_ == "forward"
     assert s.micro_batches is None and s.recompute is None  # unset: searched, not defaulted
     assert s.optimizer_bytes_per_param_byte == 3.0 and s.no_empty_stage and s.seed == 0
+    # a solver called on its own plans its stages under GPipe when asked for, 1F1B otherwise
+    assert s.own_schedule == "1f1b" and ProblemSettings(schedule="gpipe").own_schedule == "gpipe"
+    assert ProblemSettings(schedule="zbv").own_schedule == "1f1b"
 
 
 def test_every_setting_parses() -> None:

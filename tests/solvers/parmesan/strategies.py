@@ -41,10 +41,10 @@ dag_seeds = st.integers(min_value=0, max_value=10_000)
 
 def compute_only_problem(graph: OpGraph, n_devices: int = 6, n_stages: int = 6) -> Problem:
     """The compute-only setting: zero edge bytes, no memory limit, identical devices and channels,
-    ``n_stages`` stages of one replica, one micro-batch."""
+    ``n_stages`` stages of one replica, one micro-batch, under 1F1B (the solver's own stages)."""
     graph = OpGraph.build(graph.name, list(graph.nodes), [Edge(e.src, e.dst, 0.0) for e in graph.edges],
                           profiled_batch_size=graph.profiled_batch_size)
     devices = [Device(f"d{i}", "GPU", f"h{i}", 1e18) for i in range(n_devices)]
     links = [Link(a.id, b.id, 1e10, 0.0) for i, a in enumerate(devices) for b in devices[i + 1:]]
     return problem_of(graph, Topology.from_links("identical", devices, links), stages=n_stages, replicas=1,
-                      micro_batches=(1,))
+                      micro_batches=(1,), schedule="1f1b")

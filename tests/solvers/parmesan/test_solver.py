@@ -17,7 +17,7 @@ from tests.solvers import contract_fixtures as fx
 
 
 def test_fixed_stages_and_replicas_are_honoured() -> None:
-    problem = fx.throughput_problem().with_settings(stages=2, replicas=2)
+    problem = fx.throughput_problem().with_settings(stages=2, replicas=2, schedule="1f1b")  # the solver's own stages
     plan = solve(problem, "parmesan", time_limit_s=10)
     resolve_plan(problem, plan)
     assert [len(s.devices) for s in plan.stages] == [2, 2]
@@ -28,7 +28,7 @@ def test_fixed_stages_and_replicas_are_honoured() -> None:
 
 @pytest.mark.parametrize("mapping", ["parmesan", "consecutive", "p2p"])
 def test_mappers_combine_with_the_partition(mapping: str) -> None:
-    problem = fx.throughput_problem().with_settings(stages=2, replicas=2)
+    problem = fx.throughput_problem().with_settings(stages=2, replicas=2, schedule="1f1b")  # the mapper's groups
     plan = solve(problem, "parmesan", {"mapping": mapping}, time_limit_s=10)
     resolve_plan(problem, plan)
     if mapping == "consecutive":
@@ -40,7 +40,8 @@ def test_mappers_combine_with_the_partition(mapping: str) -> None:
 def test_parmesan_mapping_not_worse_than_cs_on_a_hierarchy() -> None:
     graph = generate_graph("cnn", blocks="2,2,2,2", micro_batch=16)
     topo = generate_topology("hierarchical", nodes=2, gpus_per_node=4)
-    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=4, replicas=2, recompute=True))
+    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=4, replicas=2, recompute=True,
+                                                                 schedule="1f1b"))  # the claims of the solver's own plans
     ours = solve(problem, "parmesan", {"instantiation": "both"}, time_limit_s=20)
     cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=20)
     assert ours.stats["stages"] == 4

@@ -24,7 +24,7 @@ THROUGHPUT_SOLVERS = ("even", "parmesan", "rannc", "pipedream", "exact", "auto")
 def problem4() -> Problem:
     graph = generate_graph("transformer", layers=4)
     topology = generate_topology("hierarchical", nodes=1, gpus_per_node=4)
-    return Problem(graph, topology, "throughput", ProblemSettings(micro_batches=(8,)))
+    return Problem(graph, topology, "throughput", ProblemSettings(micro_batches=(8,), schedule="1f1b"))
 
 
 @pytest.mark.parametrize(("raw", "field"), [
@@ -81,11 +81,16 @@ def test_auto_schedule_never_slower_than_the_solvers_1f1b_plan(problem4: Problem
     tried, estimated = best.stats["schedule_candidates"], best.stats["schedule_estimates"]
     auto = problem4.with_settings(schedule="auto").settings
     every = {f"{n}/{v}" for n, v in schedule_candidates(auto, 4, problem4.graph.n_ops, 8)}
+    if len({len(stage.devices) for stage in one.stages}) > 1 or any(stage.tp > 1 for stage in one.stages):
+        every = {"gpipe/1", "1f1b/1"}  # uneven replica counts or tensor-parallel stages: GPipe and 1F1B only
     assert f"{best.schedule}/{best.virtual_stages}" in tried and set(tried) <= set(estimated) == every
     assert "1f1b/1" in tried  # the solver's own plan
     assert "gpipe/1" in tried or estimated["gpipe/1"] >= min(v for v in tried.values() if v is not None)
-    first = min((key for key in estimated if key.split("/")[0] not in ("1f1b", "gpipe")), key=estimated.__getitem__)
-    assert first in tried or estimated[first] >= tried["1f1b/1"]  # the best estimate is simulated unless hopeless
+    others = [key for key in estimated if key.split("/")[0] not in ("1f1b", "gpipe")]
+    assert bool(others) == (every != {"gpipe/1", "1f1b/1"})
+    if others:
+        first = min(others, key=estimated.__getitem__)
+        assert first in tried or estimated[first] >= tried["1f1b/1"]  # the best estimate is simulated unless hopeless
     again = plan_from_document(best.to_document())  # the chosen plan resolves and simulates as it reports
     resolve_plan(problem4, again)
     assert simulate(problem4, again).metrics["iteration_s"] == pytest.approx(best.metrics["iteration_s"], rel=1e-12)
@@ -121,6 +126,35 @@ def test_the_catalogue_states_each_solvers_schedules_and_proofs() -> None:
         assert entry["proven_schedules"] == (["gpipe", "1f1b"] if name == "exact" else [])
         assert entry["tp_schedules"] == (["gpipe", "1f1b"] if name in ("exact", "pipedream", "rannc", "parmesan") else [])
     assert registry.info("moirai").to_dict()["schedules"] == []
+
+
+def test_auto_is_the_default_and_a_plan_names_the_schedule_chosen() -> None:
+    graph = generate_graph("transformer", layers=4)
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=4)
+    plan = solve(Problem(graph, topology, "throughput", ProblemSettings(micro_batches=(8,))), "even")
+    assert ProblemSettings().schedule == "auto" and len(plan.stats["schedule_candidates"]) > 1
+    assert plan.schedule in schedules.AUTO_SCHEDULES and plan.metrics is not None
+    assert plan.metrics["schedule"] == plan.schedule
+    latency = solve(Problem(graph, topology, "latency"), "heft")
+    assert latency.schedule == "1f1b" and "schedule_candidates" not in latency.stats
+
+
+@pytest.mark.parametrize(("widths", "multi_stage"), [((1, 1), True), ((2, 1), False)])
+def test_auto_runs_uneven_replica_counts_as_gpipe_or_1f1b(widths: tuple[int, int], multi_stage: bool) -> None:
+    """The launcher runs the multi-stage schedules one pipeline per replica: under ``auto`` rank groups with
+    different replica counts compete as GPipe and 1F1B only; equal ones as every schedule."""
+    nodes = [Node(f"op{i}", "aten.mm", 1.0, 2.0, param_bytes=4.0) for i in range(8)]
+    graph = OpGraph.build("chain", nodes, [Edge(f"op{i}", f"op{i + 1}", 0.0) for i in range(7)])
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=3)
+    problem = Problem(graph, topology, "throughput", ProblemSettings(micro_batches=(4,), recompute=False))
+    devices = [d.id for d in topology.devices]
+    plan = Plan(stages=(Stage(tuple(graph.ids[:4]), tuple(devices[:widths[0]])),
+                        Stage(tuple(graph.ids[4:]), tuple(devices[widths[0]:widths[0] + widths[1]]))),
+                micro_batches=4, status="feasible")
+    best = schedules.search_schedules(problem, plan)
+    names = {key.split("/")[0] for key in best.stats["schedule_estimates"]}
+    assert names >= {"gpipe", "1f1b"} and (names <= {"gpipe", "1f1b"}) != multi_stage
+    assert best.schedule in (schedules.AUTO_SCHEDULES if multi_stage else ("gpipe", "1f1b"))
 
 
 def test_a_tie_keeps_the_solvers_own_plan() -> None:

@@ -69,9 +69,15 @@ def test_only_the_same_plan_on_the_same_problem_is_reused(monkeypatch: pytest.Mo
     simulate(problem, other)
     assert runs[0] == 2
     simulate(Problem(problem.graph, problem.topology, "latency", problem.settings), one)
-    assert runs[0] == 3  # another problem object: simulated afresh
+    assert runs[0] == 2  # another problem object, the same graph, topology and settings: reused
+    simulate(problem.with_settings(schedule="1f1b", max_tp=1), one)
+    assert runs[0] == 2  # settings the simulator does not read (solve's GPipe / 1F1B copy): reused
+    simulate(problem.with_settings(optimizer_bytes_per_param_byte=1.0), one)
+    assert runs[0] == 3  # another setting: simulated afresh
+    simulate(Problem(_problem().graph, problem.topology, "latency", problem.settings), one)
+    assert runs[0] == 4  # another graph object (an equal one): simulated afresh
     simulate(problem, one, timeline=True)
-    assert runs[0] == 4  # a timeline is never remembered
+    assert runs[0] == 5  # a timeline is never remembered
 
 
 def test_a_dropped_problem_drops_its_results() -> None:
