@@ -69,7 +69,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
             prev = pins[v]
             sched.commit_forced(v, prev, True)
             continue
-        est = sched.est_all(v)
+        est = sched.est_all(v, prev)  # exact where it may be least and on d_k, the only ones read below
         # ties on EST (e.g. every device idle) go to the device that finishes v first
         first = min(est)
         if est.count(first) == 1:
