@@ -55,6 +55,15 @@ def cpd_topo_order(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[
              pred: Sequence[Sequence[int]], pred_bytes: Sequence[Sequence[float]], weight_s: FloatArray,
              comm_fixed_s: float, comm_per_byte_s: float, topo_order: IntArray | None = None) -> IntArray:
     """CPD-TOPO: :func:`cpath_first_order` with its levels computed from weights and edge costs (Algorithm 1, line 7)."""
+    return cpd_topo_order_blevel(succ, succ_bytes, pred, pred_bytes, weight_s, comm_fixed_s, comm_per_byte_s,
+                                 topo_order)[0]
+
+
+def cpd_topo_order_blevel(succ: Sequence[Sequence[int]], succ_bytes: Sequence[Sequence[float]],
+                          pred: Sequence[Sequence[int]], pred_bytes: Sequence[Sequence[float]], weight_s: FloatArray,
+                          comm_fixed_s: float, comm_per_byte_s: float,
+                          topo_order: IntArray | None = None) -> tuple[IntArray, FloatArray]:
+    """:func:`cpd_topo_order` and the b-level (Eq. 3) it computed on the way."""
     tlevel, blevel = levels(succ, succ_bytes, pred, pred_bytes, weight_s, comm_fixed_s, comm_per_byte_s,
                             topo_order)
-    return cpath_first_order(succ, pred, tlevel + blevel)
+    return cpath_first_order(succ, pred, tlevel + blevel), blevel

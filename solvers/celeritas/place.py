@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.celeritas.fusion import Fusion
 from solvers.listsched import LatencyCosts, ListSchedule, TaskGraph
 
 _INF = float("inf")
@@ -69,7 +70,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
             prev = pins[v]
             sched.commit_forced(v, prev, True)
             continue
-        est = sched.est_all(v)
+        est = sched.est_all(v, prev)  # exact where it may be least and on d_k, the only ones read below
         # ties on EST (e.g. every device idle) go to the device that finishes v first
         first = min(est)
         if est.count(first) == 1:
@@ -89,7 +90,7 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     return sched
 
 
-def expand_schedule(sched: ListSchedule, order: Sequence[int] | IntArray, members: Sequence[IntArray], op_dur_s: FloatArray,
+def expand_schedule(sched: ListSchedule, order: Sequence[int] | IntArray, fusion: Fusion, op_dur_s: FloatArray,
                     n_ops: int) -> tuple[IntArray, FloatArray, IntArray]:
     """Map a coarse schedule to the ops (Algorithm 2, line 21): every op of a cluster runs on
     the cluster's device, back to back in fusion order from the cluster's start.
@@ -101,12 +102,14 @@ def expand_schedule(sched: ListSchedule, order: Sequence[int] | IntArray, member
     cluster's start is its predecessor's end summed in another order than the op-by-op starts,
     so with zero-time ops a consumer's start can round below its producer's.
     """
-    k = len(members)
+    k = fusion.n_clusters
     placed = np.empty(k, dtype=np.int64)
     placed[np.asarray(order, dtype=np.int64)] = np.arange(k)
     by_start = np.lexsort((placed, np.asarray(sched.start_s[:k], dtype=np.float64)))
-    sizes = np.array([len(m) for m in members], dtype=np.int64)[by_start]
-    ops = np.concatenate([members[c] for c in by_start.tolist()]) if k else np.empty(0, dtype=np.int64)
+    sizes = np.diff(np.append(fusion.starts, len(fusion.seq)))[by_start]
+    # the members of the clusters in that order (Fusion.members of each, concatenated)
+    first = np.cumsum(sizes) - sizes  # where each cluster's ops begin in the sequence
+    ops = fusion.seq[np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(fusion.starts[by_start] - first, sizes)]
     cluster = np.repeat(by_start, sizes)  # the cluster of every op of the sequence
     device_of = np.empty(n_ops, dtype=np.int64)
     start_s = np.empty(n_ops, dtype=np.float64)
@@ -116,7 +119,6 @@ def expand_schedule(sched: ListSchedule, order: Sequence[int] | IntArray, member
     # ops of a cluster back to back from its start: the start plus the time of the ops before
     # it in the cluster (a running sum restarted at every cluster; none for a single op)
     offset = np.zeros(len(ops))
-    first = np.cumsum(sizes) - sizes
     for at, size in zip(first[sizes > 1].tolist(), sizes[sizes > 1].tolist(), strict=True):
         offset[at + 1:at + size] = np.cumsum(dur[at:at + size - 1])
     device_of[ops] = dev

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from solvers.arrays import IntArray
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, Solver, SolverOptions, no_progress, parse_options
 from solvers.celeritas import orders
 from solvers.celeritas.fusion import Fusion, ccr, coarse_task_graph, fuse
@@ -98,22 +98,32 @@ class CeleritasOptions(SolverOptions):
     list_schedulers: bool = True
 
 
-def task_order(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> IntArray:
+def task_order(tasks: TaskGraph, costs: LatencyCosts, kind: str, blevel: FloatArray | None = None) -> IntArray:
     """The op or cluster order named ``kind`` (§4.2.2, Algorithm 1); ``b-level``: decreasing
-    b-level (Eq. 3; HEFT's upward rank), ties by topological position, so still topological."""
+    b-level (Eq. 3; HEFT's upward rank), ties by topological position, so still topological
+    (``blevel``: the b-levels when already known)."""
     if kind == "b-level":
-        f = costs.msg_factor
-        blevel = b_level(tasks.succ, tasks.succ_bytes, tasks.dur_s.mean(axis=1), f * costs.mean_latency_s,
-                         f * costs.mean_inv_bandwidth_sPB, np.argsort(tasks.rank, kind="stable"))
+        if blevel is None:
+            f = costs.msg_factor
+            blevel = b_level(tasks.succ, tasks.succ_bytes, tasks.dur_s.mean(axis=1), f * costs.mean_latency_s,
+                             f * costs.mean_inv_bandwidth_sPB, np.argsort(tasks.rank, kind="stable"))
         return np.lexsort((tasks.rank, -blevel)).astype(np.int64)
+    return _order_and_blevel(tasks, costs, kind)[0]
+
+
+def _order_and_blevel(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> tuple[IntArray, FloatArray | None]:
+    """:func:`task_order` of ``kind`` and, for CPD-TOPO, the b-levels it computed (None otherwise)."""
     if kind == "m-topo":
-        return m_topo_order(tasks.succ, tasks.pred)
+        return m_topo_order(tasks.succ, tasks.pred), None
     if kind == "dfs-topo":
-        return orders.dfs_topo_order(tasks.succ, tasks.pred)
+        return orders.dfs_topo_order(tasks.succ, tasks.pred), None
+    if kind == "b-level":
+        return task_order(tasks, costs, kind), None
     topo = np.argsort(tasks.rank, kind="stable")
     f = costs.msg_factor
-    return orders.cpd_topo_order(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes, tasks.dur_s.mean(axis=1),
-                           f * costs.mean_latency_s, f * costs.mean_inv_bandwidth_sPB, topo)
+    return orders.cpd_topo_order_blevel(tasks.succ, tasks.succ_bytes, tasks.pred, tasks.pred_bytes,
+                                        tasks.dur_s.mean(axis=1), f * costs.mean_latency_s,
+                                        f * costs.mean_inv_bandwidth_sPB, topo)
 
 
 class CeleritasSolver:
@@ -145,7 +155,7 @@ class CeleritasSolver:
         costs, tasks, caps = latency_costs(problem), op_task_graph(problem), device_caps_bytes(problem)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        seq = task_order(tasks, costs, options.order)
+        seq, op_blevel = _order_and_blevel(tasks, costs, options.order)
         timings["order_s"] = time.perf_counter() - t0
         progress(ProgressEvent(0.2, message=f"{options.order} order of {g.n_ops} ops"))
         edge_c = costs.mean_comm_s(g.edge_bytes)
@@ -158,7 +168,10 @@ class CeleritasSolver:
             return fusion, coarse_task_graph(g, tasks, fusion)
 
         def place(coarse: TaskGraph, fusion: Fusion, kind: str, threshold: float) -> tuple[ListSchedule, IntArray]:
-            return self._place(coarse, costs, caps, fusion, pins, options.placement, kind, threshold)
+            # without fusion the coarse graph is the op graph relabelled (coarse_task_graph): the same
+            # node times and edge costs, so the b-levels CPD-TOPO computed for the ops, in fusion order
+            blevel = op_blevel[fusion.seq] if op_blevel is not None and fusion.n_clusters == g.n_ops else None
+            return self._place(coarse, costs, caps, fusion, pins, options.placement, kind, threshold, blevel)
 
         attempts: list[dict[str, Any]] = []
         graph_ccr = ccr(tasks, costs)
@@ -197,9 +210,7 @@ class CeleritasSolver:
                 stats: dict[str, Any]) -> Plan:
         """The plan of one candidate, simulated (its claim)."""
         fusion, sched = cand.fusion, cand.sched
-        device_of, start_s, rank = expand_schedule(sched, cand.corder,
-                                                   [fusion.members(c) for c in range(fusion.n_clusters)],
-                                                   tasks.dur_s, problem.graph.n_ops)
+        device_of, start_s, rank = expand_schedule(sched, cand.corder, fusion, tasks.dur_s, problem.graph.n_ops)
         notes = []
         if sched.best_effort:
             notes.append(f"best-effort placement: {sched.best_effort} node(s) fit no device and went to the "
@@ -213,8 +224,9 @@ class CeleritasSolver:
 
     @staticmethod
     def _place(coarse: TaskGraph, costs: LatencyCosts, caps: Any, fusion: Fusion, pins: dict[int, int],
-               placement: str, kind: str, move_threshold: float) -> tuple[ListSchedule, IntArray]:
-        corder = task_order(coarse, costs, kind)
+               placement: str, kind: str, move_threshold: float,
+               blevel: FloatArray | None = None) -> tuple[ListSchedule, IntArray]:
+        corder = task_order(coarse, costs, kind, blevel)
         cpins = {int(fusion.cluster_of[v]): d for v, d in pins.items()}
         if placement == "order":
             return order_place(coarse, corder.tolist(), costs, caps, cpins), corder

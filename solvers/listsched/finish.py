@@ -91,12 +91,13 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
     run_rank = None if rank is None else np.asarray(rank, dtype=np.int64)
     stages: list[Stage] = []
     order: dict[str, tuple[str, ...]] = {}
+    op_ids = g.ids
     for d in range(topo.n_devices):
         ops = np.flatnonzero(dev == d)
         if not len(ops):
             continue
         ops = ops[np.lexsort((pos[ops], start[ops]))] if run_rank is None else ops[np.argsort(run_rank[ops])]
-        ids = tuple(g.nodes[int(v)].id for v in ops)
+        ids = tuple(map(op_ids.__getitem__, ops.tolist()))
         stages.append(Stage(ids, (topo.devices[d].id,)))
         order[topo.devices[d].id] = ids
     plan = Plan(stages=tuple(stages), micro_batches=1, schedule=problem.settings.own_schedule, status=status,

@@ -63,7 +63,8 @@ class ListSchedule:
         self._starts: list[list[float]] = [[] for _ in range(n_dev)]
         self._ends: list[list[float]] = [[] for _ in range(n_dev)]
         self._chan_free = [[0.0] * n_dev for _ in range(n_dev)]
-        self._arrival: dict[int, float] = {}  # producer * n_devices + device -> message arrival
+        # arrival of each message sent, at producer * n_devices + device (None: not sent)
+        self._arrival: list[float | None] = [None] * (n * n_dev)
         self.mem = MemoryTracker(caps_bytes)
         self.best_effort = 0  # tasks placed although no device had room
         # per device: gap[j] = start[j] - end[j - 1] (slot_s's scans; gap[0] = -inf), as a list for
@@ -81,23 +82,40 @@ class ListSchedule:
         self._ready_v = -1
         self._ready_of_v: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
         self._est_of_v: list[float] = []
+        # est_all's fit test in one step while every device has room for any task: roomy[d] says
+        # that device d would hold the task with the largest additive and the largest working bytes
+        # at once (_room_s), so every task fits there (float sums are monotone: the fit test's own
+        # sum of smaller terms is no larger)
+        self._devices = list(range(n_dev))
+        self._keep_first = [[d, *(e for e in range(n_dev) if e != d)] for d in range(n_dev)]  # est_all's keep
+        self._add_max = max(0.0, max(self._add_bytes, default=0.0))
+        self._work_max = max(0.0, max(self._work_bytes, default=0.0))
+        self._roomy = [self._room(d) for d in range(n_dev)]
+        self._n_roomy = sum(self._roomy)
+
+    def _room(self, d: int) -> bool:
+        """Whether every task fits on ``d`` as :meth:`MemoryTracker.fits` tests it (see ``__init__``)."""
+        mem = self.mem
+        return (mem.add_bytes[d] + self._add_max) + (mem.work_bytes[d] + self._work_max) <= mem.limits[d]
 
     def _messages(self, v: int) -> list[tuple[float, int, int, float]]:
-        """``v``'s incoming messages as (producer finish, producer, producer device, bytes),
-        sorted: the order in which they take their channels (one producer: nothing to sort)."""
-        pred, finish, device = self.tasks.pred[v], self.finish_s, self.device
+        """``v``'s incoming messages as (producer finish, producer x ``n_devices``, producer
+        device, bytes), sorted: the order in which they take their channels (one producer:
+        nothing to sort).  The second field plus a device is the message's slot in the arrivals,
+        and it orders the messages as the producer would."""
+        pred, finish, device, n_dev = self.tasks.pred[v], self.finish_s, self.device, self.n_devices
         if len(pred) == 1:
             p = pred[0]
-            return [(finish[p], p, device[p], self.tasks.pred_bytes[v][0])]
-        msgs = [(finish[p], p, device[p], size) for p, size in zip(pred, self.tasks.pred_bytes[v], strict=True)]
+            return [(finish[p], p * n_dev, device[p], self.tasks.pred_bytes[v][0])]
+        msgs = [(finish[p], p * n_dev, device[p], size) for p, size in zip(pred, self.tasks.pred_bytes[v], strict=True)]
         msgs.sort()
         return msgs
 
     def _ready_on(self, devices: Sequence[int], msgs: Sequence[tuple[float, int, int, float]],
                   out: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]]) -> None:
         """Data-ready time on each of ``devices`` of a task with messages ``msgs``, with the
-        arrivals of its new messages and the channel ends they book (into ``out[d]``, not
-        written to the schedule).
+        arrivals of its new messages (by arrival slot) and the channel ends they book (into
+        ``out[d]``, not written to the schedule).
 
         A producer on ``d`` only orders; a message already sent to ``d`` (the producer's output
         went there for another consumer) arrives when it did; an empty message is a pure
@@ -105,27 +123,32 @@ class ListSchedule:
         order of their producers' finish.  Postal planning (``tasks.postal_planning``): every
         message costs its own transfer, no queue."""
         lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
-        postal = not self.costs.channel_queues
-        arrival, chan_free, n_dev = self._arrival, self._chan_free, self.n_devices
+        if not self.costs.channel_queues:  # postal
+            for d in devices:
+                t = 0.0  # max(...) chains written as comparisons (the same values, faster)
+                for fin, _, dp, size in msgs:
+                    if dp != d:
+                        fin += f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
+                    if fin > t:
+                        t = fin
+                out[d] = (t, [], {})
+            return
+        arrival, chan_free = self._arrival, self._chan_free
         for d in devices:
-            t = 0.0  # max(...) chains written as comparisons (the same values, faster)
+            t = 0.0
             local: dict[int, float] = {}
             booked: list[tuple[int, float]] = []
-            for fin, p, dp, size in msgs:
+            for fin, key, dp, size in msgs:
                 if dp == d:
                     if fin > t:
                         t = fin
                     continue
-                comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
-                if postal:
-                    if fin + comm > t:
-                        t = fin + comm
-                    continue
-                hit = arrival.get(p * n_dev + d)
+                hit = arrival[key + d]
                 if hit is not None:
                     if hit > t:
                         t = hit
                     continue
+                comm = f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
                 if comm <= 0.0:
                     if fin > t:
                         t = fin
@@ -135,7 +158,7 @@ class ListSchedule:
                     a = fin
                 a += comm
                 local[dp] = a
-                booked.append((p, a))
+                booked.append((key + d, a))
                 if a > t:
                     t = a
             out[d] = (t, booked, local)
@@ -150,8 +173,9 @@ class ListSchedule:
             cached = one[d]
         t, booked, local = cached
         if book:
-            for p, a in booked:
-                self._arrival[p * self.n_devices + d] = a
+            arrival = self._arrival
+            for slot, a in booked:
+                arrival[slot] = a
             for dp, a in local.items():
                 self._chan_free[dp][d] = a
         return t
@@ -203,29 +227,57 @@ class ListSchedule:
         """Earliest start time of ``v`` on ``d`` (Celeritas Eq. 7; HEFT's EST)."""
         return self.slot_s(d, self._ready_s(v, d, False), self._dur_s[v][d], insertion)
 
-    def est_all(self, v: int) -> list[float]:
+    def est_all(self, v: int, keep: int = -1) -> list[float]:
         """``est_s(v, d, True)`` for every device ``d`` where ``v`` fits, ``inf`` elsewhere,
         with the producers' messages sorted once for all devices; a :meth:`commit` of ``v``
-        that follows reuses the data-ready time computed here."""
+        that follows reuses the data-ready time computed here.
+
+        With ``keep >= 0`` only the least EST and the EST on ``keep`` are wanted (Adjusting
+        Placement, Algorithm 2): ``keep`` is timed first, and a device where ``v`` cannot start
+        before the least EST found so far gets a lower bound of its EST above that least
+        instead of the scan of its gaps: its data-ready time, or the end of the task that the
+        gap at the data-ready time is too short for.  The least EST, the devices
+        that have it and the EST on ``keep`` are the same as without ``keep``."""
         msgs = self._messages(v)
-        add, work = self._add_bytes[v], self._work_bytes[v]
-        mem = self.mem
-        mem_add, mem_work, limits = mem.add_bytes, mem.work_bytes, mem.limits
+        n_dev = self.n_devices
         self._ready_v, ready = v, self._ready_of_v
         ready.clear()
         dur_v = self._dur_s[v]
-        # not MemoryTracker.fits, inlined
-        fitting = [d for d in range(self.n_devices) if not mem_add[d] + add + max(mem_work[d], work) > limits[d]]
+        if self._n_roomy == n_dev:
+            fitting = self._devices
+        else:  # not MemoryTracker.fits, inlined
+            add, work = self._add_bytes[v], self._work_bytes[v]
+            mem = self.mem
+            mem_add, mem_work, limits = mem.add_bytes, mem.work_bytes, mem.limits
+            fitting = [d for d in range(n_dev) if not mem_add[d] + add + max(mem_work[d], work) > limits[d]]
         self._ready_on(fitting, msgs, ready)
-        out = [_INF] * self.n_devices
+        out = [_INF] * n_dev
+        known = [_INF] * n_dev  # what commit may reuse: exact ESTs only
         slot_after, all_starts, all_ends, bisect_right = self._slot_after, self._starts, self._ends, bisect.bisect_right
+        least = _INF
+        bound = keep >= 0
+        if bound and keep in ready:
+            fitting = self._keep_first[keep] if fitting is self._devices else [keep, *(d for d in fitting if d != keep)]
         for d in fitting:
             dur, t = dur_v[d], ready[d][0]
+            if bound and t > least and d != keep:
+                out[d] = t
+                continue
             ends = all_ends[d]
             k = bisect_right(ends, t)
-            # slot_s's first answer without the call, else the scan
-            out[d] = t if k == len(ends) or all_starts[d][k] - t >= dur else slot_after(d, t, dur, k)
-        self._est_of_v = out
+            # slot_s's first answer without the call, else the scan (v cannot end before task k
+            # starts, so it starts after task k ends: a lower bound that may spare the scan)
+            if k == len(ends) or all_starts[d][k] - t >= dur:
+                est = t
+            elif bound and ends[k] > least and d != keep:
+                out[d] = ends[k]
+                continue
+            else:
+                est = slot_after(d, t, dur, k)
+            known[d] = out[d] = est
+            if est < least:
+                least = est
+        self._est_of_v = known
         return out
 
     def dur_lists_s(self) -> list[list[float]]:
@@ -269,6 +321,9 @@ class ListSchedule:
             gap_np[k + 1] = gaps[k + 1] = starts[k + 1] - end
         self.free_s[d] = max(self.free_s[d], end)
         self.mem.place(d, self._add_bytes[v], self._work_bytes[v])
+        if self._roomy[d] and not self._room(d):
+            self._roomy[d] = False
+            self._n_roomy -= 1
         if best_effort:
             self.best_effort += 1
         return start

@@ -35,6 +35,9 @@ class ChannelTable:
         # (src devices, dst devices, bytes) -> (transfers, per-pair (src, dst, share)): messages repeat
         self._memo: dict[tuple[tuple[int, ...], tuple[int, ...], float, int, int, bool],
                          tuple[Transfers, list[tuple[int, int, float]]]] = {}
+        # the cost matrices as lists, for :meth:`message`'s one-device path (scalar reads from lists are fast)
+        self._latency_s: list[list[float]] = topology.latency_s.tolist()
+        self._bandwidth_Bps: list[list[float]] = topology.bandwidth_Bps.tolist()
 
     def channel(self, src: int, dst: int) -> int:
         """The id of channel ``src -> dst`` (device positions), created on first use."""
@@ -48,7 +51,23 @@ class ChannelTable:
     def message(self, src_devices: Sequence[int], dst_devices: Sequence[int], size_bytes: float,
                 copies: int, *, src_tp: int = 1, dst_tp: int = 1, sharded: bool = False) -> Transfers:
         """The transfers of one message; ``copies`` = times it is sent per iteration (for traffic).
-        ``src_tp``, ``dst_tp`` and ``sharded``: see :func:`~solvers.cost.comm.transfer_pairs`."""
+        ``src_tp``, ``dst_tp`` and ``sharded``: see :func:`~solvers.cost.comm.transfer_pairs`.
+
+        One device on each side without tensor parallelism (every message of an op-level latency
+        plan) is one transfer, none on one device, timed as :func:`~solvers.cost.comm.transfer_s`
+        times it: the same transfers and traffic without the general split or its memo, whose key
+        seldom repeats when every edge has its own bytes."""
+        if src_tp == 1 and dst_tp == 1 and len(src_devices) == 1 and len(dst_devices) == 1:
+            a, b = src_devices[0], dst_devices[0]
+            if a == b:
+                return []
+            cid = self.ids.get((a, b))
+            if cid is None:
+                cid = self.channel(a, b)
+            if size_bytes <= 0:
+                return [(cid, 0.0)]
+            self.traffic_bytes[(a, b)] = self.traffic_bytes.get((a, b), 0.0) + size_bytes * copies
+            return [(cid, self._latency_s[a][b] + size_bytes / self._bandwidth_Bps[a][b])]
         key = (tuple(src_devices), tuple(dst_devices), size_bytes, src_tp, dst_tp, sharded)
         hit = self._memo.get(key)
         if hit is None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import shared_param_stages
-from solvers.cost.tensor_parallel import boundary_mode, op_times_s, shard_allreduces
+from solvers.cost.tensor_parallel import BoundaryMode, boundary_mode, op_times_s, shard_allreduces
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulator._channels import ChannelTable, Transfers, record_collectives
@@ -52,6 +52,14 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     local: list[list[int]] = [[] for _ in range(passes * n)]
     messages: list[list[tuple[Transfers, list[int]]]] = [[] for _ in range(passes * n)]
     n_inputs = [len(p) for p in g.pred] + ([1 + len(s) for s in g.succ] if training else [])
+    modes: dict[tuple[int, int], BoundaryMode] = {}  # boundary_mode of each group pair, computed once
+
+    def mode(a: int, b: int) -> BoundaryMode:
+        out = modes.get((a, b))
+        if out is None:
+            out = modes[(a, b)] = boundary_mode(rp, a, b)
+        return out
+
     for u, edges in enumerate(g.out_edges):
         gu = group[u]
         remote: dict[int, list[int]] = {}  # consumer group -> deltas F(u) -> F(w)
@@ -65,7 +73,7 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
                 largest[group[w]] = max(largest.get(group[w], 0.0), size[e])
         for h in sorted(remote):
             messages[u].append((channels.message(devs[gu], devs[h], largest[h], micro_batches,
-                                                 **boundary_mode(rp, gu, h)), remote[h]))
+                                                 **mode(gu, h)), remote[h]))
         if training:
             local[u].append(block)  # F(u, m) -> B(u, m)
     if training:
@@ -76,7 +84,7 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
                     local[n + w].append(u - w)
                 else:
                     grad = channels.message(devs[group[w]], devs[group[u]], size[e], micro_batches,
-                                            **boundary_mode(rp, group[w], group[u]))
+                                            **mode(group[w], group[u]))
                     messages[n + w].append((grad, [u - w]))
     pos = g.topo_position.tolist()
     priority = pos + ([n - 1 - p for p in pos] if training else [])

@@ -6,11 +6,17 @@ import itertools
 
 import numpy as np
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers.celeritas import orders
-from solvers.listsched.orders import is_topological, levels, m_topo_order
+from solvers.celeritas.fusion import coarse_task_graph, fuse
+from solvers.celeritas.solver import _order_and_blevel, task_order
+from solvers.listsched import latency_costs, op_task_graph
+from solvers.listsched.orders import b_level, is_topological, levels, m_topo_order
 from solvers.model.graph import OpGraph
-from tests.strategies import dag_graphs, examples
+from solvers.model.problem import Problem, ProblemSettings
+from solvers.model.topology import Topology
+from tests.strategies import dag_graphs, examples, topologies
 
 
 def _lists(g: OpGraph) -> tuple[list[list[int]], list[list[int]]]:
@@ -77,3 +83,24 @@ def test_cpd_topo_starts_with_the_source_of_largest_cpath() -> None:
     pred = [[], [], [0], [1]]
     cpath = np.array([2.0, 9.0, 2.0, 9.0])
     assert orders.cpath_first_order(succ, pred, cpath).tolist() == [1, 3, 0, 2]
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(dag_graphs(min_ops=1, max_ops=40, edge_p=0.2), topologies(min_devices=1, max_devices=4), st.booleans())
+def test_the_op_blevels_order_the_unfused_coarse_graph(g: OpGraph, topo: Topology, training: bool) -> None:
+    """Without fusion the solver orders the coarse graph by the b-levels CPD-TOPO computed for the
+    ops (taken in fusion order) instead of computing them again: the same b-levels bit for bit, so
+    the same b-level order."""
+    problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))
+    tasks, costs = op_task_graph(problem), latency_costs(problem)
+    seq, op_blevel = _order_and_blevel(tasks, costs, "cpd-topo")
+    assert op_blevel is not None
+    fusion = fuse(g, seq, costs.mean_comm_s(g.edge_bytes), tasks.mem_add_bytes + tasks.mem_work_bytes, 1,
+                  float("inf"))
+    coarse = coarse_task_graph(g, tasks, fusion)
+    f = costs.msg_factor
+    fresh = b_level(coarse.succ, coarse.succ_bytes, coarse.dur_s.mean(axis=1), f * costs.mean_latency_s,
+                    f * costs.mean_inv_bandwidth_sPB, np.argsort(coarse.rank, kind="stable"))
+    assert fresh.tolist() == op_blevel[fusion.seq].tolist()
+    assert task_order(coarse, costs, "b-level").tolist() == task_order(coarse, costs, "b-level",
+                                                                        op_blevel[fusion.seq]).tolist()

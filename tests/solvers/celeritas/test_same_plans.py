@@ -32,6 +32,8 @@ CASES: dict[str, tuple[str, str, str, float | None, bool, str, float]] = {
     "layered-600-postal": ("random_dag-600", "pcie4", "forward", None, True, "cpd-topo", 0.0),
     "transformer-2x8": ("transformer-6", "hier2x8", "forward", None, False, "b-level", 0.0),
     "transformer-2x8-tight": ("transformer-6", "hier2x8", "training", 0.02, False, "cpd-topo", 1.0),
+    # above the search's node budget: the search directed by the CCR, as at 36,352 ops
+    "layered-4000-budgeted": ("random_dag-4000", "pcie4", "training", None, False, "b-level", 0.0),
 }
 PLACEMENTS = {
     "layered-600-cpd-paper": "c87deda0ea177024",
@@ -44,6 +46,9 @@ PLACEMENTS = {
 PLANS = {
     "layered-600-training": "c2ec4341389f98d4",
     "transformer-2x8": "85d2fbaa0efe85b5",
+    # taken with the code of commit 821e2c5, before est_all's least-only answer (keep) and the
+    # one-device message path of the simulator's channel table
+    "layered-4000-budgeted": "09456f6f4118f806",
 }
 
 
