@@ -75,10 +75,12 @@ def test_deterministic_for_a_seed(solver: str, objective: str) -> None:
     b = solve(problem, solver, time_limit_s=TIME_LIMIT_S.get(solver, 10.0))
     if solver == "auto":
         # a member cut short by its share of the budget may differ between runs; every member
-        # that finished both times must agree, and when all did, so must the choice
+        # that finished both times must find the same objective (whether it also proved it within
+        # its share depends on the machine's load: `optimal` once and `feasible` once is allowed),
+        # and when all finished, the choice must agree
         finished = [_finished_members(a), _finished_members(b)]
         for name in finished[0].keys() & finished[1].keys():
-            assert finished[0][name] == finished[1][name], name
+            assert finished[0][name][1] == finished[1][name][1], name
         if finished[0].keys() != finished[1].keys():
             return
     assert [s.to_dict() for s in a.stages] == [s.to_dict() for s in b.stages]
