@@ -127,13 +127,19 @@ def test_a_small_graph_gets_a_plan_under_a_tiny_limit(solver: str, name: str) ->
     _check_valid(problem, plan)
 
 
+def _planned_past_the_limit(name: str, solver: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Problem, Plan]:
+    """``solver``'s plan of the small problem ``name`` with a budget that is expired from the start; checked valid."""
+    monkeypatch.setattr(solvers.solving, "Budget", _expired_budget)
+    problem = small_problems()[name]
+    plan = solve(problem, solver, time_limit_s=0.5)
+    _check_valid(problem, plan)
+    return problem, plan
+
+
 @pytest.mark.parametrize("name", ["transformer", "tiny", "tiny-training"])
 def test_moirai_plans_a_small_graph_when_the_limit_has_already_run_out(name: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(solvers.solving, "Budget", _expired_budget)
-    problem = small_problems()[name]
-    plan = solve(problem, "moirai", time_limit_s=0.5)
-    _check_valid(problem, plan)
+    problem, plan = _planned_past_the_limit(name, "moirai", monkeypatch)
     # the clock was seen expired: every warm-start step after the first plan was left out
     assert plan.stats["warm_start_skipped"]
     inst = build_instance(problem, identity_grouping(problem.graph))
@@ -144,10 +150,7 @@ def test_moirai_plans_a_small_graph_when_the_limit_has_already_run_out(name: str
 @pytest.mark.parametrize("name", ["transformer", "tiny", "tiny-training"])
 def test_m_sct_plans_a_small_graph_when_the_limit_has_already_run_out(name: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(solvers.solving, "Budget", _expired_budget)
-    problem = small_problems()[name]
-    plan = solve(problem, "m-sct", time_limit_s=0.5)
-    _check_valid(problem, plan)
+    _, plan = _planned_past_the_limit(name, "m-sct", monkeypatch)
     assert plan.stats["timed_out"] is True  # m-ETF placed nothing itself: the fast rule did
 
 
