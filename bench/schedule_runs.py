@@ -1,6 +1,7 @@
 """Pipeline schedules run on CPU: does the simulator order them as the runs do (docs/benchmarks.md)?
 
-One model graph profiled here (one thread), over 2 CPU processes (one rank group each, no replicas):
+One model graph profiled here (one thread), over 2 CPU processes (one rank group each, no replicas, no
+tensor parallelism: pipelines only):
 ``placer solve --schedule X --virtual-stages V`` for every schedule of :data:`SCHEDULES` and each
 micro-batch count; the distinct plans run under torchrun (bench/pinned.py: each rank on a core of
 its own); per plan the simulated iteration (uncalibrated, and with a calibration where one is given)
@@ -39,7 +40,7 @@ def solve_requests(out: Path, graph: Path, mbs: list[int], solver: str = "rannc"
         for schedule, v in SCHEDULES.items():
             path = out / f"sched-{schedule}-v{v}-mb{mb}.json"
             requests.append((path, ["solve", "--solver", solver, "--graph", str(graph), "--topology", str(topo),
-                                    "--micro-batches", str(mb), "--replicas", "1", "--schedule", schedule,
+                                    "--micro-batches", str(mb), "--replicas", "1", "--tp", "1", "--schedule", schedule,
                                     "--virtual-stages", str(v), "--time-limit", f"{time_limit_s:g}", "--quiet",
                                     "-o", str(path)]))
     return requests
