@@ -61,7 +61,11 @@ def test_moirai_names_the_warm_start_steps_the_limit_left_out() -> None:
 
 
 def test_m_sct_stops_m_etf_before_the_limit_with_time_to_finish() -> None:
-    plan = solve(large_problem(), "m-sct", time_limit_s=LIMIT_S)
+    # m-sct's whole run here is about 1.8 s on a quiet core: a quarter of LIMIT_S cuts m-ETF short
+    limit_s = LIMIT_S / 4
+    started = time.monotonic()
+    plan = solve(large_problem(), "m-sct", time_limit_s=limit_s)
+    assert time.monotonic() - started <= limit_s + GRACE_S
     assert plan.stats["timed_out"] is True
     assert plan.stats["end_reserve_s"] > 0
 
