@@ -14,6 +14,7 @@ favourite parent's device.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -23,7 +24,9 @@ from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.listsched import (
     ListSchedule,
+    budget_before_end,
     complete_fast,
+    end_reserve_s,
     expired_every,
     finish_schedule,
     start_op_schedule,
@@ -125,10 +128,12 @@ class METFSolver:
     version: ClassVar[str] = "1"
 
     def solve(self, problem: Problem, options: METFOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        set_up = time.monotonic()
         start = start_op_schedule(problem)
         if isinstance(start, Plan):
             return start
         sched, pins = start
-        timed_out = etf_schedule(sched, pins, budget)
+        reserve_s = end_reserve_s(time.monotonic() - set_up)
+        timed_out = etf_schedule(sched, pins, budget_before_end(budget, reserve_s))
         progress(ProgressEvent(0.9, sched.makespan_s()))
-        return finish_schedule(problem, sched, timed_out=timed_out, stats={})
+        return finish_schedule(problem, sched, timed_out=timed_out, stats={"end_reserve_s": reserve_s})

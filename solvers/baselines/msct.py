@@ -17,8 +17,9 @@ If the LP does not finish within its share of the budget (half of what remains, 
 ``lp_time_limit_s``, counted from before the program is built), no favourites are used (plain
 m-ETF) and the plan says so.  m-ETF then stops early enough to place the ops it has not reached
 (:func:`~solvers.listsched.schedule.complete_fast`) and to build and simulate the plan within the
-budget: that end is estimated as the time the op-level schedule took to set up (one pass over the
-ops, like the end), at least ``END_RESERVE_MIN_S``.
+budget (:func:`~solvers.listsched.end_reserve_s`, measured on the run so that a loaded machine keeps
+a reserve as slow as its end); the favourite-child program's share is taken from what is left after
+that reserve.
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ from solvers.baselines.metf import etf_schedule
 from solvers.listsched import (
     LatencyCosts,
     TaskGraph,
+    budget_before_end,
+    end_reserve_s,
     finish_schedule,
     start_op_schedule,
 )
 from solvers.model.errors import require
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-
-END_RESERVE_MIN_S = 0.2  # the least time kept for completing, building and simulating the plan
 
 
 class MSCTOptions(SolverOptions):
@@ -168,15 +169,15 @@ class MSCTSolver:
         if isinstance(start, Plan):
             return start
         sched, pins = start
-        end_reserve_s = max(END_RESERVE_MIN_S, time.monotonic() - set_up)
+        reserve_s = end_reserve_s(time.monotonic() - set_up)
         tasks, costs = sched.tasks, sched.costs
-        lp_limit = min(options.lp_time_limit_s, budget.remaining_s() * 0.5)
+        lp_limit = min(options.lp_time_limit_s, max(0.0, budget.remaining_s() - reserve_s) * 0.5)
         fav, stats = favourite_children(tasks, costs, options.relaxation, options.threshold, lp_limit,
                                         options.lp_solver)
         progress(ProgressEvent(0.4, message=f"favourite-child program: {stats['lp_status']}"))
         notes = [] if fav is not None else ["the favourite-child program found no solution in time: plain m-ETF"]
-        etf_budget = budget if budget.time_limit_s is None else Budget(max(0.0, budget.remaining_s() - end_reserve_s))
-        timed_out = etf_schedule(sched, pins, etf_budget, None if fav is None else fav.tolist())
+        timed_out = etf_schedule(sched, pins, budget_before_end(budget, reserve_s),
+                                 None if fav is None else fav.tolist())
         progress(ProgressEvent(0.9, sched.makespan_s()))
-        stats["end_reserve_s"] = end_reserve_s
+        stats["end_reserve_s"] = reserve_s
         return finish_schedule(problem, sched, timed_out=timed_out, stats=stats, notes=notes)

@@ -25,6 +25,8 @@ The claimed objective of every plan is the simulator's, computed at the end
 
 from solvers.listsched.finish import (
     TIMED_OUT_NOTE,
+    budget_before_end,
+    end_reserve_s,
     finish_latency_plan,
     finish_schedule,
     infeasible_plan,
@@ -45,8 +47,8 @@ from solvers.listsched.tasks import (
 )
 
 __all__ = [
-    "TIMED_OUT_NOTE", "LatencyCosts", "ListSchedule", "MemoryTracker", "TaskGraph", "b_level",
-    "check_latency_pins", "complete_fast", "device_caps_bytes", "expired_every", "finish_latency_plan",
+    "TIMED_OUT_NOTE", "LatencyCosts", "ListSchedule", "MemoryTracker", "TaskGraph", "b_level", "budget_before_end",
+    "check_latency_pins", "complete_fast", "device_caps_bytes", "end_reserve_s", "expired_every", "finish_latency_plan",
     "finish_schedule", "infeasible_plan", "is_topological", "latency_costs", "levels", "m_topo_order",
     "obviously_infeasible", "op_memory_bytes", "op_task_graph", "postal_planning", "start_op_schedule",
 ]

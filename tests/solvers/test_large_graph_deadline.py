@@ -61,8 +61,9 @@ def test_moirai_names_the_warm_start_steps_the_limit_left_out() -> None:
 
 
 def test_m_sct_stops_m_etf_before_the_limit_with_time_to_finish() -> None:
-    # m-sct's whole run here is about 1.8 s on a quiet core: a quarter of LIMIT_S cuts m-ETF short
-    limit_s = LIMIT_S / 4
+    # m-sct's whole run here is about 2.7 s on a quiet core: half of LIMIT_S cuts m-ETF short; the
+    # reserve for the end scales with the measured set-up, so a loaded machine stops m-ETF earlier
+    limit_s = LIMIT_S / 2
     started = time.monotonic()
     plan = solve(large_problem(), "m-sct", time_limit_s=limit_s)
     assert time.monotonic() - started <= limit_s + GRACE_S
