@@ -1,7 +1,7 @@
 """Calibration on CPU: run many plans, fit on a third, predict the rest (docs/cost-model.md "Calibration").
 
 ``.venv/bin/python -m bench.bench_calibration [--out DIR] [--models gpt2,bert,vit] [--solvers ...]
-[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--limit N] [--cores N] [--deadline-s S]``:
+[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--profile-steps 1] [--limit N] [--cores N] [--deadline-s S]``:
 
 1. ``placer profile --example MODEL`` (small sizes, see ``MODELS``; micro-batch of ``--batch`` rows,
    one thread) for every model;
@@ -11,7 +11,7 @@
    latency-only solver, ``celeritas``, once per model and process count: an op-level plan of one
    training pass); distinct plans only (the same stages, devices and micro-batches once);
 4. every plan's bundle under ``torchrun --standalone`` (gloo, ``OMP_NUM_THREADS=1``, one process per
-   device) for ``--steps`` iterations, 2 warm-up, 1 profiled (``--profile-steps 1``): its ``run.json``;
+   device) for ``--steps`` iterations, 2 warm-up, ``--profile-steps`` profiled (1 by default): its ``run.json``;
    one plan at a time, or with ``--cores N`` side by side on N cores, each rank pinned to a core of
    its own (bench/pinned.py), none started that would end after ``--deadline-s``;
 5. fit a calibration on every third run (``fit_calibration``; it prints what the runs do not determine
@@ -144,9 +144,10 @@ def bundle(out: Path, plan: Path, graph: Path, topo: Path) -> tuple[Path, int]:
     return folder, len(json.loads((folder / "manifest.json").read_text())["devices"])
 
 
-def launch_args(steps: int, warmup: int = 2) -> list[str]:
-    """launch.py's arguments: ``steps`` iterations, ``warmup`` left out, one profiled, no autocast."""
-    return ["launch.py", "--steps", str(steps), "--warmup", str(warmup), "--profile-steps", "1", "--autocast", "none"]
+def launch_args(steps: int, warmup: int = 2, profile_steps: int = 1) -> list[str]:
+    """launch.py's arguments: ``steps`` iterations, ``warmup`` left out, ``profile_steps`` profiled, no autocast."""
+    return ["launch.py", "--steps", str(steps), "--warmup", str(warmup), "--profile-steps", str(profile_steps),
+            "--autocast", "none"]
 
 
 def torchrun_argv(devices: int, worker: list[str]) -> list[str]:
@@ -176,14 +177,14 @@ def expected_run_s(plan: Path, steps: int) -> float:
     return 12.0 + 2.0 * (steps + 1) * float(metrics.get("iteration_s") or metrics.get("objective_s") or 1.0)
 
 
-def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int) -> Path | None:
+def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int, profile_steps: int = 1) -> Path | None:
     """The plan's ``run.json``, run here unpinned; None when the launcher refuses the plan (the reason printed)."""
     folder, devices = bundle(out, plan, graph, topo)
     if (folder / "run.json").exists():
         return folder / "run.json"
     print(f"running {plan.stem} at load average {os.getloadavg()}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(torchrun_argv(devices, launch_args(steps)), cwd=folder, env=env, capture_output=True,
+    done = subprocess.run(torchrun_argv(devices, launch_args(steps, profile_steps=profile_steps)), cwd=folder, env=env, capture_output=True,
                           text=True, timeout=900, check=False)
     return run_result(plan.stem, folder, done.returncode, done.stdout + done.stderr)
 
@@ -250,7 +251,7 @@ def fit_and_predict(cases: list[Case], out: Path) -> Calibration | None:
 
 
 def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, cores: list[int],
-               deadline: float) -> list[Case]:
+               deadline: float, profile_steps: int = 1) -> list[Case]:
     """Every (plan, graph, topology) bundle under torchrun, side by side on ``cores`` (each rank on a core of
     its own, bench/pinned.py); new runs start only while they can end before ``deadline`` (monotonic)."""
     jobs, where = [], {}
@@ -279,7 +280,7 @@ def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, core
             cases.append(load_case(job.name, record, graph, topo, plan))
 
     started = run_jobs(jobs, cores, deadline, on_done=done,
-                       argv_for=lambda job, pinned: torchrun_argv(job.cores, rank_pinned(pinned, launch_args(steps))))
+                       argv_for=lambda job, pinned: torchrun_argv(job.cores, rank_pinned(pinned, launch_args(steps, profile_steps=profile_steps))))
     if len(started) < len(jobs):
         print(f"{len(jobs) - len(started)} runs not started: they would have ended after the deadline", flush=True)
     return cases
@@ -312,6 +313,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=12,
                         help="rows per micro-batch of the profile (12: splits over 2, 3 and 4 replicas)")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--profile-steps", type=int, default=1,
+                        help="steps run under torch.profiler (their median gives the stage and transfer times)")
     parser.add_argument("--limit", type=int, default=0, help="run at most this many plans (0: all)")
     parser.add_argument("--cores", type=int, default=-1,
                         help="run the plans side by side on this many cores, each rank pinned to one "
@@ -332,13 +335,13 @@ def main() -> None:
     print(f"{len(plans)} distinct plans", flush=True)
     if args.cores >= 0:
         items = [(plan, graphs[plan_model(plan)[0]], topology(out, plan_model(plan)[1])) for plan in plans]
-        cases = run_pinned(out, items, args.steps, pool_cores(args.cores), deadline)
+        cases = run_pinned(out, items, args.steps, pool_cores(args.cores), deadline, args.profile_steps)
     else:
         cases = []
         for plan in plans:
             model, n = plan_model(plan)
             topo = topology(out, n)
-            record = run_plan(out, plan, graphs[model], topo, args.steps)
+            record = run_plan(out, plan, graphs[model], topo, args.steps, args.profile_steps)
             if record is not None:
                 cases.append(load_case(plan.stem, record, graphs[model], topo, plan))
     fit_and_predict(cases, out)

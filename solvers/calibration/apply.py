@@ -16,6 +16,9 @@ calibrated figures without knowing of calibrations:
 - **memory**: each device's ``memory_bytes`` becomes ``(memory_bytes - process_bytes) / (1 + fraction)``,
   so a solver's memory check on the modelled bytes is the check of the measured peak
   ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``;
+  ``attrs.calibration.retained`` makes the modelled bytes of a GPipe / 1F1B stage count that share of
+  the kept bytes of the micro-batches it is not holding in flight
+  (:func:`solvers.cost.memory.held_micro_batches`, used by every solver and the simulator);
 - **step**: ``attrs.calibration.step_fixed_s`` and ``step_per_param_byte_s`` of the topology add a
   training iteration's work beyond the pipeline to ``iteration_s``
   (:func:`solvers.cost.calibrated.step_overhead_s`).
@@ -101,6 +104,7 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
     info: dict[str, Any] = {"digest": cal.digest, "source_digest": source_digest(topology),
                             "collective_efficiency": cal.collective_efficiency,
                             "process_bytes": mem.process_bytes, "fraction": mem.fraction,
+                            **({"retained": mem.retained} if mem.retained else {}),
                             "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s,
                             **({"tp_efficiency": dict(cal.tp_efficiency)} if cal.tp_efficiency else {})}
     return Topology.from_matrices(topology.name, devices, np.where(np.isfinite(bw), bw, 0.0).tolist(), lat.tolist(),

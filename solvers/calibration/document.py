@@ -4,7 +4,8 @@ A calibration holds, per device kind, a compute scale per op class (:data:`OP_CL
 :func:`op_class`) and a per-op launch overhead; per channel class (:data:`CHANNEL_CLASSES`: two
 devices on the same host, or on different hosts) the latency and bandwidth a transfer sees inside a
 training step; the collective efficiency of an all-reduce; the per-stage memory overhead (a
-per-process constant plus a fraction of the modelled bytes); the step overhead of a training iteration
+per-process constant, a fraction of the modelled bytes, and the share of a finished micro-batch's
+kept bytes the peak still holds); the step overhead of a training iteration
 (the optimizer step); and the fit it came from (the digests of
 the runs, the residuals).  :func:`calibration_from_document` checks every field and raises
 :class:`~solvers.model.errors.InvalidInput` naming the one at fault.
@@ -95,13 +96,18 @@ class ChannelCalibration:
 
 @dataclass(frozen=True)
 class MemoryCalibration:
-    """Per device of a stage: ``measured peak = process_bytes + (1 + fraction) * modelled bytes``."""
+    """Per device of a stage: ``measured peak = process_bytes + (1 + fraction) * modelled bytes``, the
+    modelled bytes counting, beside the ``k`` micro-batches the schedule holds in flight, ``retained``
+    times the kept bytes of each of the iteration's other ``MB - k`` micro-batches (memory the runtime
+    does not hand back within an iteration; docs/cost-model.md "Calibration")."""
 
     process_bytes: float = 0.0
     fraction: float = 0.0
+    retained: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"process_bytes": self.process_bytes, "fraction": self.fraction}
+        out = {"process_bytes": self.process_bytes, "fraction": self.fraction}
+        return {**out, "retained": self.retained} if self.retained else out  # absent: 0 (earlier documents)
 
 
 @dataclass(frozen=True)
@@ -197,9 +203,11 @@ def calibration_from_document(doc: Any) -> Calibration:
     efficiency = _fraction(d.get("collective_efficiency", 1.0), "collective_efficiency", low=0.0, high=1.0,
                            low_open=True)
     m = check.mapping(d.get("memory", {}), "memory", InvalidInput)
-    check.known_keys(m, frozenset({"process_bytes", "fraction"}), "memory", InvalidInput)
+    check.known_keys(m, frozenset({"process_bytes", "fraction", "retained"}), "memory", InvalidInput)
     memory = MemoryCalibration(check.number(m.get("process_bytes", 0.0), "memory.process_bytes", InvalidInput),
-                               check.number(m.get("fraction", 0.0), "memory.fraction", InvalidInput))
+                               check.number(m.get("fraction", 0.0), "memory.fraction", InvalidInput),
+                               _fraction(m.get("retained", 0.0), "memory.retained", low=0.0, high=1.0,
+                                         low_open=False))
     st = check.mapping(d.get("step", {}), "step", InvalidInput)
     check.known_keys(st, frozenset({"fixed_s", "per_param_byte_s"}), "step", InvalidInput)
     step = StepCalibration(check.number(st.get("fixed_s", 0.0), "step.fixed_s", InvalidInput),

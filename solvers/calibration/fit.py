@@ -15,7 +15,9 @@ robust ``soft_l1`` loss by default):
    ``n`` bytes on a channel of class ``h`` takes ``l_h + n / B_h`` (latency, bandwidth); the measured
    figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
    for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
-   (ranks whose peers span both classes are left out).
+   (ranks whose peers span both classes are left out).  A class whose seconds per byte runs to its bound
+   0 (no transfer size showed a bandwidth: on one host a send ends once its data are buffered) is left
+   out of the calibration, keeping the topology's latency and bandwidth, and named in ``fit.unidentified``.
    A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
    do not tell them apart (a few stages whose ops mix the classes in like proportions).
 2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
@@ -23,9 +25,14 @@ robust ``soft_l1`` loss by default):
    (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
    measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
    problem; when no run was profiled, a per-kind compute scale (one for all op classes) too.
-3. **memory**: per rank, ``measured peak = p + (1 + q) * m_s``, ``m_s`` the memory model's bytes of the
-   rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``p`` the per-process constant and
-   ``q`` the fraction (``q`` fixed at 0 when every stage has the same ``m_s``).
+3. **memory**: per rank, ``measured peak = p + (1 + q) * (m_s + r * e_s)``, ``m_s`` the memory model's
+   bytes of the rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``e_s`` the kept bytes of
+   the iteration's micro-batches beyond those in flight (:func:`solvers.cost.memory.finished_micro_batch_bytes`),
+   ``p`` the per-process constant, ``q`` the fraction and ``r`` in [0, 1] the share of a finished
+   micro-batch's kept bytes that the peak still holds (``q`` fixed at 0 when every stage has the same
+   ``m_s``, ``r`` at 0 when no run has micro-batches beyond those in flight).  On CPU the resident set
+   of a 1F1B stage grows with the iteration's micro-batches, not only with those in flight
+   (docs/benchmarks.md "Calibration").
 
 Fits 1 and 2 then check what the runs determine: where the Jacobian of the observations is short of full
 rank (:func:`~solvers.calibration.identify.undetermined`), the parameters left out by subset selection
@@ -61,7 +68,7 @@ from solvers.calibration.document import (
     op_class,
 )
 from solvers.calibration.identify import jacobian, profiler_ratio, undetermined
-from solvers.cost.memory import plan_memory_bytes, shared_param_stages
+from solvers.cost.memory import finished_micro_batch_bytes, plan_memory_bytes, shared_param_stages
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
@@ -73,6 +80,9 @@ from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan, resolve_plan
 
+# a channel's seconds per byte at or below this (1 PB/s) ran to its bound 0: no transfer size showed a
+# bandwidth (on one host, sends that end once the data are buffered), and the class keeps the topology's figures
+UNSEEN_S_PER_BYTE = 1e-15
 PRIOR_WEIGHT = 0.05  # the pull of every op-class scale towards the kind's geometric mean of them
 SCALE_BOUNDS = (1e-3, 1e3)
 EFFICIENCY_LOW = 0.01
@@ -355,8 +365,8 @@ def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor:
         scales = layout.scales(x, kind) if kind in layout.kinds else np.ones(len(OP_CLASSES))
         devices[kind] = KindCalibration({c: float(scales[i] * factor) for i, c in enumerate(OP_CLASSES)},
                                         float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
-    channels = {cls: ChannelCalibration(float(x[li]), 1.0 / max(float(x[bi]), 1e-18))
-                for cls, (li, bi) in layout.channels.items()}
+    channels = {cls: ChannelCalibration(float(x[li]), 1.0 / float(x[bi]))
+                for cls, (li, bi) in layout.channels.items() if x[bi] > UNSEEN_S_PER_BYTE}
     return Calibration(devices, channels, efficiency, memory, step=step)
 
 
@@ -443,33 +453,44 @@ def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, floa
     return (*unpack(x), names, [names[i] for i in held])
 
 
-def _memory_obs(cases: list[_Case]) -> list[tuple[float, float]]:
+def _memory_obs(cases: list[_Case]) -> list[tuple[float, float, float]]:
+    """Per rank with a peak: the modelled bytes ``m_s``, the finished micro-batches' kept bytes ``e_s`` and
+    the measured peak (fit 3 of the module docstring)."""
     out = []
     for case in cases:
         rp = resolve_plan(case.problem, case.plan, check_memory=False)
         need = plan_memory_bytes(case.problem, rp)
+        finished = finished_micro_batch_bytes(case.problem, rp)
         for r in case.run.ranks:
             peak = r.peak_memory_bytes
             if peak and 0 <= r.stage < len(need):
-                out.append((float(need[r.stage]), float(peak)))
+                out.append((float(need[r.stage]), float(finished[r.stage]), float(peak)))
     return out
 
 
-def _fit_memory(obs: list[tuple[float, float]], loss: str) -> MemoryCalibration:
+def _predicted_peak(memory: MemoryCalibration, modelled: float, finished: float) -> float:
+    return memory.process_bytes + (1.0 + memory.fraction) * (modelled + memory.retained * finished)
+
+
+def _fit_memory(obs: list[tuple[float, float, float]], loss: str) -> MemoryCalibration:
     if not obs:
         return MemoryCalibration()
     m = np.array([o[0] for o in obs])
-    y = np.array([o[1] for o in obs])
+    e = np.array([o[1] for o in obs])
+    y = np.array([o[2] for o in obs])
     with_fraction = np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)
+    with_retained = bool((e > 0).any())
 
     def residuals(x: np.ndarray) -> np.ndarray:
         q = x[1] if with_fraction else 0.0
-        return np.asarray((x[0] + (1.0 + q) * m) / y - 1.0, dtype=np.float64)
+        r = x[2] if with_retained else 0.0
+        return np.asarray((x[0] + (1.0 + q) * (m + r * e)) / y - 1.0, dtype=np.float64)
 
-    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0])
-    fit = least_squares(residuals, x0, bounds=([0.0, 0.0], [np.inf, 10.0]), loss=loss, f_scale=0.05,
-                        x_scale=[max(float(np.median(y)), 1.0), 1.0])
-    return MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0)
+    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0])
+    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0], [np.inf, 10.0, 1.0]), loss=loss, f_scale=0.05,
+                        x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0])
+    return MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0,
+                             float(fit.x[2]) if with_retained else 0.0)
 
 
 def _summary(errors: Sequence[float]) -> dict[str, float | int] | None:
@@ -494,6 +515,7 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
     transfers = [t for c in cases for t in _transfer_obs(c)]
     layout, x, held = _fit_compute(stages, transfers, loss)
     unidentified = [_parameter_names(layout)[i] for i in held]
+    unidentified += [f"channels.{c}" for c, (_, bi) in layout.channels.items() if x[bi] <= UNSEEN_S_PER_BYTE]
     memory = _fit_memory(_memory_obs(cases), loss)
     kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
                         for i in (c.problem.topology.index[d] for d in st.devices)})
@@ -516,22 +538,24 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
             before_stage.append(_rel(b0, s.measured_bwd))
             after_stage.append(_rel(b, s.measured_bwd))
     for t in transfers:
-        li, bi = layout.channels[t.cls]
-        after_transfer.append(_rel(float(x[li] + t.bytes * x[bi]), t.measured))
+        if t.cls in cal.channels:  # a class left to the topology's figures has no calibrated prediction
+            ch = cal.channels[t.cls]
+            after_transfer.append(_rel(ch.latency_s + t.bytes / ch.bandwidth_Bps, t.measured))
     mem = _memory_obs(cases)
     residuals = {
         "stage_s": {"uncalibrated": _summary(before_stage), "calibrated": _summary(after_stage)},
         "transfer_s": {"calibrated": _summary(after_transfer)},
         "iteration_s": {"uncalibrated": _summary(_iteration_errors(cases, None)),
                         "calibrated": _summary(_iteration_errors(cases, cal))},
-        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, y in mem]),
-                              "calibrated": _summary([_rel(memory.process_bytes + (1 + memory.fraction) * m, y)
-                                                      for m, y in mem])}}
+        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, _, y in mem]),
+                              "calibrated": _summary([_rel(_predicted_peak(memory, m, e), y) for m, e, y in mem])}}
     fitted = ([n for n in (f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale) if n not in unidentified] +
               [n for n in (f"devices.{k}.launch_overhead_s" for k in layout.overhead) if n not in unidentified] +
-              [f"channels.{c}" for c in layout.channels] + [n for n in iteration_params if n not in unidentified] +
+              [f"channels.{c}" for c in layout.channels if f"channels.{c}" not in unidentified] +
+              [n for n in iteration_params if n not in unidentified] +
               (["memory.process_bytes"] if mem else []) +
-              (["memory.fraction"] if mem and np.ptp([m for m, _ in mem]) > 0 else []))
+              (["memory.fraction"] if mem and np.ptp([m for m, _, _ in mem]) > 0 else []) +
+              (["memory.retained"] if any(e > 0 for _, e, _ in mem) else []))
     at_bounds = [f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale
                  if f"devices.{k}.scale.{OP_CLASSES[c]}" not in unidentified and not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
     if "collective_efficiency" in iteration_params and cal.collective_efficiency <= EFFICIENCY_LOW * 1.001:

@@ -30,6 +30,14 @@ def memory_overhead(topology: Topology) -> tuple[float, float]:
     return float(cal.get("process_bytes", 0.0)), float(cal.get("fraction", 0.0))
 
 
+def retained_share(topology: Topology) -> float:
+    """The share of a finished micro-batch's kept bytes that a stage's peak still counts on a calibrated
+    topology (``attrs.calibration.retained``, :func:`solvers.cost.memory.held_micro_batches`); 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    value = cal.get("retained", 0.0) if isinstance(cal, dict) else 0.0
+    return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else 0.0
+
+
 def collective_efficiency(topology: Topology) -> float:
     """The all-reduce efficiency of a calibrated topology (1 otherwise)."""
     cal = (topology.attrs or {}).get("calibration")

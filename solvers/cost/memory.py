@@ -16,7 +16,9 @@ Throughput plans, per device of stage ``s`` (``R`` replicas, ``k`` micro-batches
 :func:`kept_bytes` is that per-micro-batch rule and :func:`stage_device_bytes` the per-device sum:
 every solver and both simulator engines use them (docs/cost-model.md, "Memory").
 
-``k`` is ``MB`` for GPipe and ``min(S - s, MB)`` for 1F1B (``s`` counted from 0).  Any other
+``k`` is ``MB`` for GPipe and ``min(S - s, MB)`` for 1F1B (``s`` counted from 0); on a calibrated
+topology whose runs showed memory kept past a micro-batch's backward, ``k + r (MB - k)``
+(:func:`held_micro_batches`, ``r`` the calibration's ``memory.retained``).  Any other
 schedule, or several virtual stages per rank (:func:`virtual_plan_memory_bytes`): a rank's devices
 hold the parameters of all its virtual stages, and the activations its action list holds at its
 peak (:func:`~solvers.model.schedules.peak_held_bytes`: an ``F`` takes one micro-batch of its
@@ -39,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.cost.calibrated import retained_share
 from solvers.cost.tensor_parallel import stage_split_mask
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.errors import InvalidPlan, InvalidProblem
@@ -103,7 +106,16 @@ def _tp_scale(ops: IntArray, tp: int, split: npt.NDArray[np.bool_] | None) -> Fl
     return np.where(split[ops], 1.0 / tp, 1.0)
 
 
-def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flight: int,
+def held_micro_batches(problem: Problem, schedule: str, n_stages: int, stage: int, micro_batches: int) -> float:
+    """The micro-batches of kept bytes a GPipe / 1F1B stage's peak counts: the ``k`` in flight
+    (:func:`in_flight_micro_batches`) plus, on a calibrated topology, the share ``r`` of the other
+    ``MB - k`` that the runs showed the runtime still holding (:func:`solvers.cost.calibrated.retained_share`)."""
+    k = in_flight_micro_batches(schedule, n_stages, stage, micro_batches)
+    r = retained_share(problem.topology)
+    return k + r * (micro_batches - k) if r else k
+
+
+def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flight: float,
                        boundary_input_bytes: float, recompute: bool | None = None, *, tp: int = 1,
                        split: npt.NDArray[np.bool_] | None = None) -> float:
     """Peak bytes on each device of a pipeline stage holding ``ops`` (see module doc).
@@ -147,11 +159,36 @@ def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
                 for s, ops in enumerate(rp.stage_ops)]
     inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
     copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * (1.0 + problem.settings.optimizer_bytes_per_param_byte)
-    return [stage_memory_bytes(problem, ops, rp.replicas(s),
-                               in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches),
-                               float(inputs[s]) / (rp.tp(s) if plan.sequence_parallel else 1), rp.recompute[s],
-                               tp=rp.tp(s), split=splits[s]) + float(copies[s])
-            for s, ops in enumerate(rp.stage_ops)]
+    return [_pipeline_stage_bytes(problem, rp, s, held_micro_batches(problem, plan.schedule, rp.n_stages, s,
+                                                                     plan.micro_batches), inputs, splits[s])
+            + float(copies[s]) for s in range(rp.n_stages)]
+
+
+def _pipeline_stage_bytes(problem: Problem, rp: ResolvedPlan, s: int, in_flight: float, inputs: FloatArray,
+                          split: npt.NDArray[np.bool_] | None) -> float:
+    """:func:`stage_memory_bytes` of stage ``s`` of a GPipe / 1F1B plan with ``in_flight`` micro-batches."""
+    return stage_memory_bytes(problem, rp.stage_ops[s], rp.replicas(s), in_flight,
+                              float(inputs[s]) / (rp.tp(s) if rp.plan.sequence_parallel else 1), rp.recompute[s],
+                              tp=rp.tp(s), split=split)
+
+
+def finished_micro_batch_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
+    """Per stage of a GPipe / 1F1B throughput plan: the kept bytes, per device, of the iteration's micro-batches
+    beyond those the schedule holds in flight (``(MB - k)`` times one micro-batch's, :func:`kept_bytes`
+    over the replicas): what :func:`held_micro_batches`' calibrated share ``r`` multiplies.  Zeros for
+    other plans (latency plans, the action-list schedules)."""
+    plan = rp.plan
+    if problem.objective != "throughput" or runs_virtual_stages(plan):
+        return [0.0] * rp.n_stages
+    inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
+    out = []
+    for s in range(rp.n_stages):
+        split = stage_split_mask(problem, rp, s)
+        one = _pipeline_stage_bytes(problem, rp, s, 1, inputs, split) - _pipeline_stage_bytes(problem, rp, s, 0, inputs,
+                                                                                              split)
+        out.append((plan.micro_batches - in_flight_micro_batches(plan.schedule, rp.n_stages, s, plan.micro_batches))
+                   * one)
+    return out
 
 
 def runs_virtual_stages(plan: Plan) -> bool:

@@ -199,7 +199,7 @@ def _concat(parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray | No
 
 
 def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, replicas: int, upper_s: float,
-           capacity_bytes: FloatArray, in_flight: IntArray) -> DPResult | None:
+           capacity_bytes: FloatArray, in_flight: FloatArray) -> DPResult | None:
     """The recurrence of the module doc; ``None`` when no chain of ``n_stages`` stages is feasible."""
     if pairs.count == 0:
         return None

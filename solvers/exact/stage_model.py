@@ -31,7 +31,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import capacity_bytes, in_flight_micro_batches, kept_bytes, stage_device_bytes
+from solvers.cost.memory import capacity_bytes, held_micro_batches, kept_bytes, stage_device_bytes
 from solvers.model.problem import Problem
 from solvers.partition.tp import split_op_costs
 
@@ -128,10 +128,11 @@ def stage_capacities_bytes(problem: Problem, n_stages: int) -> FloatArray:
     return np.array([max(capacity_bytes(problem, d, s) for d in range(n)) for s in range(n_stages)])
 
 
-def in_flight(problem: Problem, n_stages: int, micro_batches: int) -> IntArray:
-    """Per stage index: micro-batches whose activations it holds at once."""
-    return np.array([in_flight_micro_batches(problem.settings.own_schedule, n_stages, s, micro_batches)
-                     for s in range(n_stages)], dtype=np.int64)
+def in_flight(problem: Problem, n_stages: int, micro_batches: int) -> FloatArray:
+    """Per stage index: micro-batches whose activations it holds at once
+    (:func:`~solvers.cost.memory.held_micro_batches`)."""
+    return np.array([held_micro_batches(problem, problem.settings.own_schedule, n_stages, s, micro_batches)
+                     for s in range(n_stages)], dtype=np.float64)
 
 
 def partition_times_s(model: StageModel, stage_of: IntArray, n_stages: int, replicas: int) -> FloatArray:
@@ -161,7 +162,7 @@ def partition_traffic_bytes(model: StageModel, stage_of: IntArray, n_stages: int
 
 
 def partition_memory_bytes(model: StageModel, stage_of: IntArray, n_stages: int, replicas: int,
-                           in_flight: IntArray) -> FloatArray:
+                           in_flight: FloatArray) -> FloatArray:
     """Per stage: its memory in this model (equal to :func:`solvers.cost.memory.stage_memory_bytes`)."""
     params = np.bincount(stage_of, weights=model.param_bytes, minlength=n_stages).astype(np.float64)
     acts = np.bincount(stage_of, weights=model.act_bytes, minlength=n_stages).astype(np.float64)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
-from solvers.cost.memory import in_flight_micro_batches, stage_memory_bytes
+from solvers.cost.memory import held_micro_batches, stage_memory_bytes
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem
@@ -162,7 +162,7 @@ def _fits(problem: Problem, stage_of: IntArray, stages: tuple[int, ...], n_stage
     inputs = group_input_bytes(problem.graph, stage_of)
     for s in stages:
         ops = np.flatnonzero(stage_of == s)
-        k = in_flight_micro_batches(problem.settings.own_schedule, n_stages, s, micro_batches)
+        k = held_micro_batches(problem, problem.settings.own_schedule, n_stages, s, micro_batches)
         if stage_memory_bytes(problem, ops, replicas, k, float(inputs[s])) > stage_capacity_bytes(problem, s):
             return False
     return True

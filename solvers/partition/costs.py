@@ -26,7 +26,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import capacity_bytes, in_flight_micro_batches, stage_device_bytes
+from solvers.cost.memory import capacity_bytes, held_micro_batches, stage_device_bytes
 from solvers.model.problem import Problem
 
 
@@ -104,6 +104,6 @@ def stage_memory_vec(problem: Problem, candidates: StageBytes, replicas: int, n_
     """Vectorised :func:`solvers.cost.memory.stage_memory_bytes` for ``candidates`` as stage
     ``stage`` of ``n_stages`` stages of ``replicas`` replicas, ``micro_batches`` an iteration."""
     s = problem.settings
-    k = in_flight_micro_batches(s.schedule, n_stages, stage, micro_batches)
+    k = held_micro_batches(problem, s.schedule, n_stages, stage, micro_batches)
     return stage_device_bytes(candidates.param, candidates.kept, candidates.working, k, replicas,
                               s.optimizer_bytes_per_param_byte)

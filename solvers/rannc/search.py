@@ -19,7 +19,7 @@ import numpy as np
 from solvers.arrays import FloatArray
 from solvers.base import Budget
 from solvers.cost.comm import allreduce_s
-from solvers.cost.memory import in_flight_micro_batches
+from solvers.cost.memory import held_micro_batches
 from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
@@ -228,8 +228,9 @@ class StageSearch:
         max_r = cand.devices - cand.stages + 1
         tables = self.tables(recompute, cand.copies, max_r)
         caps = np.asarray([reference_capacity_bytes(problem, s) for s in range(cand.stages)])
-        in_flight = np.asarray([in_flight_micro_batches(problem.settings.own_schedule, cand.stages, s, cand.micro_batches)
-                                for s in range(cand.stages)], dtype=np.int64)
+        in_flight = np.asarray([held_micro_batches(problem, problem.settings.own_schedule, cand.stages, s,
+                                                   cand.micro_batches)
+                                for s in range(cand.stages)], dtype=np.float64)
         allowed = np.asarray([r > 0 and replicas_fit(problem, r * cand.copies, cand.micro_batches)
                               for r in range(max_r + 1)], dtype=bool)  # R must divide the micro-batch's rows
         if cand.fixed_replicas is not None:

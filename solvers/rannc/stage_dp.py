@@ -80,7 +80,7 @@ class StageSolution:
 
 
 def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes: FloatArray,
-                  in_flight: IntArray, allowed: BoolArray | None = None, prune: bool = True,
+                  in_flight: FloatArray, allowed: BoolArray | None = None, prune: bool = True,
                   allreduce: AllReduceTable | None = None) -> StageSolution | None:
     """Algorithm 1: stages and per-stage replica counts minimising max fwd + max bwd.
 

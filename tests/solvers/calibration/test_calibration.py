@@ -27,6 +27,8 @@ from solvers.calibration import (
     op_class,
 )
 from solvers.calibration.identify import profiler_ratio
+from solvers.cost.memory import finished_micro_batch_bytes, held_micro_batches, plan_memory_bytes, stage_memory_bytes
+from solvers.exact.stage_model import in_flight
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage
@@ -35,13 +37,14 @@ from solvers.model.run import run_from_document
 from solvers.model.schemas import load_schema
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
+from solvers.validity import resolve_plan
 from tests.run_records import calibrated_run
 
 KIND = "H100"  # the generators' default device
 TRUTH = Calibration(
     {KIND: KindCalibration({"matmul": 3.0, "elementwise": 5.0, "reduction": 4.0}, 2e-5)},
     {"same_host": ChannelCalibration(5e-5, 2e9), "cross_host": ChannelCalibration(2e-4, 5e8)},
-    0.6, MemoryCalibration(130 * 2**20, 0.2), step=StepCalibration(3e-3, 1e-10))
+    0.6, MemoryCalibration(130 * 2**20, 0.2, 0.3), step=StepCalibration(3e-3, 1e-10))
 
 
 @cache
@@ -97,6 +100,7 @@ def test_the_fit_recovers_the_true_parameters() -> None:
     assert cal.collective_efficiency == pytest.approx(0.6, rel=1e-2)
     assert cal.memory.process_bytes == pytest.approx(130 * 2**20, rel=1e-3)
     assert cal.memory.fraction == pytest.approx(0.2, abs=1e-3)
+    assert cal.memory.retained == pytest.approx(0.3, abs=1e-3)
     assert cal.step.fixed_s == pytest.approx(3e-3, rel=2e-2) and cal.step.per_param_byte_s == pytest.approx(1e-10, rel=2e-2)
     res = cal.fit["residuals"]
     assert res["iteration_s"]["calibrated"]["max_relative"] < 1e-3 < res["iteration_s"]["uncalibrated"]["median_relative"]
@@ -140,6 +144,31 @@ def test_a_calibrated_simulation_names_its_calibration_and_plans_keep_the_source
     assert exc.value.field == "calibration"
 
 
+def test_the_retained_share_counts_in_the_memory_model_that_simulator_and_solvers_share() -> None:
+    """``memory.retained`` r: a 1F1B stage's modelled bytes count r times the kept bytes of the micro-batches
+    beyond those in flight, in the simulator's peak and in the held counts the solvers' memory checks use."""
+    graph, topo = world()
+    cal = Calibration({}, memory=MemoryCalibration(10 * 2**20, 0.5, 0.25))
+    g, t = apply_calibration(graph, topo, cal)
+    doc = plan([15], [["gpu0"], ["gpu2"]], 8)
+    p = Plan(tuple(Stage(tuple(s["ops"]), tuple(s["devices"])) for s in doc["stages"]), micro_batches=8)
+    plain, calibrated = Problem(graph, topo), Problem(g, t)
+    rp = resolve_plan(plain, p, check_memory=False)
+    finished = finished_micro_batch_bytes(plain, rp)
+    kept = [stage_memory_bytes(plain, ops, 1, 1, 0.0) - stage_memory_bytes(plain, ops, 1, 0, 0.0) for ops in rp.stage_ops]
+    # 1F1B holds 2 and 1 of 8 in flight; the second stage also keeps what it receives per micro-batch
+    assert finished[0] == pytest.approx(6 * kept[0]) and finished[1] > 7 * kept[1] > 0
+    before = plan_memory_bytes(plain, rp)
+    after = plan_memory_bytes(calibrated, resolve_plan(calibrated, p, check_memory=False))
+    assert after == pytest.approx([b + 0.25 * f for b, f in zip(before, finished, strict=True)], rel=1e-12)
+    peak = simulate(calibrated, p).metrics["peak_memory_bytes"]
+    for s, dev in enumerate(("gpu0", "gpu2")):
+        assert peak[dev] == pytest.approx(topo.devices[topo.index[dev]].base_memory_bytes + 10 * 2**20 + 1.5 * after[s])
+    assert list(in_flight(calibrated, 2, 8)) == [2 + 0.25 * 6, 1 + 0.25 * 7]
+    assert held_micro_batches(plain, "1f1b", 2, 0, 8) == 2  # uncalibrated: the schedule's own count
+    assert finished_micro_batch_bytes(plain, resolve_plan(plain, p.with_(micro_batches=1), check_memory=False)) == [0, 0]
+
+
 def test_the_document_round_trips_and_matches_its_schema() -> None:
     doc = json.loads(json.dumps(exact_fit().to_document()))
     jsonschema.Draft202012Validator(load_schema("calibration")).validate(doc)
@@ -156,6 +185,7 @@ def test_the_document_round_trips_and_matches_its_schema() -> None:
     (("channels", "same_host", "bandwidth_Bps"), 0, "channels.same_host.bandwidth_Bps"),
     (("collective_efficiency",), 1.5, "collective_efficiency"),
     (("memory", "fraction"), -0.1, "memory.fraction"),
+    (("memory", "retained"), 1.5, "memory.retained"),
     (("step", "fixed_s"), None, "step.fixed_s"),
     (("fit", "runs"), [3], "fit.runs[0]"),
     (("colour",), "red", "colour"),
