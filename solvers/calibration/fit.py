@@ -11,7 +11,12 @@ robust ``soft_l1`` loss by default):
    overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s`` times the run's
    profiler ratio ``rho`` (:func:`~solvers.calibration.identify.profiler_ratio`: the plain over the
    profiled iteration; those figures come from the steps run under ``torch.profiler``, which are
-   slower; a transfer, one op, is taken as recorded).  A transfer of
+   slower; a transfer, one op, is taken as recorded).  Where some run's ``rho`` is below 1 the fits run
+   twice, with the stage times scaled by ``rho`` and as recorded, and the one whose calibrated iterations
+   of the fitted runs come closer (median relative error) is kept (``fit.observations.profiled_stages_scaled``):
+   a profiled step can be slower for work outside the stages (the profiler's start and stop, building
+   its trace) or for one step's noise, and then scaling the stage times by ``rho`` under-counts them.
+   A transfer of
    ``n`` bytes on a channel of class ``h`` takes ``l_h + n / B_h`` (latency, bandwidth); the measured
    figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
    for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
@@ -153,12 +158,13 @@ def run_problem(run: RunRecord, graph: OpGraph, topology: Topology, plan: Plan) 
     return problem_for_plan(problem, plan)
 
 
-def _stage_obs(case: _Case) -> list[_StageObs]:
+def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
+    """The case's stage observations; with ``scaled``, the profiled stage times times the run's profiler ratio."""
     problem, plan = case.problem, case.plan
     g, topo = problem.graph, problem.topology
     index = {d.id: i for i, d in enumerate(topo.devices)}
     classes = np.array([OP_CLASSES.index(op_class(n.op)) for n in g.nodes])
-    rho = profiler_ratio(case.run)  # the profiled stage times as a plain step runs them
+    rho = profiler_ratio(case.run) if scaled else 1.0  # the profiled stage times as a plain step runs them
     out = []
     for s, stage in enumerate(plan.stages):
         ranks = [r for r in case.run.ranks if r.stage == s and r.forward_s]
@@ -511,7 +517,22 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
     if loss not in ("linear", "soft_l1", "huber", "cauchy", "arctan"):
         raise InvalidInput(f"loss: must be linear, soft_l1, huber, cauchy or arctan, got {loss!r}", field="loss")
     cases = _cases(runs, graphs, topologies, plans)
-    stages = [s for c in cases for s in _stage_obs(c)]
+    cal = _fit(cases, loss, name, scaled=True)
+    if any(profiler_ratio(c.run) < 1.0 for c in cases):
+        as_recorded = _fit(cases, loss, name, scaled=False)
+        if _iteration_median(as_recorded) < _iteration_median(cal):
+            cal = as_recorded
+    return cal
+
+
+def _iteration_median(cal: Calibration) -> float:
+    summary = cal.fit["residuals"]["iteration_s"]["calibrated"]
+    return float(summary["median_relative"]) if summary else 0.0
+
+
+def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibration:
+    """The three fits of the module docstring; ``scaled``: the profiled stage times times each run's profiler ratio."""
+    stages = [s for c in cases for s in _stage_obs(c, scaled)]
     transfers = [t for c in cases for t in _transfer_obs(c)]
     layout, x, held = _fit_compute(stages, transfers, loss)
     unidentified = [_parameter_names(layout)[i] for i in held]
@@ -564,5 +585,6 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
            "at_bounds": at_bounds, "unidentified": unidentified,
            "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
                             sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem),
-                            "profiler_ratios": [profiler_ratio(c.run) for c in cases]}}
+                            "profiler_ratios": [profiler_ratio(c.run) for c in cases],
+                            "profiled_stages_scaled": scaled}}
     return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)

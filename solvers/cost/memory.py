@@ -61,7 +61,7 @@ def kept_bytes(act_bytes: Bytes, input_bytes: Bytes, recompute: bool) -> Bytes:
     return input_bytes if recompute else act_bytes + input_bytes
 
 
-def stage_device_bytes(param_bytes: Bytes, kept: Bytes, working_bytes: Bytes, in_flight: int | Bytes,
+def stage_device_bytes(param_bytes: Bytes, kept: Bytes, working_bytes: Bytes, in_flight: float | Bytes,
                        replicas: int, optimizer_bytes_per_param_byte: float) -> Bytes:
     """Peak bytes on one device of a stage: parameters with gradient and optimizer state, ``in_flight``
     micro-batches of ``kept`` (:func:`kept_bytes`) and the largest single-op working memory, the last

@@ -214,15 +214,17 @@ def test_a_run_of_another_graph_is_refused_naming_the_field() -> None:
     assert exc.value.field == "plans"
 
 
-def profiled_slower(doc: dict[str, Any], overhead: float) -> dict[str, Any]:
+def profiled_slower(doc: dict[str, Any], overhead: float, stages_too: bool = True) -> dict[str, Any]:
     """``doc`` as a run whose profiled step (step 1 of 3) ran ``1 + overhead`` times slower than the plain ones:
-    its stage times and that step's iteration stretched alike."""
+    that step's iteration stretched and, with ``stages_too``, its stage times alike (else the time was spent
+    outside the stages)."""
     out = copy.deepcopy(doc)
+    stretch = 1 + overhead if stages_too else 1.0
     for rank in out["ranks"]:
         it = rank["iterations_s"][0]
         rank["iterations_s"] = [it, it * (1 + overhead), it]
-        rank["forward_s"] = [t * (1 + overhead) for t in rank["forward_s"]]
-        rank["backward_s"] = [t * (1 + overhead) for t in rank["backward_s"]]
+        rank["forward_s"] = [t * stretch for t in rank["forward_s"]]
+        rank["backward_s"] = [t * stretch for t in rank["backward_s"]]
     return out
 
 
@@ -245,6 +247,20 @@ def test_stage_times_of_profiled_steps_are_scaled_to_the_plain_steps() -> None:
     for cls, want in (("matmul", 3.0), ("elementwise", 5.0), ("reduction", 4.0)):
         assert cal.devices[KIND].scale[cls] == pytest.approx(want, rel=2e-2)
     assert cal.fit["observations"]["profiler_ratios"] == pytest.approx([1 / 1.7] * len(TRAIN))
+    assert cal.fit["observations"]["profiled_stages_scaled"] is True
+    assert cal.fit["residuals"]["iteration_s"]["calibrated"]["max_relative"] < 1e-2
+
+
+def test_stage_times_are_taken_as_recorded_when_the_profiled_step_was_slower_outside_the_stages() -> None:
+    """Runs whose profiled step was 1.7 times slower with the stages as fast as in plain steps (the time went to
+    the profiler's own work): scaled by the ratio the stages would come back too fast; the fit keeps them as
+    recorded, which predicts its own runs closer, and gives back the true scales."""
+    graph, topo = world()
+    runs = [profiled_slower(calibrated_run(p, graph, topo, TRUTH), 0.7, stages_too=False) for p in TRAIN]
+    cal = fit_calibration(runs, [graph] * len(runs), [topo] * len(runs), TRAIN)
+    assert cal.fit["observations"]["profiled_stages_scaled"] is False
+    for cls, want in (("matmul", 3.0), ("elementwise", 5.0), ("reduction", 4.0)):
+        assert cal.devices[KIND].scale[cls] == pytest.approx(want, rel=2e-2)
     assert cal.fit["residuals"]["iteration_s"]["calibrated"]["max_relative"] < 1e-2
 
 
