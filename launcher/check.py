@@ -168,6 +168,7 @@ def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> lis
     dimension or a head count.  One note per stage: the weights it splits and the ones it keeps whole."""
     from torch.distributed.tensor import Shard
 
+    from launcher.runtime.sequence_parallel import sequence_refusal
     from launcher.runtime.tensor_parallel import head_refusal, op_kinds, parameter_placements
 
     kinds = op_kinds(reference)
@@ -175,6 +176,8 @@ def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> lis
     for st in stages:
         tp = plan.stages[st.index].tp
         head_refusal(st.module, kinds, tp, st.index)
+        if plan.sequence_parallel:
+            sequence_refusal(st.module, kinds, tp, st.index)
         placements = parameter_placements(st.module, kinds)
         split = 0
         for name, placement in placements.items():
@@ -186,8 +189,10 @@ def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> lis
                 raise InvalidPlan(f"stages[{st.index}].tp: weight {name!r} splits its dimension {placement.dim} of "
                                   f"{size}, which tp={tp} does not divide", field=f"stages[{st.index}].tp", ref=name)
             split += 1
+        edges = ("sequence-parallel: norms and dropouts on 1/tp of the sequence, each boundary value "
+                 "crossing as 1/tp parts") if plan.sequence_parallel else "full tensors at its boundaries"
         notes.append(f"stage {st.index}: tensor-parallel over tp={tp}, {split} weight(s) split, "
-                     f"{len(placements) - split} whole; full tensors at its boundaries")
+                     f"{len(placements) - split} whole; {edges}")
     return notes
 
 

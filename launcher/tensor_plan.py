@@ -6,9 +6,10 @@ device mesh: pipeline ``(k, j)`` is device ``j`` of replica ``k``'s tensor-paral
 stage, so every stage has the same ``tp`` and the same replica count.  Refused, naming the field:
 a throughput plan whose stages differ in ``tp`` or in replicas, a multi-stage (interleaved, V,
 zero-bubble) schedule, a 1F1B schedule with fewer micro-batches than stages (those run in other
-runners, without tensor parallelism), sequence parallelism (the boundaries carry full tensors),
-and an op-level (latency) plan.  The model-dependent refusals (a head count or a split dimension
-that ``tp`` does not divide) are :func:`launcher.check.check_plan`'s.
+runners, without tensor parallelism) and an op-level (latency) plan.  ``sequence_parallel`` runs
+(:mod:`launcher.runtime.sequence_parallel`).  The model-dependent refusals (a head count, a split
+dimension or, with sequence parallelism, a sequence length that ``tp`` does not divide) are
+:func:`launcher.check.check_plan`'s.
 """
 
 from __future__ import annotations
@@ -30,12 +31,6 @@ def tensor_parallel_degree(plan: Plan) -> int:
             f"stages[{first}].tp: an op-level (latency) plan places each op on one device; tensor "
             "parallelism runs in throughput plans",
             field=f"stages[{first}].tp",
-        )
-    if plan.sequence_parallel:
-        raise InvalidPlan(
-            "sequence_parallel: the launcher runs tensor-parallel stages with full tensors at the stage "
-            "boundaries; sequence parallelism is scored by the simulator only",
-            field="sequence_parallel",
         )
     if is_multi_stage(plan.schedule):
         raise InvalidPlan(

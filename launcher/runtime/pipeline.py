@@ -32,7 +32,9 @@ from launcher.runtime.partition import (
     to_device,
     wrap_stage,
 )
+from launcher.runtime.sequence_parallel import sequence_refusal
 from launcher.runtime.tensor_parallel import (
+    Crossing,
     TensorParallelStage,
     dtensor_scope,
     is_sharded,
@@ -41,6 +43,7 @@ from launcher.runtime.tensor_parallel import (
     parameter_placements,
     placed_gradient,
     plan_mesh,
+    stage_crossings,
 )
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
@@ -151,11 +154,19 @@ class PipelineRunner:
         self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
                                               ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
+        # with sequence parallelism each boundary value crosses as this device's part (Crossing)
+        crossings: dict[tuple[int, str], Crossing] = {}
         if self.mesh is not None:
             tp_mesh = self.mesh["tp"]
             kinds = op_kinds(sliced)
+            if plan.sequence_parallel:
+                sequence_refusal(self.graph.module, kinds, self.tp, self.stage_index)
+                crossings = stage_crossings(stages, sliced.module, kinds, tp_mesh)
             parallelize_stage(self.graph.module, tp_mesh, parameter_placements(self.graph.module, kinds))
-            inner = TensorParallelStage(self.graph.module, tp_mesh, kinds)
+            inner = TensorParallelStage(
+                self.graph.module, tp_mesh, kinds, sequence_parallel=plan.sequence_parallel,
+                entering=[crossings.get((self.stage_index - 1, n)) for n in self.graph.inputs],
+                leaving=[crossings.get((self.stage_index, n)) for n in self.graph.outputs])
         self.module = wrap_stage(inner, self.graph, sliced.module, plan.recomputes(self.stage_index), ctx.autocast,
                                  ctx.world.torch_device).to(ctx.world.torch_device)
         self.fwd_s = 0.0
@@ -164,9 +175,20 @@ class PipelineRunner:
         mine = pipelines[self.replica * self.tp + self.tp_rank]
         # the boundary values' shapes and dtypes from the export: no shape inference at run time
         examples = boundary_examples(sliced.module, ctx.world.torch_device)
+        # this device's parts of the values it receives and sends (sequence parallelism; --save-step records them)
+        self.boundary_parts = {
+            way: {n: list(crossings[(s, n)].local_shape) for n in names if (s, n) in crossings}
+            for way, s, names in (("received", self.stage_index - 1, self.graph.inputs),
+                                  ("sent", self.stage_index, self.graph.outputs))
+        }
+
+        def example(stage: int, name: str) -> torch.Tensor:
+            crossing = crossings.get((stage, name))
+            return examples[name] if crossing is None else crossing.example(ctx.world.torch_device)
+
         stage = PipelineStage(self.module, self.stage_index, len(plan.stages), ctx.world.torch_device,
-                              input_args=tuple(examples[n] for n in self.graph.inputs),
-                              output_args=tuple(examples[n] for n in self.graph.outputs),
+                              input_args=tuple(example(self.stage_index - 1, n) for n in self.graph.inputs),
+                              output_args=tuple(example(self.stage_index, n) for n in self.graph.outputs),
                               group=pp_group)
         stage.stage_index_to_group_rank = {i: dist.get_group_rank(pp_group, r) for i, r in enumerate(mine)}
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B

@@ -21,6 +21,11 @@ all-reduce, Megatron's ``g``), and the stage's outputs leave as full tensors
 receives the same full boundary values, each to and from its own peer in the neighbouring stages.
 Tensors the graph makes itself (masks, positions, lifted constants) take part as replicated values
 (``implicit_replication``).
+
+With sequence parallelism (Korthikanti et al. 2022, §4.2.2) the row-parallel outputs are
+reduce-scattered along the sequence and the column-parallel inputs all-gathered
+(:mod:`launcher.runtime.sequence_parallel`), and the boundary values cross as each device's part
+(:class:`Crossing`, found before the first step by :func:`stage_crossings`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -41,6 +47,8 @@ from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 from extract.export import collect_ops
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.model import Rebuilt
+from launcher.runtime.partition import StageGraph
+from launcher.runtime.sequence_parallel import rewrite_for_sequence, summed
 from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
@@ -133,12 +141,9 @@ class ShardParameters(ParallelStyle):
         return module
 
 
-def parallelize_stage(module: fx.GraphModule, mesh: DeviceMesh, placements: Mapping[str, Placement]) -> None:
-    """``parallelize_module`` with one :class:`ShardParameters` per module path that holds a parameter.
-
-    Buffers stay plain tensors (replicated by ``implicit_replication``).  A parameter under
-    several names (tied) takes their common placement, or stays replicated when they differ.
-    """
+def stage_parameter_placements(module: torch.nn.Module, placements: Mapping[str, Placement]) -> dict[str, Placement]:
+    """Every parameter name of ``module`` -> its placement (``placements``, else replicated); a parameter under
+    several names (tied) takes their common placement, or stays replicated when they differ."""
     names: dict[int, list[str]] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
         names.setdefault(id(param), []).append(name)
@@ -147,6 +152,16 @@ def parallelize_stage(module: fx.GraphModule, mesh: DeviceMesh, placements: Mapp
         kinds = {placements.get(n, Replicate()) for n in group}
         for n in group:
             placed[n] = next(iter(kinds)) if len(kinds) == 1 else Replicate()
+    return placed
+
+
+def parallelize_stage(module: fx.GraphModule, mesh: DeviceMesh, placements: Mapping[str, Placement]) -> None:
+    """``parallelize_module`` with one :class:`ShardParameters` per module path that holds a parameter.
+
+    Buffers stay plain tensors (replicated by ``implicit_replication``).  A parameter under
+    several names (tied) takes their common placement, or stays replicated when they differ.
+    """
+    placed = stage_parameter_placements(module, placements)
     by_holder: dict[str, dict[str, Placement]] = {}
     for name, placement in placed.items():
         holder, _, leaf = name.rpartition(".")
@@ -194,31 +209,6 @@ def _attention_by_heads(query: Any, key: Any, value: Any, attn_mask: Any = None,
     return DTensor.from_local(out, mesh, place, run_check=False)
 
 
-class _WholeGradient(torch.autograd.Function):
-    """Identity forward; backward, the gradient made whole (replicated) before it reaches the reduction
-    that made the value (a vocabulary-parallel embedding's masked sum takes no partial gradient)."""
-
-    @staticmethod
-    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
-        return value.view_as(value)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        if isinstance(grad, DTensor) and any(not isinstance(p, Replicate) for p in grad.placements):
-            return grad.redistribute(grad.device_mesh, [Replicate()])
-        return grad
-
-
-def _summed(value: Any) -> Any:
-    """A row-parallel or vocabulary-parallel output made whole: the all-reduce of its partial sums
-    (Megatron's ``g``, Shoeybi et al. 2019, §3, Fig. 3), once, whatever number of ops read it."""
-    if not isinstance(value, DTensor):
-        return value
-    whole = value.redistribute(value.device_mesh, [Replicate()])
-    made: torch.Tensor = _WholeGradient.apply(whole)  # type: ignore[no-untyped-call]
-    return made
-
-
 _ON_LOCAL: dict[Any, Any] = {
     torch.ops.aten._assert_tensor_metadata.default: _assert_local_metadata,
     torch.ops.aten.scaled_dot_product_attention.default: _attention_by_heads,
@@ -226,38 +216,161 @@ _ON_LOCAL: dict[Any, Any] = {
 
 
 class TensorParallelStage(torch.nn.Module):
-    """The stage graph run on DTensors over ``mesh`` (module doc): full tensors in, full tensors out.
+    """The stage graph run on DTensors over ``mesh`` (module doc): full tensors in and out, or with sequence
+    parallelism each device's part of them.
 
     The export's metadata checks (no sharding rule: they return nothing) look at the local part,
     attention runs by heads (:func:`_attention_by_heads`), and the output of every row-parallel and
-    vocabulary-parallel op (``kinds``: :func:`op_kinds`) is summed as soon as it is made (:func:`_summed`).
+    vocabulary-parallel op (``kinds``: :func:`op_kinds`) is summed as soon as it is made
+    (:func:`~launcher.runtime.sequence_parallel.summed`).
+    With ``sequence_parallel`` it is reduce-scattered along the sequence instead and the column inputs
+    are all-gathered (:mod:`launcher.runtime.sequence_parallel`); ``entering`` and ``leaving`` (per
+    input and output, ``None``: a full tensor) are the :class:`Crossing` of each boundary value.
     It runs inside :func:`dtensor_scope`, which the caller holds around forward and backward alike
     (``implicit_replication`` does not nest: its exit turns it off).
     """
 
-    def __init__(self, inner: fx.GraphModule, mesh: DeviceMesh, kinds: Mapping[str, str]) -> None:
+    def __init__(self, inner: fx.GraphModule, mesh: DeviceMesh, kinds: Mapping[str, str], *,
+                 sequence_parallel: bool = False, entering: Sequence[Crossing | None] = (),
+                 leaving: Sequence[Crossing | None] = ()) -> None:
         super().__init__()
         for node in list(inner.graph.nodes):
             if node.op == "call_function" and node.target in _ON_LOCAL:
                 node.target = _ON_LOCAL[node.target]
-            if node.op == "call_function" and kinds.get(node.name) in (ROW, VOCAB_EMBEDDING):
+            if not sequence_parallel and node.op == "call_function" and kinds.get(node.name) in (ROW, VOCAB_EMBEDDING):
                 with inner.graph.inserting_after(node):
-                    summed = inner.graph.call_function(_summed, (node,))
-                node.replace_all_uses_with(summed, delete_user_cb=partial(operator.is_not, summed))
+                    made = inner.graph.call_function(summed, (node,))
+                node.replace_all_uses_with(made, delete_user_cb=partial(operator.is_not, made))
+        if sequence_parallel:
+            rewrite_for_sequence(inner.graph, inner, kinds)
         inner.graph.lint()
         inner.recompile()
         self.inner = inner
         self.mesh = mesh
+        self.entering = tuple(entering)
+        self.leaving = tuple(leaving)
+
+    def _enter(self, value: Any, crossing: Crossing | None) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if crossing is None:  # a full tensor: replicated (Megatron's f) when it is floating, else plain
+            return DTensor.from_local(value, self.mesh, [Replicate()], run_check=False) if value.is_floating_point() \
+                else value
+        part = DTensor.from_local(value, self.mesh, [crossing.placement], run_check=False, shape=crossing.shape,
+                                  stride=crossing.stride)
+        entered = part if crossing.entry == crossing.placement else part.redistribute(self.mesh, [crossing.entry])
+        return entered.to_local() if crossing.plain else entered
+
+    def _leave(self, value: Any, crossing: Crossing | None) -> Any:
+        if crossing is not None and isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+            value = DTensor.from_local(value, self.mesh, [Replicate()], run_check=False)  # a whole plain tensor
+        if not isinstance(value, DTensor):
+            return value
+        return value.redistribute(self.mesh, [Replicate() if crossing is None else crossing.placement]).to_local()
 
     def forward(self, *args: Any) -> tuple[Any, ...]:
-        wrapped = [
-            DTensor.from_local(a, self.mesh, [Replicate()], run_check=False)
-            if isinstance(a, torch.Tensor) and a.is_floating_point()
-            else a
-            for a in args
-        ]
+        wrapped = [self._enter(a, self.entering[i] if i < len(self.entering) else None) for i, a in enumerate(args)]
         out = self.inner(*wrapped)  # under the caller's dtensor_scope (forward and backward alike)
-        return tuple(o.redistribute(self.mesh, [Replicate()]).to_local() if isinstance(o, DTensor) else o for o in out)
+        return tuple(self._leave(o, self.leaving[i] if i < len(self.leaving) else None) for i, o in enumerate(out))
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """How a boundary value travels from a stage to the next with sequence parallelism.
+
+    Each device sends its part (``placement``: ``Shard(d)``, or ``Replicate`` for the whole) to its
+    peer in the next stage, which takes it in ``entry`` (``plain``: then as a plain tensor).  A
+    floating value its stage holds sharded (the residual stream by the sequence, the attention by
+    heads) crosses as its shards and stays sharded; any other value (one held whole: rotary tables,
+    masks, positions) crosses cut along its first dimension ``tp`` divides and is all-gathered on
+    arrival (the scatter/gather of Narayanan et al. 2021, §4.1), or whole when ``tp`` divides none.
+    """
+
+    placement: Placement
+    entry: Placement
+    plain: bool
+    shape: torch.Size
+    stride: tuple[int, ...]
+    local_shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def example(self, device: torch.device) -> torch.Tensor:
+        """An empty tensor of this device's part (floating parts require grad: their gradients cross back)."""
+        return torch.empty(self.local_shape, dtype=self.dtype, device=device).requires_grad_(self.dtype.is_floating_point)
+
+
+def _crossing(value: Any, mesh: DeviceMesh) -> tuple[Crossing | None, Any]:
+    """The :class:`Crossing` of a value a stage returns (meta), and the value as the next stage takes it."""
+    if not isinstance(value, torch.Tensor):
+        return None, value
+    whole = value if isinstance(value, DTensor) else DTensor.from_local(value, mesh, [Replicate()], run_check=False)
+    held, floating = whole.placements[0], value.is_floating_point()
+    placement: Placement
+    entry: Placement
+    if floating and isinstance(held, Shard):
+        placement = entry = held
+    else:
+        dims = [d for d, size in enumerate(whole.shape) if size and size % mesh.size() == 0]
+        placement, entry = (Shard(dims[0]) if dims else Replicate()), Replicate()
+    sent = whole.redistribute(mesh, [placement])
+    crossing = Crossing(placement, entry, not floating, whole.shape, tuple(whole.stride()),
+                        tuple(sent.to_local().shape), value.dtype)
+    arrived = sent if entry == placement else sent.redistribute(mesh, [entry])
+    return crossing, arrived.to_local() if crossing.plain else arrived
+
+
+def _on_meta(module: fx.GraphModule, mesh: DeviceMesh, placements: Mapping[str, Placement]) -> fx.GraphModule:
+    """A copy of a stage graph that runs on ``meta``: its parameters meta DTensors placed as the runtime places
+    them, its buffers and constants meta tensors, every ``device`` argument ``meta``."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(module.graph, {}))
+    meta = torch.device("meta")
+    attrs: dict[str, Any] = {}
+    for node in graph.nodes:
+        node.args = tuple(meta if isinstance(a, torch.device) else a for a in node.args)
+        if isinstance(node.kwargs.get("device"), torch.device):
+            node.kwargs = {**node.kwargs, "device": meta}
+        if node.op != "get_attr":
+            continue
+        target = str(node.target)
+        owner, _, leaf = target.rpartition(".")
+        value = getattr(module.get_submodule(owner) if owner else module, leaf)
+        if isinstance(value, torch.nn.Parameter):
+            value = distribute_tensor(value.detach().to(meta), mesh, [placements.get(target, Replicate())],
+                                      src_data_rank=None)
+        elif isinstance(value, torch.Tensor):
+            value = value.detach().to(meta)
+        attrs[target] = value
+    return fx.GraphModule(attrs, graph)
+
+
+def stage_crossings(stages: Sequence[StageGraph], whole: fx.GraphModule, kinds: Mapping[str, str],
+                    mesh: DeviceMesh) -> dict[tuple[int, str], Crossing]:
+    """``(sending stage, value name)`` -> its :class:`Crossing`, for every boundary of a sequence-parallel plan.
+
+    Every stage graph runs once on ``meta`` DTensors over this device's ``tp`` mesh, as it runs for
+    real (:class:`TensorParallelStage`, the sequence-parallel rewrite, the values entering as the
+    previous stage's crossings give them), so the placement each boundary value has when its stage
+    makes it is known before the pipeline allocates its receive buffers; no communication (meta).
+    """
+    values: dict[str, Any] = {
+        n.name: torch.empty(tuple(n.meta["val"].shape), dtype=n.meta["val"].dtype, device="meta")
+        for n in whole.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    out: dict[tuple[int, str], Crossing] = {}
+    with torch.no_grad(), implicit_replication():
+        for st in stages[:-1]:
+            placements = stage_parameter_placements(st.module, parameter_placements(st.module, kinds))
+            stage = TensorParallelStage(_on_meta(st.module, mesh, placements), mesh, kinds, sequence_parallel=True)
+            # stage 0 takes the model inputs as the runtime does; a later stage, the values as they arrived
+            wrapped = [values[name] if (st.index - 1, name) in out else stage._enter(values[name], None)
+                       for name in st.inputs]
+            made = stage.inner(*wrapped)
+            for name, value in zip(st.outputs, made, strict=True):
+                crossing, values[name] = _crossing(value, mesh)
+                if crossing is not None:
+                    out[(st.index, name)] = crossing
+    return out
 
 
 def head_refusal(module: fx.GraphModule, kinds: Mapping[str, str], tp: int, stage: int) -> None:

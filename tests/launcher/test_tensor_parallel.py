@@ -3,7 +3,8 @@
 ``placer launcher verify`` runs GPT-2 (fused QKV, Conv1D weights, tied vocabulary-parallel
 embedding and LM head) and Llama (separate q/k/v, gated MLP, RMSNorm, rotary positions) at
 tp 2 x pp 2 on 4 processes, GPT-2 at tp 2 x dp 2 on 4 (each shard averaged over the replicas),
-and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps of training with clipping).
+and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps of training with clipping); GPT-2
+and Llama at tp 2 x pp 2 with sequence parallelism (each device's part of the boundary values checked).
 Every rank reports its own parts' shapes, so a weight the rules split is seen split.
 ``launcher check`` refuses, naming the field, what the runtime cannot run.
 """
@@ -23,6 +24,7 @@ from launcher.verify import TOLERANCE, Training, reference_losses, verify_plan
 from solvers.model.documents import load_graph, load_plan
 from tests.launcher.conftest import MODELS, bundle, check_training_step, torchrun
 
+MODELS.setdefault("gpt2_seq7", [*MODELS["gpt2"], "seq=7"])
 MODELS.setdefault(
     "llama",
     ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64", "seq=8", "vocab=64"],
@@ -92,6 +94,49 @@ def test_llama_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str],
     assert shapes["embed_tokens.weight"] == [[32, 32]] * 2
 
 
+def boundary_parts(folder: Path) -> dict[tuple[str, str], list[list[int]]]:
+    """(received / sent, value) -> the shape of the part every rank that moves it holds."""
+    out: dict[tuple[str, str], list[list[int]]] = {}
+    for path in sorted((folder / "step").glob("rank*.pt")):
+        for way, parts in torch.load(path)["boundary_parts"].items():
+            for name, shape in parts.items():
+                out.setdefault((way, name), []).append(shape)
+    return out
+
+
+# (model, value, its exported shape, the part each device of a pair sends and its peer receives)
+SEQUENCE_PARTS = {
+    "gpt2": [("dropout", [4, 8, 32], [4, 4, 32]),  # the residual stream: half the sequence each
+             # the attention's output, whole in stage 0 (the fused c_attn is not split by heads): cut along its
+             # first dimension for the crossing, gathered on arrival
+             ("contiguous", [4, 8, 2, 16], [2, 8, 2, 16]),
+             ("expand_2", [4, 1, 8, 8], [2, 1, 8, 8])],  # the bool mask: cut along the batch, gathered on arrival
+    "llama": [("to_6", [4, 8, 32], [4, 4, 32]),
+              ("to_4", [1, 8, 8], [1, 4, 8]),  # the rotary table, whole in stage 0: cut for the crossing
+              ("cat_2", [4, 4, 8, 8], [4, 2, 8, 8])],  # a rotated key inside the attention: two heads each
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_sequence_parallel_tp2_pp2_equals_one_process(
+    workdir: Path, graphs: Callable[[str], Path], model: str
+) -> None:
+    """Norms and dropouts on half the sequence, reduce-scatter / all-gather around each pair, and the
+    boundary values crossing as each device's part; loss and every gradient as one process's."""
+    graph = graphs(model)
+    plan = tp_plan(workdir, graph, f"{model}-sp", 2, 2, sequence_parallel=True)
+    report = check_plan(load_plan(plan), load_graph(graph))
+    assert report.ok, report.reason
+    assert all("sequence-parallel" in line for line in report.tensor_parallel)
+    shapes = {b.name: list(b.shape) for b in report.boundaries}
+    verified(workdir, graph, plan, f"{model}-sp")
+    parts = boundary_parts(workdir / f"{model}-sp")
+    for name, whole, part in SEQUENCE_PARTS[model]:
+        assert shapes[name] == whole
+        assert parts[("sent", name)] == [part] * 2 and parts[("received", name)] == [part] * 2, (name, parts)
+
+
 @pytest.mark.slow
 def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(
     workdir: Path, graphs: Callable[[str], Path]
@@ -135,7 +180,6 @@ def test_check_reports_what_each_stage_splits(workdir: Path, graphs: Callable[[s
     ("name", "shape", "expected"),
     [
         ("heads", dict(stages=1, tp=4), "stages[0].tp: op 'view_3' splits the shard into 2 heads, which tp=4 does not"),
-        ("sp", dict(stages=1, tp=2, sequence_parallel=True), "sequence_parallel: the launcher runs tensor-parallel"),
         (
             "interleaved",
             dict(stages=2, tp=2, schedule="interleaved-1f1b", virtual_stages=2),
@@ -149,6 +193,16 @@ def test_check_refuses_what_the_runtime_cannot_run(
     graph = graphs("gpt2")
     report = check_plan(load_plan(tp_plan(workdir, graph, f"gpt2-refuse-{name}", **shape)), load_graph(graph))
     assert report.reason is not None and expected in report.reason, report.reason
+
+
+def test_check_refuses_a_sequence_tp_does_not_divide(workdir: Path, graphs: Callable[[str], Path]) -> None:
+    graph = graphs("gpt2_seq7")
+    plan = load_plan(tp_plan(workdir, graph, "gpt2-seq7-sp", 1, 2, sequence_parallel=True))
+    report = check_plan(plan, load_graph(graph))
+    assert report.reason is not None and report.reason.startswith(
+        "sequence_parallel: op 'embedding' in stage 0 reduce-scatters its output along a sequence of 7, which tp=2"
+    ), report.reason
+    assert check_plan(plan.with_(sequence_parallel=False), load_graph(graph)).ok  # plain tensor parallelism runs it
 
 
 def test_check_refuses_stages_of_different_tp(workdir: Path, graphs: Callable[[str], Path]) -> None:
