@@ -21,8 +21,9 @@ robust ``soft_l1`` loss by default):
    figure is the fastest send or receive of that size in the run (a recorded duration includes waiting
    for the peer; the fastest is the one whose peer was ready), the class being that of the rank's peers
    (ranks whose peers span both classes are left out).  A class whose seconds per byte runs to its bound
-   0 (no transfer size showed a bandwidth: on one host a send ends once its data are buffered) is left
-   out of the calibration, keeping the topology's latency and bandwidth, and named in ``fit.unidentified``.
+   0 (no transfer size showed a bandwidth: on one host a send ends once its data are buffered), or whose
+   fit predicts its own transfers no closer than the topology's latency and bandwidth (median relative
+   error), is left out of the calibration, keeping the topology's figures, and named in ``fit.unidentified``.
    A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
    do not tell them apart (a few stages whose ops mix the classes in like proportions).
 2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
@@ -121,6 +122,7 @@ class _TransferObs:
     cls: str
     bytes: float
     measured: float
+    nominal: float  # the topology's own time for it: its channel's latency + bytes / bandwidth
 
 
 def _cases(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
@@ -199,20 +201,23 @@ def _transfer_obs(case: _Case) -> list[_TransferObs]:
         if a != b and size > 0:
             peers[a].add(b)
             peers[b].add(a)
-    fastest: dict[tuple[str, int], float] = {}
+    fastest: dict[tuple[str, int], tuple[float, float]] = {}
     for rank in case.run.ranks:
         if not rank.transfers:
             continue
         me = index[rank.device]
-        classes = {channel_class(topo, me, d) for t in peers[rank.stage] for d in rp.stage_devices[t] if d != me}
+        others = sorted({d for t in peers[rank.stage] for d in rp.stage_devices[t] if d != me})
+        classes = {channel_class(topo, me, d) for d in others}
         if len(classes) != 1:
             continue
         cls = classes.pop()
+        peer = others[0]
         for t in rank.transfers:
             if t.bytes > 0 and t.duration_s > 0:
                 key = (cls, t.bytes)
-                fastest[key] = min(fastest.get(key, t.duration_s), t.duration_s)
-    return [_TransferObs(cls, float(n), d) for (cls, n), d in sorted(fastest.items())]
+                nominal = float(topo.latency_s[me, peer] + t.bytes / topo.bandwidth_Bps[me, peer])
+                fastest[key] = min(fastest.get(key, (t.duration_s, nominal)), (t.duration_s, nominal))
+    return [_TransferObs(cls, float(n), d, nominal) for (cls, n), (d, nominal) in sorted(fastest.items())]
 
 
 class _Layout:
@@ -363,8 +368,22 @@ def _parameter_names(layout: _Layout) -> list[str]:
     return names
 
 
+def _unhelpful_channels(layout: _Layout, x: np.ndarray, transfers: list[_TransferObs]) -> list[str]:
+    """The channel classes the fit leaves to the topology's figures: a seconds per byte at its bound 0
+    (no transfer size showed a bandwidth), or a fit that predicts the class's own transfers no closer
+    (median relative error) than the topology's latency and bandwidth do."""
+    out = []
+    for cls, (li, bi) in layout.channels.items():
+        mine = [t for t in transfers if t.cls == cls]
+        fitted = median(abs(_rel(float(x[li] + t.bytes * x[bi]), t.measured)) for t in mine)
+        nominal = median(abs(_rel(t.nominal, t.measured)) for t in mine)
+        if x[bi] <= UNSEEN_S_PER_BYTE or fitted >= nominal:
+            out.append(cls)
+    return out
+
+
 def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
-                 memory: MemoryCalibration, step: StepCalibration) -> Calibration:
+                 memory: MemoryCalibration, step: StepCalibration, left_out: Sequence[str] = ()) -> Calibration:
     devices = {}
     for kind in sorted(set(layout.kinds) | set(kind_factor)):
         factor = kind_factor.get(kind, 1.0)
@@ -372,7 +391,7 @@ def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor:
         devices[kind] = KindCalibration({c: float(scales[i] * factor) for i, c in enumerate(OP_CLASSES)},
                                         float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
     channels = {cls: ChannelCalibration(float(x[li]), 1.0 / float(x[bi]))
-                for cls, (li, bi) in layout.channels.items() if x[bi] > UNSEEN_S_PER_BYTE}
+                for cls, (li, bi) in layout.channels.items() if cls not in left_out}
     return Calibration(devices, channels, efficiency, memory, step=step)
 
 
@@ -536,14 +555,15 @@ def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibrati
     transfers = [t for c in cases for t in _transfer_obs(c)]
     layout, x, held = _fit_compute(stages, transfers, loss)
     unidentified = [_parameter_names(layout)[i] for i in held]
-    unidentified += [f"channels.{c}" for c, (_, bi) in layout.channels.items() if x[bi] <= UNSEEN_S_PER_BYTE]
+    left_out = _unhelpful_channels(layout, x, transfers)
+    unidentified += [f"channels.{c}" for c in left_out]
     memory = _fit_memory(_memory_obs(cases), loss)
     kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
                         for i in (c.problem.topology.index[d] for d in st.devices)})
     free_kinds = [] if stages else kinds_all
 
     def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
-        return _calibration(layout, x, eff, factors, memory, step)
+        return _calibration(layout, x, eff, factors, memory, step, left_out)
 
     efficiency, factors, step, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds, loss)
     unidentified += iteration_held
@@ -558,14 +578,14 @@ def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibrati
         if s.measured_bwd is not None:
             before_stage.append(_rel(b0, s.measured_bwd))
             after_stage.append(_rel(b, s.measured_bwd))
-    for t in transfers:
-        if t.cls in cal.channels:  # a class left to the topology's figures has no calibrated prediction
-            ch = cal.channels[t.cls]
-            after_transfer.append(_rel(ch.latency_s + t.bytes / ch.bandwidth_Bps, t.measured))
+    for t in transfers:  # a class left out keeps the topology's figures
+        ch = cal.channels.get(t.cls)
+        after_transfer.append(_rel(ch.latency_s + t.bytes / ch.bandwidth_Bps if ch else t.nominal, t.measured))
     mem = _memory_obs(cases)
     residuals = {
         "stage_s": {"uncalibrated": _summary(before_stage), "calibrated": _summary(after_stage)},
-        "transfer_s": {"calibrated": _summary(after_transfer)},
+        "transfer_s": {"uncalibrated": _summary([_rel(t.nominal, t.measured) for t in transfers]),
+                       "calibrated": _summary(after_transfer)},
         "iteration_s": {"uncalibrated": _summary(_iteration_errors(cases, None)),
                         "calibrated": _summary(_iteration_errors(cases, cal))},
         "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, _, y in mem]),

@@ -169,6 +169,26 @@ def test_the_retained_share_counts_in_the_memory_model_that_simulator_and_solver
     assert finished_micro_batch_bytes(plain, resolve_plan(plain, p.with_(micro_batches=1), check_memory=False)) == [0, 0]
 
 
+def test_a_channel_class_whose_transfers_show_no_bandwidth_keeps_the_topologys_figures() -> None:
+    """Transfers that take 1 ms whatever their size (sends that end once buffered, or waits for the peer): the
+    same-host class, which sees several sizes, runs its fitted bandwidth to the bound and is left out, named,
+    keeping the topology's figures; the cross-host class sees one size only, whose 1 ms a bandwidth alone fits."""
+    graph, topo = world()
+    runs = [calibrated_run(p, graph, topo, TRUTH) for p in TRAIN]
+    for run in runs:
+        for rank in run["ranks"]:
+            for t in rank["transfers"]:
+                t["duration_s"] = 1e-3
+    cal = fit_calibration(runs, [graph] * len(runs), [topo] * len(runs), TRAIN)
+    assert "channels.same_host" in cal.fit["unidentified"] and "same_host" not in cal.channels
+    assert "channels.same_host" not in cal.fit["parameters"] and "channels.cross_host" in cal.fit["parameters"]
+    assert cal.fit["residuals"]["transfer_s"]["uncalibrated"]["count"] > 0
+    _, t = apply_calibration(graph, topo, cal)
+    a, b = 0, 1  # gpu0 and gpu1: one host
+    assert topo.devices[a].node == topo.devices[b].node
+    assert (t.latency_s[a, b], t.bandwidth_Bps[a, b]) == (topo.latency_s[a, b], topo.bandwidth_Bps[a, b])
+
+
 def test_the_document_round_trips_and_matches_its_schema() -> None:
     doc = json.loads(json.dumps(exact_fit().to_document()))
     jsonschema.Draft202012Validator(load_schema("calibration")).validate(doc)
