@@ -25,16 +25,16 @@ def crossing_bytes(graph: OpGraph, position: IntArray) -> FloatArray:
 
 
 def cheapest_positions(crossing: FloatArray, n_stages: int, work_s: FloatArray | None = None) -> IntArray:
-    """The cut positions (``1 .. n - 1``) the virtual-stage cut may use, at most ``keep`` =
-    :data:`CUT_POSITIONS_PER_STAGE` ``* n_stages`` (at least :data:`MIN_CUT_POSITIONS`) of them: those where
-    the fewest bytes cross (``crossing``, ties to the earlier); with ``work_s`` (per op, in order) half of
-    them so and half spread out, the cheapest position in each of ``keep // 2`` spans of equal work.
+    """The cut positions (``1 .. n - 1``) the virtual-stage cut may use: the ``keep`` =
+    :data:`CUT_POSITIONS_PER_STAGE` ``* n_stages`` (at least :data:`MIN_CUT_POSITIONS`) where the fewest bytes
+    cross (``crossing``, ties to the earlier); with ``work_s`` (per op, in order), also the cheapest
+    position of each of ``keep // 2`` spans of equal work that holds none of those.
 
-    In a transformer the cheapest positions are the layer boundaries (only the residual stream crosses).
-    An extracted model's prologue (embeddings, position ids, masks: many small ops with small outputs)
-    can hold more cheap positions than the budget and leave none where a balanced cut needs one; the
-    spans keep positions all along the work.  Fewer positions keep the cut's dynamic programmes small on
-    graphs of many ops.
+    In a transformer the cheapest positions are the layer boundaries (only the residual stream crosses)
+    and every span already holds one.  An extracted model's prologue (embeddings, position ids, masks:
+    many small ops with small outputs) can hold more cheap positions than ``keep`` and leave none where a
+    balanced cut needs one; the spans add them.  Fewer positions keep the cut's dynamic programmes small
+    on graphs of many ops.
     """
     n = len(crossing) - 1
     keep = max(MIN_CUT_POSITIONS, CUT_POSITIONS_PER_STAGE * n_stages)
@@ -42,14 +42,17 @@ def cheapest_positions(crossing: FloatArray, n_stages: int, work_s: FloatArray |
     if len(inner) <= keep:
         return inner
     inner_bytes = crossing[1:n]
+    chosen = inner[np.argsort(inner_bytes, kind="stable")[:keep]]
     total_s = float(np.sum(work_s)) if work_s is not None else 0.0
-    spans = keep // 2 if total_s > 0 else 0
-    chosen = inner[np.argsort(inner_bytes, kind="stable")[:keep - spans]]
-    if spans:
+    if total_s > 0:
         assert work_s is not None
+        spans = keep // 2
         before = np.cumsum(work_s)[:-1] / total_s  # before[e - 1]: the share of the work before position e
         span = np.minimum((before * spans).astype(np.int64), spans - 1)  # the equal-work span position e is in
-        order = np.lexsort((inner, inner_bytes, span))  # by span, then fewest bytes, then earlier
-        first = np.flatnonzero(np.r_[True, span[order][1:] != span[order][:-1]])  # each span's cheapest
-        chosen = np.concatenate((chosen, inner[order[first]]))
+        bare = ~np.isin(span, span[chosen - 1])  # positions in a span that holds none of the chosen
+        if not bare.any():
+            return np.sort(chosen)
+        order = np.lexsort((inner[bare], inner_bytes[bare], span[bare]))  # by span, fewest bytes, earlier
+        first = np.flatnonzero(np.r_[True, span[bare][order][1:] != span[bare][order][:-1]])
+        chosen = np.concatenate((chosen, inner[bare][order[first]]))
     return np.unique(chosen)
