@@ -199,10 +199,10 @@ interleaving its own stages runs the same work in the same time) keeps the simpl
 ESTIMATE_MARGIN = 0.15
 """Once a candidate fits, the search simulates another only when its estimate
 (:mod:`solvers.partition.schedule_estimates`) is below that one's times ``1 +`` this fraction, below the best
-simulated time, and the time share (:data:`SEARCH_TIME_SHARE`) allows.  The estimates rank the candidates
-from closed forms; the action lists' own stalls and uneven re-cuts put the fastest candidate within 15 % of
-the first fit's estimate on the benchmark's transformers and the tiny example models (docs/benchmarks.md
-"Pipeline schedules")."""
+simulated time, and the time share (:data:`SEARCH_TIME_SHARE`) allows.  What the closed forms leave out
+(uneven re-cuts, the action lists' stalls on transfers) put the fastest candidate's estimate at most
+14.6 % above the first fit's in the runs behind this choice: the benchmark's transformers and three tiny
+example models on 2-4 CPU devices (docs/benchmarks.md "Pipeline schedules")."""
 SEARCH_TIME_SHARE = 0.75
 """How long the search may go on after the first candidate that fits, as a share of the solver's own time
 (``solver_s`` of :func:`search_schedules`: its 1F1B plan and that plan's simulation, wall seconds): another
