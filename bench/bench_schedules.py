@@ -21,9 +21,11 @@ Usage: ``python -m bench.bench_schedules [--solver exact] [--quick] [--pruning-s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -36,6 +38,7 @@ from solvers.model.schedules import stage_ranks
 from solvers.model.topology import Topology
 from solvers.partition import schedules
 from solvers.partition.schedules import cut_virtual_stages
+from solvers.registry import get_solver_class
 
 SOLVERS = ("even", "parmesan", "rannc", "pipedream", "exact")
 
@@ -93,13 +96,28 @@ def quality(solver: str, layers: tuple[int, ...], sizes: tuple[int, ...]) -> Non
                   f"{(a / b - 1) * 100:+.1f} % | {cell(uniform)} | {cell(flops)} |", flush=True)
 
 
+@contextlib.contextmanager
+def wide_search(solver: str) -> Iterator[None]:
+    """``solver`` without its first-fit rule (``schedule_search_first_fit``) for the ``with`` block."""
+    cls = get_solver_class(solver)
+    had = cls.__dict__.get("schedule_search_first_fit")
+    cls.schedule_search_first_fit = False  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        if had is None:
+            del cls.schedule_search_first_fit  # type: ignore[attr-defined]
+        else:
+            cls.schedule_search_first_fit = had  # type: ignore[attr-defined]
+
+
 def pruning_loss(solvers: tuple[str, ...], layers: tuple[int, ...], sizes: tuple[int, ...]) -> None:
     """Per solver over the quality table's cases: the pruned search (as ``solve`` runs it) against one
     simulating every candidate whose estimate is below the best simulated time (``ESTIMATE_MARGIN`` and
-    ``SEARCH_TIME_SHARE`` unbounded); the loss is the pruned plan's time per sample over the wide one's."""
+    the first-fit rule of ``even`` lifted); the loss is the pruned plan's time per sample over the wide one's."""
     print("\n| solver | cases | mean loss | max loss (case) | candidates simulated, pruned / wide |")
     print("|---|---|---|---|---|")
-    margin, share = schedules.ESTIMATE_MARGIN, schedules.SEARCH_TIME_SHARE
+    margin = schedules.ESTIMATE_MARGIN
     for solver in solvers:
         losses: list[tuple[float, str]] = []
         counts = [0, 0]
@@ -113,10 +131,11 @@ def pruning_loss(solvers: tuple[str, ...], layers: tuple[int, ...], sizes: tuple
                                   ProblemSettings(micro_batches=(4 * topo.n_devices,), schedule="auto"))
                 pruned = solve(problem, solver, time_limit_s=120)
                 try:
-                    schedules.ESTIMATE_MARGIN, schedules.SEARCH_TIME_SHARE = math.inf, math.inf
-                    wide = solve(problem, solver, time_limit_s=120)
+                    schedules.ESTIMATE_MARGIN = math.inf
+                    with wide_search(solver):
+                        wide = solve(problem, solver, time_limit_s=120)
                 finally:
-                    schedules.ESTIMATE_MARGIN, schedules.SEARCH_TIME_SHARE = margin, share
+                    schedules.ESTIMATE_MARGIN = margin
                 assert pruned.metrics is not None and wide.metrics is not None
                 loss = pruned.metrics["time_per_sample_s"] / wide.metrics["time_per_sample_s"] - 1
                 losses.append((loss, f"{graph.name}, {label}: {pruned.schedule} v={pruned.virtual_stages} against "

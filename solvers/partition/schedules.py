@@ -21,7 +21,6 @@ The solver's own plan is always a candidate, so the search never returns a slowe
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -198,37 +197,32 @@ interleaving its own stages runs the same work in the same time) keeps the simpl
 
 ESTIMATE_MARGIN = 0.15
 """Once a candidate fits, the search simulates another only when its estimate
-(:mod:`solvers.partition.schedule_estimates`) is below that one's times ``1 +`` this fraction, below the best
-simulated time, and the time share (:data:`SEARCH_TIME_SHARE`) allows.  What the closed forms leave out
+(:mod:`solvers.partition.schedule_estimates`) is below that one's times ``1 +`` this fraction and below the
+best simulated time, unless the solver asks for the first fit only (``first_fit_only`` of
+:func:`search_schedules`: ``even``, whose solve takes about one cut and simulation, so that each further
+candidate would add its whole solve time again).  What the closed forms leave out
 (uneven re-cuts, the action lists' stalls on transfers) put the fastest candidate's estimate at most
 14.6 % above the first fit's in the runs behind this choice: the benchmark's transformers and three tiny
 example models on 2-4 CPU devices (docs/benchmarks.md "Pipeline schedules")."""
-SEARCH_TIME_SHARE = 0.75
-"""How long the search may go on after the first candidate that fits, as a share of the solver's own time
-(``solver_s`` of :func:`search_schedules`: its 1F1B plan and that plan's simulation, wall seconds): another
-candidate starts only while the search's time so far plus the longest candidate so far stays within it,
-so that ``auto`` stays within about ``1 + SEARCH_TIME_SHARE`` times the solver's time, plus the first
-fit.  A solver about as fast as one cut and simulation (``even``) gets the first fit only; a slower one
-every candidate within the margin.  The candidates simulated thus depend on the machine's speed and
-load; their estimates (``stats.schedule_estimates``) do not."""
 MARGIN_EXEMPT: frozenset[str] = frozenset({"gpipe"})
 """Candidates simulated whenever their estimate is below the best simulated time, whatever the margin and
-the time share: GPipe runs on the stage engine, as cheap as the solver's own plan, and hides its transfers
+``first_fit_only``: GPipe runs on the stage engine, as cheap as the solver's own plan, and hides its transfers
 behind a whole phase of forwards, which its estimate counts once."""
 
 
 def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = None,
-                     solver_s: float | None = None) -> Plan:
+                     first_fit_only: bool = False) -> Plan:
     """The fastest per sample of ``plan`` under the schedule candidates of ``problem.settings`` (module doc).
 
     ``plan`` is a solver's plan under :func:`base_settings`, ``solved_on`` the problem it was solved and
-    simulated on (its simulation is reused), ``solver_s`` the seconds the solver took for it (``None``: no
-    bound on the search's time).  Its own schedule competes under ``auto``.  The candidates are
+    simulated on (its simulation is reused); ``first_fit_only``: no candidate after the first that fits but
+    GPipe (for a solver as fast as one candidate, :data:`ESTIMATE_MARGIN`).  Its own schedule competes under
+    ``auto``.  The candidates are
     simulated in the order of their closed-form estimates (:class:`~solvers.partition.schedule_estimates.
     CandidateEstimates`), skipping any whose estimate is not below the best simulated time: until one
-    fits, then those whose estimate is within :data:`ESTIMATE_MARGIN` of that one's while the search's
-    own time stays within :data:`SEARCH_TIME_SHARE` of ``solver_s`` (GPipe exempt from both,
-    :data:`MARGIN_EXEMPT`); the others are not simulated.  A solver's proof of
+    fits, then, unless ``first_fit_only``, those whose estimate is within :data:`ESTIMATE_MARGIN` of that
+    one's (GPipe exempt from both, :data:`MARGIN_EXEMPT`); the others are not simulated.  Which candidates
+    are simulated depends on the estimates alone, so the answer does not depend on the machine's load.  A solver's proof of
     optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes ``feasible`` (its
     bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each simulated
     candidate's comparison key (``null``: it does not fit), ``stats.schedule_estimates`` every candidate's
@@ -240,7 +234,6 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     """
     if not searches_schedules(problem.settings) or plan.status == "infeasible" or not plan.stages:
         return plan
-    started = time.perf_counter()
     settings = problem.settings
     ranks = len(plan.stages)
     tried: dict[str, float | None] = {}
@@ -270,17 +263,13 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     stats_estimates.update({f"{name}/{v}": est * per_sample for est, _, name, v in estimated})
     first_fit_s: float | None = None
     cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] = {}
-    allowed_s = math.inf if solver_s is None else SEARCH_TIME_SHARE * solver_s
-    dearest_s = 0.0  # the longest a candidate took so far
     for est, _, name, v in estimated:
         if best is not None and math.isfinite(best[0]) and est * per_sample >= best[0]:
             continue
         if name not in MARGIN_EXEMPT and first_fit_s is not None and (
-                est >= first_fit_s * (1.0 + ESTIMATE_MARGIN) or time.perf_counter() - started + dearest_s > allowed_s):
+                first_fit_only or est >= first_fit_s * (1.0 + ESTIMATE_MARGIN)):
             continue
-        began = time.perf_counter()
         key, chosen = _simulate_candidate(problem, plan, name, v, cuts)
-        dearest_s = max(dearest_s, time.perf_counter() - began)
         tried[f"{name}/{v}"] = key if math.isfinite(key) else None
         if math.isfinite(key):
             if name not in MARGIN_EXEMPT:

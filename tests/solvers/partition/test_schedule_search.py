@@ -172,13 +172,12 @@ def test_a_tie_keeps_the_solvers_own_plan() -> None:
 
 
 def test_the_search_simulates_what_its_estimates_rank_first(problem4: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the margin and the time share wide open every candidate estimated below the best simulated time
+    """With the margin wide open every candidate estimated below the best simulated time
     is simulated, and the answer is at least as fast as the pruned search's; with no margin, only the
     best-estimated one that fits; with the default margin, only candidates estimated within it of that one."""
     auto = problem4.with_settings(schedule="auto")
     pruned = solve(auto, "parmesan", time_limit_s=20)
     monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
-    monkeypatch.setattr(schedules, "SEARCH_TIME_SHARE", float("inf"))
     wide = solve(auto, "parmesan", time_limit_s=20)
     monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", 0.0)
     first = solve(auto, "parmesan", time_limit_s=20)
@@ -198,14 +197,19 @@ def test_the_search_simulates_what_its_estimates_rank_first(problem4: Problem, m
     assert all(estimates[key] < estimates[simulated[-1]] * (1 + 0.15) for key in more)
 
 
-def test_a_search_without_time_share_simulates_the_first_fit_only(problem4: Problem,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The time share bounds the candidates after the first that fits, whatever the margin (GPipe exempt)."""
+def test_a_first_fit_search_simulates_the_first_fit_only(problem4: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``even`` asks for the first fit only: no candidate after the first that fits, whatever the margin (GPipe
+    exempt); ``parmesan``'s search goes on within the margin.  Both answers are the same from run to run."""
     monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
-    monkeypatch.setattr(schedules, "SEARCH_TIME_SHARE", 0.0)
-    plan = solve(problem4.with_settings(schedule="auto"), "parmesan", time_limit_s=20)
+    auto = problem4.with_settings(schedule="auto")
+    plan = solve(auto, "even")
     tried = [key for key, value in plan.stats["schedule_candidates"].items() if key.split("/")[0] not in ("1f1b", "gpipe")]
     assert tried and all(plan.stats["schedule_candidates"][key] is None for key in tried[:-1])
+    assert solve(auto, "even").stats["schedule_candidates"] == plan.stats["schedule_candidates"]
+    wide = solve(auto, "parmesan", time_limit_s=20)
+    fitting = [key for key, value in wide.stats["schedule_candidates"].items() if value is not None
+               and key.split("/")[0] not in ("1f1b", "gpipe")]
+    assert len(fitting) > 1
 
 
 def _prologue_graph(prologue: int = 120, layers: int = 8, per_layer: int = 6) -> OpGraph:
@@ -251,7 +255,6 @@ def test_a_cheap_prologue_no_longer_hides_the_faster_schedule(solver: str, monke
     one = solve(problem.with_settings(schedule="1f1b"), solver)
     best = solve(problem, solver)
     monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
-    monkeypatch.setattr(schedules, "SEARCH_TIME_SHARE", float("inf"))
     wide = solve(problem, solver)
     assert one.metrics is not None and best.metrics is not None and wide.metrics is not None
     assert best.virtual_stages > 1 and best.schedule != "1f1b"
