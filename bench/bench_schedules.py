@@ -9,18 +9,23 @@ of two kinds (the second host's at half speed), per case:
   have today: uniform (equal op counts per stage) and FLOPs-balanced (ops balanced by their
   profiled forward + backward time, the same on every rank, transfers ignored).
 
-Then the solve time of every throughput solver on the 48-layer graph over 8 devices, 1F1B only and
-with the search, side by side in one run (medians of ``--repeats`` alternating runs after a warm-up;
-CPU seconds of this process and wall seconds) and how many candidates the search simulated.
+Then, per solver, the pruned schedule search against one simulating every candidate estimated below
+the best (the loss per sample of pruning, and how many candidates each simulated); then the solve time
+of every throughput solver on the 48-layer graph over 8 devices, 1F1B only and with the search, side
+by side in one run (medians of ``--repeats`` alternating runs after a warm-up; CPU seconds of this
+process and wall seconds) and how many candidates the search simulated.
 
-Usage: ``python -m bench.bench_schedules [--solver exact] [--quick]``.
+Usage: ``python -m bench.bench_schedules [--solver exact] [--quick] [--pruning-solvers even,parmesan,exact]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +36,9 @@ from solvers.model.plan import Plan, Stage
 from solvers.model.problem import ProblemSettings
 from solvers.model.schedules import stage_ranks
 from solvers.model.topology import Topology
+from solvers.partition import schedules
 from solvers.partition.schedules import cut_virtual_stages
+from solvers.registry import get_solver_class
 
 SOLVERS = ("even", "parmesan", "rannc", "pipedream", "exact")
 
@@ -74,7 +81,7 @@ def quality(solver: str, layers: tuple[int, ...], sizes: tuple[int, ...]) -> Non
         topologies.append(("4 H100 + 4 half-speed", two_kinds()))
         for label, topo in topologies:
             base = Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(4 * topo.n_devices,)))
-            one = solve(base, solver)
+            one = solve(base.with_settings(schedule="1f1b"), solver)
             best = solve(base.with_settings(schedule="auto"), solver)
             assert one.metrics is not None and best.metrics is not None
             uniform = _tps(base, layer_split(base, best, np.ones(graph.n_ops)))
@@ -87,6 +94,57 @@ def quality(solver: str, layers: tuple[int, ...], sizes: tuple[int, ...]) -> Non
             print(f"| {graph.name} | {label} | {a * 1e3:.3f} ({one.metrics['bubble_fraction']:.2f}) | "
                   f"{best.schedule} v={best.virtual_stages} | {b * 1e3:.3f} ({best.metrics['bubble_fraction']:.2f}) | "
                   f"{(a / b - 1) * 100:+.1f} % | {cell(uniform)} | {cell(flops)} |", flush=True)
+
+
+@contextlib.contextmanager
+def wide_search(solver: str) -> Iterator[None]:
+    """``solver`` without its first-fit rule (``schedule_search_first_fit``) for the ``with`` block."""
+    cls = get_solver_class(solver)
+    had = cls.__dict__.get("schedule_search_first_fit")
+    cls.schedule_search_first_fit = False  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        if had is None:
+            del cls.schedule_search_first_fit  # type: ignore[attr-defined]
+        else:
+            cls.schedule_search_first_fit = had  # type: ignore[attr-defined]
+
+
+def pruning_loss(solvers: tuple[str, ...], layers: tuple[int, ...], sizes: tuple[int, ...]) -> None:
+    """Per solver over the quality table's cases: the pruned search (as ``solve`` runs it) against one
+    simulating every candidate whose estimate is below the best simulated time (``ESTIMATE_MARGIN`` and
+    the first-fit rule of ``even`` lifted); the loss is the pruned plan's time per sample over the wide one's."""
+    print("\n| solver | cases | mean loss | max loss (case) | candidates simulated, pruned / wide |")
+    print("|---|---|---|---|---|")
+    margin = schedules.ESTIMATE_MARGIN
+    for solver in solvers:
+        losses: list[tuple[float, str]] = []
+        counts = [0, 0]
+        for n_layers in layers:
+            graph = generate_graph("transformer", layers=n_layers)
+            topologies = [(f"{n} x H100", generate_topology("hierarchical", nodes=1, gpus_per_node=n))
+                          for n in sizes]
+            topologies.append(("two kinds", two_kinds()))
+            for label, topo in topologies:
+                problem = Problem(graph, topo, "throughput",
+                                  ProblemSettings(micro_batches=(4 * topo.n_devices,), schedule="auto"))
+                pruned = solve(problem, solver, time_limit_s=120)
+                try:
+                    schedules.ESTIMATE_MARGIN = math.inf
+                    with wide_search(solver):
+                        wide = solve(problem, solver, time_limit_s=120)
+                finally:
+                    schedules.ESTIMATE_MARGIN = margin
+                assert pruned.metrics is not None and wide.metrics is not None
+                loss = pruned.metrics["time_per_sample_s"] / wide.metrics["time_per_sample_s"] - 1
+                losses.append((loss, f"{graph.name}, {label}: {pruned.schedule} v={pruned.virtual_stages} against "
+                                     f"{wide.schedule} v={wide.virtual_stages}"))
+                counts[0] += len(pruned.stats["schedule_candidates"])
+                counts[1] += len(wide.stats["schedule_candidates"])
+        worst = max(losses)
+        print(f"| {solver} | {len(losses)} | {np.mean([x for x, _ in losses]) * 100:.2f} % | "
+              f"{worst[0] * 100:.2f} % ({worst[1]}) | {counts[0]} / {counts[1]} |", flush=True)
 
 
 def solve_times(layers: int, devices: int, solvers: tuple[str, ...], repeats: int) -> None:
@@ -121,11 +179,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="24 layers, 2 and 4 devices only")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-times", action="store_true")
+    parser.add_argument("--skip-pruning", action="store_true", help="skip the pruned-against-wide search comparison")
+    parser.add_argument("--pruning-solvers", default="even,parmesan,exact",
+                        help="the solvers of the pruned-against-wide comparison")
     parser.add_argument("--repeats", type=int, default=3, help="runs per solver and schedule (medians)")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
     if not args.skip_quality:
         quality(args.solver, (24,) if args.quick else (24, 48), (2, 4) if args.quick else (2, 4, 8))
+    if not args.skip_pruning:
+        pruning_loss(tuple(args.pruning_solvers.split(",")), (24,) if args.quick else (24, 48),
+                     (2, 4) if args.quick else (2, 4, 8))
     if not args.skip_times:
         solve_times(48, 8, SOLVERS, args.repeats)
 

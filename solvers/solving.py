@@ -96,7 +96,8 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     else:
         plan = _solve_deciding_recompute(cls(), base, opts, budget, progress or no_progress)
     if problem.objective == "throughput":  # schedule "auto" or another by name: every schedule on its groups
-        plan = search_schedules(problem, plan, solved_on=base)
+        plan = search_schedules(problem, plan, solved_on=base,
+                                first_fit_only=getattr(cls, "schedule_search_first_fit", False))
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))

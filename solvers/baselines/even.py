@@ -40,6 +40,9 @@ class EvenSolver:
     objectives: ClassVar[tuple[str, ...]] = ("throughput", "latency")
     options_type: ClassVar[type[SolverOptions]] = EvenOptions
     version: ClassVar[str] = "1"
+    # its solve takes about one virtual-stage cut and simulation: the schedule search simulates the first
+    # candidate that fits only (solvers.partition.schedules.ESTIMATE_MARGIN), within its 2x time budget
+    schedule_search_first_fit: ClassVar[bool] = True
 
     def solve(self, problem: Problem, options: EvenOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         if problem.objective == "latency":

@@ -1,31 +1,40 @@
 """Closed-form iteration estimates of schedule candidates, to choose which ones the search simulates.
 
 For a solver's plan on ``R`` rank groups and a candidate ``(schedule, v)`` with ``MB`` micro-batches,
-:func:`estimate_iteration_s` gives
+:meth:`CandidateEstimates.iteration_s` gives
 
-    MB * max_r (F_r + B_r) + bubble + transfers
+    MB * busy + bubble + transfers
 
-from per-stage forward ``f``, backward ``b`` = input gradient ``i`` + weight gradient ``w``
-(:mod:`solvers.cost.backward_split`) on each stage's group:
+from the forward ``f``, backward ``b`` = input gradient ``i`` + weight gradient ``w``
+(:mod:`solvers.cost.backward_split`) of each stage on its rank group:
 
-* stage times: ``v = 1``, the plan's own stages; ``v > 1``, the balanced re-cut the search aims at
+* stages: ``v = 1``, the plan's own; ``v > 1``, the balanced re-cut the search aims at
   (:func:`~solvers.partition.schedules.cut_virtual_stages`): every rank group busy the same time
   ``T = 1 / sum_r (1 / t_r)`` per micro-batch (``t_r`` the whole graph's ``f + b`` on group ``r``),
   split into ``v`` equal stages;
-* the bubble, the papers' closed forms with the largest stage's times: GPipe, 1F1B and interleaved
-  1F1B ``(R - 1)(f + b)`` (Narayanan et al., arXiv 2104.04473, Section 2.2: interleaving divides the
-  stage times by ``v``); interleaved zero-bubble ``(R - 1)(f + i - w)`` (ZB-H1, Qi et al., arXiv
-  2401.10241, Section 3); ZBV ``(R - 1)(f + i - 2w)`` (Section 6), and DualPipeV the same: its
-  bubble ``(R/2 - 1)(F&B + b - 3w)`` (DeepSeek-V3, arXiv 2412.19437, Table 2) counts on a forward and
-  a backward of two micro-batches overlapping in one ``F&B`` chunk, which the simulator runs one
-  after the other (:mod:`solvers.model.schedules`), leaving a V-shaped zero-bubble schedule; each at
-  least 0;
-* transfers: each hop between stages on different groups pays, once, the activation and the
-  gradient of the fewest bytes crossing a cut position (the layer boundary of a transformer).
+* busy: the busiest rank group's ``f + b`` per micro-batch, summed over its stages; for 1F1B at least
+  the round trip of a micro-batch through every stage and every transfer between them over the ``R``
+  micro-batches in flight (the stage engine runs 1F1B with no slack for transfers: with ``R`` equal
+  stages and hop time ``c`` it takes ``f + b + 2 (R - 1) c / R`` per micro-batch); the action-list
+  schedules and GPipe hide the transfers behind other micro-batches' work;
+* the bubble, with the times of the stage that makes it largest: GPipe, 1F1B and interleaved 1F1B
+  ``(R - 1)(f + b)`` (Narayanan et al., arXiv 2104.04473, Section 2.2: interleaving divides the stage
+  times by ``v``); interleaved zero-bubble ``(R - 1)(f + i - w)`` (ZB-H1, Qi et al., arXiv 2401.10241,
+  Section 3); ZBV ``(R - 1) max(f + i - 2w, f, i)``: the paper's ``(R - 1)(f + i - 2w)`` (Section 6)
+  where ``w`` is short, else what the ZBV action lists of :mod:`solvers.model.schedules` leave on equal
+  chains (``(R - 1) f`` with ``f = i = w``); DualPipeV ``(R - 1)(f + i - w)``: its ``(R/2 - 1)(F&B + b
+  - 3w)`` (DeepSeek-V3, arXiv 2412.19437, Table 2) counts on a forward and a backward of two
+  micro-batches overlapping in one ``F&B`` chunk, which the simulator runs one after the other, and its
+  action lists then leave interleaved zero-bubble's bubble on equal chains; each at least 0;
+* transfers, once (filling and draining the pipeline): each hop between stages on different groups
+  pays the activation and the gradient crossing it: the bytes crossing the solver's own cuts for
+  ``v = 1``, the fewest bytes crossing a cut position (the layer boundary of a transformer) for
+  ``v > 1``.
 
 The estimate leaves out what all candidates share (the all-reduce, the step overhead) and what only
-the simulator sees (memory, stalls of the action lists), so it ranks the candidates; it does not
-replace :func:`solvers.simulator.simulate`.
+the cut and the simulator see (stages left uneven where an op is heavier than a stage or the layers
+do not split evenly, memory, the action lists waiting on transfers longer than a stage's slack), so it
+ranks the candidates; it does not replace :func:`solvers.simulator.simulate`.
 """
 
 from __future__ import annotations
@@ -39,11 +48,15 @@ from solvers.arrays import FloatArray
 from solvers.cost.backward_split import weight_grad_fraction
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
+from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.model.schedules import V_SHAPED, stage_ranks
+from solvers.model.schedules import stage_ranks
 
-ZERO_BUBBLE = frozenset({"interleaved-zb"})
+ZERO_BUBBLE = frozenset({"interleaved-zb", "dualpipev"})  # (R - 1)(f + i - w)
+ROUND_TRIP = frozenset({"1f1b"})  # the steady state waits on the transfers (module doc)
+
+StageTimes = tuple[int, float, float, float]  # (rank group, f, b, w) of one stage per micro-batch
 
 
 class CandidateEstimates:
@@ -58,42 +71,55 @@ class CandidateEstimates:
         share = weight_grad_fraction(graph)
         index = graph.index
         recompute = _recompute_flags(plan)
-        self.own: list[tuple[float, float, float]] = []  # (f, b, w) of the plan's stage r on its group
+        stage_of = np.empty(graph.n_ops, dtype=np.int64)
+        self.own: list[StageTimes] = []  # the plan's stage r on its group
         self.whole: list[tuple[float, float, float]] = []  # (f, b, w) of the whole graph on group r
         for r, (stage, devs) in enumerate(zip(plan.stages, self.groups, strict=True)):
             f_ops, b_ops = compute.group_fwd_s(devs), compute.group_bwd_s(devs)
             ops = np.fromiter((index[o] for o in stage.ops), dtype=np.int64, count=len(stage.ops))
+            stage_of[ops] = r
             f = float(f_ops[ops].sum())
-            self.own.append((f, float(b_ops[ops].sum()) + (f if recompute[r] else 0.0),
+            self.own.append((r, f, float(b_ops[ops].sum()) + (f if recompute[r] else 0.0),
                              float((b_ops[ops] * share[ops]).sum())))
             self.whole.append((float(f_ops.sum()), float(b_ops.sum()), float((b_ops * share).sum())))
+        # own_hops: the activations and gradients between the plan's stages, per micro-batch
+        self.own_hops = 0.0
+        for (a, b), size in group_traffic_bytes(graph, stage_of).items():
+            self.own_hops += (group_transfer_s(topo, self.groups[a], self.groups[b], size)
+                              + group_transfer_s(topo, self.groups[b], self.groups[a], size))
         inner = crossing_bytes[1:-1]
         self.hop_bytes = float(inner.min()) if len(inner) else 0.0
-        self._hops: dict[tuple[int, int], float] = {}  # (rank group, rank group) -> one hop's transfers
-
-    def stage_times(self, v: int) -> list[tuple[float, float, float]]:
-        """``(f, b, w)`` of one stage on each rank group: the plan's own (``v = 1``), else the balanced re-cut."""
-        if v == 1:
-            return self.own
-        totals = [f + b for f, b, _ in self.whole]
-        if min(totals) <= 0:
-            return [(f / v, b / v, w / v) for f, b, w in self.whole]
-        busy_s = 1.0 / sum(1.0 / t for t in totals)  # each group's time per micro-batch, balanced
-        return [(f * busy_s / t / v, b * busy_s / t / v, w * busy_s / t / v)
-                for (f, b, w), t in zip(self.whole, totals, strict=True)]
+        self._hops: dict[tuple[int, int], float] = {}  # (group a, group b) -> hop_bytes from a to b and back
 
     def iteration_s(self, name: str, v: int) -> float:
         """The estimated iteration of candidate ``(name, v)`` (module doc)."""
         ranks = len(self.groups)
-        times = self.stage_times(v)
-        busy = max(v * (f + b) for f, b, _ in times)
-        bubble = max(_bubble_s(name, ranks, f, b, w) for f, b, w in times)
-        where = stage_ranks(name, ranks, v)
-        hops = sum(self._hop_s(a, b) for a, b in pairwise(where) if a != b)
+        if v == 1:
+            stages, hops = self.own, self.own_hops
+        else:
+            where = stage_ranks(name, ranks, v)
+            stages = self._balanced(where)
+            hops = sum(self._hop_s(a, b) for a, b in pairwise(where) if a != b)
+        busy = max(sum(f + b for q, f, b, _ in stages if q == r) for r in range(ranks))
+        if name in ROUND_TRIP:
+            busy = max(busy, (sum(f + b for _, f, b, _ in stages) + hops) / ranks)
+        bubble = max(_bubble_s(name, ranks, f, b, w) for _, f, b, w in stages)
         return self.micro_batches * busy + bubble + hops
 
+    def _balanced(self, where: tuple[int, ...]) -> list[StageTimes]:
+        """The balanced re-cut for stage-to-group map ``where`` (module doc)."""
+        v = len(where) // len(self.groups)
+        totals = [f + b for f, b, _ in self.whole]
+        busy_s = 1.0 / sum(1.0 / t for t in totals) if min(totals) > 0 else 0.0  # each group's, balanced
+        out: list[StageTimes] = []
+        for r in where:
+            scale = busy_s / totals[r] / v if busy_s > 0 else 1.0 / v
+            f, b, w = self.whole[r]
+            out.append((r, f * scale, b * scale, w * scale))
+        return out
+
     def _hop_s(self, a: int, b: int) -> float:
-        """One activation from group ``a`` to group ``b`` and its gradient back."""
+        """:attr:`hop_bytes` from group ``a`` to group ``b`` and back."""
         if (a, b) not in self._hops:
             src, dst = self.groups[a], self.groups[b]
             self._hops[(a, b)] = (group_transfer_s(self.topology, src, dst, self.hop_bytes)
@@ -105,8 +131,8 @@ def _bubble_s(name: str, ranks: int, f: float, b: float, w: float) -> float:
     i = b - w
     if name in ZERO_BUBBLE:
         return (ranks - 1) * max(0.0, f + i - w)
-    if name in V_SHAPED:
-        return (ranks - 1) * max(0.0, f + i - 2 * w)
+    if name == "zbv":
+        return (ranks - 1) * max(0.0, f + i - 2 * w, f, i)
     return (ranks - 1) * (f + b)
 
 

@@ -11,8 +11,9 @@ topology).  :func:`search_schedules` turns that plan into one plan per schedule 
   interleaved zero-bubble; looped BFS; ZBV and DualPipeV, ``v = 2``) re-cut the ops, in topological
   order, into ``R * v`` contiguous stages, stage ``j`` on the group
   :func:`~solvers.model.schedules.stage_ranks` gives it (round-robin or V-shaped), timed on that
-  group's devices with the transfers at its ends (:func:`cut_virtual_stages`), so that every edge
-  goes to the same or a later stage.
+  group's devices with the transfers at its ends (:func:`cut_virtual_stages`, at the positions
+  :func:`~solvers.partition.cut_positions.cheapest_positions` allows), so that every edge goes to the
+  same or a later stage.
 
 The solver's own plan is always a candidate, so the search never returns a slower plan than it.
 """
@@ -28,18 +29,16 @@ from solvers.arrays import FloatArray, IntArray
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidProblem
-from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.model.schedules import V_SHAPED, build_schedule, stage_ranks
 from solvers.model.settings import ONE_STAGE_PER_RANK, ProblemSettings
 from solvers.model.topology import Topology
+from solvers.partition.cut_positions import cheapest_positions, crossing_bytes
 from solvers.partition.schedule_estimates import CandidateEstimates
 from solvers.simulator import simulate, simulated_key_s
 from solvers.validity import problem_for_plan
 
-CUT_POSITIONS_PER_STAGE = 4  # cut positions the virtual-stage cut considers per stage (cheapest_positions)
-MIN_CUT_POSITIONS = 96
 SEARCHED_VIRTUAL_STAGES: tuple[int, ...] = (1, 2, 4)  # v tried when settings.virtual_stages is unset
 # What schedule "auto" searches (issue order); looped-bfs is planned only when asked for by name.
 AUTO_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv", "dualpipev")
@@ -144,14 +143,6 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
     return [int(points[c]) for c in cuts[::-1]]
 
 
-def _crossing_bytes(graph: OpGraph, position: IntArray) -> FloatArray:
-    """``out[e]`` = bytes of the edges from an op before position ``e`` (in ``position`` order) to one at or after it."""
-    diff = np.zeros(graph.n_ops + 2)
-    np.add.at(diff, position[graph.edge_src] + 1, graph.edge_bytes)
-    np.add.at(diff, position[graph.edge_dst] + 1, -graph.edge_bytes)
-    return np.cumsum(diff)[: graph.n_ops + 1]
-
-
 def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: bool,
                  cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] | None = None) -> Plan:
     """``plan``'s rank groups (its stages' devices, in order) running ``name`` with ``v`` stages each, the ops
@@ -180,29 +171,15 @@ def _cut_stages(problem: Problem, plan: Plan, where: tuple[int, ...], recompute:
     for devs in groups:
         f, b = compute.group_fwd_s(devs), compute.group_bwd_s(devs)
         weights.append((f * (2.0 if recompute else 1.0) + b)[order])
-    crossing = _crossing_bytes(graph, graph.topo_position)
+    crossing = crossing_bytes(graph, graph.topo_position)
     send = []
     for j in range(len(where) - 1):
         here, there = groups[where[j]], groups[where[j + 1]]
         send.append((_linear_transfer_s(topo, here, there, crossing), _linear_transfer_s(topo, there, here, crossing)))
-    cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where)))
+    cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where), np.sum(weights, axis=0)))
     ids = graph.ids
     return tuple(Stage(tuple(ids[k] for k in order[cuts[j]:cuts[j + 1]]), plan.stages[where[j]].devices)
                  for j in range(len(where)))
-
-
-def cheapest_positions(crossing_bytes: FloatArray, n_stages: int) -> IntArray:
-    """The cut positions (``1 .. n - 1``) the virtual-stage cut may use: the :data:`CUT_POSITIONS_PER_STAGE`
-    ``* n_stages`` (at least :data:`MIN_CUT_POSITIONS`) where the fewest bytes cross, ties to the earlier.
-    In a transformer these are the layer boundaries (only the residual stream crosses); fewer positions
-    keep the cut's dynamic programmes small on graphs of many ops."""
-    n = len(crossing_bytes) - 1
-    keep = max(MIN_CUT_POSITIONS, CUT_POSITIONS_PER_STAGE * n_stages)
-    inner = np.arange(1, n)
-    if len(inner) <= keep:
-        return inner
-    chosen = inner[np.argsort(crossing_bytes[1:n], kind="stable")[:keep]]
-    return np.sort(chosen)
 
 
 def _linear_transfer_s(topo: Topology, src: list[int], dst: list[int], size_bytes: FloatArray) -> FloatArray:
@@ -218,25 +195,34 @@ TIE_RELATIVE = 1e-9
 """A candidate replaces the best so far only when faster by more than this fraction: a tie (one rank group
 interleaving its own stages runs the same work in the same time) keeps the simpler, earlier plan."""
 
-ESTIMATE_MARGIN = 0.0
+ESTIMATE_MARGIN = 0.15
 """Once a candidate fits, the search simulates another only when its estimate
-(:mod:`solvers.partition.schedule_estimates`) is below that one's times ``1 +`` this fraction, and below the best
-simulated time (0: only the best-estimated candidate that fits; a tie goes to the earlier in
-:data:`AUTO_SCHEDULES`)."""
+(:mod:`solvers.partition.schedule_estimates`) is below that one's times ``1 +`` this fraction and below the
+best simulated time, unless the solver asks for the first fit only (``first_fit_only`` of
+:func:`search_schedules`: ``even``, whose solve takes about one cut and simulation, so that each further
+candidate would add its whole solve time again).  What the closed forms leave out
+(uneven re-cuts, the action lists' stalls on transfers) put the fastest candidate's estimate at most
+14.6 % above the first fit's in the runs behind this choice: the benchmark's transformers and three tiny
+example models on 2-4 CPU devices (docs/benchmarks.md "Pipeline schedules")."""
 MARGIN_EXEMPT: frozenset[str] = frozenset({"gpipe"})
-"""Candidates simulated whenever their estimate is below the best simulated time, whatever the margin: GPipe
-runs on the stage engine, as cheap as the solver's own plan, and hides its transfers behind a whole phase of
-forwards, which the estimate (equal to 1F1B's) does not see."""
+"""Candidates simulated whenever their estimate is below the best simulated time, whatever the margin and
+``first_fit_only``: GPipe runs on the stage engine, as cheap as the solver's own plan, and hides its transfers
+behind a whole phase of forwards, which its estimate counts once."""
 
 
-def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = None) -> Plan:
+def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = None,
+                     first_fit_only: bool = False) -> Plan:
     """The fastest per sample of ``plan`` under the schedule candidates of ``problem.settings`` (module doc).
 
     ``plan`` is a solver's plan under :func:`base_settings`, ``solved_on`` the problem it was solved and
-    simulated on (its simulation is reused).  Its own schedule competes under ``auto``.  The candidates are
+    simulated on (its simulation is reused); ``first_fit_only``: no candidate after the first that fits but
+    GPipe (for a solver as fast as one candidate, :data:`ESTIMATE_MARGIN`).  Its own schedule competes under
+    ``auto``.  The candidates are
     simulated in the order of their closed-form estimates (:class:`~solvers.partition.schedule_estimates.
-    CandidateEstimates`): until one fits, then those whose estimate is within :data:`ESTIMATE_MARGIN` of
-    that one's and below the best simulated time; the others are not simulated.  A solver's proof of
+    CandidateEstimates`), skipping any whose estimate is not below the best simulated time: until one
+    fits, then, unless ``first_fit_only``, those whose estimate is within :data:`ESTIMATE_MARGIN` of that
+    one's (GPipe exempt from both, :data:`MARGIN_EXEMPT`); the others are not simulated.  Which candidates
+    are simulated depends on the estimates alone, so the answer does not depend on the machine's load.  A solver's proof of
     optimality covers its own model only (GPipe / 1F1B stages), so a proven plan becomes ``feasible`` (its
     bound dropped) once other schedules compete.  ``stats.schedule_candidates`` gives each simulated
     candidate's comparison key (``null``: it does not fit), ``stats.schedule_estimates`` every candidate's
@@ -261,7 +247,7 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
                   if not (pinned and v > 1)  # a pin names a device or a stage of the solver's cut
                   and not ((split or uneven) and name not in ONE_STAGE_PER_RANK)]  # tp or uneven: GPipe, 1F1B
     scored = problem_for_plan(problem, plan)
-    estimates = CandidateEstimates(scored, plan, _crossing_bytes(scored.graph, scored.graph.topo_position))
+    estimates = CandidateEstimates(scored, plan, crossing_bytes(scored.graph, scored.graph.topo_position))
     own_iteration_s = estimates.iteration_s(plan.schedule, 1)
     per_sample = 1.0
     if settings.schedule == "auto":
@@ -278,9 +264,10 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     first_fit_s: float | None = None
     cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] = {}
     for est, _, name, v in estimated:
-        if name not in MARGIN_EXEMPT and first_fit_s is not None and est >= first_fit_s * (1.0 + ESTIMATE_MARGIN):
-            continue
         if best is not None and math.isfinite(best[0]) and est * per_sample >= best[0]:
+            continue
+        if name not in MARGIN_EXEMPT and first_fit_s is not None and (
+                first_fit_only or est >= first_fit_s * (1.0 + ESTIMATE_MARGIN)):
             continue
         key, chosen = _simulate_candidate(problem, plan, name, v, cuts)
         tried[f"{name}/{v}"] = key if math.isfinite(key) else None

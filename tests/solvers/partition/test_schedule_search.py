@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from solvers.model.problem import ProblemSettings
 from solvers.model.schedules import stage_ranks
 from solvers.model.settings import settings_from_dict
 from solvers.partition import schedules
+from solvers.partition.cut_positions import MIN_CUT_POSITIONS, cheapest_positions, crossing_bytes
 from solvers.partition.schedule_estimates import CandidateEstimates
 from solvers.partition.schedules import cut_virtual_stages, schedule_candidates
 from solvers.validity import resolve_plan
@@ -169,26 +172,99 @@ def test_a_tie_keeps_the_solvers_own_plan() -> None:
 
 
 def test_the_search_simulates_what_its_estimates_rank_first(problem4: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the margin wide open every candidate estimated below the best simulated time is simulated, and
-    the answer is at least as fast as the pruned search's; with none, only the best-estimated one that fits."""
+    """With the margin wide open every candidate estimated below the best simulated time
+    is simulated, and the answer is at least as fast as the pruned search's; with no margin, only the
+    best-estimated one that fits; with the default margin, only candidates estimated within it of that one."""
     auto = problem4.with_settings(schedule="auto")
     pruned = solve(auto, "parmesan", time_limit_s=20)
     monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
     wide = solve(auto, "parmesan", time_limit_s=20)
-    assert len(wide.stats["schedule_candidates"]) > len(pruned.stats["schedule_candidates"])
-    assert wide.stats["schedule_estimates"] == pruned.stats["schedule_estimates"]
-    assert wide.metrics is not None and pruned.metrics is not None
+    monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", 0.0)
+    first = solve(auto, "parmesan", time_limit_s=20)
+    assert set(first.stats["schedule_candidates"]) <= set(pruned.stats["schedule_candidates"]) \
+        <= set(wide.stats["schedule_candidates"])
+    assert wide.stats["schedule_estimates"] == pruned.stats["schedule_estimates"] == first.stats["schedule_estimates"]
+    assert wide.metrics is not None and pruned.metrics is not None and first.metrics is not None
     assert wide.metrics["time_per_sample_s"] <= pruned.metrics["time_per_sample_s"] * (1 + 1e-9)
+    assert pruned.metrics["time_per_sample_s"] <= first.metrics["time_per_sample_s"] * (1 + 1e-9)
     fitting = [key for key, value in wide.stats["schedule_candidates"].items() if value is not None
                and key.split("/")[0] not in ("1f1b", "gpipe")]
     estimates = pruned.stats["schedule_estimates"]
-    simulated = [key for key in pruned.stats["schedule_candidates"] if key.split("/")[0] not in ("1f1b", "gpipe")]
+    simulated = [key for key in first.stats["schedule_candidates"] if key.split("/")[0] not in ("1f1b", "gpipe")]
     assert simulated and min(fitting, key=estimates.__getitem__) == simulated[-1]
+    more = [key for key in pruned.stats["schedule_candidates"] if key.split("/")[0] not in ("1f1b", "gpipe")]
+    assert more[:len(simulated)] == simulated
+    assert all(estimates[key] < estimates[simulated[-1]] * (1 + 0.15) for key in more)
+
+
+def test_a_first_fit_search_simulates_the_first_fit_only(problem4: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``even`` asks for the first fit only: no candidate after the first that fits, whatever the margin (GPipe
+    exempt); ``parmesan``'s search goes on within the margin.  Both answers are the same from run to run."""
+    monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
+    auto = problem4.with_settings(schedule="auto")
+    plan = solve(auto, "even")
+    tried = [key for key, value in plan.stats["schedule_candidates"].items() if key.split("/")[0] not in ("1f1b", "gpipe")]
+    assert tried and all(plan.stats["schedule_candidates"][key] is None for key in tried[:-1])
+    assert solve(auto, "even").stats["schedule_candidates"] == plan.stats["schedule_candidates"]
+    wide = solve(auto, "parmesan", time_limit_s=20)
+    fitting = [key for key, value in wide.stats["schedule_candidates"].items() if value is not None
+               and key.split("/")[0] not in ("1f1b", "gpipe")]
+    assert len(fitting) > 1
+
+
+def _prologue_graph(prologue: int = 120, layers: int = 8, per_layer: int = 6) -> OpGraph:
+    """A chain shaped like an extracted language model: a prologue of many cheap ops with tiny outputs
+    (embedding lookups, position ids, masks), then layers whose boundaries carry the residual stream (1 MB)
+    and whose insides carry more (3 MB)."""
+    nodes = [Node(f"p{i}", "aten.view", 1e-4, 1e-4) for i in range(prologue)]
+    nodes += [Node(f"l{k}_{j}", "aten.mm", 1.0, 2.0, param_bytes=4e6) for k in range(layers) for j in range(per_layer)]
+    ids = [node.id for node in nodes]
+    edges = [Edge(a, b, 4.0 if a.startswith("p") else 1e6 if b.endswith("_0") else 3e6) for a, b in pairwise(ids)]
+    return OpGraph.build("prologue", nodes, edges)
+
+
+def test_cut_positions_reach_every_share_of_the_work() -> None:
+    """The 96 cheapest positions of the prologue graph all lie in its prologue (a sliver of the work); with the
+    work the positions also cover every equal-work span, the layer boundaries among them.  On a transformer
+    the spans hold layer boundaries already but the head's."""
+    graph = _prologue_graph()
+    crossing = crossing_bytes(graph, graph.topo_position)
+    work = (graph.fwd_s + graph.bwd_s)[graph.topo_order]
+    assert cheapest_positions(crossing, 8).max() <= 120
+    allowed = cheapest_positions(crossing, 8, work)
+    assert len(allowed) <= MIN_CUT_POSITIONS + MIN_CUT_POSITIONS // 2
+    done = np.cumsum(work) / work.sum()
+    spans = np.minimum((done[allowed - 1] * (MIN_CUT_POSITIONS // 2)).astype(int), MIN_CUT_POSITIONS // 2 - 1)
+    assert set(spans.tolist()) == set(range(MIN_CUT_POSITIONS // 2))
+    assert {120 + 6 * k for k in range(1, 8)} <= set(allowed.tolist())
+    transformer = generate_graph("transformer", layers=48)
+    crossing = crossing_bytes(transformer, transformer.topo_position)
+    work = (transformer.fwd_s + transformer.bwd_s)[transformer.topo_order]
+    plain, spread = set(cheapest_positions(crossing, 16).tolist()), set(cheapest_positions(crossing, 16, work).tolist())
+    assert plain <= spread and len(spread - plain) <= 2  # only the head's span, past the last layer boundary
+
+
+@pytest.mark.parametrize("solver", ["even", "parmesan"])
+def test_a_cheap_prologue_no_longer_hides_the_faster_schedule(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The missed case of issue 30 (a tiny GPT-2 on two devices), as a chain: the multi-stage candidates could
+    only cut in the prologue, simulated far slower than estimated, and the search kept 1F1B although
+    zero-bubble schedules run faster.  Now the search returns the fastest candidate of all."""
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
+    problem = Problem(_prologue_graph(), topology, "throughput",
+                      ProblemSettings(micro_batches=(8,), schedule="auto", recompute=False))
+    one = solve(problem.with_settings(schedule="1f1b"), solver)
+    best = solve(problem, solver)
+    monkeypatch.setattr(schedules, "ESTIMATE_MARGIN", float("inf"))
+    wide = solve(problem, solver)
+    assert one.metrics is not None and best.metrics is not None and wide.metrics is not None
+    assert best.virtual_stages > 1 and best.schedule != "1f1b"
+    assert best.metrics["time_per_sample_s"] < 0.95 * one.metrics["time_per_sample_s"]
+    assert best.metrics["time_per_sample_s"] == pytest.approx(wide.metrics["time_per_sample_s"], rel=1e-12)
 
 
 def test_estimates_follow_the_closed_forms() -> None:
     """Two ranks, equal ops with parameters (f = 1, b = 2, w = 1 each), no bytes between them: 1F1B's bubble
-    is (R - 1)(f + b), ZB-H1's (R - 1)(f + i - w) = 1 per op, ZBV's (R - 1)(f + i - 2w) = 0."""
+    is (R - 1)(f + b), ZB-H1's (R - 1)(f + i - w) = 1 per op, ZBV's (R - 1) max(f + i - 2w, f, i) = f."""
     nodes = [Node(f"op{i}", "aten.mm", 1.0, 2.0, param_bytes=4.0) for i in range(8)]
     graph = OpGraph.build("chain", nodes, [Edge(f"op{i}", f"op{i + 1}", 0.0) for i in range(7)])
     topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
@@ -201,5 +277,27 @@ def test_estimates_follow_the_closed_forms() -> None:
     stage = 4 * 3.0 / speed  # f + b of a stage's four ops
     assert estimates.iteration_s("1f1b", 1) == pytest.approx(4 * stage + stage)
     assert estimates.iteration_s("interleaved-zb", 1) == pytest.approx(4 * stage + 4 * 1.0 / speed)
-    assert estimates.iteration_s("zbv", 2) == pytest.approx(4 * stage)
+    assert estimates.iteration_s("zbv", 2) == pytest.approx(4 * stage + 2 * 1.0 / speed)
     assert estimates.iteration_s("interleaved-1f1b", 2) == pytest.approx(4 * stage + stage / 2)
+
+
+@pytest.mark.parametrize(("ranks", "edge_bytes"), [(2, 0.0), (4, 0.0), (4, 1e8)])
+def test_estimates_are_the_simulated_iterations_of_equal_chains(ranks: int, edge_bytes: float) -> None:
+    """The simulator as the oracle: on a chain of equal ops every candidate's estimate is its simulated
+    iteration, with free transfers and, for 1F1B (the round trip) and the others (each hop once), with
+    transfers short against a stage."""
+    nodes = [Node(f"op{i}", "aten.mm", 1.0, 2.0, param_bytes=4.0) for i in range(12 * ranks)]
+    graph = OpGraph.build("chain", nodes, [Edge(f"op{i}", f"op{i + 1}", edge_bytes) for i in range(12 * ranks - 1)])
+    topology = generate_topology("hierarchical", nodes=1, gpus_per_node=ranks)
+    problem = Problem(graph, topology, "throughput",
+                      ProblemSettings(micro_batches=(4 * ranks,), schedule="auto", recompute=False))
+    devices = [d.id for d in topology.devices]
+    plan = Plan(stages=tuple(Stage(tuple(graph.ids[12 * r:12 * (r + 1)]), (devices[r],)) for r in range(ranks)),
+                micro_batches=4 * ranks, schedule="1f1b")
+    estimates = CandidateEstimates(problem, plan, crossing_bytes(graph, graph.topo_position))
+    candidates = schedule_candidates(problem.settings, ranks, graph.n_ops, 4 * ranks)
+    assert len(candidates) >= 8
+    for name, v in candidates:
+        candidate = plan.with_(schedule=name) if v == 1 else schedules.virtual_plan(problem, plan, name, v, False)
+        simulated = simulate(problem, candidate).metrics["iteration_s"]
+        assert estimates.iteration_s(name, v) == pytest.approx(simulated, rel=1e-9 if edge_bytes == 0 else 2e-3), name
