@@ -8,6 +8,11 @@ device.  Data-ready times include the message queues of the shared channel model
 stand when the op becomes ready.  When no ready op fits anywhere: best effort (the op with
 the lowest topological rank on the device with the most free memory), reported infeasible.
 
+Under a time limit m-ETF stops early enough to place the ops it has not reached by the fast rule
+(:func:`~solvers.listsched.schedule.complete_fast`) and to build and simulate the plan within the
+limit: it keeps :func:`~solvers.listsched.end_reserve_s` for that end (three times the op-level
+schedule's measured set-up, at least 0.2 s; ``stats.end_reserve_s``).
+
 :func:`etf_schedule` is shared with ``m-sct``, which forces a favourite child onto its
 favourite parent's device.
 """

@@ -497,14 +497,22 @@ def _predicted_peak(memory: MemoryCalibration, modelled: float, finished: float)
     return memory.process_bytes + (1.0 + memory.fraction) * (modelled + memory.retained * finished)
 
 
-def _fit_memory(obs: list[tuple[float, float, float]], loss: str) -> MemoryCalibration:
+def _fit_memory(obs: list[tuple[float, float, float]], loss: str) -> tuple[MemoryCalibration, list[str], list[str]]:
+    """Fit 3 of the module docstring; the calibration, the parameters fitted and those the ranks do not
+    determine (held: ``q`` and ``r`` at 0), by the rank of the relative residuals' Jacobian in ``p``, ``q``,
+    ``r`` (:func:`~solvers.calibration.identify.undetermined`; of alike columns ``p``, then ``q``, stay)."""
     if not obs:
-        return MemoryCalibration()
+        return MemoryCalibration(), [], []
     m = np.array([o[0] for o in obs])
     e = np.array([o[1] for o in obs])
     y = np.array([o[2] for o in obs])
-    with_fraction = np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)
-    with_retained = bool((e > 0).any())
+    names = ["memory.process_bytes", "memory.fraction", "memory.retained"]
+    candidates = [0] + [1] * bool(np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)) + [2] * bool((e > 0).any())
+    columns = np.column_stack([1.0 / y, m / y, e / y])[:, candidates]
+    held_cols = undetermined(columns, np.array([1.0, 0.999, 0.998])[candidates])
+    free = [c for k, c in enumerate(candidates) if k not in held_cols]
+    held = [names[c] for k, c in enumerate(candidates) if k in held_cols]
+    with_fraction, with_retained = 1 in free, 2 in free
 
     def residuals(x: np.ndarray) -> np.ndarray:
         q = x[1] if with_fraction else 0.0
@@ -514,8 +522,8 @@ def _fit_memory(obs: list[tuple[float, float, float]], loss: str) -> MemoryCalib
     x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0])
     fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0], [np.inf, 10.0, 1.0]), loss=loss, f_scale=0.05,
                         x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0])
-    return MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0,
-                             float(fit.x[2]) if with_retained else 0.0)
+    return (MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0,
+                              float(fit.x[2]) if with_retained else 0.0), [names[c] for c in free], held)
 
 
 def _summary(errors: Sequence[float]) -> dict[str, float | int] | None:
@@ -557,7 +565,8 @@ def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibrati
     unidentified = [_parameter_names(layout)[i] for i in held]
     left_out = _unhelpful_channels(layout, x, transfers)
     unidentified += [f"channels.{c}" for c in left_out]
-    memory = _fit_memory(_memory_obs(cases), loss)
+    memory, memory_params, memory_held = _fit_memory(_memory_obs(cases), loss)
+    unidentified += memory_held
     kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
                         for i in (c.problem.topology.index[d] for d in st.devices)})
     free_kinds = [] if stages else kinds_all
@@ -594,9 +603,7 @@ def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibrati
               [n for n in (f"devices.{k}.launch_overhead_s" for k in layout.overhead) if n not in unidentified] +
               [f"channels.{c}" for c in layout.channels if f"channels.{c}" not in unidentified] +
               [n for n in iteration_params if n not in unidentified] +
-              (["memory.process_bytes"] if mem else []) +
-              (["memory.fraction"] if mem and np.ptp([m for m, _, _ in mem]) > 0 else []) +
-              (["memory.retained"] if any(e > 0 for _, e, _ in mem) else []))
+              memory_params)
     at_bounds = [f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale
                  if f"devices.{k}.scale.{OP_CLASSES[c]}" not in unidentified and not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
     if "collective_efficiency" in iteration_params and cal.collective_efficiency <= EFFICIENCY_LOW * 1.001:
@@ -606,5 +613,5 @@ def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibrati
            "observations": {"stages": len(stages), "transfers": len(transfers), "iterations":
                             sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem),
                             "profiler_ratios": [profiler_ratio(c.run) for c in cases],
-                            "profiled_stages_scaled": scaled}}
+                            "profiled_stages_scaled": scaled and any(profiler_ratio(c.run) < 1.0 for c in cases)}}
     return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)

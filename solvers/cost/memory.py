@@ -22,7 +22,8 @@ topology whose runs showed memory kept past a micro-batch's backward, ``k + r (M
 schedule, or several virtual stages per rank (:func:`virtual_plan_memory_bytes`): a rank's devices
 hold the parameters of all its virtual stages, and the activations its action list holds at its
 peak (:func:`~solvers.model.schedules.peak_held_bytes`: an ``F`` takes one micro-batch of its
-stage, :func:`kept_bytes`, a ``B`` or a ``W`` frees it, so zero-bubble schedules keep activations until ``W``).
+stage, :func:`kept_bytes`, a ``B`` or a ``W`` frees it, so zero-bubble schedules keep activations until ``W``;
+on a calibrated topology it frees ``1 - r`` of it).
 
 Every device also holds its ``base_memory_bytes`` (the process's own, measured by ``placer
 topology measure``): solvers check the bytes above against :func:`capacity_bytes`, which leaves
@@ -224,7 +225,7 @@ def virtual_plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]
     copies = shared_copy_bytes(problem, rp.stage_of, n) * factor
     held = [kept_bytes(float(g.act_bytes[ops].sum()), float(inputs[j]), rp.recompute[j]) / rp.replicas(j)
             for j, ops in enumerate(rp.stage_ops)]
-    peaks = peak_held_bytes(sch, held)
+    peaks = peak_held_bytes(sch, held, retained_share(problem.topology))
     per_rank = []
     for r in range(sch.ranks):
         stages = sch.rank_stages(r)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from solvers.cost.calibrated import retained_share
 from solvers.cost.memory import capacity_bytes, param_bytes_factor
 from solvers.model.problem import Problem
 
@@ -82,13 +83,15 @@ def least_memory(problem: Problem, *, recompute: bool) -> MemoryNeed:
 
 def most_memory_bytes(problem: Problem) -> float:
     """Bytes a throughput stage holding the whole graph on one device needs without recomputation,
-    with the most micro-batches in flight: no plan needs more on any device (its stages hold
-    subsets, replicas divide the activations), so recomputation is never required when this fits
+    with the most micro-batches in flight (on a calibrated topology, with the share ``r`` of the others that
+    :func:`~solvers.cost.memory.held_micro_batches` counts): no plan needs more on any device (its stages
+    hold subsets, replicas divide the activations), so recomputation is never required when this fits
     the smallest usable capacity (:func:`recompute_never_needed`)."""
     g = problem.graph
     s = problem.settings
+    r = retained_share(problem.topology)
     in_flight = max(problem.micro_batch_candidates) if s.schedule == "gpipe" else max(
-        min(problem.topology.n_devices, mb) for mb in problem.micro_batch_candidates)
+        k + r * (mb - k) for mb in problem.micro_batch_candidates for k in [min(problem.topology.n_devices, mb)])
     shared = sum(float(r.get("bytes", 0.0)) for r in (g.attrs or {}).get("shared_params") or [])
     working = float(max(g.mem_fwd_bytes.max(), g.mem_bwd_bytes.max())) if g.n_ops else 0.0
     return ((float(g.param_bytes.sum()) + shared) * (1.0 + s.optimizer_bytes_per_param_byte)

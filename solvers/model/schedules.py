@@ -352,19 +352,23 @@ _BUILDERS: dict[str, Callable[[int, int, int, int], list[Action]]] = {
 }
 
 
-def peak_held_bytes(schedule: PipelineSchedule, held_bytes: Sequence[float]) -> list[float]:
+def peak_held_bytes(schedule: PipelineSchedule, held_bytes: Sequence[float], retained: float = 0.0) -> list[float]:
     """Per rank, the most activation bytes it holds at once; ``held_bytes[j]`` = one micro-batch of stage ``j``.
 
     An ``F`` takes its micro-batch's activations; a ``B`` frees them; a split backward frees them
     at its ``W`` (the weight gradient still reads the stage's inputs, so zero-bubble schedules hold
-    activations until ``W``), an ``I`` frees nothing.  A rank runs its actions one at a time, so the
+    activations until ``W``), an ``I`` frees nothing.  A free gives back ``1 - retained`` of them: a
+    calibration's share of a finished micro-batch that the runtime still holds within the iteration
+    (``memory.retained``; under 1F1B the peak is then ``k + retained (MB - k)`` micro-batches, as
+    :func:`solvers.cost.memory.held_micro_batches` counts).  A rank runs its actions one at a time, so the
     peak depends on the order only, not on timing.  Each rank's running sum is one ``cumsum`` over its
     actions (the same additions, in the same order, as one at a time).
     """
     held = np.asarray(held_bytes, dtype=np.float64)
     out = []
     for stages, signs in _held_deltas(schedule):
-        running = np.cumsum(held[stages] * signs)
+        scaled = np.where(signs < 0, signs * (1.0 - retained), signs) if retained else signs
+        running = np.cumsum(held[stages] * scaled)
         out.append(max(0.0, float(running.max())) if len(running) else 0.0)
     return out
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from solvers.arrays import IntArray
 from solvers.cost.backward_split import weight_grad_fraction
+from solvers.cost.calibrated import retained_share
 from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import kept_bytes, shared_copy_bytes, shared_param_stages
@@ -262,7 +263,7 @@ def run_schedule(problem: Problem, pipe: VirtualPipeline, channels: ChannelTable
                                                               "allreduce", rank=r), log)
         iteration_s = max(iteration_s, free_s[r] + tail)
     bubble = 1.0 - sum(busy_s) / (ranks * iteration_s) if iteration_s > 0 else 0.0
-    activations = peak_held_bytes(sch, pipe.held_bytes)
+    activations = peak_held_bytes(sch, pipe.held_bytes, retained_share(problem.topology))
     ids = [d.id for d in problem.topology.devices]
     return ScheduleRun(iteration_s, max(0.0, bubble), busy_s, activations,
                        [s + a for s, a in zip(pipe.static_bytes, activations, strict=True)],

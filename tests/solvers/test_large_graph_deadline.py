@@ -71,6 +71,43 @@ def test_m_sct_stops_m_etf_before_the_limit_with_time_to_finish() -> None:
     assert plan.stats["end_reserve_s"] > 0
 
 
+@pytest.mark.parametrize("solver", ["m-sct", "m-etf"])
+def test_the_end_reserve_is_three_set_ups_and_the_rest_is_shared_as_documented(
+        solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the op-level set-up stretched to 0.2 s: the reserve is three set-ups; m-sct's program gets half of
+    what the reserve leaves, and m-ETF (in both solvers) what is left then less the reserve."""
+    import solvers.baselines.metf as metf_module
+    import solvers.baselines.msct as msct_module
+    module = msct_module if solver == "m-sct" else metf_module
+    real_start, real_etf, real_fav = module.start_op_schedule, module.etf_schedule, msct_module.favourite_children
+    seen: dict[str, float] = {}
+
+    def slow_start(problem: Problem) -> object:
+        time.sleep(0.2)
+        return real_start(problem)
+
+    def etf(sched: object, pins: object, budget: Budget, *args: object) -> bool:
+        seen["etf_s"], seen["etf_at"] = budget.remaining_s(), time.monotonic()
+        return real_etf(sched, pins, budget, *args)  # type: ignore[arg-type]
+
+    def fav(*args: object) -> object:
+        seen["lp_s"], seen["lp_at"] = float(args[4]), time.monotonic()  # type: ignore[arg-type]
+        return real_fav(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "start_op_schedule", slow_start)
+    monkeypatch.setattr(module, "etf_schedule", etf)
+    monkeypatch.setattr(msct_module, "favourite_children", fav)
+    limit_s = 10.0
+    started = time.monotonic()
+    plan = solve(tiny_problem(11, 14, 3), solver, time_limit_s=limit_s)
+    reserve = plan.stats["end_reserve_s"]
+    assert 3 * 0.2 <= reserve <= 3 * 0.35  # three set-ups of 0.2 s and a little
+    if solver == "m-sct":
+        left_s = limit_s - (seen["lp_at"] - started)
+        assert seen["lp_s"] == pytest.approx((left_s - reserve) / 2, abs=0.1)
+    assert seen["etf_s"] == pytest.approx(limit_s - (seen["etf_at"] - started) - reserve, abs=0.1)
+
+
 def test_moirai_refuses_with_the_reason_when_the_limit_leaves_no_time() -> None:
     started = time.monotonic()
     plan = solve(large_problem(), "moirai", time_limit_s=0.05)

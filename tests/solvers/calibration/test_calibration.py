@@ -26,17 +26,20 @@ from solvers.calibration import (
     fit_calibration,
     op_class,
 )
+from solvers.calibration.fit import _fit_memory
 from solvers.calibration.identify import profiler_ratio
 from solvers.cost.memory import finished_micro_batch_bytes, held_micro_batches, plan_memory_bytes, stage_memory_bytes
+from solvers.cost.memory_bounds import most_memory_bytes
 from solvers.exact.stage_model import in_flight
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage
-from solvers.model.problem import Problem
+from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.run import run_from_document
 from solvers.model.schemas import load_schema
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
+from solvers.simulator.schedule_engine import simulate_plan_schedule
 from solvers.validity import resolve_plan
 from tests.run_records import calibrated_run
 
@@ -159,14 +162,45 @@ def test_the_retained_share_counts_in_the_memory_model_that_simulator_and_solver
     # 1F1B holds 2 and 1 of 8 in flight; the second stage also keeps what it receives per micro-batch
     assert finished[0] == pytest.approx(6 * kept[0]) and finished[1] > 7 * kept[1] > 0
     before = plan_memory_bytes(plain, rp)
-    after = plan_memory_bytes(calibrated, resolve_plan(calibrated, p, check_memory=False))
+    rp_cal = resolve_plan(calibrated, p, check_memory=False)
+    after = plan_memory_bytes(calibrated, rp_cal)
     assert after == pytest.approx([b + 0.25 * f for b, f in zip(before, finished, strict=True)], rel=1e-12)
+    # the action-list engine, where a B frees 1 - r of a micro-batch, holds the same at 1F1B's peak
+    assert simulate_plan_schedule(calibrated, rp_cal).peak_memory_bytes == pytest.approx(after, rel=1e-12)
     peak = simulate(calibrated, p).metrics["peak_memory_bytes"]
     for s, dev in enumerate(("gpu0", "gpu2")):
         assert peak[dev] == pytest.approx(topo.devices[topo.index[dev]].base_memory_bytes + 10 * 2**20 + 1.5 * after[s])
     assert list(in_flight(calibrated, 2, 8)) == [2 + 0.25 * 6, 1 + 0.25 * 7]
     assert held_micro_batches(plain, "1f1b", 2, 0, 8) == 2  # uncalibrated: the schedule's own count
     assert finished_micro_batch_bytes(plain, resolve_plan(plain, p.with_(micro_batches=1), check_memory=False)) == [0, 0]
+
+
+def test_the_memory_fit_names_a_share_the_ranks_cannot_tell_from_the_constant() -> None:
+    """Ranks whose finished micro-batches' bytes are all alike cannot tell ``r`` from ``p``: ``r`` is held at 0
+    and named; with those bytes varying on their own the true ``p``, ``q`` and ``r`` come back."""
+    m = np.array([10, 20, 30, 40, 50, 60], dtype=float) * 2**20
+    truth = MemoryCalibration(100 * 2**20, 0.2, 0.5)
+    for e, held in ((np.full(6, 8.0 * 2**20), True), (np.array([0, 8, 0, 16, 4, 0], dtype=float) * 2**20, False)):
+        obs = [(float(a), float(b), truth.process_bytes + 1.2 * (a + 0.5 * b)) for a, b in zip(m, e, strict=True)]
+        memory, fitted, unidentified = _fit_memory(obs, "linear")
+        assert ("memory.retained" in unidentified) == held and ("memory.retained" in fitted) != held
+        if held:
+            assert memory.retained == 0.0 and memory.fraction == pytest.approx(0.2, rel=1e-3)
+        else:
+            assert (memory.process_bytes, memory.fraction, memory.retained) == pytest.approx(
+                (truth.process_bytes, 0.2, 0.5), rel=1e-3)
+
+
+def test_the_bound_that_rules_recomputation_out_counts_the_retained_share() -> None:
+    """``most_memory_bytes`` (no plan needs more, so recomputation is never needed when it fits) counts, under
+    1F1B, the share ``r`` of the micro-batches beyond the devices' count: 4 devices, up to 8 micro-batches."""
+    graph, topo = world()
+    settings = ProblemSettings(schedule="1f1b", micro_batches=(2, 8))
+    need = {}
+    for r in (0.0, 1.0):
+        g, t = apply_calibration(graph, topo, Calibration({}, memory=MemoryCalibration(0.0, 0.0, r)))
+        need[r] = most_memory_bytes(Problem(g, t, "throughput", settings))
+    assert need[1.0] - need[0.0] == pytest.approx((8 - 4) * float(graph.act_bytes.sum()), rel=1e-9)
 
 
 def test_a_channel_class_whose_transfers_show_no_bandwidth_keeps_the_topologys_figures() -> None:
