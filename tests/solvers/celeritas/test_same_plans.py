@@ -50,6 +50,10 @@ PLANS = {
     # one-device message path of the simulator's channel table
     "layered-4000-budgeted": "09456f6f4118f806",
 }
+# numpy's SIMD kernels (AVX-512 against AVX2) round some sums differently in the last bit, and at 4000 ops
+# a tie breaks the other way: the same commit 821e2c5 gives this digest on an AVX2-only CPU (AMD EPYC,
+# numpy's X86_V3), where the code of today gives it too
+OTHER_CPU_PLANS = {"layered-4000-budgeted": {"28ea5e79c3bba41e"}}
 
 
 def _graph(name: str) -> OpGraph:
@@ -97,7 +101,7 @@ def test_adjusting_placement_is_pinned(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(PLANS))
 def test_default_plan_is_pinned(case: str) -> None:
-    assert plan_digest(case) == PLANS[case]
+    assert plan_digest(case) in {PLANS[case], *OTHER_CPU_PLANS.get(case, ())}
 
 
 if __name__ == "__main__":
