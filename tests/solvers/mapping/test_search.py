@@ -131,6 +131,16 @@ def solved_beside_brute_force(problem: Problem, stage_of: IntArray, n_stages: in
     return model, costs, expected, result
 
 
+@pytest.mark.xfail(strict=True, reason="found by make fuzz on 2026-11-27: the proven bound ends 3e-5 above the optimum "
+                                       "(0.0201694 against 0.0201688 s) on 3 stages of one replica over 4 devices; not "
+                                       "fixed yet")
+def test_the_bound_stays_below_the_optimum_on_the_case_fuzzing_found() -> None:
+    problem, stage_of = case(148, 3, 1, 4, 1, "1f1b", True, True, blocky=True)
+    _, _, expected, result = solved_beside_brute_force(problem, stage_of, 3, 1, 1, 4, 300)
+    assert result.objective_s == pytest.approx(expected, rel=1e-9)
+    assert result.lower_bound_s <= expected * (1 + 1e-9)
+
+
 @settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2), (3, 2), (2, 3), (4, 1), (3, 1), (5, 1), (1, 3)]),
        extra=st.integers(0, 1), mb=st.integers(1, 5), symmetric=st.booleans(), blocky=st.booleans())
