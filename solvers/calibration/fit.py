@@ -544,9 +544,11 @@ def fit_calibration(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Seque
     if loss not in ("linear", "soft_l1", "huber", "cauchy", "arctan"):
         raise InvalidInput(f"loss: must be linear, soft_l1, huber, cauchy or arctan, got {loss!r}", field="loss")
     cases = _cases(runs, graphs, topologies, plans)
-    cal = _fit(cases, loss, name, scaled=True)
+    transfers = [t for c in cases for t in _transfer_obs(c)]  # the same for both fits below
+    mem = _memory_obs(cases)
+    cal = _fit(cases, transfers, mem, loss, name, scaled=True)
     if any(profiler_ratio(c.run) < 1.0 for c in cases):
-        as_recorded = _fit(cases, loss, name, scaled=False)
+        as_recorded = _fit(cases, transfers, mem, loss, name, scaled=False)
         if _iteration_median(as_recorded) < _iteration_median(cal):
             cal = as_recorded
     return cal
@@ -557,15 +559,16 @@ def _iteration_median(cal: Calibration) -> float:
     return float(summary["median_relative"]) if summary else 0.0
 
 
-def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibration:
-    """The three fits of the module docstring; ``scaled``: the profiled stage times times each run's profiler ratio."""
+def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[float, float, float]], loss: str,
+         name: str, *, scaled: bool) -> Calibration:
+    """The three fits of the module docstring on the cases' transfer and memory observations; ``scaled``: the
+    profiled stage times times each run's profiler ratio."""
     stages = [s for c in cases for s in _stage_obs(c, scaled)]
-    transfers = [t for c in cases for t in _transfer_obs(c)]
     layout, x, held = _fit_compute(stages, transfers, loss)
     unidentified = [_parameter_names(layout)[i] for i in held]
     left_out = _unhelpful_channels(layout, x, transfers)
     unidentified += [f"channels.{c}" for c in left_out]
-    memory, memory_params, memory_held = _fit_memory(_memory_obs(cases), loss)
+    memory, memory_params, memory_held = _fit_memory(mem, loss)
     unidentified += memory_held
     kinds_all = sorted({c.problem.topology.devices[i].kind for c in cases for st in c.plan.stages
                         for i in (c.problem.topology.index[d] for d in st.devices)})
@@ -590,7 +593,6 @@ def _fit(cases: list[_Case], loss: str, name: str, *, scaled: bool) -> Calibrati
     for t in transfers:  # a class left out keeps the topology's figures
         ch = cal.channels.get(t.cls)
         after_transfer.append(_rel(ch.latency_s + t.bytes / ch.bandwidth_Bps if ch else t.nominal, t.measured))
-    mem = _memory_obs(cases)
     residuals = {
         "stage_s": {"uncalibrated": _summary(before_stage), "calibrated": _summary(after_stage)},
         "transfer_s": {"uncalibrated": _summary([_rel(t.nominal, t.measured) for t in transfers]),

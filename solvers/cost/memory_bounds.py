@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solvers.cost.calibrated import retained_share
-from solvers.cost.memory import capacity_bytes, param_bytes_factor
+from solvers.cost.memory import capacity_bytes, held_micro_batches, param_bytes_factor
 from solvers.model.problem import Problem
 
 GIB = float(2**30)
@@ -89,9 +88,8 @@ def most_memory_bytes(problem: Problem) -> float:
     the smallest usable capacity (:func:`recompute_never_needed`)."""
     g = problem.graph
     s = problem.settings
-    r = retained_share(problem.topology)
-    in_flight = max(problem.micro_batch_candidates) if s.schedule == "gpipe" else max(
-        k + r * (mb - k) for mb in problem.micro_batch_candidates for k in [min(problem.topology.n_devices, mb)])
+    in_flight = max(held_micro_batches(problem, s.schedule, problem.topology.n_devices, 0, mb)
+                    for mb in problem.micro_batch_candidates)  # the first of as many stages as devices
     shared = sum(float(r.get("bytes", 0.0)) for r in (g.attrs or {}).get("shared_params") or [])
     working = float(max(g.mem_fwd_bytes.max(), g.mem_bwd_bytes.max())) if g.n_ops else 0.0
     return ((float(g.param_bytes.sum()) + shared) * (1.0 + s.optimizer_bytes_per_param_byte)
