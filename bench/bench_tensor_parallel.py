@@ -81,6 +81,31 @@ class Case:
     source: str = "Narayanan et al. SC'21 Table 1"
     also_t: tuple[int, ...] = ()  # further published degrees scored (t d GPUs the same, d = GPUs / (t p))
     achieved_TFLOPs: float | None = None  # per GPU, as the source reports it
+    layer_split: tuple[int, ...] = ()  # layers per stage, first to last (empty: layers / p each)
+    checkpointed_layers: tuple[int, ...] = ()  # per stage, layers the source recomputes (empty: not stated)
+    memory_GiB: float = 80.0  # per GPU
+    links_GBps: tuple[float, float] | None = None  # (inside a host, per GPU between hosts); None: HOST_LINKS_GBPS
+
+    def __post_init__(self) -> None:
+        if self.layer_split and (len(self.layer_split) != self.p or sum(self.layer_split) != self.layers
+                                 or min(self.layer_split) < 1):
+            raise ValueError(f"{self.name}: layer_split {list(self.layer_split)} must give each of the {self.p} "
+                             f"stages at least one layer and {self.layers} layers in all")
+        if self.checkpointed_layers and (len(self.checkpointed_layers) != self.p or any(
+                not 0 <= c <= n for c, n in zip(self.checkpointed_layers, self.stage_layer_counts(), strict=True))):
+            raise ValueError(f"{self.name}: checkpointed_layers {list(self.checkpointed_layers)} must give each of "
+                             f"the {self.p} stages between 0 and its layers {self.stage_layer_counts()}")
+
+    def stage_layer_counts(self) -> list[int]:
+        """Layers per stage: ``layer_split``, or ``layers / p`` each with the remainder on the last stage."""
+        if self.layer_split:
+            return list(self.layer_split)
+        per_stage = self.layers // self.p
+        return [per_stage] * (self.p - 1) + [self.layers - per_stage * (self.p - 1)]
+
+    def recomputed_stages(self) -> tuple[int, ...]:
+        """Stages in which the source recomputes at least one layer (Placer recomputes a stage whole or not)."""
+        return tuple(s for s, c in enumerate(self.checkpointed_layers) if c > 0)
 
     @property
     def d(self) -> int:
@@ -122,6 +147,25 @@ LLAMA = Case(
 HETERO = Case(
     "hetero-1.7b", 24, 2304, 24, 1, 1, 32, 256, device="H100", source="Megatron-style homogeneous: t 1, p 1, d 32"
 )
+# Mist's tuned A100 40 GB configurations (Dazz993/Mist, benchmark/mist/tuned_configs/a100-40gb/gpt/,
+# files *-f_False.yaml, commit d69e530): hosts of 8 A100 SXM4 40 GB, NVLink 3 at 300 GB/s, 100 Gb/s
+# (12.5 GB/s, 1.5625 GB/s per GPU) between hosts; sequence 4096, vocabulary 50304, MLP 4h.
+MIST_LINKS_GBPS = (300.0, 12.5 / 8)
+MIST = {
+    "mist-7b": Case(
+        "mist-7b", 32, 4096, 32, 2, 2, 8, 128, seq_len=4096, vocab=50304, source="Mist tuned config 7b",
+        layer_split=(15, 17), checkpointed_layers=(7, 2), memory_GiB=40.0, links_GBps=MIST_LINKS_GBPS,
+    ),
+    "mist-13b": Case(
+        "mist-13b", 40, 5120, 40, 2, 4, 16, 256, seq_len=4096, vocab=50304, source="Mist tuned config 13b",
+        layer_split=(9, 10, 10, 11), checkpointed_layers=(6, 6, 3, 0), memory_GiB=40.0, links_GBps=MIST_LINKS_GBPS,
+    ),
+    "mist-22b": Case(
+        "mist-22b", 64, 6144, 48, 1, 8, 32, 512, seq_len=4096, vocab=50304, source="Mist tuned config 22b",
+        layer_split=(6,) * 8, checkpointed_layers=(6, 6, 6, 6, 6, 6, 4, 3), memory_GiB=40.0,
+        links_GBps=MIST_LINKS_GBPS,
+    ),
+}
 
 
 def megatron_gpt(case: Case) -> OpGraph:
@@ -149,7 +193,7 @@ def hosts_topology(
     host = np.repeat(np.arange(len(kinds)), 8)
     devices = [
         Device(f"gpu{i}", kinds[h], f"node{h}", 80.0 * GiB, relative_speed(kinds[h], reference))
-        for i, h in enumerate(host)
+        for i, h in enumerate(host.tolist())
     ]
     bw = two_level(host, 0.0, inter_GBps * GB)
     for k, nvlink in enumerate(nvlink_GBps):
@@ -165,12 +209,13 @@ def topology_for(case: Case) -> Topology:
         return hosts_topology(
             "2xH100+2xA100", ["H100", "H100", "A100", "A100"], "H100", [450.0, 450.0, 300.0, 300.0], 25.0
         )
-    intra_GBps, inter_GBps = HOST_LINKS_GBPS[case.device]
+    intra_GBps, inter_GBps = case.links_GBps or HOST_LINKS_GBPS[case.device]
     return generate_topology(
         "hierarchical",
         nodes=case.gpus // 8,
         gpus_per_node=8,
         device=case.device,
+        memory_gib=case.memory_GiB,
         intra_bandwidth_GBps=intra_GBps,
         inter_bandwidth_GBps=inter_GBps,
         intra_latency_s=2e-6,
@@ -184,26 +229,39 @@ def _layer_index(op_layer: str) -> int | None:
 
 
 def published_plan(case: Case, graph: OpGraph, topo: Topology, micro_batches: int) -> Plan:
-    """The published (t, p, d): ``p`` stages of ``layers / p`` layers (embedding with the first, the
-    final norm and head with the last), stage ``s`` on groups ``s d .. (s+1) d - 1`` of ``t`` devices
-    of one host, replica-major (replica ``k``'s group is ``devices[k t:(k+1) t]``)."""
+    """The published (t, p, d): ``p`` stages of :meth:`Case.stage_layer_counts` layers (embedding with
+    the first, the final norm and head with the last), stage ``s`` on groups ``s d .. (s+1) d - 1`` of
+    ``t`` devices of one host, replica-major (replica ``k``'s group is ``devices[k t:(k+1) t]``)."""
     groups = tp_groups(topo, case.t)
     if len(groups) < case.p * case.d:
         raise ValueError(f"{case.name}: {len(groups)} groups of {case.t} devices, {case.p * case.d} needed")
-    per_stage = case.layers // case.p
+    stage_of_layer = np.repeat(np.arange(case.p), case.stage_layer_counts())
     stage_ops: list[list[str]] = [[] for _ in range(case.p)]
     for node in graph.nodes:
         index = _layer_index(node.id)
         if index is None:
             stage = 0 if node.id.startswith("transformer.w") or node.id.startswith("transformer.add") else case.p - 1
+        elif index >= case.layers:
+            raise ValueError(f"{case.name}: op {node.id} is in layer {index}, the case has {case.layers} layers")
         else:
-            stage = min(index // per_stage, case.p - 1)
+            stage = int(stage_of_layer[index])
         stage_ops[stage].append(node.id)
     stages = []
     for s in range(case.p):
         devices = [topo.devices[i].id for g in groups[s * case.d : (s + 1) * case.d] for i in g]
         stages.append(Stage(ops=tuple(stage_ops[s]), devices=tuple(devices), tp=case.t))
     return Plan(stages=tuple(stages), micro_batches=micro_batches, schedule="1f1b", solver="published")
+
+
+def published_recompute(case: Case) -> list[bool | tuple[int, ...]]:
+    """The recomputation settings a published plan is scored with: none and every stage (Megatron-LM
+    runs both), and, where the source recomputes some layers of some stages only, exactly the stages
+    with any recomputed layer (Placer recomputes a stage whole or not at all)."""
+    settings: list[bool | tuple[int, ...]] = [False, True]
+    some = case.recomputed_stages()
+    if some and len(some) < case.p:
+        settings.append(some)
+    return settings
 
 
 def _score(problem: Problem, plan: Plan, global_batch: int) -> tuple[float, str]:
@@ -235,7 +293,7 @@ def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
         m = case.global_batch // variant.d
         problem = Problem(graph, topo, settings=ProblemSettings(micro_batches=(m,), global_batch=case.global_batch))
         plan = published_plan(variant, graph, topo, m)
-        for recompute in (False, True):  # Megatron-LM runs with and without full activation recomputation
+        for recompute in published_recompute(case):
             ms, why = _score(problem, dataclasses.replace(plan, recompute=recompute), case.global_batch)
             pub_ms = min(pub_ms, ms) if not why else pub_ms
             print(
@@ -252,13 +310,13 @@ def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
                 topo,
                 settings=ProblemSettings(micro_batches=counts, global_batch=case.global_batch, max_tp=max_tp),
             )
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             plan = solve(problem, solver, time_limit_s=time_limit_s)
-            took = time.perf_counter() - started
+            took, took_cpu = time.perf_counter() - started, time.process_time() - started_cpu
             ms, why = _score(problem, plan, case.global_batch)
             no_tp_ms = ms if max_tp == 1 else no_tp_ms
             print(
-                f"{case.name:12} {solver:8} max_tp={max_tp}: {ms:.3f} ms/sample, solve {took:.1f} s, "
+                f"{case.name:12} {solver:8} max_tp={max_tp}: {ms:.3f} ms/sample, solve {took:.1f} s (CPU {took_cpu:.1f} s), "
                 f"published/placer {pub_ms / ms:.3f}, no-tp/placer {no_tp_ms / ms:.3f}, {_shape(plan)}, "
                 f"m={plan.micro_batches}, recompute={plan.recompute}, {plan.status} {why}  "
                 f"load {os.getloadavg()[0]:.1f}",
@@ -267,7 +325,7 @@ def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
 
 
 def main() -> None:
-    cases = {**TABLE1, "llama3-8b": LLAMA, "hetero": HETERO}
+    cases = {**TABLE1, "llama3-8b": LLAMA, "hetero": HETERO, **MIST}
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=["gpt-1.7b", "llama3-8b", "hetero"], choices=sorted(cases))
     parser.add_argument("--solvers", nargs="+", default=["exact"])

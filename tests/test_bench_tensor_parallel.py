@@ -10,15 +10,17 @@ import pytest
 
 from bench.bench_tensor_parallel import (
     HETERO,
+    MIST,
     TABLE1,
     Case,
     _layer_index,
     _score,
     megatron_gpt,
     published_plan,
+    published_recompute,
     topology_for,
 )
-from solvers.generate.devices import GB
+from solvers.generate.devices import GB, GiB
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
 from solvers.model.tp_rules import split_layout
@@ -86,3 +88,59 @@ def test_source_time_per_sample_follows_the_papers_flop_count() -> None:
     assert case.measured_ms_per_sample() == pytest.approx(1e3 * flops / (137e12 * 32))
     assert case.measured_ms_per_sample() == pytest.approx(6.891, abs=1e-3)
     assert dataclasses.replace(case, achieved_TFLOPs=None).measured_ms_per_sample() is None
+
+
+UNEVEN = dataclasses.replace(  # t 1, p 3, d 2 on one host of 8 (6 used), 1 + 2 + 3 layers, as Mist's splits
+    SMALL, name="gpt-uneven", layers=6, t=1, p=3, gpus=8, layer_split=(1, 2, 3), checkpointed_layers=(1, 0, 2)
+)
+
+
+def test_published_plan_follows_the_sources_uneven_layer_split() -> None:
+    graph, topo = megatron_gpt(UNEVEN), topology_for(UNEVEN)
+    plan = published_plan(UNEVEN, graph, topo, micro_batches=4)
+    layers = [{_layer_index(op) for op in s.ops} - {None} for s in plan.stages]
+    assert layers == [{0}, {1, 2}, {3, 4, 5}]
+    assert [s.devices for s in plan.stages] == [("gpu0", "gpu1"), ("gpu2", "gpu3"), ("gpu4", "gpu5")]
+    assert "transformer.wte" in plan.stages[0].ops and "loss" in plan.stages[2].ops
+
+
+def test_stage_layer_counts_default_to_equal_stages_with_the_remainder_last() -> None:
+    assert dataclasses.replace(SMALL, layers=7, p=3).stage_layer_counts() == [2, 2, 3]
+    assert UNEVEN.stage_layer_counts() == [1, 2, 3]
+
+
+def test_recomputation_is_scored_per_stage_where_the_source_recomputes_some_stages() -> None:
+    assert UNEVEN.recomputed_stages() == (0, 2)
+    assert published_recompute(UNEVEN) == [False, True, (0, 2)]
+    assert published_recompute(SMALL) == [False, True]  # the source states no per-stage recomputation
+    every = dataclasses.replace(UNEVEN, checkpointed_layers=(1, 1, 1))
+    assert published_recompute(every) == [False, True]  # every stage recomputes: the same as True
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"layer_split": (1, 2)}, "each of the 3 stages"),
+        ({"layer_split": (1, 2, 4)}, "6 layers in all"),
+        ({"layer_split": (0, 3, 3)}, "at least one layer"),
+        ({"checkpointed_layers": (1, 3, 0)}, r"between 0 and its layers \[1, 2, 3\]"),
+        ({"checkpointed_layers": (1, 0)}, "each of the 3"),
+    ],
+)
+def test_a_split_that_does_not_fit_the_case_is_refused_naming_it(
+    changes: dict[str, tuple[int, ...]], message: str
+) -> None:
+    layer_split = changes.get("layer_split", UNEVEN.layer_split)
+    checkpointed = changes.get("checkpointed_layers", UNEVEN.checkpointed_layers)
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(UNEVEN, layer_split=layer_split, checkpointed_layers=checkpointed)
+
+
+def test_mist_cases_match_their_configurations_and_cluster() -> None:
+    for case in MIST.values():
+        assert sum(case.stage_layer_counts()) == case.layers and case.t * case.p * case.d == case.gpus
+    assert (MIST["mist-22b"].d, MIST["mist-22b"].global_batch // MIST["mist-22b"].d) == (4, 128)  # 128 steps of 4 rows
+    topo = topology_for(MIST["mist-13b"])
+    assert topo.n_devices == 16 and {d.memory_bytes for d in topo.devices} == {40 * GiB}
+    bw = topo.direct_bandwidth_Bps
+    assert bw[0, 1] == pytest.approx(300 * GB) and bw[0, 8] == pytest.approx(12.5 / 8 * GB)
