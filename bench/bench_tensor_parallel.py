@@ -3,11 +3,12 @@
 ``.venv/bin/python -m bench.bench_tensor_parallel [--cases gpt-1.7b llama3-8b hetero] [--solvers exact] [--time-limit S]``
 
 Per case, three plans scored by Placer's simulator with the same global batch: the published
-tensor/pipeline/data configuration built directly as a plan (``p`` stages of equal layers,
+tensor/pipeline/data configuration built directly as a plan (``p`` stages of the source's layers,
 devices replica-major, each replica's tensor-parallel group inside one host), and each solver's
 plan with ``max_tp`` 1 (no tensor parallelism) and ``max_tp`` 8 (degrees 1, 2, 4, 8 within a
 host). Reported: the time per sample, whether the plan fits memory (the simulator refuses one
-that does not, naming the stage), the solve time and the ratios published / Placer.
+that does not, naming the stage), the solve time (wall clock, and the process's CPU time), the
+plan's shape and schedule, and the ratios published / Placer.
 
 Sources and figures:
 
@@ -33,6 +34,45 @@ Sources and figures:
 - Heterogeneous: 2 hosts of 8 H100 and 2 of 8 A100 (the fabrics above, 25 GB/s between hosts),
   the 1.7B GPT at the global batch 256: the Megatron-style homogeneous plan (one stage, ``t`` 1,
   32 replicas over both kinds, so the A100s set the pace) against Placer's mapping.
+- Mist rows (Zhu et al., *Mist: Efficient Distributed Training of Large Language Models via
+  Memory-Parallelism Co-Optimization*, EuroSys'25, arXiv 2503.19050): the authors' tuned best
+  configurations in their artifact, github.com/Dazz993/Mist, commit 3895557 (unchanged at
+  d69e530), ``benchmark/mist/tuned_configs/a100-40gb/gpt/{7b-s_4096-v_50304-b_128-n_1-m_8,
+  13b-s_4096-v_50304-b_256-n_2-m_8, 22b-s_4096-v_50304-b_512-n_4-m_8}-f_False.yaml`` (``f_False``:
+  no flash attention, as the generator materialises the attention scores). From each file: hidden,
+  layers, heads, MLP 4 h (``model``), sequence 4096, vocabulary 50304, global batch (``training``),
+  hosts of 8 GPUs with 40 GB (``hardware``); ``strategy``: ``layer_partitions`` (layers per stage),
+  ``device_assignment`` (every stage on 4 GPUs of one host, stages in device order),
+  ``stage_strategies`` (micro-batch 1 sample a replica, data-parallel degree, tensor-parallel degree,
+  weight / gradient / optimizer sharding flags, offloading ratios all 0),
+  ``gradient_checkpointing`` (layers recomputed per stage), ``gradient_accumulation_steps`` (the
+  micro-batches of an iteration): 7B on 8 GPUs: 15 / 17 layers, ``t`` 2, ``d`` 2, 7 / 2 layers
+  recomputed, 64 micro-batches; 13B on 16: 9 / 10 / 10 / 11 layers, ``t`` 2, ``d`` 2, 6 / 6 / 3 / 0
+  recomputed, 128; 22B on 32: 8 stages of 6 layers, ``t`` 1, ``d`` 4, 6 / 6 / 6 / 6 / 6 / 6 / 4 / 3
+  recomputed, 128. Not modelled by Placer, so not scored: the optimizer-state sharding over the
+  replicas (ZeRO-1) of every stage, the weight and gradient sharding of the 22B's 7th stage and the
+  gradient sharding of its 8th (Placer charges every replica the whole gradient and optimizer state,
+  ``optimizer_bytes_per_param_byte`` 3), recomputation of some layers of a stage (scored as none,
+  all, and exactly the stages with any recomputed layer, :func:`published_recompute`), Mist's
+  overlap of communication with compute. Cluster: A100 SXM4 40 GB (the files: ``nvlink: true``,
+  ``memory_capacity: 40``), NVLink 3 at 300 GB/s per direction (datasheet); between hosts 100 Gb/s
+  a host (12.5 GB/s, 1.5625 GB/s per GPU), an assumption: the paper's testbed description is not in
+  the project's library, and the files' profiled inter-host parameters (``gpu_gpu_comm_params``
+  1.30, 2.60, 5.42, 10.70 for growing groups) agree with about 10.7 GB/s a host if read as GB/s.
+  The files give no measured time, so there is no source time per sample.
+- Not scored, no concrete configuration found: Aceso (Liu et al., EuroSys'24): its artifact
+  (github.com/MachineLearningSystem/24Eurosys-Aceso, a copy of the authors' artifact, commit
+  53d0036) ships profiled op times and throughputs normalised to Megatron-LM
+  (``results/ref/e2e_norm_thpt_large_gpt.csv``: 1.00 to 1.31 for GPT 350M to 13B on up to 4 x 8
+  V100 32 GB) but no searched configuration (the search writes them when run), and the paper's
+  §5.4 case study (GPT-3 1.3B) is not in the library. Metis (Um et al., USENIX ATC'24): the
+  planner's repository (github.com/SamsungLabs/Metis, commit 4b24046) ships one sample run,
+  ``results/hetero_cost_model``, on its sample profiles (``profile_data_samples``, A100 only; no T4
+  profile) whose model cannot be pinned down (its arguments say hidden 4096, sequence 1024, 10
+  layers; the profiles' 202,383,360 parameter bytes per layer fit hidden 2048 in fp32); its best plan
+  (one host of 4 T4 and three of 4 A100; two stages of 8 GPUs, the first spanning the T4 host and
+  an A100 host, ``(dp, tp)`` (4, 2) each, layers 0-3 / 4-9, "8 batches") is an example of the tool,
+  not a configuration the paper reports.
 """
 
 from __future__ import annotations
@@ -275,7 +315,7 @@ def _score(problem: Problem, plan: Plan, global_batch: int) -> tuple[float, str]
 
 def _shape(plan: Plan) -> str:
     shapes = sorted({(len(s.devices) // s.tp, s.tp) for s in plan.stages})
-    return f"{len(plan.stages)} stages, (R, t) {shapes}"
+    return f"{len(plan.stages)} stages, (R, t) {shapes}, {plan.schedule} v={plan.virtual_stages}"
 
 
 def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
