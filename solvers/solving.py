@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from solvers.cost.recompute import recompute_where_needed
 from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
-from solvers.partition.schedules import base_settings, search_schedules
+from solvers.partition.schedules import TIE_RELATIVE, base_settings, search_schedules
 from solvers.runnable import runnable_notes
 from solvers.simulator import SimulationResult, simulate, simulated_key_s
 
@@ -91,16 +91,60 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     settings = base_settings(problem.settings)  # the solver plans GPipe or 1F1B rank groups
     # the same problem object where nothing changes: the simulator then reuses the solver's own result
     base = problem if settings == problem.settings else replace(problem, settings=settings)
-    if problem.settings.global_batch is not None:
-        plan = _solve_per_micro_batches(base, cls(), opts, budget, progress or no_progress)
-    else:
-        plan = _solve_deciding_recompute(cls(), base, opts, budget, progress or no_progress)
+    first_fit_only = getattr(cls, "schedule_search_first_fit", False)
+
+    def run(on: Problem) -> Plan:
+        if on.settings.global_batch is not None:
+            return _solve_per_micro_batches(on, cls(), opts, budget, progress or no_progress)
+        return _solve_deciding_recompute(cls(), on, opts, budget, progress or no_progress)
+
+    plan = run(base)
     if problem.objective == "throughput":  # schedule "auto" or another by name: every schedule on its groups
-        plan = search_schedules(problem, plan, solved_on=base,
-                                first_fit_only=getattr(cls, "schedule_search_first_fit", False))
+        plan = search_schedules(problem, plan, solved_on=base, first_fit_only=first_fit_only)
+        if _unsplit_competes(problem, plan):
+            def unsplit(on: Problem) -> Plan:
+                on_base = replace(on, settings=base_settings(on.settings))
+                return search_schedules(on, run(on_base), solved_on=on_base, first_fit_only=first_fit_only)
+            plan = _against_unsplit(problem, plan, budget, unsplit)
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
+
+
+def _unsplit_competes(problem: Problem, plan: Plan) -> bool:
+    """Whether the best plan without tensor parallelism must compete with ``plan`` under every schedule.
+
+    Under ``schedule: "auto"`` a plan with tensor-parallel stages was searched under GPipe and 1F1B only
+    (:func:`~solvers.partition.schedules.search_schedules`), while a plan of ``t = 1`` stages may run the
+    interleaved, zero-bubble and V-shaped schedules too, which can beat the split plan per sample: a
+    ``max_tp`` above 1 must never give a slower plan than ``max_tp`` 1 (docs/tensor-parallel.md, "Search")."""
+    return (problem.settings.schedule == "auto" and problem.settings.tp is None and plan.status != "infeasible"
+            and any(stage.tp > 1 for stage in plan.stages))
+
+
+def _against_unsplit(problem: Problem, plan: Plan, budget: Budget,
+                     solve_unsplit: Callable[[Problem], Plan]) -> Plan:
+    """The faster per sample of ``plan`` (tensor-parallel stages) and the solver's plan on ``max_tp`` 1 under
+    every schedule (:func:`_unsplit_competes`), solved with what is left of ``budget``; a tie keeps ``plan``.
+    ``stats.tp_candidates`` gives both comparison keys (``null``: no plan, or not searched: the time limit
+    was spent, said in the notes)."""
+    split_key = simulated_key_s(problem, plan)
+    if budget.expired():
+        return plan.with_(stats={**plan.stats, "tp_candidates": {"split": split_key, "unsplit": None}},
+                          notes=(*plan.notes, "plans without tensor parallelism were not searched under the "
+                                              "schedules beyond GPipe and 1F1B: the time limit was spent"))
+    unsplit = solve_unsplit(problem.with_settings(max_tp=1))
+    unsplit_key = (simulated_key_s(problem, unsplit)
+                   if unsplit.stages and unsplit.status != "infeasible" else math.inf)
+    candidates = {"split": split_key if math.isfinite(split_key) else None,
+                  "unsplit": unsplit_key if math.isfinite(unsplit_key) else None}
+    if unsplit_key < split_key * (1.0 - TIE_RELATIVE):
+        status, bound = ("feasible", None) if unsplit.status == "optimal" else (unsplit.status, unsplit.lower_bound_s)
+        notes = (*unsplit.notes, f"no tensor parallelism: faster per sample under schedule {unsplit.schedule!r} "
+                                 "than the best tensor-parallel plan under GPipe or 1F1B")
+        return unsplit.with_(status=status, lower_bound_s=bound, notes=notes,
+                             stats={**unsplit.stats, "tp_candidates": candidates})
+    return plan.with_(stats={**plan.stats, "tp_candidates": candidates})
 
 
 def _solve_per_micro_batches(problem: Problem, solver: Solver, options: SolverOptions, budget: Budget,

@@ -6,13 +6,16 @@ from typing import Any
 
 import pytest
 
-from solvers import solve
+from bench.bench_tp_search import with_megatron_names
+from solvers import generate_graph, generate_topology, solve
+from solvers.base import Budget
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings, settings_from_dict
 from solvers.model.topology import Device, Link, Topology
 from solvers.partition.schedules import base_settings
 from solvers.partition.tp import tp_degrees, tp_groups
+from solvers.solving import _against_unsplit
 from tests.solvers.exact.test_exact_tp import one_host, problem
 from tests.solvers.simulator.test_tensor_parallel import mlp_graph
 
@@ -127,3 +130,31 @@ def test_solvers_keep_each_group_on_one_host_and_kind(solver: str) -> None:
         for k in range(0, len(stage.devices), 2):
             pair = [topo.devices[topo.index[d]] for d in stage.devices[k:k + 2]]
             assert pair[0].node == pair[1].node and pair[0].kind == pair[1].kind
+
+
+def test_a_plan_without_tp_under_another_schedule_competes_with_the_split_plan() -> None:
+    """Tensor-parallel stages run GPipe or 1F1B only; on 8 devices of 3 GiB joined at 100 GB/s the best split
+    plan (1F1B) is slower per sample than 4 unsplit stages under interleaved zero-bubble, so ``max_tp`` 8 must
+    return the latter: never slower than ``max_tp`` 1."""
+    graph = with_megatron_names(generate_graph("transformer", layers=8, causal=True, hidden=2048, heads=16,
+                                               seq_len=1024, micro_batch=4, vocab=50257, device="H100"), "gpt-8")
+    topo = generate_topology("hierarchical", nodes=1, gpus_per_node=8, device="H100", intra_bandwidth_GBps=100.0,
+                             memory_gib=3)
+    plans = {mtp: solve(Problem(graph, topo, "throughput", ProblemSettings(micro_batches=(16,), max_tp=mtp)), "rannc",
+                        time_limit_s=30) for mtp in (1, 8)}
+    assert plans[8].metrics["objective_s"] <= plans[1].metrics["objective_s"] * (1 + 1e-9)
+    assert all(stage.tp == 1 for stage in plans[8].stages) and plans[8].schedule not in ("gpipe", "1f1b")
+    candidates = plans[8].stats["tp_candidates"]
+    assert candidates["unsplit"] < candidates["split"]
+    assert any("no tensor parallelism" in note for note in plans[8].notes)
+    assert "tp_candidates" not in plans[1].stats  # nothing split, nothing to compare
+
+
+def test_the_unsplit_search_is_skipped_and_said_when_the_time_is_spent() -> None:
+    plan = solve(problem(one_host(2, 1e9, 25e6), 1), "exact", time_limit_s=20)
+    assert plan.stages[0].tp == 2
+    called: list[Problem] = []
+    kept = _against_unsplit(problem(one_host(2, 1e9, 25e6), 1), plan, Budget(0.0), lambda p: called.append(p) or plan)
+    assert kept.stages == plan.stages and not called
+    assert kept.stats["tp_candidates"]["unsplit"] is None
+    assert any("time limit was spent" in note for note in kept.notes)
