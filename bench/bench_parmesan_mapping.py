@@ -17,7 +17,9 @@ itself is reported in both cases (no fallback to a heuristic mapping).
 cell CS, p2p-first, Alg. 1's combined mapping alone and the solver's result (heuristics kept as
 candidates), all simulated, with Alg. 1's status, proven gap and time.  ``--cells`` picks cells
 (``random_blk_1:8x32,...``); ``--gap-cells`` the cells whose paper-instantiation gap was 0.8 or
-more (docs/benchmarks.md).
+more (docs/benchmarks.md).  ``--combined --host-relaxation``: the host relaxation alone on each
+cell's partition (HiGHS' status, incumbent and dual bound after ``--map-limit`` seconds, the bound
+read from them, the assignment / conflict bound beside it).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from typing import Any
 
 from solvers.generate import generate_graph, generate_topology
 from solvers.mapping.apply import MappingSettings, StagePartition, build_plan, map_partition, simulated_s
+from solvers.mapping.bounds import assignment_bound_s, device_bounds
 from solvers.mapping.heuristics import p2p_mapping
+from solvers.mapping.hosts import proven_bound_s, start_host_relaxation
+from solvers.mapping.objective import PipelineCosts, pipeline_model
 from solvers.model.graph import OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Topology
@@ -75,8 +80,16 @@ def topology(kind: str, devices: int) -> Topology | None:
     return generate_topology(kind, devices=devices, nodes=max(4, devices // 16), seed=0)
 
 
+def cell_problem(graph: OpGraph, topo: Topology, s: int, r: int) -> Problem:
+    """A cell's problem: ``S`` stages of ``R`` replicas under 1F1B, 4 micro-batches, recomputation.
+    The schedule is pinned: the searched one (the default since 2026-11-27) may be a V-shaped or
+    interleaved schedule of ``2 S`` or ``4 S`` stages, which is not the cell the mappers map."""
+    return Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,),
+                                                              schedule="1f1b"))
+
+
 def run_case(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: float, guard: bool = True) -> dict[str, Any]:
-    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
+    problem = cell_problem(graph, topo, s, r)
     started = time.monotonic()
     # Parmesan's own partition (no safety net, which may return another solver's), mapped by CS
     cs = solve(problem, "parmesan", {"mapping": "consecutive", "baseline_guard": False}, time_limit_s=60)
@@ -106,7 +119,7 @@ GAP_CELLS = ["random_blk_1:4x64", "random_blk_1:8x32", "random_blk_1:16x16", "ra
 
 def run_combined(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: float) -> dict[str, Any]:
     """CS, p2p-first, Alg. 1 with the combined objective, and the solver's mapping step, simulated."""
-    problem = Problem(graph, topo, "throughput", ProblemSettings(stages=s, replicas=r, recompute=True, micro_batches=(4,)))
+    problem = cell_problem(graph, topo, s, r)
     cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=60)
     stage_of = resolve_plan(problem, cs).stage_of
     out: dict[str, Any] = {"cs": cs.claimed_objective_s}
@@ -120,6 +133,48 @@ def run_combined(graph: OpGraph, topo: Topology, s: int, r: int, map_limit_s: fl
                start=stats["mapping_upper_bound_from"])
     out["returned"] = min(value, out["cs"], out["p2p"])
     return out
+
+
+def run_host_relaxation(graph: OpGraph, topo: Topology, s: int, r: int, limit_s: float) -> dict[str, Any] | None:
+    """The host relaxation alone on the cell's partition (that of :func:`run_combined`): HiGHS'
+    status, incumbent and dual bound after at most ``limit_s``, the bound read from them
+    (:func:`~solvers.mapping.hosts.proven_bound_s`) and the assignment / conflict bound beside
+    it; ``None`` where the relaxation does not apply."""
+    problem = cell_problem(graph, topo, s, r)
+    cs = solve(problem, "parmesan", {"mapping": "consecutive"}, time_limit_s=60)
+    model = pipeline_model(problem, resolve_plan(problem, cs).stage_of, s, r, 4)
+    costs = PipelineCosts.of(model, topo)
+    bounds = device_bounds(model, costs, topo)
+    other, _ = assignment_bound_s(model, costs, topo, time.monotonic() + limit_s, None, bounds)
+    run = start_host_relaxation(model, costs, topo, bounds, limit_s)
+    if run is None:
+        return None
+    t0 = time.monotonic()
+    answer = run.solve.answer()
+    if answer is None:
+        return {"status": "killed", "other": other, "time_s": time.monotonic() - t0}
+    status, incumbent, _, dual = answer
+    return {"status": "optimal" if status == 0 else "time_limit", "incumbent": incumbent,
+            "dual": dual if dual is not None else float("nan"), "bound": proven_bound_s(status, incumbent, dual),
+            "other": other, "time_s": time.monotonic() - t0}
+
+
+def main_host_relaxation(graph: OpGraph, cells: list[tuple[str, int, int]], limit_s: float) -> None:
+    print(f"graph {graph.name}: {graph.n_ops} ops, {len(graph.edges)} edges; HiGHS limit {limit_s:g} s")
+    print("| topology | (S,R) | devices | HiGHS status | incumbent s | dual bound s | (incumbent - dual) / incumbent | "
+          "host bound s | assignment/conflict s | HiGHS s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for kind, s, r in cells:
+        topo = topology(kind, s * r)
+        res = None if topo is None else run_host_relaxation(graph, topo, s, r, limit_s)
+        if res is None:
+            continue
+        if res["status"] == "killed":
+            print(f"| {kind} | ({s},{r}) | {s * r} | killed | - | - | - | - | {res['other']:.6f} | {res['time_s']:.1f} |")
+            continue
+        gap = (res["incumbent"] - res["dual"]) / res["incumbent"]
+        print(f"| {kind} | ({s},{r}) | {s * r} | {res['status']} | {res['incumbent']:.6f} | {res['dual']:.6f} | "
+              f"{gap:.1e} | {res['bound']:.6f} | {res['other']:.6f} | {res['time_s']:.1f} |", flush=True)
 
 
 def main_combined(graph: OpGraph, cells: list[tuple[str, int, int]], map_limit_s: float) -> None:
@@ -146,6 +201,8 @@ def main() -> None:
     parser.add_argument("--combined", action="store_true", help="the combined objective (the default mode)")
     parser.add_argument("--cells", default="", help="comma-separated kind:SxR cells (with --combined)")
     parser.add_argument("--gap-cells", action="store_true", help="the cells with a 0.8+ gap before (with --combined)")
+    parser.add_argument("--host-relaxation", action="store_true",
+                        help="with --combined: the host relaxation alone, --map-limit seconds of HiGHS per cell")
     args = parser.parse_args()
     graph = semantic_fpn()
     if args.combined:
@@ -154,7 +211,10 @@ def main() -> None:
             cells = [(c.split(":")[0], *map(int, c.split(":")[1].split("x"))) for c in names]
         else:
             cells = [(k, s, r) for k in PAPER_III if not args.only or k in args.only.split(",") for s, r in GRID]
-        main_combined(graph, cells, args.map_limit)  # type: ignore[arg-type]
+        if args.host_relaxation:
+            main_host_relaxation(graph, cells, args.map_limit)  # type: ignore[arg-type]
+        else:
+            main_combined(graph, cells, args.map_limit)  # type: ignore[arg-type]
         return
     kinds = [k for k in PAPER_III if not args.only or k in args.only.split(",")]
     print(f"graph {graph.name}: {graph.n_ops} ops, {len(graph.edges)} edges")
