@@ -27,9 +27,13 @@ it still starts after ``t_i`` ends.  So ``t_m`` ends at or after ``sum d + sum_c
 placeable to the left of a position form an interval (two pointers), and ``f`` is a shortest path
 over positions (a sliding-window minimum): linear in the path.
 
+**Counting nodes.**  ``f`` charges every cut at the quickest channel; when the path needs more
+devices than one node has, some cut crosses nodes.  :func:`least_crossings_s` bounds the same
+transfers by counting devices and nodes (proof there); the larger of the two is used.
+
 The path is the longest one by least durations (the transformer's chain of layers); the bound is
-also at least the work bound (least work over the devices), like
-:func:`~solvers.moirai.bounds.path_bound_s`, and shaved by the same relative ``SHAVE``.
+also at least the work bound (least work over the devices), and shaved by the relative ``SHAVE`` of
+:mod:`~solvers.moirai.bounds`.
 """
 
 from __future__ import annotations
@@ -70,19 +74,23 @@ def longest_path(inst: Instance, least_s: FloatArray) -> list[int]:
     return path[::-1]
 
 
-def least_transfer_s(inst: Instance, size_bytes: FloatArray) -> FloatArray:
-    """Per message size: its least transfer time on any channel between two distinct devices
-    (0 for 0 bytes, or with one device); the channels dominated in latency and bandwidth are dropped."""
+def least_transfer_s(inst: Instance, size_bytes: FloatArray,
+                     channels: npt.NDArray[np.bool_] | None = None) -> FloatArray:
+    """Per message size: its least transfer time on any channel between two distinct devices, or
+    on those ``channels`` marks (``[src, dst]``); 0 for 0 bytes, or without such a channel.  The
+    channels dominated in latency and bandwidth are dropped."""
     lat, bw = inst.problem.topology.latency_s, inst.problem.topology.bandwidth_Bps
     off = ~np.eye(inst.n_devices, dtype=bool)
+    if channels is not None:
+        off &= channels
     best = np.zeros(len(size_bytes))
     if not off.any():
         return best
-    channels = sorted(zip(np.asarray(lat)[off].tolist(), np.asarray(bw)[off].tolist(), strict=True),
-                      key=lambda c: (c[0], -c[1]))
+    pairs = sorted(zip(np.asarray(lat)[off].tolist(), np.asarray(bw)[off].tolist(), strict=True),
+                   key=lambda c: (c[0], -c[1]))
     best[:] = np.inf
     widest = 0.0
-    for latency_s, bandwidth_Bps in channels:  # by latency: only a wider channel can be quicker
+    for latency_s, bandwidth_Bps in pairs:  # by latency: only a wider channel can be quicker
         if bandwidth_Bps > widest:
             widest = bandwidth_Bps
             best = np.minimum(best, latency_s + size_bytes / bandwidth_Bps)
@@ -97,10 +105,41 @@ def cut_bound_s(inst: Instance) -> float:
     work_s = float(least.sum()) / inst.n_devices if inst.n_devices else 0.0
     if not path:
         return 0.0
-    edge_bytes = [max(b for s, b in inst.succ[a] if s == t) for a, t in pairwise(path)]
-    cut_s = least_transfer_s(inst, np.asarray(edge_bytes, dtype=np.float64)).tolist()
-    forced_s = least_cuts_s([inst.task_unit[t] for t in path], cut_s, inst)
+    edge_bytes = np.array([max(b for s, b in inst.succ[a] if s == t) for a, t in pairwise(path)], dtype=np.float64)
+    cut_s = least_transfer_s(inst, edge_bytes)
+    units = [inst.task_unit[t] for t in path]
+    forced_s = max(least_cuts_s(units, cut_s.tolist(), inst), least_crossings_s(units, edge_bytes, cut_s, inst))
     return max(float(least[path].sum()) + forced_s, work_s) * (1 - SHAVE)
+
+
+def least_crossings_s(units: list[int], edge_bytes: FloatArray, cut_s: FloatArray, inst: Instance) -> float:
+    """A second bound on the same transfers, by counting (a relaxation of Eq. 5 over all devices):
+    the path's distinct units hold ``S`` static bytes, so its tasks use at least ``m`` devices (the
+    fewest whose largest capacities sum to ``S``) on at least ``h`` nodes (the same over the nodes'
+    total capacities, ``Device.node``).  Its runs visit every device it uses, so it changes device
+    at ``m - 1`` edges at least, and node at ``h - 1`` of them at least, where a message takes at
+    least ``c_out(b)``, the least time between two devices of different nodes.  Each such edge costs
+    ``c(b) + (c_out(b) - c(b))``, so the transfers total at least the ``m - 1`` smallest ``c(b_i)``
+    (``cut_s``) plus the ``h - 1`` smallest ``c_out(b_i) - c(b_i)``."""
+    if not len(cut_s):
+        return 0.0
+    need = float(inst.static_bytes[np.unique(units)].sum()) * (1 - MEMORY_TOLERANCE)
+    m = _fewest_holding(inst.cap_bytes, need)
+    nodes = [d.node for d in inst.problem.topology.devices]
+    names = sorted(set(nodes))
+    node_cap = np.zeros(len(names))
+    for k, name in enumerate(nodes):
+        node_cap[names.index(name)] += inst.cap_bytes[k]
+    h = _fewest_holding(node_cap, need)
+    cross = np.array([[a != b for b in nodes] for a in nodes], dtype=bool)
+    extra_s = least_transfer_s(inst, edge_bytes, cross) - cut_s
+    return float(np.sort(cut_s)[:m - 1].sum() + np.sort(np.maximum(extra_s, 0.0))[:h - 1].sum())
+
+
+def _fewest_holding(capacity_bytes: FloatArray, need_bytes: float) -> int:
+    """The fewest of ``capacity_bytes`` (the largest first) that sum to ``need_bytes``, at most all of them."""
+    total = np.cumsum(np.sort(capacity_bytes)[::-1])
+    return min(len(total), int(np.searchsorted(total, need_bytes)) + 1)
 
 
 def least_cuts_s(units: list[int], cut_s: list[float], inst: Instance) -> float:

@@ -24,14 +24,16 @@ from tests.strategies import examples, memory_bound_latency_problems
 GIB = 2.0**30
 
 
-def _chain(n_ops: int, memory_gib: float, edge_bytes: list[float], n_dev: int = 2) -> Problem:
-    """``n_ops`` ops of 1 ms (2 ms backward) and 1 GiB of parameters in a chain on ``n_dev`` equal devices
-    (channels of 1 GB/s and 1 ms)."""
+def _chain(n_ops: int, memory_gib: float, edge_bytes: list[float], n_dev: int = 2, per_node: int = 1) -> Problem:
+    """``n_ops`` ops of 1 ms (2 ms backward) and 1 GiB of parameters in a chain on ``n_dev`` equal devices,
+    ``per_node`` to a node; channels of 1 ms and 1 GB/s inside a node, 0.1 GB/s between nodes (1 GB/s
+    with one device per node)."""
     nodes = [Node(f"v{i}", "aten.mm", 1e-3, bwd_s=2e-3, param_bytes=GIB) for i in range(n_ops)]
     edges = [Edge(f"v{i}", f"v{i + 1}", b) for i, b in enumerate(edge_bytes)]
-    devices = [Device(f"d{k}", "K", f"h{k}", memory_gib * GIB) for k in range(n_dev)]
-    full = [[1e9] * n_dev for _ in range(n_dev)]
-    topology = Topology.from_matrices("pair", devices, full, [[1e-3] * n_dev for _ in range(n_dev)])
+    devices = [Device(f"d{k}", "K", f"h{k // per_node}", memory_gib * GIB) for k in range(n_dev)]
+    slow = 1e9 if per_node == 1 else 1e8
+    bandwidth = [[1e9 if a // per_node == b // per_node else slow for b in range(n_dev)] for a in range(n_dev)]
+    topology = Topology.from_matrices("pair", devices, bandwidth, [[1e-3] * n_dev for _ in range(n_dev)])
     return Problem(OpGraph.build("chain", nodes, edges), topology, "latency", ProblemSettings())
 
 
@@ -40,6 +42,17 @@ def _chain(n_ops: int, memory_gib: float, edge_bytes: list[float], n_dev: int = 
 def test_cut_bound_is_at_most_the_brute_force_optimum(problem: Problem) -> None:
     best_s = brute_force_latency_s(problem)
     assume(math.isfinite(best_s))  # some placement fits
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    assert cut_bound_s(inst) <= best_s * (1 + 1e-9)
+
+
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=memory_bound_latency_problems(max_ops=5, min_devices=4, max_devices=4, node_size=2,
+                                             edge_sizes=(1e6, 4e6, 3e7), memory_shares=(0.4, 0.45)))
+def test_cut_bound_is_at_most_the_optimum_across_two_nodes(problem: Problem) -> None:
+    """Four devices two to a node, each of 40–45 % of the graph's need: the count of nodes at work."""
+    best_s = brute_force_latency_s(problem)
+    assume(math.isfinite(best_s))
     inst = build_instance(problem, identity_grouping(problem.graph))
     assert cut_bound_s(inst) <= best_s * (1 + 1e-9)
 
@@ -67,6 +80,20 @@ def test_without_memory_pressure_the_bound_is_the_longest_path() -> None:
     problem = _chain(4, 8.0, [1e6, 2e6, 1e6])
     inst = build_instance(problem, identity_grouping(problem.graph))
     assert cut_bound_s(inst) == pytest.approx(4e-3, rel=1e-8)
+
+
+def test_a_path_needing_two_nodes_pays_one_slow_transfer() -> None:
+    """Six 1 GiB ops, four 2.5 GiB devices two to a node: the chain needs three devices (two cuts of
+    1 ms + 1 MB / 1 GB/s) on two nodes, so one cut crosses them (1 ms + 1 MB / 0.1 GB/s): 6 + 2 + 11 ms,
+    the brute-force optimum.  Cuts alone at the quickest channel give 6 + 2 + 2 ms."""
+    problem = _chain(6, 2.5, [1e6] * 5, n_dev=4, per_node=2)
+    inst = build_instance(problem, identity_grouping(problem.graph))
+    best_s = brute_force_latency_s(problem)
+    assert best_s == pytest.approx(19e-3, rel=1e-12)
+    assert cut_bound_s(inst) == pytest.approx(best_s, rel=1e-8)
+    path = longest_path(inst, least_durations_s(inst))
+    units = [inst.task_unit[t] for t in path]
+    assert least_cuts_s(units, least_transfer_s(inst, np.full(5, 1e6)).tolist(), inst) == pytest.approx(4e-3)
 
 
 def test_least_cuts_takes_the_cheapest_edge_inside_each_window() -> None:
