@@ -33,7 +33,7 @@ The answer is the plan with the smallest comparison key (:func:`~solvers.model.r
 the time per sample, or the iteration time with a fixed global batch; ties, within a relative
 1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among
 the plans of its micro-batch count (a bound holds for one global batch), and a per-solver
-summary in ``stats["portfolio"]`` (name, status, simulated objective, key, solve time, error,
+summary in ``stats["portfolio"]`` (name, status, simulated objective, key, solve time, ``cpu_s`` (its process's CPU seconds, sent with its answer), error,
 ``incumbents`` received, the best ``incumbent_s`` the member reported by its own measure,
 ``cut_short``).  The status is the chosen plan's (``feasible`` where its ``optimal`` is for
 another metric, ``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its
@@ -125,6 +125,7 @@ class Stream:
     reported_s: float | None = None
     cut_short: bool = False
     bound_s: float | None = None  # the largest lower bound it reported (a proven bound of the problem)
+    cpu_s: float | None = None  # CPU seconds of its process, sent with its answer (none when killed)
 
     def prove(self, bound_s: float) -> None:
         if self.bound_s is None or bound_s > self.bound_s:
@@ -182,7 +183,7 @@ def _run_one(problem: Problem, name: str, time_limit_s: float, options: dict[str
 def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, options: dict[str, Any]) -> None:
     """A member's process: every improved incumbent its solver reports goes to the parent as
     ``("incumbent", (plan document, incumbent_s))`` the moment it is found, every higher bound
-    as ``("bound", bound_s)``, its answer last."""
+    as ``("bound", bound_s)``, then the process's CPU seconds as ``("cpu", seconds)`` and its answer last."""
 
     try:
         cls = registry.get_solver_class(name)
@@ -201,7 +202,9 @@ def _child(conn: Connection, problem: Problem, name: str, time_limit_s: float, o
             plan = event.plan.with_(solver=cls.name, solver_version=cls.version)
             conn.send(("incumbent", (plan.to_document(), event.incumbent_s)))
 
-    conn.send(_run_one(problem, name, time_limit_s, options, stream))
+    answer = _run_one(problem, name, time_limit_s, options, stream)
+    conn.send(("cpu", time.process_time()))  # a forked process counts its CPU time from zero
+    conn.send(answer)
     conn.close()
 
 
@@ -325,6 +328,9 @@ class AutoSolver:
                     streams[name].add(*message[1])
                     progress(_event(problem, results, len(names), f"{name}: incumbent", streams))
                     continue
+                if message is not None and message[0] == "cpu":
+                    streams[name].cpu_s = float(message[1])
+                    continue
                 del running[cast(Connection, ready)]
                 code = member.stop(_KILL_GRACE_S)
                 kind, value = message if message is not None else (
@@ -380,6 +386,8 @@ def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
             stream.prove(float(message[1]))
         elif message[0] == "incumbent":
             stream.add(*message[1])
+        elif message[0] == "cpu":
+            stream.cpu_s = float(message[1])
         else:
             return cast(tuple[str, Any], message)
     return None
@@ -446,7 +454,7 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
         kind, value, elapsed = results[name]
         stream = (streams or {}).get(name) or Stream()
         row: dict[str, Any] = {"name": name, "status": None, "objective_s": None, "key_s": None,
-                               "solve_time_s": elapsed,
+                               "solve_time_s": elapsed, "cpu_s": stream.cpu_s,
                                "error": None, "started_s": stream.started_s, "incumbents": stream.incumbents,
                                "incumbent_s": stream.reported_s, "cut_short": stream.cut_short}
         if kind == "ok":

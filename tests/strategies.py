@@ -242,3 +242,40 @@ def partition_problems(draw: st.DrawFn, max_ops: int = 7, max_stages: int = 3, m
                         schedule=draw(st.sampled_from(["gpipe", "1f1b"])), recompute=draw(st.booleans()),
                         memory_headroom=0.0)
     return Problem(graph, topo, "throughput", settings)
+
+
+@st.composite
+def memory_bound_latency_problems(draw: st.DrawFn, max_ops: int = 5, max_devices: int = 3, min_devices: int = 1,
+                                  node_size: int | None = None,
+                                  edge_sizes: tuple[float, ...] = (0.0, 1e6, 4e6, 3e7),
+                                  memory_shares: tuple[float, ...] = (0.3, 0.45, 0.6, 0.8, 1.5)) -> Problem:
+    """A small latency problem whose devices may be too small for the whole graph: mostly a chain
+    (each ``op{i} -> op{i+1}`` edge is likely) with some skip edges, device memories drawn as shares of
+    the graph's need on one or two nodes, asymmetric channels (slower between nodes), and sometimes one
+    op pinned to a device.  ``node_size``: device ``k`` is on node ``k // node_size`` (default: a random
+    one of two); ``edge_sizes``: the bytes an edge may carry; ``memory_shares``: a device's memory as
+    shares of the graph's need."""
+    n = draw(st.integers(2, max_ops))
+    unit = 2**26
+    nodes = [Node(f"op{i}", "aten.x", draw(_times) + 0.25, draw(_times), param_bytes=draw(st.integers(0, 4)) * unit,
+                  act_bytes=draw(st.integers(0, 2)) * unit, mem_fwd_bytes=draw(st.integers(0, 2)) * unit)
+             for i in range(n)]
+    edge_bytes = st.sampled_from(edge_sizes)
+    edges = [Edge(f"op{i}", f"op{i + 1}", draw(edge_bytes)) for i in range(n - 1) if draw(st.integers(0, 5))]
+    edges += [Edge(f"op{i}", f"op{j}", draw(edge_bytes))
+              for i in range(n) for j in range(i + 2, n) if draw(st.integers(0, 3)) == 0]
+    pass_: Any = draw(st.sampled_from(["forward", "training"]))
+    factor = 2.0 if pass_ == "training" else 1.0  # a training pass holds gradients beside the parameters
+    need = sum(nd.param_bytes * factor + nd.act_bytes for nd in nodes) + 2 * unit
+    n_dev = draw(st.integers(min_devices, max_devices))
+    node = [draw(st.integers(0, 1)) if node_size is None else k // node_size for k in range(n_dev)]
+    devices = [Device(f"d{k}", f"K{k}", f"h{node[k]}", need * draw(st.sampled_from(memory_shares)),
+                      draw(st.sampled_from([0.5, 1.0, 2.0]))) for k in range(n_dev)]
+    inside, across = st.sampled_from([1e9, 1e10]), st.sampled_from([1e8, 1e9])  # channels across nodes are slower
+    bandwidth = [[draw(inside if node[a] == node[b] else across) for b in range(n_dev)] for a in range(n_dev)]
+    near, far = st.sampled_from([0.0, 1e-3]), st.sampled_from([1e-3, 0.05])
+    latency = [[draw(near if node[a] == node[b] else far) for b in range(n_dev)] for a in range(n_dev)]
+    topology = Topology.from_matrices("small", devices, bandwidth, latency)
+    pinned = {f"op{draw(st.integers(0, n - 1))}": f"d{draw(st.integers(0, n_dev - 1))}"} if draw(st.booleans()) else {}
+    settings = ProblemSettings(pass_=pass_, optimizer_bytes_per_param_byte=1.0, pinned=pinned)
+    return Problem(OpGraph.build("memory-bound", nodes, edges), topology, "latency", settings)

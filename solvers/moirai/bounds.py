@@ -61,23 +61,6 @@ def least_durations_s(inst: Instance) -> FloatArray:
     return np.asarray(np.where(allowed, inst.dur_s, np.inf).min(axis=1), dtype=np.float64)
 
 
-def path_bound_s(inst: Instance) -> float:
-    """The bound of :func:`task_bounds` without heads and tails, for an instance of any size: the
-    longest path of least durations and the least work over ``p`` devices (Graham's two bounds of
-    ``P|prec|Cmax``), shaved like it; linear in the tasks and edges."""
-    d = least_durations_s(inst)
-    dur, pred = d.tolist(), inst.pred
-    finish = [0.0] * len(dur)
-    for t in inst.topo:
-        start = 0.0
-        for a in pred[t]:
-            if finish[a] > start:
-                start = finish[a]
-        finish[t] = start + dur[t]
-    work = float(d.sum()) / inst.n_devices if inst.n_devices else 0.0
-    return max(max(finish, default=0.0), work) * (1 - SHAVE)
-
-
 def _heads(order: tuple[int, ...], pred: list[list[int]], d: FloatArray, p: int) -> FloatArray:
     """Heads along ``order`` (a topological order of the DAG given by ``pred``), module doc."""
     n = len(d)

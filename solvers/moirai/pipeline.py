@@ -33,8 +33,9 @@ from solvers.model.problem import Problem
 from solvers.moirai.backends.result import BackendResult
 from solvers.moirai.backends.runner import run_backend
 from solvers.moirai.block import Block
-from solvers.moirai.bounds import TaskBounds, critical_block, path_bound_s, task_bounds
+from solvers.moirai.bounds import TaskBounds, critical_block, task_bounds
 from solvers.moirai.coarsen_budget import coarsen_problem
+from solvers.moirai.cut_bound import cut_bound_s
 from solvers.moirai.formulation import build
 from solvers.moirai.instance import Instance, OutOfTime, build_instance
 from solvers.moirai.linear_model import Formulation
@@ -246,17 +247,19 @@ class Run:
             self.prove(result.bound / f.scale)
 
     def task_bounds(self) -> None:
-        """Heads, tails and the energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`); above
-        ``HEADS_MAX_TASKS`` tasks the longest path and work bound (:func:`~solvers.moirai.bounds.path_bound_s`)."""
+        """The longest path with the transfers memory forces onto it, once (linear in the tasks:
+        reported first; :func:`~solvers.moirai.cut_bound.cut_bound_s`), then heads, tails and the
+        energetic bound of the task DAG (:mod:`~solvers.moirai.bounds`, up to ``HEADS_MAX_TASKS`` tasks)."""
+        if "cut_bound_s" not in self.stats:
+            started = time.monotonic()
+            self.stats["cut_bound_s"] = bound = cut_bound_s(self.fine)
+            self.stats["cut_bound_time_s"] = time.monotonic() - started
+            self.prove(bound)
         started = time.monotonic()
         self.bounds = task_bounds(self.fine, None if self.best is None else self.best.makespan_s)
         if self.bounds is not None:
             self.stats.update(task_bound_s=self.bounds.bound_s, task_bound_time_s=time.monotonic() - started)
             self.prove(self.bounds.bound_s)
-        elif "path_bound_s" not in self.stats:  # too many tasks for heads and tails: the path and work bound
-            self.stats["path_bound_s"] = bound = path_bound_s(self.fine)
-            self.stats["task_bound_time_s"] = time.monotonic() - started
-            self.prove(bound)
 
     def whole_window(self, share: float) -> None:
         """Step 2b: the window model with every unit free (exact without communication)."""

@@ -12,7 +12,12 @@ import pytest
 
 from solvers import registry
 from solvers.base import ProgressEvent
+from solvers.generate import generate_graph, generate_topology
 from solvers.model.problem import Problem, ProblemSettings
+from solvers.moirai.bounds import task_bounds
+from solvers.moirai.cut_bound import cut_bound_s
+from solvers.moirai.gcof import identity_grouping
+from solvers.moirai.instance import build_instance
 from solvers.portfolio import CUT_SHORT_NOTE, GAP, GapStop, Stream, member_options, portfolio_names
 from solvers.simulator import simulate
 from solvers.solving import solve
@@ -147,3 +152,28 @@ def test_gap_stop_compares_the_best_plan_with_the_best_bound_of_one_micro_batch_
     several = Problem(fx.diamond_graph(), fx.two_node_topology(), "throughput", ProblemSettings(micro_batches=(2, 4)))
     assert GapStop(fx.throughput_problem(), 1.0).check(results, streams)  # one count: the bound holds for all
     assert not GapStop(several, 1.0).check(results, streams)
+
+
+def test_auto_stops_on_the_transfers_memory_forces_onto_the_path() -> None:
+    """A 295-op transformer needs 6.6 GiB and its 2 x 2 devices hold 4 GiB each: every plan splits the
+    chain.  ``moirai`` reports the longest path plus the cheapest split's transfer (its cut bound, before
+    its warm start), within ``gap`` 1e-3 of ``celeritas``' plan (heads and tails alone leave 1.5 %), so
+    ``auto`` stops there, long before its budget, and does not call the plan optimal."""
+    graph = generate_graph("transformer", layers=24)
+    topology = generate_topology("hierarchical", nodes=2, gpus_per_node=2, memory_gib=4.0)
+    problem = Problem(graph, topology, "latency")
+    inst = build_instance(problem, identity_grouping(graph))
+    heads = task_bounds(inst)
+    assert heads is not None
+    started = time.monotonic()
+    plan = solve(problem, "auto", {"solvers": ["moirai", "celeritas"], "workers": 2, "gap": 1e-3},
+                 time_limit_s=120.0)
+    assert time.monotonic() - started < 60.0
+    assert "within the gap 0.001" in plan.stats["stopped"]
+    assert plan.metrics is not None and plan.lower_bound_s is not None
+    objective = plan.metrics["objective_s"]
+    assert objective > (1 + 1e-3) * heads.bound_s  # heads and tails would not have stopped it
+    assert plan.lower_bound_s >= cut_bound_s(inst) * (1 - 2e-6)
+    assert plan.lower_bound_s <= objective <= (1 + 1e-3) * plan.lower_bound_s
+    assert plan.status == "feasible"
+    resolve_plan(problem, plan)
