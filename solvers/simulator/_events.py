@@ -157,12 +157,7 @@ Outputs = list[list[tuple[Transfers | None, list[int]]]]
 
 def _outputs(tg: EventGraph) -> Outputs:
     """``outputs[k]`` = (transfers, or None for a local hand-over; consumer deltas) of template ``k``."""
-    outputs: Outputs = []
-    for loc, msgs in zip(tg.local, tg.messages, strict=True):
-        out: list[tuple[Transfers | None, list[int]]] = [(None, loc)] if loc else []
-        out.extend(msgs)
-        outputs.append(out)
-    return outputs
+    return [[(None, loc), *msgs] if loc else [*msgs] for loc, msgs in zip(tg.local, tg.messages, strict=True)]
 
 
 def _waiting(tg: EventGraph) -> list[int]:
@@ -194,7 +189,9 @@ def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int]
     n, mb = tg.n_items, tg.micro_batches
     block = mb * n
     n_tasks = tg.n_passes * block
-    group_of, duration = tg.group_of, tg.duration_s
+    duration = tg.duration_s
+    group_of = tg.group_of * (tg.n_passes * mb)  # group_of[t] = group of task t
+    template = list(range(n_tasks)) if mb == 1 else [(t // block) * n + t % n for t in range(n_tasks)]
     sequences = [seq for seq in tg.sequences if seq is not None]
     n_groups = len(sequences)
     waiting = _waiting(tg)
@@ -202,7 +199,7 @@ def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int]
     pointer = [0] * n_groups  # pointer[g] = next position in sequences[g]
     free = [0.0] * n_groups  # free[g] = end of group g's last task
     outputs = _outputs(tg)
-    send = channels.send
+    channel_free = channels.free_s
     runnable = [g for g in range(n_groups) if sequences[g] and not waiting[sequences[g][0]]][::-1]
     done = 0
     while runnable:
@@ -214,19 +211,27 @@ def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int]
             if waiting[x]:
                 break
             r = ready[x]
-            i = x % n
-            k = (x // block) * n + i
+            k = template[x]
             now = (r if r > now else now) + duration[k]
             p += 1
             for transfers, consumers in outputs[k]:
-                arrival = now if transfers is None else send(transfers, now)
+                arrival = now
+                if transfers is not None:  # ChannelTable.send, inlined
+                    for cid, dur in transfers:
+                        if dur > 0.0:
+                            start = channel_free[cid]
+                            if start < now:
+                                start = now
+                            end = channel_free[cid] = start + dur
+                            if end > arrival:
+                                arrival = end
                 for delta in consumers:
                     u = x + delta
                     left = waiting[u] = waiting[u] - 1
                     if arrival > ready[u]:
                         ready[u] = arrival
                     if not left:
-                        h = group_of[u % n]
+                        h = group_of[u]
                         if h != g and pointer[h] < len(sequences[h]) and sequences[h][pointer[h]] == u:
                             runnable.append(h)
         done += p - pointer[g]
