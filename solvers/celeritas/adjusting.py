@@ -3,8 +3,8 @@
 :func:`solvers.celeritas.place.adjusting_place` places each node with two calls into the shared
 list schedule, :meth:`~solvers.listsched.ListSchedule.est_all` (Eq. 7 on every device, exact
 where the EST may be least and on ``d_k``) and :meth:`~solvers.listsched.ListSchedule.commit`.
-Each call sets up its locals again and passes its figures through the schedule's fields, and at
-36,352 nodes that set-up was a third of the placement (docs/benchmarks.md, "Celeritas").
+Each call sets up its locals again and passes its figures through the schedule's fields; without
+that, the placement of 36,352 nodes takes a quarter to a third less CPU (docs/benchmarks.md, "Celeritas").
 :meth:`AdjustingSchedule.place_all` computes the same figures in one loop with the locals set up
 once: the messages of a node, its data-ready time on each device that may hold it, the insertion
 slot, the choice of Eq. 9 and the commit.  It is the same computation term by term, so the

@@ -5,7 +5,7 @@ tensor parallelism.  Then every message is one transfer on one channel
 (:meth:`~solvers.simulator._channels.ChannelTable.one_device_messages`), and the lists that
 :func:`solvers.simulator.dataflow._general_lists` builds edge by edge in Python can be built from
 the edge arrays sorted once: the same lists in the same order (a test compares them), in about a
-fifth of the time at 36,352 ops (docs/benchmarks.md, "Celeritas").
+third of the time at 36,352 ops (docs/benchmarks.md, "Celeritas").
 """
 
 from __future__ import annotations
