@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from solvers.arrays import FloatArray, IntArray
+from solvers.celeritas.adjusting import AdjustingSchedule
 from solvers.celeritas.fusion import Fusion
 from solvers.listsched import LatencyCosts, ListSchedule, TaskGraph
 
@@ -58,35 +59,8 @@ def adjusting_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts,
     (line 18, see module doc).  The first node, with no ``d_k``, goes to the device with the
     earliest EST.
     """
-    sched = ListSchedule(tasks, costs, caps_bytes)
-    pins = pins or {}
-    n_dev = sched.n_devices
-    devices = range(n_dev)
-    dur = sched.dur_lists_s()
-    back = back_costs_s(tasks, costs).tolist()
-    prev = -1
-    for v in order:
-        if v in pins:
-            prev = pins[v]
-            sched.commit_forced(v, prev, True)
-            continue
-        est = sched.est_all(v, prev)  # exact where it may be least and on d_k, the only ones read below
-        # ties on EST (e.g. every device idle) go to the device that finishes v first
-        first = min(est)
-        if est.count(first) == 1:
-            d1 = est.index(first)
-        else:
-            dur_v = dur[v]
-            d1 = min(devices, key=lambda d: (est[d], est[d] + dur_v[d], d))
-        d_k = d1 if prev < 0 else prev
-        if est[d_k] - est[d1] > move_threshold * back[v]:  # inf - finite > cost: d_k is full
-            choice, effort = d1, False
-        elif est[d_k] < _INF:
-            choice, effort = d_k, False
-        else:
-            choice, effort = sched.mem.most_free(), True
-        sched.commit(v, choice, True, effort)
-        prev = choice
+    sched = AdjustingSchedule(tasks, costs, caps_bytes)
+    sched.place_all(order, pins or {}, back_costs_s(tasks, costs).tolist(), move_threshold)
     return sched
 
 

@@ -299,6 +299,14 @@ class ListSchedule:
         self.start_s[v] = start
         self.finish_s[v] = end
         self._ready_v = -1  # the channels changed: est_all's figures are stale
+        self._insert(d, start, end)
+        self._account(d, self._add_bytes[v], self._work_bytes[v])
+        if best_effort:
+            self.best_effort += 1
+        return start
+
+    def _insert(self, d: int, start: float, end: float) -> None:
+        """Add a task from ``start`` to ``end`` to device ``d``'s timeline and gap lists."""
         starts, ends = self._starts[d], self._ends[d]
         # after equal starts, but an empty task before them: the ends stay sorted (an empty task
         # can start where another starts; after it, a bisection of the ends would skip that one)
@@ -319,14 +327,15 @@ class ListSchedule:
         gaps.insert(k, gap)
         if k + 1 < n:
             gap_np[k + 1] = gaps[k + 1] = starts[k + 1] - end
-        self.free_s[d] = max(self.free_s[d], end)
-        self.mem.place(d, self._add_bytes[v], self._work_bytes[v])
+        if end > self.free_s[d]:
+            self.free_s[d] = end
+
+    def _account(self, d: int, add: float, work: float) -> None:
+        """Add a task's additive and working bytes to device ``d``'s memory."""
+        self.mem.place(d, add, work)
         if self._roomy[d] and not self._room(d):
             self._roomy[d] = False
             self._n_roomy -= 1
-        if best_effort:
-            self.best_effort += 1
-        return start
 
     def commit_forced(self, v: int, d: int, insertion: bool) -> float:
         """:meth:`commit` of ``v`` on ``d`` whether or not it fits (a pin, a last resort):

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from solvers.arrays import FloatArray, IntArray
 from solvers.cost.comm import transfer_pairs, transfer_s
 from solvers.cost.tensor_parallel import collective_hop_bytes
 from solvers.model.plan import ResolvedPlan
@@ -38,6 +41,7 @@ class ChannelTable:
         # the cost matrices as lists, for :meth:`message`'s one-device path (scalar reads from lists are fast)
         self._latency_s: list[list[float]] = topology.latency_s.tolist()
         self._bandwidth_Bps: list[list[float]] = topology.bandwidth_Bps.tolist()
+        self._latency_np, self._bandwidth_np = topology.latency_s, topology.bandwidth_Bps
 
     def channel(self, src: int, dst: int) -> int:
         """The id of channel ``src -> dst`` (device positions), created on first use."""
@@ -80,6 +84,29 @@ class ChannelTable:
             if share > 0:
                 traffic[(a, b)] = traffic.get((a, b), 0.0) + share * copies
         return hit[0]
+
+    def one_device_messages(self, src: IntArray, dst: IntArray, size_bytes: FloatArray, copies: int) -> list[Transfers]:
+        """:meth:`message` of every ``(src[i], dst[i], size_bytes[i])`` in turn, between two different
+        devices, one on each side and no tensor parallelism, computed with numpy: the same transfers,
+        channel ids (created in order of first use) and traffic (each channel's bytes added in the
+        same order, so the same float sums)."""
+        n_dev = self.topology.n_devices
+        pair = src * n_dev + dst
+        pairs, first = np.unique(pair, return_index=True)
+        for p in pairs[np.argsort(first)].tolist():
+            self.channel(p // n_dev, p % n_dev)
+        cid_of = np.zeros(n_dev * n_dev, dtype=np.int64)
+        cid_of[pairs] = [self.ids[(p // n_dev, p % n_dev)] for p in pairs.tolist()]
+        sent = size_bytes > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dur = np.where(sent, self._latency_np[src, dst] + size_bytes / self._bandwidth_np[src, dst], 0.0)
+        amounts, carried = size_bytes[sent] * copies, pair[sent]
+        carrying, first = np.unique(carried, return_index=True)
+        for p in carrying[np.argsort(first)].tolist():  # in order of the first message, as message() adds them
+            key = (p // n_dev, p % n_dev)
+            total = np.cumsum(np.concatenate(([self.traffic_bytes.get(key, 0.0)], amounts[carried == p])))
+            self.traffic_bytes[key] = float(total[-1])  # cumsum adds left to right, as the calls did
+        return [[(c, t)] for c, t in zip(cid_of[pair].tolist(), dur.tolist(), strict=True)]
 
     def add_allreduce(self, ring: Sequence[int], param_bytes: float) -> None:
         """Record a ring all-reduce's traffic: ``2 (R-1)/R * P`` bytes on each ring hop."""

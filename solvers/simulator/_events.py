@@ -51,12 +51,14 @@ def run_tasks(tg: EventGraph, channels: ChannelTable, label: Callable[[int], str
     This is the hot loop of the op-level engine: it is one function over flat lists on purpose
     (no per-task objects, no method calls per task), which keeps 400k tasks to about a second.
     """
+    if log is None and _sequenced(tg):
+        return _run_sequenced(tg, channels, label)
     n, mb = tg.n_items, tg.micro_batches
     block = mb * n
     n_tasks = tg.n_passes * block
     n_groups = len(tg.group_devices)
-    group_of, duration, local, messages, priority = tg.group_of, tg.duration_s, tg.local, tg.messages, tg.priority
-    waiting = [c for p in range(tg.n_passes) for c in tg.n_inputs[p * n:(p + 1) * n] * mb]  # inputs still missing
+    group_of, duration, priority = tg.group_of, tg.duration_s, tg.priority
+    waiting = _waiting(tg)
     ready = [0.0] * n_tasks  # ready[t] = latest arrival among task t's inputs so far
     sequences = tg.sequences or [None] * n_groups
     pointer = [0] * n_groups  # pointer[g] = next position in sequences[g]
@@ -69,12 +71,7 @@ def run_tasks(tg: EventGraph, channels: ChannelTable, label: Callable[[int], str
     send = channels.send
     names = None if log is None else [channels.topology.devices[d].id for d in range(channels.topology.n_devices)]
 
-    # outputs[k] = (transfers or None for a local hand-over, consumer deltas) for template k
-    outputs: list[list[tuple[Transfers | None, list[int]]]] = []
-    for loc, msgs in zip(local, messages, strict=True):
-        out: list[tuple[Transfers | None, list[int]]] = [(None, loc)] if loc else []
-        out.extend(msgs)
-        outputs.append(out)
+    outputs = _outputs(tg)
     for u in range(n_tasks):
         if waiting[u] == 0:
             g = group_of[u % n]
@@ -153,6 +150,95 @@ def run_tasks(tg: EventGraph, channels: ChannelTable, label: Callable[[int], str
     if done < n_tasks:
         _deadlock(tg, pointer, label)
     return last_end
+
+
+Outputs = list[list[tuple[Transfers | None, list[int]]]]
+
+
+def _outputs(tg: EventGraph) -> Outputs:
+    """``outputs[k]`` = (transfers, or None for a local hand-over; consumer deltas) of template ``k``."""
+    return [[(None, loc), *msgs] if loc else [*msgs] for loc, msgs in zip(tg.local, tg.messages, strict=True)]
+
+
+def _waiting(tg: EventGraph) -> list[int]:
+    """Per task: the inputs it waits for (local predecessors and messages)."""
+    n, mb = tg.n_items, tg.micro_batches
+    return [c for p in range(tg.n_passes) for c in tg.n_inputs[p * n:(p + 1) * n] * mb]
+
+
+def _sequenced(tg: EventGraph) -> bool:
+    """Whether every group runs a fixed sequence and no device serves two groups, so that each
+    channel carries the messages of one group only (:func:`_run_sequenced`)."""
+    if not tg.sequences or any(seq is None for seq in tg.sequences):
+        return False
+    devices = [d for devs in tg.group_devices for d in devs]
+    return len(devices) == len(set(devices))
+
+
+def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int], str] | None) -> list[float]:
+    """:func:`run_tasks` when every group runs a fixed sequence (:func:`_sequenced`), without the
+    event queue: the same start and end of every task and the same transfers.
+
+    A task of a sequenced group starts at ``max(end of the group's previous task, arrival of its
+    last input)``, whatever else happens at that instant, and a channel serves its transfers in
+    the order its one sending group runs its tasks.  So the groups can be advanced one at a time,
+    each as far as its next task's inputs have all arrived, in any order that respects the
+    dependencies: every start, end, channel booking and arrival is the same sum and maximum of
+    the same numbers as in the event loop.  A group whose next task is resolved by another
+    group's task is resumed then; tasks left over mean the sequences deadlock."""
+    n, mb = tg.n_items, tg.micro_batches
+    block = mb * n
+    n_tasks = tg.n_passes * block
+    duration = tg.duration_s
+    group_of = tg.group_of * (tg.n_passes * mb)  # group_of[t] = group of task t
+    template = list(range(n_tasks)) if mb == 1 else [(t // block) * n + t % n for t in range(n_tasks)]
+    sequences = [seq for seq in tg.sequences if seq is not None]
+    n_groups = len(sequences)
+    waiting = _waiting(tg)
+    ready = [0.0] * n_tasks  # ready[t] = latest arrival among task t's inputs so far
+    pointer = [0] * n_groups  # pointer[g] = next position in sequences[g]
+    free = [0.0] * n_groups  # free[g] = end of group g's last task
+    outputs = _outputs(tg)
+    channel_free = channels.free_s
+    runnable = [g for g in range(n_groups) if sequences[g] and not waiting[sequences[g][0]]][::-1]
+    done = 0
+    while runnable:
+        g = runnable.pop()
+        seq, p, now = sequences[g], pointer[g], free[g]
+        length = len(seq)
+        while p < length:
+            x = seq[p]
+            if waiting[x]:
+                break
+            r = ready[x]
+            k = template[x]
+            now = (r if r > now else now) + duration[k]
+            p += 1
+            for transfers, consumers in outputs[k]:
+                arrival = now
+                if transfers is not None:  # ChannelTable.send, inlined
+                    for cid, dur in transfers:
+                        if dur > 0.0:
+                            start = channel_free[cid]
+                            if start < now:
+                                start = now
+                            end = channel_free[cid] = start + dur
+                            if end > arrival:
+                                arrival = end
+                for delta in consumers:
+                    u = x + delta
+                    left = waiting[u] = waiting[u] - 1
+                    if arrival > ready[u]:
+                        ready[u] = arrival
+                    if not left:
+                        h = group_of[u]
+                        if h != g and pointer[h] < len(sequences[h]) and sequences[h][pointer[h]] == u:
+                            runnable.append(h)
+        done += p - pointer[g]
+        pointer[g], free[g] = p, now
+    if done < n_tasks:
+        _deadlock(tg, pointer, label)
+    return free
 
 
 def _deadlock(tg: EventGraph, pointer: list[int], label: Callable[[int], str] | None) -> None:

@@ -26,6 +26,7 @@ from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.simulator._channels import ChannelTable, Transfers, record_collectives
 from solvers.simulator._events import EventGraph, run_tasks
+from solvers.simulator._one_device import TaskLists, one_device, one_device_lists
 from solvers.simulator.result import EngineRun, TimelineEntry
 
 
@@ -42,16 +43,36 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     n = g.n_ops
     training = problem.training
     passes = 2 if training else 1
-    block = micro_batches * n
     group = rp.stage_of.tolist()
     devs = rp.stage_devices
     fwd, bwd = group_op_times(problem, rp, compute)
     if any(rp.recompute):
         bwd = [b + f if rp.recompute[s] else b for f, b, s in zip(fwd, bwd, group, strict=True)]
+    if one_device(rp):
+        local, messages = one_device_lists(problem, rp, channels, micro_batches)
+    else:
+        local, messages = _general_lists(problem, rp, channels, micro_batches)
+    n_inputs = [len(p) for p in g.pred] + ([1 + len(s) for s in g.succ] if training else [])
+    pos = g.topo_position.tolist()
+    priority = pos + ([n - 1 - p for p in pos] if training else [])
+    sequences = _sequences(rp, n, micro_batches, training)
+    return EventGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
+                     n_inputs, priority, sequences)
+
+
+
+def _general_lists(problem: Problem, rp: ResolvedPlan, channels: ChannelTable, micro_batches: int) -> TaskLists:
+    """Per template: the deltas of its local successors and its messages (transfers, consumer deltas)."""
+    g = problem.graph
+    n = g.n_ops
+    training = problem.training
+    passes = 2 if training else 1
+    block = micro_batches * n
+    group = rp.stage_of.tolist()
+    devs = rp.stage_devices
     src, dst, size = g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist()
     local: list[list[int]] = [[] for _ in range(passes * n)]
     messages: list[list[tuple[Transfers, list[int]]]] = [[] for _ in range(passes * n)]
-    n_inputs = [len(p) for p in g.pred] + ([1 + len(s) for s in g.succ] if training else [])
     modes: dict[tuple[int, int], BoundaryMode] = {}  # boundary_mode of each group pair, computed once
 
     def mode(a: int, b: int) -> BoundaryMode:
@@ -86,11 +107,7 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
                     grad = channels.message(devs[group[w]], devs[group[u]], size[e], micro_batches,
                                             **mode(group[w], group[u]))
                     messages[n + w].append((grad, [u - w]))
-    pos = g.topo_position.tolist()
-    priority = pos + ([n - 1 - p for p in pos] if training else [])
-    sequences = _sequences(rp, n, micro_batches, training)
-    return EventGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
-                     n_inputs, priority, sequences)
+    return local, messages
 
 
 def _sequences(rp: ResolvedPlan, n: int, micro_batches: int, training: bool) -> list[list[int] | None]:

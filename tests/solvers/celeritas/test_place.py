@@ -19,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.base import Budget, no_progress
+from solvers.celeritas.adjusting import AdjustingSchedule
+from solvers.celeritas.place import back_costs_s
 from solvers.celeritas.solver import CeleritasOptions, CeleritasSolver, task_order
 from solvers.listsched import (
     LatencyCosts,
@@ -246,3 +248,29 @@ def test_list_schedule_times_as_the_plain_definitions(g: OpGraph, topo: Topology
             d = rnd.randrange(topo.n_devices)
             assert fast.commit(v, d, True) == reference.commit(v, d, True)
     assert fast.start_s == reference.start_s and fast.finish_s == reference.finish_s
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(dag_graphs(min_ops=1, max_ops=40, edge_p=0.15), topologies(min_devices=1, max_devices=4),
+       st.booleans(), st.floats(0.02, 1.0), st.sampled_from([0.0, 1.0, 3.0]), st.randoms(use_true_random=False),
+       st.booleans())
+def test_adjusting_loop_places_as_est_all_and_commit(g: OpGraph, topo: Topology, training: bool,
+                                                    memory_share: float, threshold: float, rnd: random.Random,
+                                                    pinned: bool) -> None:
+    """``AdjustingSchedule.place_all`` (one loop) gives every node the device and start that a call
+    of ``est_all`` and ``commit`` per node gives it (``_place_each``), with the same channel
+    bookings and memory: memory tight enough for full devices and best effort, Eq. 9's threshold
+    at 0, 1 and 3, and some nodes pinned."""
+    problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))
+    tasks, costs = op_task_graph(problem), latency_costs(problem)
+    caps = np.full(topo.n_devices, memory_share * float((tasks.mem_add_bytes + tasks.mem_work_bytes).sum()))
+    order = task_order(tasks, costs, rnd.choice(["cpd-topo", "b-level"])).tolist()
+    pins = {v: rnd.randrange(topo.n_devices) for v in range(g.n_ops) if pinned and rnd.random() < 0.2}
+    back = back_costs_s(tasks, costs).tolist()
+    loop, each = AdjustingSchedule(tasks, costs, caps), AdjustingSchedule(tasks, costs, caps)
+    loop.place_all(order, pins, back, threshold)
+    each._place_each(order, pins, back, threshold)
+    assert (loop.device, loop.start_s, loop.finish_s) == (each.device, each.start_s, each.finish_s)
+    assert loop.best_effort == each.best_effort
+    assert loop._chan_free == each._chan_free and loop._arrival == each._arrival
+    assert (loop.mem.add_bytes, loop.mem.work_bytes) == (each.mem.add_bytes, each.mem.work_bytes)

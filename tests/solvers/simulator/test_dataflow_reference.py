@@ -131,3 +131,15 @@ def test_replaying_the_list_schedule_reproduces_it(case: tuple[Problem, Plan]) -
         order[first] = [task.split(" ", 1)[1] for task in runs]
     replay = simulate(problem, plan.with_(order={d: tuple(o) for d, o in order.items()}))
     assert replay.metrics["latency_s"] == pytest.approx(result.metrics["latency_s"], rel=1e-12)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(ordered_latency_cases())
+def test_sequenced_run_equals_the_event_loop(case: tuple[Problem, Plan]) -> None:
+    """With an order on every device the engine runs without its event queue
+    (``solvers.simulator._events._run_sequenced``); a timeline keeps the event loop.  Every metric,
+    the channel traffic included, is the same bit for bit."""
+    problem, plan = case
+    sequenced = simulate(problem, plan, engine="op").metrics
+    event_loop = simulate(problem, plan, timeline=True).metrics
+    assert sequenced == event_loop
