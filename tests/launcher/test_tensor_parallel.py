@@ -1,11 +1,13 @@
 """Tensor-parallel stages: placed by the split rules, run under real torchrun (gloo), equal to one process.
 
-``placer launcher verify`` runs GPT-2 (fused QKV, Conv1D weights, tied vocabulary-parallel
-embedding and LM head) and Llama (separate q/k/v, gated MLP, RMSNorm, rotary positions) at
-tp 2 x pp 2 on 4 processes, GPT-2 at tp 2 x dp 2 on 4 (each shard averaged over the replicas),
-and GPT-2 at tp 2 x pp 1 on 2 (the tie inside one stage, three steps of training with clipping); GPT-2
-and Llama at tp 2 x pp 2 with sequence parallelism (each device's part of the boundary values checked).
-Every rank reports its own parts' shapes, so a weight the rules split is seen split.
+One step of GPT-2 (fused QKV, Conv1D weights, tied vocabulary-parallel embedding and LM head) and Llama
+(separate q/k/v, gated MLP, RMSNorm, rotary positions) at tp 2 x pp 2 on 4 processes, GPT-2 at tp 2 x dp 2
+on 4 (each shard averaged over the replicas), and GPT-2 and Llama at tp 2 x pp 2 with sequence parallelism
+(each device's part of the boundary values checked) is compared as ``placer launcher verify`` compares it
+(:func:`launcher.verify.compare` against the single-process step); the five 4-process runs share one
+torchrun world (``torchrun_many``: a start per run saved).  GPT-2 at tp 2 x pp 1 on 2 processes trains
+three steps (the tie inside one stage, clipping).  Every rank reports its own parts' shapes, so a weight
+the rules split is seen split.
 ``launcher check`` refuses, naming the field, what the runtime cannot run.
 """
 
@@ -17,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from launcher.check import check_plan
-from launcher.verify import TOLERANCE, Training, reference_losses, verify_plan
+from launcher.verify import TOLERANCE, Training, compare, reference_losses, reference_step
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import MODELS, bundle, check_training_step, torchrun
+from tests.launcher.conftest import MODELS, Run, bundle, check_training_step, torchrun, torchrun_many
 
 MODELS.setdefault("gpt2_seq7", [*MODELS["gpt2"], "seq=7"])
 MODELS.setdefault(
@@ -55,27 +56,56 @@ def tp_plan(workdir: Path, graph: Path, name: str, stages: int, tp: int, replica
     return path
 
 
-def local_shapes(folder: Path) -> dict[str, list[list[int]]]:
+def local_shapes(steps: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
     """Parameter -> the shape of the part every rank that holds it holds."""
     out: dict[str, list[list[int]]] = {}
-    for path in sorted((folder / "step").glob("rank*.pt")):
-        for name, shape in torch.load(path)["local_shapes"].items():
+    for step in steps:
+        for name, shape in step["local_shapes"].items():
             out.setdefault(name, []).append(shape)
     return out
 
 
-def verified(workdir: Path, graph: Path, plan: Path, name: str) -> dict[str, list[list[int]]]:
-    report = verify_plan(load_plan(plan), load_graph(graph), folder=workdir / name)
-    assert report.ok, report.first_failure
+# name -> (model, stages, tp, replicas, plan extras): the 4-process plans, run in one torchrun world
+FOUR_PROCESS = {
+    "gpt2-tp2pp2": ("gpt2", 2, 2, 1, {}),
+    "llama-tp2pp2": ("llama", 2, 2, 1, {}),
+    "gpt2-sp": ("gpt2", 2, 2, 1, {"sequence_parallel": True}),
+    "llama-sp": ("llama", 2, 2, 1, {"sequence_parallel": True}),
+    "gpt2-tp2dp2": ("gpt2", 1, 2, 2, {}),
+}
+
+
+@pytest.fixture(scope="module")
+def four_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[Path, Path, Run]]:
+    """Name -> (plan, bundle folder, its run): every plan of :data:`FOUR_PROCESS` checked, bundled and run
+    one step in one torchrun world."""
+    made: dict[str, tuple[Path, Path]] = {}
+    for name, (model, stages, tp, replicas, extra) in FOUR_PROCESS.items():
+        graph = graphs(model)
+        plan = tp_plan(workdir, graph, name, stages, tp, replicas, **extra)
+        report = check_plan(load_plan(plan), load_graph(graph))
+        assert report.ok, f"{name}: {report.reason}"
+        made[name] = (plan, bundle(workdir, plan, graph, 4, name))
+    runs = torchrun_many([(folder, name, []) for name, (_, folder) in made.items()], 4, timeout_s=900)
+    return {name: (plan, folder, runs[name]) for name, (plan, folder) in made.items()}
+
+
+def verified(four_process: dict[str, tuple[Path, Path, Run]], name: str) -> dict[str, list[list[int]]]:
+    """The run of ``name`` against the single-process step as ``placer launcher verify`` compares them."""
+    plan, folder, run = four_process[name]
+    assert run.code == 0, run.log[-4000:]
+    assert len(run.steps) == 4, f"{name}: {len(run.steps)} ranks saved a step"
+    loss, grads = reference_step(json.loads((folder / "manifest.json").read_text()), load_plan(plan), None)
+    report = compare(run.steps, loss, grads)
+    assert report.ok, f"{name}: {report.first_failure}"
     assert report.worst is not None and report.worst.relative <= TOLERANCE
     assert not report.missing
-    return local_shapes(workdir / name)
+    return local_shapes(run.steps)
 
 
 @pytest.mark.slow
-def test_gpt2_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("gpt2")
-    shapes = verified(workdir, graph, tp_plan(workdir, graph, "gpt2-tp2pp2", 2, 2), "gpt2-tp2pp2")
+def test_gpt2_tp2_pp2_equals_one_process(four_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    shapes = verified(four_process, "gpt2-tp2pp2")
     assert shapes["transformer.h.1.attn.c_attn.weight"] == [[32, 48]] * 2  # Conv1D [in, out]: columns split
     assert shapes["transformer.h.1.attn.c_proj.weight"] == [[16, 32]] * 2  # rows split
     assert shapes["transformer.h.1.mlp.c_fc.weight"] == [[32, 64]] * 2
@@ -84,9 +114,8 @@ def test_gpt2_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str], 
 
 
 @pytest.mark.slow
-def test_llama_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("llama")
-    shapes = verified(workdir, graph, tp_plan(workdir, graph, "llama-tp2pp2", 2, 2), "llama-tp2pp2")
+def test_llama_tp2_pp2_equals_one_process(four_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    shapes = verified(four_process, "llama-tp2pp2")
     assert shapes["layers.1.self_attn.q_proj.weight"] == [[16, 32]] * 2  # Linear [out, in]: outputs split
     assert shapes["layers.1.self_attn.o_proj.weight"] == [[32, 16]] * 2
     assert shapes["layers.1.mlp.gate_proj.weight"] == [[32, 32]] * 2
@@ -94,11 +123,11 @@ def test_llama_tp2_pp2_equals_one_process(workdir: Path, graphs: Callable[[str],
     assert shapes["embed_tokens.weight"] == [[32, 32]] * 2
 
 
-def boundary_parts(folder: Path) -> dict[tuple[str, str], list[list[int]]]:
+def boundary_parts(steps: list[dict[str, Any]]) -> dict[tuple[str, str], list[list[int]]]:
     """(received / sent, value) -> the shape of the part every rank that moves it holds."""
     out: dict[tuple[str, str], list[list[int]]] = {}
-    for path in sorted((folder / "step").glob("rank*.pt")):
-        for way, parts in torch.load(path)["boundary_parts"].items():
+    for step in steps:
+        for way, parts in step["boundary_parts"].items():
             for name, shape in parts.items():
                 out.setdefault((way, name), []).append(shape)
     return out
@@ -120,18 +149,17 @@ SEQUENCE_PARTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_sequence_parallel_tp2_pp2_equals_one_process(
-    workdir: Path, graphs: Callable[[str], Path], model: str
+    four_process: dict[str, tuple[Path, Path, Run]], graphs: Callable[[str], Path], model: str
 ) -> None:
     """Norms and dropouts on half the sequence, reduce-scatter / all-gather around each pair, and the
     boundary values crossing as each device's part; loss and every gradient as one process's."""
-    graph = graphs(model)
-    plan = tp_plan(workdir, graph, f"{model}-sp", 2, 2, sequence_parallel=True)
-    report = check_plan(load_plan(plan), load_graph(graph))
+    plan = four_process[f"{model}-sp"][0]
+    report = check_plan(load_plan(plan), load_graph(graphs(model)))
     assert report.ok, report.reason
     assert all("sequence-parallel" in line for line in report.tensor_parallel)
     shapes = {b.name: list(b.shape) for b in report.boundaries}
-    verified(workdir, graph, plan, f"{model}-sp")
-    parts = boundary_parts(workdir / f"{model}-sp")
+    verified(four_process, f"{model}-sp")
+    parts = boundary_parts(four_process[f"{model}-sp"][2].steps)
     for name, whole, part in SEQUENCE_PARTS[model]:
         assert shapes[name] == whole
         assert parts[("sent", name)] == [part] * 2 and parts[("received", name)] == [part] * 2, (name, parts)
@@ -155,15 +183,14 @@ def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(
     assert len(got) == 3 and got[-1] < got[0]
     for a, b in zip(got, want, strict=True):
         assert abs(a - b) <= TOLERANCE * abs(b), (got, want)
-    shapes = local_shapes(folder)
+    shapes = local_shapes(run.steps)
     assert shapes["transformer.wte.weight"] == [[32, 32]] * 2
     assert "lm_head.weight" not in shapes  # the tie: one parameter under its first name
 
 
 @pytest.mark.slow
-def test_gpt2_tp2_dp2_averages_each_shard_over_the_replicas(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("gpt2")
-    shapes = verified(workdir, graph, tp_plan(workdir, graph, "gpt2-tp2dp2", 1, 2, replicas=2), "gpt2-tp2dp2")
+def test_gpt2_tp2_dp2_averages_each_shard_over_the_replicas(four_process: dict[str, tuple[Path, Path, Run]]) -> None:
+    shapes = verified(four_process, "gpt2-tp2dp2")
     assert shapes["transformer.h.0.mlp.c_proj.weight"] == [[64, 32]] * 4  # every replica holds its two shards
 
 
