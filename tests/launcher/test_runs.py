@@ -22,7 +22,6 @@ from tests.launcher.conftest import (
     reference,
     solve,
     stage_counts,
-    torchrun,
     torchrun_many,
 )
 
@@ -54,7 +53,7 @@ def _handwritten_cnn_plan(workdir: Path, graph: Path) -> Path:
 @pytest.fixture(scope="module")
 def two_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, TwoProcess]:
     """Every two-process plan of this file, bundled, and its runs, all in one torchrun world."""
-    bert, cnn = graphs("bert"), graphs("cnn")
+    bert, cnn, gpt2 = graphs("bert"), graphs("cnn"), graphs("gpt2")
     recompute_1 = solve(workdir, cnn, "even", 2, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
                         "--no-recompute")
     recompute_1.write_text(json.dumps({**json.loads(recompute_1.read_text()), "recompute": [1]}))
@@ -69,6 +68,8 @@ def two_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, TwoPr
         "bert-heft": (bert, solve(workdir, bert, "heft", 2, "--objective", "latency", "--pass", "training"),
                       {"train": (), "infer": ("--inference",)}),
         "cnn-handwritten": (cnn, _handwritten_cnn_plan(workdir, cnn), {"train": ()}),
+        "gpt2-replicas": (gpt2, solve(workdir, gpt2, "even", 2, "--micro-batches", "2", "--schedule", "1f1b",
+                                      "--stages", "1", "--replicas", "2"), {"train": ()}),
     }
     folders = {name: bundle(workdir, plan, graph, 2, name) for name, (graph, plan, _) in plans.items()}
     launches = [(folders[name], f"{name}-{run}", args) for name, (_, _, runs) in plans.items()
@@ -97,15 +98,6 @@ def test_bert_parmesan_gpipe_cuts_inside_a_layer(two_process: dict[str, TwoProce
               for s in stages]
     assert len(stages) == 2 and blocks[0] & blocks[1], "the plan should cut an encoder layer in two"
     check_training_step(case.runs["train"], case.folder, 2)
-
-
-def test_bert_even_1f1b_with_two_replicas_per_stage(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("bert")
-    plan = solve(workdir, graph, "even", 4, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
-                 "--replicas", "2")
-    assert stage_counts(plan) == [2, 2]
-    folder = bundle(workdir, plan, graph, 4, "bert-even")
-    check_training_step(torchrun(folder, 4), folder, 4)
 
 
 @pytest.fixture(scope="module")
@@ -193,20 +185,29 @@ def test_cnn_latency_plan_where_a_remote_value_has_several_readers(two_process: 
     check_training_step(case.runs["train"], case.folder, 2)
 
 
-@pytest.mark.parametrize(("stages", "tied"), [(1, {}), (2, {"transformer.wte.weight": [0, 1]})])
-def test_gpt2_replicas_verify_with_bucketed_gradients(workdir: Path, graphs: Callable[[str], Path], stages: int,
-                                                       tied: dict[str, list[int]],
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """1 stage x 2 replicas (the gradients averaged in buckets over the replicas) and 2 stages x 2
-    replicas (the tied embedding summed over both stages' replicas): one step equals the single process."""
+def test_gpt2_one_stage_two_replicas_averages_bucketed_gradients(two_process: dict[str, TwoProcess],
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """1 stage x 2 replicas: the gradients averaged in buckets over the replicas; one step equals the single
+    process.  (BERT's 2 stages x 2 replicas under 1F1B runs in tests/launcher/test_matrix.py's 4-process rows.)"""
+    case = two_process["gpt2-replicas"]
+    assert stage_counts(case.plan) == [2]
+    capsys.readouterr()
+    assert placer(["launcher", "check", "--plan", str(case.plan), "--graph", str(case.graph), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tied"] == {}
+    check_training_step(case.runs["train"], case.folder, 2)
+
+
+def test_gpt2_two_stages_two_replicas_verify_with_the_tie_summed(workdir: Path, graphs: Callable[[str], Path],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """2 stages x 2 replicas (the tied embedding summed over both stages' replicas): ``placer launcher verify``
+    runs the step under torchrun and finds it equal to the single process."""
     graph = graphs("gpt2")
-    devices = 2 * stages
-    plan = solve(workdir, graph, "even", devices, "--micro-batches", "2", "--schedule", "1f1b", "--stages",
-                 str(stages), "--replicas", "2")
-    assert stage_counts(plan) == [2] * stages
+    plan = solve(workdir, graph, "even", 4, "--micro-batches", "2", "--schedule", "1f1b", "--stages", "2",
+                 "--replicas", "2")
+    assert stage_counts(plan) == [2, 2]
     capsys.readouterr()
     assert placer(["launcher", "check", "--plan", str(plan), "--graph", str(graph), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["tied"] == tied
+    assert json.loads(capsys.readouterr().out)["tied"] == {"transformer.wte.weight": [0, 1]}
     assert placer(["launcher", "verify", "--plan", str(plan), "--graph", str(graph), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["missing"] == [], report["first_failure"]
