@@ -106,8 +106,10 @@ def test_every_multi_stage_schedule_verifies_on_two_processes(extracted: dict[st
 
 
 def test_every_multi_stage_schedule_verifies_on_four_processes(extracted: dict[str, Path], tmp_path: Path) -> None:
-    rows = [(f"{model}-{schedule}-4", graph, virtual_plan(graph, schedule, 4, v, 8))
-            for model, graph in extracted.items() for schedule, v in SCHEDULES.items()]
+    """Every schedule on four ranks with GPT-2 (Llama runs every schedule on two processes above: the rank
+    count changes the action lists, not what a model's stages do)."""
+    rows = [(f"gpt2-{schedule}-4", extracted["gpt2"], virtual_plan(extracted["gpt2"], schedule, 4, v, 8))
+            for schedule, v in SCHEDULES.items()]
     # two rank groups of two replicas each (data parallelism): two pipelines, gradients averaged
     for schedule in ("interleaved-zb", "zbv"):
         rows.append((f"gpt2-{schedule}-2x2", extracted["gpt2"], virtual_plan(extracted["gpt2"], schedule, 2, 2, 4, 2)))
