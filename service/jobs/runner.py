@@ -6,12 +6,14 @@ coordination goes through the jobs table (``store``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -85,14 +87,39 @@ class JobRunner:
         return outcome
 
     def _supervise(self, job: Claimed) -> _Watch:
-        warm_up()
-        proc = Child.start(_MP, child.run, (job,), name=f"placer-solve-{job.job_id}")
+        # starting the forkserver (it imports the solver library) and the child can outlast a lease on a
+        # loaded machine: the lease is renewed meanwhile, else the reaper takes a job that is only starting
+        with self._lease_kept(job):
+            warm_up()
+            proc = Child.start(_MP, child.run, (job,), name=f"placer-solve-{job.job_id}")
         watch = _Watch()
         try:
             self._watch(job, proc, watch)
         finally:  # the child leads a session: whatever it started dies with it
             watch.exitcode = proc.stop(5.0, also_kill=procs.kill_session)
         return watch
+
+    @contextlib.contextmanager
+    def _lease_kept(self, job: Claimed) -> Iterator[None]:
+        """Renew ``job``'s lease every ``min(1, lease_s / 3)`` seconds from a thread while the body runs
+        (:meth:`_watch` renews it afterwards and notices a lease lost meanwhile)."""
+        done = threading.Event()
+        beat_every = min(1.0, self.config.lease_s / 3)
+
+        def beat() -> None:
+            while not done.wait(beat_every):
+                with self.db.session() as s:
+                    owner, _ = store.heartbeat(s, job.job_id, self.owner, self.config.lease_s)
+                if not owner:
+                    return
+
+        thread = threading.Thread(target=beat, name=f"lease-{job.job_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _watch(self, job: Claimed, solver: Child, watch: _Watch) -> None:
         cfg, proc, recv = self.config, solver.process, solver.conn
