@@ -63,8 +63,8 @@ class Problem:
             for key in ("replicas", "tp"):
                 value = getattr(self.settings, key)
                 if value is not None and value > 1:
-                    raise InvalidProblem(f"settings.{key}: {value} applies to the throughput objective only (a latency "
-                                         "plan places each op on one device: docs/formats.md)", field=f"settings.{key}")
+                    raise InvalidProblem(f"settings.{key}: a latency plan places each op on one device, so {key} above 1 "
+                                         f"applies to the throughput objective only (got {value})", field=f"settings.{key}")
 
     def with_settings(self, **changes: Any) -> Problem:
         return replace(self, settings=self.settings.model_copy(update=changes))

@@ -117,3 +117,12 @@ def test_evaluate_refuses_a_latency_stage_on_several_devices(api: Api) -> None:
     r = api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "objective": "latency", "plan": one})
     assert r.status_code == 200, r.text
     assert r.json()["metrics"]["efficiency"] <= 1.0
+
+
+def test_a_latency_comparison_refuses_tensor_parallel_members_naming_the_swept_value(api: Api) -> None:
+    gid, tid = _inputs(api)
+    r = api.post("/v1/comparisons", json={"graph_id": gid, "topology_id": tid, "solvers": ["heft"],
+                                          "objective": "latency", "sweep": {"tp": [1, 2]}})
+    body = assert_problem(r, 422, field="sweep.tp[1]")
+    assert "a latency plan places each op on one device, so tp above 1 applies to the throughput objective" in (
+        body["detail"])

@@ -132,7 +132,7 @@ def test_latency_problem_refuses_replicas_and_tensor_parallelism(parts: tuple[Op
     g, t = parts
     assert Problem(g, t, "latency", ProblemSettings(replicas=1, tp=1)).settings.replicas == 1
     for key in ("replicas", "tp"):
-        with pytest.raises(InvalidProblem, match=f"settings.{key}: 2 applies to the throughput objective only") as info:
+        with pytest.raises(InvalidProblem, match=f"{key} above 1 applies to the throughput objective only \\(got 2\\)") as info:
             Problem(g, t, "latency", ProblemSettings(**{key: 2}))  # type: ignore[arg-type]
         assert info.value.field == f"settings.{key}"
         assert getattr(Problem(g, t, "throughput", ProblemSettings(**{key: 2})).settings, key) == 2  # type: ignore[arg-type]
