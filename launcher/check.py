@@ -29,7 +29,7 @@ from launcher.structure import granularity_depth, model_source, op_stage, struct
 from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidInput, InvalidPlan, PlacerError
 from solvers.model.graph import OpGraph
-from solvers.model.plan import Plan
+from solvers.model.plan import Plan, check_one_device_per_op
 from solvers.model.topology import Topology
 from solvers.runnable import runnable_notes
 
@@ -123,10 +123,7 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
         if missing:
             raise InvalidPlan(f"the plan leaves op(s) of the exported model out: {', '.join(missing[:5])}",
                               field="stages", ref=missing[0])
-        for s, stage in enumerate(plan.stages):
-            if len(stage.devices) != 1:
-                raise InvalidPlan(f"stages[{s}] of a latency plan has {len(stage.devices)} devices: op-level plans "
-                                  "place each op on one device", field=f"stages[{s}].devices")
+        check_one_device_per_op(plan)  # the rule plan validation applies (docs/formats.md)
         return
     assignment = assign_stages(gm, stage_of)
     stages = build_stages(gm, reference.attr, assignment, len(plan.stages))

@@ -127,14 +127,13 @@ def with_rows_for(graph: OpGraph, replica_counts: list[int]) -> OpGraph:
 
 
 @st.composite
-def latency_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 5,
-                  replicas: bool = True) -> tuple[Problem, Plan]:
-    """A latency problem and a valid plan placing every op on any device group."""
+def latency_cases(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 5) -> tuple[Problem, Plan]:
+    """A latency problem and a valid plan placing every op on one device (any devices, any split)."""
     topo = draw(topologies(max_devices=max_devices))
     graph = draw(dag_graphs(max_ops=max_ops))
     pass_: Any = draw(st.sampled_from(["forward", "training"]))
     n_groups = draw(st.integers(1, topo.n_devices))
-    groups = draw(device_groups(topo, n_groups)) if replicas else [[d.id] for d in topo.devices[:n_groups]]
+    groups = [[d] for d in draw(st.permutations([d.id for d in topo.devices]))[:n_groups]]
     owner = [draw(st.integers(0, n_groups - 1)) for _ in range(graph.n_ops)]
     used = sorted(set(owner))
     stages = tuple(Stage(tuple(graph.nodes[v].id for v in range(graph.n_ops) if owner[v] == g), tuple(groups[g]))

@@ -41,6 +41,7 @@ from launcher.runtime.weights import materialize
 from launcher.runtime.world import new_groups
 from launcher.structure import fx_ops
 from solvers.model.errors import InvalidPlan
+from solvers.model.plan import check_one_device_per_op
 
 LOSS = "<loss>"
 
@@ -48,10 +49,8 @@ LOSS = "<loss>"
 def device_of_ops(ctx: LaunchContext, gm: fx.GraphModule) -> dict[str, str]:
     """FX node name -> plan device (placeholders included; getitems of tuples follow their producer)."""
     out: dict[str, str] = {}
+    check_one_device_per_op(ctx.plan)  # the rule plan validation applies (docs/formats.md)
     for s, stage in enumerate(ctx.plan.stages):
-        if len(stage.devices) != 1:
-            raise InvalidPlan(f"stages[{s}] of a latency plan has {len(stage.devices)} devices: op-level plans place "
-                              "each op on one device", field=f"stages[{s}].devices")
         for name, st in ctx.stage_of.items():
             if st == s:
                 out[name] = stage.devices[0]

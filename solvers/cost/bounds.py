@@ -12,12 +12,15 @@ speed``; summing over groups gives ``MB * sum_v w_v / sum_d speed_d`` with ``w_v
 Both objectives take the max of
 * the work bound (latency: ``MB`` defaults to 1, backward only in a training pass), and
 * the critical path of one micro-batch with zero communication, each op at its fastest possible
-  group time: ``min_R (R-th smallest w_dv over devices) / R`` — a group of ``R`` replicas divides
-  an op's time by ``R`` (Parmesan Eq. 3), so without this the bound would not hold for replicated
-  groups.  In a training pass a path is its forward chain then its backward chain, so op ``v``
-  counts ``fwd + bwd`` (both run on the same group).  An iteration contains micro-batch 0's
-  forward and backward, so the bound holds for throughput too (it matters when device speeds
-  differ: with equal speeds it never exceeds the work bound).
+  time.  Throughput: its fastest group time ``min_R (R-th smallest w_dv over devices) / R`` — a
+  group of ``R`` replicas divides an op's time by ``R`` (Parmesan Eq. 3), so without this the
+  bound would not hold for replicated groups.  Latency: its fastest device time ``min_d w_dv``,
+  since a latency plan puts each op on one device (the validity rule
+  :func:`~solvers.model.plan.check_one_device_per_op`).  In a training pass a path is its
+  forward chain then its backward chain, so op ``v`` counts ``fwd + bwd`` (both run on the same
+  device or group).  An iteration contains micro-batch 0's forward and backward, so the bound
+  holds for throughput too (it matters when device speeds differ: with equal speeds it never
+  exceeds the work bound).
 """
 
 from __future__ import annotations
@@ -96,10 +99,18 @@ def fastest_group_s(problem: Problem, compute: ComputeModel, training: bool, rec
     return np.asarray((sorted_times / cum).min(axis=0), dtype=np.float64)
 
 
+def fastest_device_s(problem: Problem, compute: ComputeModel, training: bool, recompute: bool) -> FloatArray:
+    """Per op: the least time any one device takes for it (``min_d w_dv``)."""
+    times = [_work_per_op(compute.fwd_s(d), compute.bwd_s(d), training, recompute) for d in _device_classes(problem)]
+    return np.asarray(np.min(np.stack(times), axis=0), dtype=np.float64)
+
+
 def critical_path_bound_s(problem: Problem, compute: ComputeModel, training: bool, recompute: bool) -> float:
-    """Longest path with every op at its fastest group time and free communication."""
+    """Longest path with free communication and every op at its fastest group time (throughput) or
+    its fastest device time (latency: one device per op)."""
     g = problem.graph
-    cost = fastest_group_s(problem, compute, training, recompute).tolist()
+    fastest = fastest_group_s if problem.objective == "throughput" else fastest_device_s
+    cost = fastest(problem, compute, training, recompute).tolist()
     finish = [0.0] * g.n_ops  # finish[v] = longest path ending with op v
     pred = g.pred
     for v in g.topo_order.tolist():

@@ -310,8 +310,9 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
 
     Rejects (``InvalidPlan`` naming the op, device or stage): unknown or missing ops, an op in
     two stages, unknown devices, a device used twice, an empty stage when not allowed,
-    dependencies pointing backwards in a throughput plan, pins not honoured, and an ``order``
-    inconsistent with the stages.  Memory is the cost model's: :func:`solvers.validity.resolve_plan`
+    dependencies pointing backwards in a throughput plan, a throughput stage whose replicas do not
+    split the micro-batch's rows, a latency stage on more than one device, pins not honoured, and
+    an ``order`` inconsistent with the stages.  Memory is the cost model's: :func:`solvers.validity.resolve_plan`
     checks both.
     """
     g, topo = problem.graph, problem.topology
@@ -373,6 +374,8 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                 field="stages", ref=e.src)
     if problem.objective == "throughput":
         check_replica_rows(plan, problem.micro_batch_rows(plan.micro_batches))
+    else:
+        check_one_device_per_op(plan)
     for op, target in problem.settings.pinned.items():
         s = int(stage_of[g.index[op]])
         if isinstance(target, int) and s != target:
@@ -409,6 +412,25 @@ def check_replica_rows(plan: Plan, rows: int) -> None:
             raise InvalidPlan(f"stages[{s}].devices: the micro-batch of {rows} rows does not split evenly over "
                               f"{replicas} replicas (a stage's replica count must divide the rows)",
                               field=f"stages[{s}].devices")
+
+
+def check_one_device_per_op(plan: Plan) -> None:
+    """Raise :class:`InvalidPlan` (field ``stages[i].devices``) for the first stage of a latency plan
+    that runs on more than one device.
+
+    A latency plan places one batch op by op on devices, each op on exactly one device (MOIRAI
+    §III-D, constraint (4c)); a stage is one device's ops.  A group of replicas splitting the
+    batch, or a tensor-parallel group, is a throughput-plan construct (docs/formats.md), and the
+    launcher runs neither in a latency plan.  Refusing them here is what makes the bounds the
+    latency models prove hold for every plan the problem admits (docs/moirai.md, "Limits").
+    """
+    for s, stage in enumerate(plan.stages):
+        if len(stage.devices) > 1:
+            shown = ", ".join(repr(d) for d in stage.devices[:4]) + (", ..." if len(stage.devices) > 4 else "")
+            kind = f"tensor-parallel groups of tp={stage.tp}" if stage.tp > 1 else "replicas"
+            raise InvalidPlan(f"stages[{s}].devices: a latency plan places each op on one device, but stage {s} "
+                              f"runs on {len(stage.devices)} devices ({shown}) as {kind}; replicated and "
+                              "tensor-parallel stages belong to throughput plans", field=f"stages[{s}].devices")
 
 
 def _rank_groups(plan: Plan) -> list[int]:

@@ -59,6 +59,12 @@ class Problem:
             raise InvalidProblem("settings.global_batch: applies to the throughput objective only (a latency "
                                  "problem places one batch of the graph's profiled_batch_size)",
                                  field="settings.global_batch")
+        if self.objective == "latency":
+            for key in ("replicas", "tp"):
+                value = getattr(self.settings, key)
+                if value is not None and value > 1:
+                    raise InvalidProblem(f"settings.{key}: a latency plan places each op on one device, so {key} above 1 "
+                                         f"applies to the throughput objective only (got {value})", field=f"settings.{key}")
 
     def with_settings(self, **changes: Any) -> Problem:
         return replace(self, settings=self.settings.model_copy(update=changes))

@@ -5,8 +5,8 @@ not fit on one device, a plan must split the longest path, and each split is a t
 waits for.  The bound below keeps, from MOIRAI's model (§III-D, Eq. 4), the precedences (4a) and
 durations (4b) along one path, the memory constraint (Eq. 5) and the transfer times (Eq. 7), and
 drops the rest (other paths, the non-overlap of Eq. 6, congestion); it holds for every plan that
-puts each op on one device (the plans ``moirai`` and the list schedulers make; docs/moirai.md,
-"Status and bound").
+puts each op on one device, which is every latency plan validation admits
+(:func:`~solvers.model.plan.check_one_device_per_op`; docs/moirai.md, "Status and bound").
 
 **Claim.**  Let ``t_1 .. t_m`` be a path of the task DAG, ``b_i`` the bytes of edge
 ``t_i -> t_{i+1}``, ``c(b) = min over devices k != k' of (latency[k, k'] + b / bandwidth[k, k'])``

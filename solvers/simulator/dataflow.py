@@ -7,6 +7,9 @@ one message per (producer op, consumer group) carrying the largest bytes among t
 ``B(v, m)`` needs ``F(v, m)`` and ``B(w, m)`` of every successor ``w`` (a gradient message
 ``group(w) -> group(v)`` with that edge's bytes when remote); a sink's backward follows its
 forward.  In a training pass a replicated group ends with a ring all-reduce of its parameters.
+A latency plan's groups are single devices (:func:`~solvers.model.plan.check_one_device_per_op`);
+replicated and tensor-parallel groups reach the group timing here through the throughput op-level
+engine (:mod:`solvers.simulator.units`).
 
 Order on a group: ``plan.order`` (replayed exactly: forward tasks in the order, micro-batch by
 micro-batch, then backward tasks in the reverse order) or, without one, non-idling list

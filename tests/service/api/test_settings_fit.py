@@ -101,3 +101,28 @@ def test_evaluate_refuses_replicas_that_do_not_split_the_micro_batch(api: Api) -
     assert two_rows.status_code == 201
     r = api.post("/v1/plans:evaluate", json={"graph_id": two_rows.json()["id"], "topology_id": tid, "plan": plan})
     assert r.status_code == 200, r.text
+
+
+def test_evaluate_refuses_a_latency_stage_on_several_devices(api: Api) -> None:
+    """A latency plan places each op on one device (docs/formats.md): a stage of two replicas is a 422
+    naming the stage, even where the batch would split, and the same ops on one device evaluate."""
+    two_rows = api.post("/v1/graphs", json=generate_graph("random_dag", n_ops=6, seed=2, micro_batch=2).to_document())
+    gid, tid = two_rows.json()["id"], _inputs(api)[1]
+    ops = [f"op{i}" for i in range(6)]
+    plan = {"format": "placer.plan/v1", "stages": [{"ops": ops, "devices": ["gpu0", "gpu1"]}]}
+    r = api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "objective": "latency", "plan": plan})
+    body = assert_problem(r, 422, field="stages[0].devices")
+    assert "a latency plan places each op on one device, but stage 0 runs on 2 devices" in body["detail"]
+    one = {"format": "placer.plan/v1", "stages": [{"ops": ops, "devices": ["gpu0"]}]}
+    r = api.post("/v1/plans:evaluate", json={"graph_id": gid, "topology_id": tid, "objective": "latency", "plan": one})
+    assert r.status_code == 200, r.text
+    assert r.json()["metrics"]["efficiency"] <= 1.0
+
+
+def test_a_latency_comparison_refuses_tensor_parallel_members_naming_the_swept_value(api: Api) -> None:
+    gid, tid = _inputs(api)
+    r = api.post("/v1/comparisons", json={"graph_id": gid, "topology_id": tid, "solvers": ["heft"],
+                                          "objective": "latency", "sweep": {"tp": [1, 2]}})
+    body = assert_problem(r, 422, field="sweep.tp[1]")
+    assert "a latency plan places each op on one device, so tp above 1 applies to the throughput objective" in (
+        body["detail"])

@@ -48,10 +48,26 @@ def test_latency_bound_is_critical_path_or_work() -> None:
     one = Problem(graph, _topology([1.0]), "latency")
     assert lower_bound_s(one) == pytest.approx(8.0)  # work on one device = 1 + 4 + 1 + 2
     two = Problem(graph, _topology([1.0, 1.0]), "latency", ProblemSettings(pass_="training"))
-    # work: 14 / 2 = 7; critical path a-b-d with fwd+bwd halved by 2 replicas: (3 + 5 + 4) / 2 = 6
-    assert lower_bound_s(two) == pytest.approx(7.0)
+    # work: 14 / 2 = 7; critical path a-b-d, each op's fwd + bwd on one device: 3 + 5 + 4 = 12
+    assert lower_bound_s(two) == pytest.approx(12.0)
     compute = ComputeModel(graph, two.topology)
-    assert critical_path_bound_s(two, compute, True, False) == pytest.approx(6.0)
+    assert critical_path_bound_s(two, compute, True, False) == pytest.approx(12.0)
+    plan = Plan((Stage(tuple(graph.ids), ("d0",)),))
+    assert simulate(two, plan).metrics["latency_s"] == pytest.approx(14.0)  # one device: the work, 14
+    # throughput plans may replicate: there the path's ops are halved by 2 replicas, (3 + 5 + 4) / 2 = 6
+    pipelined = Problem(graph, two.topology, "throughput", ProblemSettings(micro_batches=(1,)))
+    assert critical_path_bound_s(pipelined, compute, True, False) == pytest.approx(6.0)
+
+
+def test_latency_critical_path_takes_each_op_on_its_fastest_device() -> None:
+    graph = OpGraph.build("one", [Node("a", "x", 6.0)], [])
+    problem = Problem(graph, _topology([3.0, 1.0, 1.0]), "latency")
+    # work: 6 / 5; a on the speed-3 device alone: 2.0 (three replicas would also give 2.0, two 3.0)
+    assert lower_bound_s(problem) == pytest.approx(2.0)
+    uniform = Problem(graph, _topology([1.0, 1.0, 1.0]), "latency")
+    assert lower_bound_s(uniform) == pytest.approx(6.0)  # no group of replicas to split it three ways
+    plan = Plan((Stage(("a",), ("d1",)),))
+    assert simulate(uniform, plan).metrics["efficiency"] == pytest.approx(1.0)
 
 
 def test_fastest_group_time_mixes_speeds() -> None:

@@ -102,14 +102,29 @@ def test_pins_to_stage_and_device() -> None:
     assert err.ref == "a" and "pinned to device 'g1'" in err.message
 
 
+LATENCY_GOOD = (["a", "b"], ["g0"]), (["c", "d"], ["g1"])
+
+
 def test_order_is_checked_against_the_stages() -> None:
     lat = make_problem("latency")
-    ok = plan(*GOOD, order={"g0": ("b", "a")})
+    ok = plan(*LATENCY_GOOD, order={"g0": ("b", "a")})
     assert resolve_plan(lat, ok).order == {0: [1, 0]}
-    assert rejected(lat, plan(*GOOD, order={"g0": ("a", "c")})).ref == "c"
-    assert "exactly once" in rejected(lat, plan(*GOOD, order={"g0": ("a",)})).message
-    assert rejected(lat, plan(*GOOD, order={"g3": ("a", "b")})).ref == "g3"
-    assert rejected(lat, plan(*GOOD, order={"g7": ("a", "b")})).ref == "g7"
+    assert rejected(lat, plan(*LATENCY_GOOD, order={"g0": ("a", "c")})).ref == "c"
+    assert "exactly once" in rejected(lat, plan(*LATENCY_GOOD, order={"g0": ("a",)})).message
+    assert rejected(lat, plan(*LATENCY_GOOD, order={"g3": ("a", "b")})).ref == "g3"
+    assert rejected(lat, plan(*LATENCY_GOOD, order={"g7": ("a", "b")})).ref == "g7"
+
+
+def test_latency_stage_on_several_devices_is_refused() -> None:
+    lat = make_problem("latency")
+    err = rejected(lat, plan(*GOOD))  # stage 1 on g1 and g2: two replicas splitting the batch
+    assert err.field == "stages[1].devices"
+    assert "stage 1 runs on 2 devices ('g1', 'g2') as replicas" in err.message
+    assert "places each op on one device" in err.message
+    split = Plan(stages=(Stage(("a", "b"), ("g0",)), Stage(("c", "d"), ("g1", "g2"), tp=2)))
+    err = rejected(lat, split)
+    assert err.field == "stages[1].devices" and "tensor-parallel groups of tp=2" in err.message
+    resolve_plan(make_problem(), plan(*GOOD))  # the same stages are a valid throughput plan
 
 
 def test_infeasible_plan_places_nothing() -> None:

@@ -127,6 +127,17 @@ def test_settings_that_fit_are_accepted(parts: tuple[OpGraph, Topology]) -> None
         Problem(one, t, settings=ProblemSettings(stages=2))
 
 
+def test_latency_problem_refuses_replicas_and_tensor_parallelism(parts: tuple[OpGraph, Topology]) -> None:
+    """A latency plan places each op on one device, so settings that ask for a group are refused, not ignored."""
+    g, t = parts
+    assert Problem(g, t, "latency", ProblemSettings(replicas=1, tp=1)).settings.replicas == 1
+    for key in ("replicas", "tp"):
+        with pytest.raises(InvalidProblem, match=f"{key} above 1 applies to the throughput objective only \\(got 2\\)") as info:
+            Problem(g, t, "latency", ProblemSettings(**{key: 2}))  # type: ignore[arg-type]
+        assert info.value.field == f"settings.{key}"
+        assert getattr(Problem(g, t, "throughput", ProblemSettings(**{key: 2})).settings, key) == 2  # type: ignore[arg-type]
+
+
 def test_problem_from_spec_and_training_flag(parts: tuple[OpGraph, Topology]) -> None:
     g, t = parts
     p = problem_from_spec(g, t, {"format": "placer.problem/v1", "objective": "latency",

@@ -88,11 +88,15 @@ def test_bound_is_below_the_brute_force_optimum(case: int) -> None:
 
 def test_energetic_reasoning_lifts_the_bound() -> None:
     """On a 60-op, 4-device instance the critical path and the work bound leave a 3.6 % gap to the
-    best schedule known (46.04 ms); heads, tails and energetic reasoning close most of it."""
+    best schedule known (46.04 ms); heads, tails and energetic reasoning close most of it.
+
+    The simulator's graph bound is that critical path (44.38 ms) since a latency plan puts each op on
+    one device; it was 38.42 ms, 19 % under, while it divided each op by a group's replicas."""
     problem = classic(60, 4, 2)
     inst = build_instance(problem, identity_grouping(problem.graph))
     b = task_bounds(inst)
-    assert b is not None and b.bound_s >= 1.19 * lower_bound_s(problem)
+    assert lower_bound_s(problem) == pytest.approx(0.0443840518, rel=1e-8)
+    assert b is not None and b.bound_s >= 1.035 * lower_bound_s(problem)
     plan = solve(problem, "heft", time_limit_s=5)
     assert b.bound_s <= simulate(problem, plan).metrics["latency_s"]
 

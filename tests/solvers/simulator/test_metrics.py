@@ -33,6 +33,11 @@ def _throughput() -> tuple[Problem, Plan]:
     return problem, plan
 
 
+def _latency_plan() -> Plan:
+    """The ops of :func:`_throughput` op by op: two on d0, two on d1."""
+    return Plan((Stage(("op0", "op1"), ("d0",)), Stage(("op2", "op3"), ("d1",))))
+
+
 def test_keys_units_and_json() -> None:
     problem, plan = _throughput()
     result = simulate(problem, plan)
@@ -59,8 +64,8 @@ def test_peak_memory_comes_from_the_cost_model() -> None:
     s1 = stage_memory_bytes(problem, rp.stage_ops[1], 2, 1, 0.0)
     assert m["peak_memory_bytes"] == {"d0": s0, "d1": s1, "d2": s1}
     latency = Problem(problem.graph, problem.topology, "latency")
-    lm = simulate(latency, plan.with_(micro_batches=1)).metrics
-    assert lm["peak_memory_bytes"]["d1"] == device_memory_bytes(latency, rp.stage_ops[1], 2)
+    lm = simulate(latency, _latency_plan()).metrics
+    assert lm["peak_memory_bytes"]["d1"] == device_memory_bytes(latency, rp.stage_ops[1])
 
 
 def test_plan_over_memory_is_rejected() -> None:
@@ -75,9 +80,9 @@ def test_engine_selection() -> None:
     assert simulate(problem, plan).metrics["engine"] == "stage"
     assert simulate(problem, plan, engine="op").metrics["engine"] == "op"
     latency = Problem(problem.graph, problem.topology, "latency")
-    assert simulate(latency, plan).metrics["engine"] == "op"
+    assert simulate(latency, _latency_plan()).metrics["engine"] == "op"
     with pytest.raises(InvalidPlan, match="engine 'stage'"):
-        simulate(latency, plan, engine="stage")
+        simulate(latency, _latency_plan(), engine="stage")
     with pytest.raises(InvalidPlan, match="engine: must be one of"):
         simulate(problem, plan, engine="fast")  # type: ignore[arg-type]
 
@@ -100,10 +105,12 @@ def test_timeline_entries() -> None:
 def test_latency_plan_objective_is_latency() -> None:
     problem, plan = _throughput()
     latency = Problem(problem.graph, problem.topology, "latency", ProblemSettings(pass_="training"))
-    m = simulate(latency, plan.with_(micro_batches=1)).metrics
+    m = simulate(latency, _latency_plan()).metrics
     assert m["objective_s"] == m["latency_s"] == m["iteration_s"]
-    # group 1 (two replicas) ends with an all-reduce of 2e6 bytes in a training pass
-    assert m["bytes_per_channel"] == {"d1->d2": pytest.approx(2e6), "d2->d1": pytest.approx(2e6)}
+    assert m["objective_s"] == pytest.approx(2 * (1.0 + 2.0))  # two independent ops per device, no all-reduce
+    assert m["bytes_per_channel"] == {}
+    with pytest.raises(InvalidPlan, match=r"stages\[1\].devices: a latency plan places each op on one device"):
+        simulate(latency, plan.with_(micro_batches=1))  # stage 1 on two replicas: a throughput construct
 
 
 @settings(max_examples=examples(40), deadline=None)

@@ -9,7 +9,7 @@ import pytest
 from solvers.calibration.apply import apply_calibration
 from solvers.calibration.document import calibration_from_document
 from solvers.cost.comm import allreduce_s
-from solvers.model.errors import InvalidInput
+from solvers.model.errors import InvalidInput, InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem, ProblemSettings
@@ -176,12 +176,12 @@ def test_tp1_plan_is_scored_as_before() -> None:
     assert plain.to_document() == explicit.to_document()
 
 
-def test_latency_plan_forward_pass_on_a_tensor_parallel_group() -> None:
+def test_latency_plan_on_a_tensor_parallel_group_is_refused() -> None:
     graph = mlp_graph()
     prob = Problem(graph, topology(2), "latency", ProblemSettings(pass_="forward"))  # type: ignore[call-arg]
     plan = Plan((Stage(tuple(graph.ids), ("d0", "d1"), tp=2),))
-    m = simulate(prob, plan).metrics
-    assert m["engine"] == "op"
-    assert m["latency_s"] == pytest.approx((1.0 + 0.5 + 1.5) / 2 + 0.75 + allreduce_2(Y), rel=1e-12)
-    params, acts = (P1 + P2) / 2 + PO, (A1 + AA + A2) / 2 + AO  # no gradients or optimizer state forward
-    assert m["peak_memory_bytes"] == {d: pytest.approx(params + acts) for d in ("d0", "d1")}
+    with pytest.raises(InvalidPlan, match=r"stages\[0\].devices: a latency plan places each op on one device, "
+                                          r"but stage 0 runs on 2 devices \('d0', 'd1'\) as tensor-parallel groups"):
+        simulate(prob, plan)  # op by op: the bounds of the latency models hold for every plan admitted
+    m = simulate(prob, plan.with_(stages=(Stage(tuple(graph.ids), ("d0",)),))).metrics
+    assert m["engine"] == "op" and m["latency_s"] == pytest.approx(1.0 + 0.5 + 1.5 + 0.75, rel=1e-12)
