@@ -5,10 +5,12 @@ no state goes backwards, and every attempt is on record."""
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,26 @@ def assert_executed_once(db: Database, ids: list[str]) -> int:
     return sum(j.attempts > 1 for j in jobs.values())
 
 
+def _running_a_job(workers: list[subprocess.Popen[bytes]], db: Database, wait_s: float,
+                   all_final: Callable[[], bool]) -> list[subprocess.Popen[bytes]]:
+    """The workers (each its own process group) that hold a running job's lease, waiting up to ``wait_s`` for
+    one while jobs remain; the lease owner is ``host:pid:suffix`` (service.jobs.runner.worker_id)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with db.session(read_only=True) as s:
+            owners = s.scalars(select(Job.lease_owner).where(Job.state == "running")).all()
+        groups = set()
+        for owner in owners:
+            parts = (owner or "").split(":")
+            if len(parts) >= 3 and parts[-2].isdigit():
+                with suppress(ProcessLookupError):
+                    groups.add(os.getpgid(int(parts[-2])))
+        busy = [w for w in workers if w.pid in groups]
+        if busy or time.monotonic() > deadline or all_final():
+            return busy
+        time.sleep(0.05)
+
+
 def test_workers_killed_at_random_lose_no_job(tmp_path: Path) -> None:
     rng = random.Random(18)
     with redis_server() as redis, celery_api(tmp_path, redis) as (api, cfg):
@@ -84,20 +106,24 @@ def test_workers_killed_at_random_lose_no_job(tmp_path: Path) -> None:
         ids = [api.submit(gid, tid, "sleepy", options=SLEEPY)["id"] for _ in range(100)]
         db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
         kills = 0
+
+        def all_final() -> bool:
+            with db.session(read_only=True) as s:
+                return s.scalar(select(func.count()).select_from(Job).where(
+                    Job.id.in_(ids), Job.state.in_(FINAL_STATES))) == len(ids)
+
         try:
-            time.sleep(4)  # the first workers are up and running jobs
             while kills < 12:
-                victim = workers.pop(rng.randrange(len(workers)))
+                # a worker running a job where one is (on a loaded machine workers start slowly: a victim drawn
+                # blindly may never have run a job), else any
+                busy = _running_a_job(workers, db, 10.0, all_final)
+                victim = busy[rng.randrange(len(busy))] if busy else workers[rng.randrange(len(workers))]
+                workers.remove(victim)
                 kill_group(victim)  # the worker and its solver processes, mid-job
                 victim.wait()
                 kills += 1
                 workers.append(start_worker(env, 2, log))
                 time.sleep(rng.uniform(0.5, 1.5))
-
-            def all_final() -> bool:
-                with db.session(read_only=True) as s:
-                    return s.scalar(select(func.count()).select_from(Job).where(
-                        Job.id.in_(ids), Job.state.in_(FINAL_STATES))) == len(ids)
 
             wait_until(all_final, 120, "every job finished")
         finally:

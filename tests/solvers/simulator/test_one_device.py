@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 
 from solvers.generate import generate_graph, generate_topology
+from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.simulator._channels import ChannelTable
@@ -15,7 +17,7 @@ from tests.strategies import examples, latency_cases
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(latency_cases(max_ops=12, replicas=False))
+@given(latency_cases(max_ops=12))
 def test_one_device_lists_equal_the_general_ones(case: tuple[Problem, Plan]) -> None:
     """Successor deltas, messages (transfers and consumers, in order), channel ids and the traffic
     of every channel (the same float sums) are the same on both paths."""
@@ -34,6 +36,11 @@ def test_replicated_or_shared_groups_take_the_general_path() -> None:
     topology = generate_topology("hierarchical", nodes=1, gpus_per_node=2)
     problem = Problem(graph, topology, "latency")
     replicated = Plan((Stage(tuple(graph.ids), ("gpu0", "gpu1")),))
-    assert not one_device(resolve_plan(problem, replicated))
+    with pytest.raises(InvalidPlan, match="places each op on one device"):  # a latency plan may not replicate
+        resolve_plan(problem, replicated)
+    # replicas (a throughput plan's, which the op-level engine runs too) take the general path
+    batched = generate_graph("transformer", layers=1)
+    whole = Plan((Stage(tuple(batched.ids), ("gpu0", "gpu1")),))
+    assert not one_device(resolve_plan(Problem(batched, topology, "throughput"), whole))
     split = Plan((Stage(tuple(graph.ids[:2]), ("gpu0",)), Stage(tuple(graph.ids[2:]), ("gpu1",))))
     assert one_device(resolve_plan(problem, split))
