@@ -14,6 +14,10 @@ sizes (``small``: 4 layers of 256, the launch-bound case; ``medium``: 8 layers o
    with torch.profiler into ``run.json``);
 5. prints measured against simulated: iteration time, per-stage forward time, peak memory.
 
+``--autocast none`` runs the bundle in float32, the precision ``placer profile`` measures in (the
+default, ``auto``, runs bf16 autocast on a GPU with bf16): what separates the memory model's error
+from autocast's weight cache and saved casts.
+
 Every file a step wrote is copied to ``$OUT/<model>/`` (``--keep``), so that ``bench/gpu/fit.py``
 fits a calibration on one model's run and predicts the other's, and compares roofline with profiled
 op times per op class — on the GPU machine where it has scipy, else here on the returned files.
@@ -130,7 +134,7 @@ def check_model(name: str, args: argparse.Namespace, out: Path, nproc: int, topo
     step(f"{name}: bundle", placer("launcher", "build", "--plan", str(plan), "--graph", str(graph), "--topology",
                                    str(topo), "-o", str(bundle)), out, 60)
     step(f"{name}: run", torchrun(nproc, "launch.py", "--steps", str(args.steps), "--warmup", str(args.warmup),
-                                  "--profile-steps", str(args.profile_steps)), bundle, 300)
+                                  "--profile-steps", str(args.profile_steps), "--autocast", args.autocast), bundle, 300)
     step(f"{name}: simulate --compare", placer("simulate", "--graph", str(graph), "--topology", str(topo), "--plan",
                                                str(plan), "--compare", str(bundle / "run.json")), out, 60)
     print(f"## {name}: measured against simulated")
@@ -158,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument("--autocast", choices=("auto", "bf16", "none"), default="auto",
+                        help="the bundle's --autocast: none runs float32, as the profile measured (default: auto)")
     args = parser.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
