@@ -26,6 +26,13 @@ robust ``soft_l1`` loss by default):
    error), is left out of the calibration, keeping the topology's figures, and named in ``fit.unidentified``.
    A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
    do not tell them apart (a few stages whose ops mix the classes in like proportions).
+   A rank of several stages tags its entries (``forward_stages``, ``backward_stages``); a stage whose
+   backward entries outnumber its forwards ran its backward as input and weight gradient parts
+   (zero-bubble schedules): its backward figure is their sum per forward, with the split share
+   ``s = (backwards - forwards) / forwards`` (:func:`_stage_entries`), and fit 1 leaves it out.
+1b. **split backward**: per device kind with split stages, ``k`` in :data:`SPLIT_BACKWARD_BOUNDS` such
+   that a split stage's backward is ``b_s (1 + s (k - 1))``, ``b_s`` fit 1's prediction run whole
+   (:func:`_fit_split_backward`); a kind without split stages gets no ``split_backward``.
 2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
    model; when some run all-reduces) and the step overhead ``z_0 + z_1 P`` of a training iteration
    (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
