@@ -97,7 +97,9 @@ def report(cases: list[Case], calibration: Calibration | None, tie: float = 0.02
         print(f"schedules, {label}: {len(pred)} plans, Spearman {rho:.3f}, pairs ordered as measured "
               f"{agree}/{compared} (measured more than {tie:.0%} apart: {agree_tie}/{compared_tie}), "
               f"iteration median relative error {error:.1%}")
-    order = lambda xs: " < ".join(c[4].schedule for c, _ in sorted(xs, key=lambda x: x[1]))  # noqa: E731
+    def order(xs: list[tuple[Case, float]]) -> str:
+        return " < ".join(c[4].schedule for c, _ in sorted(xs, key=lambda x: x[1]))
+
     for mb in sorted({c[4].micro_batches for c in cases}):
         mine = [i for i, c in enumerate(cases) if c[4].micro_batches == mb]
         line = f"  {mb} micro-batches: measured {order([(cases[i], measured[i]) for i in mine])}"

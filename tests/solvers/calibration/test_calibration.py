@@ -38,10 +38,10 @@ from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.run import run_from_document
+from solvers.model.schedules import build_schedule
 from solvers.model.schemas import load_schema
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
-from solvers.model.schedules import build_schedule
 from solvers.simulator.schedule_engine import ScheduleRun, simulate_plan_schedule, simulate_schedule
 from solvers.validity import resolve_plan
 from tests.run_records import calibrated_run
