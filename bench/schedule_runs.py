@@ -7,7 +7,9 @@ micro-batch count; the distinct plans run under torchrun (bench/pinned.py: each 
 its own); per plan the simulated iteration (uncalibrated, and with a calibration where one is given)
 beside the measured one, then over all plans the Spearman rank correlation and the share of plan
 pairs whose order the simulator gets right (pairwise agreement; pairs measured within ``tie`` of
-each other count as ties and are left out).
+each other count as ties and are left out).  With the schedule plans at two micro-batch counts or more,
+:func:`report_held_out` fits a calibration on the calibration plans' fitted third and the schedule plans
+at the fewest micro-batches (their split backwards give ``split_backward``) and reports the others.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from scipy.stats import spearmanr
 
 from bench.bench_calibration import Case, rel, topology
 from solvers.calibration import Calibration, apply_calibration
-from solvers.calibration.fit import run_problem
+from solvers.calibration.fit import fit_calibration, run_problem
 from solvers.simulator import simulate
 
 MODEL = "gpt2"
@@ -95,9 +97,31 @@ def report(cases: list[Case], calibration: Calibration | None, tie: float = 0.02
         print(f"schedules, {label}: {len(pred)} plans, Spearman {rho:.3f}, pairs ordered as measured "
               f"{agree}/{compared} (measured more than {tie:.0%} apart: {agree_tie}/{compared_tie}), "
               f"iteration median relative error {error:.1%}")
+    def order(xs: list[tuple[Case, float]]) -> str:
+        return " < ".join(c[4].schedule for c, _ in sorted(xs, key=lambda x: x[1]))
+
     for mb in sorted({c[4].micro_batches for c in cases}):
-        group = [(c, p, m) for c, p, m in zip(cases, uncal, measured, strict=True) if c[4].micro_batches == mb]
-        agree, compared = pairwise_agreement([p for _, p, _ in group], [m for _, _, m in group], tie)
-        order = lambda xs: " < ".join(c[4].schedule for c, _ in sorted(xs, key=lambda x: x[1]))  # noqa: E731
-        print(f"  {mb} micro-batches: measured {order([(c, m) for c, _, m in group])}; "
-              f"simulated {order([(c, p) for c, p, _ in group])}; pairs {agree}/{compared}")
+        mine = [i for i, c in enumerate(cases) if c[4].micro_batches == mb]
+        line = f"  {mb} micro-batches: measured {order([(cases[i], measured[i]) for i in mine])}"
+        for label, pred in columns:
+            agree, compared = pairwise_agreement([pred[i] for i in mine], [measured[i] for i in mine], tie)
+            line += f"; {label} {order([(cases[i], pred[i]) for i in mine])} (pairs {agree}/{compared})"
+        print(line)
+
+
+def report_held_out(cal_cases: list[Case], cases: list[Case]) -> None:
+    """Fit on every third calibration plan (by name, as bench_calibration.fit_and_predict) and the schedule
+    plans at the fewest micro-batches; report the schedule plans at the other counts (:func:`report`)."""
+    counts = sorted({c[4].micro_batches for c in cases})
+    if len(counts) < 2:
+        print(f"schedules held out: the plans ran at {len(counts)} micro-batch count(s), too few to hold one out")
+        return
+    third = [c for i, c in enumerate(sorted(cal_cases, key=lambda c: c[0])) if i % 3 == 0]
+    fit_on = third + [c for c in cases if c[4].micro_batches == counts[0]]
+    held = [c for c in cases if c[4].micro_batches != counts[0]]
+    cal = fit_calibration([c[1] for c in fit_on], [c[2] for c in fit_on], [c[3] for c in fit_on],
+                          [c[4] for c in fit_on])
+    print(f"fitted on {len(third)} calibration plans and the {len(fit_on) - len(third)} schedule plans at "
+          f"{counts[0]} micro-batches: split_backward {dict(cal.split_backward) or 'none'}; predicting "
+          f"{len(held)} schedule plans at {', '.join(map(str, counts[1:]))} micro-batches", flush=True)
+    report(held, cal)

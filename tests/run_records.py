@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from solvers.calibration import Calibration, apply_calibration
+from solvers.cost.backward_split import weight_grad_fraction
+from solvers.cost.calibrated import split_backward_factor
 from solvers.cost.comm import transfer_pairs, transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.traffic import group_traffic_bytes
@@ -17,6 +19,7 @@ from solvers.model.plan import plan_from_document
 from solvers.model.problem import Problem
 from solvers.model.run import RankRecord, RunRecord, Transfer, run_summary
 from solvers.model.topology import Topology
+from solvers.partition.schedule_estimates import SPLIT_BACKWARD
 from solvers.simulator import simulate
 from solvers.validity import resolve_plan
 
@@ -47,7 +50,9 @@ def calibrated_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology,
     iteration (``iteration_s``), each stage's forward and backward per micro-batch, each send's duration
     (latency + bytes / bandwidth of its channel) and each rank's peak memory; ``jitter`` multiplies each
     figure by ``1 + jitter * N(0, 1)`` (seeded), each transfer by ``1 + jitter * |N(0, 1)|`` (a recorded
-    transfer includes waiting for its peer).
+    transfer includes waiting for its peer).  A rank per device; one that holds several (virtual) stages
+    tags its entries with their stages, and a zero-bubble schedule records each backward as its input and
+    weight gradient parts, each ``truth.split_backward`` times its share of the backward run whole.
     """
     rng = np.random.default_rng(seed)
 
@@ -69,19 +74,37 @@ def calibrated_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology,
             for x, y, share in transfer_pairs(rp.stage_devices[src], rp.stage_devices[dst], size):
                 sends.setdefault(x, []).append(Transfer("send", 1, 0.0, waited(transfer_s(t, x, y, share)),
                                                         int(share), phase))
-    ranks = []
+    share = weight_grad_fraction(g)
+    split = plan.schedule in SPLIT_BACKWARD
+    held: dict[int, list[tuple[int, int, float, float, float]]] = {}  # device -> (stage, replica, f, i, w)
     for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
         f = float(compute.group_fwd_s(devs)[ops].sum())
-        b = float(compute.group_bwd_s(devs)[ops].sum()) + (f if plan.recompute else 0.0)
+        whole = compute.group_bwd_s(devs)[ops]
+        b = float(whole.sum()) + (f if plan.recompute else 0.0)
+        w = float((whole * share[ops]).sum())
         for k, d in enumerate(devs):
-            dev = t.devices[d].id
-            ranks.append(RankRecord(
-                rank=len(ranks), device=dev, stage=s, replica=k, hostname=t.devices[d].node,
-                iterations_s=(noisy(metrics["iteration_s"]),) * 3,
-                memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None,
-                        "peak_resident_bytes": int(noisy(metrics["peak_memory_bytes"][dev]))},
-                profiled_steps=(1,), forward_s=(noisy(f), noisy(f)), backward_s=(noisy(b), noisy(b)),
-                transfers=tuple(sends.get(d, ()))))
+            held.setdefault(d, []).append((s, k, f, b - w, w))
+    ranks = []
+    for d, stages in held.items():  # a rank per device; one holding several stages tags each entry
+        dev = t.devices[d].id
+        fwd, bwd, fwd_of, bwd_of = [], [], [], []
+        for s, _, f, i, w in stages:
+            k = split_backward_factor(t, t.devices[d].kind) if split else 1.0
+            for _ in range(2):  # two profiled micro-batches
+                fwd.append(noisy(f))
+                fwd_of.append(s)
+                parts = (i * k, w * k) if split else (i + w,)
+                bwd.extend(noisy(x) for x in parts)
+                bwd_of.extend([s] * len(parts))
+        several = len(stages) > 1 or split
+        ranks.append(RankRecord(
+            rank=len(ranks), device=dev, stage=stages[0][0], replica=stages[0][1], hostname=t.devices[d].node,
+            iterations_s=(noisy(metrics["iteration_s"]),) * 3,
+            memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                    "peak_resident_bytes": int(noisy(metrics["peak_memory_bytes"][dev]))},
+            profiled_steps=(1,), forward_s=tuple(fwd), backward_s=tuple(bwd),
+            transfers=tuple(sends.get(d, ())), forward_stages=tuple(fwd_of) if several else (),
+            backward_stages=tuple(bwd_of) if several else ()))
     run = RunRecord(plan_digest=digest(plan.to_document()), graph_digest=graph.digest,
                     topology_digest=topology.digest, solver=plan.solver, kind="throughput", mode="training",
                     micro_batches=plan.micro_batches, schedule=plan.schedule, steps=3, warmup=0, profile_steps=1,

@@ -17,7 +17,9 @@ one (core 0 stays with this driver); each job runs under ``taskset`` on cores of
 4. the calibration fitted on a third of the runs and the rest predicted, uncalibrated beside
    calibrated, peak memory per rank (bench_calibration.fit_and_predict); then the schedule plans'
    simulated against measured iteration, Spearman and pairwise order agreement
-   (bench/schedule_runs.report, with that calibration too).
+   (bench/schedule_runs.report, with that calibration too); then the schedule plans at all but the
+   fewest micro-batches, calibrated on that third and the schedule plans at the fewest
+   (bench/schedule_runs.report_held_out: zero-bubble runs give the split backward's cost).
 
 Every graph, plan, topology, run.json and the calibration are copied to ``--keep`` (``files/``
 and ``runs/``), and the last 40 lines of the output of every run that failed (``runs/PLAN.failed.log``;
@@ -99,6 +101,8 @@ def report(cal_cases: list[calib.Case], sched_cases: list[calib.Case], out: Path
     calibration = calib.fit_and_predict(cal_cases, out) if cal_cases else None
     print("\n## schedules: simulated against measured, 2 processes", flush=True)
     sched.report(sched_cases, calibration)
+    print("\n## schedules: calibrated on the fewest micro-batches too, the other counts held out", flush=True)
+    sched.report_held_out(cal_cases, sched_cases)
 
 
 def kept_cases(kept: Path) -> tuple[list[calib.Case], list[calib.Case]]:
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: print the tables again from a --keep folder (the returned files)")
     args = parser.parse_args(argv)
     if args.report_from is not None:
+        args.out.mkdir(parents=True, exist_ok=True)  # the fitted calibration.json goes there
         report(*kept_cases(args.report_from), args.out)
         return 0
     # an outer timeout's SIGTERM ends the run through the finally below: what ran is kept

@@ -19,6 +19,10 @@ calibrated figures without knowing of calibrations:
   ``attrs.calibration.retained`` makes the modelled bytes of a GPipe / 1F1B stage count that share of
   the kept bytes of the micro-batches it is not holding in flight
   (:func:`solvers.cost.memory.held_micro_batches`, used by every solver and the simulator);
+- **split backward**: ``attrs.calibration.split_backward`` (device kind -> ``k``) makes a backward
+  that a zero-bubble schedule runs as two actions take ``k`` times its whole time, each part in
+  proportion (:func:`solvers.cost.calibrated.split_backward_factor`, the action-list engine and the
+  schedule search's estimates);
 - **step**: ``attrs.calibration.step_fixed_s`` and ``step_per_param_byte_s`` of the topology add a
   training iteration's work beyond the pipeline to ``iteration_s``
   (:func:`solvers.cost.calibrated.step_overhead_s`).
@@ -106,7 +110,8 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
                             "process_bytes": mem.process_bytes, "fraction": mem.fraction,
                             **({"retained": mem.retained} if mem.retained else {}),
                             "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s,
-                            **({"tp_efficiency": dict(cal.tp_efficiency)} if cal.tp_efficiency else {})}
+                            **({"tp_efficiency": dict(cal.tp_efficiency)} if cal.tp_efficiency else {}),
+                            **({"split_backward": dict(cal.split_backward)} if cal.split_backward else {})}
     return Topology.from_matrices(topology.name, devices, np.where(np.isfinite(bw), bw, 0.0).tolist(), lat.tolist(),
                                   {**dict(topology.attrs), "calibration": info})
 

@@ -6,7 +6,9 @@ devices on the same host, or on different hosts) the latency and bandwidth a tra
 training step; the collective efficiency of an all-reduce; the per-stage memory overhead (a
 per-process constant, a fraction of the modelled bytes, and the share of a finished micro-batch's
 kept bytes the peak still holds); the step overhead of a training iteration
-(the optimizer step); and the fit it came from (the digests of
+(the optimizer step); per device kind, the tensor-parallel efficiency and the cost of a backward run
+in two parts (``split_backward``: zero-bubble schedules' input and weight gradients together, over
+the same backward run whole); and the fit it came from (the digests of
 the runs, the residuals).  :func:`calibration_from_document` checks every field and raises
 :class:`~solvers.model.errors.InvalidInput` naming the one at fault.
 """
@@ -27,6 +29,8 @@ from solvers.model.errors import InvalidInput
 CALIBRATION_FORMAT = "placer.calibration/v1"
 OP_CLASSES = ("matmul", "attention", "elementwise", "reduction", "other")
 CHANNEL_CLASSES = ("same_host", "cross_host")
+# a split backward's two parts (input gradient, weight gradient) over the backward run whole
+SPLIT_BACKWARD_BOUNDS = (0.5, 5.0)
 
 _ATTENTION = ("attention", "sdpa", "scaled_dot_product")
 _MATMUL = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "einsum", "convolution",
@@ -134,6 +138,7 @@ class Calibration:
     name: str = ""
     step: StepCalibration = field(default_factory=StepCalibration)
     tp_efficiency: Mapping[str, float] = field(default_factory=dict)  # device kind -> e in (0, 1]
+    split_backward: Mapping[str, float] = field(default_factory=dict)  # device kind -> k in [0.5, 5]
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -148,6 +153,8 @@ class Calibration:
             doc["name"] = self.name
         if self.tp_efficiency:  # written only when set: documents without it keep their digests
             doc["tp_efficiency"] = dict(sorted(self.tp_efficiency.items()))
+        if self.split_backward:  # likewise
+            doc["split_backward"] = dict(sorted(self.split_backward.items()))
         return doc
 
     @cached_property
@@ -160,7 +167,7 @@ class Calibration:
 
 
 _TOP_KEYS = frozenset({"format", "name", "devices", "channels", "collective_efficiency", "memory", "step", "fit",
-                       "tp_efficiency"})
+                       "tp_efficiency", "split_backward"})
 _FIT_KEYS = frozenset({"runs", "residuals", "parameters", "observations", "at_bounds", "unidentified"})
 
 
@@ -219,8 +226,13 @@ def calibration_from_document(doc: Any) -> Calibration:
         check.string(r, f"fit.runs[{i}]", InvalidInput)
     tp_efficiency = {str(kind): _fraction(value, f"tp_efficiency.{kind}", low=0.0, high=1.0, low_open=True)
                      for kind, value in check.mapping(d.get("tp_efficiency", {}), "tp_efficiency", InvalidInput).items()}
+    split_backward = {str(kind): _fraction(value, f"split_backward.{kind}", low=SPLIT_BACKWARD_BOUNDS[0],
+                                           high=SPLIT_BACKWARD_BOUNDS[1], low_open=False)
+                      for kind, value in check.mapping(d.get("split_backward", {}), "split_backward",
+                                                       InvalidInput).items()}
     return Calibration(devices, channels, efficiency, memory, dict(check.shallow(dict(fit), "fit", InvalidInput)),
-                       check.string(d.get("name", ""), "name", InvalidInput, nonempty=False), step, tp_efficiency)
+                       check.string(d.get("name", ""), "name", InvalidInput, nonempty=False), step, tp_efficiency,
+                       split_backward)
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -26,6 +26,13 @@ robust ``soft_l1`` loss by default):
    error), is left out of the calibration, keeping the topology's figures, and named in ``fit.unidentified``.
    A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
    do not tell them apart (a few stages whose ops mix the classes in like proportions).
+   A rank of several stages tags its entries (``forward_stages``, ``backward_stages``); a stage whose
+   backward entries outnumber its forwards ran its backward as input and weight gradient parts
+   (zero-bubble schedules): its backward figure is their sum per forward, with the split share
+   ``s = (backwards - forwards) / forwards`` (:func:`_stage_entries`), and fit 1 leaves it out.
+1b. **split backward**: per device kind with split stages, ``k`` in :data:`SPLIT_BACKWARD_BOUNDS` such
+   that a split stage's backward is ``b_s (1 + s (k - 1))``, ``b_s`` fit 1's prediction run whole
+   (:func:`_fit_split_backward`); a kind without split stages gets no ``split_backward``.
 2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
    model; when some run all-reduces) and the step overhead ``z_0 + z_1 P`` of a training iteration
    (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
@@ -56,7 +63,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Any
 
@@ -66,6 +73,7 @@ from scipy.optimize import least_squares
 from solvers.calibration.apply import apply_calibration, channel_class, kind_speed
 from solvers.calibration.document import (
     OP_CLASSES,
+    SPLIT_BACKWARD_BOUNDS,
     Calibration,
     ChannelCalibration,
     KindCalibration,
@@ -81,7 +89,7 @@ from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.model.run import RunRecord, check_run_matches, run_from_document
+from solvers.model.run import RankRecord, RunRecord, check_run_matches, run_from_document
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan, resolve_plan
@@ -115,6 +123,7 @@ class _StageObs:
     recompute: bool
     measured_fwd: float
     measured_bwd: float | None
+    split: float = 0.0  # share of the micro-batches whose backward ran as two actions (input, weight gradient)
 
 
 @dataclass(frozen=True)
@@ -169,9 +178,9 @@ def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
     rho = profiler_ratio(case.run) if scaled else 1.0  # the profiled stage times as a plain step runs them
     out = []
     for s, stage in enumerate(plan.stages):
-        ranks = [r for r in case.run.ranks if r.stage == s and r.forward_s]
+        timed = [t for t in (_stage_entries(r, s) for r in case.run.ranks) if t is not None]
         kinds = {topo.devices[index[d]].kind for d in stage.devices}
-        if not ranks or len(kinds) != 1:
+        if not timed or len(kinds) != 1:
             continue
         kind = kinds.pop()
         speed = kind_speed(topo, kind)
@@ -185,10 +194,37 @@ def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
             fwd[classes[v]] += f / r
             bwd[classes[v]] += b / r
         n_bwd = sum(1 for v in ops if (g.nodes[v].times or {}).get(kind, g.nodes[v]).bwd_s > 0) / r
-        slowest = max(ranks, key=lambda x: median(x.forward_s) + (median(x.backward_s) if x.backward_s else 0.0))
-        out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), rho * median(slowest.forward_s),
-                             rho * median(slowest.backward_s) if slowest.backward_s else None))
+        f_s, b_s, split = max(timed, key=lambda t: t[0] + (t[1] or 0.0))
+        out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), rho * f_s,
+                             rho * b_s if b_s is not None else None, split))
     return out
+
+
+def _stage_entries(rank: RankRecord, s: int) -> tuple[float, float | None, float] | None:
+    """What ``rank`` measured of stage ``s`` for one micro-batch: ``(forward, backward, split)``; None when
+    the rank did not run it or was not profiled.
+
+    A rank of one stage: the median forward and the median backward.  A rank of several stages (its
+    entries tagged by ``forward_stages`` / ``backward_stages``): the median forward of the stage and
+    its backward time per forward.  Where a stage's backward entries outnumber its forwards, the
+    schedule ran backwards as two actions (input and weight gradient: zero-bubble): the backward is
+    their sum per forward, and ``split`` the share of micro-batches run so, ``(backwards - forwards) /
+    forwards``.
+    """
+    if rank.forward_stages:
+        fwd = [t for t, j in zip(rank.forward_s, rank.forward_stages, strict=True) if j == s]
+        bwd = [t for t, j in zip(rank.backward_s, rank.backward_stages, strict=True) if j == s]
+    elif rank.stage == s:
+        fwd, bwd = list(rank.forward_s), list(rank.backward_s)
+    else:
+        return None
+    if not fwd:
+        return None
+    if not bwd:
+        return median(fwd), None, 0.0
+    if len(bwd) <= len(fwd):
+        return median(fwd), median(bwd), 0.0
+    return median(fwd), sum(bwd) / len(fwd), min(1.0, (len(bwd) - len(fwd)) / len(fwd))
 
 
 def _transfer_obs(case: _Case) -> list[_TransferObs]:
@@ -357,6 +393,24 @@ def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs],
     return layout, x, held
 
 
+def _fit_split_backward(layout: _Layout, x: np.ndarray, stages: list[_StageObs], loss: str) -> dict[str, float]:
+    """Fit 1b of the module docstring: per device kind with split backwards among the observations, ``k``
+    such that a stage whose backward ran as two actions for a share ``s`` of its micro-batches takes
+    ``b (1 + s (k - 1))``, ``b`` fit 1's backward run whole; kinds without such observations get none."""
+    out: dict[str, float] = {}
+    for kind in sorted({s.kind for s in stages if s.split and s.measured_bwd}):
+        obs = [(s.split, _predict_stage(layout, x, s)[1], float(s.measured_bwd)) for s in stages
+               if s.kind == kind and s.split and s.measured_bwd]
+
+        def residuals(z: np.ndarray, obs: list[tuple[float, float, float]] = obs) -> np.ndarray:
+            return np.array([_rel(b * (1.0 + share * (z[0] - 1.0)), m) for share, b, m in obs])
+
+        lo, hi = SPLIT_BACKWARD_BOUNDS
+        fit = least_squares(residuals, np.array([1.0]), bounds=([lo], [hi]), loss=loss, f_scale=0.1)
+        out[kind] = float(fit.x[0])
+    return out
+
+
 def _parameter_names(layout: _Layout) -> list[str]:
     names = [""] * layout.size
     for (k, cls), i in layout.scale.items():
@@ -383,7 +437,8 @@ def _unhelpful_channels(layout: _Layout, x: np.ndarray, transfers: list[_Transfe
 
 
 def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
-                 memory: MemoryCalibration, step: StepCalibration, left_out: Sequence[str] = ()) -> Calibration:
+                 memory: MemoryCalibration, step: StepCalibration, left_out: Sequence[str] = (),
+                 split_backward: Mapping[str, float] | None = None) -> Calibration:
     devices = {}
     for kind in sorted(set(layout.kinds) | set(kind_factor)):
         factor = kind_factor.get(kind, 1.0)
@@ -392,7 +447,7 @@ def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor:
                                         float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
     channels = {cls: ChannelCalibration(float(x[li]), 1.0 / float(x[bi]))
                 for cls, (li, bi) in layout.channels.items() if cls not in left_out}
-    return Calibration(devices, channels, efficiency, memory, step=step)
+    return Calibration(devices, channels, efficiency, memory, step=step, split_backward=dict(split_backward or {}))
 
 
 def _iteration_errors(cases: list[_Case], cal: Calibration | None) -> list[float]:
@@ -564,8 +619,10 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
     """The three fits of the module docstring on the cases' transfer and memory observations; ``scaled``: the
     profiled stage times times each run's profiler ratio."""
     stages = [s for c in cases for s in _stage_obs(c, scaled)]
-    layout, x, held = _fit_compute(stages, transfers, loss)
+    # fit 1 on backwards run whole; a split one's cost over that is fit 1b (split_backward)
+    layout, x, held = _fit_compute([replace(s, measured_bwd=None) if s.split else s for s in stages], transfers, loss)
     unidentified = [_parameter_names(layout)[i] for i in held]
+    split_backward = _fit_split_backward(layout, x, stages, loss)
     left_out = _unhelpful_channels(layout, x, transfers)
     unidentified += [f"channels.{c}" for c in left_out]
     memory, memory_params, memory_held = _fit_memory(mem, loss)
@@ -575,7 +632,7 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
     free_kinds = [] if stages else kinds_all
 
     def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
-        return _calibration(layout, x, eff, factors, memory, step, left_out)
+        return _calibration(layout, x, eff, factors, memory, step, left_out, split_backward)
 
     efficiency, factors, step, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds, loss)
     unidentified += iteration_held
@@ -583,6 +640,7 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
     before_stage, after_stage, after_transfer = [], [], []
     for s in stages:
         f, b = _predict_stage(layout, x, s)
+        b *= 1.0 + s.split * (split_backward.get(s.kind, 1.0) - 1.0)
         f0 = float(s.fwd.sum())
         b0 = float(s.bwd.sum()) + (f0 if s.recompute else 0.0)
         before_stage.append(_rel(f0, s.measured_fwd))
@@ -605,6 +663,7 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
               [n for n in (f"devices.{k}.launch_overhead_s" for k in layout.overhead) if n not in unidentified] +
               [f"channels.{c}" for c in layout.channels if f"channels.{c}" not in unidentified] +
               [n for n in iteration_params if n not in unidentified] +
+              [f"split_backward.{k}" for k in split_backward] +
               memory_params)
     at_bounds = [f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale
                  if f"devices.{k}.scale.{OP_CLASSES[c]}" not in unidentified and not SCALE_BOUNDS[0] * 1.001 < cal.devices[k].scale[OP_CLASSES[c]] < SCALE_BOUNDS[1] / 1.001]
@@ -616,4 +675,5 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
                             sum(1 for c in cases if c.run.summary.get("iteration_s")), "ranks": len(mem),
                             "profiler_ratios": [profiler_ratio(c.run) for c in cases],
                             "profiled_stages_scaled": scaled and any(profiler_ratio(c.run) < 1.0 for c in cases)}}
-    return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step)
+    return Calibration(cal.devices, cal.channels, cal.collective_efficiency, cal.memory, fit, name, cal.step,
+                       split_backward=cal.split_backward)

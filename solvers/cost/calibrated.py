@@ -62,3 +62,13 @@ def tp_efficiency(topology: Topology, kind: str) -> float:
     table = cal.get("tp_efficiency") if isinstance(cal, dict) else None
     value = table.get(kind, 1.0) if isinstance(table, dict) else 1.0
     return float(value) if isinstance(value, int | float) and 0 < value <= 1 else 1.0
+
+
+def split_backward_factor(topology: Topology, kind: str) -> float:
+    """How much longer a backward run as two actions (input gradient, then weight gradient: the
+    zero-bubble schedules) takes than the same backward run whole, on devices of ``kind``:
+    ``attrs.calibration.split_backward[kind]`` of a calibrated topology; 1 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    table = cal.get("split_backward") if isinstance(cal, dict) else None
+    value = table.get(kind, 1.0) if isinstance(table, dict) else 1.0
+    return float(value) if isinstance(value, int | float) and value > 0 else 1.0

@@ -26,6 +26,8 @@ from the forward ``f``, backward ``b`` = input gradient ``i`` + weight gradient 
   - 3w)`` (DeepSeek-V3, arXiv 2412.19437, Table 2) counts on a forward and a backward of two
   micro-batches overlapping in one ``F&B`` chunk, which the simulator runs one after the other, and its
   action lists then leave interleaved zero-bubble's bubble on equal chains; each at least 0;
+* on a calibrated topology, the schedules that split the backward (interleaved zero-bubble, ZBV,
+  DualPipeV) take each group's ``b`` and ``w`` times its ``split_backward`` factor ``k``;
 * transfers, once (filling and draining the pipeline): each hop between stages on different groups
   pays the activation and the gradient crossing it: the bytes crossing the solver's own cuts for
   ``v = 1``, the fewest bytes crossing a cut position (the layer boundary of a transformer) for
@@ -46,6 +48,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray
 from solvers.cost.backward_split import weight_grad_fraction
+from solvers.cost.calibrated import split_backward_factor
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.traffic import group_traffic_bytes
@@ -54,6 +57,7 @@ from solvers.model.problem import Problem
 from solvers.model.schedules import stage_ranks
 
 ZERO_BUBBLE = frozenset({"interleaved-zb", "dualpipev"})  # (R - 1)(f + i - w)
+SPLIT_BACKWARD = ZERO_BUBBLE | {"zbv"}  # the schedules that run a backward as I and W
 ROUND_TRIP = frozenset({"1f1b"})  # the steady state waits on the transfers (module doc)
 
 StageTimes = tuple[int, float, float, float]  # (rank group, f, b, w) of one stage per micro-batch
@@ -67,6 +71,8 @@ class CandidateEstimates:
         self.topology = topo
         self.micro_batches = plan.micro_batches
         self.groups = [[topo.index[d] for d in stage.devices] for stage in plan.stages]
+        # a split backward's cost over the whole one, per rank group (1 uncalibrated)
+        self.split_k = [max(split_backward_factor(topo, topo.devices[d].kind) for d in g) for g in self.groups]
         compute = ComputeModel(graph, topo)
         share = weight_grad_fraction(graph)
         index = graph.index
@@ -100,6 +106,8 @@ class CandidateEstimates:
             where = stage_ranks(name, ranks, v)
             stages = self._balanced(where)
             hops = sum(self._hop_s(a, b) for a, b in pairwise(where) if a != b)
+        if name in SPLIT_BACKWARD:
+            stages = [(q, f, b * self.split_k[q], w * self.split_k[q]) for q, f, b, w in stages]
         busy = max(sum(f + b for q, f, b, _ in stages if q == r) for r in range(ranks))
         if name in ROUND_TRIP:
             busy = max(busy, (sum(f + b for _, f, b, _ in stages) + hops) / ranks)

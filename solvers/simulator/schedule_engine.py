@@ -4,7 +4,9 @@ Virtual stage ``j`` holds ops ``stage_ops[j]`` and runs on the replica group of 
 (``rank_devices[schedule.stage_rank[j]]``).  Per micro-batch it takes ``F_j`` = the group's forward
 time of its ops (slowest replica / R, Parmesan Eq. 3), ``B_j`` = their backward time (+ ``F_j``
 with recomputation), and, split (:mod:`solvers.cost.backward_split`), ``W_j`` = the weight-gradient
-share and ``I_j = B_j - W_j`` (the recomputed forward belongs to ``I``).
+share and ``I_j = B_j - W_j`` (the recomputed forward belongs to ``I``); on a calibrated topology
+both gradient parts take ``k`` times that, ``k`` its ``split_backward`` for the stage's device kind (a
+backward run in two parts costs more than run whole: docs/cost-model.md "Calibration").
 
 Each rank runs its actions in order; an action starts at ``max(rank free, inputs ready)``:
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from solvers.arrays import IntArray
 from solvers.cost.backward_split import weight_grad_fraction
-from solvers.cost.calibrated import retained_share
+from solvers.cost.calibrated import retained_share, split_backward_factor
 from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import kept_bytes, shared_copy_bytes, shared_param_stages
@@ -114,8 +116,9 @@ def virtual_pipeline(problem: Problem, compute: ComputeModel, channels: ChannelT
         w = float((group_bwd * share[ops]).sum())
         fwd.append(f)
         bwd.append(b + f if again else b)
-        wgt.append(w)
-        inp.append(bwd[-1] - w)
+        k = max(split_backward_factor(topo, topo.devices[d].kind) for d in devs)  # 1 uncalibrated
+        wgt.append(w * k)
+        inp.append((b - w) * k + (f if again else 0.0))
     ranks = schedule.ranks
     ar = [0.0] * ranks
     if allreduce:

@@ -79,7 +79,8 @@ def calibration_view(row: CalibrationRow) -> dict[str, Any]:
             "channels": sorted(doc.get("channels", {}).items()),
             "collective_efficiency": doc.get("collective_efficiency", 1.0), "memory": doc.get("memory", {}),
             "step": doc.get("step", {}), "fitted": (doc.get("fit") or {}).get("parameters", []),
-            "residuals": residuals}
+            "residuals": residuals, "split_backward": sorted((doc.get("split_backward") or {}).items()),
+            "tp_efficiency": sorted((doc.get("tp_efficiency") or {}).items())}
 
 
 async def _store(request: Request, ctx: CtxDep, session: Session, viewer: ViewerDep) -> str:

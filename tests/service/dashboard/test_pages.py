@@ -262,11 +262,13 @@ def test_a_topology_page_shows_its_attached_calibration(api: Api) -> None:
     assert "None attached" in web.get(f"/topologies/{topology_id}").text
     doc = calibration_doc(scale=2.5, name="<b>fit</b>")
     doc["memory"]["retained"] = 0.55
+    doc["split_backward"] = {"H100": 1.25}
     cal = api.post("/v1/calibrations", json=doc).json()
     api.request("PUT", f"/v1/topologies/{topology_id}/calibration", json={"calibration_id": cal["id"]})
     page = web.get(f"/topologies/{topology_id}").text
     assert cal["id"] in page and cal["digest"] in page and "&lt;b&gt;fit&lt;/b&gt;" in page
     assert "Held past a micro-batch</dt><dd>55.0 %" in page
+    assert "Split backward (H100: input and weight gradients apart, over whole)</dt><dd>1.25</dd>" in page
     assert page.count("<td class=\"num\">2.5</td>") == 5  # one scale per op class
     assert "60.0 %" in page and "2.0 %" in page  # the residual medians before and after
     assert "devices.H100.scale.matmul" in page

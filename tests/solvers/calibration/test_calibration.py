@@ -5,6 +5,7 @@ the field; a calibrated problem says which calibration it used and plans keep th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from functools import cache
 from typing import Any
@@ -28,18 +29,20 @@ from solvers.calibration import (
 )
 from solvers.calibration.fit import _fit_memory
 from solvers.calibration.identify import profiler_ratio
+from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import finished_micro_batch_bytes, held_micro_batches, plan_memory_bytes, stage_memory_bytes
 from solvers.cost.memory_bounds import most_memory_bytes
 from solvers.exact.stage_model import in_flight
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
-from solvers.model.plan import Plan, Stage
+from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.run import run_from_document
+from solvers.model.schedules import build_schedule
 from solvers.model.schemas import load_schema
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
-from solvers.simulator.schedule_engine import simulate_plan_schedule
+from solvers.simulator.schedule_engine import ScheduleRun, simulate_plan_schedule, simulate_schedule
 from solvers.validity import resolve_plan
 from tests.run_records import calibrated_run
 
@@ -339,3 +342,91 @@ def test_parameters_one_run_does_not_determine_are_named_and_held_neutral() -> N
         assert value == pytest.approx(0.0 if p.endswith("launch_overhead_s") else mean, rel=1e-6, abs=1e-12)
     assert cal.fit["residuals"]["stage_s"]["calibrated"]["max_relative"] < 1e-3  # the two figures still fit
     assert exact_fit().fit["unidentified"] == []
+
+
+def zero_bubble(cuts: list[int], mb: int, schedule: str = "interleaved-zb") -> dict[str, Any]:
+    """A plan of four virtual stages on two ranks (gpu0, gpu1), two per rank, under a zero-bubble schedule."""
+    order = [["gpu0"], ["gpu1"], ["gpu1"], ["gpu0"]] if schedule == "zbv" else [["gpu0"], ["gpu1"]] * 2
+    doc = plan(cuts, order, mb, schedule)
+    doc["virtual_stages"] = 2
+    return doc
+
+
+SPLIT_TRUTH = dataclasses.replace(TRUTH, split_backward={KIND: 1.3})
+ZB_TRAIN = [zero_bubble([6, 14, 22], 4), zero_bubble([8, 15, 24], 2, "zbv")]
+
+
+@cache
+def split_fit() -> Calibration:
+    graph, topo = world()
+    docs = TRAIN + ZB_TRAIN
+    runs = [calibrated_run(p, graph, topo, SPLIT_TRUTH, seed=i) for i, p in enumerate(docs)]
+    return fit_calibration(runs, [graph] * len(runs), [topo] * len(runs), docs)
+
+
+def test_a_split_backward_is_fitted_from_zero_bubble_runs_and_predicts_held_out_ones() -> None:
+    """Runs whose backwards ran as input and weight gradient parts, 1.3x the backward run whole, give back 1.3;
+    a held-out zero-bubble plan is then predicted exactly, and off by more than 2 % without the factor."""
+    graph, topo = world()
+    cal = split_fit()
+    assert cal.split_backward[KIND] == pytest.approx(1.3, rel=1e-2)
+    assert f"split_backward.{KIND}" in cal.fit["parameters"]
+    assert cal.devices[KIND].scale["matmul"] == pytest.approx(3.0, rel=1e-2)  # fit 1 unaffected by the split parts
+    held = zero_bubble([5, 12, 20], 6)
+    measured = calibrated_run(held, graph, topo, SPLIT_TRUTH)["summary"]["iteration_s"]
+    p = plan_from_document(held)
+
+    def predicted(c: Calibration) -> float:
+        g, t = apply_calibration(graph, topo, c)
+        return float(simulate(Problem(g, t), p).metrics["iteration_s"])
+
+    assert predicted(cal) == pytest.approx(measured, rel=2e-3)
+    assert abs(predicted(dataclasses.replace(cal, split_backward={})) / measured - 1) > 0.02
+
+
+def test_runs_without_a_split_backward_fit_none_and_keep_the_document_as_it_was() -> None:
+    cal = exact_fit()
+    assert cal.split_backward == {} and "split_backward" not in cal.to_document()
+    assert not any(p.startswith("split_backward") for p in cal.fit["parameters"] + cal.fit["unidentified"])
+
+
+def test_the_split_backward_round_trips_and_is_refused_out_of_range_naming_the_kind() -> None:
+    doc = split_fit().to_document()
+    assert doc["split_backward"] == {KIND: pytest.approx(1.3, rel=1e-2)}
+    jsonschema.validate(doc, load_schema("calibration"))
+    again = calibration_from_document(json.loads(json.dumps(doc)))
+    assert again.digest == split_fit().digest
+    with pytest.raises(InvalidInput) as info:
+        calibration_from_document({"format": "placer.calibration/v1", "split_backward": {KIND: 9.0}})
+    assert info.value.field == f"split_backward.{KIND}"
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv", "interleaved-1f1b"])
+def test_a_split_backward_lengthens_each_rank_by_its_input_and_weight_gradients(schedule: str) -> None:
+    """With factor k each I and W action takes k times its share: a rank's busy time grows by
+    (k - 1) x its stages' backward per micro-batch x micro-batches; a schedule that runs backwards whole
+    (interleaved 1F1B) does not change."""
+    graph, topo = world()
+    doc = zero_bubble([6, 14, 22], 4, schedule)
+    p = plan_from_document(doc)
+    k = 1.5
+    plain = simulate_plan_schedule_v(Problem(graph, topo), p)
+    cal = Calibration(split_backward={KIND: k})
+    g, t = apply_calibration(graph, topo, cal)
+    split = simulate_plan_schedule_v(Problem(g, t), p)
+    compute = ComputeModel(graph, topo)
+    rp = resolve_plan(Problem(graph, topo), p)
+    for r, dev in enumerate(("gpu0", "gpu1")):
+        d = topo.index[dev]
+        backward = sum(float(compute.group_bwd_s([d])[ops].sum()) for ops, devs in
+                       zip(rp.stage_ops, rp.stage_devices, strict=True) if list(devs) == [d])
+        grow = (k - 1) * backward * p.micro_batches if schedule != "interleaved-1f1b" else 0.0
+        assert split.busy_s[r] == pytest.approx(plain.busy_s[r] + grow, rel=1e-9)
+
+
+def simulate_plan_schedule_v(problem: Problem, p: Plan) -> ScheduleRun:
+    """The action-list engine's run of a plan of two ranks with two virtual stages each."""
+    rp = resolve_plan(problem, p, check_memory=False)
+    schedule = build_schedule(p.schedule, 2, 2, p.micro_batches)
+    rank_devices = [rp.stage_devices[schedule.rank_stages(r)[0]] for r in range(schedule.ranks)]
+    return simulate_schedule(problem, schedule, rp.stage_ops, rank_devices)
