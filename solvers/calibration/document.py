@@ -1,7 +1,8 @@
 """``placer.calibration/v1``: the cost model's free parameters, fitted to run records (docs/cost-model.md).
 
 A calibration holds, per device kind, a compute scale per op class (:data:`OP_CLASSES`, see
-:func:`op_class`) and a per-op launch overhead; per channel class (:data:`CHANNEL_CLASSES`: two
+:func:`op_class`), a per-op launch overhead and the per-op overhead of op-level (dataflow) execution;
+per channel class (:data:`CHANNEL_CLASSES`: two
 devices on the same host, or on different hosts) the latency and bandwidth a transfer sees inside a
 training step; the collective efficiency of an all-reduce; the per-stage memory overhead (a
 per-process constant, a fraction of the modelled bytes, and the share of a finished micro-batch's
@@ -73,14 +74,20 @@ def op_class(op: str) -> str:
 
 @dataclass(frozen=True)
 class KindCalibration:
-    """One device kind: ``compute time = scale[class] * reference time + launch_overhead_s`` per op."""
+    """One device kind: ``compute time = scale[class] * reference time + launch_overhead_s`` per op; in a
+    latency plan (op-level placement, run op by op) each op's forward and backward also take
+    ``dataflow_overhead_s`` (docs/cost-model.md "Calibration")."""
 
     scale: Mapping[str, float]  # op class -> factor on the op's time (graph times on that kind)
     launch_overhead_s: float = 0.0  # added to every op's forward, and to every backward that is not 0
+    dataflow_overhead_s: float = 0.0  # latency plans only: added to every op's forward and backward task
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scale": {c: float(self.scale.get(c, 1.0)) for c in OP_CLASSES},
-                "launch_overhead_s": self.launch_overhead_s}
+        out: dict[str, Any] = {"scale": {c: float(self.scale.get(c, 1.0)) for c in OP_CLASSES},
+                               "launch_overhead_s": self.launch_overhead_s}
+        if self.dataflow_overhead_s:  # written only when set: earlier documents keep their digests
+            out["dataflow_overhead_s"] = self.dataflow_overhead_s
+        return out
 
 
 @dataclass(frozen=True)
@@ -181,12 +188,13 @@ def calibration_from_document(doc: Any) -> Calibration:
     for kind, raw in check.mapping(d.get("devices", {}), "devices", InvalidInput).items():
         where = f"devices.{kind}"
         k = check.mapping(raw, where, InvalidInput)
-        check.known_keys(k, frozenset({"scale", "launch_overhead_s"}), where, InvalidInput)
+        check.known_keys(k, frozenset({"scale", "launch_overhead_s", "dataflow_overhead_s"}), where, InvalidInput)
         scales = check.mapping(k.get("scale", {}), f"{where}.scale", InvalidInput)
         check.known_keys(scales, frozenset(OP_CLASSES), f"{where}.scale", InvalidInput)
         devices[str(kind)] = KindCalibration(
             {c: check.number(v, f"{where}.scale.{c}", InvalidInput, positive=True) for c, v in scales.items()},
-            check.number(k.get("launch_overhead_s", 0.0), f"{where}.launch_overhead_s", InvalidInput))
+            check.number(k.get("launch_overhead_s", 0.0), f"{where}.launch_overhead_s", InvalidInput),
+            check.number(k.get("dataflow_overhead_s", 0.0), f"{where}.dataflow_overhead_s", InvalidInput))
     channels: dict[str, ChannelCalibration] = {}
     for cls, raw in check.mapping(d.get("channels", {}), "channels", InvalidInput).items():
         where = f"channels.{cls}"

@@ -383,13 +383,16 @@ def _unhelpful_channels(layout: _Layout, x: np.ndarray, transfers: list[_Transfe
 
 
 def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
-                 memory: MemoryCalibration, step: StepCalibration, left_out: Sequence[str] = ()) -> Calibration:
+                 memory: MemoryCalibration, step: StepCalibration, left_out: Sequence[str] = (),
+                 dataflow: Mapping[str, float] | None = None) -> Calibration:
+    dataflow = dataflow or {}
     devices = {}
-    for kind in sorted(set(layout.kinds) | set(kind_factor)):
+    for kind in sorted(set(layout.kinds) | set(kind_factor) | set(dataflow)):
         factor = kind_factor.get(kind, 1.0)
         scales = layout.scales(x, kind) if kind in layout.kinds else np.ones(len(OP_CLASSES))
         devices[kind] = KindCalibration({c: float(scales[i] * factor) for i, c in enumerate(OP_CLASSES)},
-                                        float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
+                                        float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0,
+                                        float(dataflow.get(kind, 0.0)))
     channels = {cls: ChannelCalibration(float(x[li]), 1.0 / float(x[bi]))
                 for cls, (li, bi) in layout.channels.items() if cls not in left_out}
     return Calibration(devices, channels, efficiency, memory, step=step)
@@ -422,39 +425,53 @@ def _largest_stage_params(case: _Case) -> float:
                default=0.0)
 
 
-def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float], StepCalibration], Calibration],
-                    free_kinds: list[str], loss: str
-                    ) -> tuple[float, dict[str, float], StepCalibration, list[str], list[str]]:
+Maker = Callable[[float, Mapping[str, float], StepCalibration, Mapping[str, float]], Calibration]
+
+
+def _dataflow_kinds(cases: list[_Case]) -> list[str]:
+    """The device kinds that timed latency runs (op-level plans, run op by op) ran on."""
+    return sorted({c.problem.topology.devices[c.problem.topology.index[d]].kind for c in cases
+                   if c.run.summary.get("iteration_s") and c.problem.objective == "latency"
+                   for st in c.plan.stages for d in st.devices})
+
+
+def _fit_iterations(cases: list[_Case], make: Maker, free_kinds: list[str], loss: str
+                    ) -> tuple[float, dict[str, float], StepCalibration, dict[str, float], list[str], list[str]]:
     """Fit 2 of the module docstring: the efficiency (where some run all-reduces), the step overhead (its
-    per-byte term where the runs' largest stages differ in parameters) and the per-kind factors of
-    ``free_kinds``; also the names of what was fitted and of what the runs do not determine (held at
-    the neutral efficiency 1, step overhead 0, factor 1)."""
+    per-byte term where the runs' largest stages differ in parameters), the op-level execution overhead
+    per device kind of the latency runs and the per-kind factors of ``free_kinds``; also the names of what
+    was fitted and of what the runs do not determine (held at the neutral efficiency 1, step and op-level
+    overheads 0, factor 1)."""
     timed = [c for c in cases if c.run.summary.get("iteration_s")]
-    training = [c for c in timed if c.problem.training and c.problem.objective == "throughput"]
+    training = [c for c in timed if c.problem.training]  # a latency plan's training pass steps the optimizer too
     fit_efficiency = any(_allreduces(c) for c in timed)
     params = [_largest_stage_params(c) for c in training]
     fit_per_byte = bool(params) and max(params) - min(params) > 1e-3 * max(max(params), 1.0)
+    dataflow_kinds = _dataflow_kinds(timed)
     names = (["collective_efficiency"] * fit_efficiency + ["step.fixed_s"] * bool(training) +
-             ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds])
+             ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds] +
+             [f"devices.{k}.dataflow_overhead_s" for k in dataflow_kinds])
     if not names:
-        return 1.0, {}, StepCalibration(), [], []
+        return 1.0, {}, StepCalibration(), {}, [], []
 
-    def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration]:
+    def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration, dict[str, float]]:
         values = dict(zip(names, (float(v) for v in x), strict=True))
         step = StepCalibration(values.get("step.fixed_s", 0.0) * 1e-3,  # fitted in ms
                                values.get("step.per_param_byte_s", 0.0) / 2**30)  # fitted in s per GiB
         return (values.get("collective_efficiency", 1.0),
-                {k: values[f"devices.{k}.scale (all classes)"] for k in free_kinds}, step)
+                {k: values[f"devices.{k}.scale (all classes)"] for k in free_kinds}, step,
+                {k: values[f"devices.{k}.dataflow_overhead_s"] * 1e-3 for k in dataflow_kinds})  # fitted in ms
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.array(_iteration_errors(timed, make(*unpack(x))), dtype=np.float64)
 
     box = {"collective_efficiency": (EFFICIENCY_LOW, 1.0, 0.9), "step.fixed_s": (0.0, 1e5, 1e-3),
-           "step.per_param_byte_s": (0.0, 1e4, 1e-3)}
+           "step.per_param_byte_s": (0.0, 1e4, 1e-3),
+           **{f"devices.{k}.dataflow_overhead_s": (0.0, 1e3, 1e-2) for k in dataflow_kinds}}
     lo = np.array([box.get(n, (SCALE_BOUNDS[0], 0, 0))[0] for n in names])
     hi = np.array([box.get(n, (0, SCALE_BOUNDS[1], 0))[1] for n in names])
     x0 = np.array([box.get(n, (0, 0, 1.0))[2] for n in names])
-    neutral = np.array([0.0 if n.startswith("step.") else 1.0 for n in names])
+    neutral = np.array([0.0 if n.startswith("step.") or n.endswith("_overhead_s") else 1.0 for n in names])
 
     def run(held: list[int], start: np.ndarray) -> np.ndarray:
         free = np.array([i for i in range(len(names)) if i not in held], dtype=np.int64)
@@ -574,12 +591,14 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
                         for i in (c.problem.topology.index[d] for d in st.devices)})
     free_kinds = [] if stages else kinds_all
 
-    def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
-        return _calibration(layout, x, eff, factors, memory, step, left_out)
+    def make(eff: float, factors: Mapping[str, float], step: StepCalibration,
+             dataflow: Mapping[str, float]) -> Calibration:
+        return _calibration(layout, x, eff, factors, memory, step, left_out, dataflow)
 
-    efficiency, factors, step, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds, loss)
+    efficiency, factors, step, dataflow, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds,
+                                                                                            loss)
     unidentified += iteration_held
-    cal = make(efficiency, factors, step)
+    cal = make(efficiency, factors, step, dataflow)
     before_stage, after_stage, after_transfer = [], [], []
     for s in stages:
         f, b = _predict_stage(layout, x, s)

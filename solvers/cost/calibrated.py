@@ -1,6 +1,7 @@
 """What a calibrated graph or topology carries (``attrs.calibration``, :mod:`solvers.calibration.apply`),
 read where the cost model and the simulator need it: the all-reduce efficiency, the memory overhead,
-the step overhead, the calibration's digest and the digest of the source document."""
+the step overhead, the op-level execution overhead, the calibration's digest and the digest of the
+source document."""
 
 from __future__ import annotations
 
@@ -62,3 +63,13 @@ def tp_efficiency(topology: Topology, kind: str) -> float:
     table = cal.get("tp_efficiency") if isinstance(cal, dict) else None
     value = table.get(kind, 1.0) if isinstance(table, dict) else 1.0
     return float(value) if isinstance(value, int | float) and 0 < value <= 1 else 1.0
+
+
+def dataflow_overhead_s(topology: Topology, kind: str) -> float:
+    """What a latency plan's op-level execution adds to each op's forward and backward task on a device of
+    ``kind`` (the launcher runs such a plan op by op: docs/cost-model.md "Calibration"):
+    ``attrs.calibration.dataflow_overhead_s[kind]`` of a calibrated topology; 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    table = cal.get("dataflow_overhead_s") if isinstance(cal, dict) else None
+    value = table.get(kind, 0.0) if isinstance(table, dict) else 0.0
+    return float(value) if isinstance(value, int | float) and value >= 0 else 0.0

@@ -41,7 +41,7 @@ from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.simulator.schedule_engine import simulate_plan_schedule
 from solvers.validity import resolve_plan
-from tests.run_records import calibrated_run
+from tests.run_records import calibrated_latency_run, calibrated_run
 
 KIND = "H100"  # the generators' default device
 TRUTH = Calibration(
@@ -235,6 +235,7 @@ def test_the_document_round_trips_and_matches_its_schema() -> None:
     (("devices", KIND, "scale", "matmul"), -1.0, f"devices.{KIND}.scale.matmul"),
     (("devices", KIND, "scale", "conv"), 1.0, f"devices.{KIND}.scale.conv"),
     (("devices", KIND, "launch_overhead_s"), "fast", f"devices.{KIND}.launch_overhead_s"),
+    (("devices", KIND, "dataflow_overhead_s"), -1e-4, f"devices.{KIND}.dataflow_overhead_s"),
     (("channels", "rack"), {"latency_s": 0, "bandwidth_Bps": 1}, "channels.rack"),
     (("channels", "same_host", "bandwidth_Bps"), 0, "channels.same_host.bandwidth_Bps"),
     (("collective_efficiency",), 1.5, "collective_efficiency"),
@@ -339,3 +340,52 @@ def test_parameters_one_run_does_not_determine_are_named_and_held_neutral() -> N
         assert value == pytest.approx(0.0 if p.endswith("launch_overhead_s") else mean, rel=1e-6, abs=1e-12)
     assert cal.fit["residuals"]["stage_s"]["calibrated"]["max_relative"] < 1e-3  # the two figures still fit
     assert exact_fit().fit["unidentified"] == []
+
+
+# the launcher runs a latency plan op by op: every op's forward and backward pay an overhead stage runs do not
+OP_LEVEL_TRUTH = Calibration(
+    {KIND: KindCalibration({"matmul": 3.0, "elementwise": 5.0, "reduction": 4.0}, 2e-5, 1e-4)},
+    TRUTH.channels, 0.6, TRUTH.memory, step=TRUTH.step)
+LATENCY = [plan([12], [["gpu0"], ["gpu2"]], 1), plan([8, 20], [["gpu1"], ["gpu0"], ["gpu3"]], 1),
+           plan([], [["gpu2"]], 1)]
+
+
+def test_latency_runs_give_back_the_op_level_overhead_and_the_stage_runs_do_not_need_it() -> None:
+    """Stage runs (throughput plans) and latency runs from a machine whose op-by-op execution costs 100 us per
+    op and pass: the fit gives back that overhead with every other parameter; the stage runs alone name no
+    such parameter and write none (an earlier document's digest stays)."""
+    graph, topo = world()
+    runs = ([calibrated_run(p, graph, topo, OP_LEVEL_TRUTH) for p in TRAIN] +
+            [calibrated_latency_run(p, graph, topo, OP_LEVEL_TRUTH) for p in LATENCY])
+    cal = fit_calibration(runs, [graph] * len(runs), [topo] * len(runs), TRAIN + LATENCY)
+    kc = cal.devices[KIND]
+    assert kc.dataflow_overhead_s == pytest.approx(1e-4, rel=2e-2)
+    assert kc.launch_overhead_s == pytest.approx(2e-5, rel=2e-2) and kc.scale["matmul"] == pytest.approx(3.0, rel=1e-2)
+    assert cal.step.fixed_s == pytest.approx(3e-3, rel=2e-2) and cal.collective_efficiency == pytest.approx(0.6, rel=1e-2)
+    assert f"devices.{KIND}.dataflow_overhead_s" in cal.fit["parameters"]
+    assert cal.fit["residuals"]["iteration_s"]["calibrated"]["max_relative"] < 1e-3
+    stage_only = exact_fit()
+    assert stage_only.devices[KIND].dataflow_overhead_s == 0.0
+    assert not any(p.endswith("dataflow_overhead_s") for p in stage_only.fit["parameters"])
+    assert "dataflow_overhead_s" not in stage_only.to_document()["devices"][KIND]
+    again = calibration_from_document(json.loads(json.dumps(stage_only.to_document())))
+    assert again.digest == stage_only.digest and again.devices[KIND].dataflow_overhead_s == 0.0
+
+
+def test_the_op_level_overhead_and_the_step_count_in_a_latency_plans_pass_only() -> None:
+    """On one device a latency plan's training pass is the sum of its ops' forward and backward: calibrated, it
+    also pays the op-level overhead twice per op (forward and backward task) and the step overhead once; a
+    forward pass pays the overhead once per op and no step; a throughput plan pays neither overhead."""
+    graph, topo = world()
+    o, z0 = 1e-3, 3e-3
+    cal = Calibration({KIND: KindCalibration({}, 0.0, o)}, step=StepCalibration(z0, 0.0))
+    g, t = apply_calibration(graph, topo, cal)
+    assert t.attrs["calibration"]["dataflow_overhead_s"] == {KIND: o}
+    one = Plan((Stage(tuple(graph.ids), ("gpu0",)),), micro_batches=1)
+    n = graph.n_ops
+    for pass_, extra in (("training", 2 * n * o + z0), ("forward", n * o)):
+        plain = simulate(Problem(graph, topo, "latency").with_settings(pass_=pass_), one).metrics["latency_s"]
+        calibrated = simulate(Problem(g, t, "latency").with_settings(pass_=pass_), one).metrics["latency_s"]
+        assert calibrated == pytest.approx(plain + extra, rel=1e-9)
+    plain = simulate(Problem(graph, topo), one).metrics["iteration_s"]
+    assert simulate(Problem(g, t), one).metrics["iteration_s"] == pytest.approx(plain + z0, rel=1e-9)
