@@ -18,7 +18,9 @@ calibrated figures without knowing of calibrations:
   ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``;
   ``attrs.calibration.retained`` makes the modelled bytes of a GPipe / 1F1B stage count that share of
   the kept bytes of the micro-batches it is not holding in flight
-  (:func:`solvers.cost.memory.held_micro_batches`, used by every solver and the simulator);
+  (:func:`solvers.cost.memory.held_micro_batches`, used by every solver and the simulator), and
+  ``attrs.calibration.kept_outputs`` makes a latency plan's device count that share of what the op-level
+  runner keeps beyond the model (:func:`solvers.cost.memory.op_level_kept_bytes`);
 - **step**: ``attrs.calibration.step_fixed_s`` and ``step_per_param_byte_s`` of the topology add a
   training iteration's work beyond the pipeline to ``iteration_s``
   (:func:`solvers.cost.calibrated.step_overhead_s`);
@@ -109,6 +111,7 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
                             "collective_efficiency": cal.collective_efficiency,
                             "process_bytes": mem.process_bytes, "fraction": mem.fraction,
                             **({"retained": mem.retained} if mem.retained else {}),
+                            **({"kept_outputs": mem.kept_outputs} if mem.kept_outputs else {}),
                             "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s,
                             **({"tp_efficiency": dict(cal.tp_efficiency)} if cal.tp_efficiency else {}),
                             **({"dataflow_overhead_s": dataflow} if dataflow else {})}

@@ -106,15 +106,22 @@ class MemoryCalibration:
     """Per device of a stage: ``measured peak = process_bytes + (1 + fraction) * modelled bytes``, the
     modelled bytes counting, beside the ``k`` micro-batches the schedule holds in flight, ``retained``
     times the kept bytes of each of the iteration's other ``MB - k`` micro-batches (memory the runtime
-    does not hand back within an iteration; docs/cost-model.md "Calibration")."""
+    does not hand back within an iteration) and, in a latency plan, ``kept_outputs`` times the bytes the
+    op-level runner keeps beyond the model (every op's output and received tensor; docs/cost-model.md
+    "Calibration")."""
 
     process_bytes: float = 0.0
     fraction: float = 0.0
     retained: float = 0.0
+    kept_outputs: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"process_bytes": self.process_bytes, "fraction": self.fraction}
-        return {**out, "retained": self.retained} if self.retained else out  # absent: 0 (earlier documents)
+        out: dict[str, Any] = {"process_bytes": self.process_bytes, "fraction": self.fraction}
+        if self.retained:  # absent: 0 (earlier documents keep their digests)
+            out["retained"] = self.retained
+        if self.kept_outputs:
+            out["kept_outputs"] = self.kept_outputs
+        return out
 
 
 @dataclass(frozen=True)
@@ -211,10 +218,12 @@ def calibration_from_document(doc: Any) -> Calibration:
     efficiency = _fraction(d.get("collective_efficiency", 1.0), "collective_efficiency", low=0.0, high=1.0,
                            low_open=True)
     m = check.mapping(d.get("memory", {}), "memory", InvalidInput)
-    check.known_keys(m, frozenset({"process_bytes", "fraction", "retained"}), "memory", InvalidInput)
+    check.known_keys(m, frozenset({"process_bytes", "fraction", "retained", "kept_outputs"}), "memory", InvalidInput)
     memory = MemoryCalibration(check.number(m.get("process_bytes", 0.0), "memory.process_bytes", InvalidInput),
                                check.number(m.get("fraction", 0.0), "memory.fraction", InvalidInput),
                                _fraction(m.get("retained", 0.0), "memory.retained", low=0.0, high=1.0,
+                                         low_open=False),
+                               _fraction(m.get("kept_outputs", 0.0), "memory.kept_outputs", low=0.0, high=1.0,
                                          low_open=False))
     st = check.mapping(d.get("step", {}), "step", InvalidInput)
     check.known_keys(st, frozenset({"fixed_s", "per_param_byte_s"}), "step", InvalidInput)

@@ -27,18 +27,23 @@ robust ``soft_l1`` loss by default):
    A weak pull (weight 0.05 on the logarithms) holds a kind's op-class scales together where the data
    do not tell them apart (a few stages whose ops mix the classes in like proportions).
 2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
-   model; when some run all-reduces) and the step overhead ``z_0 + z_1 P`` of a training iteration
-   (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
-   measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
-   problem; when no run was profiled, a per-kind compute scale (one for all op classes) too.
-3. **memory**: per rank, ``measured peak = p + (1 + q) * (m_s + r * e_s)``, ``m_s`` the memory model's
-   bytes of the rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``e_s`` the kept bytes of
-   the iteration's micro-batches beyond those in flight (:func:`solvers.cost.memory.finished_micro_batch_bytes`),
-   ``p`` the per-process constant, ``q`` the fraction and ``r`` in [0, 1] the share of a finished
-   micro-batch's kept bytes that the peak still holds (``q`` fixed at 0 when every stage has the same
-   ``m_s``, ``r`` at 0 when no run has micro-batches beyond those in flight).  On CPU the resident set
-   of a 1F1B stage grows with the iteration's micro-batches, not only with those in flight
-   (docs/benchmarks.md "Calibration").
+   model; when some run all-reduces), the step overhead ``z_0 + z_1 P`` of a training iteration
+   (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ; a latency
+   plan's training pass steps the optimizer too) and, per device kind that latency runs used, the
+   op-level execution overhead ``d_K`` (every op's forward and backward task of a latency plan: the
+   launcher runs such a plan op by op, which no stage run shows) from the measured iteration times
+   (``summary.iteration_s``) against the simulator's on the calibrated problem; when no run was
+   profiled, a per-kind compute scale (one for all op classes) too.
+3. **memory**: per rank, ``measured peak = p + (1 + q) * (m_s + r * e_s + u * o_s)``, ``m_s`` the memory
+   model's bytes of the rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``e_s`` the kept bytes
+   of the iteration's micro-batches beyond those in flight (:func:`solvers.cost.memory.finished_micro_batch_bytes`),
+   ``o_s`` what a latency plan's op-level runner keeps beyond the model (every op's output and received
+   tensor, :func:`solvers.cost.memory.op_level_kept_bytes`), ``p`` the per-process constant, ``q`` the
+   fraction, ``r`` in [0, 1] the share of a finished micro-batch's kept bytes that the peak still holds
+   and ``u`` in [0, 1] the share of ``o_s`` (``q`` fixed at 0 when every stage has the same ``m_s``, ``r``
+   at 0 when no run has micro-batches beyond those in flight, ``u`` at 0 without a latency run).  On CPU
+   the resident set of a 1F1B stage grows with the iteration's micro-batches, not only with those in
+   flight (docs/benchmarks.md "Calibration").
 
 Fits 1 and 2 then check what the runs determine: where the Jacobian of the observations is short of full
 rank (:func:`~solvers.calibration.identify.undetermined`), the parameters left out by subset selection
@@ -74,7 +79,12 @@ from solvers.calibration.document import (
     op_class,
 )
 from solvers.calibration.identify import jacobian, profiler_ratio, undetermined
-from solvers.cost.memory import finished_micro_batch_bytes, plan_memory_bytes, shared_param_stages
+from solvers.cost.memory import (
+    finished_micro_batch_bytes,
+    op_level_kept_bytes,
+    plan_memory_bytes,
+    shared_param_stages,
+)
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
@@ -495,52 +505,62 @@ def _fit_iterations(cases: list[_Case], make: Maker, free_kinds: list[str], loss
     return (*unpack(x), names, [names[i] for i in held])
 
 
-def _memory_obs(cases: list[_Case]) -> list[tuple[float, float, float]]:
-    """Per rank with a peak: the modelled bytes ``m_s``, the finished micro-batches' kept bytes ``e_s`` and
-    the measured peak (fit 3 of the module docstring)."""
+MemoryObs = tuple[float, float, float, float]  # m_s, e_s, o_s, the measured peak
+
+
+def _memory_obs(cases: list[_Case]) -> list[MemoryObs]:
+    """Per rank with a peak: the modelled bytes ``m_s``, the finished micro-batches' kept bytes ``e_s``, the
+    bytes a latency plan's op-level runner keeps beyond the model ``o_s`` and the measured peak (fit 3 of
+    the module docstring)."""
     out = []
     for case in cases:
         rp = resolve_plan(case.problem, case.plan, check_memory=False)
         need = plan_memory_bytes(case.problem, rp)
         finished = finished_micro_batch_bytes(case.problem, rp)
+        outputs = op_level_kept_bytes(case.problem, rp)
         for r in case.run.ranks:
             peak = r.peak_memory_bytes
             if peak and 0 <= r.stage < len(need):
-                out.append((float(need[r.stage]), float(finished[r.stage]), float(peak)))
+                out.append((float(need[r.stage]), float(finished[r.stage]), float(outputs[r.stage]), float(peak)))
     return out
 
 
-def _predicted_peak(memory: MemoryCalibration, modelled: float, finished: float) -> float:
-    return memory.process_bytes + (1.0 + memory.fraction) * (modelled + memory.retained * finished)
+def _predicted_peak(memory: MemoryCalibration, modelled: float, finished: float, outputs: float) -> float:
+    return memory.process_bytes + (1.0 + memory.fraction) * (modelled + memory.retained * finished +
+                                                             memory.kept_outputs * outputs)
 
 
-def _fit_memory(obs: list[tuple[float, float, float]], loss: str) -> tuple[MemoryCalibration, list[str], list[str]]:
+def _fit_memory(obs: list[MemoryObs], loss: str) -> tuple[MemoryCalibration, list[str], list[str]]:
     """Fit 3 of the module docstring; the calibration, the parameters fitted and those the ranks do not
-    determine (held: ``q`` and ``r`` at 0), by the rank of the relative residuals' Jacobian in ``p``, ``q``,
-    ``r`` (:func:`~solvers.calibration.identify.undetermined`; of alike columns ``p``, then ``q``, stay)."""
+    determine (held: ``q``, ``r`` and ``u`` at 0), by the rank of the relative residuals' Jacobian in ``p``,
+    ``q``, ``r``, ``u`` (:func:`~solvers.calibration.identify.undetermined`; of alike columns ``p``, then
+    ``q``, stay)."""
     if not obs:
         return MemoryCalibration(), [], []
     m = np.array([o[0] for o in obs])
     e = np.array([o[1] for o in obs])
-    y = np.array([o[2] for o in obs])
-    names = ["memory.process_bytes", "memory.fraction", "memory.retained"]
-    candidates = [0] + [1] * bool(np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)) + [2] * bool((e > 0).any())
-    columns = np.column_stack([1.0 / y, m / y, e / y])[:, candidates]
-    held_cols = undetermined(columns, np.array([1.0, 0.999, 0.998])[candidates])
-    free = [c for k, c in enumerate(candidates) if k not in held_cols]
-    held = [names[c] for k, c in enumerate(candidates) if k in held_cols]
-    with_fraction, with_retained = 1 in free, 2 in free
+    k = np.array([o[2] for o in obs])
+    y = np.array([o[3] for o in obs])
+    names = ["memory.process_bytes", "memory.fraction", "memory.retained", "memory.kept_outputs"]
+    candidates = ([0] + [1] * bool(np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)) + [2] * bool((e > 0).any()) +
+                  [3] * bool((k > 0).any()))
+    columns = np.column_stack([1.0 / y, m / y, e / y, k / y])[:, candidates]
+    held_cols = undetermined(columns, np.array([1.0, 0.999, 0.998, 0.997])[candidates])
+    free = [c for i, c in enumerate(candidates) if i not in held_cols]
+    held = [names[c] for i, c in enumerate(candidates) if i in held_cols]
+
+    def share(x: np.ndarray, c: int) -> float:
+        return float(x[c]) if c in free else 0.0
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        q = x[1] if with_fraction else 0.0
-        r = x[2] if with_retained else 0.0
-        return np.asarray((x[0] + (1.0 + q) * (m + r * e)) / y - 1.0, dtype=np.float64)
+        return np.asarray((x[0] + (1.0 + share(x, 1)) * (m + share(x, 2) * e + share(x, 3) * k)) / y - 1.0,
+                          dtype=np.float64)
 
-    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0])
-    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0], [np.inf, 10.0, 1.0]), loss=loss, f_scale=0.05,
-                        x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0])
-    return (MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0,
-                              float(fit.x[2]) if with_retained else 0.0), [names[c] for c in free], held)
+    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0, 0.0])
+    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0, 0.0], [np.inf, 10.0, 1.0, 1.0]), loss=loss,
+                        f_scale=0.05, x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0, 1.0])
+    x = np.asarray(fit.x, dtype=np.float64)
+    return (MemoryCalibration(float(x[0]), share(x, 1), share(x, 2), share(x, 3)), [names[c] for c in free], held)
 
 
 def _summary(errors: Sequence[float]) -> dict[str, float | int] | None:
@@ -576,7 +596,7 @@ def _iteration_median(cal: Calibration) -> float:
     return float(summary["median_relative"]) if summary else 0.0
 
 
-def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[float, float, float]], loss: str,
+def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[MemoryObs], loss: str,
          name: str, *, scaled: bool) -> Calibration:
     """The three fits of the module docstring on the cases' transfer and memory observations; ``scaled``: the
     profiled stage times times each run's profiler ratio."""
@@ -618,8 +638,8 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
                        "calibrated": _summary(after_transfer)},
         "iteration_s": {"uncalibrated": _summary(_iteration_errors(cases, None)),
                         "calibrated": _summary(_iteration_errors(cases, cal))},
-        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, _, y in mem]),
-                              "calibrated": _summary([_rel(_predicted_peak(memory, m, e), y) for m, e, y in mem])}}
+        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, _, _, y in mem]),
+                              "calibrated": _summary([_rel(_predicted_peak(memory, m, e, o), y) for m, e, o, y in mem])}}
     fitted = ([n for n in (f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale) if n not in unidentified] +
               [n for n in (f"devices.{k}.launch_overhead_s" for k in layout.overhead) if n not in unidentified] +
               [f"channels.{c}" for c in layout.channels if f"channels.{c}" not in unidentified] +

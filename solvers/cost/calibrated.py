@@ -39,6 +39,15 @@ def retained_share(topology: Topology) -> float:
     return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else 0.0
 
 
+def kept_outputs_share(topology: Topology) -> float:
+    """The share of the bytes a latency plan's op-level runner keeps beyond the memory model (every op's
+    output and received tensor, :func:`solvers.cost.memory.op_level_kept_bytes`) that a device's peak
+    counts on a calibrated topology (``attrs.calibration.kept_outputs``); 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    value = cal.get("kept_outputs", 0.0) if isinstance(cal, dict) else 0.0
+    return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else 0.0
+
+
 def collective_efficiency(topology: Topology) -> float:
     """The all-reduce efficiency of a calibrated topology (1 otherwise)."""
     cal = (topology.attrs or {}).get("calibration")

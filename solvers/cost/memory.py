@@ -31,7 +31,9 @@ it out, and the simulator's ``peak_memory_bytes`` adds it.
 
 Latency plans, per device holding ops ``O``: parameters (times ``1 + optimizer`` in a training
 pass), plus ``sum(act_bytes)`` of ``O`` (outputs kept; kept for backward in training), plus the
-largest single-op working memory.
+largest single-op working memory; on a calibrated topology whose runs showed it, the share ``u``
+(``memory.kept_outputs``) of what the launcher's op-level runner keeps beyond that: every op's
+output and every received tensor, held to the end of the pass (:func:`op_level_kept_bytes`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.arrays import FloatArray, IntArray
-from solvers.cost.calibrated import retained_share
+from solvers.cost.calibrated import kept_outputs_share, retained_share
 from solvers.cost.tensor_parallel import stage_split_mask
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.errors import InvalidPlan, InvalidProblem
@@ -156,8 +158,10 @@ def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
     splits = [stage_split_mask(problem, rp, s) for s in range(rp.n_stages)]
     if problem.objective != "throughput":
         copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * param_bytes_factor(problem)
+        u = kept_outputs_share(problem.topology)
+        kept = op_level_kept_bytes(problem, rp) if u else [0.0] * rp.n_stages
         return [device_memory_bytes(problem, ops, rp.replicas(s), tp=rp.tp(s), split=splits[s]) + float(copies[s])
-                for s, ops in enumerate(rp.stage_ops)]
+                + u * kept[s] / rp.replicas(s) for s, ops in enumerate(rp.stage_ops)]
     inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
     copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * (1.0 + problem.settings.optimizer_bytes_per_param_byte)
     return [_pipeline_stage_bytes(problem, rp, s, held_micro_batches(problem, plan.schedule, rp.n_stages, s,
@@ -171,6 +175,21 @@ def _pipeline_stage_bytes(problem: Problem, rp: ResolvedPlan, s: int, in_flight:
     return stage_memory_bytes(problem, rp.stage_ops[s], rp.replicas(s), in_flight,
                               float(inputs[s]) / (rp.tp(s) if rp.plan.sequence_parallel else 1), rp.recompute[s],
                               tp=rp.tp(s), split=split)
+
+
+def op_level_kept_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
+    """Per group of a latency plan: the bytes the launcher's op-level runner holds beyond the model's
+    activations, which the calibrated share ``u`` multiplies (module doc).  The runner keeps every op's output
+    (the largest of its outgoing edges) and every tensor it receives until the pass ends, for the op-by-op
+    backward; the model counts ``act_bytes``.  Their difference, at least 0; zeros for throughput plans."""
+    if problem.objective == "throughput":
+        return [0.0] * rp.n_stages
+    g = problem.graph
+    outputs = np.zeros(g.n_ops)
+    np.maximum.at(outputs, g.edge_src, g.edge_bytes)
+    received = group_input_bytes(g, rp.stage_of, rp.n_stages)
+    return [max(0.0, float(outputs[ops].sum() - g.act_bytes[ops].sum()) + float(received[s]))
+            for s, ops in enumerate(rp.stage_ops)]
 
 
 def finished_micro_batch_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
