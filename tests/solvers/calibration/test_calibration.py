@@ -29,6 +29,7 @@ from solvers.calibration import (
 from solvers.calibration.fit import _fit_memory
 from solvers.calibration.identify import profiler_ratio
 from solvers.cost.memory import (
+    device_memory_bytes,
     finished_micro_batch_bytes,
     held_micro_batches,
     op_level_kept_bytes,
@@ -36,6 +37,7 @@ from solvers.cost.memory import (
     stage_memory_bytes,
 )
 from solvers.cost.memory_bounds import most_memory_bytes
+from solvers.cost.traffic import group_input_bytes
 from solvers.exact.stage_model import in_flight
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
@@ -403,6 +405,10 @@ def test_the_op_level_overhead_and_the_step_count_in_a_latency_plans_pass_only()
     assert simulate(Problem(g, t), one).metrics["iteration_s"] == pytest.approx(plain + z0, rel=1e-9)
 
 
+def received_by(graph: OpGraph, rp: Any, s: int) -> float:
+    return float(group_input_bytes(graph, rp.stage_of, rp.n_stages)[s])
+
+
 def test_a_latency_plan_counts_the_share_of_what_the_op_level_runner_keeps() -> None:
     """``memory.kept_outputs`` u: a latency plan's device also counts u times every op's output (its largest
     outgoing edge) and every received tensor, less the activations the model counts; throughput plans and
@@ -420,11 +426,16 @@ def test_a_latency_plan_counts_the_share_of_what_the_op_level_runner_keeps() -> 
         received = sum(max(graph.edge_bytes[e] for e in graph.out_edges[u] if int(graph.edge_dst[e]) in mine)
                        for u in range(graph.n_ops) if u not in mine and
                        any(int(graph.edge_dst[e]) in mine for e in graph.out_edges[u]))
+        assert received == pytest.approx(received_by(graph, rp, s))
         assert kept[s] == pytest.approx(max(0.0, outputs - float(graph.act_bytes[ops].sum()) + received))
     assert max(kept) > 0  # (the first stage saves more for backward than it outputs: nothing beyond the model)
     calibrated = Problem(g, t, "latency").with_settings(pass_="training")
     after = plan_memory_bytes(calibrated, resolve_plan(calibrated, p, check_memory=False))
     assert after == pytest.approx([b + 0.5 * k for b, k in zip(plan_memory_bytes(plain, rp), kept, strict=True)])
+    whole = np.arange(graph.n_ops)  # one device (the single solver's check): nothing received
+    beyond = max(0.0, sum(max((graph.edge_bytes[e] for e in graph.out_edges[v]), default=0.0) for v in whole)
+                 - float(graph.act_bytes.sum()))
+    assert device_memory_bytes(calibrated, whole) == pytest.approx(device_memory_bytes(plain, whole) + 0.5 * beyond)
     throughput = resolve_plan(Problem(graph, topo), p, check_memory=False)
     assert op_level_kept_bytes(Problem(graph, topo), throughput) == [0.0, 0.0]
     assert plan_memory_bytes(Problem(g, t), resolve_plan(Problem(g, t), p, check_memory=False)) == pytest.approx(
