@@ -113,3 +113,30 @@ def calibrated_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology,
                     iterations_s=(metrics["iteration_s"],) * 3, ranks=tuple(ranks),
                     summary=run_summary(ranks, len(plan.stages), 0))
     return run.to_document()
+
+
+def calibrated_latency_run(plan_doc: dict[str, Any], graph: OpGraph, topology: Topology, truth: Calibration,
+                           jitter: float = 0.0, seed: int = 0) -> dict[str, Any]:
+    """A run record of the latency (op-level) plan ``plan_doc`` in training, as a machine whose true cost model
+    is ``truth`` would measure it: the iteration is the simulator's training pass on the calibrated graph and
+    topology (times ``1 + jitter * N(0, 1)``, seeded), each rank's peak its device's; like the launcher's
+    dataflow runner, it records no stage ranges and no transfers."""
+    rng = np.random.default_rng(seed)
+    plan = plan_from_document(plan_doc)
+    g, t = apply_calibration(graph, topology, truth)
+    metrics = simulate(Problem(g, t, "latency").with_settings(pass_="training"), plan).metrics
+    iteration_s = float(metrics["iteration_s"] * (1.0 + jitter * rng.standard_normal())) if jitter else \
+        float(metrics["iteration_s"])
+    ranks = [RankRecord(rank=r, device=d, stage=s, replica=0, hostname=t.devices[t.index[d]].node,
+                        iterations_s=(iteration_s,) * 3,
+                        memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                                "peak_resident_bytes": int(metrics["peak_memory_bytes"][d])},
+                        profiled_steps=(1,))
+             for r, (s, d) in enumerate((s, st.devices[0]) for s, st in enumerate(plan.stages))]
+    run = RunRecord(plan_digest=digest(plan.to_document()), graph_digest=graph.digest,
+                    topology_digest=topology.digest, solver=plan.solver, kind="latency", mode="training",
+                    micro_batches=1, schedule=plan.schedule, steps=3, warmup=0, profile_steps=1,
+                    rows_per_iteration=graph.profiled_batch_size,
+                    environment={"device_kind": t.devices[0].kind, "world_size": len(ranks)},
+                    iterations_s=(iteration_s,) * 3, ranks=tuple(ranks), summary=run_summary(ranks, len(plan.stages), 0))
+    return run.to_document()

@@ -18,14 +18,19 @@ calibrated figures without knowing of calibrations:
   ``process_bytes + (1 + fraction) * modelled``, which the simulator reports as ``peak_memory_bytes``;
   ``attrs.calibration.retained`` makes the modelled bytes of a GPipe / 1F1B stage count that share of
   the kept bytes of the micro-batches it is not holding in flight
-  (:func:`solvers.cost.memory.held_micro_batches`, used by every solver and the simulator);
+  (:func:`solvers.cost.memory.held_micro_batches`, used by every solver and the simulator), and
+  ``attrs.calibration.kept_outputs`` makes a latency plan's device count that share of what the op-level
+  runner keeps beyond the model (:func:`solvers.cost.memory.op_level_kept_bytes`);
 - **split backward**: ``attrs.calibration.split_backward`` (device kind -> ``k``) makes a backward
   that a zero-bubble schedule runs as two actions take ``k`` times its whole time, each part in
   proportion (:func:`solvers.cost.calibrated.split_backward_factor`, the action-list engine and the
   schedule search's estimates);
 - **step**: ``attrs.calibration.step_fixed_s`` and ``step_per_param_byte_s`` of the topology add a
   training iteration's work beyond the pipeline to ``iteration_s``
-  (:func:`solvers.cost.calibrated.step_overhead_s`).
+  (:func:`solvers.cost.calibrated.step_overhead_s`);
+- **op-level execution**: ``attrs.calibration.dataflow_overhead_s`` (device kind -> seconds, where not 0)
+  is added by the op-level simulator of latency plans to every op's forward and backward task on a
+  device of that kind (:func:`solvers.cost.calibrated.dataflow_overhead_s`).
 
 The copies carry ``attrs.calibration`` (the calibration's digest and the source document's digest):
 a plan solved on them names the source graph and topology (:func:`solvers.cost.calibrated.source_digest`), so it launches with
@@ -98,6 +103,7 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
             if ch is not None:
                 bw[a, b], lat[a, b] = ch.bandwidth_Bps, ch.latency_s
     mem = cal.memory
+    dataflow = {k: kc.dataflow_overhead_s for k, kc in sorted(cal.devices.items()) if kc.dataflow_overhead_s}
     devices = []
     for d in topology.devices:
         usable = (d.memory_bytes - mem.process_bytes) / (1.0 + mem.fraction)
@@ -109,9 +115,11 @@ def calibrated_topology(topology: Topology, cal: Calibration) -> Topology:
                             "collective_efficiency": cal.collective_efficiency,
                             "process_bytes": mem.process_bytes, "fraction": mem.fraction,
                             **({"retained": mem.retained} if mem.retained else {}),
+                            **({"kept_outputs": mem.kept_outputs} if mem.kept_outputs else {}),
                             "step_fixed_s": cal.step.fixed_s, "step_per_param_byte_s": cal.step.per_param_byte_s,
                             **({"tp_efficiency": dict(cal.tp_efficiency)} if cal.tp_efficiency else {}),
-                            **({"split_backward": dict(cal.split_backward)} if cal.split_backward else {})}
+                            **({"split_backward": dict(cal.split_backward)} if cal.split_backward else {}),
+                            **({"dataflow_overhead_s": dataflow} if dataflow else {})}
     return Topology.from_matrices(topology.name, devices, np.where(np.isfinite(bw), bw, 0.0).tolist(), lat.tolist(),
                                   {**dict(topology.attrs), "calibration": info})
 

@@ -1,7 +1,8 @@
 """``placer.calibration/v1``: the cost model's free parameters, fitted to run records (docs/cost-model.md).
 
 A calibration holds, per device kind, a compute scale per op class (:data:`OP_CLASSES`, see
-:func:`op_class`) and a per-op launch overhead; per channel class (:data:`CHANNEL_CLASSES`: two
+:func:`op_class`), a per-op launch overhead and the per-op overhead of op-level (dataflow) execution;
+per channel class (:data:`CHANNEL_CLASSES`: two
 devices on the same host, or on different hosts) the latency and bandwidth a transfer sees inside a
 training step; the collective efficiency of an all-reduce; the per-stage memory overhead (a
 per-process constant, a fraction of the modelled bytes, and the share of a finished micro-batch's
@@ -77,14 +78,20 @@ def op_class(op: str) -> str:
 
 @dataclass(frozen=True)
 class KindCalibration:
-    """One device kind: ``compute time = scale[class] * reference time + launch_overhead_s`` per op."""
+    """One device kind: ``compute time = scale[class] * reference time + launch_overhead_s`` per op; in a
+    latency plan (op-level placement, run op by op) each op's forward and backward also take
+    ``dataflow_overhead_s`` (docs/cost-model.md "Calibration")."""
 
     scale: Mapping[str, float]  # op class -> factor on the op's time (graph times on that kind)
     launch_overhead_s: float = 0.0  # added to every op's forward, and to every backward that is not 0
+    dataflow_overhead_s: float = 0.0  # latency plans only: added to every op's forward and backward task
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scale": {c: float(self.scale.get(c, 1.0)) for c in OP_CLASSES},
-                "launch_overhead_s": self.launch_overhead_s}
+        out: dict[str, Any] = {"scale": {c: float(self.scale.get(c, 1.0)) for c in OP_CLASSES},
+                               "launch_overhead_s": self.launch_overhead_s}
+        if self.dataflow_overhead_s:  # written only when set: earlier documents keep their digests
+            out["dataflow_overhead_s"] = self.dataflow_overhead_s
+        return out
 
 
 @dataclass(frozen=True)
@@ -103,15 +110,22 @@ class MemoryCalibration:
     """Per device of a stage: ``measured peak = process_bytes + (1 + fraction) * modelled bytes``, the
     modelled bytes counting, beside the ``k`` micro-batches the schedule holds in flight, ``retained``
     times the kept bytes of each of the iteration's other ``MB - k`` micro-batches (memory the runtime
-    does not hand back within an iteration; docs/cost-model.md "Calibration")."""
+    does not hand back within an iteration) and, in a latency plan, ``kept_outputs`` times the bytes the
+    op-level runner keeps beyond the model (every op's output and received tensor; docs/cost-model.md
+    "Calibration")."""
 
     process_bytes: float = 0.0
     fraction: float = 0.0
     retained: float = 0.0
+    kept_outputs: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"process_bytes": self.process_bytes, "fraction": self.fraction}
-        return {**out, "retained": self.retained} if self.retained else out  # absent: 0 (earlier documents)
+        out: dict[str, Any] = {"process_bytes": self.process_bytes, "fraction": self.fraction}
+        if self.retained:  # absent: 0 (earlier documents keep their digests)
+            out["retained"] = self.retained
+        if self.kept_outputs:
+            out["kept_outputs"] = self.kept_outputs
+        return out
 
 
 @dataclass(frozen=True)
@@ -188,12 +202,13 @@ def calibration_from_document(doc: Any) -> Calibration:
     for kind, raw in check.mapping(d.get("devices", {}), "devices", InvalidInput).items():
         where = f"devices.{kind}"
         k = check.mapping(raw, where, InvalidInput)
-        check.known_keys(k, frozenset({"scale", "launch_overhead_s"}), where, InvalidInput)
+        check.known_keys(k, frozenset({"scale", "launch_overhead_s", "dataflow_overhead_s"}), where, InvalidInput)
         scales = check.mapping(k.get("scale", {}), f"{where}.scale", InvalidInput)
         check.known_keys(scales, frozenset(OP_CLASSES), f"{where}.scale", InvalidInput)
         devices[str(kind)] = KindCalibration(
             {c: check.number(v, f"{where}.scale.{c}", InvalidInput, positive=True) for c, v in scales.items()},
-            check.number(k.get("launch_overhead_s", 0.0), f"{where}.launch_overhead_s", InvalidInput))
+            check.number(k.get("launch_overhead_s", 0.0), f"{where}.launch_overhead_s", InvalidInput),
+            check.number(k.get("dataflow_overhead_s", 0.0), f"{where}.dataflow_overhead_s", InvalidInput))
     channels: dict[str, ChannelCalibration] = {}
     for cls, raw in check.mapping(d.get("channels", {}), "channels", InvalidInput).items():
         where = f"channels.{cls}"
@@ -210,10 +225,12 @@ def calibration_from_document(doc: Any) -> Calibration:
     efficiency = _fraction(d.get("collective_efficiency", 1.0), "collective_efficiency", low=0.0, high=1.0,
                            low_open=True)
     m = check.mapping(d.get("memory", {}), "memory", InvalidInput)
-    check.known_keys(m, frozenset({"process_bytes", "fraction", "retained"}), "memory", InvalidInput)
+    check.known_keys(m, frozenset({"process_bytes", "fraction", "retained", "kept_outputs"}), "memory", InvalidInput)
     memory = MemoryCalibration(check.number(m.get("process_bytes", 0.0), "memory.process_bytes", InvalidInput),
                                check.number(m.get("fraction", 0.0), "memory.fraction", InvalidInput),
                                _fraction(m.get("retained", 0.0), "memory.retained", low=0.0, high=1.0,
+                                         low_open=False),
+                               _fraction(m.get("kept_outputs", 0.0), "memory.kept_outputs", low=0.0, high=1.0,
                                          low_open=False))
     st = check.mapping(d.get("step", {}), "step", InvalidInput)
     check.known_keys(st, frozenset({"fixed_s", "per_param_byte_s"}), "step", InvalidInput)

@@ -34,18 +34,23 @@ robust ``soft_l1`` loss by default):
    that a split stage's backward is ``b_s (1 + s (k - 1))``, ``b_s`` fit 1's prediction run whole
    (:func:`_fit_split_backward`); a kind without split stages gets no ``split_backward``.
 2. **iterations**: the collective efficiency ``e`` (every all-reduce takes ``1/e`` times the ring
-   model; when some run all-reduces) and the step overhead ``z_0 + z_1 P`` of a training iteration
-   (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ) from the
-   measured iteration times (``summary.iteration_s``) against the simulator's on the calibrated
-   problem; when no run was profiled, a per-kind compute scale (one for all op classes) too.
-3. **memory**: per rank, ``measured peak = p + (1 + q) * (m_s + r * e_s)``, ``m_s`` the memory model's
-   bytes of the rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``e_s`` the kept bytes of
-   the iteration's micro-batches beyond those in flight (:func:`solvers.cost.memory.finished_micro_batch_bytes`),
-   ``p`` the per-process constant, ``q`` the fraction and ``r`` in [0, 1] the share of a finished
-   micro-batch's kept bytes that the peak still holds (``q`` fixed at 0 when every stage has the same
-   ``m_s``, ``r`` at 0 when no run has micro-batches beyond those in flight).  On CPU the resident set
-   of a 1F1B stage grows with the iteration's micro-batches, not only with those in flight
-   (docs/benchmarks.md "Calibration").
+   model; when some run all-reduces), the step overhead ``z_0 + z_1 P`` of a training iteration
+   (``P`` the parameter bytes of the largest stage; ``z_1`` when the runs' ``P`` differ; a latency
+   plan's training pass steps the optimizer too) and, per device kind that latency runs used, the
+   op-level execution overhead ``d_K`` (every op's forward and backward task of a latency plan: the
+   launcher runs such a plan op by op, which no stage run shows) from the measured iteration times
+   (``summary.iteration_s``) against the simulator's on the calibrated problem; when no run was
+   profiled, a per-kind compute scale (one for all op classes) too.
+3. **memory**: per rank, ``measured peak = p + (1 + q) * (m_s + r * e_s + u * o_s)``, ``m_s`` the memory
+   model's bytes of the rank's stage (:func:`solvers.cost.memory.plan_memory_bytes`), ``e_s`` the kept bytes
+   of the iteration's micro-batches beyond those in flight (:func:`solvers.cost.memory.finished_micro_batch_bytes`),
+   ``o_s`` what a latency plan's op-level runner keeps beyond the model (every op's output and received
+   tensor, :func:`solvers.cost.memory.op_level_kept_bytes`), ``p`` the per-process constant, ``q`` the
+   fraction, ``r`` in [0, 1] the share of a finished micro-batch's kept bytes that the peak still holds
+   and ``u`` in [0, 1] the share of ``o_s`` (``q`` fixed at 0 when every stage has the same ``m_s``, ``r``
+   at 0 when no run has micro-batches beyond those in flight, ``u`` at 0 without a latency run).  On CPU
+   the resident set of a 1F1B stage grows with the iteration's micro-batches, not only with those in
+   flight (docs/benchmarks.md "Calibration").
 
 Fits 1 and 2 then check what the runs determine: where the Jacobian of the observations is short of full
 rank (:func:`~solvers.calibration.identify.undetermined`), the parameters left out by subset selection
@@ -82,7 +87,12 @@ from solvers.calibration.document import (
     op_class,
 )
 from solvers.calibration.identify import jacobian, profiler_ratio, undetermined
-from solvers.cost.memory import finished_micro_batch_bytes, plan_memory_bytes, shared_param_stages
+from solvers.cost.memory import (
+    finished_micro_batch_bytes,
+    op_level_kept_bytes,
+    plan_memory_bytes,
+    shared_param_stages,
+)
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.canonical import digest
 from solvers.model.errors import InvalidInput
@@ -438,13 +448,16 @@ def _unhelpful_channels(layout: _Layout, x: np.ndarray, transfers: list[_Transfe
 
 def _calibration(layout: _Layout, x: np.ndarray, efficiency: float, kind_factor: Mapping[str, float],
                  memory: MemoryCalibration, step: StepCalibration, left_out: Sequence[str] = (),
-                 split_backward: Mapping[str, float] | None = None) -> Calibration:
+                 split_backward: Mapping[str, float] | None = None,
+                 dataflow: Mapping[str, float] | None = None) -> Calibration:
+    dataflow = dataflow or {}
     devices = {}
-    for kind in sorted(set(layout.kinds) | set(kind_factor)):
+    for kind in sorted(set(layout.kinds) | set(kind_factor) | set(dataflow)):
         factor = kind_factor.get(kind, 1.0)
         scales = layout.scales(x, kind) if kind in layout.kinds else np.ones(len(OP_CLASSES))
         devices[kind] = KindCalibration({c: float(scales[i] * factor) for i, c in enumerate(OP_CLASSES)},
-                                        float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0)
+                                        float(x[layout.overhead[kind]]) if kind in layout.overhead else 0.0,
+                                        float(dataflow.get(kind, 0.0)))
     channels = {cls: ChannelCalibration(float(x[li]), 1.0 / float(x[bi]))
                 for cls, (li, bi) in layout.channels.items() if cls not in left_out}
     return Calibration(devices, channels, efficiency, memory, step=step, split_backward=dict(split_backward or {}))
@@ -477,39 +490,53 @@ def _largest_stage_params(case: _Case) -> float:
                default=0.0)
 
 
-def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, float], StepCalibration], Calibration],
-                    free_kinds: list[str], loss: str
-                    ) -> tuple[float, dict[str, float], StepCalibration, list[str], list[str]]:
+Maker = Callable[[float, Mapping[str, float], StepCalibration, Mapping[str, float]], Calibration]
+
+
+def _dataflow_kinds(cases: list[_Case]) -> list[str]:
+    """The device kinds that timed latency runs (op-level plans, run op by op) ran on."""
+    return sorted({c.problem.topology.devices[c.problem.topology.index[d]].kind for c in cases
+                   if c.run.summary.get("iteration_s") and c.problem.objective == "latency"
+                   for st in c.plan.stages for d in st.devices})
+
+
+def _fit_iterations(cases: list[_Case], make: Maker, free_kinds: list[str], loss: str
+                    ) -> tuple[float, dict[str, float], StepCalibration, dict[str, float], list[str], list[str]]:
     """Fit 2 of the module docstring: the efficiency (where some run all-reduces), the step overhead (its
-    per-byte term where the runs' largest stages differ in parameters) and the per-kind factors of
-    ``free_kinds``; also the names of what was fitted and of what the runs do not determine (held at
-    the neutral efficiency 1, step overhead 0, factor 1)."""
+    per-byte term where the runs' largest stages differ in parameters), the op-level execution overhead
+    per device kind of the latency runs and the per-kind factors of ``free_kinds``; also the names of what
+    was fitted and of what the runs do not determine (held at the neutral efficiency 1, step and op-level
+    overheads 0, factor 1)."""
     timed = [c for c in cases if c.run.summary.get("iteration_s")]
-    training = [c for c in timed if c.problem.training and c.problem.objective == "throughput"]
+    training = [c for c in timed if c.problem.training]  # a latency plan's training pass steps the optimizer too
     fit_efficiency = any(_allreduces(c) for c in timed)
     params = [_largest_stage_params(c) for c in training]
     fit_per_byte = bool(params) and max(params) - min(params) > 1e-3 * max(max(params), 1.0)
+    dataflow_kinds = _dataflow_kinds(timed)
     names = (["collective_efficiency"] * fit_efficiency + ["step.fixed_s"] * bool(training) +
-             ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds])
+             ["step.per_param_byte_s"] * fit_per_byte + [f"devices.{k}.scale (all classes)" for k in free_kinds] +
+             [f"devices.{k}.dataflow_overhead_s" for k in dataflow_kinds])
     if not names:
-        return 1.0, {}, StepCalibration(), [], []
+        return 1.0, {}, StepCalibration(), {}, [], []
 
-    def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration]:
+    def unpack(x: np.ndarray) -> tuple[float, dict[str, float], StepCalibration, dict[str, float]]:
         values = dict(zip(names, (float(v) for v in x), strict=True))
         step = StepCalibration(values.get("step.fixed_s", 0.0) * 1e-3,  # fitted in ms
                                values.get("step.per_param_byte_s", 0.0) / 2**30)  # fitted in s per GiB
         return (values.get("collective_efficiency", 1.0),
-                {k: values[f"devices.{k}.scale (all classes)"] for k in free_kinds}, step)
+                {k: values[f"devices.{k}.scale (all classes)"] for k in free_kinds}, step,
+                {k: values[f"devices.{k}.dataflow_overhead_s"] * 1e-3 for k in dataflow_kinds})  # fitted in ms
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.array(_iteration_errors(timed, make(*unpack(x))), dtype=np.float64)
 
     box = {"collective_efficiency": (EFFICIENCY_LOW, 1.0, 0.9), "step.fixed_s": (0.0, 1e5, 1e-3),
-           "step.per_param_byte_s": (0.0, 1e4, 1e-3)}
+           "step.per_param_byte_s": (0.0, 1e4, 1e-3),
+           **{f"devices.{k}.dataflow_overhead_s": (0.0, 1e3, 1e-2) for k in dataflow_kinds}}
     lo = np.array([box.get(n, (SCALE_BOUNDS[0], 0, 0))[0] for n in names])
     hi = np.array([box.get(n, (0, SCALE_BOUNDS[1], 0))[1] for n in names])
     x0 = np.array([box.get(n, (0, 0, 1.0))[2] for n in names])
-    neutral = np.array([0.0 if n.startswith("step.") else 1.0 for n in names])
+    neutral = np.array([0.0 if n.startswith("step.") or n.endswith("_overhead_s") else 1.0 for n in names])
 
     def run(held: list[int], start: np.ndarray) -> np.ndarray:
         free = np.array([i for i in range(len(names)) if i not in held], dtype=np.int64)
@@ -533,52 +560,62 @@ def _fit_iterations(cases: list[_Case], make: Callable[[float, Mapping[str, floa
     return (*unpack(x), names, [names[i] for i in held])
 
 
-def _memory_obs(cases: list[_Case]) -> list[tuple[float, float, float]]:
-    """Per rank with a peak: the modelled bytes ``m_s``, the finished micro-batches' kept bytes ``e_s`` and
-    the measured peak (fit 3 of the module docstring)."""
+MemoryObs = tuple[float, float, float, float]  # m_s, e_s, o_s, the measured peak
+
+
+def _memory_obs(cases: list[_Case]) -> list[MemoryObs]:
+    """Per rank with a peak: the modelled bytes ``m_s``, the finished micro-batches' kept bytes ``e_s``, the
+    bytes a latency plan's op-level runner keeps beyond the model ``o_s`` and the measured peak (fit 3 of
+    the module docstring)."""
     out = []
     for case in cases:
         rp = resolve_plan(case.problem, case.plan, check_memory=False)
         need = plan_memory_bytes(case.problem, rp)
         finished = finished_micro_batch_bytes(case.problem, rp)
+        outputs = op_level_kept_bytes(case.problem, rp)
         for r in case.run.ranks:
             peak = r.peak_memory_bytes
             if peak and 0 <= r.stage < len(need):
-                out.append((float(need[r.stage]), float(finished[r.stage]), float(peak)))
+                out.append((float(need[r.stage]), float(finished[r.stage]), float(outputs[r.stage]), float(peak)))
     return out
 
 
-def _predicted_peak(memory: MemoryCalibration, modelled: float, finished: float) -> float:
-    return memory.process_bytes + (1.0 + memory.fraction) * (modelled + memory.retained * finished)
+def _predicted_peak(memory: MemoryCalibration, modelled: float, finished: float, outputs: float) -> float:
+    return memory.process_bytes + (1.0 + memory.fraction) * (modelled + memory.retained * finished +
+                                                             memory.kept_outputs * outputs)
 
 
-def _fit_memory(obs: list[tuple[float, float, float]], loss: str) -> tuple[MemoryCalibration, list[str], list[str]]:
+def _fit_memory(obs: list[MemoryObs], loss: str) -> tuple[MemoryCalibration, list[str], list[str]]:
     """Fit 3 of the module docstring; the calibration, the parameters fitted and those the ranks do not
-    determine (held: ``q`` and ``r`` at 0), by the rank of the relative residuals' Jacobian in ``p``, ``q``,
-    ``r`` (:func:`~solvers.calibration.identify.undetermined`; of alike columns ``p``, then ``q``, stay)."""
+    determine (held: ``q``, ``r`` and ``u`` at 0), by the rank of the relative residuals' Jacobian in ``p``,
+    ``q``, ``r``, ``u`` (:func:`~solvers.calibration.identify.undetermined`; of alike columns ``p``, then
+    ``q``, stay)."""
     if not obs:
         return MemoryCalibration(), [], []
     m = np.array([o[0] for o in obs])
     e = np.array([o[1] for o in obs])
-    y = np.array([o[2] for o in obs])
-    names = ["memory.process_bytes", "memory.fraction", "memory.retained"]
-    candidates = [0] + [1] * bool(np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)) + [2] * bool((e > 0).any())
-    columns = np.column_stack([1.0 / y, m / y, e / y])[:, candidates]
-    held_cols = undetermined(columns, np.array([1.0, 0.999, 0.998])[candidates])
-    free = [c for k, c in enumerate(candidates) if k not in held_cols]
-    held = [names[c] for k, c in enumerate(candidates) if k in held_cols]
-    with_fraction, with_retained = 1 in free, 2 in free
+    k = np.array([o[2] for o in obs])
+    y = np.array([o[3] for o in obs])
+    names = ["memory.process_bytes", "memory.fraction", "memory.retained", "memory.kept_outputs"]
+    candidates = ([0] + [1] * bool(np.ptp(m) > 1e-6 * max(float(m.max()), 1.0)) + [2] * bool((e > 0).any()) +
+                  [3] * bool((k > 0).any()))
+    columns = np.column_stack([1.0 / y, m / y, e / y, k / y])[:, candidates]
+    held_cols = undetermined(columns, np.array([1.0, 0.999, 0.998, 0.997])[candidates])
+    free = [c for i, c in enumerate(candidates) if i not in held_cols]
+    held = [names[c] for i, c in enumerate(candidates) if i in held_cols]
+
+    def share(x: np.ndarray, c: int) -> float:
+        return float(x[c]) if c in free else 0.0
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        q = x[1] if with_fraction else 0.0
-        r = x[2] if with_retained else 0.0
-        return np.asarray((x[0] + (1.0 + q) * (m + r * e)) / y - 1.0, dtype=np.float64)
+        return np.asarray((x[0] + (1.0 + share(x, 1)) * (m + share(x, 2) * e + share(x, 3) * k)) / y - 1.0,
+                          dtype=np.float64)
 
-    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0])
-    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0], [np.inf, 10.0, 1.0]), loss=loss, f_scale=0.05,
-                        x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0])
-    return (MemoryCalibration(float(fit.x[0]), float(fit.x[1]) if with_fraction else 0.0,
-                              float(fit.x[2]) if with_retained else 0.0), [names[c] for c in free], held)
+    x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0, 0.0])
+    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0, 0.0], [np.inf, 10.0, 1.0, 1.0]), loss=loss,
+                        f_scale=0.05, x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0, 1.0])
+    x = np.asarray(fit.x, dtype=np.float64)
+    return (MemoryCalibration(float(x[0]), share(x, 1), share(x, 2), share(x, 3)), [names[c] for c in free], held)
 
 
 def _summary(errors: Sequence[float]) -> dict[str, float | int] | None:
@@ -614,7 +651,7 @@ def _iteration_median(cal: Calibration) -> float:
     return float(summary["median_relative"]) if summary else 0.0
 
 
-def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[float, float, float]], loss: str,
+def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[MemoryObs], loss: str,
          name: str, *, scaled: bool) -> Calibration:
     """The three fits of the module docstring on the cases' transfer and memory observations; ``scaled``: the
     profiled stage times times each run's profiler ratio."""
@@ -631,12 +668,14 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
                         for i in (c.problem.topology.index[d] for d in st.devices)})
     free_kinds = [] if stages else kinds_all
 
-    def make(eff: float, factors: Mapping[str, float], step: StepCalibration) -> Calibration:
-        return _calibration(layout, x, eff, factors, memory, step, left_out, split_backward)
+    def make(eff: float, factors: Mapping[str, float], step: StepCalibration,
+             dataflow: Mapping[str, float]) -> Calibration:
+        return _calibration(layout, x, eff, factors, memory, step, left_out, split_backward, dataflow)
 
-    efficiency, factors, step, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds, loss)
+    efficiency, factors, step, dataflow, iteration_params, iteration_held = _fit_iterations(cases, make, free_kinds,
+                                                                                            loss)
     unidentified += iteration_held
-    cal = make(efficiency, factors, step)
+    cal = make(efficiency, factors, step, dataflow)
     before_stage, after_stage, after_transfer = [], [], []
     for s in stages:
         f, b = _predict_stage(layout, x, s)
@@ -657,8 +696,8 @@ def _fit(cases: list[_Case], transfers: list[_TransferObs], mem: list[tuple[floa
                        "calibrated": _summary(after_transfer)},
         "iteration_s": {"uncalibrated": _summary(_iteration_errors(cases, None)),
                         "calibrated": _summary(_iteration_errors(cases, cal))},
-        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, _, y in mem]),
-                              "calibrated": _summary([_rel(_predicted_peak(memory, m, e), y) for m, e, y in mem])}}
+        "peak_memory_bytes": {"uncalibrated": _summary([_rel(m, y) for m, _, _, y in mem]),
+                              "calibrated": _summary([_rel(_predicted_peak(memory, m, e, o), y) for m, e, o, y in mem])}}
     fitted = ([n for n in (f"devices.{k}.scale.{OP_CLASSES[c]}" for k, c in layout.scale) if n not in unidentified] +
               [n for n in (f"devices.{k}.launch_overhead_s" for k in layout.overhead) if n not in unidentified] +
               [f"channels.{c}" for c in layout.channels if f"channels.{c}" not in unidentified] +

@@ -1,6 +1,7 @@
 """What a calibrated graph or topology carries (``attrs.calibration``, :mod:`solvers.calibration.apply`),
 read where the cost model and the simulator need it: the all-reduce efficiency, the memory overhead,
-the step overhead, the calibration's digest and the digest of the source document."""
+the step overhead, the op-level execution overhead, the calibration's digest and the digest of the
+source document."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def retained_share(topology: Topology) -> float:
     return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else 0.0
 
 
+def kept_outputs_share(topology: Topology) -> float:
+    """The share of the bytes a latency plan's op-level runner keeps beyond the memory model (every op's
+    output and received tensor, :func:`solvers.cost.memory.op_level_kept_bytes`) that a device's peak
+    counts on a calibrated topology (``attrs.calibration.kept_outputs``); 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    value = cal.get("kept_outputs", 0.0) if isinstance(cal, dict) else 0.0
+    return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else 0.0
+
+
 def collective_efficiency(topology: Topology) -> float:
     """The all-reduce efficiency of a calibrated topology (1 otherwise)."""
     cal = (topology.attrs or {}).get("calibration")
@@ -72,3 +82,13 @@ def split_backward_factor(topology: Topology, kind: str) -> float:
     table = cal.get("split_backward") if isinstance(cal, dict) else None
     value = table.get(kind, 1.0) if isinstance(table, dict) else 1.0
     return float(value) if isinstance(value, int | float) and value > 0 else 1.0
+
+
+def dataflow_overhead_s(topology: Topology, kind: str) -> float:
+    """What a latency plan's op-level execution adds to each op's forward and backward task on a device of
+    ``kind`` (the launcher runs such a plan op by op: docs/cost-model.md "Calibration"):
+    ``attrs.calibration.dataflow_overhead_s[kind]`` of a calibrated topology; 0 otherwise."""
+    cal = (topology.attrs or {}).get("calibration")
+    table = cal.get("dataflow_overhead_s") if isinstance(cal, dict) else None
+    value = table.get(kind, 0.0) if isinstance(table, dict) else 0.0
+    return float(value) if isinstance(value, int | float) and value >= 0 else 0.0

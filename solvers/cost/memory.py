@@ -31,7 +31,9 @@ it out, and the simulator's ``peak_memory_bytes`` adds it.
 
 Latency plans, per device holding ops ``O``: parameters (times ``1 + optimizer`` in a training
 pass), plus ``sum(act_bytes)`` of ``O`` (outputs kept; kept for backward in training), plus the
-largest single-op working memory.
+largest single-op working memory; on a calibrated topology whose runs showed it, the share ``u``
+(``memory.kept_outputs``) of what the launcher's op-level runner keeps beyond that: every op's
+output and every received tensor, held to the end of the pass (:func:`op_level_kept_bytes`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solvers.arrays import FloatArray, IntArray
-from solvers.cost.calibrated import retained_share
+from solvers.cost.calibrated import kept_outputs_share, retained_share
 from solvers.cost.tensor_parallel import stage_split_mask
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.errors import InvalidPlan, InvalidProblem
@@ -137,15 +139,28 @@ def stage_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int, in_flig
 
 
 def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1, *, tp: int = 1,
-                        split: npt.NDArray[np.bool_] | None = None) -> float:
-    """Peak bytes on each device of a latency-plan group holding ``ops`` (see module doc and
-    :func:`stage_memory_bytes` for ``tp`` and ``split``)."""
+                        split: npt.NDArray[np.bool_] | None = None, received_bytes: float = 0.0) -> float:
+    """Peak bytes on each device of a latency-plan group holding ``ops`` that receives ``received_bytes``
+    from other groups (see module doc and :func:`stage_memory_bytes` for ``tp`` and ``split``); on a
+    calibrated topology with ``memory.kept_outputs`` u, plus u times what the op-level runner keeps beyond
+    the model (:func:`op_level_kept_bytes`)."""
     g = problem.graph
     scale = _tp_scale(ops, tp, split)
     param = g.param_bytes[ops] if scale is None else g.param_bytes[ops] * scale
     act = g.act_bytes[ops] if scale is None else g.act_bytes[ops] * scale
     params = float(param.sum()) * param_bytes_factor(problem)
-    return params + (float(act.sum()) + _working_bytes(problem, ops, scale)) / n_replicas
+    u = kept_outputs_share(problem.topology)
+    kept = u * _beyond_model_bytes(problem, ops, received_bytes) if u else 0.0
+    return params + (float(act.sum()) + _working_bytes(problem, ops, scale) + kept) / n_replicas
+
+
+def _beyond_model_bytes(problem: Problem, ops: IntArray, received_bytes: float) -> float:
+    """What the op-level runner holds on a device beyond ``act_bytes``: every op's output (its largest
+    outgoing edge) and the received tensors, less ``act_bytes``; at least 0."""
+    g = problem.graph
+    outputs = np.zeros(g.n_ops)
+    np.maximum.at(outputs, g.edge_src, g.edge_bytes)
+    return max(0.0, float(outputs[ops].sum() - g.act_bytes[ops].sum()) + received_bytes)
 
 
 def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
@@ -156,7 +171,9 @@ def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
     splits = [stage_split_mask(problem, rp, s) for s in range(rp.n_stages)]
     if problem.objective != "throughput":
         copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * param_bytes_factor(problem)
-        return [device_memory_bytes(problem, ops, rp.replicas(s), tp=rp.tp(s), split=splits[s]) + float(copies[s])
+        received = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
+        return [device_memory_bytes(problem, ops, rp.replicas(s), tp=rp.tp(s), split=splits[s],
+                                    received_bytes=float(received[s])) + float(copies[s])
                 for s, ops in enumerate(rp.stage_ops)]
     inputs = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
     copies = shared_copy_bytes(problem, rp.stage_of, rp.n_stages) * (1.0 + problem.settings.optimizer_bytes_per_param_byte)
@@ -171,6 +188,17 @@ def _pipeline_stage_bytes(problem: Problem, rp: ResolvedPlan, s: int, in_flight:
     return stage_memory_bytes(problem, rp.stage_ops[s], rp.replicas(s), in_flight,
                               float(inputs[s]) / (rp.tp(s) if rp.plan.sequence_parallel else 1), rp.recompute[s],
                               tp=rp.tp(s), split=split)
+
+
+def op_level_kept_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:
+    """Per group of a latency plan: the bytes the launcher's op-level runner holds beyond the model's
+    activations, which the calibrated share ``u`` multiplies (module doc).  The runner keeps every op's output
+    (the largest of its outgoing edges) and every tensor it receives until the pass ends, for the op-by-op
+    backward; the model counts ``act_bytes``.  Their difference, at least 0; zeros for throughput plans."""
+    if problem.objective == "throughput":
+        return [0.0] * rp.n_stages
+    received = group_input_bytes(problem.graph, rp.stage_of, rp.n_stages)
+    return [_beyond_model_bytes(problem, ops, float(received[s])) for s, ops in enumerate(rp.stage_ops)]
 
 
 def finished_micro_batch_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:

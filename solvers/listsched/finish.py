@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from solvers.base import Budget
+from solvers.cost.calibrated import kept_outputs_share
 from solvers.cost.memory import device_memory_bytes
+from solvers.cost.traffic import group_input_bytes
 from solvers.listsched.schedule import ListSchedule
 from solvers.listsched.tasks import (
     check_latency_pins,
@@ -98,10 +100,12 @@ def finish_latency_plan(problem: Problem, device_of: Sequence[int], start_s: Seq
     g, topo = problem.graph, problem.topology
     dev = np.asarray(device_of, dtype=np.int64)
     caps = device_caps_bytes(problem)
+    # a calibrated share of what the op-level runner keeps counts the tensors each device receives
+    received = group_input_bytes(g, dev, topo.n_devices) if kept_outputs_share(topo) else np.zeros(topo.n_devices)
     over = []
     for d in range(topo.n_devices):
         ops = np.flatnonzero(dev == d)
-        if len(ops) and device_memory_bytes(problem, ops) > caps[d]:
+        if len(ops) and device_memory_bytes(problem, ops, received_bytes=float(received[d])) > caps[d]:
             over.append(topo.devices[d].id)
     if over:
         return infeasible_plan(problem, f"best-effort placement exceeds the memory of {', '.join(over)}",

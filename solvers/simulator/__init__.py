@@ -120,9 +120,9 @@ def _simulate(problem: Problem, plan: Plan | ResolvedPlan, timeline: bool, engin
                           field="engine")
     compute = ComputeModel(problem.graph, problem.topology)
     mb = rp.plan.micro_batches
-    if not throughput:
+    if not throughput:  # a training pass steps the optimizer like a pipeline's iteration (0 uncalibrated)
         run = run_dataflow(problem, rp, compute, mb, timeline=timeline)
-        iteration_s = latency_s = run.makespan_s
+        iteration_s = latency_s = run.makespan_s + _step_overhead_s(problem, rp)
     elif runs_virtual_stages(rp.plan):  # any schedule, several stages per rank: the action-list engine
         if engine == "op":
             raise InvalidPlan(f"engine 'op' runs one stage per rank with GPipe or 1F1B; schedule "

@@ -2,7 +2,8 @@
 
 Each op ``v`` of group ``g`` gives a forward task ``F(v, m)`` per micro-batch ``m`` (and in a
 training pass a backward task ``B(v, m)``), timed with the group's op times (slowest replica /
-R, Parmesan Eq. 3).  An op's output needed by another group is sent as soon as the op ends:
+R, Parmesan Eq. 3; on a calibrated topology each task also takes its device kind's op-level
+execution overhead, ``dataflow_overhead_s``).  An op's output needed by another group is sent as soon as the op ends:
 one message per (producer op, consumer group) carrying the largest bytes among those edges.
 ``B(v, m)`` needs ``F(v, m)`` and ``B(w, m)`` of every successor ``w`` (a gradient message
 ``group(w) -> group(v)`` with that edge's bytes when remote); a sink's backward follows its
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from solvers.cost.calibrated import dataflow_overhead_s
 from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import shared_param_stages
@@ -49,6 +51,7 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     group = rp.stage_of.tolist()
     devs = rp.stage_devices
     fwd, bwd = group_op_times(problem, rp, compute)
+    fwd, bwd = _with_dataflow_overhead(problem, rp, fwd, bwd)
     if any(rp.recompute):
         bwd = [b + f if rp.recompute[s] else b for f, b, s in zip(fwd, bwd, group, strict=True)]
     if one_device(rp):
@@ -62,6 +65,20 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
     return EventGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
                      n_inputs, priority, sequences)
 
+
+
+def _with_dataflow_overhead(problem: Problem, rp: ResolvedPlan, fwd: list[float],
+                            bwd: list[float]) -> tuple[list[float], list[float]]:
+    """Every op's forward and backward plus its device kind's op-level execution overhead on a calibrated
+    topology (:func:`~solvers.cost.calibrated.dataflow_overhead_s`: the launcher runs a latency plan op by
+    op, each op's backward a call of its own); unchanged where it is 0."""
+    topo = problem.topology
+    per_group = [dataflow_overhead_s(topo, topo.devices[devs[0]].kind) for devs in rp.stage_devices]
+    if not any(per_group):
+        return fwd, bwd
+    extra = [per_group[s] for s in rp.stage_of.tolist()]
+    return ([f + x for f, x in zip(fwd, extra, strict=True)],
+            [b + x for b, x in zip(bwd, extra, strict=True)] if problem.training else bwd)
 
 
 def _general_lists(problem: Problem, rp: ResolvedPlan, channels: ChannelTable, micro_batches: int) -> TaskLists:

@@ -30,8 +30,16 @@ from solvers.calibration import (
 from solvers.calibration.fit import _fit_memory
 from solvers.calibration.identify import profiler_ratio
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import finished_micro_batch_bytes, held_micro_batches, plan_memory_bytes, stage_memory_bytes
+from solvers.cost.memory import (
+    device_memory_bytes,
+    finished_micro_batch_bytes,
+    held_micro_batches,
+    op_level_kept_bytes,
+    plan_memory_bytes,
+    stage_memory_bytes,
+)
 from solvers.cost.memory_bounds import most_memory_bytes
+from solvers.cost.traffic import group_input_bytes
 from solvers.exact.stage_model import in_flight
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
@@ -44,7 +52,7 @@ from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.simulator.schedule_engine import ScheduleRun, simulate_plan_schedule, simulate_schedule
 from solvers.validity import resolve_plan
-from tests.run_records import calibrated_run
+from tests.run_records import calibrated_latency_run, calibrated_run
 
 KIND = "H100"  # the generators' default device
 TRUTH = Calibration(
@@ -184,7 +192,7 @@ def test_the_memory_fit_names_a_share_the_ranks_cannot_tell_from_the_constant() 
     m = np.array([10, 20, 30, 40, 50, 60], dtype=float) * 2**20
     truth = MemoryCalibration(100 * 2**20, 0.2, 0.5)
     for e, held in ((np.full(6, 8.0 * 2**20), True), (np.array([0, 8, 0, 16, 4, 0], dtype=float) * 2**20, False)):
-        obs = [(float(a), float(b), truth.process_bytes + 1.2 * (a + 0.5 * b)) for a, b in zip(m, e, strict=True)]
+        obs = [(float(a), float(b), 0.0, truth.process_bytes + 1.2 * (a + 0.5 * b)) for a, b in zip(m, e, strict=True)]
         memory, fitted, unidentified = _fit_memory(obs, "linear")
         assert ("memory.retained" in unidentified) == held and ("memory.retained" in fitted) != held
         if held:
@@ -238,11 +246,13 @@ def test_the_document_round_trips_and_matches_its_schema() -> None:
     (("devices", KIND, "scale", "matmul"), -1.0, f"devices.{KIND}.scale.matmul"),
     (("devices", KIND, "scale", "conv"), 1.0, f"devices.{KIND}.scale.conv"),
     (("devices", KIND, "launch_overhead_s"), "fast", f"devices.{KIND}.launch_overhead_s"),
+    (("devices", KIND, "dataflow_overhead_s"), -1e-4, f"devices.{KIND}.dataflow_overhead_s"),
     (("channels", "rack"), {"latency_s": 0, "bandwidth_Bps": 1}, "channels.rack"),
     (("channels", "same_host", "bandwidth_Bps"), 0, "channels.same_host.bandwidth_Bps"),
     (("collective_efficiency",), 1.5, "collective_efficiency"),
     (("memory", "fraction"), -0.1, "memory.fraction"),
     (("memory", "retained"), 1.5, "memory.retained"),
+    (("memory", "kept_outputs"), -0.5, "memory.kept_outputs"),
     (("step", "fixed_s"), None, "step.fixed_s"),
     (("fit", "runs"), [3], "fit.runs[0]"),
     (("colour",), "red", "colour"),
@@ -430,3 +440,107 @@ def simulate_plan_schedule_v(problem: Problem, p: Plan) -> ScheduleRun:
     schedule = build_schedule(p.schedule, 2, 2, p.micro_batches)
     rank_devices = [rp.stage_devices[schedule.rank_stages(r)[0]] for r in range(schedule.ranks)]
     return simulate_schedule(problem, schedule, rp.stage_ops, rank_devices)
+
+
+# the launcher runs a latency plan op by op: every op's forward and backward pay an overhead stage runs do not
+# and keeps every op's output and received tensor to the end of the pass (80 % of what the model leaves out)
+OP_LEVEL_TRUTH = Calibration(
+    {KIND: KindCalibration({"matmul": 3.0, "elementwise": 5.0, "reduction": 4.0}, 2e-5, 1e-4)},
+    TRUTH.channels, 0.6, MemoryCalibration(130 * 2**20, 0.2, 0.3, 0.8), step=TRUTH.step)
+LATENCY = [plan([12], [["gpu0"], ["gpu2"]], 1), plan([8, 20], [["gpu1"], ["gpu0"], ["gpu3"]], 1),
+           plan([], [["gpu2"]], 1)]
+
+
+def test_latency_runs_give_back_the_op_level_overhead_and_the_stage_runs_do_not_need_it() -> None:
+    """Stage runs (throughput plans) and latency runs from a machine whose op-by-op execution costs 100 us per
+    op and pass: the fit gives back that overhead with every other parameter; the stage runs alone name no
+    such parameter and write none (an earlier document's digest stays)."""
+    graph, topo = world()
+    runs = ([calibrated_run(p, graph, topo, OP_LEVEL_TRUTH) for p in TRAIN] +
+            [calibrated_latency_run(p, graph, topo, OP_LEVEL_TRUTH) for p in LATENCY])
+    cal = fit_calibration(runs, [graph] * len(runs), [topo] * len(runs), TRAIN + LATENCY)
+    kc = cal.devices[KIND]
+    assert kc.dataflow_overhead_s == pytest.approx(1e-4, rel=2e-2)
+    assert kc.launch_overhead_s == pytest.approx(2e-5, rel=2e-2) and kc.scale["matmul"] == pytest.approx(3.0, rel=1e-2)
+    assert cal.step.fixed_s == pytest.approx(3e-3, rel=2e-2) and cal.collective_efficiency == pytest.approx(0.6, rel=1e-2)
+    assert f"devices.{KIND}.dataflow_overhead_s" in cal.fit["parameters"]
+    assert cal.fit["residuals"]["iteration_s"]["calibrated"]["max_relative"] < 1e-3
+    assert cal.memory.kept_outputs == pytest.approx(0.8, abs=1e-3) and cal.memory.retained == pytest.approx(0.3, abs=1e-3)
+    assert cal.fit["residuals"]["peak_memory_bytes"]["calibrated"]["max_relative"] < 1e-3
+    stage_only = exact_fit()
+    assert stage_only.devices[KIND].dataflow_overhead_s == 0.0
+    assert not any(p.endswith("dataflow_overhead_s") for p in stage_only.fit["parameters"])
+    assert "dataflow_overhead_s" not in stage_only.to_document()["devices"][KIND]
+    assert stage_only.memory.kept_outputs == 0.0 and "memory.kept_outputs" not in stage_only.fit["parameters"]
+    assert "kept_outputs" not in stage_only.to_document()["memory"]
+    again = calibration_from_document(json.loads(json.dumps(stage_only.to_document())))
+    assert again.digest == stage_only.digest and again.devices[KIND].dataflow_overhead_s == 0.0
+
+
+def test_the_op_level_overhead_and_the_step_count_in_a_latency_plans_pass_only() -> None:
+    """On one device a latency plan's training pass is the sum of its ops' forward and backward: calibrated, it
+    also pays the op-level overhead twice per op (forward and backward task) and the step overhead once; a
+    forward pass pays the overhead once per op and no step; a throughput plan pays neither overhead."""
+    graph, topo = world()
+    o, z0 = 1e-3, 3e-3
+    cal = Calibration({KIND: KindCalibration({}, 0.0, o)}, step=StepCalibration(z0, 0.0))
+    g, t = apply_calibration(graph, topo, cal)
+    assert t.attrs["calibration"]["dataflow_overhead_s"] == {KIND: o}
+    one = Plan((Stage(tuple(graph.ids), ("gpu0",)),), micro_batches=1)
+    n = graph.n_ops
+    for pass_, extra in (("training", 2 * n * o + z0), ("forward", n * o)):
+        plain = simulate(Problem(graph, topo, "latency").with_settings(pass_=pass_), one).metrics["latency_s"]
+        calibrated = simulate(Problem(g, t, "latency").with_settings(pass_=pass_), one).metrics["latency_s"]
+        assert calibrated == pytest.approx(plain + extra, rel=1e-9)
+    plain = simulate(Problem(graph, topo), one).metrics["iteration_s"]
+    assert simulate(Problem(g, t), one).metrics["iteration_s"] == pytest.approx(plain + z0, rel=1e-9)
+
+
+def received_by(graph: OpGraph, rp: Any, s: int) -> float:
+    return float(group_input_bytes(graph, rp.stage_of, rp.n_stages)[s])
+
+
+def test_a_latency_plan_counts_the_share_of_what_the_op_level_runner_keeps() -> None:
+    """``memory.kept_outputs`` u: a latency plan's device also counts u times every op's output (its largest
+    outgoing edge) and every received tensor, less the activations the model counts; throughput plans and
+    uncalibrated problems do not."""
+    graph, topo = world()
+    g, t = apply_calibration(graph, topo, Calibration({}, memory=MemoryCalibration(0.0, 0.0, 0.0, 0.5)))
+    doc = LATENCY[0]
+    p = Plan(tuple(Stage(tuple(s["ops"]), tuple(s["devices"])) for s in doc["stages"]), micro_batches=1)
+    plain = Problem(graph, topo, "latency").with_settings(pass_="training")
+    rp = resolve_plan(plain, p, check_memory=False)
+    kept = op_level_kept_bytes(plain, rp)
+    for s, ops in enumerate(rp.stage_ops):
+        mine = set(ops.tolist())
+        outputs = sum(max((graph.edge_bytes[e] for e in graph.out_edges[v]), default=0.0) for v in mine)
+        received = sum(max(graph.edge_bytes[e] for e in graph.out_edges[u] if int(graph.edge_dst[e]) in mine)
+                       for u in range(graph.n_ops) if u not in mine and
+                       any(int(graph.edge_dst[e]) in mine for e in graph.out_edges[u]))
+        assert received == pytest.approx(received_by(graph, rp, s))
+        assert kept[s] == pytest.approx(max(0.0, outputs - float(graph.act_bytes[ops].sum()) + received))
+    assert max(kept) > 0  # (the first stage saves more for backward than it outputs: nothing beyond the model)
+    calibrated = Problem(g, t, "latency").with_settings(pass_="training")
+    after = plan_memory_bytes(calibrated, resolve_plan(calibrated, p, check_memory=False))
+    assert after == pytest.approx([b + 0.5 * k for b, k in zip(plan_memory_bytes(plain, rp), kept, strict=True)])
+    whole = np.arange(graph.n_ops)  # one device (the single solver's check): nothing received
+    beyond = max(0.0, sum(max((graph.edge_bytes[e] for e in graph.out_edges[v]), default=0.0) for v in whole)
+                 - float(graph.act_bytes.sum()))
+    assert device_memory_bytes(calibrated, whole) == pytest.approx(device_memory_bytes(plain, whole) + 0.5 * beyond)
+    throughput = resolve_plan(Problem(graph, topo), p, check_memory=False)
+    assert op_level_kept_bytes(Problem(graph, topo), throughput) == [0.0, 0.0]
+    assert plan_memory_bytes(Problem(g, t), resolve_plan(Problem(g, t), p, check_memory=False)) == pytest.approx(
+        plan_memory_bytes(Problem(graph, topo), throughput))
+
+
+def test_the_memory_fit_gives_back_the_kept_outputs_share_only_where_latency_ranks_show_it() -> None:
+    m = np.array([10, 20, 30, 40, 50, 60], dtype=float) * 2**20
+    k = np.array([0, 0, 0, 30, 5, 12], dtype=float) * 2**20  # the last three: devices of latency plans
+    truth = MemoryCalibration(100 * 2**20, 0.2, 0.0, 0.7)
+    obs = [(float(a), 0.0, float(b), truth.process_bytes + 1.2 * (a + 0.7 * b)) for a, b in zip(m, k, strict=True)]
+    memory, fitted, unidentified = _fit_memory(obs, "linear")
+    assert (memory.process_bytes, memory.fraction, memory.kept_outputs) == pytest.approx((truth.process_bytes, 0.2, 0.7),
+                                                                                        rel=1e-3)
+    assert "memory.kept_outputs" in fitted and unidentified == []
+    memory, fitted, _ = _fit_memory([(a, e, 0.0, y) for a, e, _, y in obs[:3]], "linear")
+    assert memory.kept_outputs == 0.0 and "memory.kept_outputs" not in fitted
