@@ -54,7 +54,7 @@ def test_dropout_draws_a_split_value_from_each_device_s_own_stream(placement: Pl
     assert torch.equal(part0 == 0, part1 == 0) is same_mask
     for part in (part0, part1):
         assert 0.2 < float((part == 0).float().mean()) < 0.8  # a mask at p 0.5, scaled by 1 / (1 - p)
-        assert set(part.unique().tolist()) <= {0.0, 2.0}
+        assert bool(((part == 0) | (part == 2)).all())  # dropped, or kept and scaled by 2
 
 
 def test_native_dropout_returns_the_mask_placed_as_its_value() -> None:
