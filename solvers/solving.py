@@ -23,6 +23,7 @@ from solvers.model.errors import PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.partition.schedules import TIE_RELATIVE, base_settings, search_schedules
+from solvers.partition.tp import tp_degrees
 from solvers.runnable import runnable_notes
 from solvers.simulator import SimulationResult, simulate, simulated_key_s
 
@@ -93,22 +94,38 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     base = problem if settings == problem.settings else replace(problem, settings=settings)
     first_fit_only = getattr(cls, "schedule_search_first_fit", False)
 
-    def run(on: Problem) -> Plan:
+    def run(on: Problem, within: Budget) -> Plan:
         if on.settings.global_batch is not None:
-            return _solve_per_micro_batches(on, cls(), opts, budget, progress or no_progress)
-        return _solve_deciding_recompute(cls(), on, opts, budget, progress or no_progress)
+            return _solve_per_micro_batches(on, cls(), opts, within, progress or no_progress)
+        return _solve_deciding_recompute(cls(), on, opts, within, progress or no_progress)
 
-    plan = run(base)
+    # a solver that may plan split stages leaves part of the limit to the unsplit plan that competes with them
+    may_split = bool(getattr(cls, "tp_schedules", ())) and _unsplit_may_compete(problem)
+    plan = run(base, budget.sub(1.0 - UNSPLIT_RESERVE) if may_split else budget)
     if problem.objective == "throughput":  # schedule "auto" or another by name: every schedule on its groups
         plan = search_schedules(problem, plan, solved_on=base, first_fit_only=first_fit_only)
         if _unsplit_competes(problem, plan):
             def unsplit(on: Problem) -> Plan:
                 on_base = replace(on, settings=base_settings(on.settings))
-                return search_schedules(on, run(on_base), solved_on=on_base, first_fit_only=first_fit_only)
+                return search_schedules(on, run(on_base, budget), solved_on=on_base, first_fit_only=first_fit_only)
             plan = _against_unsplit(problem, plan, budget, unsplit)
     solve_time_s = time.perf_counter() - started
     return finish_plan(problem, plan.with_(solver=cls.name, solver_version=cls.version,
                                            options=opts.model_dump(mode="json"), solve_time_s=solve_time_s))
+
+
+UNSPLIT_RESERVE = 1 / 3
+"""The share of the time limit a solve keeps back, when the solver may plan tensor-parallel stages
+(:func:`_unsplit_may_compete`), for the plan without tensor parallelism that then competes with them
+(:func:`_against_unsplit`): an anytime solver (``parmesan``, ``exact``) spends whatever limit it is given, and
+without the reserve its split plan was returned unchallenged (docs/tensor-parallel.md, "Search")."""
+
+
+def _unsplit_may_compete(problem: Problem) -> bool:
+    """Whether a plan of ``problem`` may have tensor-parallel stages that :func:`_unsplit_competes` then
+    challenges: the throughput objective under ``schedule: "auto"``, ``tp`` not fixed, a degree above 1 to search."""
+    return (problem.objective == "throughput" and problem.settings.schedule == "auto"
+            and problem.settings.tp is None and len(tp_degrees(problem)) > 1)
 
 
 def _unsplit_competes(problem: Problem, plan: Plan) -> bool:

@@ -224,9 +224,10 @@ def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | No
     grads = {k: full_tensor(p.grad.detach()).cpu() for k, p in params.items() if p.grad is not None}
     local_shapes = {k: list(local_tensor(p).shape) for k, p in params.items()}  # a tensor-parallel shard's own
     parts = runner.boundary_parts if isinstance(runner, PipelineRunner) else {}  # sequence-parallel boundaries
+    random_seed = runner.random_seed if isinstance(runner, PipelineRunner) else None  # tensor-parallel dropout
     torch.save({"loss": loss, "grads": grads, "outputs": None if outputs is None else [o.cpu() for o in outputs],
                 "device": ctx.world.device, "stage": runner.stage_index, "local_shapes": local_shapes,
-                "boundary_parts": parts},
+                "boundary_parts": parts, "random_seed": random_seed},
                folder / f"rank{ctx.world.rank}.pt")
 
 

@@ -45,6 +45,7 @@ from launcher.runtime.tensor_parallel import (
     plan_mesh,
     stage_crossings,
 )
+from launcher.runtime.tp_random import seed_shared_stream
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from launcher.tensor_plan import tensor_parallel_degree
@@ -194,6 +195,9 @@ class PipelineRunner:
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
         self.schedule = schedule_class(stage, plan.micro_batches, loss_fn=self._loss)
         self.stage = stage
+        # dropout: one stream per tensor-parallel group, seeded by stage and replica (launcher.runtime.tp_random)
+        self.random_seed = (seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)), self.stage_index,
+                                               self.replica) if self.mesh is not None else None)
         self.forward_only: ScheduleGPipe | None = None
         self._started = 0.0
 

@@ -49,6 +49,7 @@ from launcher.runtime.context import LaunchContext
 from launcher.runtime.model import Rebuilt
 from launcher.runtime.partition import StageGraph
 from launcher.runtime.sequence_parallel import rewrite_for_sequence, summed
+from launcher.runtime.tp_random import RANDOM_OPS, own_stream
 from launcher.tensor_plan import tensor_parallel_degree
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
@@ -185,7 +186,8 @@ def _attention_by_heads(query: Any, key: Any, value: Any, attn_mask: Any = None,
     every device runs the local kernel on its heads (the mask cut to them when it has a heads
     dimension), and the output is split the same way, without communication; otherwise the inputs
     are made whole (replicated, gathered where they were split) and every device runs the whole
-    attention.
+    attention.  Its dropout (``dropout_p``) draws by heads from each device's own stream, and the whole
+    attention's from the stream the group shares (:mod:`launcher.runtime.tp_random`).
     """
     mask = kwargs.pop("attn_mask", attn_mask)
     found = next((t for t in (query, key, value) if isinstance(t, DTensor)), None)
@@ -203,15 +205,19 @@ def _attention_by_heads(query: Any, key: Any, value: Any, attn_mask: Any = None,
         return whole.redistribute(mesh, place if split else [Replicate()]).to_local()
 
     split_mask = by_heads and isinstance(mask, torch.Tensor) and mask.dim() == query.dim() and mask.shape[heads_dim] > 1
-    out = torch.ops.aten.scaled_dot_product_attention.default(
-        local(query, True), local(key, True), local(value, True), local(mask, split_mask), *args, **kwargs
-    )
+    dropout_p = args[0] if args else kwargs.get("dropout_p", 0.0)
+    # the attention dropout of each device's heads from its own stream; of the whole attention, the shared one
+    with own_stream(mesh) if by_heads and dropout_p else nullcontext():
+        out = torch.ops.aten.scaled_dot_product_attention.default(
+            local(query, True), local(key, True), local(value, True), local(mask, split_mask), *args, **kwargs
+        )
     return DTensor.from_local(out, mesh, place, run_check=False)
 
 
 _ON_LOCAL: dict[Any, Any] = {
     torch.ops.aten._assert_tensor_metadata.default: _assert_local_metadata,
     torch.ops.aten.scaled_dot_product_attention.default: _attention_by_heads,
+    **RANDOM_OPS,  # dropout masks from the shared or the device's own stream (launcher.runtime.tp_random)
 }
 
 

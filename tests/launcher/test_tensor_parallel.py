@@ -14,18 +14,31 @@ the rules split is seen split.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from launcher.check import check_plan
+from launcher.runtime.tp_random import stream_seed
 from launcher.verify import TOLERANCE, Training, compare, reference_losses, reference_step
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import MODELS, Run, bundle, check_training_step, torchrun, torchrun_many
+from tests.launcher.conftest import (
+    MODELS,
+    Run,
+    assert_close,
+    bundle,
+    check_training_step,
+    reference,
+    torchrun,
+    torchrun_many,
+)
 
 MODELS.setdefault("gpt2_seq7", [*MODELS["gpt2"], "seq=7"])
+MODELS.setdefault("gpt2_dropout", [*MODELS["gpt2"], "dropout=0.1"])  # the last value of a parameter counts
 MODELS.setdefault(
     "llama",
     ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64", "seq=8", "vocab=64"],
@@ -65,13 +78,18 @@ def local_shapes(steps: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
     return out
 
 
-# name -> (model, stages, tp, replicas, plan extras): the 4-process plans, run in one torchrun world
-FOUR_PROCESS = {
-    "gpt2-tp2pp2": ("gpt2", 2, 2, 1, {}),
-    "llama-tp2pp2": ("llama", 2, 2, 1, {}),
-    "gpt2-sp": ("gpt2", 2, 2, 1, {"sequence_parallel": True}),
-    "llama-sp": ("llama", 2, 2, 1, {"sequence_parallel": True}),
-    "gpt2-tp2dp2": ("gpt2", 1, 2, 2, {}),
+SP = {"sequence_parallel": True}
+# name -> (model, stages, tp, replicas, plan extras, launch.py options): the 4-process plans, run in one torchrun world
+FOUR_PROCESS: dict[str, tuple[str, int, int, int, dict[str, Any], list[str]]] = {
+    "gpt2-tp2pp2": ("gpt2", 2, 2, 1, {}, []),
+    "llama-tp2pp2": ("llama", 2, 2, 1, {}, []),
+    "gpt2-sp": ("gpt2", 2, 2, 1, SP, []),
+    "llama-sp": ("llama", 2, 2, 1, SP, []),
+    "gpt2-tp2dp2": ("gpt2", 1, 2, 2, {}, []),
+    "gpt2-sp-inference": ("gpt2", 2, 2, 1, SP, ["--inference"]),
+    "gpt2-sp-recompute": ("gpt2", 2, 2, 1, {**SP, "recompute": [0]}, []),
+    "gpt2-dropout-sp": ("gpt2_dropout", 2, 2, 1, SP, []),
+    "gpt2-dropout-sp-recompute": ("gpt2_dropout", 2, 2, 1, {**SP, "recompute": True}, []),
 }
 
 
@@ -79,15 +97,15 @@ FOUR_PROCESS = {
 def four_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[Path, Path, Run]]:
     """Name -> (plan, bundle folder, its run): every plan of :data:`FOUR_PROCESS` checked, bundled and run
     one step in one torchrun world."""
-    made: dict[str, tuple[Path, Path]] = {}
-    for name, (model, stages, tp, replicas, extra) in FOUR_PROCESS.items():
+    made: dict[str, tuple[Path, Path, list[str]]] = {}
+    for name, (model, stages, tp, replicas, extra, options) in FOUR_PROCESS.items():
         graph = graphs(model)
         plan = tp_plan(workdir, graph, name, stages, tp, replicas, **extra)
         report = check_plan(load_plan(plan), load_graph(graph))
         assert report.ok, f"{name}: {report.reason}"
-        made[name] = (plan, bundle(workdir, plan, graph, 4, name))
-    runs = torchrun_many([(folder, name, []) for name, (_, folder) in made.items()], 4, timeout_s=900)
-    return {name: (plan, folder, runs[name]) for name, (plan, folder) in made.items()}
+        made[name] = (plan, bundle(workdir, plan, graph, 4, name), options)
+    runs = torchrun_many([(folder, name, options) for name, (_, folder, options) in made.items()], 4, timeout_s=900)
+    return {name: (plan, folder, runs[name]) for name, (plan, folder, _) in made.items()}
 
 
 def verified(four_process: dict[str, tuple[Path, Path, Run]], name: str) -> dict[str, list[list[int]]]:
@@ -163,6 +181,61 @@ def test_sequence_parallel_tp2_pp2_equals_one_process(
     for name, whole, part in SEQUENCE_PARTS[model]:
         assert shapes[name] == whole
         assert parts[("sent", name)] == [part] * 2 and parts[("received", name)] == [part] * 2, (name, parts)
+
+
+@pytest.mark.slow
+def test_sequence_parallel_inference_gives_the_single_process_outputs(
+    four_process: dict[str, tuple[Path, Path, Run]],
+) -> None:
+    """``launch.py --inference``: forward passes only; both devices of the last stage return the whole outputs."""
+    _, folder, run = four_process["gpt2-sp-inference"]
+    assert run.code == 0, run.log[-4000:]
+    _, _, want = reference(folder)
+    got = [s["outputs"] for s in run.steps if s["outputs"] is not None]
+    assert [s["stage"] for s in run.steps if s["outputs"] is not None] == [1, 1]
+    assert all(s["loss"] is None and not s["grads"] for s in run.steps)
+    for outputs in got:
+        assert len(outputs) == len(want)
+        for have, expected in zip(outputs, want, strict=True):
+            assert_close(have, expected, "inference output")
+
+
+@pytest.mark.slow
+def test_sequence_parallel_with_a_recomputed_stage_equals_one_process(
+    four_process: dict[str, tuple[Path, Path, Run]],
+) -> None:
+    """Stage 0 (the vocabulary-parallel embedding, its reduce-scatter, the first block) recomputed in backward."""
+    verified(four_process, "gpt2-sp-recompute")
+
+
+@pytest.mark.slow
+def test_sequence_parallel_with_dropout_runs_on_the_documented_streams(
+    four_process: dict[str, tuple[Path, Path, Run]],
+) -> None:
+    """GPT-2 with dropout 0.1 (embedding, attention, residual): one step runs, its loss and gradients are finite
+    and the loss is not the loss without dropout; each stage's devices share the stream seeded by stage and
+    replica (launcher.runtime.tp_random; which mask each device draws is tests/launcher/test_tp_random.py's).
+    With every stage recomputed the same streams replay: the same loss and gradients.  The single-process
+    comparison cannot be made: one process draws other masks."""
+    plain = four_process["gpt2-dropout-sp"][2]
+    assert plain.code == 0, plain.log[-4000:]
+    folder = four_process["gpt2-dropout-sp"][1]
+    seed = int(json.loads((folder / "manifest.json").read_text())["source"].get("seed", 0))
+    assert sorted((s["stage"], s["random_seed"]) for s in plain.steps) == [
+        (stage, stream_seed(seed, stage, 0)) for stage in (0, 0, 1, 1)]
+    for step in plain.steps:
+        assert step["grads"] and all(bool(torch.isfinite(g).all()) for g in step["grads"].values())
+    losses = [s["loss"] for s in plain.steps if s["loss"] is not None]
+    assert len(losses) == 2 and math.isfinite(losses[0])
+    without = next(s["loss"] for s in four_process["gpt2-sp"][2].steps if s["loss"] is not None)
+    assert losses[0] != without  # the masks were drawn
+    again = four_process["gpt2-dropout-sp-recompute"][2]
+    assert again.code == 0, again.log[-4000:]
+    assert [s["loss"] for s in again.steps] == [s["loss"] for s in plain.steps]
+    for mine, theirs in zip(again.steps, plain.steps, strict=True):
+        assert mine["grads"].keys() == theirs["grads"].keys()
+        for name, grad in theirs["grads"].items():
+            assert_close(mine["grads"][name], grad, f"recomputed gradient of {name}")
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bench.bench_tp_search import with_megatron_names
-from solvers import generate_graph, generate_topology, solve
+from solvers import generate_graph, generate_topology, solve, solving
 from solvers.base import Budget
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import OpGraph
@@ -158,3 +158,25 @@ def test_the_unsplit_search_is_skipped_and_said_when_the_time_is_spent() -> None
     assert kept.stages == plan.stages and not called
     assert kept.stats["tp_candidates"]["unsplit"] is None
     assert any("time limit was spent" in note for note in kept.notes)
+
+
+def test_a_solver_that_may_split_leaves_part_of_the_limit_to_the_unsplit_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An anytime solver spends the limit it is given: the split search gets ``1 - UNSPLIT_RESERVE`` of it, and
+    the unsplit plan that competes with a split one is solved on what the whole limit leaves; with ``max_tp`` 1
+    nothing is kept back."""
+    seen: list[tuple[int, float | None]] = []
+    original = solving._solve_deciding_recompute
+
+    def recording(solver: Any, on: Problem, options: Any, budget: Budget, progress: Any) -> Any:
+        seen.append((on.settings.max_tp, budget.time_limit_s))
+        return original(solver, on, options, budget, progress)
+
+    monkeypatch.setattr(solving, "_solve_deciding_recompute", recording)
+    plan = solve(problem(one_host(2, 1e9, 25e6), 1), "exact", time_limit_s=30)
+    assert plan.stages[0].tp == 2 and plan.stats["tp_candidates"]["unsplit"] is not None
+    (split_tp, split_s), (unsplit_tp, unsplit_s) = seen
+    assert split_tp == 8 and split_s is not None and split_s <= 30 * (1 - solving.UNSPLIT_RESERVE)
+    assert unsplit_tp == 1 and unsplit_s == 30  # the solve's own budget: its limit counts from the call
+    seen.clear()
+    solve(problem(one_host(2, 1e9, 25e6), 1, max_tp=1), "exact", time_limit_s=30)
+    assert [s for _, s in seen] == [30]
