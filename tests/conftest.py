@@ -29,7 +29,7 @@ settings.load_profile(PROFILE)
 
 
 # Longest first, by their seconds in a whole-suite run on the 2-core machine (docs/benchmarks.md,
-# "The whole suite"); a file not named here and holding a ``slow`` test comes after these.
+# "The suite's longest files"); a file not named here and holding a ``slow`` test comes after these.
 LONGEST_FIRST = (
     "tests/launcher/test_matrix.py",
     "tests/solvers/test_latency_matrix.py",
