@@ -134,13 +134,13 @@ def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path, _exp
             continue
         key = row["model"] + _key(doc)
         if key not in distinct:
-            plan, graph = load_plan(row["plan"]), load_graph(row["graph"])
-            report = check_plan(plan, graph)
-            if not report.ok:
-                refused.append(f"{row['model']} {row['row']}: {report.reason}")
+            loaded, op_graph = load_plan(row["plan"]), load_graph(row["graph"])
+            checked = check_plan(loaded, op_graph)
+            if not checked.ok:
+                refused.append(f"{row['model']} {row['row']}: {checked.reason}")
                 continue
             folder = tmp_path / f"run-{len(distinct)}"
-            write_bundle(build_bundle(plan, graph), folder)
+            write_bundle(build_bundle(loaded, op_graph), folder)
             distinct[key] = folder
         row["folder"] = distinct[key]
     assert not refused, refused
@@ -158,13 +158,13 @@ def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path, _exp
     references: dict[str, tuple[float, dict[str, torch.Tensor]]] = {}
     for folder in {row["folder"] for row in rows if "folder" in row}:
         manifest = json.loads((folder / "manifest.json").read_text())
-        plan = load_plan(folder / "plan.json")
+        run_plan = load_plan(folder / "plan.json")
         # the single-process step depends on the model, its inputs and the plan's slicing (rows per
         # micro-batch, micro-batches, replicas), not on its stages: computed once per such key
-        slicing = Slicing.of(plan, int(manifest["source"].get("batch") or 1))
+        slicing = Slicing.of(run_plan, int(manifest["source"].get("batch") or 1))
         key = json.dumps([manifest["source"], manifest.get("inputs"), astuple(slicing)], sort_keys=True)
         if key not in references:
-            references[key] = reference_step(manifest, plan, DATA)
+            references[key] = reference_step(manifest, run_plan, DATA)
         loss, grads = references[key]
         steps = [torch.load(p) for p in sorted((folder / "step").glob("rank*.pt"))]
         report = compare(steps, loss, grads)
