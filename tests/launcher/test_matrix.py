@@ -4,7 +4,15 @@ checked by ``placer launcher check`` and verified: one training step under torch
 single-process loss and gradients (relative 1e-5).  Rows that give the same plan run once; the
 2-process and the 4-process rows each run in one torchrun world (tests/launcher/matrix_worker.py).
 The summary (rows, distinct plans, refused, wall time) is written to ``matrix.json`` in the work
-folder and printed."""
+folder and printed.
+
+Time limits: 3 s, but 0.5 s for ``exact`` and 1.5 s for ``auto``.  On these graphs ``exact``
+never proves a split within 3 s (over 50,000 ideals, or its DP cut short) and answers ``even``'s
+split at any of these limits; ``auto`` answers the best of its members' plans (or its fallback
+``even``'s), a plan of another row of the same model and schedule, so which one comes back
+changes what the test runs, not what it checks.  The check re-exports the model on ``meta`` per
+source and batch only once (:func:`_exports_once`): the export does not depend on the plan; the
+single-process reference step runs once per model and slicing, which is all it depends on."""
 
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +31,7 @@ import torch
 from cli import main as placer
 from launcher.bundle import build_bundle, write_bundle
 from launcher.check import check_plan
-from launcher.verify import compare, reference_step
+from launcher.verify import Slicing, compare, reference_step
 from solvers.model.documents import load_graph, load_plan
 from tests.launcher.conftest import REPO
 
@@ -39,6 +48,7 @@ TINY = {
 }
 SOLVERS = ("even", "parmesan", "rannc", "pipedream", "exact", "auto")
 SCHEDULES = ("gpipe", "1f1b")
+TIME_LIMIT_S = {"exact": 0.5, "auto": 1.5}  # the others: 3 s (see above)
 DATA = "tests.launcher.models:pattern"  # a loss linear in the outputs: gradients well above rounding
 
 
@@ -51,10 +61,11 @@ def _topology(path: Path, n: int) -> Path:
     return path
 
 
-def _solve(root: Path, graph: Path, topo: Path, name: str, *args: str) -> Path:
+def _solve(root: Path, graph: Path, topo: Path, name: str, solver: str, *args: str) -> Path:
     out = root / f"{name}.json"
-    code = placer(["solve", "--graph", str(graph), "--topology", str(topo), "--quiet", "--time-limit", "3",
-                   "-o", str(out), *args])
+    limit_s = TIME_LIMIT_S.get(solver, 3.0)
+    code = placer(["solve", "--graph", str(graph), "--topology", str(topo), "--quiet", "--time-limit", f"{limit_s:g}",
+                   "-o", str(out), "--solver", solver, *args])
     assert code in (0, 1), f"{name}: placer solve exited {code}"
     return out
 
@@ -74,7 +85,26 @@ def _worker(folders: list[Path], nproc: int) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
 
 
-def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path) -> None:
+@pytest.fixture
+def _exports_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_plan``'s export on ``meta`` (``rebuild_meta``) once per model source and batch: a
+    pure function of those (the check builds each plan's stages into new graphs and leaves the
+    exported module as it is), re-run otherwise for every plan of the same model."""
+    import launcher.runtime.model as model
+
+    made: dict[str, model.Rebuilt] = {}
+    original = model.rebuild_meta
+
+    def once(source: dict[str, Any], batch: int | None = None) -> model.Rebuilt:
+        key = json.dumps([source, batch], sort_keys=True)
+        if key not in made:
+            made[key] = original(source, batch)
+        return made[key]
+
+    monkeypatch.setattr(model, "rebuild_meta", once)
+
+
+def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path, _exports_once: None) -> None:
     started = time.perf_counter()
     topo2, topo4 = _topology(tmp_path / "topo2.json", 2), _topology(tmp_path / "topo4.json", 4)
     rows: list[dict[str, Any]] = []
@@ -84,13 +114,13 @@ def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path) -> N
                        "--device-kind", "cpu", "-o", str(graph)]) == 0
         for solver in SOLVERS:
             for schedule in SCHEDULES:
-                plan = _solve(tmp_path, graph, topo2, f"{model}-{solver}-{schedule}", "--solver", solver,
+                plan = _solve(tmp_path, graph, topo2, f"{model}-{solver}-{schedule}", solver,
                               "--stages", "2", "--micro-batches", "2", "--schedule", schedule)
                 rows.append({"model": model, "row": f"{solver} {schedule}", "plan": plan, "graph": graph, "nproc": 2})
-        plan = _solve(tmp_path, graph, topo4, f"{model}-even-4", "--solver", "even", "--stages", "2",
+        plan = _solve(tmp_path, graph, topo4, f"{model}-even-4", "even", "--stages", "2",
                       "--replicas", "2", "--micro-batches", "2", "--schedule", "1f1b")
         rows.append({"model": model, "row": "even 2x2 1f1b", "plan": plan, "graph": graph, "nproc": 4})
-        plan = _solve(tmp_path, graph, topo2, f"{model}-heft", "--solver", "heft", "--objective", "latency",
+        plan = _solve(tmp_path, graph, topo2, f"{model}-heft", "heft", "--objective", "latency",
                       "--pass", "training")
         rows.append({"model": model, "row": "heft latency", "plan": plan, "graph": graph, "nproc": 2})
     solved_s = time.perf_counter() - started
@@ -104,13 +134,13 @@ def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path) -> N
             continue
         key = row["model"] + _key(doc)
         if key not in distinct:
-            plan, graph = load_plan(row["plan"]), load_graph(row["graph"])
-            report = check_plan(plan, graph)
-            if not report.ok:
-                refused.append(f"{row['model']} {row['row']}: {report.reason}")
+            loaded, op_graph = load_plan(row["plan"]), load_graph(row["graph"])
+            checked = check_plan(loaded, op_graph)
+            if not checked.ok:
+                refused.append(f"{row['model']} {row['row']}: {checked.reason}")
                 continue
             folder = tmp_path / f"run-{len(distinct)}"
-            write_bundle(build_bundle(plan, graph), folder)
+            write_bundle(build_bundle(loaded, op_graph), folder)
             distinct[key] = folder
         row["folder"] = distinct[key]
     assert not refused, refused
@@ -125,17 +155,27 @@ def test_every_example_every_solver_every_schedule_verifies(tmp_path: Path) -> N
     ran_s = time.perf_counter() - started - solved_s - checked_s
 
     failures, worst = [], 0.0
+    references: dict[str, tuple[float, dict[str, torch.Tensor]]] = {}
     for folder in {row["folder"] for row in rows if "folder" in row}:
         manifest = json.loads((folder / "manifest.json").read_text())
-        loss, grads = reference_step(manifest, load_plan(folder / "plan.json"), DATA)
+        run_plan = load_plan(folder / "plan.json")
+        # the single-process step depends on the model, its inputs and the plan's slicing (rows per
+        # micro-batch, micro-batches, replicas), not on its stages: computed once per such key
+        slicing = Slicing.of(run_plan, int(manifest["source"].get("batch") or 1))
+        key = json.dumps([manifest["source"], manifest.get("inputs"), astuple(slicing)], sort_keys=True)
+        if key not in references:
+            references[key] = reference_step(manifest, run_plan, DATA)
+        loss, grads = references[key]
         steps = [torch.load(p) for p in sorted((folder / "step").glob("rank*.pt"))]
         report = compare(steps, loss, grads)
         worst = max(worst, report.worst.relative if report.worst else 0.0)
         if not report.ok:
             failures.append(f"{folder.name} ({manifest['source']['example']}): {report.first_failure}")
-    summary = {"rows": len(rows), "distinct_plans": len(distinct), "refused_by_check": len(refused),
+    summary = {"rows": len(rows), "distinct_plans": len(distinct), "reference_steps": len(references),
+               "refused_by_check": len(refused),
                "infeasible": infeasible, "failures": failures, "worst_relative_difference": worst, "solve_s": round(solved_s, 1),
                "check_s": round(checked_s, 1), "run_s": round(ran_s, 1),
+               "compare_s": round(time.perf_counter() - started - solved_s - checked_s - ran_s, 1),
                "wall_s": round(time.perf_counter() - started, 1)}
     (tmp_path / "matrix.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
