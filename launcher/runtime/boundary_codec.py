@@ -124,7 +124,8 @@ class BoundaryCodec(torch.nn.Module):
         tied = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
         needs_zeros = [c for c in carriers if isinstance(c, torch.Tensor) and c.requires_grad]
         if torch.is_grad_enabled() and tied and needs_zeros:
-            views = _ZeroGradients.apply(len(tied), *(outputs[i] for i in tied), *needs_zeros)
+            views: tuple[torch.Tensor, ...] = _ZeroGradients.apply(  # type: ignore[no-untyped-call]
+                len(tied), *(outputs[i] for i in tied), *needs_zeros)
             for i, view in zip(tied, views, strict=True):
                 outputs[i] = view
         return tuple(outputs)

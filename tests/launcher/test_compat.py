@@ -176,5 +176,5 @@ def test_a_multi_stage_schedule_runs_encoded_values_exactly(
     run = torchrun(folder, 2, "--encode-non-float")
     note = "launch.py: 6 integer or bool value(s) cross a stage boundary encoded in a floating dtype, bit for bit: "
     assert run.log.count(note + "'cumsum' (int64 as float64, stage 0 -> 1)") == 1, run.log
-    assert "and 1 more; as --encode-non-float asks" in run.log  # the mask, expand_2
+    assert "'unsqueeze_11' (int64 as float64, stage 0 -> 1) and 1 more; " in run.log  # the mask, expand_2
     check_training_step(run, folder, 2)
