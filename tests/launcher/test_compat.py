@@ -135,8 +135,8 @@ def test_forward_only_and_own_send_plans_cross_as_they_are(
     assert encoded_crossings(plan, crossings) == [("mask", torch.bool, 0, 1)]
     uneven = replace(plan, schedule="1f1b", micro_batches=1)
     assert not runs_on_pipeline_stage(uneven) and encoded_crossings(uneven, crossings) == []
-    with pytest.raises(InvalidPlan, match="'q' \\(qint8\\) cannot cross a stage boundary encoded"):
-        encoded_crossings(plan, [("q", torch.empty(2, dtype=torch.qint8), 0, 1)])
+    with pytest.raises(InvalidPlan, match="'q' \\(uint4\\) cannot cross a stage boundary encoded"):
+        encoded_crossings(plan, [("q", torch.empty(2, dtype=torch.uint4, device="meta"), 0, 1)])
 
 
 def test_the_note_says_why_the_values_are_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
