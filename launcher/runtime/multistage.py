@@ -21,6 +21,9 @@ arXiv 2412.19437, Section 3.2.1).
 - **Gradient scale.** The schedule runs with ``scale_grads=False`` and every parameter's gradient
   is divided once by the micro-batch count afterwards (torch scales per stage, which would divide a
   parameter held by two stages of a rank twice).
+- **Integer and bool boundary values** cross encoded in a floating dtype where torch's
+  ``PipelineStage`` needs it (:mod:`launcher.runtime.boundary_codec`); the start-up warm-up leaves
+  out the pair of stages one rank holds in a V (:class:`launcher.runtime.compat.LocalNeighbourStage`).
 - **Refusals.** What torch's classes cannot run is refused before any work
   (:func:`launcher.stagemap.schedule_refusal`, which ``placer launcher check`` applies); here the
   global rank order of every pipeline (:func:`launcher.stagemap.pipeline_ranks`).
