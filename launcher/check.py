@@ -84,7 +84,7 @@ def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
         build_bundle(plan, graph, topology)
         tensor_parallel_degree(plan)  # what the tensor-parallel runtime runs, before the schedule's own refusals
         schedule_refusal(plan, [slot.device for slot in device_slots(plan, topology)])
-        report.notes = runnable_notes(graph, plan)
+        report.notes = [f"{n} (it runs; no solver returns such a plan)" for n in runnable_notes(graph, plan)]
         if not model_required:
             try:
                 require_torch("the model check", transformers="example" in model_source(graph))
@@ -103,7 +103,7 @@ def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
 
 
 def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
-    from launcher.runtime.compat import refuse_non_float_boundaries
+    from launcher.runtime.compat import encoded_crossings, encoding_note
     from launcher.runtime.model import check_structure, rebuild_meta
     from launcher.runtime.partition import (
         assign_stages,
@@ -137,7 +137,9 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
         dtype = str(getattr(val, "dtype", type(val).__name__)).removeprefix("torch.")
         contiguous = bool(val.is_contiguous()) if val is not None and hasattr(val, "is_contiguous") else True
         report.boundaries.append(Boundary(name, dtype, shape, contiguous, produced, read))
-    refuse_non_float_boundaries(plan, crossings)
+    encoded = encoded_crossings(plan, crossings)
+    if encoded:
+        report.notes.append(encoding_note(encoded))
 
 
 def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> None:
@@ -204,5 +206,5 @@ def format_report(report: CheckReport) -> str:
     for name, where in report.tied.items():
         lines.append(f"  tied: {name} in stages {where} (gradients summed over them)")
     lines += [f"  {line}" for line in report.tensor_parallel]
-    lines += [f"  note: {n} (it runs; no solver returns such a plan)" for n in report.notes]
+    lines += [f"  note: {n}" for n in report.notes]
     return "\n".join(lines)

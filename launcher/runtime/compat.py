@@ -6,13 +6,13 @@ pytorch/pytorch PR #183582 ("[pipelining] Add guards for non-float tensors when 
 pipeline", the fix of issue #183024, "Unable to use PP with HF transformers models due to
 non-float inputs"; 2.11 lacks it, 2.13 has it) mark every receive buffer of a stage that runs
 backward as requiring gradients, so an integer or bool value (token ids, an attention mask,
-positions) fails at the first training step with "only Tensors of floating point dtype can
-require gradients".  Such a run is refused before any work instead, by ``placer launcher check``
-and by ``launch.py``, with the value, its dtype, the stages it crosses and what to do.
+positions) would fail at the first training step with "only Tensors of floating point dtype can
+require gradients".  On such a torch these values cross encoded in a floating dtype instead, bit
+for bit (:mod:`launcher.runtime.boundary_codec`); ``placer launcher check`` notes which.
 
 Forward-only runs (``launch.py --inference``), latency plans and plans whose stages have different
 replica counts (their own sends, :mod:`launcher.runtime.dataflow`, :mod:`launcher.runtime.uneven`)
-never mark a buffer and are not refused.
+never mark a buffer: their values cross as they are.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
 
 from launcher.bundle import plan_kind
+from launcher.runtime.boundary_codec import carrier_dtype
 from launcher.stagemap import is_multi_stage
-from solvers.model.errors import InvalidPlan
 from solvers.model.plan import Plan
 
 UPSTREAM_ISSUE = "pytorch/pytorch issue #183024, fixed by PR #183582"
@@ -78,8 +80,6 @@ def pipeline_stage_guards_non_float() -> bool:
     marked ``requires_grad_(True)`` outside a test of ``is_floating_point``
     (:func:`unguarded_buffer_grad_lines`).  A torch whose source cannot be read counts as without.
     """
-    from torch.distributed.pipelining import PipelineStage
-
     for cls in PipelineStage.__mro__:
         if not cls.__module__.startswith("torch.distributed.pipelining"):
             continue
@@ -107,33 +107,67 @@ def carries_gradient(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point or dtype.is_complex
 
 
-def refuse_non_float_boundaries(
-    plan: Plan, crossings: Sequence[tuple[str, Any, int, int]], *, backward: bool = True
-) -> None:
-    """Refuse a training run whose ``PipelineStage`` would mark a non-floating boundary value as requiring grad.
+def encoded_crossings(
+    plan: Plan, crossings: Sequence[tuple[str, Any, int, int]], *, backward: bool = True, forced: bool = False
+) -> list[tuple[str, torch.dtype, int, int]]:
+    """The integer and bool boundary values of ``plan`` that cross encoded in a floating dtype on this torch.
 
     ``crossings``: (value name, its example value, stage that makes it, last stage that reads it)
     of every value that crosses a stage boundary (:func:`launcher.runtime.partition.crossing_values`).
+    Encoded: every non-floating tensor among them when the run is on ``PipelineStage``, trains
+    (``backward``) and the torch lacks the guard (:func:`pipeline_stage_guards_non_float`), or when
+    ``forced`` (``launch.py --encode-non-float``); none otherwise.  A dtype without a floating
+    carrier is refused (:func:`launcher.runtime.boundary_codec.carrier_dtype`).
     """
-    if not backward or not runs_on_pipeline_stage(plan):
-        return
-    bad = [
+    if not runs_on_pipeline_stage(plan):
+        return []
+    non_float = [
         (name, val.dtype, made, read)
         for name, val, made, read in crossings
         if isinstance(val, torch.Tensor) and not carries_gradient(val.dtype)
     ]
-    if not bad or pipeline_stage_guards_non_float():
-        return
+    if not non_float or not (forced or (backward and not pipeline_stage_guards_non_float())):
+        return []
+    for name, dtype, _, _ in non_float:
+        carrier_dtype(dtype, repr(name))
+    return non_float
+
+
+def encoding_note(encoded: Sequence[tuple[str, torch.dtype, int, int]], *, forced: bool = False) -> str:
+    """One line naming the values that cross encoded, their carriers and why (for ``placer launcher check`` and the
+    log); ``forced``: ``launch.py --encode-non-float`` asked for it."""
     listed = ", ".join(
-        f"{name!r} ({str(dtype).removeprefix('torch.')}, stage {made} -> {read})" for name, dtype, made, read in bad[:5]
+        f"{name!r} ({_short(dtype)} as {_short(carrier_dtype(dtype))}, stage {made} -> {read})"
+        for name, dtype, made, read in encoded[:5]
     )
-    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-    raise InvalidPlan(
-        f"non-floating value(s) cross a stage boundary: {listed}{more}; torch {torch.__version__}'s PipelineStage "
-        f"marks every received value as requiring gradients, which fails for integer and bool tensors "
-        f"({UPSTREAM_ISSUE}). Install a torch with the fix (2.13 has it), or use a plan whose stage boundaries "
-        f"carry floating-point values only (every op that reads {bad[0][0]!r} in stage {bad[0][2]}); "
-        "forward-only runs (launch.py --inference) are not affected",
-        field="stages",
-        ref=bad[0][0],
+    more = f" and {len(encoded) - 5} more" if len(encoded) > 5 else ""
+    why = (
+        "as --encode-non-float asks"
+        if forced and pipeline_stage_guards_non_float()
+        else f"torch {torch.__version__}'s PipelineStage marks every received value as requiring gradients "
+        f"({UPSTREAM_ISSUE})"
     )
+    return (
+        f"{len(encoded)} integer or bool value(s) cross a stage boundary encoded in a floating dtype, bit for bit: "
+        f"{listed}{more}; {why}"
+    )
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class LocalNeighbourStage(PipelineStage):
+    """A ``PipelineStage`` whose start-up warm-up sends nothing to its own rank.
+
+    Torch releases that warm up the point-to-point links with one send and one receive per
+    neighbouring stage (2.11: ``_get_init_p2p_neighbors_ops``, called by every schedule's first
+    step) also do it between the two adjacent stages of a V-shaped schedule (ZBV, DualPipeV) that
+    one rank holds, which gloo refuses ("Pair is not connected").  Those stages pass values by
+    reference; their warm-up pair is left out, in both directions.  Torch 2.13 warms up otherwise
+    and never calls this.
+    """
+
+    def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
+        own = dist.get_rank()
+        return [op for op in super()._get_init_p2p_neighbors_ops() if op.peer != own]

@@ -30,6 +30,7 @@ class LaunchContext:
     autocast: bool = False  # pipeline stages run under bf16 autocast
     start_memory_bytes: int = 0  # resident set before the model was built (torch and the process group)
     bucket_bytes: int = BUCKET_BYTES  # largest bucket of one gradient all-reduce
+    encode_non_float: bool = False  # integer and bool boundary values cross in a floating dtype (boundary_codec)
 
     @property
     def batch(self) -> int:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from extract.source import InputSpec
 from launcher.bundle import plan_kind
-from launcher.runtime.compat import refuse_non_float_boundaries
+from launcher.runtime.compat import encoded_crossings, encoding_note
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.data import load_data
 from launcher.runtime.gradsync import BUCKET_BYTES
@@ -78,6 +78,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="largest bucket of gradients one data-parallel all-reduce carries (default 25)")
     p.add_argument("--save-step", default=None, metavar="DIR",
                    help="write the first step's loss, outputs and gradients of every rank into DIR")
+    p.add_argument("--encode-non-float", action="store_true",
+                   help="send integer and bool stage-boundary values encoded in a floating dtype (bit for bit) on "
+                        "any torch; automatic where torch's PipelineStage needs it (docs/launcher.md)")
     return p.parse_args(list(argv))
 
 
@@ -129,21 +132,24 @@ def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = 
     if reference is None:
         reference = rebuild(manifest["source"], device=device)
     check_structure(reference, manifest["graph_structure_digest"], granularity_depth(graph), graph)
+    encoded: list[tuple[str, torch.dtype, int, int]] = []
     if plan_kind(plan) == "throughput":
         crossings = crossing_values(reference.module, assign_stages(reference.module, stage_of), len(plan.stages))
-        refuse_non_float_boundaries(plan, crossings, backward=not args.inference)
+        encoded = encoded_crossings(plan, crossings, backward=not args.inference, forced=args.encode_non_float)
     seeded = reference.seeded
     if seeded is None:
         raise AssertionError("the reference model was rebuilt without its construction log")
     weights: WeightSource = FileWeights(args.weights, seeded) if args.weights else SeededWeights(seeded)
     start_process_group()
     world = locate(devices, host)
+    if encoded and world.rank == 0:
+        sys.stderr.write(f"launch.py: {encoding_note(encoded, forced=args.encode_non_float)}\n")
     specs = [InputSpec.from_dict(s) for s in manifest.get("inputs") or []]
     data = load_data(args.data, specs, reference.weights)
     autocast = args.autocast == "bf16" or (args.autocast == "auto" and world.torch_device.type == "cuda"
                                            and torch.cuda.is_bf16_supported())
     return LaunchContext(plan, graph, manifest, world, reference, stage_of, data, weights, device, autocast,
-                         bucket_bytes=int(args.bucket_mib * 2**20))
+                         bucket_bytes=int(args.bucket_mib * 2**20), encode_non_float=bool(encoded))
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -21,6 +21,9 @@ arXiv 2412.19437, Section 3.2.1).
 - **Gradient scale.** The schedule runs with ``scale_grads=False`` and every parameter's gradient
   is divided once by the micro-batch count afterwards (torch scales per stage, which would divide a
   parameter held by two stages of a rank twice).
+- **Integer and bool boundary values** cross encoded in a floating dtype where torch's
+  ``PipelineStage`` needs it (:mod:`launcher.runtime.boundary_codec`); the start-up warm-up leaves
+  out the pair of stages one rank holds in a V (:class:`launcher.runtime.compat.LocalNeighbourStage`).
 - **Refusals.** What torch's classes cannot run is refused before any work
   (:func:`launcher.stagemap.schedule_refusal`, which ``placer launcher check`` applies); here the
   global rank order of every pipeline (:func:`launcher.stagemap.pipeline_ranks`).
@@ -34,6 +37,8 @@ from typing import Any
 import torch
 from torch.distributed import pipelining
 
+from launcher.runtime.boundary_codec import carried_example, stage_codec
+from launcher.runtime.compat import LocalNeighbourStage
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.gradsync import all_reduce_gradients
@@ -93,6 +98,7 @@ class MultiStageRunner:
         self.tied = TiedGroups(ctx, sliced.weights, graphs)
         self.aliases = parameter_aliases(sliced.weights)
         self.graphs = [graphs[s] for s in self.stage_indices]
+        examples = boundary_examples(sliced.module, ctx.world.torch_device)
         shared: dict[str, torch.Tensor] = {}  # one object per tensor on this rank, whichever of its stages reads it
         self.materialized_bytes = 0
         self.modules: list[torch.nn.Module] = []
@@ -101,6 +107,9 @@ class MultiStageRunner:
                                                    ctx.world.torch_device, shared)
             inner: torch.nn.Module = to_device(graph.module, ctx.world.torch_device)
             module = wrap_stage(inner, graph, sliced.module, plan.recomputes(s), ctx.autocast, ctx.world.torch_device)
+            if ctx.encode_non_float:  # integer and bool values cross in a floating dtype (boundary_codec)
+                module = stage_codec(module, graph.inputs, graph.outputs, {x: e.dtype for x, e in examples.items()},
+                                     s == 0, s == n - 1)
             if plan.schedule in SPLIT_BACKWARD:
                 module = CopiedOutputs(module)
             module = module.to(ctx.world.torch_device)
@@ -110,20 +119,22 @@ class MultiStageRunner:
         self.fwd_s = 0.0
         self._started = 0.0
         mine = pipelines[self.replica]
-        examples = boundary_examples(sliced.module, ctx.world.torch_device)
         to_group_rank = {j: sorted(mine).index(mine[g]) for j, g in enumerate(groups)}
         self.stages: list[pipelining.PipelineStage] = []
         for s, graph, stage_module in zip(self.stage_indices, self.graphs, self.modules, strict=True):
-            stage = pipelining.PipelineStage(stage_module, s, n, ctx.world.torch_device,
-                                             input_args=tuple(examples[x] for x in graph.inputs),
-                                             output_args=tuple(examples[x] for x in graph.outputs),
-                                             group=pp_groups[self.replica])
+            received = [self._crossing_example(examples[x], x, s > 0) for x in graph.inputs]
+            sent = [self._crossing_example(examples[x], x, s < n - 1) for x in graph.outputs]
+            stage = LocalNeighbourStage(stage_module, s, n, ctx.world.torch_device, input_args=tuple(received),
+                                        output_args=tuple(sent), group=pp_groups[self.replica])
             stage.stage_index_to_group_rank = dict(to_group_rank)
             self.stages.append(stage)
         schedule_class = getattr(pipelining, TORCH_SCHEDULE_CLASSES[plan.schedule])
         self.schedule = schedule_class(self.stages, plan.micro_batches, loss_fn=self._loss, scale_grads=False)
         self.is_first = 0 in self.stage_indices
         self.is_last = n - 1 in self.stage_indices
+
+    def _crossing_example(self, example: torch.Tensor, name: str, crosses: bool) -> torch.Tensor:
+        return carried_example(example, name) if crosses and self.ctx.encode_non_float else example
 
     def _start(self, *_: Any) -> None:
         self._started = time.perf_counter()

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from launcher.runtime.boundary_codec import carried_example, stage_codec
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.gradsync import all_reduce_gradients
@@ -168,14 +169,18 @@ class PipelineRunner:
                 self.graph.module, tp_mesh, kinds, sequence_parallel=plan.sequence_parallel,
                 entering=[crossings.get((self.stage_index - 1, n)) for n in self.graph.inputs],
                 leaving=[crossings.get((self.stage_index, n)) for n in self.graph.outputs])
-        self.module = wrap_stage(inner, self.graph, sliced.module, plan.recomputes(self.stage_index), ctx.autocast,
-                                 ctx.world.torch_device).to(ctx.world.torch_device)
+        module = wrap_stage(inner, self.graph, sliced.module, plan.recomputes(self.stage_index), ctx.autocast,
+                            ctx.world.torch_device)
+        # the boundary values' shapes and dtypes from the export: no shape inference at run time
+        examples = boundary_examples(sliced.module, ctx.world.torch_device)
+        if ctx.encode_non_float:  # integer and bool values cross in a floating dtype (boundary_codec)
+            module = stage_codec(module, self.graph.inputs, self.graph.outputs,
+                                 {n: e.dtype for n, e in examples.items()}, self.is_first, self.is_last)
+        self.module = module.to(ctx.world.torch_device)
         self.fwd_s = 0.0
         self.module.register_forward_pre_hook(self._start)
         self.module.register_forward_hook(self._stop)
         mine = pipelines[self.replica * self.tp + self.tp_rank]
-        # the boundary values' shapes and dtypes from the export: no shape inference at run time
-        examples = boundary_examples(sliced.module, ctx.world.torch_device)
         # this device's parts of the values it receives and sends (sequence parallelism; --save-step records them)
         self.boundary_parts = {
             way: {n: list(crossings[(s, n)].local_shape) for n in names if (s, n) in crossings}
@@ -183,13 +188,16 @@ class PipelineRunner:
                                   ("sent", self.stage_index, self.graph.outputs))
         }
 
-        def example(stage: int, name: str) -> torch.Tensor:
+        def example(stage: int, name: str, crosses: bool) -> torch.Tensor:
             crossing = crossings.get((stage, name))
-            return examples[name] if crossing is None else crossing.example(ctx.world.torch_device)
+            found = examples[name] if crossing is None else crossing.example(ctx.world.torch_device)
+            return carried_example(found, name) if crosses and ctx.encode_non_float else found
 
         stage = PipelineStage(self.module, self.stage_index, len(plan.stages), ctx.world.torch_device,
-                              input_args=tuple(example(self.stage_index - 1, n) for n in self.graph.inputs),
-                              output_args=tuple(example(self.stage_index, n) for n in self.graph.outputs),
+                              input_args=tuple(example(self.stage_index - 1, n, not self.is_first)
+                                               for n in self.graph.inputs),
+                              output_args=tuple(example(self.stage_index, n, not self.is_last)
+                                                for n in self.graph.outputs),
                               group=pp_group)
         stage.stage_index_to_group_rank = {i: dist.get_group_rank(pp_group, r) for i, r in enumerate(mine)}
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
