@@ -13,7 +13,8 @@ The sending stage encodes its outputs; the receiving stage decodes (detached, vi
 before its graph runs, so no gradient flows to an encoded value.  Torch's backward still expects one
 gradient tensor for every received value (``get_bwd_send_ops`` refuses ``None`` and the sender waits
 for it): each encoded input gets a zero gradient through :class:`_ZeroGradients`, which ties it to
-the stage's outputs.  The encoded outputs require gradients themselves (a leaf): the split backward
+the stage's outputs, and so does every floating input (zeros added to the gradient that flows to it,
+none where the stage reads it without differentiating it: a float mask, an input it does not use).  The encoded outputs require gradients themselves (a leaf): the split backward
 (``stage_backward_input``) differentiates every output of a stage.
 """
 
@@ -110,7 +111,10 @@ class BoundaryCodec(torch.nn.Module):
     def forward(self, *args: Any) -> tuple[Any, ...]:
         if len(args) != len(self.received):
             raise AssertionError(f"the stage takes {len(self.received)} inputs, got {len(args)}")
-        carriers = [a for a, d in zip(args, self.received, strict=True) if d is not None]
+        # every received tensor that requires gradients gets at least zeros (added to what flows): torch's
+        # stage backward refuses a None gradient for a received value, which an encoded value, and a floating
+        # one the stage reads without differentiating it (a mask's float copy, an unused input), would give
+        received = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         plain = [a if d is None else decode(a, d) for a, d in zip(args, self.received, strict=True)]
         out = self.inner(*plain)
         outputs = list(out) if isinstance(out, tuple | list) else [out]
@@ -122,7 +126,7 @@ class BoundaryCodec(torch.nn.Module):
                     raise AssertionError(f"output {i}: the export gives {dtype}, the stage returned {value.dtype}")
                 outputs[i] = encode(value).detach().requires_grad_(torch.is_grad_enabled())
         tied = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
-        needs_zeros = [c for c in carriers if isinstance(c, torch.Tensor) and c.requires_grad]
+        needs_zeros = received
         if torch.is_grad_enabled() and tied and needs_zeros:
             views: tuple[torch.Tensor, ...] = _ZeroGradients.apply(  # type: ignore[no-untyped-call]
                 len(tied), *(outputs[i] for i in tied), *needs_zeros)

@@ -130,3 +130,28 @@ def test_without_gradients_nothing_is_tied() -> None:
     with torch.no_grad():
         y, sent = codec(torch.ones(2), encode(torch.tensor([0, 1])))
     assert not y.requires_grad and not sent.requires_grad and y.grad_fn is None
+
+
+class MaskedStage(torch.nn.Module):
+    """Reads a float activation, a float mask it does not differentiate and a bool it only uses as a condition."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor]:
+        return (torch.where(keep & (mask.detach() > 0), x * 3.0, x),)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["full backward", "input backward"])
+def test_a_floating_input_read_without_differentiating_it_gets_zeros_not_none(split: bool) -> None:
+    """Torch 2.11's stage backward refuses a None gradient for any received value: a float mask the stage reads
+    only as a condition (the 1F1B plan of the schedule bench, rank 1: 'for chunk 0 has gradients None') gets
+    zeros; the activation's gradient is what flows, unchanged by the zeros added to it."""
+    codec = BoundaryCodec(MaskedStage(), [torch.float32, torch.float32, torch.bool], [None])
+    x, mask = received(torch.ones(4)), received(torch.tensor([1.0, 0.0, 1.0, 0.0]))
+    keep = received(encode(torch.tensor([True, True, False, False])))
+    (y,) = codec(x, mask, keep)
+    if split:
+        dx, dmask, dkeep = torch.autograd.grad([y], [x, mask, keep], [torch.ones(4)])
+    else:
+        torch.autograd.backward([y], [torch.ones(4)])
+        dx, dmask, dkeep = x.grad, mask.grad, keep.grad
+    assert dx is not None and torch.equal(dx, torch.tensor([3.0, 1.0, 1.0, 1.0]))
+    assert dmask is not None and not dmask.any() and dkeep is not None and not dkeep.any()
