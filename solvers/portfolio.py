@@ -36,7 +36,8 @@ the plans of its micro-batch count (a bound holds for one global batch), and a p
 summary in ``stats["portfolio"]`` (name, status, simulated objective, key, solve time, ``cpu_s`` (its process's CPU seconds, sent with its answer), error,
 ``incumbents`` received, the best ``incumbent_s`` the member reported by its own measure,
 ``cut_short``).  The status is the chosen plan's (``feasible`` where its ``optimal`` is for
-another metric, ``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its
+another metric, ``stats.optimal_objective``, or where it is ``unknown``: a member's budget ran
+out before its proof, and the plan is simulated like any other), upgraded to ``optimal`` when that bound meets its
 objective and the problem has one candidate micro-batch count.  New solvers join the portfolio as soon as they are registered.
 **Gap stop.**  Members report the lower bounds they prove (``moirai``: its task-DAG bound before
 its warm start, then each one it raises) and the parent keeps the largest
@@ -490,6 +491,8 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
     bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
+    if status == "unknown":  # a member's budget ran out before its proof (exact): the plan is simulated all the same
+        status = "feasible"
     if bound is not None and one_count and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,
