@@ -29,7 +29,8 @@ once every member has started (those members run to the deadline; scoring earlie
 back the quick members' starts), the others' only when they are cut short, after the deadline:
 one simulation each.
 
-The answer is the plan with the smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
+The answer is the feasible plan (any plan when no member found a feasible one) with the
+smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
 the time per sample, or the iteration time with a fixed global batch; ties, within a relative
 1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among
 the plans of its micro-batch count (a bound holds for one global batch), and a per-solver
@@ -475,6 +476,8 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
                         stats={"portfolio": summary})
         errors = "; ".join(f"{r['name']}: {r['error']}" for r in summary if r["error"])
         raise SolverFailure(f"auto: no solver returned a plan ({errors})")
+    runnable = {n: p for n, p in placed.items() if p.status != "infeasible"}
+    placed = runnable or placed  # an infeasible plan only when no member found a feasible one
     key = {n: float(keys[n]) for n in placed}
     top = min(key.values())
     tied = [n for n in placed if key[n] <= top * (1 + 1e-9)]
