@@ -5,6 +5,8 @@ built once (:class:`~solvers.parmesan.dp.Transitions`); then for every candidate
 the DP (Eq. 13) and the refinement (§IV-C) produce a partition, which is mapped with a cheap
 mapper (the requested heuristic, or for ``mapping=parmesan`` the better of CS and p2p-first)
 and simulated.  The best simulated candidate wins; the full Alg. 1 mapping runs on it only.
+A candidate with a stage of inputs and constants only (:mod:`solvers.runnable`: the runtime
+cannot run it) counts as infeasible, like one over memory.
 
 When the fronted subgraphs of the clustered graph exceed ``max_fronted_sets`` (or the DP pairs
 ``max_dp_pairs``), the graph is clustered again with ``K`` reduced by a quarter, and this is
@@ -33,6 +35,7 @@ from solvers.parmesan.refine import RefineEdges, refine
 from solvers.partition.costs import ReferenceCosts, allreduce_terms
 from solvers.partition.fronted import enumerate_fronted
 from solvers.partition.shapes import StagePartition, replicas_fit, sr_candidates
+from solvers.runnable import idle_stages
 
 
 @dataclass
@@ -211,8 +214,8 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
                     continue
                 stage_of, dp_s, rstats = found
                 key, objective_s, plan = score(problem, stage_of, n_stages, replicas, mb, mapper)
-                if not np.isfinite(key[0]):
-                    explored["infeasible_candidates"] += 1
+                if not np.isfinite(key[0]) or idle_stages(problem.graph, plan):
+                    explored["infeasible_candidates"] += 1  # over memory, or a stage without compute
                     continue
                 if better(key, (best.score_s, best.bottleneck_s) if best is not None else None):
                     best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], objective_s,
@@ -237,7 +240,7 @@ def _with_bands(ctx: SearchContext, best: Configuration, deadline: float) -> Con
     stage_of, bstats = found
     key, objective_s, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches,
                                    settings.mapper)
-    if not better(key, (best.score_s, best.bottleneck_s)):
+    if not better(key, (best.score_s, best.bottleneck_s)) or idle_stages(problem.graph, plan):
         return replace(best, stats={**best.stats, **bstats, "band_improved": False})
     return replace(best, stage_of=stage_of, score_s=key[0], bottleneck_s=key[1], objective_s=objective_s, plan=plan,
                    stats={**best.stats, **bstats, "band_improved": True})
