@@ -235,13 +235,16 @@ def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
 
     Ranked by (comparison key, bottleneck stage) (:func:`~solvers.mapping.apply.better`; the key
     is the time per sample, so a baseline with another micro-batch count competes fairly); a
-    baseline's plan with a stage of inputs and constants only (:mod:`solvers.runnable`) is skipped.
+    baseline's plan with a stage of inputs and constants only (:mod:`solvers.runnable`) is skipped,
+    and any other baseline plan replaces Parmesan's own when that has such a stage.
     ``stats.partition_source`` names the winner, ``stats.guard_keys_s`` what each scored in the
     key's unit (``stats.ranked_by``).
     """
-    best_key = simulated_key(problem, plan)
+    own_key = simulated_key(problem, plan)
+    scores: dict[str, float | None] = {"parmesan": own_key[0] if np.isfinite(own_key[0]) else None}
+    # any runnable baseline plan beats one with a stage without compute
+    best_key = (float("inf"), float("inf")) if idle_stages(problem.graph, plan) else own_key
     best: tuple[Plan, str] = (plan, "parmesan")
-    scores: dict[str, float | None] = {"parmesan": best_key[0] if np.isfinite(best_key[0]) else None}
     for name, other, key in guarded:
         scores[name] = key[0] if np.isfinite(key[0]) else None
         if better(key, best_key) and not idle_stages(problem.graph, other):  # a stage without compute cannot run
