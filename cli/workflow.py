@@ -16,6 +16,7 @@ from launcher.compare import compare
 from solvers import registry
 from solvers.advice import PlanWarning, next_steps, problem_warnings
 from solvers.base import ProgressEvent
+from solvers.model.canonical import digest
 from solvers.model.documents import load_plan, parse_document, read_json, write_json
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
@@ -186,6 +187,7 @@ def _register_simulate(sub: Commands[argparse.ArgumentParser]) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
+    loaded_digest = digest(plan.to_document())  # before --schedule / --virtual-stages change it
     if args.virtual_stages is not None and args.virtual_stages < 1:
         raise InvalidInput(f"--virtual-stages: must be an integer >= 1, got {args.virtual_stages}",
                            field="virtual_stages")
@@ -202,7 +204,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     m = result.metrics
     warnings = problem_warnings(problem.graph, problem.topology)
     if args.compare:
-        return _print_comparison(args, problem, plan, m, warnings)
+        return _print_comparison(args, problem, plan, m, warnings, loaded_digest)
     if args.json:
         print_json({**m, "warnings": [w.to_dict() for w in warnings]})
         return EXIT_OK
@@ -212,8 +214,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _print_comparison(args: argparse.Namespace, problem: Problem, plan: Plan, metrics: Any,
-                      warnings: list[PlanWarning]) -> int:
-    rows = compare(problem.graph, problem.topology, plan, metrics, read_json(args.compare))
+                      warnings: list[PlanWarning], plan_digest: str) -> int:
+    rows = compare(problem.graph, problem.topology, plan, metrics, read_json(args.compare), plan_digest)
     stages = [r.ratio for r in rows if r.what.startswith("stage ")]
     advice = next_steps(rows[0].ratio, stages, warnings)
     if args.json:

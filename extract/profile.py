@@ -18,7 +18,8 @@ forward, a scalar loss (the mean of every floating-point output, summed) and ``b
   when it began.  ``attrs.profile.memory`` says so;
 - backward split (``bwd_input_s`` / ``bwd_weight_s``): every op that reads a parameter runs again
   alone, on the arguments it had in the step, detached; ``torch.autograd.grad`` over its
-  outputs is timed once with respect to its other floating-point inputs (the input gradient) and
+  outputs is timed once with respect to its other inputs that need a gradient in the step
+  (activations; not model inputs or buffers such as running statistics: the input gradient) and
   once with respect to its parameters (the weight gradient), the median of ``repeats`` each;
   the op's measured ``bwd_s`` is split in that ratio (Qi et al., arXiv 2401.10241, Section 2).
   An op that reads no parameter has no weight gradient: ``bwd_weight_s = 0``.
@@ -113,7 +114,7 @@ def _gradient_times_s(target: Any, args: Any, kwargs: Any, params: set[int], dev
         if not isinstance(value, torch.Tensor):
             return value
         t = value.detach()
-        if t.is_floating_point():
+        if value.requires_grad:  # what the step differentiates: not buffers (running statistics), not model inputs
             t.requires_grad_(True)
             (weights if id(value) in params else others).append(t)
         return t

@@ -1,4 +1,5 @@
-"""``placer launcher check``: will this plan launch?  Proved on the ``meta`` device, no process started.
+"""``placer launcher check``: will this plan launch?  Proved on the ``meta`` device, no process started
+(a graph profiled on the CPU is re-exported there, as the runtime does).
 
 :func:`check_plan` does what every rank does before it runs, without data or memory: the bundle's
 own refusals (an infeasible plan, another graph, a device missing from the topology, a graph
@@ -104,7 +105,7 @@ def check_plan(plan: Plan, graph: OpGraph, topology: Topology | None = None, *,
 
 def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
     from launcher.runtime.compat import encoded_crossings, encoding_note
-    from launcher.runtime.model import check_structure, rebuild_meta
+    from launcher.runtime.model import check_structure, rebuild, rebuild_meta
     from launcher.runtime.partition import (
         assign_stages,
         build_stages,
@@ -115,7 +116,8 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
 
     stage_of = op_stage(graph, plan)
     source = model_source(graph)
-    reference = rebuild_meta(source)
+    device = _export_device(graph)
+    reference = rebuild_meta(source) if device == "meta" else rebuild(source, device=device)
     check_structure(reference, structure_digest(graph), granularity_depth(graph), graph)
     gm = reference.module
     if report.kind == "latency":
@@ -128,7 +130,7 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
     assignment = assign_stages(gm, stage_of)
     stages = build_stages(gm, reference.attr, assignment, len(plan.stages))
     report.tied = shared_parameters(reference.weights, stages)
-    _check_replicas(plan, source, reference.batch, gm)
+    _check_replicas(plan, source, reference.batch, gm, device)
     if tensor_parallel_degree(plan) > 1:
         report.tensor_parallel = _check_tensor_parallel(plan, reference, stages)
     crossings = crossing_values(gm, assignment, len(plan.stages))
@@ -142,8 +144,20 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
         report.notes.append(encoding_note(encoded))
 
 
-def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> None:
-    from launcher.runtime.model import rebuild_meta
+def _export_device(graph: OpGraph) -> str:
+    """Where the runtime exports the model (:func:`launcher.runtime.model.export_device`): ``meta``
+    for an extracted graph, the CPU for one profiled there (its kernels' strides give other ops); a
+    graph profiled on a GPU is exported on one when this machine has it, else on ``meta``."""
+    import torch
+
+    from launcher.runtime.model import export_device
+
+    device = export_device(graph.attrs or {})
+    return "meta" if device == "cuda" and not torch.cuda.is_available() else device
+
+
+def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any, device: str) -> None:
+    from launcher.runtime.model import rebuild, rebuild_meta
 
     widths = sorted({len(s.devices) // s.tp for s in plan.stages})
     for s, stage in enumerate(plan.stages):
@@ -154,7 +168,7 @@ def _check_replicas(plan: Plan, source: dict[str, Any], batch: int, gm: Any) -> 
     for width in widths:
         if width == 1:
             continue
-        again = rebuild_meta(source, batch // width)
+        again = rebuild_meta(source, batch // width) if device == "meta" else rebuild(source, batch // width, device=device)
         got = {n.name for n in again.module.graph.nodes if n.op == "call_function"}
         if got != want:
             raise InvalidPlan(f"the model exported at {batch // width} rows (a micro-batch slice over {width} "

@@ -60,10 +60,18 @@ def stage_forward_s(graph: OpGraph, topology: Topology, plan: Plan, backward: bo
 
 
 def compare(graph: OpGraph, topology: Topology, plan: Plan, simulated: Mapping[str, Any],
-            measured: Mapping[str, Any]) -> list[Comparison]:
-    """The comparison rows, from a ``metrics.json`` or a ``run.json`` that launch.py wrote."""
+            measured: Mapping[str, Any], plan_digest: str | None = None) -> list[Comparison]:
+    """The comparison rows, from a ``metrics.json`` or a ``run.json`` that launch.py wrote.
+
+    ``plan_digest``: the digest of the plan file as loaded; a run record of another plan is refused.
+    """
     if measured.get("format") == RUN_FORMAT:
-        return _compare_run(graph, topology, plan, simulated, run_from_document(measured))
+        run = run_from_document(measured)
+        if plan_digest is not None and run.plan_digest != plan_digest:
+            raise InvalidInput(f"--compare: the run record ran another plan (its plan_digest {run.plan_digest}, "
+                               f"this plan's {plan_digest}): compare it with the plan.json of its bundle",
+                               field="plan_digest")
+        return _compare_run(graph, topology, plan, simulated, run)
     if measured.get("format") != "placer.metrics/v1":
         raise InvalidInput("--compare: not a run.json or metrics.json written by launch.py (format placer.run/v1 "
                            "or placer.metrics/v1)", field="compare")

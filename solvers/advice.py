@@ -53,6 +53,11 @@ def is_roofline(graph: OpGraph) -> bool:
     return isinstance(estimate, Mapping) and estimate.get("rule") == "roofline" and not attrs.get("profile")
 
 
+def _profile_command(kind: str) -> str:
+    """The ``placer profile`` call that measures times of ``kind``: on the CPU, or a GPU of that kind."""
+    return "placer profile --device cpu" if kind == "cpu" else f"placer profile --device cuda on a {kind}"
+
+
 def problem_warnings(graph: OpGraph, topology: Topology) -> list[PlanWarning]:
     """Why the simulated times of plans of ``graph`` on ``topology`` may be far from measured ones."""
     out: list[PlanWarning] = []
@@ -64,7 +69,7 @@ def problem_warnings(graph: OpGraph, topology: Topology) -> list[PlanWarning]:
                            f"the graph's times are for device kind {source!r}, which topology {topology.name!r} does "
                            f"not have (its kinds: {', '.join(kinds)}), and the graph has no `times` for any of them: "
                            f"predicted times are {source} times scaled by each device's `speed`; profile the model "
-                           f"on the target kind (placer profile --device cuda on a {kinds[0]})"))
+                           f"on the target kind ({_profile_command(kinds[0])})"))
     if is_roofline(graph):
         out.append(PlanWarning(ROOFLINE_TIMES,
                            "the graph's op times are roofline estimates (placer extract), not measurements; small "

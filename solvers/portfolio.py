@@ -29,14 +29,16 @@ once every member has started (those members run to the deadline; scoring earlie
 back the quick members' starts), the others' only when they are cut short, after the deadline:
 one simulation each.
 
-The answer is the plan with the smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
+The answer is the feasible plan (any plan when no member found a feasible one) with the
+smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
 the time per sample, or the iteration time with a fixed global batch; ties, within a relative
 1e-9: the smaller bottleneck stage, then the solver name), the largest proven lower bound among
 the plans of its micro-batch count (a bound holds for one global batch), and a per-solver
 summary in ``stats["portfolio"]`` (name, status, simulated objective, key, solve time, ``cpu_s`` (its process's CPU seconds, sent with its answer), error,
 ``incumbents`` received, the best ``incumbent_s`` the member reported by its own measure,
 ``cut_short``).  The status is the chosen plan's (``feasible`` where its ``optimal`` is for
-another metric, ``stats.optimal_objective``), upgraded to ``optimal`` when that bound meets its
+another metric, ``stats.optimal_objective``, or where it is ``unknown``: a member's budget ran
+out before its proof, and the plan is simulated like any other), upgraded to ``optimal`` when that bound meets its
 objective and the problem has one candidate micro-batch count.  New solvers join the portfolio as soon as they are registered.
 **Gap stop.**  Members report the lower bounds they prove (``moirai``: its task-DAG bound before
 its warm start, then each one it raises) and the parent keeps the largest
@@ -474,6 +476,8 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
                         stats={"portfolio": summary})
         errors = "; ".join(f"{r['name']}: {r['error']}" for r in summary if r["error"])
         raise SolverFailure(f"auto: no solver returned a plan ({errors})")
+    runnable = {n: p for n, p in placed.items() if p.status != "infeasible"}
+    placed = runnable or placed  # an infeasible plan only when no member found a feasible one
     key = {n: float(keys[n]) for n in placed}
     top = min(key.values())
     tied = [n for n in placed if key[n] <= top * (1 + 1e-9)]
@@ -490,6 +494,8 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
     bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
+    if status == "unknown":  # a member's budget ran out before its proof (exact): the plan is simulated all the same
+        status = "feasible"
     if bound is not None and one_count and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,

@@ -21,6 +21,9 @@ Both objectives take the max of
   device or group).  An iteration contains micro-batch 0's forward and backward, so the bound
   holds for throughput too (it matters when device speeds differ: with equal speeds it never
   exceeds the work bound).
+
+A training pass on a calibrated topology adds the step overhead's fixed part
+(:func:`~solvers.cost.calibrated.step_overhead_s`): every iteration ends with it, whatever the plan.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers.arrays import FloatArray
+from solvers.cost.calibrated import step_overhead_s
 from solvers.cost.compute import ComputeModel
 from solvers.model.problem import Problem
 
@@ -49,7 +53,9 @@ def lower_bound_s(problem: Problem, micro_batches: int | None = None, *, recompu
     if compute is None:
         compute = ComputeModel(problem.graph, problem.topology)
     work = work_bound_s(problem, compute, micro_batches, training, recompute)
-    return max(work, critical_path_bound_s(problem, compute, training, recompute))
+    # a calibrated training iteration ends with the step overhead, at least its fixed part
+    step_s = step_overhead_s(problem.topology, 0.0) if training else 0.0
+    return max(work, critical_path_bound_s(problem, compute, training, recompute)) + step_s
 
 
 def _has_overrides(problem: Problem) -> bool:

@@ -5,6 +5,9 @@ built once (:class:`~solvers.parmesan.dp.Transitions`); then for every candidate
 the DP (Eq. 13) and the refinement (§IV-C) produce a partition, which is mapped with a cheap
 mapper (the requested heuristic, or for ``mapping=parmesan`` the better of CS and p2p-first)
 and simulated.  The best simulated candidate wins; the full Alg. 1 mapping runs on it only.
+A candidate with a stage of inputs and constants only (:mod:`solvers.runnable`: the runtime
+cannot run it) wins only when every candidate has one (``stats.idle_stage_candidates`` counts
+them); the safety net may then replace it with a runnable baseline plan.
 
 When the fronted subgraphs of the clustered graph exceed ``max_fronted_sets`` (or the DP pairs
 ``max_dp_pairs``), the graph is clustered again with ``K`` reduced by a quarter, and this is
@@ -33,6 +36,7 @@ from solvers.parmesan.refine import RefineEdges, refine
 from solvers.partition.costs import ReferenceCosts, allreduce_terms
 from solvers.partition.fronted import enumerate_fronted
 from solvers.partition.shapes import StagePartition, replicas_fit, sr_candidates
+from solvers.runnable import idle_stages
 
 
 @dataclass
@@ -178,7 +182,9 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
     """
     stage_pins = {problem.graph.index[op]: t for op, t in problem.settings.pinned.items() if isinstance(t, int)}
     best: Configuration | None = None
-    explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "clusterings": []}
+    idle: Configuration | None = None
+    explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "idle_stage_candidates": 0,
+                                "clusterings": []}
     clusterings: list[tuple[float, IntArray]] = []
     built: dict[bytes, Transitions | None] = {}
     # the refinement's edge data is the same for every candidate
@@ -214,9 +220,16 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
                 if not np.isfinite(key[0]):
                     explored["infeasible_candidates"] += 1
                     continue
+                found_config = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1],
+                                             objective_s, plan, {**rstats, **cstats, "allreduce_in_partition": with_ar})
+                if idle_stages(problem.graph, plan):  # a stage without compute: kept only if nothing else is found
+                    explored["idle_stage_candidates"] += 1
+                    if idle is None or better(key, (idle.score_s, idle.bottleneck_s)):
+                        idle = found_config
+                    continue
                 if better(key, (best.score_s, best.bottleneck_s) if best is not None else None):
-                    best = Configuration(alpha, n_stages, replicas, mb, stage_of, dp_s, key[0], key[1], objective_s,
-                                         plan, {**rstats, **cstats, "allreduce_in_partition": with_ar})
+                    best = found_config
+    best = best or idle  # the safety net (solver.py) may still find a runnable plan
     if best is not None and settings.band_rounds > 0 and best.n_stages > 1 and best.stats["k"] < problem.graph.n_ops \
             and not budget.expired():
         best = _with_bands(ctx, best, time.monotonic() + budget.remaining_s())
@@ -237,7 +250,7 @@ def _with_bands(ctx: SearchContext, best: Configuration, deadline: float) -> Con
     stage_of, bstats = found
     key, objective_s, plan = score(problem, stage_of, best.n_stages, best.replicas, best.micro_batches,
                                    settings.mapper)
-    if not better(key, (best.score_s, best.bottleneck_s)):
+    if not better(key, (best.score_s, best.bottleneck_s)) or idle_stages(problem.graph, plan):
         return replace(best, stats={**best.stats, **bstats, "band_improved": False})
     return replace(best, stage_of=stage_of, score_s=key[0], bottleneck_s=key[1], objective_s=objective_s, plan=plan,
                    stats={**best.stats, **bstats, "band_improved": True})

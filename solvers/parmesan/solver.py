@@ -31,6 +31,7 @@ from solvers.model.ranking import ranked_by
 from solvers.parmesan.search import SearchSettings, search_partitions
 from solvers.partition.costs import reference_costs
 from solvers.partition.tp import expand_plan, group_problem, tp_degrees, tp_groups
+from solvers.runnable import idle_stages
 
 
 class ParmesanOptions(SolverOptions):
@@ -233,16 +234,20 @@ def _guard(problem: Problem, plan: Plan, value: float, stats: dict[str, Any],
     """The safety net: the best of Parmesan's plan and the baselines' (:func:`_baseline_plans`).
 
     Ranked by (comparison key, bottleneck stage) (:func:`~solvers.mapping.apply.better`; the key
-    is the time per sample, so a baseline with another micro-batch count competes fairly).
+    is the time per sample, so a baseline with another micro-batch count competes fairly); a
+    baseline's plan with a stage of inputs and constants only (:mod:`solvers.runnable`) is skipped,
+    and any other baseline plan replaces Parmesan's own when that has such a stage.
     ``stats.partition_source`` names the winner, ``stats.guard_keys_s`` what each scored in the
     key's unit (``stats.ranked_by``).
     """
-    best_key = simulated_key(problem, plan)
+    own_key = simulated_key(problem, plan)
+    scores: dict[str, float | None] = {"parmesan": own_key[0] if np.isfinite(own_key[0]) else None}
+    # any runnable baseline plan beats one with a stage without compute
+    best_key = (float("inf"), float("inf")) if idle_stages(problem.graph, plan) else own_key
     best: tuple[Plan, str] = (plan, "parmesan")
-    scores: dict[str, float | None] = {"parmesan": best_key[0] if np.isfinite(best_key[0]) else None}
     for name, other, key in guarded:
         scores[name] = key[0] if np.isfinite(key[0]) else None
-        if better(key, best_key):
+        if better(key, best_key) and not idle_stages(problem.graph, other):  # a stage without compute cannot run
             best_key, best = key, (other, name)
     chosen, source = best
     ranking = {"guard_keys_s": scores, "ranked_by": ranked_by(problem.objective, problem.settings.global_batch)}

@@ -301,6 +301,23 @@ def test_compare_with_a_run_record_says_what_to_do_next(files: dict[str, Path],
     assert code == 0 and "next: none" in out
 
 
+def test_compare_refuses_the_run_of_another_plan(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A run.json of another plan of the same graph set beside this plan's prediction compared
+    unrelated figures and advised on them; the run record names its plan by digest."""
+    from tests.run_records import synthetic_run
+
+    common = ("--graph", str(files["graph"]), "--topology", str(files["topo"]))
+    ran, other = files["dir"] / "ran.json", files["dir"] / "other.json"
+    assert run(capsys, "solve", "--solver", "even", *common, "--stages", "2", "-o", str(ran))[0] == 0
+    assert run(capsys, "solve", "--solver", "even", *common, "--stages", "1", "-o", str(other))[0] == 0
+    record = files["dir"] / "ran-run.json"
+    record.write_text(json.dumps(synthetic_run(json.loads(ran.read_text()))))
+    code, _, err = run(capsys, "simulate", *common, "--plan", str(other), "--compare", str(record))
+    assert code == 2 and "plan_digest" in err and "another plan" in err
+    code, _, _ = run(capsys, "simulate", *common, "--plan", str(ran), "--compare", str(record))
+    assert code == 0
+
+
 def test_solve_infeasible_shows_the_memory_it_needs(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     tiny = files["dir"] / "tiny.json"
     assert run(capsys, "topology", "generate", "hierarchical", "--nodes", "1", "--gpus-per-node", "2",

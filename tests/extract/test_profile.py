@@ -95,3 +95,16 @@ def test_an_op_whose_whole_backward_is_its_weight_gradient_keeps_a_non_negative_
     step.fwd_s["emb"], step.bwd_s["emb"] = 1e-4, bwd
     node = _measured(Node("emb", "aten.embedding.default", 0.0, 0.0, 8.0, 0.0, 0.0, 0.0), [step], "cpu", (0.0, grad))
     assert node.bwd_input_s == 0.0 and node.bwd_weight_s == bwd
+
+
+def test_profile_runs_a_model_with_batch_norm_buffers(one_thread: object) -> None:
+    """ResNet's batch norm reads its running statistics: buffers that take no gradient. The
+    gradient split must time only what the training step differentiates; marking the buffers
+    as needing a gradient made ``native_batch_norm`` refuse and the whole profile fail."""
+    params = {"depths": "1,1", "hidden": 8, "image": 32}
+    graph = profile(example_source("resnet", params, 2), repeats=1, warmup=1)
+    norms = [n for n in graph.nodes if n.op == "aten.batch_norm.default"]
+    assert norms and all(n.attrs is not None and "gradient_s" in n.attrs for n in norms)
+    assert all(n.bwd_weight_s is not None and n.bwd_weight_s > 0 for n in norms)
+    first_conv = next(n for n in graph.nodes if n.op == "aten.conv2d.default")
+    assert first_conv.attrs is not None and first_conv.attrs["gradient_s"][0] == 0.0  # the image takes none

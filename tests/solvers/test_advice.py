@@ -37,6 +37,13 @@ def test_times_from_a_kind_the_topology_lacks() -> None:
     assert codes(graph_with({"profile": {"device_kind": "cpu"}}, "H100")) == []  # has times for the target kind
 
 
+def test_times_for_a_gpu_on_a_cpu_topology_advise_profiling_on_the_cpu() -> None:
+    estimated_for_h100 = {"estimate": {"device_kind": "H100", "rule": "roofline"}}
+    cpus = replace(TOPOLOGY, devices=tuple(replace(d, kind="cpu") for d in TOPOLOGY.devices))  # as measured
+    message = problem_warnings(graph_with(estimated_for_h100), cpus)[0].message
+    assert "placer profile --device cpu)" in message and "cuda" not in message
+
+
 def test_roofline_estimates() -> None:
     assert codes(graph_with({"estimate": {"device_kind": "H100", "rule": "roofline"}})) == [ROOFLINE_TIMES]
     assert codes(graph_with({"estimate": {"device_kind": "TitanV", "rule": "roofline"}})) == [TIMES_FROM_ABSENT_KIND,

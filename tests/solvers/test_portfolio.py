@@ -153,3 +153,28 @@ def test_auto_records_the_reserve_it_kept_back() -> None:
     problem = fx.throughput_problem()
     plan = solve(problem, "auto", {"solvers": ["even"]}, time_limit_s=5)
     assert 0.0 < plan.stats["finish_reserve_s"] <= 2.5
+
+
+def test_a_members_unknown_is_a_feasible_plan_of_the_portfolio() -> None:
+    """exact answers ``unknown`` past its ideal budget (even's split, no proof); when auto keeps
+    that plan, it is a simulated, runnable plan like any other member's ``feasible`` one."""
+    problem = fx.throughput_problem()
+    doc = solve(problem, "even").to_document()
+    unproven = {**doc, "status": "unknown", "lower_bound_s": None, "solver": "exact"}
+    plan = _choose(problem, ["exact"], {"exact": ("ok", unproven, 0.1)})
+    assert plan.status == "feasible"
+    assert plan.stats["portfolio"][0]["status"] == "unknown"  # the member's own answer stays in its row
+
+
+def test_auto_prefers_a_feasible_plan_to_a_faster_infeasible_one() -> None:
+    """A tiny BERT on two CPUs: parmesan's plan put only constants in a stage (infeasible: the
+    runtime cannot run it) and simulated a hair faster than even's feasible one; auto kept it."""
+    problem = fx.throughput_problem()
+    doc = solve(problem, "even").to_document()
+    fast = {**doc, "status": "infeasible", "solver": "parmesan",
+            "metrics": {**doc["metrics"], **{k: v * 0.9 for k, v in doc["metrics"].items()
+                                             if k in ("objective_s", "iteration_s", "time_per_sample_s")}}}
+    plan = _choose(problem, ["even", "parmesan"], {"even": ("ok", doc, 0.1), "parmesan": ("ok", fast, 0.1)})
+    assert plan.stats["chosen"] == "even" and plan.status != "infeasible"
+    only = _choose(problem, ["parmesan"], {"parmesan": ("ok", fast, 0.1)})
+    assert only.stats["chosen"] == "parmesan" and only.status == "infeasible"  # nothing better: still reported

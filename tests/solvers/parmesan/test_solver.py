@@ -10,6 +10,7 @@ from solvers.generate import generate_graph, generate_topology
 from solvers.model.errors import InvalidProblem
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
+from solvers.runnable import idle_stages
 from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
@@ -100,3 +101,37 @@ def test_allreduce_term_as_a_candidate() -> None:
     assert plan.stats["allreduce_in_partition"] in (True, False)
     distinct = [c for c in plan.stats["clusterings"] if c["same_as_alpha"] is None]
     assert plan.stats["candidates"] == 2 * len(distinct)  # each distinct clustering, with and without the term
+
+
+def test_parmesan_gives_every_stage_work() -> None:
+    """A constant (a mask built from shapes) read only by the last op: a stage holding it alone
+    runs it beside the rest and simulates faster, but the runtime cannot run a stage without
+    compute (solvers.runnable). The search skips such candidates instead of returning an
+    infeasible plan; a tiny BERT on two CPUs came back infeasible this way."""
+    nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 1e-3, constant=True),
+             Node("embed", "aten.embedding.default", 1e-3, 1e-3, param_bytes=1e9),
+             Node("head", "aten.linear.default", 1e-3, 1e-3, param_bytes=1e9)]
+    edges = [Edge("x", "embed", 64.0), Edge("mask", "head", 64.0), Edge("embed", "head", 1e9)]
+    graph = OpGraph.build("mask-late", nodes, edges, 4)
+    problem = Problem(graph, generate_topology("hierarchical", nodes=1, gpus_per_node=2),
+                      settings=ProblemSettings(micro_batches=(2,)))
+    plan = solve(problem, "parmesan", time_limit_s=10)
+    assert plan.status != "infeasible", plan.notes
+    assert idle_stages(graph, plan) == []
+
+
+def test_parmesan_falls_back_to_a_runnable_baseline_when_every_partition_idles_a_stage() -> None:
+    """Two stages fixed, and every DP partition leaves a stage with constants only: the search
+    keeps its best such candidate, and the safety net's runnable plan replaces it, instead of
+    answering infeasible with a note about memory."""
+    nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 1e-3, constant=True),
+             Node("embed", "aten.embedding.default", 1e-3, 1e-3, param_bytes=1e9),
+             Node("head", "aten.linear.default", 1e-3, 1e-3, param_bytes=1e9)]
+    edges = [Edge("x", "embed", 64.0), Edge("mask", "head", 64.0), Edge("embed", "head", 1e9)]
+    graph = OpGraph.build("mask-late", nodes, edges, 4)
+    problem = Problem(graph, generate_topology("hierarchical", nodes=1, gpus_per_node=2),
+                      settings=ProblemSettings(micro_batches=(2,), stages=2, schedule="1f1b"))
+    plan = solve(problem, "parmesan", time_limit_s=10)
+    assert plan.status != "infeasible", plan.notes
+    assert len(plan.stages) == 2 and idle_stages(graph, plan) == []
+    assert plan.stats["partition_source"] != "parmesan" and plan.stats["idle_stage_candidates"] > 0
