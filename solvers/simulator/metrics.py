@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from solvers.cost.bounds import lower_bound_s
-from solvers.cost.calibrated import calibration_digest, memory_overhead
+from solvers.cost.calibrated import calibration_digest, memory_overhead, split_backward_factor
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
-from solvers.cost.memory import plan_memory_bytes
+from solvers.cost.memory import plan_memory_bytes, plan_schedule, runs_virtual_stages
 from solvers.cost.tensor_parallel import boundary_mode, device_compute_s, op_times_s
 from solvers.cost.traffic import group_traffic_bytes
 from solvers.model.plan import ResolvedPlan
 from solvers.model.problem import Problem
 from solvers.model.ranking import time_per_sample_s
+from solvers.model.schedules import BACKWARD, BACKWARD_INPUT
 
 
 def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> list[float]:
@@ -26,11 +27,12 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
     topo = problem.topology
     out = []
     fwd_op, bwd_op = op_times_s(problem, rp, compute)
-    for ops, again in zip(rp.stage_ops, rp.recompute, strict=True):
+    split = split_backward_scales(problem, rp)
+    for ops, again, k in zip(rp.stage_ops, rp.recompute, split, strict=True):
         f = float(fwd_op[ops].sum())
         t = f
         if problem.training:
-            t += float(bwd_op[ops].sum()) + (f if again else 0.0)
+            t += float(bwd_op[ops].sum()) * k + (f if again else 0.0)
         out.append(t)
     for (a, b), size in group_traffic_bytes(problem.graph, rp.stage_of).items():
         out[a] += group_transfer_s(topo, rp.stage_devices[a], rp.stage_devices[b], size, **boundary_mode(rp, a, b))
@@ -40,16 +42,38 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
     return out
 
 
+def split_backward_scales(problem: Problem, rp: ResolvedPlan) -> list[float]:
+    """Per stage, what its backward costs per micro-batch over the backward run whole: ``1 + s (k - 1)``, ``s``
+    the share of its micro-batches the plan's schedule runs as ``I`` + ``W`` and ``k`` the calibrated
+    ``split_backward`` of its devices' kind (:func:`~solvers.cost.calibrated.split_backward_factor`; 1
+    uncalibrated, and for GPipe and 1F1B), as the action-list engine times them."""
+    n = len(rp.stage_ops)
+    ks = [max(split_backward_factor(problem.topology, problem.topology.devices[d].kind) for d in devs)
+          for devs in rp.stage_devices]
+    if not problem.training or all(k == 1.0 for k in ks) or not runs_virtual_stages(rp.plan):
+        return [1.0] * n
+    schedule = plan_schedule(rp.plan, n)
+    split, whole = [0] * n, [0] * n
+    for acts in schedule.actions:
+        for a in acts:
+            if a.kind == BACKWARD_INPUT:
+                split[a.stage] += 1
+            elif a.kind == BACKWARD:
+                whole[a.stage] += 1
+    return [1.0 + (i / (i + b) if i + b else 0.0) * (k - 1.0) for i, b, k in zip(split, whole, ks, strict=True)]
+
+
 def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
     """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch; a
     tensor-parallel stage's split ops in ``1/t``; summed over the virtual stages it runs)."""
     out: dict[str, float] = {}
+    split = split_backward_scales(problem, rp)
     for s, (devs, again) in enumerate(zip(rp.stage_devices, rp.recompute, strict=True)):
         for d in devs:
             f, b = device_compute_s(problem, rp, compute, s, d)
             t = f
             if problem.training:
-                t += b + (f if again else 0.0)
+                t += b * split[s] + (f if again else 0.0)
             dev = problem.topology.devices[d].id  # several virtual stages on one device: their sum
             out[dev] = out.get(dev, 0.0) + micro_batches * t / rp.replicas(s)
     return out

@@ -544,3 +544,21 @@ def test_the_memory_fit_gives_back_the_kept_outputs_share_only_where_latency_ran
     assert "memory.kept_outputs" in fitted and unidentified == []
     memory, fitted, _ = _fit_memory([(a, e, 0.0, y) for a, e, _, y in obs[:3]], "linear")
     assert memory.kept_outputs == 0.0 and "memory.kept_outputs" not in fitted
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv", "interleaved-1f1b"])
+def test_the_stage_times_a_simulation_reports_count_the_split_backward(schedule: str) -> None:
+    """``metrics.stage_times_s`` (what ``placer simulate --compare`` sets against a run's stages) charges a
+    split stage's backward ``k`` times, as the engine runs it: the figures a run record is compared with."""
+    graph, topo = world()
+    p = plan_from_document(zero_bubble([6, 14, 22], 4, schedule))
+    k = 1.5
+    g, t = apply_calibration(graph, topo, Calibration(split_backward={KIND: k}))
+    plain = simulate(Problem(graph, topo), p).metrics
+    split = simulate(Problem(g, t), p).metrics
+    compute = ComputeModel(graph, topo)
+    rp = resolve_plan(Problem(graph, topo), p)
+    for s, (ops, devs) in enumerate(zip(rp.stage_ops, rp.stage_devices, strict=True)):
+        backward = float(compute.group_bwd_s(list(devs))[ops].sum())
+        grow = (k - 1) * backward if schedule != "interleaved-1f1b" else 0.0
+        assert split["stage_times_s"][s] == pytest.approx(plain["stage_times_s"][s] + grow, rel=1e-9)
