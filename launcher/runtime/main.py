@@ -11,6 +11,7 @@ time and peak memory; rank 0 writes ``metrics.json`` and the run record ``run.js
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -104,6 +105,11 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     if ctx.world.rank == 0:
         Path(args.metrics).write_text(json.dumps(metrics, indent=1) + "\n")
         Path(args.run_record).write_text(json.dumps(run, indent=1) + "\n")
+    # what the run leaves in reference cycles (the runner, DTensor's collective handles) goes while the
+    # process groups and the interpreter are alive: a gloo work object freed at interpreter finalization
+    # can abort the process after a finished run ("terminate called without an active exception")
+    del metrics, run
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     return 0
