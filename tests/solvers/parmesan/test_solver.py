@@ -103,16 +103,21 @@ def test_allreduce_term_as_a_candidate() -> None:
     assert plan.stats["candidates"] == 2 * len(distinct)  # each distinct clustering, with and without the term
 
 
+def mask_late_graph() -> OpGraph:
+    """A constant (a mask built from shapes) that only the last op reads, beside an embedding and a head."""
+    nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 1e-3, constant=True),
+             Node("embed", "aten.embedding.default", 1e-3, 1e-3, param_bytes=1e9),
+             Node("head", "aten.linear.default", 1e-3, 1e-3, param_bytes=1e9)]
+    edges = [Edge("x", "embed", 64.0), Edge("mask", "head", 64.0), Edge("embed", "head", 1e9)]
+    return OpGraph.build("mask-late", nodes, edges, 4)
+
+
 def test_parmesan_gives_every_stage_work() -> None:
     """A constant (a mask built from shapes) read only by the last op: a stage holding it alone
     runs it beside the rest and simulates faster, but the runtime cannot run a stage without
     compute (solvers.runnable). The search skips such candidates instead of returning an
     infeasible plan; a tiny BERT on two CPUs came back infeasible this way."""
-    nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 1e-3, constant=True),
-             Node("embed", "aten.embedding.default", 1e-3, 1e-3, param_bytes=1e9),
-             Node("head", "aten.linear.default", 1e-3, 1e-3, param_bytes=1e9)]
-    edges = [Edge("x", "embed", 64.0), Edge("mask", "head", 64.0), Edge("embed", "head", 1e9)]
-    graph = OpGraph.build("mask-late", nodes, edges, 4)
+    graph = mask_late_graph()
     problem = Problem(graph, generate_topology("hierarchical", nodes=1, gpus_per_node=2),
                       settings=ProblemSettings(micro_batches=(2,)))
     plan = solve(problem, "parmesan", time_limit_s=10)
@@ -124,11 +129,7 @@ def test_parmesan_falls_back_to_a_runnable_baseline_when_every_partition_idles_a
     """Two stages fixed, and every DP partition leaves a stage with constants only: the search
     keeps its best such candidate, and the safety net's runnable plan replaces it, instead of
     answering infeasible with a note about memory."""
-    nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 1e-3, constant=True),
-             Node("embed", "aten.embedding.default", 1e-3, 1e-3, param_bytes=1e9),
-             Node("head", "aten.linear.default", 1e-3, 1e-3, param_bytes=1e9)]
-    edges = [Edge("x", "embed", 64.0), Edge("mask", "head", 64.0), Edge("embed", "head", 1e9)]
-    graph = OpGraph.build("mask-late", nodes, edges, 4)
+    graph = mask_late_graph()
     problem = Problem(graph, generate_topology("hierarchical", nodes=1, gpus_per_node=2),
                       settings=ProblemSettings(micro_batches=(2,), stages=2, schedule="1f1b"))
     plan = solve(problem, "parmesan", time_limit_s=10)
