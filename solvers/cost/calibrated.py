@@ -5,6 +5,8 @@ source document."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from solvers.model.graph import OpGraph
 from solvers.model.topology import Topology
 
@@ -82,6 +84,11 @@ def split_backward_factor(topology: Topology, kind: str) -> float:
     table = cal.get("split_backward") if isinstance(cal, dict) else None
     value = table.get(kind, 1.0) if isinstance(table, dict) else 1.0
     return float(value) if isinstance(value, int | float) and value > 0 else 1.0
+
+
+def group_split_backward(topology: Topology, devices: Sequence[int]) -> float:
+    """:func:`split_backward_factor` of a device group (positions): the largest of its devices' kinds (1 uncalibrated)."""
+    return max(split_backward_factor(topology, topology.devices[d].kind) for d in devices)
 
 
 def dataflow_overhead_s(topology: Topology, kind: str) -> float:

@@ -158,9 +158,7 @@ def _beyond_model_bytes(problem: Problem, ops: IntArray, received_bytes: float) 
     """What the op-level runner holds on a device beyond ``act_bytes``: every op's output (its largest
     outgoing edge) and the received tensors, less ``act_bytes``; at least 0."""
     g = problem.graph
-    outputs = np.zeros(g.n_ops)
-    np.maximum.at(outputs, g.edge_src, g.edge_bytes)
-    return max(0.0, float(outputs[ops].sum() - g.act_bytes[ops].sum()) + received_bytes)
+    return max(0.0, float(g.output_bytes[ops].sum() - g.act_bytes[ops].sum()) + received_bytes)
 
 
 def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:

@@ -187,6 +187,13 @@ class OpGraph:
         return np.fromiter((e.bytes for e in self.edges), dtype=np.float64, count=len(self.edges))
 
     @cached_property
+    def output_bytes(self) -> FloatArray:
+        """Per op, the bytes of its output: its largest outgoing edge (0 for an op no other reads)."""
+        out = np.zeros(self.n_ops)
+        np.maximum.at(out, self.edge_src, self.edge_bytes)
+        return out
+
+    @cached_property
     def succ(self) -> list[list[int]]:
         """``succ[i]`` = positions of the direct successors of op ``i``."""
         out: list[list[int]] = [[] for _ in self.nodes]

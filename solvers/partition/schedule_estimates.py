@@ -48,7 +48,7 @@ import numpy as np
 
 from solvers.arrays import FloatArray
 from solvers.cost.backward_split import weight_grad_fraction
-from solvers.cost.calibrated import split_backward_factor
+from solvers.cost.calibrated import group_split_backward
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.traffic import group_traffic_bytes
@@ -72,7 +72,7 @@ class CandidateEstimates:
         self.micro_batches = plan.micro_batches
         self.groups = [[topo.index[d] for d in stage.devices] for stage in plan.stages]
         # a split backward's cost over the whole one, per rank group (1 uncalibrated)
-        self.split_k = [max(split_backward_factor(topo, topo.devices[d].kind) for d in g) for g in self.groups]
+        self.split_k = [group_split_backward(topo, g) for g in self.groups]
         compute = ComputeModel(graph, topo)
         share = weight_grad_fraction(graph)
         index = graph.index

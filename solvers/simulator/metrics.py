@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from solvers.cost.bounds import lower_bound_s
-from solvers.cost.calibrated import calibration_digest, memory_overhead, split_backward_factor
+from solvers.cost.calibrated import calibration_digest, group_split_backward, memory_overhead
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import plan_memory_bytes, plan_schedule, runs_virtual_stages
@@ -17,8 +18,9 @@ from solvers.model.ranking import time_per_sample_s
 from solvers.model.schedules import BACKWARD, BACKWARD_INPUT
 
 
-def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> list[float]:
-    """Per stage, per micro-batch: compute (forward + backward when training) + outbound communication.
+def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, split: Sequence[float]) -> list[float]:
+    """Per stage, per micro-batch: compute (forward + backward when training, the backward times the stage's
+    ``split`` scale, :func:`split_backward_scales`) + outbound communication.
 
     Communication = one coalesced message per destination stage and direction (forward outputs,
     and in training the gradients returned to the producing stages), each timed by
@@ -27,7 +29,6 @@ def stage_times_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel) -> 
     topo = problem.topology
     out = []
     fwd_op, bwd_op = op_times_s(problem, rp, compute)
-    split = split_backward_scales(problem, rp)
     for ops, again, k in zip(rp.stage_ops, rp.recompute, split, strict=True):
         f = float(fwd_op[ops].sum())
         t = f
@@ -48,8 +49,7 @@ def split_backward_scales(problem: Problem, rp: ResolvedPlan) -> list[float]:
     ``split_backward`` of its devices' kind (:func:`~solvers.cost.calibrated.split_backward_factor`; 1
     uncalibrated, and for GPipe and 1F1B), as the action-list engine times them."""
     n = len(rp.stage_ops)
-    ks = [max(split_backward_factor(problem.topology, problem.topology.devices[d].kind) for d in devs)
-          for devs in rp.stage_devices]
+    ks = [group_split_backward(problem.topology, devs) for devs in rp.stage_devices]
     if not problem.training or all(k == 1.0 for k in ks) or not runs_virtual_stages(rp.plan):
         return [1.0] * n
     schedule = plan_schedule(rp.plan, n)
@@ -63,11 +63,12 @@ def split_backward_scales(problem: Problem, rp: ResolvedPlan) -> list[float]:
     return [1.0 + (i / (i + b) if i + b else 0.0) * (k - 1.0) for i, b, k in zip(split, whole, ks, strict=True)]
 
 
-def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int) -> dict[str, float]:
+def busy_s(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, micro_batches: int,
+           split: Sequence[float]) -> dict[str, float]:
     """Per used device: its own compute seconds per iteration (its op times / R, every micro-batch; a
-    tensor-parallel stage's split ops in ``1/t``; summed over the virtual stages it runs)."""
+    tensor-parallel stage's split ops in ``1/t``; summed over the virtual stages it runs); ``split``: each
+    stage's :func:`split_backward_scales`."""
     out: dict[str, float] = {}
-    split = split_backward_scales(problem, rp)
     for s, (devs, again) in enumerate(zip(rp.stage_devices, rp.recompute, strict=True)):
         for d in devs:
             f, b = device_compute_s(problem, rp, compute, s, d)
@@ -99,8 +100,9 @@ def build_metrics(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, *, 
     plan = rp.plan
     mb = plan.micro_batches
     objective_s = iteration_s if problem.objective == "throughput" else latency_s
-    stages = stage_times_s(problem, rp, compute)
-    busy = busy_s(problem, rp, compute, mb)
+    split = split_backward_scales(problem, rp)
+    stages = stage_times_s(problem, rp, compute, split)
+    busy = busy_s(problem, rp, compute, mb, split)
     used = len(busy)
     bubble = 1.0 - sum(busy.values()) / (used * iteration_s) if iteration_s > 0 and used else 0.0
     # recomputation adds work, so the bound counts it only when every stage recomputes

@@ -37,7 +37,7 @@ import numpy as np
 
 from solvers.arrays import IntArray
 from solvers.cost.backward_split import weight_grad_fraction
-from solvers.cost.calibrated import retained_share, split_backward_factor
+from solvers.cost.calibrated import group_split_backward, retained_share
 from solvers.cost.comm import allreduce_s, gradient_allreduce_s
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import kept_bytes, shared_copy_bytes, shared_param_stages
@@ -116,7 +116,7 @@ def virtual_pipeline(problem: Problem, compute: ComputeModel, channels: ChannelT
         w = float((group_bwd * share[ops]).sum())
         fwd.append(f)
         bwd.append(b + f if again else b)
-        k = max(split_backward_factor(topo, topo.devices[d].kind) for d in devs)  # 1 uncalibrated
+        k = group_split_backward(topo, devs)  # 1 uncalibrated
         wgt.append(w * k)
         inp.append((b - w) * k + (f if again else 0.0))
     ranks = schedule.ranks
