@@ -103,7 +103,7 @@ def test_workers_killed_at_random_lose_no_job(tmp_path: Path) -> None:
         log = tmp_path / "workers.log"
         workers = [start_worker(env, 2, log) for _ in range(3)]
         gid, tid = api.graph(), api.topology()
-        ids = [api.submit(gid, tid, "sleepy", options=SLEEPY)["id"] for _ in range(100)]
+        ids = [api.submit(gid, tid, "sleepy", options=SLEEPY, cache=False)["id"] for _ in range(100)]
         db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
         kills = 0
 
@@ -140,7 +140,7 @@ def test_redis_restarted_mid_run_every_job_finishes(tmp_path: Path) -> None:
         db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
         try:
             gid, tid = api.graph(), api.topology()
-            ids = [api.submit(gid, tid, "sleepy", options=SLEEPY)["id"] for _ in range(24)]
+            ids = [api.submit(gid, tid, "sleepy", options=SLEEPY, cache=False)["id"] for _ in range(24)]
 
             def finished() -> int:
                 with db.session(read_only=True) as s:
