@@ -1,7 +1,8 @@
 """Calibration on CPU: run many plans, fit on a third, predict the rest (docs/cost-model.md "Calibration").
 
 ``.venv/bin/python -m bench.bench_calibration [--out DIR] [--models gpt2,bert,vit] [--solvers ...]
-[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--profile-steps 1] [--limit N] [--cores N] [--deadline-s S]``:
+[--micro-batches 1,2,4] [--procs 2,3,4] [--steps 8] [--profile-steps 1] [--limit N] [--cores N] [--deadline-s S]
+[--repeat K]``:
 
 1. ``placer profile --example MODEL`` (small sizes, see ``MODELS``; micro-batch of ``--batch`` rows,
    one thread) for every model;
@@ -13,7 +14,8 @@
 4. every plan's bundle under ``torchrun --standalone`` (gloo, ``OMP_NUM_THREADS=1``, one process per
    device) for ``--steps`` iterations, 2 warm-up, ``--profile-steps`` profiled (1 by default): its ``run.json``;
    one plan at a time, or with ``--cores N`` side by side on N cores, each rank pinned to a core of
-   its own (bench/pinned.py), none started that would end after ``--deadline-s``;
+   its own (bench/pinned.py), none started that would end after ``--deadline-s``; with ``--repeat K``
+   every plan K times, in rounds, and a plan's measured iteration is the median over its runs;
 5. fit a calibration on every third run (``fit_calibration``; it prints what the runs do not determine
    and each run's profiler ratio), predict the others with and without it, and print per held-out plan the measured and predicted iteration and the largest per-rank
    memory error; then the median relative error of the iteration time, the Spearman rank correlation
@@ -28,6 +30,7 @@ import io
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -177,16 +180,20 @@ def expected_run_s(plan: Path, steps: int) -> float:
     return 12.0 + 2.0 * (steps + 1) * float(metrics.get("iteration_s") or metrics.get("objective_s") or 1.0)
 
 
-def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int, profile_steps: int = 1) -> Path | None:
-    """The plan's ``run.json``, run here unpinned; None when the launcher refuses the plan (the reason printed)."""
-    folder, devices = bundle(out, plan, graph, topo)
-    if (folder / "run.json").exists():
-        return folder / "run.json"
-    print(f"running {plan.stem} at load average {os.getloadavg()}", flush=True)
+def run_plan(out: Path, plan: Path, graph: Path, topo: Path, steps: int, profile_steps: int = 1,
+             k: int = 1) -> Path | None:
+    """The ``run.json`` of the plan's ``k``-th run (:func:`repeat_folder`), run here unpinned (a first run found in
+    ``out`` is reused); None when the launcher refuses the plan (the reason printed)."""
+    built, devices = bundle(out, plan, graph, topo)
+    found = built.parent / (built.name if k == 1 else f"{built.name}{REPEAT_MARK}{k}") / "run.json"
+    if found.exists():
+        return found
+    name, folder = repeat_folder(built, k)
+    print(f"running {name} at load average {os.getloadavg()}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(torchrun_argv(devices, launch_args(steps, profile_steps=profile_steps)), cwd=folder, env=env, capture_output=True,
                           text=True, timeout=900, check=False)
-    return run_result(plan.stem, folder, done.returncode, done.stdout + done.stderr)
+    return run_result(name, folder, done.returncode, done.stdout + done.stderr)
 
 
 Case = tuple[str, RunRecord, Any, Any, Any]
@@ -201,18 +208,61 @@ def rel(pred: float, measured: float) -> float:
     return abs(pred / measured - 1.0)
 
 
+REPEAT_MARK = "~r"  # a plan's K-th run (K >= 2) is named PLAN~rK; its first run is named PLAN
+
+
+def plan_name(run_name: str) -> str:
+    """The plan a run belongs to: ``PLAN`` for ``PLAN`` and ``PLAN~rK``."""
+    return run_name.split(REPEAT_MARK)[0]
+
+
+def by_plan(cases: list[Case]) -> list[tuple[str, list[Case]]]:
+    """The runs grouped by plan, plans by name, each plan's runs in name order (its first run first)."""
+    groups: dict[str, list[Case]] = {}
+    for case in sorted(cases, key=lambda c: c[0]):
+        groups.setdefault(plan_name(case[0]), []).append(case)
+    return sorted(groups.items())
+
+
+def measured_iteration_s(runs: list[Case]) -> float:
+    """The plan's measured iteration: the median over its runs of each run's median iteration."""
+    return statistics.median(float(c[1].summary["iteration_s"]) for c in runs)
+
+
+def spread(runs: list[Case]) -> str:
+    """The plan's runs' iterations, lowest to highest in ms with the count (empty for one run)."""
+    its = sorted(float(c[1].summary["iteration_s"]) for c in runs)
+    return "" if len(its) < 2 else f"{len(its)} runs, {its[0] * 1e3:.1f}-{its[-1] * 1e3:.1f}"
+
+
+def measured_peaks_bytes(runs: list[Case]) -> dict[str, float]:
+    """Per device the median over the plan's runs of the recorded peak memory (devices with a peak)."""
+    peaks: dict[str, list[float]] = {}
+    for c in runs:
+        for device, value in c[1].summary["peak_memory_bytes"].items():
+            if value:
+                peaks.setdefault(device, []).append(float(value))
+    return {d: statistics.median(v) for d, v in peaks.items()}
+
+
+def fitted_third(cases: list[Case]) -> tuple[list[Case], list[tuple[str, list[Case]]]]:
+    """Every third plan by name (all its runs) to fit on, and the other plans with their runs, held out."""
+    groups = by_plan(cases)
+    fit_on = [c for i, (_, runs) in enumerate(groups) if i % 3 == 0 for c in runs]
+    return fit_on, [g for i, g in enumerate(groups) if i % 3 != 0]
+
+
 def fit_and_predict(cases: list[Case], out: Path) -> Calibration | None:
     """Fit on every third case (by name), predict the others with and without the fit; print the table
     and the summary lines (docstring, step 5).  The calibration, or None with fewer than one case."""
-    cases = sorted(cases, key=lambda c: c[0])
     if not cases:
         print("no run finished: nothing to fit")
         return None
-    fit_on = [c for i, c in enumerate(cases) if i % 3 == 0]
-    held = [c for i, c in enumerate(cases) if i % 3 != 0]
+    fit_on, held = fitted_third(cases)
     if not held:
-        print("one plan only: predicting the run it was fitted on (no held-out plan)")
-        held = fit_on
+        print("one plan only: predicting the runs it was fitted on (no held-out plan)")
+        held = by_plan(fit_on)
+    repeated = any(len(runs) > 1 for _, runs in by_plan(cases))
     cal = fit_calibration([c[1] for c in fit_on], [c[2] for c in fit_on], [c[3] for c in fit_on],
                           [c[4] for c in fit_on])
     (out / "calibration.json").write_text(json.dumps(cal.to_document(), indent=1))
@@ -223,15 +273,18 @@ def fit_and_predict(cases: list[Case], out: Path) -> Calibration | None:
     print(json.dumps({k: v.to_dict() for k, v in cal.devices.items()}), json.dumps(
         {k: v.to_dict() for k, v in cal.channels.items()}), f"efficiency {cal.collective_efficiency:.3g}",
         f"memory {cal.memory.to_dict()}", f"step {cal.step.to_dict()}")
-    print("| plan | measured ms | uncalibrated ms | calibrated ms | memory error uncal. | memory error cal. |")
-    print("|---|---|---|---|---|---|")
+    # with repeated runs, "measured" is the median over a plan's runs (each a median of its steps)
+    print("| plan | measured ms | uncalibrated ms | calibrated ms | memory error uncal. | memory error cal. |"
+          + (" runs, ms |" if repeated else ""))
+    print("|---|---|---|---|---|---|" + ("---|" if repeated else ""))
     measured, before, after, mem_before, mem_after = [], [], [], [], []
-    for name, run, graph, topo, plan in held:
-        m = run.summary["iteration_s"]
+    for name, runs in held:
+        _, run, graph, topo, plan = runs[0]
+        m = measured_iteration_s(runs)
         g, t = apply_calibration(graph, topo, cal)
         sim0 = simulate(run_problem(run, graph, topo, plan), plan).metrics
         sim1 = simulate(run_problem(run, g, t, plan), plan).metrics
-        peaks = {k: v for k, v in run.summary["peak_memory_bytes"].items() if v}
+        peaks = measured_peaks_bytes(runs)
         e0 = max(rel(sim0["peak_memory_bytes"][d], v) for d, v in peaks.items())
         e1 = max(rel(sim1["peak_memory_bytes"][d], v) for d, v in peaks.items())
         measured.append(m)
@@ -240,7 +293,7 @@ def fit_and_predict(cases: list[Case], out: Path) -> Calibration | None:
         mem_before.append(e0)
         mem_after.append(e1)
         print(f"| {name} | {m * 1e3:.1f} | {sim0['objective_s'] * 1e3:.1f} | {sim1['objective_s'] * 1e3:.1f} | "
-              f"{e0:.1%} | {e1:.1%} |", flush=True)
+              f"{e0:.1%} | {e1:.1%} |" + (f" {spread(runs) or '1 run'} |" if repeated else ""), flush=True)
     for label, pred, mem in (("uncalibrated", before, mem_before), ("calibrated", after, mem_after)):
         errors = [rel(p, m) for p, m in zip(pred, measured, strict=True)]
         rho = spearmanr(pred, measured).statistic if len(pred) > 2 else float("nan")
@@ -250,11 +303,26 @@ def fit_and_predict(cases: list[Case], out: Path) -> Calibration | None:
     return cal
 
 
+def repeat_folder(folder: Path, k: int) -> tuple[str, Path]:
+    """The name and folder of the plan's ``k``-th run (1: the bundle itself; else a copy of the bundle beside it,
+    without any earlier run's output)."""
+    if k == 1:
+        return folder.name, folder
+    name = f"{folder.name}{REPEAT_MARK}{k}"
+    copy = folder.parent / name
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("run.json", "metrics.json", FAILED_LOG))
+    return name, copy
+
+
 def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, cores: list[int],
-               deadline: float, profile_steps: int = 1) -> list[Case]:
+               deadline: float, profile_steps: int = 1, repeat: int = 1) -> list[Case]:
     """Every (plan, graph, topology) bundle under torchrun, side by side on ``cores`` (each rank on a core of
-    its own, bench/pinned.py); new runs start only while they can end before ``deadline`` (monotonic)."""
-    jobs, where = [], {}
+    its own, bench/pinned.py); new runs start only while they can end before ``deadline`` (monotonic).
+    With ``repeat`` K > 1 every plan runs K times, in rounds (every plan once, then every plan again...), each
+    run in its own copy of the bundle and on the cores the pool gives it then: a deadline cuts the later rounds."""
+    bundles = []
     for plan, graph, topo in items:
         try:
             folder, devices = bundle(out, plan, graph, topo)
@@ -264,11 +332,16 @@ def run_pinned(out: Path, items: list[tuple[Path, Path, Path]], steps: int, core
         if devices > len(cores):
             print(f"skipped {plan.stem}: {devices} processes, {len(cores)} cores", flush=True)
             continue
-        (folder / "run.json").unlink(missing_ok=True)
-        (folder / FAILED_LOG).unlink(missing_ok=True)
-        jobs.append(Job(plan.stem, [], folder, cores=devices, expected_s=expected_run_s(plan, steps), timeout_s=600,
-                        extra_env={"CUDA_VISIBLE_DEVICES": ""}))  # CPU runs (gloo) on a machine with GPUs too
-        where[plan.stem] = (plan, graph, topo, folder)
+        bundles.append((plan, graph, topo, folder, devices))
+    jobs, where = [], {}
+    for k in range(1, repeat + 1):
+        for plan, graph, topo, built, devices in bundles:
+            name, folder = repeat_folder(built, k)
+            (folder / "run.json").unlink(missing_ok=True)
+            (folder / FAILED_LOG).unlink(missing_ok=True)
+            jobs.append(Job(name, [], folder, cores=devices, expected_s=expected_run_s(plan, steps), timeout_s=600,
+                            extra_env={"CUDA_VISIBLE_DEVICES": ""}))  # CPU runs (gloo) on a machine with GPUs too
+            where[name] = (plan, graph, topo, folder)
     cases = []
 
     def done(job: Job) -> None:
@@ -321,6 +394,9 @@ def main() -> None:
                              "(0: all but one; default -1: one plan at a time, unpinned)")
     parser.add_argument("--deadline-s", type=float, default=0.0,
                         help="start no run that would end later than this many seconds after the start (0: none)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every plan this many times, in rounds; a plan's measured iteration is the median "
+                             "over its runs")
     args = parser.parse_args()
     started = time.monotonic()
     deadline = started + args.deadline_s if args.deadline_s > 0 else float("inf")
@@ -335,15 +411,16 @@ def main() -> None:
     print(f"{len(plans)} distinct plans", flush=True)
     if args.cores >= 0:
         items = [(plan, graphs[plan_model(plan)[0]], topology(out, plan_model(plan)[1])) for plan in plans]
-        cases = run_pinned(out, items, args.steps, pool_cores(args.cores), deadline, args.profile_steps)
+        cases = run_pinned(out, items, args.steps, pool_cores(args.cores), deadline, args.profile_steps, args.repeat)
     else:
         cases = []
-        for plan in plans:
-            model, n = plan_model(plan)
-            topo = topology(out, n)
-            record = run_plan(out, plan, graphs[model], topo, args.steps, args.profile_steps)
-            if record is not None:
-                cases.append(load_case(plan.stem, record, graphs[model], topo, plan))
+        for k in range(1, args.repeat + 1):
+            for plan in plans:
+                model, n = plan_model(plan)
+                topo = topology(out, n)
+                record = run_plan(out, plan, graphs[model], topo, args.steps, args.profile_steps, k)
+                if record is not None:
+                    cases.append(load_case(record.parent.name, record, graphs[model], topo, plan))
     fit_and_predict(cases, out)
     print(f"load average {os.getloadavg()}")
 

@@ -10,8 +10,9 @@ one (core 0 stays with this driver); each job runs under ``taskset`` on cores of
 2. solve, one core per solve, side by side: every calibration model, solver, micro-batch count
    (1F1B) and process count (bench_calibration.solve_requests), and every schedule of
    bench/schedule_runs.py at each ``--schedule-micro-batches`` count over 2 processes; distinct plans;
-3. bundles (``placer launcher build``), then every plan under torchrun, side by side on disjoint
-   cores, calibration and schedule plans interleaved so that the deadline cuts both alike; no run
+3. bundles (``placer launcher build``), then every plan under torchrun (``--repeat K``: K times, in
+   rounds), side by side on disjoint cores, calibration and schedule plans interleaved so that the
+   deadline cuts both alike; no run
    starts that would end after the deadline (its expected time: start-up plus twice the simulated
    iterations), and one still running then is stopped;
 4. the calibration fitted on a third of the runs and the rest predicted, uncalibrated beside
@@ -110,7 +111,7 @@ def kept_cases(kept: Path) -> tuple[list[calib.Case], list[calib.Case]]:
     files = kept / "files"
     cal_cases, sched_cases = [], []
     for record in sorted((kept / "runs").glob("*.json")):
-        plan = files / record.name
+        plan = files / f"{calib.plan_name(record.stem)}.json"
         if record.stem.startswith("sched-"):
             graph, topo = files / "schedmodel.json", files / f"topo{sched.PROCESSES}.json"
             sched_cases.append(calib.load_case(record.stem, record, graph, topo, plan))
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule-micro-batches", default="4,8")
     parser.add_argument("--schedule-batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every plan this many times, in rounds, each on the cores the pool gives it then; "
+                             "a plan's measured iteration is the median over its runs")
     parser.add_argument("--solve-time-limit-s", type=float, default=8.0)
     parser.add_argument("--limit", type=int, default=0, help="run at most this many calibration plans (0: all)")
     parser.add_argument("--schedule-limit", type=int, default=0, help="run at most this many schedule plans")
@@ -190,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         items = [(p, graphs[calib.plan_model(p)[0]], calib.topology(out, calib.plan_model(p)[1])) for p in cal_plans]
         sched_items = [(p, sched_graph, calib.topology(out, sched.PROCESSES)) for p in sched_plans]
         # the schedule plans within the first 70 % of the queue: fewer, and each one counts toward the 8
-        cases = calib.run_pinned(out, merge(items, sched_items, 0.7), args.steps, cores, deadline - args.report_s)
+        cases = calib.run_pinned(out, merge(items, sched_items, 0.7), args.steps, cores, deadline - args.report_s,
+                                 repeat=args.repeat)
         names = {p.stem for p in sched_plans}
-        cal_cases = [c for c in cases if c[0] not in names]
-        sched_cases = [c for c in cases if c[0] in names]
-        timed(f"ran {len(cal_cases)} calibration and {len(sched_cases)} schedule plans", started)
+        cal_cases = [c for c in cases if calib.plan_name(c[0]) not in names]
+        sched_cases = [c for c in cases if calib.plan_name(c[0]) in names]
+        timed(f"ran {len(calib.by_plan(cal_cases))} calibration and {len(calib.by_plan(sched_cases))} schedule plans "
+              f"({len(cases)} runs)", started)
         report(cal_cases, sched_cases, out)
         summary = {"calibration_plans": len(cal_cases), "schedule_plans": len(sched_cases), "cores": cores,
                    "wall_s": time.monotonic() - started, "load": os.getloadavg()}
