@@ -67,6 +67,8 @@ class ExactOptions(SolverOptions):
 
     max_ideals: int = Field(default=50_000, ge=2, description="ideal budget: past it the DP is not run")
     max_pairs: int = Field(default=12_000_000, ge=1, description="DP transition budget per (S, R)")
+    default_time_limit_s: float = Field(default=60.0, gt=0.0, description="the time limit when the call and the "
+                                        "problem set none (auto's default)")
 
 
 @dataclass

@@ -291,3 +291,32 @@ def test_relaxation_keeps_every_stage_computing_and_its_bound_honest() -> None:
     assert idle_stages(graph, plan) == [] and idle_stages(graph, whole) == []
     assert plan.stats["bottleneck_lower_bound_s"] == pytest.approx(whole.stats["bottleneck_lower_bound_s"], rel=1e-12)
     assert plan.status == "optimal" and plan.stats["bottleneck_optimal"] is True
+
+
+def test_default_time_limit_applies_when_none_is_given() -> None:
+    """Without a limit from the call or the problem, exact ran unbounded (110 s on a tiny BERT); its
+    default (auto's, 60 s) holds, and when it runs out the best plan so far comes back as ``unknown``."""
+    assert registry.get_solver_class("exact").options_type().default_time_limit_s == 60.0  # type: ignore[attr-defined]
+    problem = _chains_problem(12, 6, 1.0)  # 7^12 ideals: the enumeration alone outlasts the limit
+    assert problem.settings.time_limit_s is None
+    started = time.monotonic()
+    plan = solve(problem, "exact", {"max_ideals": 10**9, "default_time_limit_s": 0.3})
+    assert time.monotonic() - started <= 0.3 + 1.0
+    assert plan.status == "unknown" and plan.stats["partition"] == "even" and plan.stats["exact"] is False
+    assert any("time: the 0.3 s limit ran out while enumerating the ideals" in n for n in plan.notes)
+    resolve_plan(problem, plan)
+    # a limit from the call or the problem wins over the default
+    given = solve(problem, "exact", {"max_ideals": 10**9, "default_time_limit_s": 1000.0}, time_limit_s=0.3)
+    assert any("time: the 0.3 s limit ran out" in n for n in given.notes)
+
+
+def test_time_running_out_in_the_pairs_keeps_the_best_plan_and_no_proof() -> None:
+    """The limit runs out while the DP's pairs are built: that (S, R) is answered by even's split,
+    the plan is valid, and the status is ``unknown`` with the reason, never ``optimal``."""
+    problem = _chains_problem(3, 5, 0.01, heavy=20, stages=4)
+    full = solve(problem, "exact", {"max_ideals": 10**6}, time_limit_s=60)
+    assert full.status == "optimal" and full.stats["exact"] is True
+    plan = solve(problem, "exact", {"max_ideals": 10**6}, time_limit_s=full.stats["ideals_time_s"] + 1e-3)
+    assert plan.status == "unknown" and plan.stats["exact"] is False
+    assert any(n.startswith("time: the ") for n in plan.notes)
+    resolve_plan(problem, plan)
