@@ -57,6 +57,7 @@ def layer_split(problem: Problem, plan: Plan, weights: np.ndarray) -> Plan:
     where = stage_ranks(plan.schedule, ranks, v)
     order = graph.topo_order
     cuts = cut_virtual_stages([weights[order]] * ranks, where)
+    assert cuts is not None  # without compute flags every cut is a candidate
     groups = [plan.stages[where.index(r)].devices for r in range(ranks)]
     stages = tuple(Stage(tuple(graph.ids[k] for k in order[cuts[j]:cuts[j + 1]]), groups[where[j]])
                    for j in range(len(where)))

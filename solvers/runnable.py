@@ -10,16 +10,25 @@ pipelines: a device holding only constants there is a valid choice.
 
 from __future__ import annotations
 
+import numpy as np
+
+from solvers.arrays import BoolArray
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
 
-__all__ = ["does_compute", "idle_stages", "runnable_notes"]
+__all__ = ["computing_ops", "does_compute", "idle_stages", "runnable_notes"]
 
 
 def does_compute(graph: OpGraph, op: str) -> bool:
     """Whether ``op`` computes from the model's inputs (not an input, not a constant)."""
     node = graph.nodes[graph.index[op]]
     return node.op != "input" and not node.constant
+
+
+def computing_ops(graph: OpGraph) -> BoolArray:
+    """Per op position: :func:`does_compute` (a stage computes when it holds one such op)."""
+    inputs = np.fromiter((n.op == "input" for n in graph.nodes), dtype=bool, count=graph.n_ops)
+    return np.asarray(~inputs & ~graph.constant, dtype=bool)
 
 
 def idle_stages(graph: OpGraph, plan: Plan) -> list[int]:

@@ -46,7 +46,8 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
         unknown keys and bad values are refused.
     time_limit_s : float, optional
         Wall-clock budget in seconds; overrides ``problem.settings.time_limit_s``.  ``None``
-        there as well: the solver's own default (``auto``: 60 s).
+        there as well: the solver's ``default_time_limit_s`` option where it has one (``auto``,
+        ``exact``: 60 s), else none.
     progress : callable, optional
         Called with :class:`~solvers.base.ProgressEvent` reports while the solver runs.
 
@@ -89,6 +90,9 @@ def solve(problem: Problem, solver: str = "auto", options: Mapping[str, Any] | N
     budget = Budget(limit)
     cls = registry.solver_for(solver, problem.objective)
     opts = parse_options(cls.options_type, options, cls.name)
+    default_s = getattr(opts, "default_time_limit_s", None)
+    if budget.time_limit_s is None and isinstance(default_s, int | float):  # still counted from the call
+        budget = Budget(float(default_s), budget.started_at)
     settings = base_settings(problem.settings)  # the solver plans GPipe or 1F1B rank groups
     # the same problem object where nothing changes: the simulator then reuses the solver's own result
     base = problem if settings == problem.settings else replace(problem, settings=settings)

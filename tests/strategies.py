@@ -222,10 +222,18 @@ def matrix_topologies(draw: st.DrawFn, max_devices: int = 5) -> Topology:
 
 @st.composite
 def partition_problems(draw: st.DrawFn, max_ops: int = 7, max_stages: int = 3, max_replicas: int = 2,
-                       zero_bytes: bool = False) -> Problem:
+                       zero_bytes: bool = False, idle_ops: bool = False) -> Problem:
     """A throughput problem with fixed ``S`` stages of ``R`` replicas on ``S x R`` identical devices
-    joined by identical channels; memory sometimes binds (the exact DP's home ground)."""
+    joined by identical channels; memory sometimes binds (the exact DP's home ground).  ``idle_ops``:
+    some source ops are model inputs and some ops constants (a stage of those only cannot run)."""
     graph = draw(dag_graphs(min_ops=1, max_ops=max_ops, with_overrides=False))
+    if idle_ops:
+        kinds = [draw(st.sampled_from(["compute", "input", "constant"] if not graph.pred[graph.index[n.id]]
+                                      else ["compute", "compute", "constant"])) for n in graph.nodes]
+        nodes = [Node(n.id, "input" if k == "input" else n.op, 0.0 if k == "input" else n.fwd_s,
+                      0.0 if k == "input" else n.bwd_s, n.param_bytes if k == "compute" else 0.0, n.act_bytes,
+                      constant=k == "constant") for n, k in zip(graph.nodes, kinds, strict=True)]
+        graph = OpGraph.build(graph.name, nodes, list(graph.edges), profiled_batch_size=graph.profiled_batch_size)
     if zero_bytes:
         graph = OpGraph.build(graph.name, list(graph.nodes), [Edge(e.src, e.dst, 0.0) for e in graph.edges],
                               profiled_batch_size=graph.profiled_batch_size)

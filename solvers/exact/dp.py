@@ -8,7 +8,10 @@ For ``S`` stages of ``R`` replicas, with ``t(I \\ I')`` the stage time of
 
 ``T[s][I]`` = the smallest bottleneck of the first ``s`` stages when they hold exactly the ops
 of ideal ``I``; the answer is ``T[S][V]`` and the stages are read back from the argmins.
-Stages are non-empty (``I' ⊊ I``).
+Stages are non-empty (``I' ⊊ I``) and compute: a transition whose stage ``I \\ I'`` holds only
+inputs and constants (:mod:`solvers.runnable`: the runtime cannot run such a stage) is not a
+candidate, so ``T`` ranges over the chains whose every stage holds an op that computes
+(``require_compute=False`` drops that rule, for the relaxation's bound: :mod:`solvers.exact.relax`).
 
 Pruning (a branch-and-bound on an incumbent ``UB``, the warm start's bottleneck in the same
 model, which the optimum cannot exceed): a stage with ``W(U)/R > UB`` is never built, so for
@@ -44,7 +47,8 @@ _TOL = 1e-9
 class Pairs:
     """Every kept transition ``I' -> I`` (stage ``U = I \\ I'``), grouped by ``I`` ascending.
 
-    Per pair ``p``: ``prev[p]`` = ``I'`` (int32), ``time_s[p]`` = stage time,
+    Per pair ``p``: ``prev[p]`` = ``I'`` (int32), ``time_s[p]`` = stage time, ``computes[p]`` = the
+    stage holds an op that computes (``StageModel.computes``),
     ``fixed_bytes[p]`` = ``P(U)·(1 + opt) + work_mem(U) / R``, ``kept_bytes[p]`` = ``kept(U) / R``
     (memory at stage index ``s``: ``fixed + k_s · kept``; both ``None`` when no stage can exceed
     the memory).  Group ``j`` holds pairs ``starts[j] .. starts[j+1] - 1``, all with ``I = heads[j]``.
@@ -54,6 +58,7 @@ class Pairs:
     heads: IntArray
     starts: IntArray
     time_s: FloatArray
+    computes: BoolArray
     fixed_bytes: FloatArray | None
     kept_bytes: FloatArray | None
 
@@ -121,13 +126,14 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
     memory columns are skipped."""
     act = timed_ideal_sums(ideals, model.act_bytes, deadline) if with_memory else np.zeros(ideals.count)
     params = timed_ideal_sums(ideals, model.param_bytes, deadline) if with_memory else np.zeros(ideals.count)
-    if act is None or params is None:
+    computing = timed_ideal_sums(ideals, model.computes.astype(np.float64), deadline)
+    if act is None or params is None or computing is None:
         return None
     sums = _IdealSums(act, params)
     by_work = np.argsort(work_s, kind="stable")
     sorted_work = work_s[by_work]
     limit = upper_s * (1 + _TOL) + 1e-15
-    parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray | None, FloatArray | None]] = []
+    parts: list[_Part] = []
     heads: list[int] = []
     total = 0
     for i in range(1, ideals.count):
@@ -143,8 +149,8 @@ def build_pairs(ideals: Ideals, model: StageModel, work_s: FloatArray, replicas:
         keep = time_s <= limit
         if not keep.any():
             continue
-        parts.append((cands[keep].astype(np.int32), time_s[keep], None if fixed is None else fixed[keep],
-                      None if kept is None else kept[keep]))
+        parts.append((cands[keep].astype(np.int32), time_s[keep], computing[i] - computing[cands[keep]] > 0.5,
+                      None if fixed is None else fixed[keep], None if kept is None else kept[keep]))
         heads.append(i)
         total += int(keep.sum())
         if total > max_pairs:
@@ -184,23 +190,28 @@ def _stage_terms(ideals: Ideals, model: StageModel, work_s: FloatArray, sums: _I
     return time_s, sums.param_bytes[i] - sums.param_bytes[cands] + working / replicas, kept / replicas
 
 
-def _concat(parts: list[tuple[npt.NDArray[np.int32], FloatArray, FloatArray | None, FloatArray | None]],
-            heads: list[int], with_memory: bool) -> Pairs:
+# one head's kept pairs: (prev, time_s, computes, fixed_bytes, kept_bytes)
+_Part = tuple[npt.NDArray[np.int32], FloatArray, BoolArray, FloatArray | None, FloatArray | None]
+
+
+def _concat(parts: list[_Part], heads: list[int], with_memory: bool) -> Pairs:
     empty = np.zeros(0)
     sizes = np.array([len(p[0]) for p in parts], dtype=np.int64)
     starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
-    fixed = [p[2] for p in parts if p[2] is not None]
-    kept = [p[3] for p in parts if p[3] is not None]
+    fixed = [p[3] for p in parts if p[3] is not None]
+    kept = [p[4] for p in parts if p[4] is not None]
     return Pairs(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int32),
                  np.array(heads, dtype=np.int64), starts,
                  np.concatenate([p[1] for p in parts]) if parts else empty,
+                 np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=bool),
                  (np.concatenate(fixed) if fixed else empty) if with_memory else None,
                  (np.concatenate(kept) if kept else empty) if with_memory else None)
 
 
 def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, replicas: int, upper_s: float,
-           capacity_bytes: FloatArray, in_flight: FloatArray) -> DPResult | None:
-    """The recurrence of the module doc; ``None`` when no chain of ``n_stages`` stages is feasible."""
+           capacity_bytes: FloatArray, in_flight: FloatArray, require_compute: bool = True) -> DPResult | None:
+    """The recurrence of the module doc; ``None`` when no chain of ``n_stages`` stages is feasible.
+    ``require_compute=False``: stages of inputs and constants only are candidates too."""
     if pairs.count == 0:
         return None
     full = n_ideals - 1
@@ -216,6 +227,8 @@ def run_dp(pairs: Pairs, n_ideals: int, work_s: FloatArray, n_stages: int, repli
         if s > 1:
             fewer = min(fewer, float(table[full]))
         value = np.maximum(table[pairs.prev], pairs.time_s)
+        if require_compute:
+            value = np.where(pairs.computes, value, np.inf)
         if pairs.fixed_bytes is not None and pairs.kept_bytes is not None:
             fits = pairs.fixed_bytes + in_flight[s - 1] * pairs.kept_bytes <= capacity_bytes[s - 1]
             value = np.where(fits, value, np.inf)

@@ -12,16 +12,19 @@ contiguous partition of the graph, its restriction to the kept ops is a chain of
 reduced graph, and every stage's time and memory in the DP model (:mod:`solvers.exact.stage_model`:
 work, parameters, activations, working memory, bytes in and out) does not grow when ops leave
 it (bytes out of and into a stage only shrink: the added edges carry none), nor depends on the
-stage's index when memory cannot bind (the solver uses the relaxation only then).  A stage made
-only of removed ops vanishes, so the reduced DP's least bottleneck over at most ``S`` non-empty
-stages, ``B' = min_{s <= S} T[s][V']``, is a lower bound on the bottleneck of every contiguous
-partition of the whole graph into ``S`` stages.
+stage's index when memory cannot bind (the solver uses the relaxation only then).  The DP's
+candidates are the partitions whose every stage holds an op that computes (:mod:`solvers.exact.dp`).
+When no removed op computes, every such partition restricts to one of ``S`` stages that each hold
+a kept op that computes, so the reduced DP's ``T[S][V']`` (with the same rule) is a lower bound on
+its bottleneck.  Otherwise a stage may hold no kept op, or only kept ops that do not compute: it
+vanishes or breaks the rule, and the bound is the reduced DP's least bottleneck over at most
+``S`` non-empty stages without the rule, ``B' = min_{s <= S} T[s][V']``.
 
 **Lifting.**  A reduced partition is extended to the whole graph by giving each removed op a stage
 between its predecessors' and its kept descendants' (:func:`lift`); every edge then goes forward
-or stays in its stage, so the stages are contiguous.  When the lifted partition's bottleneck in
-the DP model equals ``B'``, it is optimal for the whole graph; otherwise ``B'`` remains a
-proven lower bound.
+or stays in its stage, so the stages are contiguous, and each keeps its kept op that computes.
+When the lifted partition's bottleneck in the DP model equals the bound, it is optimal for the
+whole graph; otherwise the bound remains a proven lower bound.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from solvers.arrays import FloatArray, IntArray
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.cost.bounds import lower_bound_s
 from solvers.cost.memory import kept_bytes
@@ -51,9 +51,10 @@ from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
-from solvers.partition.even import even_plan
+from solvers.partition.even import balanced_chunks, even_plan
 from solvers.partition.shapes import replicas_fit, sr_candidates
 from solvers.partition.tp import tp_degrees, tp_groups
+from solvers.runnable import computing_ops
 from solvers.simulator import simulate
 
 # the relaxations tried in turn: (the fraction of the whole graph's work under which an op is light,
@@ -66,6 +67,8 @@ class ExactOptions(SolverOptions):
 
     max_ideals: int = Field(default=50_000, ge=2, description="ideal budget: past it the DP is not run")
     max_pairs: int = Field(default=12_000_000, ge=1, description="DP transition budget per (S, R)")
+    default_time_limit_s: float = Field(default=60.0, gt=0.0, description="the time limit when the call and the "
+                                        "problem set none (auto's default)")
 
 
 @dataclass
@@ -77,6 +80,8 @@ class _Best:
     plan: Plan | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     pruned_shapes: int = 0  # tensor-parallel shapes whose bound cannot beat the incumbent
+    idle_candidates: int = 0  # partitions not considered: a stage of inputs and constants only
+    idle_shapes: list[str] = field(default_factory=list)  # shapes with more stages than ops that compute
 
 
 def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: _Best) -> bool:
@@ -109,16 +114,42 @@ def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
         return None
 
 
+def _runnable_split(problem: Problem, computes: BoolArray, n_stages: int) -> IntArray:
+    """``even``'s split with every stage computing: the topological order cut into ``n_stages`` chunks of
+    least heaviest work (:func:`~solvers.partition.even.balanced_chunks`), where each op that does not
+    compute travels with the next op that does (the last ones with the last), so that no chunk holds
+    only inputs and constants.  Needs ``n_stages`` ops that compute."""
+    g = problem.graph
+    order = g.topo_order
+    working = computes[order]
+    weights = (g.fwd_s + (g.bwd_s if problem.training else 0.0))[order]
+    unit = np.minimum(np.cumsum(working) - working, int(working.sum()) - 1)  # the op that computes it joins
+    chunks = balanced_chunks(np.bincount(unit, weights=weights).astype(np.float64), n_stages)
+    chunk_of_unit = np.repeat(np.arange(len(chunks)), [b - a for a, b in chunks])
+    stage_of = np.empty(g.n_ops, dtype=np.int64)
+    stage_of[order] = chunk_of_unit[unit]
+    return stage_of
+
+
 def _warm_start(problem: Problem, model: StageModel, n_stages: int, replicas: int, mb: int,
                 capacity: FloatArray) -> tuple[IntArray, float]:
-    """``even``'s split for (S, R) and its bottleneck in the DP model (``inf`` if it does not fit)."""
+    """``even``'s split for (S, R) (:func:`_runnable_split` where it leaves a stage without compute) and
+    its bottleneck in the DP model (``inf`` if it does not fit)."""
     stage_of = stage_of_plan(problem, even_plan(problem, n_stages, replicas, mb))
-    if int(stage_of.max()) + 1 < n_stages:
-        return stage_of, float("inf")
+    if _idles(model.computes, stage_of, n_stages):
+        stage_of = _runnable_split(problem, model.computes, n_stages)
+    if int(stage_of.max()) + 1 < n_stages or _idles(model.computes, stage_of, n_stages):
+        return stage_of, float("inf")  # not a candidate: no incumbent
     memory = partition_memory_bytes(model, stage_of, n_stages, replicas, in_flight(problem, n_stages, mb))
     if (memory > capacity).any():
         return stage_of, float("inf")
     return stage_of, float(partition_times_s(model, stage_of, n_stages, replicas).max())
+
+
+def _idles(computes: BoolArray, stage_of: IntArray, n_stages: int) -> bool:
+    """Whether some stage of the partition holds no op that computes (``computes[v]``:
+    :func:`solvers.runnable.computing_ops`)."""
+    return n_stages > 1 and bool((np.bincount(stage_of[computes], minlength=n_stages) == 0).any())
 
 
 def _memory_binds(model: StageModel, capacity: FloatArray, replicas: int, n_stages: int,
@@ -189,11 +220,12 @@ class ExactSolver:
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
                  "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget,
-                 "tp_configs_pruned": best.pruned_shapes, **best.stats}
+                 "tp_configs_pruned": best.pruned_shapes, "idle_stage_candidates": best.idle_candidates,
+                 "idle_stage_shapes": best.idle_shapes, **best.stats}
         if best.plan is None:
             return Plan(stages=(), status="infeasible", stats=stats,
-                        notes=("no contiguous partition into the searched (S, R) fits the devices' memory",
-                               *space.notes))
+                        notes=(*_infeasible_notes(model, best, len(configs)), *space.notes,
+                               *(f"{sr}: {why}" for sr, why in over_budget)))
         if len(set(problem.micro_batch_candidates)) > 1 and best.stats.get("simulator_lower_bound_s") is not None:
             best.stats["simulator_lower_bound_s"] = _all_candidates_bound_s(problem, best.plan)
         status, notes, proven = _verdict(best, over_budget, len(configs), space.notes)
@@ -205,6 +237,9 @@ class ExactSolver:
                 shape: _Shape, budget: Budget, best: _Best) -> int | str:
         """Solve one (S, t, R) for every micro-batch count; the pairs built, or why it fell back."""
         n_stages, replicas = shape.stages, shape.replicas
+        if 1 < n_stages > int(base_model.computes.sum()):  # some stage would hold inputs and constants only
+            best.idle_shapes.append(shape.label)
+            return 0
         model = tp_stage_model(problem, base_model, shape.tp, shape.groups)
         place = _Placement(shape.groups if shape.tp > 1 else None, shape.tp)
         if shape.tp > 1 and _cannot_win(problem, model, n_stages, replicas, best):
@@ -229,6 +264,7 @@ class ExactSolver:
                 _consider(problem, warm_of, 1, replicas, mb, warm_s if np.isfinite(warm_s) else None, best, place)
             return 0
         pairs = None
+        free: list[DPResult | None] | None = None  # the relaxation's DP without the compute rule, for its bound
         dp_model = tp_stage_model(problem, space.model, shape.tp, shape.groups, space.kept) \
             if space.kept is not None else model
         deadline = time.monotonic() + budget.remaining_s()
@@ -243,6 +279,11 @@ class ExactSolver:
                     break
                 results = [run_dp(pairs, ideals.count, work, n_stages, replicas, bound, capacity,
                                   in_flight(problem, n_stages, mb)) for mb in mbs]
+                if space.kept is not None and int(dp_model.computes.sum()) < int(base_model.computes.sum()):
+                    # the relaxation left out ops that compute: a stage of the whole graph may compute with
+                    # those alone, so the bound is the DP's without the rule (relax.py)
+                    free = [run_dp(pairs, ideals.count, work, n_stages, replicas, bound, capacity,
+                                   in_flight(problem, n_stages, mb), require_compute=False) for mb in mbs]
                 if bound >= upper or all(r is not None for r in results):
                     break
         if reason is None and ideals is not None and pairs is None and n_stages <= space.problem.graph.n_ops:
@@ -253,10 +294,12 @@ class ExactSolver:
             if ideals is not None and result is not None:
                 stage_of = stage_of_chain(ideals, result.chain)
                 bound_s = result.bottleneck_s
-                if space.kept is not None:  # a relaxation's stages may be fewer: relax.py's bound
+                if space.kept is not None:  # relax.py's bound
                     stage_of = lift(problem.graph, space.kept, stage_of, model.work_s / replicas,
                                     partition_times_s(dp_model, stage_of, n_stages, replicas))
-                    bound_s = min(bound_s, result.fewer_stages_s)
+                    if free is not None:  # a stage of removed ops may vanish: fewer stages, without the rule
+                        loose = free[k]
+                        bound_s = min(bound_s, *(() if loose is None else (loose.bottleneck_s, loose.fewer_stages_s)))
                 _consider(problem, stage_of, n_stages, replicas, mb, bound_s, best, place)
             else:
                 _consider(problem, warm_of, n_stages, replicas, mb, None, best, place)
@@ -356,6 +399,19 @@ def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     return per_sample * plan.micro_batches
 
 
+def _infeasible_notes(model: StageModel, best: _Best, n_configs: int) -> list[str]:
+    """Why no plan came back: stages without compute (docs/launcher.md), else memory."""
+    notes = []
+    if best.idle_shapes:
+        notes.append(f"stages: the graph has {int(model.computes.sum())} ops that compute (not inputs or constants), "
+                     f"fewer than the stages of {', '.join(best.idle_shapes)}: a stage without compute is not a stage")
+    if best.idle_candidates or len(best.idle_shapes) < n_configs:
+        notes.append("no contiguous partition into the searched (S, R) both fits the devices' memory and gives "
+                     "every stage an op that computes" + (f" ({best.idle_candidates} left a stage with inputs and "
+                                                          "constants only)" if best.idle_candidates else ""))
+    return notes
+
+
 def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
              ) -> tuple[Status, tuple[str, ...], dict[str, Any]]:
     """The plan's status, notes and the stats naming what ``optimal`` proves (docs/exact.md,
@@ -376,8 +432,8 @@ def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, sp
     if best.stats.get("bottleneck_optimal"):
         bound = best.stats["bottleneck_lower_bound_s"]
         notes.append(f"optimal for the bottleneck stage time ({bound:.6g} s, proven by the DP) among the contiguous "
-                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas; the "
-                     "iteration time is not proven optimal")
+                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas whose every "
+                     "stage computes; the iteration time is not proven optimal")
         return "optimal", tuple(notes), {"optimal_objective": "bottleneck_stage_s", "optimal_bound_s": bound}
     return "feasible", tuple(notes), {}
 
@@ -387,6 +443,9 @@ def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int
     """Simulate one candidate partition (consecutive mapping, of tensor-parallel groups when
     ``place.groups``) and keep it if it is the best (a tie keeps the earlier, lower degree)."""
     if int(stage_of.max()) + 1 != n_stages:
+        return
+    if _idles(computing_ops(problem.graph), stage_of, n_stages):
+        best.idle_candidates += 1  # a stage of inputs and constants only is not a stage
         return
     plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb, place.groups)
     metrics = _simulate(problem, plan)

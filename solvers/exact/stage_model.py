@@ -29,11 +29,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from solvers.arrays import FloatArray, IntArray
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, held_micro_batches, kept_bytes, stage_device_bytes
 from solvers.model.problem import Problem
 from solvers.partition.tp import split_op_costs
+from solvers.runnable import computing_ops
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ class StageModel:
     ``work_s[v]``: least per-micro-batch time of op ``v`` on one device; ``param_bytes[v]``
     (already times ``1 + opt``); ``act_bytes[v]``; ``working_bytes[v]``
     (``max(mem_fwd, mem_bwd)``); edges sorted by source: ``src``, ``dst``, ``edge_bytes``;
-    ``bandwidth_Bps`` / ``latency_s``: the fastest channel; ``training``, ``recompute``.
+    ``bandwidth_Bps`` / ``latency_s``: the fastest channel; ``training``, ``recompute``;
+    ``computes[v]``: op ``v`` computes from the model's inputs (:func:`solvers.runnable.computing_ops`:
+    a stage needs one).
     """
 
     work_s: FloatArray
@@ -57,6 +60,7 @@ class StageModel:
     latency_s: float
     training: bool
     recompute: bool
+    computes: BoolArray
 
     @property
     def has_traffic(self) -> bool:
@@ -90,7 +94,8 @@ def stage_model(problem: Problem) -> StageModel:
         working_bytes=np.asarray(np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes), dtype=np.float64),
         src=np.asarray(g.edge_src[order], dtype=np.int64), dst=np.asarray(g.edge_dst[order], dtype=np.int64),
         edge_bytes=np.asarray(g.edge_bytes[order], dtype=np.float64),
-        bandwidth_Bps=bw, latency_s=lat, training=problem.training, recompute=problem.settings.recomputes)
+        bandwidth_Bps=bw, latency_s=lat, training=problem.training, recompute=problem.settings.recomputes,
+        computes=computing_ops(g))
 
 
 def tp_stage_model(problem: Problem, model: StageModel, t: int, groups: list[list[int]],

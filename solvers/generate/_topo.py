@@ -8,15 +8,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from solvers.generate.devices import GiB, device_spec
+from solvers.generate.devices import GiB, canonical_kind, device_spec
 from solvers.model.topology import Device, Topology
 
 FloatMatrix = npt.NDArray[np.float64]
 
 
 def gpus(hosts: Sequence[str], kind: str, memory_gib: float, speed: float) -> list[Device]:
-    """Devices ``gpu0, gpu1, ...``; ``hosts[i]`` is the host of device ``i``."""
-    return [Device(f"gpu{i}", kind, host, float(memory_gib * GiB), float(speed)) for i, host in enumerate(hosts)]
+    """Devices ``gpu0, gpu1, ...`` (``cpu0, cpu1, ...`` of kind ``cpu``) of the table's spelling of ``kind``;
+    ``hosts[i]`` is the host of device ``i``."""
+    kind = canonical_kind(kind)
+    prefix = "cpu" if kind == "cpu" else "gpu"
+    return [Device(f"{prefix}{i}", kind, host, float(memory_gib * GiB), float(speed)) for i, host in enumerate(hosts)]
 
 
 DEFAULT_DEVICE = "H100"

@@ -1,6 +1,8 @@
 """Device table used by the generators: peak throughput, memory and achieved efficiency.
 
-Peak figures are the vendors' datasheet numbers (dense, no sparsity).  ``fp16_flops`` is the
+Peak figures are the vendors' datasheet numbers (dense, no sparsity); ``cpu`` is one server CPU
+socket, the figures of ``placer extract``'s estimate for ``--device-kind cpu`` (docs/generators.md
+gives their derivation).  ``fp16_flops`` is the
 tensor-core rate with FP32 accumulation where the part has tensor cores, ``fp32_flops`` the
 plain FP32 rate; ``mem_Bps`` is the device-memory bandwidth.  Generated op times are a roofline
 estimate: ``max(flops / (peak * efficiency), bytes_moved / (mem_Bps * mem_efficiency))``
@@ -47,6 +49,9 @@ DEVICES: dict[str, DeviceSpec] = {
         DeviceSpec("RTX3060Ti", 32.4 * _T, 16.2 * _T, 448 * GB, 8 * GiB),
         DeviceSpec("A100", 312.0 * _T, 19.5 * _T, 2039 * GB, 80 * GiB),
         DeviceSpec("H100", 989.0 * _T, 67.0 * _T, 3350 * GB, 80 * GiB),
+        # 32 cores x 2 GHz x 32 FP32 FLOP/cycle (one AVX-512 FMA unit), no faster half precision;
+        # 8 channels of DDR4-3200; 8 x 32 GiB DIMMs (docs/generators.md)
+        DeviceSpec("cpu", 2.0 * _T, 2.0 * _T, 200 * GB, 256 * GiB),
     )
 }
 
@@ -62,6 +67,12 @@ def device_spec(kind: str) -> DeviceSpec:
             return spec
     raise InvalidInput(f"device: unknown device kind {kind!r} (known: {', '.join(DEVICES)})",
                        field="device", ref=kind)
+
+
+def canonical_kind(kind: str) -> str:
+    """The table's spelling of ``kind`` (``h100`` -> ``H100``, ``CPU`` -> ``cpu``), or ``kind`` as given
+    when the table does not know it: a topology's kinds must match a graph's ``times`` keys exactly."""
+    return next((name for name in DEVICES if name.lower() == kind.lower()), kind)
 
 
 def relative_speed(kind: str, reference: str, dtype_bytes: int = 2) -> float:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from solvers.arrays import FloatArray, IntArray
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.cost.comm import group_transfer_s
 from solvers.cost.compute import ComputeModel
 from solvers.model.errors import InvalidProblem
@@ -36,6 +36,7 @@ from solvers.model.settings import ONE_STAGE_PER_RANK, ProblemSettings
 from solvers.model.topology import Topology
 from solvers.partition.cut_positions import cheapest_positions, crossing_bytes
 from solvers.partition.schedule_estimates import CandidateEstimates
+from solvers.runnable import computing_ops
 from solvers.simulator import simulate, simulated_key_s
 from solvers.validity import problem_for_plan
 
@@ -90,7 +91,8 @@ def schedule_candidates(settings: ProblemSettings, ranks: int, n_ops: int, micro
 
 def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int],
                        send_s: Sequence[tuple[FloatArray, FloatArray]] | None = None,
-                       positions: Sequence[int] | IntArray | None = None) -> list[int]:
+                       positions: Sequence[int] | IntArray | None = None,
+                       computes: BoolArray | None = None) -> list[int] | None:
     """Cut ops ``0 .. n-1`` (in this order) into ``len(stage_rank)`` non-empty contiguous stages, stage ``j``
     timed by ``weights_s[stage_rank[j]]`` (per op, on its rank's group) plus, with ``send_s``, the transfers
     at its ends: ``send_s[j] = (down, up)``, ``down[e]`` the time to send what crosses position ``e`` to
@@ -105,8 +107,11 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
 
     ``positions``: the cut positions allowed between ``1`` and ``n - 1`` (default: all), at least
     ``n_stages - 1`` of them; fewer make the programmes ``O(S k^2)`` for ``k`` positions.
+    ``computes[i]``: op ``i`` computes (:func:`solvers.runnable.computing_ops`); with it, a stage without
+    such an op is not a candidate (the runtime cannot run it).
 
-    Returns the ``n_stages + 1`` cut positions (``0`` first, ``n`` last).
+    Returns the ``n_stages + 1`` cut positions (``0`` first, ``n`` last), or ``None`` when every cut leaves
+    a stage without compute.
     """
     n, n_stages = len(weights_s[0]), len(stage_rank)
     inner = np.arange(1, n) if positions is None else np.unique(np.asarray(positions, dtype=np.int64))
@@ -119,6 +124,9 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
     zeros = np.zeros(k)
     # [a, b]: inf where the stage from points[a] to points[b] would be empty, else 0
     empty = np.where(np.arange(k)[:, None] >= np.arange(k)[None, :], np.inf, 0.0)
+    if computes is not None and n_stages > 1:  # and where it would hold no op that computes
+        working = np.concatenate(([0], np.cumsum(computes)))[points]
+        empty = np.where(working[None, :] > working[:, None], empty, np.inf)
     span = {r: prefix[r][None, :] - prefix[r][:, None] + empty for r in set(stage_rank)}  # each rank's once
     costs = []  # costs[j][a, b] = time of stage j over ops points[a] .. points[b] - 1 with its transfers
     for j, r in enumerate(stage_rank):
@@ -129,6 +137,8 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
     worst[0] = 0.0
     for cost in costs:
         worst = np.min(np.maximum(worst[:, None], cost), axis=0)
+    if not np.isfinite(worst[-1]):
+        return None
     limit_s = float(worst[-1]) * (1 + 1e-9) + 1e-300
     best = np.full(k, np.inf)  # best[b] = least sum of squares, every stage within limit_s
     best[0] = 0.0
@@ -144,24 +154,28 @@ def cut_virtual_stages(weights_s: Sequence[FloatArray], stage_rank: Sequence[int
 
 
 def virtual_plan(problem: Problem, plan: Plan, name: str, v: int, recompute: bool,
-                 cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] | None = None) -> Plan:
+                 cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...] | None] | None = None) -> Plan | None:
     """``plan``'s rank groups (its stages' devices, in order) running ``name`` with ``v`` stages each, the ops
     re-cut by :func:`cut_virtual_stages` on each group's forward + backward times (+ forward with
     recomputation) and the transfers between consecutive stages' groups (:func:`~solvers.cost.comm.group_transfer_s`
     of the bytes crossing each cut position).  ``cuts``: stages already cut for a stage-to-group map and
     recomputation flag (schedules with the same map, e.g. interleaved 1F1B and interleaved zero-bubble,
-    share one cut); filled here."""
+    share one cut); filled here.  ``None`` when every cut leaves a stage without compute
+    (:mod:`solvers.runnable`)."""
     where = stage_ranks(name, len(plan.stages), v)
-    stages = None if cuts is None else cuts.get((where, recompute))
-    if stages is None:
+    if cuts is not None and (where, recompute) in cuts:
+        stages = cuts[(where, recompute)]
+    else:
         stages = _cut_stages(problem, plan, where, recompute)
         if cuts is not None:
             cuts[(where, recompute)] = stages
+    if stages is None:
+        return None
     return plan.with_(stages=stages, schedule=name, virtual_stages=v, recompute=recompute, order=None,
                       claimed_objective_s=None, lower_bound_s=None)
 
 
-def _cut_stages(problem: Problem, plan: Plan, where: tuple[int, ...], recompute: bool) -> tuple[Stage, ...]:
+def _cut_stages(problem: Problem, plan: Plan, where: tuple[int, ...], recompute: bool) -> tuple[Stage, ...] | None:
     scored = problem_for_plan(problem, plan)
     graph, topo = scored.graph, scored.topology
     groups = [[topo.index[d] for d in stage.devices] for stage in plan.stages]
@@ -176,7 +190,10 @@ def _cut_stages(problem: Problem, plan: Plan, where: tuple[int, ...], recompute:
     for j in range(len(where) - 1):
         here, there = groups[where[j]], groups[where[j + 1]]
         send.append((_linear_transfer_s(topo, here, there, crossing), _linear_transfer_s(topo, there, here, crossing)))
-    cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where), np.sum(weights, axis=0)))
+    cuts = cut_virtual_stages(weights, where, send, cheapest_positions(crossing, len(where), np.sum(weights, axis=0)),
+                              computing_ops(graph)[order])
+    if cuts is None:
+        return None
     ids = graph.ids
     return tuple(Stage(tuple(ids[k] for k in order[cuts[j]:cuts[j + 1]]), plan.stages[where[j]].devices)
                  for j in range(len(where)))
@@ -262,7 +279,7 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
     stats_estimates = {f"{plan.schedule}/1": own_iteration_s * per_sample} if best is not None else {}
     stats_estimates.update({f"{name}/{v}": est * per_sample for est, _, name, v in estimated})
     first_fit_s: float | None = None
-    cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]] = {}
+    cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...] | None] = {}
     for est, _, name, v in estimated:
         if best is not None and math.isfinite(best[0]) and est * per_sample >= best[0]:
             continue
@@ -296,7 +313,7 @@ def search_schedules(problem: Problem, plan: Plan, solved_on: Problem | None = N
 
 
 def _simulate_candidate(problem: Problem, plan: Plan, name: str, v: int,
-                        cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...]]) -> tuple[float, Plan]:
+                        cuts: dict[tuple[tuple[int, ...], bool], tuple[Stage, ...] | None]) -> tuple[float, Plan]:
     """The simulated key of ``plan`` under ``(name, v)`` and that plan: the solver's stages for ``v = 1``, else
     the re-cut without recomputation, then (where it does not fit and ``recompute`` is unset) with it."""
     if v == 1:
@@ -305,7 +322,10 @@ def _simulate_candidate(problem: Problem, plan: Plan, name: str, v: int,
     recompute = problem.settings.recompute
     key, chosen = math.inf, plan
     for flag in ([False, True] if recompute is None else [recompute is True]):
-        chosen = virtual_plan(problem, plan, name, v, flag, cuts)
+        cut = virtual_plan(problem, plan, name, v, flag, cuts)
+        if cut is None:  # no re-cut gives every stage an op that computes: not a candidate
+            return math.inf, plan
+        chosen = cut
         key = simulated_key_s(problem, chosen)
         if math.isfinite(key):
             break

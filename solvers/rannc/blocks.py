@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.arrays import IntArray
+from solvers.arrays import BoolArray, IntArray
 from solvers.base import Budget
 from solvers.model.problem import Problem
 from solvers.rannc.atomic import AtomicPartition
@@ -14,12 +14,15 @@ from solvers.rannc.coarsen import coarsen
 from solvers.rannc.compact import compact
 from solvers.rannc.groups import AtomicGraph, build_atomic_graph, group_members
 from solvers.rannc.uncoarsen import uncoarsen
+from solvers.runnable import computing_ops
 
 
 @dataclass(frozen=True)
 class BlockPartition:
     """``blocks[j]`` = atomic subcomponents of block ``j`` (blocks in topological order);
-    ``block_ops[j]`` = the ops they hold (a clone counted once per block)."""
+    ``block_ops[j]`` = the ops they hold (a clone counted once per block); ``computes[j]`` = block
+    ``j`` holds an op that computes (:func:`solvers.runnable.computing_ops`) and is not cloned, so
+    any stage holding the block computes (a clone goes to its earliest stage only)."""
 
     blocks: list[IntArray]
     block_ops: list[IntArray]
@@ -27,6 +30,7 @@ class BlockPartition:
     levels: int
     coarsened_groups: int
     moves: int
+    computes: BoolArray
 
     @property
     def k(self) -> int:
@@ -50,4 +54,7 @@ def partition_blocks(problem: Problem, atoms: AtomicPartition, k: int, *, recomp
     for atoms_of_block in blocks:
         ops = np.unique(np.concatenate([atoms.members[a] for a in atoms_of_block.tolist()]))
         block_ops.append(ops[np.argsort(topo[ops], kind="stable")])
-    return BlockPartition(blocks, block_ops, ag, len(levels) - 1, coarsened, moves)
+    single = computing_ops(problem.graph) & np.fromiter((len(h) == 1 for h in atoms.homes), dtype=bool,
+                                                        count=problem.graph.n_ops)
+    computes = np.fromiter((bool(single[ops].any()) for ops in block_ops), dtype=bool, count=len(block_ops))
+    return BlockPartition(blocks, block_ops, ag, len(levels) - 1, coarsened, moves, computes)

@@ -238,7 +238,8 @@ class StageSearch:
         allreduce = self.allreduce_table(cand, recompute)
         out: list[StageSolution] = []
         for charged in (allreduce, None):
-            sol = form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune, charged)
+            sol = form_stage_dp(tables, cand.stages, cand.devices, caps, in_flight, allowed, self.prune, charged,
+                                self.blocks.computes)
             if sol is None or any((sol.bounds, sol.replicas) == (o.bounds, o.replicas) for o in out):
                 continue
             out.append(sol if charged is not None else evaluate_stages(tables, sol.bounds, sol.replicas, allreduce))

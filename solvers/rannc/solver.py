@@ -42,6 +42,19 @@ class RanncOptions(SolverOptions):
     prune_d_min: bool = Field(True, description="the d_min pruning of Algorithm 1")
 
 
+def _infeasible_notes(problem: Problem, blocks: BlockPartition, options: RanncOptions) -> tuple[str, ...]:
+    """Why no plan came back: more stages than blocks that compute (docs/launcher.md), else memory."""
+    working, n_stages = int(blocks.computes.sum()), problem.settings.stages
+    if n_stages is not None and n_stages > working:
+        return (f"stages: {working} of the {blocks.k} blocks hold an op that computes (not inputs or constants), "
+                f"fewer than the {n_stages} stages: a stage without compute is not a stage"
+                + (f" (more blocks than {options.blocks}: option blocks)" if blocks.k >= options.blocks else ""),)
+    if working < blocks.k:
+        return ("no stage partition of the blocks both fits the devices' memory and gives every stage a block that "
+                f"computes ({blocks.k - working} of the {blocks.k} blocks hold only inputs and constants)",)
+    return ("no stage partition of the blocks fits the devices' memory",)
+
+
 def micro_batch_candidates(problem: Problem, options: RanncOptions) -> list[int]:
     """Micro-batch counts Algorithm 2 tries (the problem's when it fixes the global batch: the
     graph is scaled per count, docs/formats.md)."""
@@ -112,9 +125,9 @@ class RanncSolver:
         stats.update(dp_calls=result.dp_calls, plans_simulated=result.simulated,
                      plans_rejected_for_memory=result.rejected, search_s=round(time.perf_counter() - blocks_done, 4),
                      tp=degree)
+        stats["blocks_that_compute"] = int(blocks.computes.sum())
         if result.plan is None or result.chosen is None or result.solution is None:
-            return Plan(stages=(), status="infeasible", stats=stats,
-                        notes=("no stage partition of the blocks fits the devices' memory",))
+            return Plan(stages=(), status="infeasible", stats=stats, notes=_infeasible_notes(problem, blocks, options))
         cand, sol = result.chosen, result.solution
         stats.update(nodes_per_copy=cand.nodes, pipeline_copies=cand.copies, stages=cand.stages,
                      micro_batches=cand.micro_batches, replicas=[r * cand.copies for r in sol.replicas],

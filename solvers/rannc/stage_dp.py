@@ -6,7 +6,9 @@ number of replicas in DP units (the paper's ``d - d'``; the final count is ``r x
 
 Choices where the paper is loose (docs/rannc.md): ``V_{0,b,d}`` is 0 only for ``b = d = 0``
 (no stage may skip blocks or leave devices idle), and at ``s = S`` only ``b = |B|`` and
-``d = D`` are computed (the other cells cannot change ``V_{S,|B|,D}``).
+``d = D`` are computed (the other cells cannot change ``V_{S,|B|,D}``).  Placer's rule: a stage
+must hold a block that computes (``computes``; :mod:`solvers.runnable`: a stage of inputs and
+constants only cannot run), so a range ``(b', b]`` without one is not a candidate stage.
 
 Placer adds one term the paper's ``h`` leaves out (docs/rannc.md, "What the DP charges"): the
 data-parallel gradient all-reduce of a stage's parameters over its replicas, which the
@@ -81,22 +83,29 @@ class StageSolution:
 
 def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes: FloatArray,
                   in_flight: FloatArray, allowed: BoolArray | None = None, prune: bool = True,
-                  allreduce: AllReduceTable | None = None) -> StageSolution | None:
+                  allreduce: AllReduceTable | None = None, computes: BoolArray | None = None) -> StageSolution | None:
     """Algorithm 1: stages and per-stage replica counts minimising max fwd + max bwd.
 
     ``cap_bytes[s]`` / ``in_flight[s]``: usable memory and micro-batches in flight of stage
     ``s`` (0-based); ``allowed[r]``: whether a stage may have ``r`` replicas; ``prune``: the
     ``d_min`` pruning of lines 30-33 (off when ``allowed`` excludes some counts);
     ``allreduce``: the gradient all-reduce per micro-batch added to a stage's backward time
-    (``None``: the paper's ``h``, compute and outbound transfer only).  ``None`` when infeasible.
+    (``None``: the paper's ``h``, compute and outbound transfer only); ``computes[j]``: block
+    ``j + 1`` computes, and every stage must hold one (``None``: every block computes).  ``None``
+    when infeasible.
     """
     S, D, K = n_stages, n_devices, tables.n_blocks
     if S < 1 or S > K or S > D or tables.max_replicas + S - 1 < D:
         return None
     if allowed is None:
         allowed = np.ones(tables.max_replicas + 1, dtype=bool)
-    # d_min pruning assumes that more devices never hurt; a fixed replica count breaks that
-    prune = prune and bool(allowed[1:].all())
+    # working[b] = blocks 1..b that compute: a stage (b', b] computes iff working[b] > working[b']
+    working = np.r_[0, np.cumsum(np.ones(K, dtype=bool) if computes is None else computes)]
+    if working[K] < S:
+        return None
+    # d_min pruning assumes that more devices never hurt; a fixed replica count breaks that, and so
+    # does a cell left empty by the stages' compute rule rather than by the devices
+    prune = prune and bool(allowed[1:].all()) and bool(working[K] == K)
     # V[s, b, d]: best max-fwd + max-bwd of s stages holding blocks 1..b on d devices (inf: none)
     V = np.full((S + 1, K + 1, D + 1), np.inf)
     V[0, 0, 0] = 0.0
@@ -130,7 +139,8 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
             tf = np.maximum(TF[s - 1][cell][:, :, None], f)
             tb = np.maximum(TB[s - 1][cell][:, :, None], bw)
             v = tf + tb
-            ok = ((r_all >= 1) & allowed[r])[None] & np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & np.isfinite(v)
+            ok = (((r_all >= 1) & allowed[r])[None] & np.isfinite(prev) & (mem <= cap_bytes[s - 1]) & np.isfinite(v)
+                  & (working[b] > working[bp])[:, None, None])
             has = ok.any(axis=(0, 1))
             if prune and not has.all():
                 stop = int(np.argmin(has))  # the largest d without a solution: lines 30-33

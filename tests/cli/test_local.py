@@ -271,6 +271,28 @@ def test_solve_and_simulate_warn_about_the_graphs_times(files: dict[str, Path],
     assert code == 0 and "warning" not in out
 
 
+def test_a_generated_cpu_topology_takes_a_cpu_profiled_graph_without_warning(files: dict[str, Path],
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`placer topology generate ... --device cpu` gives devices of kind "cpu", the kind `placer profile
+    --device cpu` records: solve raises no device-kind warning (it did with the generator's GPU kinds)."""
+    topo, plan = files["dir"] / "cpus.json", files["dir"] / "plan.json"
+    code, _, err = run(capsys, "topology", "generate", "hierarchical", "--nodes", "1", "--gpus-per-node", "2",
+                       "--device", "cpu", "-o", str(topo))
+    assert code == 0, err
+    assert {d["kind"] for d in json.loads(topo.read_text())["devices"]} == {"cpu"}
+    doc = json.loads(files["graph"].read_text())
+    doc["attrs"] = {**doc.get("attrs", {}), "profile": {"device": "cpu", "device_kind": "cpu"}}  # as profiled
+    graph = files["dir"] / "profiled.json"
+    graph.write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "solve", "--solver", "even", "--graph", str(graph), "--topology", str(topo),
+                       "--stages", "2", "-o", str(plan))
+    assert code == 0 and "warning" not in out, out
+    assert not json.loads(plan.read_text()).get("warnings")
+    code, out, _ = run(capsys, "solve", "--solver", "even", "--graph", str(graph), "--topology", str(files["topo"]),
+                       "--stages", "2", "-o", str(plan))
+    assert code == 0 and "warning: the graph's times are for device kind 'cpu'" in out  # on the H100s
+
+
 def test_compare_with_a_run_record_says_what_to_do_next(files: dict[str, Path],
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from launcher.compare import stage_forward_s

@@ -71,6 +71,17 @@ def test_general_purpose_generators_default_to_current_hardware(kind: str) -> No
     assert {(d.kind, d.memory_bytes) for d in sized.devices} == {("V100", 16 * 2**30)}
 
 
+@pytest.mark.parametrize("kind", ["hierarchical", "mesh2d", "torus2d", "mesh3d", "torus3d"])
+def test_cpu_devices_match_the_kind_that_placer_profile_records(kind: str) -> None:
+    """``placer profile --device cpu`` records device kind ``cpu``; a generated CPU topology has that kind,
+    spelled as the table does whatever the case given, and the table's memory per socket."""
+    for spelling in ("cpu", "CPU"):
+        topo = generate_topology(kind, device=spelling)
+        assert {(d.kind, d.memory_bytes) for d in topo.devices} == {("cpu", 256 * 2**30)}
+        assert topo.devices[0].id == "cpu0"
+    assert {d.kind for d in generate_topology(kind, device="h100").devices} == {"H100"}
+
+
 def test_paper_testbeds_keep_their_devices() -> None:
     assert {d.kind for d in generate_topology("dgx1").devices} == {"V100"}
     assert {d.kind for d in generate_topology("random_blk_1").devices} == {"V100"}

@@ -67,6 +67,20 @@ def test_cut_balances_equal_ops_and_follows_rank_speed() -> None:
     assert cut_virtual_stages([ones, 2 * ones], stage_ranks("zbv", 2, 2)) == [0, 4, 6, 8, 12]
 
 
+def test_cut_gives_every_stage_an_op_that_computes() -> None:
+    """An input and a constant of no work at the front, and rank 0 ten times slower than rank 1: the
+    balanced cut gives rank 0's first stage the input alone, which the runtime cannot run
+    (solvers.runnable); with the flags every stage holds an op that computes."""
+    weights = np.array([0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    computes = weights > 0
+    where = stage_ranks("interleaved-1f1b", 2, 2)
+    assert cut_virtual_stages([10 * weights, weights], where) == [0, 1, 3, 4, 6]  # stage 0: the input alone
+    cuts = cut_virtual_stages([10 * weights, weights], where, computes=computes)
+    assert cuts is not None
+    assert all(computes[a:b].any() for a, b in pairwise(cuts))
+    assert cut_virtual_stages([weights[:5]] * 2, where, computes=computes[:5]) is None  # 3 ops compute, 4 stages
+
+
 def test_cut_avoids_an_expensive_crossing() -> None:
     ones = np.ones(4)
     costly = np.array([0.0, 0.0, 10.0, 0.0, 0.0])  # cutting after op 1 sends for 10 s
@@ -299,5 +313,6 @@ def test_estimates_are_the_simulated_iterations_of_equal_chains(ranks: int, edge
     assert len(candidates) >= 8
     for name, v in candidates:
         candidate = plan.with_(schedule=name) if v == 1 else schedules.virtual_plan(problem, plan, name, v, False)
+        assert candidate is not None
         simulated = simulate(problem, candidate).metrics["iteration_s"]
         assert estimates.iteration_s(name, v) == pytest.approx(simulated, rel=1e-9 if edge_bytes == 0 else 2e-3), name

@@ -9,10 +9,12 @@ import pytest
 
 from solvers.base import Budget, no_progress
 from solvers.generate import generate_graph, generate_topology
+from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.rannc.allocate import allocate_devices, node_layout
 from solvers.rannc.profile import CostModelProfiler, StageCandidate, StageProfile
 from solvers.rannc.solver import RanncOptions, RanncSolver
+from solvers.runnable import idle_stages
 from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
@@ -204,3 +206,32 @@ def test_demo_problem_is_pipelined_beyond_data_parallelism() -> None:
     # the DP's value carries the all-reduce: within 25 % of the simulated time per micro-batch step
     steps = plan.micro_batches + len(plan.stages) - 1
     assert plan.stats["dp_value_s"] * steps == pytest.approx(plan.metrics["objective_s"], rel=0.25)
+
+
+def _mask_late_problem(stages: int) -> Problem:
+    """A model input, a constant (a mask built from shapes) read only by the last op, an embedding and a
+    head (tests/solvers/parmesan's graph): the input is a block of its own."""
+    nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 1e-3, constant=True),
+             Node("embed", "aten.embedding.default", 1e-3, 1e-3, param_bytes=1e9),
+             Node("head", "aten.linear.default", 1e-3, 1e-3, param_bytes=1e9)]
+    edges = [Edge("x", "embed", 64.0), Edge("mask", "head", 64.0), Edge("embed", "head", 1e9)]
+    return Problem(OpGraph.build("mask-late", nodes, edges, 4),
+                   generate_topology("hierarchical", nodes=1, gpus_per_node=4),
+                   settings=ProblemSettings(micro_batches=(2,), stages=stages, replicas=1, schedule="1f1b"))
+
+
+def test_no_stage_holds_only_inputs_and_constants() -> None:
+    """Stage 0 was the input alone (cheapest in the DP) and the plan came back infeasible (solvers.runnable):
+    a range of blocks without one that computes is not a candidate stage."""
+    problem = _mask_late_problem(2)
+    plan = solve(problem, "rannc", time_limit_s=10)
+    assert plan.status == "feasible", plan.notes
+    assert len(plan.stages) == 2 and idle_stages(problem.graph, plan) == []
+    assert plan.stats["blocks_that_compute"] == 2
+
+
+def test_more_stages_than_blocks_that_compute_is_infeasible_and_says_why() -> None:
+    plan = solve(_mask_late_problem(3), "rannc", time_limit_s=10)
+    assert plan.status == "infeasible" and not plan.stages
+    assert plan.notes[0].startswith("stages: 2 of the 3 blocks hold an op that computes (not inputs or constants), "
+                                    "fewer than the 3 stages")

@@ -43,22 +43,25 @@ def _compositions(total: int, parts: int) -> list[tuple[int, ...]]:
 
 
 def _evaluate(t: StageTables, bounds: tuple[int, ...], reps: tuple[int, ...], caps: np.ndarray,
-              in_flight: np.ndarray) -> float:
+              in_flight: np.ndarray, computes: np.ndarray | None = None) -> float:
     lo, fmax, bmax = 0, 0.0, 0.0
     for s, (hi, r) in enumerate(zip(bounds, reps, strict=True)):
         if t.mem_fixed_bytes[r, lo, hi] + in_flight[s] * t.mem_kept_bytes[r, lo, hi] > caps[s]:
+            return float("inf")
+        if computes is not None and not computes[lo:hi].any():
             return float("inf")
         fmax, bmax = max(fmax, t.fwd_s[r, lo, hi]), max(bmax, t.bwd_s[r, lo, hi])
         lo = hi
     return fmax + bmax
 
 
-def _brute(t: StageTables, S: int, D: int, caps: np.ndarray, in_flight: np.ndarray) -> float:
+def _brute(t: StageTables, S: int, D: int, caps: np.ndarray, in_flight: np.ndarray,
+           computes: np.ndarray | None = None) -> float:
     best = float("inf")
     for sizes in _compositions(t.n_blocks, S):
         bounds = tuple(np.cumsum(sizes).tolist())
         for reps in _compositions(D, S):
-            best = min(best, _evaluate(t, bounds, reps, caps, in_flight))
+            best = min(best, _evaluate(t, bounds, reps, caps, in_flight, computes))
     return best
 
 
@@ -118,6 +121,35 @@ def test_dp_is_feasible_and_bounded_by_brute_force(case: tuple, prune: bool) -> 
         assert _evaluate(t, sol.bounds, sol.replicas, caps, in_flight) == pytest.approx(sol.value_s)
         assert sol.value_s >= best - 1e-9
         assert sol.value_s == pytest.approx(sol.fwd_max_s + sol.bwd_max_s)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(instances(proportional=True, memory=True), st.data())
+def test_every_stage_holds_a_block_that_computes(case: tuple, data: st.DataObject) -> None:  # type: ignore[type-arg]
+    """Blocks of inputs and constants only: no stage made of them alone (solvers.runnable), and the DP
+    is still the brute force's optimum over the stages that obey the rule."""
+    t, S, D, caps, in_flight = case
+    computes = np.asarray(data.draw(st.lists(st.booleans(), min_size=t.n_blocks, max_size=t.n_blocks)))
+    for prune in (False, True):
+        sol = form_stage_dp(t, S, D, caps, in_flight, prune=prune, computes=computes)
+        best = _brute(t, S, D, caps, in_flight, computes)
+        if not np.isfinite(best):
+            assert sol is None
+            continue
+        assert sol is not None and sol.value_s == pytest.approx(best)
+        assert _evaluate(t, sol.bounds, sol.replicas, caps, in_flight, computes) == pytest.approx(sol.value_s)
+
+
+def test_a_stage_of_a_block_without_compute_is_not_a_candidate() -> None:
+    """Block 1 (an input) costs nothing and block 2 sends a large output: the least stage time cuts block 1
+    off alone, which the rule forbids."""
+    t = _tables([0.0, 4.0, 4.0], [0.0, 8.0, 8.0], [0.0] * 3, [0.0] * 3, [0.0, 100.0, 0.0], 1)
+    free = form_stage_dp(t, 2, 2, np.full(2, np.inf), np.asarray([2, 1]))
+    assert free is not None and free.bounds == (1, 3)
+    ruled = form_stage_dp(t, 2, 2, np.full(2, np.inf), np.asarray([2, 1]), computes=np.array([False, True, True]))
+    assert ruled is not None and ruled.bounds == (2, 3)
+    assert form_stage_dp(t, 3, 3, np.full(3, np.inf), np.asarray([3, 2, 1]),
+                         computes=np.array([False, True, True])) is None  # 2 blocks compute, 3 stages
 
 
 def test_fixed_replica_counts_are_respected() -> None:
