@@ -51,7 +51,7 @@ from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
-from solvers.partition.even import balanced_chunks, even_plan
+from solvers.partition.even import even_plan
 from solvers.partition.shapes import replicas_fit, sr_candidates
 from solvers.partition.tp import tp_degrees, tp_groups
 from solvers.runnable import computing_ops
@@ -114,30 +114,11 @@ def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
         return None
 
 
-def _runnable_split(problem: Problem, computes: BoolArray, n_stages: int) -> IntArray:
-    """``even``'s split with every stage computing: the topological order cut into ``n_stages`` chunks of
-    least heaviest work (:func:`~solvers.partition.even.balanced_chunks`), where each op that does not
-    compute travels with the next op that does (the last ones with the last), so that no chunk holds
-    only inputs and constants.  Needs ``n_stages`` ops that compute."""
-    g = problem.graph
-    order = g.topo_order
-    working = computes[order]
-    weights = (g.fwd_s + (g.bwd_s if problem.training else 0.0))[order]
-    unit = np.minimum(np.cumsum(working) - working, int(working.sum()) - 1)  # the op that computes it joins
-    chunks = balanced_chunks(np.bincount(unit, weights=weights).astype(np.float64), n_stages)
-    chunk_of_unit = np.repeat(np.arange(len(chunks)), [b - a for a, b in chunks])
-    stage_of = np.empty(g.n_ops, dtype=np.int64)
-    stage_of[order] = chunk_of_unit[unit]
-    return stage_of
-
-
 def _warm_start(problem: Problem, model: StageModel, n_stages: int, replicas: int, mb: int,
                 capacity: FloatArray) -> tuple[IntArray, float]:
-    """``even``'s split for (S, R) (:func:`_runnable_split` where it leaves a stage without compute) and
-    its bottleneck in the DP model (``inf`` if it does not fit)."""
+    """``even``'s split for (S, R) (:func:`~solvers.partition.even.even_plan`: one where every stage computes, when
+    the graph has that many ops that compute) and its bottleneck in the DP model (``inf`` if it does not fit)."""
     stage_of = stage_of_plan(problem, even_plan(problem, n_stages, replicas, mb))
-    if _idles(model.computes, stage_of, n_stages):
-        stage_of = _runnable_split(problem, model.computes, n_stages)
     if int(stage_of.max()) + 1 < n_stages or _idles(model.computes, stage_of, n_stages):
         return stage_of, float("inf")  # not a candidate: no incumbent
     memory = partition_memory_bytes(model, stage_of, n_stages, replicas, in_flight(problem, n_stages, mb))

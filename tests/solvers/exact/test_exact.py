@@ -259,9 +259,10 @@ def test_more_stages_than_ops_that_compute_is_infeasible_and_says_why(stages: in
 
 
 def test_the_fallback_split_gives_every_stage_work() -> None:
-    """Past the ideal budget each (S, R) falls back to even's split, which here cuts the input and the mask
-    off alone (the split of its heaviest chunk); the fallback, and the DP's warm start, is then even's
-    split over units that each end with an op that computes, so the answer stays a runnable plan."""
+    """Past the ideal budget each (S, R) falls back to even's split.  Its plain cut here takes the input and the
+    mask off alone (the split of its heaviest chunk); even's split is then the one over units that each end
+    with an op that computes (:func:`solvers.partition.even.runnable_split`), for the fallback and the DP's
+    warm start alike, so the answer stays a runnable plan."""
     nodes = [Node("x", "input", 0.0), Node("mask", "aten.ones.default", 0.0, constant=True),
              Node("h1", "aten.linear.default", 5.0, 5.0), Node("h2", "aten.linear.default", 2.5, 2.5),
              Node("h3", "aten.linear.default", 1e-3, 1e-3)]
@@ -270,7 +271,7 @@ def test_the_fallback_split_gives_every_stage_work() -> None:
                       generate_topology("hierarchical", nodes=1, gpus_per_node=4),
                       settings=ProblemSettings(micro_batches=(2,), stages=3, replicas=1, schedule="1f1b"))
     even = solve(problem, "even")
-    assert idle_stages(problem.graph, even) == [0]
+    assert idle_stages(problem.graph, even) == [] and even.status == "feasible"
     plan = solve(problem, "exact", {"max_ideals": 2})
     assert plan.status == "unknown" and plan.stats["partition"] == "even", plan.notes
     assert len(plan.stages) == 3 and idle_stages(problem.graph, plan) == []
