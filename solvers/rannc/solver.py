@@ -42,13 +42,40 @@ class RanncOptions(SolverOptions):
     prune_d_min: bool = Field(True, description="the d_min pruning of Algorithm 1")
 
 
+def _unsplittable_rows(problem: Problem, n_stages: int) -> str | None:
+    """The micro-batch rows searched (as text) when no way to give ``n_stages`` stages replica counts that add
+    up to the device count (or, with ``c`` copies of the pipeline, to its ``c``-th part) has every stage's
+    replicas dividing a micro-batch's rows (docs/formats.md, plan validity), at every micro-batch count
+    searched; ``None`` when some way does (or replicas are fixed)."""
+    devices = problem.topology.n_devices
+    if problem.settings.replicas is not None or n_stages > devices:
+        return None
+    rows = sorted({problem.micro_batch_rows(mb) for mb in problem.micro_batch_candidates})
+    for r in rows:
+        for copies in (c for c in range(1, devices + 1) if devices % c == 0):  # copies of the whole pipeline
+            units = devices // copies
+            reach = {0}  # units the first stages can take, each stage a count whose replicas split r rows
+            for _ in range(n_stages):
+                reach = {u + k for u in reach for k in range(1, units - u + 1) if r % (k * copies) == 0}
+            if units in reach:
+                return None
+    return ", ".join(map(str, rows))
+
+
 def _infeasible_notes(problem: Problem, blocks: BlockPartition, options: RanncOptions) -> tuple[str, ...]:
-    """Why no plan came back: more stages than blocks that compute (docs/launcher.md), else memory."""
+    """Why no plan came back: more stages than blocks that compute (docs/launcher.md), replica counts that
+    cannot split a micro-batch's rows, else memory."""
     working, n_stages = int(blocks.computes.sum()), problem.settings.stages
     if n_stages is not None and n_stages > working:
         return (f"stages: {working} of the {blocks.k} blocks hold an op that computes (not inputs or constants), "
                 f"fewer than the {n_stages} stages: a stage without compute is not a stage"
                 + (f" (more blocks than {options.blocks}: option blocks)" if blocks.k >= options.blocks else ""),)
+    if n_stages is not None and (rows := _unsplittable_rows(problem, n_stages)) is not None:
+        devices = problem.topology.n_devices
+        return (f"stages: {n_stages} stages on {devices} devices give some stage several replicas (RaNNC leaves no "
+                f"device idle), and no split of the {devices} devices into {n_stages} replica counts divides a "
+                f"micro-batch's rows ({rows}) evenly at any micro-batch count searched: set settings.replicas, "
+                "another stage count, or a global batch with more rows per micro-batch",)
     if working < blocks.k:
         return ("no stage partition of the blocks both fits the devices' memory and gives every stage a block that "
                 f"computes ({blocks.k - working} of the {blocks.k} blocks hold only inputs and constants)",)

@@ -10,6 +10,7 @@ import pytest
 from solvers.base import Budget, no_progress
 from solvers.generate import generate_graph, generate_topology
 from solvers.model.graph import Edge, Node, OpGraph
+from solvers.model.plan import Plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.rannc.allocate import allocate_devices, node_layout
 from solvers.rannc.profile import CostModelProfiler, StageCandidate, StageProfile
@@ -235,3 +236,20 @@ def test_more_stages_than_blocks_that_compute_is_infeasible_and_says_why() -> No
     assert plan.status == "infeasible" and not plan.stages
     assert plan.notes[0].startswith("stages: 2 of the 3 blocks hold an op that computes (not inputs or constants), "
                                     "fewer than the 3 stages")
+
+
+def test_a_stage_count_whose_replicas_cannot_split_the_rows_is_named() -> None:
+    """One row per micro-batch and 3 stages on 4 devices: RaNNC leaves no device idle, so some stage would have 2
+    replicas of one row; the note says so (not memory), and fixing the replicas gives a plan."""
+    graph = generate_graph("transformer", layers=4, causal=True, micro_batch=1)
+    topo = generate_topology("hierarchical", nodes=1, gpus_per_node=4)
+
+    def plan_with(**kw: object) -> Plan:
+        settings = ProblemSettings(micro_batches=(4,), schedule="1f1b", **kw)  # type: ignore[arg-type]
+        return solve(Problem(graph, topo, settings=settings), "rannc", time_limit_s=20)
+
+    refused = plan_with(stages=3)
+    assert refused.status == "infeasible" and refused.notes[0].startswith("stages: 3 stages on 4 devices")
+    assert "rows (1)" in refused.notes[0] and "settings.replicas" in refused.notes[0]
+    assert [len(s.devices) for s in plan_with(stages=3, replicas=1).stages] == [1, 1, 1]
+    assert plan_with(stages=2).status == "feasible"  # two copies of a two-stage pipeline
