@@ -210,8 +210,8 @@ def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> lis
         notes.append(f"stage {st.index}: tensor-parallel over tp={tp}, {split} weight(s) split, "
                      f"{len(placements) - split} whole; {edges}")
     if not equal_groups(plan):
-        notes.append("stages of different tp or replica counts: the first device of each group sends every device "
-                     "of the next stage's groups the rows it takes, whole (docs/tensor-parallel.md)")
+        notes.append("stages of different tp or replica counts: device i of a group takes the whole rows it needs "
+                     "from device i mod tp of the neighbouring stage's groups (docs/tensor-parallel.md)")
     return notes
 
 

@@ -19,13 +19,15 @@ one side, a gather on the other); gradients go back the same way.
 - **Tensor-parallel stages** (``stages[s].tp`` = t_s > 1, each stage its own): replica k of stage s is
   the group of t_s devices ``devices[k*t_s:(k+1)*t_s]``, which runs the stage made tensor-parallel over
   a 1-D mesh of its own ranks (:func:`launcher.runtime.tensor_parallel.tensor_parallel_module`, as the
-  equal-groups pipeline runs it).  Its boundary values are whole on every member, so the first member
-  of a sending group sends each member of a receiving group the rows that group takes; backward, every
+  equal-groups pipeline runs it).  Its boundary values are whole, and the same, on every member, so
+  member ``i`` of a receiving group takes its rows from member ``i mod t_a`` of the sending group (the
+  transfers docs/cost-model.md charges: :func:`solvers.cost.comm.transfer_pairs`).  Backward, every
   member of the sending group needs the whole gradient of its rows (each member's output feeds the
-  same DTensor graph), and the receiving group's first member, whose input gradient is whole and the
-  same as every other member's (a replicated DTensor's gradient, summed over the group), sends it to
-  each of them.  Data-parallel sums run per position in the groups, shard by shard; a tied parameter
-  is summed as the whole weight (:func:`sum_tied_gradient`), whichever part each stage holds.
+  same DTensor graph), and the receiving group's input gradient is whole and the same on every member
+  (a replicated DTensor's gradient, summed over the group): member ``i`` of the sending group takes it
+  from member ``i mod t_b``.  Data-parallel sums run per position in the groups, shard by shard; a
+  tied parameter is summed as the whole weight (:func:`sum_tied_gradient`), whichever part each stage
+  holds.
 """
 
 from __future__ import annotations
@@ -195,6 +197,15 @@ class UnevenRunner:
         """The rank of device ``position`` of ``replica``'s tensor-parallel group in ``stage``."""
         return self.ctx.world.rank_of[self.ctx.plan.stages[stage].devices[replica * self.tps[stage] + position]]
 
+    def _peer(self, stage: int) -> int:
+        """The device of a neighbouring ``stage``'s group this device receives from: position ``j mod t``
+        (every device of a group holds the same whole values and input gradients, docs/cost-model.md)."""
+        return self.tp_rank % self.tps[stage]
+
+    def _members(self, stage: int) -> range:
+        """The devices of a neighbouring ``stage``'s group this device sends to: those whose peer it is."""
+        return range(self.tp_rank, self.tps[stage], self.tp)
+
     def _tag(self, mb: int, value: int, backward: bool) -> int:
         return ((mb * 1024 + value) * 2) + int(backward)
 
@@ -237,7 +248,7 @@ class UnevenRunner:
             got = []
             for sender, shape in parts:
                 buf = torch.empty(shape, dtype=meta.dtype, device=self.ctx.world.torch_device)
-                dist.recv(buf, self._rank(s - 1, sender), tag=self._tag(mb, k, False))
+                dist.recv(buf, self._rank(s - 1, sender, self._peer(s - 1)), tag=self._tag(mb, k, False))
                 got.append(buf)
             value = got[0] if len(got) == 1 else torch.cat(got, dim=self.dims[name] or 0)
             out.append(value.requires_grad_(training and value.is_floating_point()))
@@ -254,7 +265,7 @@ class UnevenRunner:
                          for p in pieces(self.ctx.batch, self.widths[s], self.widths[s + 1]) if p.sender == me]
             for receiver, part in sends:
                 sent = part.detach().contiguous()
-                for member in range(self.tps[s + 1]):
+                for member in self._members(s + 1):
                     self.works.append(dist.isend(sent, self._rank(s + 1, receiver, member), tag=self._tag(mb, k, False)))
 
     def _recv_output_grads(self, mb: int, outputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor | None]:
@@ -273,7 +284,7 @@ class UnevenRunner:
             got = []
             for receiver, shape in senders:
                 buf = torch.empty(shape, dtype=value.dtype, device=value.device)
-                dist.recv(buf, self._rank(s + 1, receiver), tag=self._tag(mb, k, True))
+                dist.recv(buf, self._rank(s + 1, receiver, self._peer(s + 1)), tag=self._tag(mb, k, True))
                 got.append(buf)
             if self.dims[name] is None:
                 grads.append(torch.stack(got).sum(0))
@@ -295,7 +306,7 @@ class UnevenRunner:
                          for p in pieces(self.ctx.batch, self.widths[s - 1], self.widths[s]) if p.receiver == me]
             for sender, part in sends:
                 sent = part.contiguous()
-                for member in range(self.tps[s - 1]):
+                for member in self._members(s - 1):
                     self.works.append(dist.isend(sent, self._rank(s - 1, sender, member), tag=self._tag(mb, k, True)))
 
     def _forward(self, mb: int, inputs: dict[str, torch.Tensor], target: torch.Tensor | None, training: bool) -> None:
@@ -308,8 +319,7 @@ class UnevenRunner:
         outputs = tuple(self.module(*args))
         self.fwd_s += time.perf_counter() - started
         if not self.is_last:
-            if self.tp_rank == 0:  # whole on every member of the group: the first one sends
-                self._send_outputs(mb, outputs)
+            self._send_outputs(mb, outputs)
         elif target is not None:
             tgt = target[self._rows(self.stage_index, self.replica, mb)].to(self.ctx.world.torch_device)
             loss = self.ctx.data.loss(outputs, tgt)
@@ -326,7 +336,7 @@ class UnevenRunner:
             pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None and o.requires_grad]
             if pairs:
                 torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        if not self.is_first and self.tp_rank == 0:  # the same on every member: the first one sends
+        if not self.is_first:
             self._send_input_grads(mb, args)
 
     # ---- the runner interface ----------------------------------------------------------------

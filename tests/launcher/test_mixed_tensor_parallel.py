@@ -4,8 +4,9 @@ The uneven runner (launcher/runtime/uneven.py) runs each replica of a stage as a
 made tensor-parallel over a mesh of its own; whole boundary values go from a group's first device to
 every device of the next stage's groups.  One step of GPT-2 (its embedding and LM head tied:
 vocabulary-parallel in one stage, whole in the other) with stage 0 at tp 2 and stage 1 at tp 1, the
-reverse, and Llama at tp 2 then tp 1 run in one 3-process torchrun world; GPT-2 with stage 0 at tp 2
-(one replica) and stage 1 at tp 1 on two replicas in a 4-process world.  Each is compared as
+reverse (also ``--inference``), and Llama at tp 2 then tp 1 run in one 3-process torchrun world; GPT-2 with
+stage 0 at tp 2 (one replica) and stage 1 at tp 1 on two replicas, and at tp 2 x pp 2 under 1F1B with one
+micro-batch, in a 4-process world.  Each is compared as
 ``placer launcher verify`` compares it (:func:`launcher.verify.compare` against the single-process step).
 ``launcher check`` accepts these plans and refuses sequence parallelism with them, naming the stages.
 """
@@ -22,7 +23,7 @@ import pytest
 from launcher.check import check_plan
 from launcher.verify import TOLERANCE, compare, reference_step
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import MODELS, Run, bundle, torchrun_many
+from tests.launcher.conftest import MODELS, Run, assert_close, bundle, reference, torchrun_many
 
 MODELS.setdefault(
     "llama",
@@ -30,33 +31,37 @@ MODELS.setdefault(
 )
 
 
+def plan_document(ops: list[list[str]], shapes: list[tuple[int, int]], **extra: Any) -> dict[str, Any]:
+    """Stage s runs ``ops[s]`` on ``shapes[s] = (tp, replicas)``: that many tensor-parallel groups of ``tp``
+    devices (replica-major), 2 micro-batches, 1F1B."""
+    stages, used = [], 0
+    for run, (tp, replicas) in zip(ops, shapes, strict=True):
+        stages.append({"ops": run, "devices": [f"cpu{used + i}" for i in range(tp * replicas)], "tp": tp})
+        used += tp * replicas
+    return {"format": "placer.plan/v1", "solver": "user", "status": "feasible", "micro_batches": 2,
+            "schedule": "1f1b", "objective": "throughput", "stages": stages, **extra}
+
+
 def mixed_plan(workdir: Path, graph: Path, name: str, shapes: list[tuple[int, int]], **extra: Any) -> Path:
-    """A hand-made plan: the graph's ops cut into ``len(shapes)`` runs of equal length (graph order), stage s on
-    ``shapes[s] = (tp, replicas)``: that many tensor-parallel groups of ``tp`` devices (replica-major), 2
-    micro-batches, 1F1B."""
+    """A hand-made plan of ``shapes`` (:func:`plan_document`): the graph's ops cut into runs of equal length."""
     ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
     cuts = [len(ids) * s // len(shapes) for s in range(len(shapes) + 1)]
-    stages, used = [], 0
-    for s, (tp, replicas) in enumerate(shapes):
-        stages.append({"ops": ids[cuts[s] : cuts[s + 1]], "devices": [f"cpu{used + i}" for i in range(tp * replicas)],
-                       "tp": tp})
-        used += tp * replicas
-    doc = {"format": "placer.plan/v1", "solver": "user", "status": "feasible", "micro_batches": 2,
-           "schedule": "1f1b", "objective": "throughput", "stages": stages, **extra}
     path = workdir / f"{name}.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(plan_document([ids[cuts[s] : cuts[s + 1]] for s in range(len(shapes))], shapes,
+                                             **extra)))
     return path
 
 
-# name -> (model, (tp, replicas) per stage, plan extras); grouped by process count, each group run in one
-# torchrun world
-PLANS: dict[str, tuple[str, list[tuple[int, int]], dict[str, Any]]] = {
-    "gpt2-tp2-tp1": ("gpt2", [(2, 1), (1, 1)], {}),
-    "gpt2-tp1-tp2": ("gpt2", [(1, 1), (2, 1)], {}),
-    "llama-tp2-tp1": ("llama", [(2, 1), (1, 1)], {}),
-    "gpt2-tp2-tp1x2": ("gpt2", [(2, 1), (1, 2)], {}),
+# name -> (model, (tp, replicas) per stage, plan extras, launch.py options); grouped by process count, each
+# group run in one torchrun world
+PLANS: dict[str, tuple[str, list[tuple[int, int]], dict[str, Any], list[str]]] = {
+    "gpt2-tp2-tp1": ("gpt2", [(2, 1), (1, 1)], {}, []),
+    "gpt2-tp1-tp2": ("gpt2", [(1, 1), (2, 1)], {}, []),
+    "llama-tp2-tp1": ("llama", [(2, 1), (1, 1)], {}, []),
+    "gpt2-tp1-tp2-inference": ("gpt2", [(1, 1), (2, 1)], {}, ["--inference"]),
+    "gpt2-tp2-tp1x2": ("gpt2", [(2, 1), (1, 2)], {}, []),
     # equal groups, but 1F1B with fewer micro-batches than stages, which torch's Schedule1F1B refuses
-    "gpt2-tp2-tp2-1mb": ("gpt2", [(2, 1), (2, 1)], {"micro_batches": 1}),
+    "gpt2-tp2-tp2-1mb": ("gpt2", [(2, 1), (2, 1)], {"micro_batches": 1}, []),
 }
 
 
@@ -65,7 +70,7 @@ def mixed_runs(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[
     """Name -> (plan, bundle folder, its run): every plan of :data:`PLANS` checked, bundled and run one step,
     the plans of one process count in one torchrun world."""
     made: dict[int, dict[str, tuple[Path, Path]]] = {}
-    for name, (model, shapes, extra) in PLANS.items():
+    for name, (model, shapes, extra, _) in PLANS.items():
         graph = graphs(model)
         plan = mixed_plan(workdir, graph, name, shapes, **extra)
         report = check_plan(load_plan(plan), load_graph(graph))
@@ -74,7 +79,8 @@ def mixed_runs(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[
         made.setdefault(nproc, {})[name] = (plan, bundle(workdir, plan, graph, nproc, name))
     out: dict[str, tuple[Path, Path, Run]] = {}
     for nproc, plans in sorted(made.items()):
-        runs = torchrun_many([(folder, name, []) for name, (_, folder) in plans.items()], nproc, timeout_s=900)
+        runs = torchrun_many([(folder, name, PLANS[name][3]) for name, (_, folder) in plans.items()], nproc,
+                             timeout_s=900)
         out.update({name: (plan, folder, runs[name]) for name, (plan, folder) in plans.items()})
     return out
 
@@ -124,6 +130,22 @@ def test_llama_tp2_then_tp1_equals_one_process(mixed_runs: dict[str, tuple[Path,
 
 
 @pytest.mark.slow
+def test_gpt2_tp1_then_tp2_inference_gives_the_single_process_outputs(
+    mixed_runs: dict[str, tuple[Path, Path, Run]],
+) -> None:
+    """``launch.py --inference``: both devices of the last stage return the whole outputs."""
+    _, folder, run = mixed_runs["gpt2-tp1-tp2-inference"]
+    assert run.code == 0, run.log[-4000:]
+    _, _, want = reference(folder)
+    assert [s["stage"] for s in run.steps if s["outputs"] is not None] == [1, 1]
+    assert all(s["loss"] is None and not s["grads"] for s in run.steps)
+    for outputs in (s["outputs"] for s in run.steps if s["outputs"] is not None):
+        assert len(outputs) == len(want)
+        for have, expected in zip(outputs, want, strict=True):
+            assert_close(have, expected, "inference output")
+
+
+@pytest.mark.slow
 def test_gpt2_tp2_then_two_tp1_replicas_equals_one_process(mixed_runs: dict[str, tuple[Path, Path, Run]]) -> None:
     """Stage 0's group sends each replica of stage 1 its half of the rows; the tie is summed over the two shards
     and the two whole copies."""
@@ -168,3 +190,27 @@ def test_check_refuses_sequence_parallelism_with_unequal_stages(
     report = check_plan(plan, load_graph(graph))
     assert report.reason is not None and report.reason.startswith(expected), report.reason
     assert check_plan(plan.with_(sequence_parallel=False), load_graph(graph)).ok
+
+
+
+@pytest.mark.parametrize(
+    ("shapes", "extra", "equal"),
+    [
+        ([(2, 1), (1, 2)], {}, False),  # as many devices in each stage, but other groups
+        ([(2, 1), (1, 1)], {}, False),
+        ([(2, 1), (2, 2)], {}, False),
+        ([(2, 1), (2, 1)], {}, True),
+        ([(2, 1), (2, 1)], {"micro_batches": 1}, False),  # torch's Schedule1F1B refuses it
+    ],
+)
+def test_torch_pipeline_stage_runs_only_equal_groups(
+    tmp_path: Path, shapes: list[tuple[int, int]], extra: dict[str, Any], equal: bool
+) -> None:
+    """The other plans run on the uneven runner, whose own sends need no encoding of integer values."""
+    from launcher.runtime.compat import runs_on_pipeline_stage
+    from launcher.tensor_plan import equal_groups
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_document([["a"], ["b"]], shapes, **extra)))
+    plan = load_plan(path)
+    assert equal_groups(plan) is equal and runs_on_pipeline_stage(plan) is equal
