@@ -27,7 +27,7 @@ from launcher.bundle import build_bundle, plan_kind
 from launcher.placement import device_slots
 from launcher.stagemap import schedule_refusal
 from launcher.structure import granularity_depth, model_source, op_stage, structure_digest
-from launcher.tensor_plan import tensor_parallel_degree
+from launcher.tensor_plan import equal_groups, tensor_parallel_degree
 from solvers.model.errors import InvalidInput, InvalidPlan, PlacerError
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, check_one_device_per_op
@@ -188,6 +188,9 @@ def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> lis
     notes = []
     for st in stages:
         tp = plan.stages[st.index].tp
+        if tp == 1:
+            notes.append(f"stage {st.index}: not split (tp=1); full tensors at its boundaries")
+            continue
         head_refusal(st.module, kinds, tp, st.index)
         if plan.sequence_parallel:
             sequence_refusal(st.module, kinds, tp, st.index)
@@ -206,6 +209,9 @@ def _check_tensor_parallel(plan: Plan, reference: Any, stages: list[Any]) -> lis
                  "crossing as 1/tp parts") if plan.sequence_parallel else "full tensors at its boundaries"
         notes.append(f"stage {st.index}: tensor-parallel over tp={tp}, {split} weight(s) split, "
                      f"{len(placements) - split} whole; {edges}")
+    if not equal_groups(plan):
+        notes.append("stages of different tp or replica counts: device i of a group takes the whole rows it needs "
+                     "from device i mod tp of the neighbouring stage's groups (docs/tensor-parallel.md)")
     return notes
 
 

@@ -30,6 +30,7 @@ from torch.distributed.pipelining import PipelineStage
 from launcher.bundle import plan_kind
 from launcher.runtime.boundary_codec import carrier_dtype
 from launcher.stagemap import is_multi_stage
+from launcher.tensor_plan import equal_groups
 from solvers.model.plan import Plan
 
 UPSTREAM_ISSUE = "pytorch/pytorch issue #183024, fixed by PR #183582"
@@ -98,8 +99,7 @@ def runs_on_pipeline_stage(plan: Plan) -> bool:
         return False
     if is_multi_stage(plan.schedule):
         return True
-    widths = {len(s.devices) for s in plan.stages}
-    return len(widths) == 1 and not (plan.schedule == "1f1b" and plan.micro_batches < len(plan.stages))
+    return equal_groups(plan)
 
 
 def carries_gradient(dtype: torch.dtype) -> bool:

@@ -114,14 +114,13 @@ def now() -> float:
 
 
 def make_runner(ctx: LaunchContext) -> Runner:
-    if tensor_parallel_degree(ctx.plan) > 1:  # refused unless the pipeline runner can run it
-        return PipelineRunner(ctx)
+    tensor_parallel_degree(ctx.plan)  # refuses the tensor-parallel plans no runner runs
     if plan_kind(ctx.plan) == "latency":
         return DataflowRunner(ctx)
     if is_multi_stage(ctx.plan.schedule):
         return MultiStageRunner(ctx)  # launcher check refuses what torch's multi-stage classes cannot run
     if not runs_on_pipeline_stage(ctx.plan):
-        return UnevenRunner(ctx)  # replica counts differ, or fewer micro-batches than stages for Schedule1F1B
+        return UnevenRunner(ctx)  # replica counts or tp differ, or fewer micro-batches than stages for Schedule1F1B
     return PipelineRunner(ctx)
 
 
@@ -223,8 +222,9 @@ def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | No
     params = runner.named_parameters()
     grads = {k: full_tensor(p.grad.detach()).cpu() for k, p in params.items() if p.grad is not None}
     local_shapes = {k: list(local_tensor(p).shape) for k, p in params.items()}  # a tensor-parallel shard's own
-    parts = runner.boundary_parts if isinstance(runner, PipelineRunner) else {}  # sequence-parallel boundaries
-    random_seed = runner.random_seed if isinstance(runner, PipelineRunner) else None  # tensor-parallel dropout
+    pipelined = runner if isinstance(runner, (PipelineRunner, UnevenRunner)) else None
+    parts = pipelined.boundary_parts if pipelined else {}  # sequence-parallel boundaries
+    random_seed = pipelined.random_seed if pipelined else None  # tensor-parallel dropout
     torch.save({"loss": loss, "grads": grads, "outputs": None if outputs is None else [o.cpu() for o in outputs],
                 "device": ctx.world.device, "stage": runner.stage_index, "local_shapes": local_shapes,
                 "boundary_parts": parts, "random_seed": random_seed},

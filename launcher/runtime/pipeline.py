@@ -36,15 +36,13 @@ from launcher.runtime.partition import (
 from launcher.runtime.sequence_parallel import sequence_refusal
 from launcher.runtime.tensor_parallel import (
     Crossing,
-    TensorParallelStage,
     dtensor_scope,
     is_sharded,
     op_kinds,
-    parallelize_stage,
-    parameter_placements,
     placed_gradient,
     plan_mesh,
     stage_crossings,
+    tensor_parallel_module,
 )
 from launcher.runtime.tp_random import seed_shared_stream
 from launcher.runtime.weights import materialize, read_targets
@@ -164,8 +162,7 @@ class PipelineRunner:
             if plan.sequence_parallel:
                 sequence_refusal(self.graph.module, kinds, self.tp, self.stage_index)
                 crossings = stage_crossings(stages, sliced.module, kinds, tp_mesh)
-            parallelize_stage(self.graph.module, tp_mesh, parameter_placements(self.graph.module, kinds))
-            inner = TensorParallelStage(
+            inner = tensor_parallel_module(
                 self.graph.module, tp_mesh, kinds, sequence_parallel=plan.sequence_parallel,
                 entering=[crossings.get((self.stage_index - 1, n)) for n in self.graph.inputs],
                 leaving=[crossings.get((self.stage_index, n)) for n in self.graph.outputs])

@@ -173,6 +173,23 @@ def parallelize_stage(module: fx.GraphModule, mesh: DeviceMesh, placements: Mapp
     parallelize_module(module, mesh, {holder: ShardParameters(leaves, made) for holder, leaves in by_holder.items()})
 
 
+def tensor_parallel_module(module: fx.GraphModule, mesh: DeviceMesh, kinds: Mapping[str, str], *,
+                           sequence_parallel: bool = False, entering: Sequence[Crossing | None] = (),
+                           leaving: Sequence[Crossing | None] = ()) -> TensorParallelStage:
+    """A stage graph made tensor-parallel over the 1-D ``mesh``: its weights placed by the rules
+    (:func:`parameter_placements`, :func:`parallelize_stage`) and the graph run on DTensors
+    (:class:`TensorParallelStage`, which takes the other arguments)."""
+    parallelize_stage(module, mesh, parameter_placements(module, kinds))
+    return TensorParallelStage(module, mesh, kinds, sequence_parallel=sequence_parallel, entering=entering,
+                               leaving=leaving)
+
+
+def group_mesh(group: Any, device_type: str) -> DeviceMesh:
+    """The 1-D ``tp`` mesh of one tensor-parallel group (a process group every rank made; its ranks in increasing
+    order, so a device's shard is the one of its place among them)."""
+    return DeviceMesh.from_group(group, device_type, mesh_dim_names=("tp",))
+
+
 def _assert_local_metadata(value: Any, *args: Any, **kwargs: Any) -> None:
     """``aten._assert_tensor_metadata`` (the export's dtype/device check) on a DTensor's local part."""
     torch.ops.aten._assert_tensor_metadata.default(local_tensor(value), *args, **kwargs)

@@ -1,4 +1,5 @@
-"""Throughput plans whose stages have different replica counts (RaNNC): a pipeline on isend/irecv.
+"""Throughput plans whose stages have different replica counts (RaNNC) or tensor-parallel degrees: a pipeline
+on isend/irecv.
 
 ``torch.distributed.pipelining`` pairs each stage with one neighbour; here a stage with R_s
 replicas splits every micro-batch into R_s equal row slices (Parmesan Eq. 3), and between stages
@@ -15,6 +16,18 @@ one side, a gather on the other); gradients go back the same way.
   micro-batch count and the last stage's width, so the input gradients are those of the global
   mean loss; the replicas of a stage then sum their parameter gradients (all-reduce), and a
   parameter that several stages read (tied weights) is summed over all their replicas.
+- **Tensor-parallel stages** (``stages[s].tp`` = t_s > 1, each stage its own): replica k of stage s is
+  the group of t_s devices ``devices[k*t_s:(k+1)*t_s]``, which runs the stage made tensor-parallel over
+  a 1-D mesh of its own ranks (:func:`launcher.runtime.tensor_parallel.tensor_parallel_module`, as the
+  equal-groups pipeline runs it).  Its boundary values are whole, and the same, on every member, so
+  member ``i`` of a receiving group takes its rows from member ``i mod t_a`` of the sending group (the
+  transfers docs/cost-model.md charges: :func:`solvers.cost.comm.transfer_pairs`).  Backward, every
+  member of the sending group needs the whole gradient of its rows (each member's output feeds the
+  same DTensor graph), and the receiving group's input gradient is whole and the same on every member
+  (a replicated DTensor's gradient, summed over the group): member ``i`` of the sending group takes it
+  from member ``i mod t_b``.  Data-parallel sums run per position in the groups, shard by shard; a
+  tied parameter is summed as the whole weight (:func:`sum_tied_gradient`), whichever part each stage
+  holds.
 """
 
 from __future__ import annotations
@@ -25,13 +38,24 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
 
 from launcher.runtime.context import LaunchContext
 from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.partition import StageGraph, parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, slice_model, split_model
+from launcher.runtime.tensor_parallel import (
+    dtensor_scope,
+    group_mesh,
+    is_sharded,
+    op_kinds,
+    placed_gradient,
+    tensor_parallel_module,
+)
+from launcher.runtime.tp_random import seed_shared_stream
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
+from launcher.tensor_plan import replica_count
 from solvers.model.errors import InvalidPlan
 
 
@@ -78,34 +102,77 @@ def batch_dims(ctx: LaunchContext, names: list[str], small: Any) -> dict[str, in
     return out
 
 
+def sum_tied_gradient(param: torch.nn.Parameter, group: dist.ProcessGroup, first: bool) -> None:
+    """Sum a tied parameter's gradient over ``group`` (every device of every stage that reads it) as the whole weight.
+
+    Each device adds its own part into zeros of the whole shape: a shard its rows (the chunk of its place in
+    its tensor-parallel mesh, as DTensor's ``Shard`` cuts it), a whole copy only once per tensor-parallel group
+    (``first``: the group's first device), so that a stage holding the weight by vocabulary rows and one holding
+    it whole add up to the sum over replicas and stages; each device then keeps its part of the sum.
+    """
+    grad = param.grad
+    if grad is None:
+        raise AssertionError("sum_tied_gradient needs a gradient (zeros where the stage gave none)")
+    local = grad.to_local() if isinstance(grad, DTensor) else grad
+    whole = torch.zeros(tuple(param.shape), dtype=local.dtype, device=local.device)
+    placement = param.placements[0] if isinstance(param, DTensor) else None
+    if isinstance(param, DTensor) and isinstance(placement, Shard):
+        mine = whole.chunk(param.device_mesh.size(), placement.dim)[param.device_mesh.get_local_rank()]
+        mine.copy_(local)
+    else:
+        mine = whole
+        if first:
+            mine.copy_(local)
+    dist.all_reduce(whole, group=group)
+    local.copy_(mine)
+
+
 class UnevenRunner:
-    """This rank's replica of its stage, with the row exchanges to the neighbouring stages."""
+    """This rank's replica of its stage (a tensor-parallel group of ``tp`` devices where the stage has one),
+    with the row exchanges to the neighbouring stages."""
 
     def __init__(self, ctx: LaunchContext) -> None:
         self.ctx = ctx
         plan = ctx.plan
-        self.widths = [len(s.devices) for s in plan.stages]
+        self.tps = [st.tp for st in plan.stages]
+        self.widths = [replica_count(plan, s) for s in range(len(plan.stages))]  # replicas (tensor-parallel groups)
         for s, width in enumerate(self.widths):
             if ctx.batch % width:
                 raise InvalidPlan(f"stages[{s}]: the micro-batch of {ctx.batch} rows does not split evenly over "
                                   f"{width} replicas", field=f"stages[{s}].devices")
-        self.stage_index, self.replica = ctx.stage_and_replica()
+        self.stage_index, index = ctx.stage_and_replica()
+        self.tp = self.tps[self.stage_index]
+        self.replica, self.tp_rank = divmod(index, self.tp)
         width = self.widths[self.stage_index]
-        groups = new_groups([[ctx.world.rank_of[d] for d in st.devices] for st in plan.stages])
-        self.dp_group = groups[self.stage_index]
+        rank_of = ctx.world.rank_of
+        # per stage and position j in its groups, the devices at j of every replica: shard j's data-parallel group
+        positions = [(s, j) for s, st in enumerate(plan.stages) for j in range(st.tp)]
+        groups = new_groups([[rank_of[d] for d in plan.stages[s].devices[j::self.tps[s]]] for s, j in positions])
+        self.dp_group = groups[positions.index((self.stage_index, self.tp_rank))]
+        # per replica of a tensor-parallel stage, its group
+        replicas = [(s, k) for s in range(len(plan.stages)) if self.tps[s] > 1 for k in range(self.widths[s])]
+        tp_groups = new_groups([[self._rank(s, k, j) for j in range(self.tps[s])] for s, k in replicas])
         smallest = slice_model(ctx, ctx.batch // max(self.widths))
         mine = slice_model(ctx, ctx.batch // width)
         stages = split_model(ctx, mine)
-        self.tied = TiedGroups(ctx, mine.weights, stages)
+        self.tied = TiedGroups(ctx, mine.weights, stages)  # every device of the stages that read the parameter
         self.aliases = parameter_aliases(mine.weights)
         self.graph: StageGraph = stages[self.stage_index]
         self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
                                               ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
+        self.random_seed: int | None = None
+        if self.tp > 1:
+            mesh = group_mesh(tp_groups[replicas.index((self.stage_index, self.replica))], ctx.world.torch_device.type)
+            inner = tensor_parallel_module(self.graph.module, mesh, op_kinds(mine))
+            # dropout: the group's shared stream, seeded by stage and replica (launcher.runtime.tp_random)
+            self.random_seed = seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)), self.stage_index,
+                                                  self.replica)
         self.module = wrap_stage(inner, self.graph, mine.module, plan.recomputes(self.stage_index), ctx.autocast,
                                  ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)
         self.meta = {n.name: n.meta.get("val") for n in mine.module.graph.nodes}
+        self.boundary_parts: dict[str, dict[str, list[int]]] = {}  # whole values cross: no parts (sequence parallel)
         self.fwd_s = 0.0
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -122,10 +189,22 @@ class UnevenRunner:
         return stage_parameters(self.module, self.aliases)
 
     def counted_parameters(self) -> set[str]:
-        return self.tied.counted(list(self.named_parameters()), self.stage_index, self.replica)
+        """Each parameter once in the world: a shard on every device of its group, a whole one on the first."""
+        mine = [n for n, p in self.named_parameters().items() if self.tp_rank == 0 or is_sharded(p)]
+        return self.tied.counted(mine, self.stage_index, self.replica)
 
-    def _rank(self, stage: int, replica: int) -> int:
-        return self.ctx.world.rank_of[self.ctx.plan.stages[stage].devices[replica]]
+    def _rank(self, stage: int, replica: int, position: int = 0) -> int:
+        """The rank of device ``position`` of ``replica``'s tensor-parallel group in ``stage``."""
+        return self.ctx.world.rank_of[self.ctx.plan.stages[stage].devices[replica * self.tps[stage] + position]]
+
+    def _peer(self, stage: int) -> int:
+        """The device of a neighbouring ``stage``'s group this device receives from: position ``j mod t``
+        (every device of a group holds the same whole values and input gradients, docs/cost-model.md)."""
+        return self.tp_rank % self.tps[stage]
+
+    def _members(self, stage: int) -> range:
+        """The devices of a neighbouring ``stage``'s group this device sends to: those whose peer it is."""
+        return range(self.tp_rank, self.tps[stage], self.tp)
 
     def _tag(self, mb: int, value: int, backward: bool) -> int:
         return ((mb * 1024 + value) * 2) + int(backward)
@@ -169,7 +248,7 @@ class UnevenRunner:
             got = []
             for sender, shape in parts:
                 buf = torch.empty(shape, dtype=meta.dtype, device=self.ctx.world.torch_device)
-                dist.recv(buf, self._rank(s - 1, sender), tag=self._tag(mb, k, False))
+                dist.recv(buf, self._rank(s - 1, sender, self._peer(s - 1)), tag=self._tag(mb, k, False))
                 got.append(buf)
             value = got[0] if len(got) == 1 else torch.cat(got, dim=self.dims[name] or 0)
             out.append(value.requires_grad_(training and value.is_floating_point()))
@@ -185,8 +264,9 @@ class UnevenRunner:
                 sends = [(p.receiver, self._narrow(value, name, *self._local(s, p.lo, p.hi, me), rows))
                          for p in pieces(self.ctx.batch, self.widths[s], self.widths[s + 1]) if p.sender == me]
             for receiver, part in sends:
-                self.works.append(dist.isend(part.detach().contiguous(), self._rank(s + 1, receiver),
-                                             tag=self._tag(mb, k, False)))
+                sent = part.detach().contiguous()
+                for member in self._members(s + 1):
+                    self.works.append(dist.isend(sent, self._rank(s + 1, receiver, member), tag=self._tag(mb, k, False)))
 
     def _recv_output_grads(self, mb: int, outputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor | None]:
         s, me = self.stage_index, self.replica
@@ -204,7 +284,7 @@ class UnevenRunner:
             got = []
             for receiver, shape in senders:
                 buf = torch.empty(shape, dtype=value.dtype, device=value.device)
-                dist.recv(buf, self._rank(s + 1, receiver), tag=self._tag(mb, k, True))
+                dist.recv(buf, self._rank(s + 1, receiver, self._peer(s + 1)), tag=self._tag(mb, k, True))
                 got.append(buf)
             if self.dims[name] is None:
                 grads.append(torch.stack(got).sum(0))
@@ -225,7 +305,9 @@ class UnevenRunner:
                 sends = [(p.sender, self._narrow(grad, name, *self._local(s, p.lo, p.hi, me), rows))
                          for p in pieces(self.ctx.batch, self.widths[s - 1], self.widths[s]) if p.receiver == me]
             for sender, part in sends:
-                self.works.append(dist.isend(part.contiguous(), self._rank(s - 1, sender), tag=self._tag(mb, k, True)))
+                sent = part.contiguous()
+                for member in self._members(s - 1):
+                    self.works.append(dist.isend(sent, self._rank(s - 1, sender, member), tag=self._tag(mb, k, True)))
 
     def _forward(self, mb: int, inputs: dict[str, torch.Tensor], target: torch.Tensor | None, training: bool) -> None:
         if self.is_first:
@@ -271,21 +353,29 @@ class UnevenRunner:
         self.works: list[Any] = []
         self.saved: dict[int, Any] = {}
         self.losses: list[torch.Tensor] = []
-        for kind, mb in self.actions():
-            if kind == "F":
-                self._forward(mb, inputs, target, training=True)
-            else:
-                self._backward(mb)
+        with dtensor_scope(self.tp):  # the backward passes too: plain tensors saved beside DTensors
+            for kind, mb in self.actions():
+                if kind == "F":
+                    self._forward(mb, inputs, target, training=True)
+                else:
+                    self._backward(mb)
         for work in self.works:
             work.wait()
-        for p in self.named_parameters().values():
+        params = self.named_parameters()
+        for p in params.values():
+            if self.tp > 1:
+                p.grad = placed_gradient(p)
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        # the replicas, and the stages sharing a tied parameter, add
-        all_reduce_gradients([(name, p, self.tied.group_of(name) or self.dp_group)
-                              for name, p in self.named_parameters().items()
-                              if self.tied.group_of(name) is not None or self.widths[self.stage_index] > 1],
-                             bucket_bytes=self.ctx.bucket_bytes)
+        # the stages sharing a tied parameter add the whole weight's gradient (in name order on every rank) ...
+        for name in sorted(params):
+            group = self.tied.group_of(name)
+            if group is not None:
+                sum_tied_gradient(params[name], group, first=self.tp_rank == 0)
+        # ... and the replicas add every other one, shard by shard
+        if self.widths[self.stage_index] > 1:
+            all_reduce_gradients([(name, p, self.dp_group) for name, p in params.items()
+                                  if self.tied.group_of(name) is None], bucket_bytes=self.ctx.bucket_bytes)
         if not self.is_last:
             return None
         loss = torch.stack(self.losses).mean()
@@ -296,7 +386,7 @@ class UnevenRunner:
 
     def infer(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         self.works, self.saved, self.losses = [], {}, []
-        with torch.no_grad():
+        with torch.no_grad(), dtensor_scope(self.tp):
             for mb in range(self.ctx.plan.micro_batches):
                 self._forward(mb, inputs, None, training=False)
         for work in self.works:

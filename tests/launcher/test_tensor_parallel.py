@@ -305,16 +305,6 @@ def test_check_refuses_a_sequence_tp_does_not_divide(workdir: Path, graphs: Call
     assert check_plan(plan.with_(sequence_parallel=False), load_graph(graph)).ok  # plain tensor parallelism runs it
 
 
-def test_check_refuses_stages_of_different_tp(workdir: Path, graphs: Callable[[str], Path]) -> None:
-    graph = graphs("gpt2")
-    path = tp_plan(workdir, graph, "gpt2-mixed", 2, 2)
-    doc = json.loads(path.read_text())
-    doc["stages"][1].update(tp=1, devices=["cpu2", "cpu3"])
-    path.write_text(json.dumps(doc))
-    report = check_plan(load_plan(path), load_graph(graph))
-    assert report.reason is not None and report.reason.startswith("stages[1].tp: every stage of a tensor-parallel")
-
-
 def test_launch_refuses_checkpoints_of_tensor_parallel_stages(workdir: Path, graphs: Callable[[str], Path]) -> None:
     from launcher.runtime.main import parse_args, prepare
     from solvers.model.errors import InvalidInput
