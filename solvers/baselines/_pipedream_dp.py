@@ -203,3 +203,52 @@ def flat_dp(chain: LayerChain, n_stages: int, stage_cost: list[FloatArray],
     for s in range(n_stages - 1, 0, -1):
         lasts.append(int(arg[s, lasts[-1]]))
     return float(a[-1, -1]), lasts[::-1]
+
+
+def mixed_flat_dp(n_layers: int, n_stages: int, replicas: int, n_devices: int,
+                  costs: dict[int, tuple[list[FloatArray], list[FloatArray]]]) -> tuple[float, list[int], list[int]] | None:
+    """:func:`flat_dp` with a tensor-parallel degree per stage: ``costs[t]`` = (``stage_cost``, ``cut_cost``) of
+    stages of degree ``t`` (each as in :func:`flat_dp`), and stage ``s`` of degree ``t`` takes ``t x replicas`` of
+    the ``n_devices`` devices.  ``A[s][j][m]`` = best slowest-stage time of layers ``0..j`` in ``s + 1`` stages on
+    ``m`` devices; the stages' degrees are what the recurrence chooses (docs/tensor-parallel.md, "Search").
+    Returns the value, the last layer of every stage and every stage's degree; ``None`` when nothing fits."""
+    n, big = n_layers, n_devices + 1
+    if n_stages > n:
+        return None
+    a = np.full((n_stages, n, big), np.inf)
+    arg = np.full((n_stages, n, big, 2), -1, dtype=np.int64)  # (last layer of stage s - 1, degree of stage s)
+    for t, (stage_cost, _) in costs.items():
+        m = t * replicas
+        if m < big:
+            better = stage_cost[0][0] < a[0, :, m]
+            a[0, better, m] = stage_cost[0][0][better]
+            arg[0, better, m, 1] = t
+    for s in range(1, n_stages):
+        for j in range(s, n):
+            i = np.arange(s - 1, j)  # last layer of the previous stage
+            for t, (stage_cost, cut_cost) in costs.items():
+                used = t * replicas
+                if used >= big:
+                    continue
+                # vals[i, m] for m = used..n_devices: the previous stages on m - used devices
+                prev = a[s - 1][i][:, :big - used]
+                vals = np.maximum(np.maximum(prev, cut_cost[s][i][:, None]), stage_cost[s][i + 1, j][:, None])
+                k = np.argmin(vals, axis=0)
+                best = vals[k, np.arange(vals.shape[1])]
+                cur = a[s, j, used:]
+                better = best < cur
+                cur[better] = best[better]
+                arg[s, j, used:, 0][better] = i[k[better]]
+                arg[s, j, used:, 1][better] = t
+    m = int(np.argmin(a[-1, -1]))
+    if not np.isfinite(a[-1, -1, m]):
+        return None
+    value = float(a[-1, -1, m])
+    lasts, degrees, j = [n - 1], [], n - 1
+    for s in range(n_stages - 1, -1, -1):
+        prev_last, t = (int(x) for x in arg[s, j, m])
+        degrees.append(t)
+        if s:
+            lasts.append(prev_last)
+            j, m = prev_last, m - t * replicas
+    return value, lasts[::-1], degrees[::-1]

@@ -32,7 +32,7 @@ from pydantic import Field
 
 from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions, no_progress
-from solvers.baselines._pipedream_dp import Group, LayerChain, flat_dp, hierarchical_dp, layer_chain
+from solvers.baselines._pipedream_dp import Group, LayerChain, flat_dp, hierarchical_dp, layer_chain, mixed_flat_dp
 from solvers.baselines._pipedream_hier import Group as StateGroup
 from solvers.baselines._pipedream_hier import pipedream_dp
 from solvers.baselines._pipedream_states import AntichainStates, antichain_states
@@ -54,7 +54,7 @@ from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
 from solvers.partition.costs import StageBytes, stage_capacity_bytes, stage_memory_vec
 from solvers.partition.shapes import replicas_fit, sr_candidates
-from solvers.partition.tp import SplitOpCosts, split_op_costs, tp_degrees, tp_groups
+from solvers.partition.tp import SplitOpCosts, allocate_mixed_groups, split_op_costs, tp_degrees, tp_groups
 
 
 class PipeDreamOptions(SolverOptions):
@@ -211,9 +211,13 @@ class PipeDreamSolver:
                                  field=f"settings.pinned.{op}", ref=op)
         fixed_tp = (problem.settings.tp or 1) > 1
         plan = Plan(stages=()) if fixed_tp else self._pipedream(problem, options, budget, progress)
-        split = _flat_tp(problem, options, budget, [t for t in tp_degrees(problem) if t > 1])
+        degrees = list(tp_degrees(problem))
+        split = _flat_tp(problem, options, budget, [t for t in degrees if t > 1])
         if split is not None and (not plan.stages or simulated_scores(problem, split)[0] < simulated_scores(problem, plan)[0]):
             plan = split  # a tie keeps the plan without tensor parallelism
+        mixed = None if fixed_tp else _mixed_tp(problem, options, budget, degrees)
+        if mixed is not None and (not plan.stages or simulated_scores(problem, mixed)[0] < simulated_scores(problem, plan)[0]):
+            plan = mixed  # a tie keeps the plan whose stages share one degree
         if fixed_tp and not plan.stages:
             return Plan(stages=(), status="infeasible", stats=plan.stats,
                         notes=(f"no PipeDream partition with tp {problem.settings.tp} fits the devices' memory",))
@@ -386,6 +390,64 @@ def _flat_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degree
                     stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "tp": t,
                              "micro_batches": mb, "pipedream_dp_objective_s": found[0]}
                     best = (key, value, plan.with_(stats=stats))
+    if best is None:
+        return None
+    return best[2].with_(claimed_objective_s=best[1], stats={**best[2].stats, "tp_candidates": tried})
+
+
+def _mixed_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degrees: list[int]) -> Plan | None:
+    """The flat DP with a tensor-parallel degree per stage (:func:`~solvers.baselines._pipedream_dp.mixed_flat_dp`,
+    docs/tensor-parallel.md, "Search"): each degree's layer times and stage costs as :func:`_flat_tp` makes them
+    (on the consecutive groups of that degree, taken again from the first where a degree has fewer groups than
+    the plan has stages), the recurrence choosing each stage's degree under the device count, the groups of the
+    chosen degrees placed by :func:`~solvers.partition.tp.allocate_mixed_groups`; the fastest per sample by the
+    simulator among the plans whose stages do not all share one degree (those are :func:`_flat_tp`'s), ``None``
+    when none fits."""
+    topo = problem.topology
+    base = layer_chain(problem, options.max_layers)
+    within = problem.settings.tp_within_host
+    chains: dict[int, tuple[LayerChain, list[list[int]]]] = {}
+    for t in degrees:
+        groups = tp_groups(topo, t, within)
+        if groups:
+            chains[t] = (base if t == 1 else _tp_chain(base, split_op_costs(problem, t, groups, slowest=True), problem),
+                         groups)
+    if len(chains) < 2:
+        return None
+    best: tuple[tuple[float, float], float, Plan] | None = None
+    tried = 0
+    for s, r in sr_candidates(problem, base.n_layers, topo.n_devices):
+        if s < 2 or s * r * min(chains) > topo.n_devices:
+            continue
+        for mb in problem.micro_batch_candidates:
+            if (best is not None or tried) and budget.expired():
+                break
+            if not replicas_fit(problem, r, mb):
+                continue
+            costs = {}
+            for t, (chain, groups) in chains.items():
+                cycled = [groups[k % len(groups)] for k in range(s * r)]
+                costs[t] = _flat_costs(problem, chain, s, r, mb, None if t == 1 else cycled)
+            tried += 1
+            found = mixed_flat_dp(base.n_layers, s, r, topo.n_devices, costs)
+            if found is None or len(set(found[2])) < 2:
+                continue
+            placed = allocate_mixed_groups(topo, found[2], r, within)
+            if placed is None:
+                continue
+            stage_of_layer = np.searchsorted(np.array(found[1]), np.arange(base.n_layers), side="left")
+            stage_of = stage_of_layer[base.layer_of].astype(np.int64)
+            order = problem.graph.topo_order
+            stages = tuple(Stage(tuple(problem.graph.nodes[int(v)].id for v in order if stage_of[v] == k),
+                                 tuple(topo.devices[d].id for group in placed[k] for d in group), found[2][k])
+                           for k in range(s))
+            plan = Plan(stages=stages, micro_batches=mb, schedule=problem.settings.own_schedule,
+                        recompute=problem.settings.recomputes, status="feasible")
+            key, value = simulated_scores(problem, plan)
+            if np.isfinite(key[0]) and (best is None or key < best[0]):
+                stats = {"mode": "flat, tp per stage", "layers": base.n_layers, "stages": s, "replicas": r,
+                         "tp": list(found[2]), "micro_batches": mb, "pipedream_dp_objective_s": found[0]}
+                best = (key, value, plan.with_(stats=stats))
     if best is None:
         return None
     return best[2].with_(claimed_objective_s=best[1], stats={**best[2].stats, "tp_candidates": tried})

@@ -94,6 +94,53 @@ def tp_groups(topology: Topology, t: int, within_host: bool = True) -> list[list
     return sorted(groups, key=lambda g: min(g))
 
 
+def allocate_mixed_groups(topology: Topology, degrees: list[int], replicas: int,
+                          within_host: bool = True) -> list[list[list[int]]] | None:
+    """Per stage ``s``, its ``replicas`` disjoint groups of ``degrees[s]`` devices each (a plan whose stages
+    have different tensor-parallel degrees), or ``None`` when the topology cannot hold them all.
+
+    The widest groups are taken first (a wide group needs a host with that many free devices of one kind,
+    and leftovers of narrower groups would fragment them); each is grown along the widest channel from the
+    lowest free device of the host with the fewest free devices that still holds it (:func:`tp_groups`'
+    greedy chain), one device kind per group.  With ``within_host`` false a group that no host holds may
+    take the leftovers of one kind across hosts.  A stage's replicas are then handed out in the order of
+    their first device, stage by stage in order (stage ``s`` of one degree after stage ``s - 1`` of the
+    same degree), so consecutive stages sit on consecutive devices where the degrees allow."""
+    free: dict[tuple[str, str], list[int]] = {}
+    for d, dev in enumerate(topology.devices):
+        free.setdefault((dev.node, dev.kind), []).append(d)
+    made: dict[int, list[list[int]]] = {}
+    for t in sorted(set(degrees), reverse=True):
+        need = replicas * sum(1 for x in degrees if x == t)
+        got: list[list[int]] = []
+        while len(got) < need:
+            pools = [key for key, pool in free.items() if len(pool) >= t]
+            if pools:
+                key = min(pools, key=lambda k: (len(free[k]), free[k][0]))
+                group = _widest_chain(topology, free[key], t)
+                free[key] = [d for d in free[key] if d not in group]
+            elif within_host or t == 1:
+                return None
+            else:
+                kinds: dict[str, list[int]] = {}
+                for (_, kind), pool in free.items():
+                    kinds.setdefault(kind, []).extend(pool)
+                wide = next((pool for _, pool in sorted(kinds.items()) if len(pool) >= t), None)
+                if wide is None:
+                    return None
+                group = _widest_chain(topology, sorted(wide), t)
+                for key in free:
+                    free[key] = [d for d in free[key] if d not in group]
+            got.append(group)
+        made[t] = sorted(got, key=min)
+    taken = {t: 0 for t in made}
+    out = []
+    for t in degrees:
+        out.append(made[t][taken[t]:taken[t] + replicas])
+        taken[t] += replicas
+    return out
+
+
 def expand_groups(place: IntArray, groups: list[list[int]]) -> list[list[int]]:
     """Per stage, its devices replica-major (docs/formats.md) from ``place[s, i]`` = the group index of
     replica ``i`` of stage ``s``."""
