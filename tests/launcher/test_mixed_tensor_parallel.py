@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
+from cli import main as placer
 from launcher.check import check_plan
 from launcher.verify import TOLERANCE, compare, reference_step
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import MODELS, Run, assert_close, bundle, reference, torchrun_many
+from tests.launcher.conftest import MODELS, Run, assert_close, bundle, reference, solve, torchrun_many
 
 MODELS.setdefault(
     "llama",
@@ -214,3 +215,27 @@ def test_torch_pipeline_stage_runs_only_equal_groups(
     path.write_text(json.dumps(plan_document([["a"], ["b"]], shapes, **extra)))
     plan = load_plan(path)
     assert equal_groups(plan) is equal and runs_on_pipeline_stage(plan) is equal
+
+
+MODELS.setdefault("gpt2_wide", ["--example", "gpt2", "--param", "layers=2", "hidden=256", "heads=4", "seq=64",
+                                "vocab=64", "dropout=0"])
+
+
+@pytest.mark.slow
+def test_pipedreams_plan_of_stages_of_different_degrees_verifies(
+        workdir: Path, graphs: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """From the solver to the run: on six CPU devices and 2 micro-batches of 4 rows, `pipedream`'s DP gives
+    its stages different degrees (two replicas of a whole stage, then two of a stage split over 2), and
+    ``placer launcher verify`` runs that plan, as solved, equal to the single-process step."""
+    # the generated CPU host (docs/generators.md): its links make a split stage's all-reduces cost what they do
+    assert placer(["topology", "generate", "hierarchical", "--nodes", "1", "--gpus-per-node", "6", "--device", "cpu",
+                   "-o", str(workdir / "topo6.json")]) == 0
+    graph = graphs("gpt2_wide")
+    plan = solve(workdir, graph, "pipedream", 6, "--micro-batches", "2", "--schedule", "1f1b")
+    doc = json.loads(plan.read_text())
+    assert doc["stats"]["mode"] == "flat, tp per stage" and len({s.get("tp", 1) for s in doc["stages"]}) == 2
+    capsys.readouterr()
+    assert placer(["launcher", "verify", "--plan", str(plan), "--graph", str(graph), "--topology",
+                   str(workdir / "topo6.json"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["missing"] == [] and len(report["differences"]) > 50
