@@ -132,7 +132,8 @@ def get_solver_class(name: str) -> type[Solver]:
     (registered, but its code or an extra is missing here).
     """
     key = name.strip().lower()
-    path = _table().get(key)
+    # a built-in name wins over any entry point (_table), so it needs no scan of the installed distributions
+    path = BUILTIN.get(key) or _table().get(key)
     if path is None:
         raise UnknownSolver(f"unknown solver {name!r}; valid solvers: {', '.join(names())}",
                             field="solver", ref=name)

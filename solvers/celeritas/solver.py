@@ -29,7 +29,7 @@ reported ``infeasible`` with the best-effort count in its notes and stats.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -126,6 +126,9 @@ def _order_and_blevel(tasks: TaskGraph, costs: LatencyCosts, kind: str) -> tuple
                                         f * costs.mean_inv_bandwidth_sPB, topo)
 
 
+ListSchedulers = Sequence[tuple[str, type[Solver]]]  # (name, solver class) of the list schedulers kept
+
+
 class CeleritasSolver:
     name: ClassVar[str] = "celeritas"
     summary: ClassVar[str] = ("Celeritas: CPD-TOPO order, optimal operation fusion (breakpoint DP), "
@@ -134,10 +137,19 @@ class CeleritasSolver:
     options_type: ClassVar[type[SolverOptions]] = CeleritasOptions
     version: ClassVar[str] = "2"
 
-    def __init__(self, list_schedulers: Sequence[tuple[str, type[Solver]]] = ()) -> None:
+    def __init__(self, list_schedulers: ListSchedulers | Callable[[], ListSchedulers] = ()) -> None:
         """``list_schedulers``: ``(name, solver class)`` of the schedulers whose plans compete with
-        Celeritas' own (option ``list_schedulers``), run with their default options."""
-        self.list_schedulers = tuple(list_schedulers)
+        Celeritas' own (option ``list_schedulers``), run with their default options; or a function
+        that returns them, called the first time they are needed (their modules are then imported
+        only by a solve that runs them)."""
+        self._list_schedulers = list_schedulers
+
+    @property
+    def list_schedulers(self) -> tuple[tuple[str, type[Solver]], ...]:
+        """The ``(name, solver class)`` of the list schedulers handed to the solver."""
+        if callable(self._list_schedulers):
+            self._list_schedulers = self._list_schedulers()
+        return tuple(self._list_schedulers)
 
     def solve(self, problem: Problem, options: CeleritasOptions, budget: Budget, progress: ProgressCallback) -> Plan:
         # The solve allocates hundreds of thousands of small containers while tens of thousands live

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -112,20 +112,22 @@ def op_task_graph(problem: Problem) -> TaskGraph:
     cols = [compute.fwd_s(d) + compute.bwd_s(d) if problem.training else compute.fwd_s(d)
             for d in range(topo.n_devices)]
     dur = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float64)
-    pred_b = _bytes_per_node(g.in_edges, g.edge_bytes)  # aligned with g.pred (edge order)
-    succ_b = _bytes_per_node(g.out_edges, g.edge_bytes)  # aligned with g.succ
+    pred_b = _bytes_per_node(g.edge_dst, g.edge_bytes, g.n_ops)  # aligned with g.pred (edge order)
+    succ_b = _bytes_per_node(g.edge_src, g.edge_bytes, g.n_ops)  # aligned with g.succ
     add, work = op_memory_bytes(problem)
     return TaskGraph(g.pred, pred_b, g.succ, succ_b, dur, add, work, np.asarray(g.topo_position, dtype=np.int64))
 
 
-def _bytes_per_node(edge_lists: Sequence[Sequence[int]], edge_bytes: FloatArray) -> list[list[float]]:
-    """``[[edge_bytes[e] for e in edges] for edges in edge_lists]``, read in one numpy gather and cut
-    into lists by slicing (a quarter of the time of the nested comprehension at 36k ops)."""
-    lengths = [len(edges) for edges in edge_lists]
-    flat = np.fromiter(itertools.chain.from_iterable(edge_lists), dtype=np.int64, count=sum(lengths))
-    values = np.asarray(edge_bytes, dtype=np.float64)[flat].tolist()
-    ends = itertools.accumulate(lengths)
-    return [values[end - n:end] for end, n in zip(ends, lengths, strict=True)]
+def _bytes_per_node(ends: IntArray, edge_bytes: FloatArray, n_nodes: int) -> list[list[float]]:
+    """``out[v]``: the bytes of the edges whose end (``ends``: each edge's source or destination)
+    is ``v``, in edge order, as :attr:`OpGraph.pred <solvers.model.graph.OpGraph.pred>` and
+    ``succ`` list them.  One stable sort of the edges by end, cut into lists by slicing: without
+    the graph's ``in_edges`` and ``out_edges``, which a list schedule does not read otherwise
+    (about half the time at 36k ops, docs/benchmarks.md, "Celeritas")."""
+    by_end = np.argsort(ends, kind="stable")
+    stops = np.cumsum(np.bincount(ends, minlength=n_nodes)).tolist()
+    values = np.asarray(edge_bytes, dtype=np.float64)[by_end].tolist()
+    return [values[a:b] for a, b in itertools.pairwise([0, *stops])]
 
 
 def op_memory_bytes(problem: Problem) -> tuple[FloatArray, FloatArray]:

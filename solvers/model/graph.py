@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy.typing as npt
 from solvers.arrays import FloatArray, IntArray
 from solvers.collector import gc_paused
 from solvers.model import _check as check
-from solvers.model.canonical import digest as _digest
+from solvers.model.canonical import digest_in_chunks
 from solvers.model.errors import InvalidGraph
 from solvers.model.fields import GRAPH_FORMAT, GRAPH_KEYS
 from solvers.model.graph_records import Columns, Edge, KindTimes, Node, parse_columns
@@ -132,7 +133,7 @@ class OpGraph:
         return [n.id for n in self.nodes]
 
     def _column(self, name: str) -> FloatArray:
-        return np.fromiter((getattr(n, name) for n in self.nodes), dtype=np.float64, count=len(self.nodes))
+        return np.fromiter(map(attrgetter(name), self.nodes), dtype=np.float64, count=len(self.nodes))
 
     @cached_property
     def fwd_s(self) -> FloatArray:
@@ -273,7 +274,13 @@ class OpGraph:
 
     @cached_property
     def digest(self) -> str:
-        return _digest(self.to_document())
+        """``sha256:<hex>`` of the canonical form of :meth:`to_document`, serialised a chunk of
+        records at a time (:func:`~solvers.model.canonical.digest_in_chunks`) with the cyclic
+        collector paused: the records' dicts hold no cycles, and at 36k ops the collections their
+        allocation triggers took longer than the serialisation (docs/benchmarks.md, "Celeritas")."""
+        with gc_paused():
+            return digest_in_chunks(self._document_fields(), {"nodes": (self.nodes, Node.to_dict),
+                                                              "edges": (self.edges, Edge.to_dict)})
 
     # ---- networkx ------------------------------------------------------------------
     def to_networkx(self) -> nx.DiGraph:
@@ -375,6 +382,14 @@ class OpGraph:
         if self.attrs:
             doc["attrs"] = dict(self.attrs)
         return doc
+
+    def _document_fields(self) -> dict[str, Any]:
+        """The fields of :meth:`to_document` besides ``nodes`` and ``edges``."""
+        fields: dict[str, Any] = {"format": GRAPH_FORMAT, "name": self.name,
+                                  "profiled_batch_size": self.profiled_batch_size}
+        if self.attrs:
+            fields["attrs"] = dict(self.attrs)
+        return fields
 
 
 def graph_from_document(doc: Any) -> OpGraph:

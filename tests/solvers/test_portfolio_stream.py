@@ -82,9 +82,10 @@ def test_auto_under_a_cpu_hog_keeps_the_best_incumbent_any_member_reported(objec
 def test_celeritas_runs_bare_beside_the_list_schedulers() -> None:
     """The registry's celeritas also runs the list schedulers; beside them in auto it does not."""
     from solvers.composed.celeritas import CELERITAS_LIST_SCHEDULERS as COMPOSED
+    from solvers.composed.celeritas import celeritas_list_schedulers
     from solvers.portfolio import CELERITAS_LIST_SCHEDULERS
 
-    assert tuple(name for name, _ in COMPOSED) == CELERITAS_LIST_SCHEDULERS
+    assert COMPOSED == CELERITAS_LIST_SCHEDULERS == tuple(name for name, _ in celeritas_list_schedulers())
     names = portfolio_names(fx.latency_problem())
     assert member_options("celeritas", names) == {"list_schedulers": False}
     assert member_options("celeritas", ["celeritas", "heft"]) == {}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -14,6 +15,18 @@ from tests.solvers import contract_fixtures as fx
 
 def test_lookup_is_case_insensitive() -> None:
     assert registry.get_solver_class("EVEN") is registry.get_solver_class("even")
+
+
+def test_a_builtin_solver_is_found_without_reading_the_entry_points() -> None:
+    """Entry points never replace a built-in name, so its lookup does not scan the installed distributions."""
+    registry._table.cache_clear()
+    try:
+        with mock.patch.object(registry, "entry_points", side_effect=AssertionError("entry points read")):
+            assert registry.get_solver_class("Celeritas").name == "celeritas"
+            with pytest.raises(AssertionError, match="entry points read"):
+                registry.get_solver_class("not-built-in")
+    finally:
+        registry._table.cache_clear()
 
 
 def test_unknown_solver_lists_valid_names() -> None:
