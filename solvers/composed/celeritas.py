@@ -10,24 +10,19 @@ option ``list_schedulers`` (on by default) it returns the best simulated plan of
 from __future__ import annotations
 
 from solvers.base import Solver
+from solvers.baselines.cpop import CPOPSolver
+from solvers.baselines.heft import HEFTSolver
+from solvers.baselines.metf import METFSolver
+from solvers.baselines.msct import MSCTSolver
+from solvers.baselines.mtopo import MTopoSolver
 from solvers.celeritas.solver import CeleritasSolver
 
 CELERITAS_LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")  # the first of equal latencies is kept
 
 
 def celeritas_list_schedulers() -> tuple[tuple[str, type[Solver]], ...]:
-    """``(name, solver class)`` of :data:`CELERITAS_LIST_SCHEDULERS`, in that order.
-
-    Imported when called: the solver calls it only when it runs them (a solve above the search's
-    node budget does not), so a first solve of a large graph does not import five modules it
-    does not use.
-    """
-    from solvers.baselines.cpop import CPOPSolver
-    from solvers.baselines.heft import HEFTSolver
-    from solvers.baselines.metf import METFSolver
-    from solvers.baselines.msct import MSCTSolver
-    from solvers.baselines.mtopo import MTopoSolver
-
+    """``(name, solver class)`` of :data:`CELERITAS_LIST_SCHEDULERS`, in that order (the solver calls it only
+    when it runs them: a solve above the search's node budget does not)."""
     return (("heft", HEFTSolver), ("cpop", CPOPSolver), ("m-etf", METFSolver), ("m-sct", MSCTSolver),
             ("m-topo", MTopoSolver))
 
