@@ -156,6 +156,19 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 
     assert err <= rel * scale + floor, f"{what}: max error {err:.3g} > {rel:g} x {scale:.3g} + {floor:g}"
 
 
+def check_inference_outputs(run: Run, folder: Path) -> None:
+    """A ``launch.py --inference`` run of a two-stage plan: forward passes only, both devices of the last stage
+    return the whole outputs, each equal to the single-process forward."""
+    assert run.code == 0, run.log[-4000:]
+    _, _, want = reference(folder)
+    assert [s["stage"] for s in run.steps if s["outputs"] is not None] == [1, 1]
+    assert all(s["loss"] is None and not s["grads"] for s in run.steps)
+    for outputs in (s["outputs"] for s in run.steps if s["outputs"] is not None):
+        assert len(outputs) == len(want)
+        for have, expected in zip(outputs, want, strict=True):
+            assert_close(have, expected, "inference output")
+
+
 def check_training_step(run: Run, folder: Path, nproc: int, data_spec: str | None = None) -> None:
     """The loss and every parameter gradient equal the single-process model's (relative 1e-5)."""
     assert run.code == 0, run.log[-4000:]

@@ -24,7 +24,14 @@ from cli import main as placer
 from launcher.check import check_plan
 from launcher.verify import TOLERANCE, compare, reference_step
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import MODELS, Run, assert_close, bundle, reference, solve, torchrun_many
+from tests.launcher.conftest import (
+    MODELS,
+    Run,
+    bundle,
+    check_inference_outputs,
+    solve,
+    torchrun_many,
+)
 
 MODELS.setdefault(
     "llama",
@@ -136,14 +143,7 @@ def test_gpt2_tp1_then_tp2_inference_gives_the_single_process_outputs(
 ) -> None:
     """``launch.py --inference``: both devices of the last stage return the whole outputs."""
     _, folder, run = mixed_runs["gpt2-tp1-tp2-inference"]
-    assert run.code == 0, run.log[-4000:]
-    _, _, want = reference(folder)
-    assert [s["stage"] for s in run.steps if s["outputs"] is not None] == [1, 1]
-    assert all(s["loss"] is None and not s["grads"] for s in run.steps)
-    for outputs in (s["outputs"] for s in run.steps if s["outputs"] is not None):
-        assert len(outputs) == len(want)
-        for have, expected in zip(outputs, want, strict=True):
-            assert_close(have, expected, "inference output")
+    check_inference_outputs(run, folder)
 
 
 @pytest.mark.slow

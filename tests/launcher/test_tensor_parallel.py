@@ -31,8 +31,8 @@ from tests.launcher.conftest import (
     Run,
     assert_close,
     bundle,
+    check_inference_outputs,
     check_training_step,
-    reference,
     torchrun,
     torchrun_many,
 )
@@ -189,15 +189,7 @@ def test_sequence_parallel_inference_gives_the_single_process_outputs(
 ) -> None:
     """``launch.py --inference``: forward passes only; both devices of the last stage return the whole outputs."""
     _, folder, run = four_process["gpt2-sp-inference"]
-    assert run.code == 0, run.log[-4000:]
-    _, _, want = reference(folder)
-    got = [s["outputs"] for s in run.steps if s["outputs"] is not None]
-    assert [s["stage"] for s in run.steps if s["outputs"] is not None] == [1, 1]
-    assert all(s["loss"] is None and not s["grads"] for s in run.steps)
-    for outputs in got:
-        assert len(outputs) == len(want)
-        for have, expected in zip(outputs, want, strict=True):
-            assert_close(have, expected, "inference output")
+    check_inference_outputs(run, folder)
 
 
 @pytest.mark.slow
