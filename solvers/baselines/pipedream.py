@@ -46,6 +46,7 @@ from solvers.mapping.apply import (
     build_plan,
     map_partition,
     mapping_deadline,
+    plan_on_devices,
     simulated_scores,
 )
 from solvers.mapping.heuristics import consecutive_mapping
@@ -301,8 +302,7 @@ class PipeDreamSolver:
             if found is None:
                 continue
             value_dp, lasts = found
-            stage_of_layer = np.searchsorted(np.array(lasts), np.arange(chain.n_layers), side="left")
-            stage_of = stage_of_layer[chain.layer_of].astype(np.int64)
+            stage_of = _stage_of_ops(chain, lasts)
             # ranked by the comparison key (per sample): the candidates differ in micro-batch count
             plan = build_plan(problem, stage_of, consecutive_mapping(s, r), mb)
             (key, _), value = simulated_scores(problem, plan)
@@ -339,6 +339,12 @@ def _refusal_note(problem: Problem, groups: list[Group] | list[StateGroup], mode
                     f"{problem.micro_batch_rows(problem.micro_batch_candidates[0])} rows evenly; Placer's "
                     "layer-chain model used")
     return f"the {model} plan does not fit the devices' memory; Placer's layer-chain model used"
+
+
+def _stage_of_ops(chain: LayerChain, lasts: list[int]) -> IntArray:
+    """Per op, its stage, from the last layer of every stage of a split of ``chain``."""
+    stage_of_layer = np.searchsorted(np.array(lasts), np.arange(chain.n_layers), side="left")
+    return np.asarray(stage_of_layer[chain.layer_of], dtype=np.int64)
 
 
 def _tp_chain(chain: LayerChain, costs: SplitOpCosts, problem: Problem) -> LayerChain:
@@ -382,9 +388,7 @@ def _flat_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degree
                 found = flat_dp(chain, s, *_flat_costs(problem, chain, s, r, mb, groups))
                 if found is None:
                     continue
-                stage_of_layer = np.searchsorted(np.array(found[1]), np.arange(chain.n_layers), side="left")
-                plan = build_plan(problem, stage_of_layer[chain.layer_of].astype(np.int64),
-                                  consecutive_mapping(s, r), mb, groups)
+                plan = build_plan(problem, _stage_of_ops(chain, found[1]), consecutive_mapping(s, r), mb, groups)
                 key, value = simulated_scores(problem, plan)
                 if np.isfinite(key[0]) and (best is None or key < best[0]):
                     stats = {"mode": "flat", "layers": chain.n_layers, "stages": s, "replicas": r, "tp": t,
@@ -435,14 +439,8 @@ def _mixed_tp(problem: Problem, options: PipeDreamOptions, budget: Budget, degre
             placed = allocate_mixed_groups(topo, found[2], r, within)
             if placed is None:
                 continue
-            stage_of_layer = np.searchsorted(np.array(found[1]), np.arange(base.n_layers), side="left")
-            stage_of = stage_of_layer[base.layer_of].astype(np.int64)
-            order = problem.graph.topo_order
-            stages = tuple(Stage(tuple(problem.graph.nodes[int(v)].id for v in order if stage_of[v] == k),
-                                 tuple(topo.devices[d].id for group in placed[k] for d in group), found[2][k])
-                           for k in range(s))
-            plan = Plan(stages=stages, micro_batches=mb, schedule=problem.settings.own_schedule,
-                        recompute=problem.settings.recomputes, status="feasible")
+            devices = [[d for group in placed[k] for d in group] for k in range(s)]  # replica-major
+            plan = plan_on_devices(problem, _stage_of_ops(base, found[1]), devices, found[2], mb)
             key, value = simulated_scores(problem, plan)
             if np.isfinite(key[0]) and (best is None or key < best[0]):
                 stats = {"mode": "flat, tp per stage", "layers": base.n_layers, "stages": s, "replicas": r,

@@ -85,15 +85,21 @@ def build_plan(problem: Problem, stage_of: IntArray, place: IntArray, micro_batc
                groups: list[list[int]] | None = None) -> Plan:
     """The plan of a partition (op -> stage) and a mapping ``place[s, i]`` (a device index, or with
     ``groups`` the index of a tensor-parallel group: every stage then has ``tp = len(groups[0])``)."""
-    g, topo = problem.graph, problem.topology
-    n_stages = place.shape[0]
-    order = g.topo_order
     tp = 1 if groups is None else len(groups[0])
     devices = [[int(d) for d in row] for row in place] if groups is None else expand_groups(place, groups)
+    return plan_on_devices(problem, stage_of, devices, [tp] * place.shape[0], micro_batches)
+
+
+def plan_on_devices(problem: Problem, stage_of: IntArray, devices: list[list[int]], tps: list[int],
+                    micro_batches: int) -> Plan:
+    """The plan of a partition (op -> stage) whose stage ``s`` runs on the device indices ``devices[s]``
+    (replica-major) with tensor-parallel degree ``tps[s]``."""
+    g, topo = problem.graph, problem.topology
+    order = g.topo_order
     stages = tuple(
         Stage(tuple(g.nodes[int(v)].id for v in order if stage_of[v] == s),
-              tuple(topo.devices[d].id for d in devices[s]), tp)
-        for s in range(n_stages))
+              tuple(topo.devices[d].id for d in devices[s]), tps[s])
+        for s in range(len(devices)))
     return Plan(stages=stages, micro_batches=micro_batches, schedule=problem.settings.own_schedule,
                 recompute=problem.settings.recomputes, status="feasible")
 
