@@ -70,13 +70,17 @@ def node_layout(topology: Topology) -> NodeLayout:
 
 def allocate_devices(layout: NodeLayout, nodes_per_copy: int, copies: int, replicas: list[int]) -> list[list[int]]:
     """Device positions of each stage: ``replicas[i]`` devices per copy, ``copies`` copies."""
-    out: list[list[int]] = [[] for _ in replicas]
+    starts = np.r_[0, np.cumsum(replicas)].tolist()
+    return [copy_positions(layout, nodes_per_copy, copies, starts[i], starts[i + 1]) for i in range(len(replicas))]
+
+
+def copy_positions(layout: NodeLayout, nodes_per_copy: int, copies: int, lo: int, hi: int) -> list[int]:
+    """The layout's units at positions ``lo .. hi - 1`` of every copy's pool (copy ``j`` holds nodes
+    ``j n .. (j + 1) n - 1``), copy-major: a stage that takes those positions."""
+    out: list[int] = []
     for j in range(copies):
         pool = [d for node in layout.nodes[j * nodes_per_copy:(j + 1) * nodes_per_copy] for d in node]
-        start = 0
-        for i, r in enumerate(replicas):
-            out[i].extend(pool[start:start + r])
-            start += r
+        out.extend(pool[lo:hi])
     return out
 
 

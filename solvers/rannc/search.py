@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from solvers.arrays import FloatArray
+from solvers.arrays import BoolArray, FloatArray
 from solvers.base import Budget
 from solvers.cost.comm import allreduce_s
 from solvers.cost.memory import held_micro_batches
@@ -64,6 +65,25 @@ class SearchResult:
     dp_calls: int = 0
     simulated: int = 0
     rejected: int = 0
+
+
+def stage_limits(problem: Problem, cand: SearchPoint) -> tuple[FloatArray, FloatArray]:
+    """Per stage of ``cand``: the usable memory and the micro-batches in flight (Algorithm 1's memory check)."""
+    caps = np.asarray([reference_capacity_bytes(problem, s) for s in range(cand.stages)])
+    in_flight = np.asarray([held_micro_batches(problem, problem.settings.own_schedule, cand.stages, s,
+                                               cand.micro_batches)
+                            for s in range(cand.stages)], dtype=np.float64)
+    return caps, in_flight
+
+
+def allowed_replicas(problem: Problem, cand: SearchPoint, max_r: int) -> BoolArray:
+    """``allowed[r]``: a stage of ``cand`` may have ``r`` units per copy (``r x copies`` replicas divide the
+    micro-batch's rows; ``r`` is the fixed count where ``settings.replicas`` fixes it)."""
+    allowed = np.asarray([r > 0 and replicas_fit(problem, r * cand.copies, cand.micro_batches)
+                          for r in range(max_r + 1)], dtype=bool)
+    if cand.fixed_replicas is not None:
+        allowed &= np.arange(max_r + 1) == cand.fixed_replicas
+    return allowed
 
 
 class StageSearch:
@@ -178,6 +198,10 @@ class StageSearch:
         """The device of a layout position: itself, or the first device of its tensor-parallel group."""
         return unit if self.groups is None else self.groups[unit][0]
 
+    def unit_devices(self, unit: int) -> list[int]:
+        """The devices of a layout position: itself, or its tensor-parallel group."""
+        return [unit] if self.groups is None else self.groups[unit]
+
     def allreduce_table(self, cand: SearchPoint, recompute: bool) -> AllReduceTable:
         """The gradient all-reduce of every candidate stage, per micro-batch of ``cand``."""
         params = self._replica_table(recompute, cand.copies)[4]
@@ -223,18 +247,11 @@ class StageSearch:
         its solution then need not simulate better than the paper's.  Both are returned (once
         when equal), each valued with the all-reduce (:func:`.stage_dp.evaluate_stages`).
         """
-        problem = self.problem
         recompute = self.recompute_for(cand.stages)
         max_r = cand.devices - cand.stages + 1
         tables = self.tables(recompute, cand.copies, max_r)
-        caps = np.asarray([reference_capacity_bytes(problem, s) for s in range(cand.stages)])
-        in_flight = np.asarray([held_micro_batches(problem, problem.settings.own_schedule, cand.stages, s,
-                                                   cand.micro_batches)
-                                for s in range(cand.stages)], dtype=np.float64)
-        allowed = np.asarray([r > 0 and replicas_fit(problem, r * cand.copies, cand.micro_batches)
-                              for r in range(max_r + 1)], dtype=bool)  # R must divide the micro-batch's rows
-        if cand.fixed_replicas is not None:
-            allowed &= np.arange(max_r + 1) == cand.fixed_replicas
+        caps, in_flight = stage_limits(self.problem, cand)
+        allowed = allowed_replicas(self.problem, cand, max_r)
         allreduce = self.allreduce_table(cand, recompute)
         out: list[StageSolution] = []
         for charged in (allreduce, None):
@@ -265,45 +282,67 @@ class StageSearch:
                     recompute=self.recompute_for(cand.stages), status="feasible")
 
     def run(self, exhaustive: bool, budget: Budget, report: Callable[[SearchResult, float], None]) -> SearchResult:
-        """Algorithm 2; every Algorithm 1 solution is scored with the simulator (per-sample time:
-        :func:`~solvers.model.ranking.comparison_key_s`).
+        """Algorithm 2 (:func:`algorithm2`) over this search's candidates."""
+        return algorithm2(self, exhaustive, budget, report)
 
-        ``exhaustive=False`` (the default search): for each node count the stage counts are
-        tried upwards until the best pipeline estimate of a stage count
-        (:func:`.stage_dp.pipeline_estimate_s` per sample) is no better than that of a smaller
-        one; ``exhaustive=True`` tries every ``(n, S, MB)`` within the budget.
-        """
-        result = SearchResult()
-        groups = list(self.candidates_by_stage())
-        best_estimate: dict[int, float] = {}  # node count -> best per-sample estimate so far
-        stopped: set[int] = set()
-        for gi, group in enumerate(groups):
-            nodes = group[0].nodes
-            if nodes in stopped:
-                continue
-            group_estimate = float("inf")
-            for cand in group:
-                if result.plan is not None and budget.expired():
-                    return result
-                result.dp_calls += 2
-                for sol in self.solve_candidate(cand):
-                    group_estimate = min(group_estimate, pipeline_estimate_s(sol, cand.stages, cand.micro_batches)
-                                         / cand.micro_batches)
-                    plan = self.to_plan(cand, sol)
-                    try:
-                        metrics = simulate(self.problem, plan).metrics
-                    except InvalidPlan:
-                        result.rejected += 1
-                        continue
-                    result.simulated += 1
-                    objective_s = float(metrics["objective_s"])
-                    settings = self.problem.settings
-                    per_sample = comparison_key_s(metrics, self.problem.objective, settings.global_batch)
-                    if per_sample is not None and per_sample < result.per_sample_s:
-                        result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
-                        result.chosen, result.solution = cand, sol
-            report(result, (gi + 1) / len(groups))
-            if not exhaustive and group_estimate > best_estimate.get(nodes, float("inf")):
-                stopped.add(nodes)
-            best_estimate[nodes] = min(best_estimate.get(nodes, float("inf")), group_estimate)
-        return result
+
+class CandidateSearch(Protocol):
+    """What :func:`algorithm2` walks: Algorithm 2's candidates, Algorithm 1 per candidate, plans."""
+
+    problem: Problem
+
+    def candidates_by_stage(self) -> Iterator[list[SearchPoint]]: ...
+
+    def solve_candidate(self, cand: SearchPoint) -> list[StageSolution]: ...
+
+    def to_plan(self, cand: SearchPoint, sol: StageSolution) -> Plan | None: ...
+
+
+def algorithm2(search: CandidateSearch, exhaustive: bool, budget: Budget,
+               report: Callable[[SearchResult, float], None], until_found: bool = True) -> SearchResult:
+    """Algorithm 2; every Algorithm 1 solution that ``to_plan`` makes a plan of is scored with the
+    simulator (per-sample time: :func:`~solvers.model.ranking.comparison_key_s`).
+
+    ``exhaustive=False`` (the default search): for each node count the stage counts are
+    tried upwards until the best pipeline estimate of a stage count
+    (:func:`.stage_dp.pipeline_estimate_s` per sample) is no better than that of a smaller
+    one; ``exhaustive=True`` tries every ``(n, S, MB)`` within the budget.  Once the budget is
+    spent the search returns before the next Algorithm 1 call, after its first plan while
+    ``until_found`` (a caller that has none), else at once.
+    """
+    problem = search.problem
+    result = SearchResult()
+    groups = list(search.candidates_by_stage())
+    best_estimate: dict[int, float] = {}  # node count -> best per-sample estimate so far
+    stopped: set[int] = set()
+    for gi, group in enumerate(groups):
+        nodes = group[0].nodes
+        if nodes in stopped:
+            continue
+        group_estimate = float("inf")
+        for cand in group:
+            if (result.plan is not None or not until_found) and budget.expired():
+                return result
+            result.dp_calls += 2
+            for sol in search.solve_candidate(cand):
+                group_estimate = min(group_estimate, pipeline_estimate_s(sol, cand.stages, cand.micro_batches)
+                                     / cand.micro_batches)
+                plan = search.to_plan(cand, sol)
+                if plan is None:
+                    continue
+                try:
+                    metrics = simulate(problem, plan).metrics
+                except InvalidPlan:
+                    result.rejected += 1
+                    continue
+                result.simulated += 1
+                objective_s = float(metrics["objective_s"])
+                per_sample = comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
+                if per_sample is not None and per_sample < result.per_sample_s:
+                    result.plan, result.objective_s, result.per_sample_s = plan, objective_s, per_sample
+                    result.chosen, result.solution = cand, sol
+        report(result, (gi + 1) / len(groups))
+        if not exhaustive and group_estimate > best_estimate.get(nodes, float("inf")):
+            stopped.add(nodes)
+        best_estimate[nodes] = min(best_estimate.get(nodes, float("inf")), group_estimate)
+    return result

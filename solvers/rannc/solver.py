@@ -10,7 +10,7 @@ the pipeline's fill and drain in Algorithm 2), are listed in docs/rannc.md.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -19,9 +19,11 @@ from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.partition.tp import split_op_costs, tp_degrees
-from solvers.rannc.allocate import node_layout, tp_layout
+from solvers.rannc.allocate import NodeLayout, node_layout, tp_layout
 from solvers.rannc.atomic import atomic_subcomponents
 from solvers.rannc.blocks import BlockPartition, partition_blocks
+from solvers.rannc.mixed_dp import MixedSolution
+from solvers.rannc.mixed_search import MixedStageSearch
 from solvers.rannc.profile import CostModelProfiler, StageProfiler
 from solvers.rannc.search import SearchResult, StageSearch
 
@@ -138,17 +140,24 @@ class RanncSolver:
                                    if improved and res.plan is not None else None))
 
         result, degree = SearchResult(), 1
-        for t, search in self._searches(problem, options, blocks, recompute_for):
+        layout = node_layout(problem.topology)
+        searches = self._searches(problem, options, blocks, layout, recompute_for)
+        for t, search in searches.items():
             if result.plan is not None and budget.expired():
                 stats["tp_degrees_skipped"] = stats.get("tp_degrees_skipped", 0) + 1
                 continue
-            found = search.run(options.search == "exhaustive", budget, report)
-            result.dp_calls += found.dp_calls
-            result.simulated += found.simulated
-            result.rejected += found.rejected
-            if found.plan is not None and found.per_sample_s < result.per_sample_s:  # a tie keeps the lower degree
-                result.plan, result.objective_s, result.per_sample_s = found.plan, found.objective_s, found.per_sample_s
-                result.chosen, result.solution, degree = found.chosen, found.solution, t
+            if self._take(result, search.run(options.search == "exhaustive", budget, report)):
+                degree = t  # a tie keeps the lower degree
+        if len(searches) > 1 and problem.settings.tp is None:  # a degree per stage (docs/tensor-parallel.md)
+            if result.plan is not None and budget.expired():
+                stats["tp_per_stage"] = {"searched": False}
+            else:
+                mixed = MixedStageSearch(problem, blocks, layout, searches, recompute_for,
+                                         micro_batch_candidates(problem, options))
+                found = mixed.run(options.search == "exhaustive", budget, report, until_found=result.plan is None)
+                kept = self._take(result, found)  # a tie keeps the plan of one degree
+                stats["tp_per_stage"] = {"searched": True, "dp_calls": found.dp_calls,
+                                         "plans_simulated": found.simulated, "kept": kept}
         stats.update(dp_calls=result.dp_calls, plans_simulated=result.simulated,
                      plans_rejected_for_memory=result.rejected, search_s=round(time.perf_counter() - blocks_done, 4),
                      tp=degree)
@@ -156,23 +165,38 @@ class RanncSolver:
         if result.plan is None or result.chosen is None or result.solution is None:
             return Plan(stages=(), status="infeasible", stats=stats, notes=_infeasible_notes(problem, blocks, options))
         cand, sol = result.chosen, result.solution
+        if isinstance(sol, MixedSolution):  # the degree of every stage
+            stats["tp"] = list(sol.degrees)
         stats.update(nodes_per_copy=cand.nodes, pipeline_copies=cand.copies, stages=cand.stages,
                      micro_batches=cand.micro_batches, replicas=[r * cand.copies for r in sol.replicas],
                      dp_value_s=sol.value_s)
         return result.plan.with_(claimed_objective_s=result.objective_s, stats=stats)
 
-    def _searches(self, problem: Problem, options: RanncOptions, blocks: BlockPartition,
-                  recompute_for: Callable[[int], bool]) -> Iterator[tuple[int, StageSearch]]:
+    @staticmethod
+    def _take(result: SearchResult, found: SearchResult) -> bool:
+        """Add ``found``'s counts to ``result`` and take its plan where it is faster per sample (a tie keeps
+        ``result``'s); whether it was taken."""
+        result.dp_calls += found.dp_calls
+        result.simulated += found.simulated
+        result.rejected += found.rejected
+        if found.plan is None or found.per_sample_s >= result.per_sample_s:
+            return False
+        result.plan, result.objective_s, result.per_sample_s = found.plan, found.objective_s, found.per_sample_s
+        result.chosen, result.solution = found.chosen, found.solution
+        return True
+
+    def _searches(self, problem: Problem, options: RanncOptions, blocks: BlockPartition, layout: NodeLayout,
+                  recompute_for: Callable[[int], bool]) -> dict[int, StageSearch]:
         """Algorithm 2 per tensor-parallel degree (docs/tensor-parallel.md, "Search"): degree 1 on the
         devices, each ``t > 1`` of :func:`~solvers.partition.tp.tp_degrees` on the layout's groups of ``t``
         (:func:`.allocate.tp_layout`) with the cost-model profile of split stages.  A profiler given to
         the solver profiles degree 1 only."""
-        layout = node_layout(problem.topology)
+        out: dict[int, StageSearch] = {}
         for t in tp_degrees(problem) if self.profiler is None else (1,):
             if t == 1:
                 profilers: dict[bool, StageProfiler] = {
                     flag: self.profiler or CostModelProfiler(problem, flag) for flag in (False, True)}
-                yield 1, StageSearch(problem, blocks, layout, profilers, recompute_for,
+                out[1] = StageSearch(problem, blocks, layout, profilers, recompute_for,
                                      micro_batch_candidates(problem, options), options.prune_d_min)
                 continue
             units = tp_layout(layout, problem.topology, t)
@@ -180,5 +204,6 @@ class RanncSolver:
                 continue  # hosts of unequal size share one node in the layout: a group could span hosts
             split = split_op_costs(problem, t, units[1], slowest=True)
             profilers = {flag: CostModelProfiler(problem, flag, split) for flag in (False, True)}
-            yield t, StageSearch(problem, blocks, units[0], profilers, recompute_for,
+            out[t] = StageSearch(problem, blocks, units[0], profilers, recompute_for,
                                  micro_batch_candidates(problem, options), options.prune_d_min, units[1])
+        return out

@@ -239,8 +239,9 @@ def test_more_stages_than_blocks_that_compute_is_infeasible_and_says_why() -> No
 
 
 def test_a_stage_count_whose_replicas_cannot_split_the_rows_is_named() -> None:
-    """One row per micro-batch and 3 stages on 4 devices: RaNNC leaves no device idle, so some stage would have 2
-    replicas of one row; the note says so (not memory), and fixing the replicas gives a plan."""
+    """One row per micro-batch and 3 stages on 4 devices without tensor parallelism (``max_tp`` 1): RaNNC leaves no
+    device idle, so some stage would have 2 replicas of one row; the note says so (not memory), and fixing the
+    replicas gives a plan.  With a degree per stage one stage takes two devices as a group of 2 instead."""
     graph = generate_graph("transformer", layers=4, causal=True, micro_batch=1)
     topo = generate_topology("hierarchical", nodes=1, gpus_per_node=4)
 
@@ -248,8 +249,11 @@ def test_a_stage_count_whose_replicas_cannot_split_the_rows_is_named() -> None:
         settings = ProblemSettings(micro_batches=(4,), schedule="1f1b", **kw)  # type: ignore[arg-type]
         return solve(Problem(graph, topo, settings=settings), "rannc", time_limit_s=20)
 
-    refused = plan_with(stages=3)
+    refused = plan_with(stages=3, max_tp=1)
     assert refused.status == "infeasible" and refused.notes[0].startswith("stages: 3 stages on 4 devices")
     assert "rows (1)" in refused.notes[0] and "settings.replicas" in refused.notes[0]
-    assert [len(s.devices) for s in plan_with(stages=3, replicas=1).stages] == [1, 1, 1]
+    assert [len(s.devices) for s in plan_with(stages=3, replicas=1, max_tp=1).stages] == [1, 1, 1]
+    mixed = plan_with(stages=3)
+    assert mixed.status == "feasible" and sorted(mixed.stats["tp"]) == [1, 1, 2]
+    assert [len(s.devices) // s.tp for s in mixed.stages] == [1, 1, 1] and sum(len(s.devices) for s in mixed.stages) == 4
     assert plan_with(stages=2).status == "feasible"  # two copies of a two-stage pipeline
