@@ -58,9 +58,9 @@ def run_degree_dp(problem: Problem, by_degree: Mapping[int, Transitions], n_stag
     if n_stages > n_units or not by_degree:
         return None
     pairs = next(iter(by_degree.values()))
-    n = len(pairs.sets)
-    seg_start = pairs.start[np.flatnonzero(np.diff(pairs.start) > 0)]
-    nonempty = np.flatnonzero(np.diff(pairs.start) > 0)
+    n, k = pairs.sets.shape
+    owner = np.repeat(np.arange(n), np.diff(pairs.start))  # pairs are sorted by owner (CSR)
+    size = pairs.sets.sum(axis=1)
     before = np.full((n_units + 1, n), np.inf)  # T[-1]: nothing placed
     before[:, 0] = 0.0
     tables: list[FloatArray] = []  # tables[s][u, f] = T[s][f][u]
@@ -69,6 +69,13 @@ def run_degree_dp(problem: Problem, by_degree: Mapping[int, Transitions], n_stag
         hi = n_units - (n_stages - 1 - s)  # each later stage takes one unit at least
         cur = np.full((n_units + 1, n), np.inf)
         times: dict[int, FloatArray] = {}
+        # the pairs that can be stage s: s stages before it (the empty set before stage 0), room for the
+        # stages after it (the whole graph at the last stage); the others cannot lead to T[S-1][V][U]
+        live = np.flatnonzero((size[pairs.prev] >= s) & (size[owner] <= k - (n_stages - 1 - s))
+                              & ((pairs.prev == 0) if s == 0 else True) & ((owner == n - 1) if s == n_stages - 1 else True))
+        own = owner[live]
+        seg_start = np.flatnonzero(np.r_[True, own[1:] != own[:-1]]) if len(own) else np.zeros(0, dtype=np.int64)
+        owners = own[seg_start]
         for t in sorted(by_degree):
             lo = s + t  # each earlier stage took one unit at least
             if lo > hi:
@@ -77,10 +84,12 @@ def run_degree_dp(problem: Problem, by_degree: Mapping[int, Transitions], n_stag
                 return None
             tr = by_degree[t]
             times[t] = pair_stage_s(problem, tr, n_stages, s, replicas, micro_batches, allreduce)
-            # vals[u - lo, p] = max(T[s-1][prev[p]][u - t], t_t(p)) for u = lo .. hi
-            vals = np.maximum(np.take(before[lo - t:hi - t + 1], tr.prev, axis=1), times[t][None, :])
-            lowest = np.minimum.reduceat(vals, seg_start, axis=1)  # per set with pairs
-            cur[lo:hi + 1, nonempty] = np.minimum(cur[lo:hi + 1, nonempty], lowest)
+            if not len(live):
+                continue
+            # vals[u - lo, i] = max(T[s-1][prev[p]][u - t], t_t(p)) for u = lo .. hi, p = live[i]
+            vals = np.maximum(np.take(before[lo - t:hi - t + 1], tr.prev[live], axis=1), times[t][live][None, :])
+            lowest = np.minimum.reduceat(vals, seg_start, axis=1)  # per owner of live pairs
+            cur[lo:hi + 1, owners] = np.minimum(cur[lo:hi + 1, owners], lowest)
         tables.append(cur)
         stage_times.append(times)
         before = cur
