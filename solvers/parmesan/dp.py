@@ -15,6 +15,7 @@ computed once per clustered graph (:class:`Transitions`) and reused by the (S, R
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,9 +37,9 @@ class Transitions:
 
     Row ``i`` of ``sets`` is fronted set ``i``; its candidates are ``prev[start[i]:start[i+1]]``.
     Per pair ``p`` (stage ``U = sets[i] - sets[prev[p]]``): ``base_s[p]`` = Eq. 3 numerator
-    (compute + boundary communication), ``param_bytes``, ``act_bytes``, ``input_bytes`` (tensors
-    entering U), ``working_bytes`` (largest op working memory), ``pinned[p, q]`` = U holds the
-    q-th pinned cluster.
+    (compute + boundary communication), ``comm_s[p]`` its boundary communication alone,
+    ``param_bytes``, ``act_bytes``, ``input_bytes`` (tensors entering U), ``working_bytes``
+    (largest op working memory), ``pinned[p, q]`` = U holds the q-th pinned cluster.
     """
 
     sets: BoolMatrix
@@ -52,6 +53,7 @@ class Transitions:
     pinned: BoolMatrix
     pin_clusters: IntArray
     pin_stage: IntArray
+    comm_s: FloatArray
 
     @property
     def n_pairs(self) -> int:
@@ -96,22 +98,39 @@ def build_transitions(cg: ClusterGraph, sets: BoolMatrix, max_pairs: int) -> Tra
     # of fi, fj, and enters U from outside iff it leaves fj but not fi
     leaving = sets[:, cg.src] & ~sets[:, cg.dst]
     largest = _largest_member(sets, cg.working_bytes)
-    base = np.empty(len(prev))
+    comm = np.empty(len(prev))
     inputs = np.empty(len(prev))
     working = np.empty(len(prev))
     chunk = max(1, 8_000_000 // max(1, len(cg.src)))  # pairs per block: a few large BLAS calls
     for a in range(0, len(prev), chunk):
         fi, fj = owner[a:a + chunk], prev[a:a + chunk]  # pair = (set fi, subset fj)
         out_i, out_j = leaving[fi], leaving[fj]
-        base[a:a + chunk] = work[fi] - work[fj] + (out_i ^ out_j).astype(np.float64) @ cg.comm_s
+        comm[a:a + chunk] = (out_i ^ out_j).astype(np.float64) @ cg.comm_s
         inputs[a:a + chunk] = (out_j & ~out_i).astype(np.float64) @ cg.bytes
         working[a:a + chunk] = largest(fi, fj)
     pin_clusters = np.array([c for c, s in enumerate(cg.stage_pin) if s is not None], dtype=np.int64)
     pin_stage = np.array([cg.stage_pin[c] for c in pin_clusters.tolist()], dtype=np.int64)
     pin_sets = sets[:, pin_clusters]
     pinned = pin_sets[owner] & ~pin_sets[prev]
-    return Transitions(sets, start, prev, base, params[owner] - params[prev], acts[owner] - acts[prev],
-                       inputs, working, pinned, pin_clusters, pin_stage)
+    return Transitions(sets, start, prev, work[owner] - work[prev] + comm, params[owner] - params[prev],
+                       acts[owner] - acts[prev], inputs, working, pinned, pin_clusters, pin_stage, comm)
+
+
+def with_cluster_costs(tr: Transitions, cg: ClusterGraph) -> Transitions:
+    """``tr``'s pairs with the per-pair work, parameters, activations and working memory of ``cg``: the
+    same hyper-operators and boundaries, each cluster with other costs (a tensor-parallel degree's,
+    :mod:`solvers.parmesan.degree_dp`); the boundary communication and inputs stay ``tr``'s."""
+    owner = np.repeat(np.arange(len(tr.sets)), np.diff(tr.start))
+    cum = tr.sets.astype(np.float64)
+    work, params, acts = cum @ cg.work_s, cum @ cg.param_bytes, cum @ cg.act_bytes
+    largest = _largest_member(tr.sets, cg.working_bytes)
+    working = np.empty(len(tr.prev))
+    chunk = 1 << 16
+    for a in range(0, len(tr.prev), chunk):
+        working[a:a + chunk] = largest(owner[a:a + chunk], tr.prev[a:a + chunk])
+    return dataclasses.replace(tr, base_s=work[owner] - work[tr.prev] + tr.comm_s,
+                               param_bytes=params[owner] - params[tr.prev], act_bytes=acts[owner] - acts[tr.prev],
+                               working_bytes=working)
 
 
 def _largest_member(sets: BoolMatrix, value: FloatArray) -> Callable[[IntArray, IntArray], FloatArray]:
@@ -148,6 +167,25 @@ class DPResult:
         return cluster_stage[cluster_of].astype(np.int64)
 
 
+def pair_stage_s(problem: Problem, tr: Transitions, n_stages: int, stage: int, replicas: int, micro_batches: int,
+                 allreduce: tuple[float, float] = (0.0, 0.0)) -> FloatArray:
+    """Per pair, Eq. 3's time of its stage as stage ``stage`` of ``n_stages`` of ``replicas`` replicas
+    (with the optional all-reduce term of :func:`run_dp`), ``+inf`` over memory or against a pin."""
+    candidates = StageBytes(tr.param_bytes, kept_bytes(tr.act_bytes, tr.input_bytes, problem.settings.recomputes),
+                            tr.working_bytes)
+    mem = stage_memory_vec(problem, candidates, replicas, n_stages, stage, micro_batches)
+    stage_t = tr.base_s / replicas
+    if allreduce[0] > 0 or allreduce[1] > 0:
+        stage_t = stage_t + np.where(tr.param_bytes > 0, allreduce[0] * tr.param_bytes + allreduce[1], 0.0)
+    stage_t = np.where(mem <= stage_capacity_bytes(problem, stage), stage_t, np.inf)
+    if len(tr.pin_clusters):
+        need = tr.pin_stage == stage
+        ok = tr.pinned[:, need].all(axis=1) & ~tr.pinned[:, ~need].any(axis=1)
+        stage_t = np.where(ok, stage_t, np.inf)
+    out: FloatArray = stage_t
+    return out
+
+
 def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micro_batches: int,
            allreduce: tuple[float, float] = (0.0, 0.0)) -> DPResult | None:
     """Eq. 13 for ``n_stages`` stages of ``replicas`` devices; ``None`` when no partition fits.
@@ -159,22 +197,12 @@ def run_dp(problem: Problem, tr: Transitions, n_stages: int, replicas: int, micr
     nonempty = np.flatnonzero(np.diff(tr.start) > 0)
     seg_start = tr.start[nonempty]
     seg_len = np.diff(tr.start)[nonempty]
-    candidates = StageBytes(tr.param_bytes, kept_bytes(tr.act_bytes, tr.input_bytes, problem.settings.recomputes),
-                            tr.working_bytes)
     t_prev = np.full(n, np.inf)
     t_prev[0] = 0.0
     choice: list[IntArray] = []  # choice[s][f] = pair index realising T[s+1][f] (-1: none)
     stage_times: list[FloatArray] = []  # stage_times[s][p] = time of stage s through pair p
     for s in range(n_stages):
-        mem = stage_memory_vec(problem, candidates, replicas, n_stages, s, micro_batches)
-        stage_t = tr.base_s / replicas
-        if allreduce[0] > 0 or allreduce[1] > 0:
-            stage_t = stage_t + np.where(tr.param_bytes > 0, allreduce[0] * tr.param_bytes + allreduce[1], 0.0)
-        stage_t = np.where(mem <= stage_capacity_bytes(problem, s), stage_t, np.inf)
-        if len(tr.pin_clusters):
-            need = tr.pin_stage == s
-            ok = tr.pinned[:, need].all(axis=1) & ~tr.pinned[:, ~need].any(axis=1)
-            stage_t = np.where(ok, stage_t, np.inf)
+        stage_t = pair_stage_s(problem, tr, n_stages, s, replicas, micro_batches, allreduce)
         vals = np.maximum(t_prev[tr.prev], stage_t)  # candidate T[s+1][owner] via each pair
         # per non-empty segment (the pairs of one set, contiguous), the first pair of smallest value
         lowest = np.minimum.reduceat(vals, seg_start)

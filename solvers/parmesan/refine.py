@@ -14,6 +14,10 @@ each breaking the ties of the one before:
 Choices where the paper is silent (docs/parmesan.md): a move must have a lexicographically
 positive gain, and must not raise the largest Eq. 3 stage time, so refinement never worsens
 the phase-1 objective; at most ``I = 100`` steps.
+
+With a tensor-parallel degree per stage (:class:`StageDegrees`) each stage's compute and memory
+are those of its own degree, so a move keeps every stage within memory at its degree and does not
+raise the largest stage time at the stages' degrees.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.arrays import FloatArray, IntArray
+from solvers.arrays import BoolArray, FloatArray, IntArray
 from solvers.cost.memory import held_micro_batches, stage_memory_bytes
 from solvers.cost.traffic import group_input_bytes
 from solvers.model.graph import OpGraph
@@ -92,6 +96,16 @@ def reconverging_distance(graph: OpGraph) -> IntArray:
     return dist
 
 
+@dataclass(frozen=True)
+class StageDegrees:
+    """A tensor-parallel degree per stage: ``degrees[s]``, ``work_s[s, v]`` = op ``v``'s c_u at stage ``s``'s
+    degree, ``split[v]`` = a tensor-parallel group splits op ``v`` (it holds ``1/t`` of its memory)."""
+
+    degrees: tuple[int, ...]
+    work_s: FloatArray
+    split: BoolArray
+
+
 @dataclass
 class Partition:
     """Op -> stage assignment with its Eq. 3 bookkeeping (compute and communication per stage)."""
@@ -101,8 +115,10 @@ class Partition:
     comm_s: FloatArray
 
     @classmethod
-    def of(cls, graph: OpGraph, costs: ReferenceCosts, stage_of: IntArray, n_stages: int) -> Partition:
-        comp = np.bincount(stage_of, weights=costs.work_s, minlength=n_stages).astype(np.float64)
+    def of(cls, graph: OpGraph, costs: ReferenceCosts, stage_of: IntArray, n_stages: int,
+           degrees: StageDegrees | None = None) -> Partition:
+        work = costs.work_s if degrees is None else degrees.work_s[stage_of, np.arange(graph.n_ops)]
+        comp = np.bincount(stage_of, weights=work, minlength=n_stages).astype(np.float64)
         a, b = stage_of[graph.edge_src], stage_of[graph.edge_dst]
         cross = a != b
         comm = (np.bincount(a[cross], weights=costs.edge_comm_s[cross], minlength=n_stages).astype(np.float64)
@@ -158,12 +174,14 @@ def _move_deltas(graph: OpGraph, edges: RefineEdges, stage_of: list[int], v: int
 
 
 def _fits(problem: Problem, stage_of: IntArray, stages: tuple[int, ...], n_stages: int, replicas: int,
-          micro_batches: int) -> bool:
+          micro_batches: int, degrees: StageDegrees | None = None) -> bool:
     inputs = group_input_bytes(problem.graph, stage_of)
     for s in stages:
         ops = np.flatnonzero(stage_of == s)
         k = held_micro_batches(problem, problem.settings.own_schedule, n_stages, s, micro_batches)
-        if stage_memory_bytes(problem, ops, replicas, k, float(inputs[s])) > stage_capacity_bytes(problem, s):
+        tp, split = (1, None) if degrees is None else (degrees.degrees[s], degrees.split)
+        if stage_memory_bytes(problem, ops, replicas, k, float(inputs[s]), tp=tp, split=split) \
+                > stage_capacity_bytes(problem, s):
             return False
     return True
 
@@ -178,9 +196,11 @@ def _positive(gain: tuple[int, float, float]) -> bool:
     return c > 1e-15
 
 
-def _candidate_moves(g: OpGraph, part: Partition, edges: RefineEdges, fixed: set[int],
-                     sizes: IntArray, n_stages: int, replicas: int) -> list[tuple[tuple[int, float, float], int, int]]:
-    """Valid boundary moves (op, target stage) with a positive gain tuple that keep the objective."""
+def _candidate_moves(g: OpGraph, part: Partition, edges: RefineEdges, fixed: set[int], sizes: IntArray,
+                     n_stages: int, replicas: int,
+                     stage_work: list[list[float]]) -> list[tuple[tuple[int, float, float], int, int]]:
+    """Valid boundary moves (op, target stage) with a positive gain tuple that keep the objective;
+    ``stage_work[s][v]`` = op ``v``'s c_u at stage ``s``."""
     current = part.objective_s(replicas)
     cross = part.stage_of[g.edge_src] != part.stage_of[g.edge_dst]
     boundary = np.unique(np.concatenate([g.edge_src[cross], g.edge_dst[cross]]))
@@ -201,8 +221,8 @@ def _candidate_moves(g: OpGraph, part: Partition, edges: RefineEdges, fixed: set
                 continue
             d_gain, b_gain, dcomm = _move_deltas(g, edges, stage_of, v, to)
             comp = comp_now.copy()  # Python floats: the same sums as numpy's, without its per-call cost
-            comp[s] -= edges.work_s[v]
-            comp[to] += edges.work_s[v]
+            comp[s] -= stage_work[s][v]
+            comp[to] += stage_work[to][v]
             comm = comm_now.copy()
             for stage, delta in dcomm.items():
                 comm[stage] += delta
@@ -215,26 +235,28 @@ def _candidate_moves(g: OpGraph, part: Partition, edges: RefineEdges, fixed: set
 
 
 def refine(problem: Problem, costs: ReferenceCosts, start: StagePartition, pinned_ops: Mapping[int, int] | None = None,
-           max_steps: int = MAX_STEPS, deadline: float = float("inf"),
-           edges: RefineEdges | None = None) -> tuple[IntArray, dict[str, float]]:
+           max_steps: int = MAX_STEPS, deadline: float = float("inf"), edges: RefineEdges | None = None,
+           degrees: StageDegrees | None = None) -> tuple[IntArray, dict[str, float]]:
     """Refine ``start.stage_of`` (§IV-C); returns the new assignment and counters for ``plan.stats``.
-    ``edges``: :class:`RefineEdges` of the graph and ``costs`` when the caller has them."""
+    ``edges``: :class:`RefineEdges` of the graph and ``costs`` when the caller has them; ``degrees``:
+    each stage's tensor-parallel degree (module doc), or every stage at degree 1."""
     stage_of, n_stages, replicas, micro_batches = start
     g = problem.graph
-    part = Partition.of(g, costs, stage_of, n_stages)
+    part = Partition.of(g, costs, stage_of, n_stages, degrees)
     before = part.objective_s(replicas)
     edges = RefineEdges.of(g, costs) if edges is None else edges
     fixed = set((pinned_ops or {}).keys())
     sizes = np.bincount(part.stage_of, minlength=n_stages)
+    stage_work = [edges.work_s] * n_stages if degrees is None else degrees.work_s.tolist()
     steps = 0
     while steps < max_steps and time.monotonic() < deadline:
-        moves = _candidate_moves(g, part, edges, fixed, sizes, n_stages, replicas)
+        moves = _candidate_moves(g, part, edges, fixed, sizes, n_stages, replicas, stage_work)
         moves.sort(key=lambda m: (m[0], -m[1], -m[2]), reverse=True)
         chosen = None
         for _, v, to in moves:
             trial = part.stage_of.copy()
             trial[v] = to
-            if _fits(problem, trial, (int(part.stage_of[v]), to), n_stages, replicas, micro_batches):
+            if _fits(problem, trial, (int(part.stage_of[v]), to), n_stages, replicas, micro_batches, degrees):
                 chosen = (v, to)
                 break
         if chosen is None:
@@ -244,7 +266,7 @@ def refine(problem: Problem, costs: ReferenceCosts, start: StagePartition, pinne
         part.stage_of[v] = to
         sizes[frm] -= 1
         sizes[to] += 1
-        part = Partition.of(g, costs, part.stage_of, n_stages)
+        part = Partition.of(g, costs, part.stage_of, n_stages, degrees)
         steps += 1
     return part.stage_of, {"refine_steps": steps, "refine_before_s": before,
                            "refine_after_s": part.objective_s(replicas)}

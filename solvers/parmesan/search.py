@@ -169,9 +169,10 @@ def score(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mi
     return best
 
 
-def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchSettings,
-                      budget: Budget) -> tuple[Configuration | None, dict[str, Any]]:
+def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchSettings, budget: Budget,
+                      built: dict[bytes, Transitions | None] | None = None) -> tuple[Configuration | None, dict[str, Any]]:
     """Appendix B: the best simulated (alpha, S, R, MB[, all-reduce term]) candidate, and what was explored.
+    ``built``: the DP pairs already built per clustering (:func:`clustered_dp_input`'s cache; filled in).
 
     Candidates are ranked by :func:`~solvers.mapping.apply.simulated_key`: the time per sample,
     so that a candidate with more micro-batches (a larger global batch) is compared fairly.
@@ -186,7 +187,7 @@ def search_partitions(problem: Problem, costs: ReferenceCosts, settings: SearchS
     explored: dict[str, Any] = {"candidates": 0, "infeasible_candidates": 0, "idle_stage_candidates": 0,
                                 "clusterings": []}
     clusterings: list[tuple[float, IntArray]] = []
-    built: dict[bytes, Transitions | None] = {}
+    built = {} if built is None else built
     # the refinement's edge data is the same for every candidate
     ctx = SearchContext(problem, costs, settings, stage_pins, RefineEdges.of(problem.graph, costs))
     alphas, mapper, allreduce_variants = settings.alphas, settings.mapper, settings.allreduce_variants

@@ -28,6 +28,8 @@ from solvers.model.errors import InvalidProblem, PlacerError
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem
 from solvers.model.ranking import ranked_by
+from solvers.parmesan.dp import Transitions
+from solvers.parmesan.mixed import search_mixed
 from solvers.parmesan.search import SearchSettings, search_partitions
 from solvers.partition.costs import reference_costs
 from solvers.partition.tp import expand_plan, group_problem, tp_degrees, tp_groups
@@ -70,6 +72,9 @@ class ParmesanOptions(SolverOptions):
 
 
 _GUARD_MIN_S = 0.05
+MIXED_SHARE = 0.25
+"""The share of the time limit the search with a degree per stage may take (it runs first; the
+single-degree searches get the rest)."""
 Baseline = tuple[str, Solver, SolverOptions]
 """A solver of the safety net: its name in ``stats.partition_source``, the solver, its options."""
 SafetyNet = Callable[[Problem], Sequence[Baseline]]
@@ -125,10 +130,16 @@ class ParmesanSolver:
         """Parmesan on the devices, then on the tensor-parallel groups of each degree ``t > 1`` of
         :func:`~solvers.partition.tp.tp_degrees` with the time left (docs/tensor-parallel.md, "Search"):
         the whole flow on :func:`~solvers.partition.tp.group_problem`, its plan expanded onto the
-        groups; the best per sample wins, a tie keeps the plan without tensor parallelism."""
+        groups; the best per sample wins, a tie keeps the plan without tensor parallelism.  Before
+        them, where more than one degree is searched, ``tp`` is unset and nothing is pinned, the
+        partitioning with a degree per stage (:func:`~solvers.parmesan.mixed.search_mixed`, within
+        :data:`MIXED_SHARE` of the limit); its plan wins only where it is faster per sample than all
+        of theirs."""
         check_pins(problem, self.name)
         fixed = (problem.settings.tp or 1) > 1
-        plan = Plan(stages=()) if fixed else self._solve_on_devices(problem, options, budget, progress)
+        built: dict[bytes, Transitions | None] = {}  # the DP pairs of the devices' clusterings, shared
+        mixed = self._solve_mixed(problem, options, budget, built)
+        plan = Plan(stages=()) if fixed else self._solve_on_devices(problem, options, budget, progress, built)
         best_key = simulated_key(problem, plan) if plan.stages else (float("inf"), float("inf"))
         degrees = [t for t in tp_degrees(problem) if t > 1] if not problem.settings.pinned else []
         for t in degrees:
@@ -149,22 +160,31 @@ class ParmesanSolver:
             key, value = simulated_scores(problem, candidate)
             if key < best_key:
                 plan, best_key = candidate.with_(claimed_objective_s=value, stats={**found.stats, "tp": t}), key
+        if mixed is not None and simulated_key(problem, mixed)[0] < best_key[0]:  # a tie keeps the single degree
+            plan = mixed
         if not plan.stages and fixed:
             return Plan(stages=(), status="infeasible",
                         notes=(f"no partition with tp {problem.settings.tp} fits the devices' memory",))
         return plan
 
+    @staticmethod
+    def _solve_mixed(problem: Problem, options: ParmesanOptions, budget: Budget,
+                     built: dict[bytes, Transitions | None]) -> Plan | None:
+        """The partitioning with a degree per stage, where more than one degree is searched, ``tp`` is
+        unset and nothing is pinned (else ``None``)."""
+        degrees = tp_degrees(problem)
+        if problem.settings.tp is not None or problem.settings.pinned or len(degrees) < 2:
+            return None
+        return search_mixed(problem, reference_costs(problem), _search_settings(problem, options), degrees,
+                            budget.sub(MIXED_SHARE), built)
+
     def _solve_on_devices(self, problem: Problem, options: ParmesanOptions, budget: Budget,
-                          progress: ProgressCallback) -> Plan:
-        """The paper's flow on ``problem``'s devices."""
+                          progress: ProgressCallback, built: dict[bytes, Transitions | None] | None = None) -> Plan:
+        """The paper's flow on ``problem``'s devices; ``built``: DP pairs already built for its clusterings."""
         costs = reference_costs(problem)
-        k = min(problem.graph.n_ops, options.clusters or default_clusters(problem))
         search_budget = budget.sub(options.search_fraction)
         progress(ProgressEvent(0.0, None, None, "partitioning"))
-        searched = SearchSettings(options.alphas, k, options.max_fronted_sets, options.max_dp_pairs,
-                                  options.refine_steps, options.mapping, _AR_VARIANTS[options.allreduce_in_partition],
-                                  options.band_rounds)
-        best, explored = search_partitions(problem, costs, searched, search_budget)
+        best, explored = search_partitions(problem, costs, _search_settings(problem, options), search_budget, built)
         if best is None:
             return Plan(stages=(), status="infeasible", stats=explored,
                         notes=("no partition into the searched (S, R) fits the devices' memory "
@@ -211,6 +231,13 @@ class ParmesanSolver:
             plan, value, stats = _guard(problem, plan, value, {**stats, "guard_s": guard_s}, guarded)
         progress(ProgressEvent(1.0, value, None, "done"))
         return plan.with_(claimed_objective_s=value, stats=stats, notes=notes)
+
+
+def _search_settings(problem: Problem, options: ParmesanOptions) -> SearchSettings:
+    """What the partition search tries, from the options (K: ``clusters`` or :func:`default_clusters`)."""
+    k = min(problem.graph.n_ops, options.clusters or default_clusters(problem))
+    return SearchSettings(options.alphas, k, options.max_fronted_sets, options.max_dp_pairs, options.refine_steps,
+                          options.mapping, _AR_VARIANTS[options.allreduce_in_partition], options.band_rounds)
 
 
 def _baseline_plans(problem: Problem, baselines: Sequence[Baseline],
