@@ -29,7 +29,7 @@ robust ``soft_l1`` loss by default):
    A rank of several stages tags its entries (``forward_stages``, ``backward_stages``); a stage whose
    backward entries outnumber its forwards ran its backward as input and weight gradient parts
    (zero-bubble schedules): its backward figure is their sum per forward, with the split share
-   ``s = (backwards - forwards) / forwards`` (:func:`_stage_entries`), and fit 1 leaves it out.
+   ``s = (backwards - forwards) / forwards`` (:meth:`~solvers.model.run.RankRecord.stage_entry`), and fit 1 leaves it out.
 1b. **split backward**: per device kind with split stages, ``k`` in :data:`SPLIT_BACKWARD_BOUNDS` such
    that a split stage's backward is ``b_s (1 + s (k - 1))``, ``b_s`` fit 1's prediction run whole
    (:func:`_fit_split_backward`); a kind without split stages gets no ``split_backward``.
@@ -99,7 +99,7 @@ from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.model.run import RankRecord, RunRecord, check_run_matches, run_from_document
+from solvers.model.run import RunRecord, check_run_matches, run_from_document
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan, resolve_plan
@@ -188,7 +188,7 @@ def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
     rho = profiler_ratio(case.run) if scaled else 1.0  # the profiled stage times as a plain step runs them
     out = []
     for s, stage in enumerate(plan.stages):
-        timed = [t for t in (_stage_entries(r, s) for r in case.run.ranks) if t is not None]
+        timed = [t for t in (r.stage_entry(s) for r in case.run.ranks) if t is not None]
         kinds = {topo.devices[index[d]].kind for d in stage.devices}
         if not timed or len(kinds) != 1:
             continue
@@ -208,33 +208,6 @@ def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
         out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), rho * f_s,
                              rho * b_s if b_s is not None else None, split))
     return out
-
-
-def _stage_entries(rank: RankRecord, s: int) -> tuple[float, float | None, float] | None:
-    """What ``rank`` measured of stage ``s`` for one micro-batch: ``(forward, backward, split)``; None when
-    the rank did not run it or was not profiled.
-
-    A rank of one stage: the median forward and the median backward.  A rank of several stages (its
-    entries tagged by ``forward_stages`` / ``backward_stages``): the median forward of the stage and
-    its backward time per forward.  Where a stage's backward entries outnumber its forwards, the
-    schedule ran backwards as two actions (input and weight gradient: zero-bubble): the backward is
-    their sum per forward, and ``split`` the share of micro-batches run so, ``(backwards - forwards) /
-    forwards``.
-    """
-    if rank.forward_stages:
-        fwd = [t for t, j in zip(rank.forward_s, rank.forward_stages, strict=True) if j == s]
-        bwd = [t for t, j in zip(rank.backward_s, rank.backward_stages, strict=True) if j == s]
-    elif rank.stage == s:
-        fwd, bwd = list(rank.forward_s), list(rank.backward_s)
-    else:
-        return None
-    if not fwd:
-        return None
-    if not bwd:
-        return median(fwd), None, 0.0
-    if len(bwd) <= len(fwd):
-        return median(fwd), median(bwd), 0.0
-    return median(fwd), sum(bwd) / len(fwd), min(1.0, (len(bwd) - len(fwd)) / len(fwd))
 
 
 def _transfer_obs(case: _Case) -> list[_TransferObs]:

@@ -87,21 +87,41 @@ class RankRecord:
             out |= {"forward_stages": list(self.forward_stages), "backward_stages": list(self.backward_stages)}
         return out
 
-    def stage_time_s(self) -> dict[int, float]:
-        """Per stage this rank ran, the forward + backward compute of one micro-batch (empty without profiles).
+    def stage_entry(self, s: int) -> tuple[float, float | None, float] | None:
+        """What this rank measured of stage ``s`` for one micro-batch: ``(forward, backward, split)``; ``None``
+        when the rank did not run it or was not profiled.
 
-        One stage per rank: the median forward plus the median backward.  Several: the median forward
-        of the stage plus its backward time per forward (a split backward's two parts added).
+        A rank of one stage: the median forward and the median backward.  A rank of several stages (its
+        entries tagged by ``forward_stages`` / ``backward_stages``): the median forward of the stage and
+        its backward time per forward.  Where a stage's backward entries outnumber its forwards, the
+        schedule ran backwards as two actions (input and weight gradient: zero-bubble): the backward is
+        their sum per forward, and ``split`` the share of micro-batches run so, ``(backwards - forwards) /
+        forwards``.
         """
-        if not self.forward_s:
-            return {}
-        if not self.forward_stages:
-            return {self.stage: median(self.forward_s) + (median(self.backward_s) if self.backward_s else 0.0)}
-        out = {}
-        for s in sorted(set(self.forward_stages)):
+        if self.forward_stages:
             fwd = [t for t, j in zip(self.forward_s, self.forward_stages, strict=True) if j == s]
             bwd = [t for t, j in zip(self.backward_s, self.backward_stages, strict=True) if j == s]
-            out[s] = median(fwd) + sum(bwd) / len(fwd)
+        elif self.stage == s:
+            fwd, bwd = list(self.forward_s), list(self.backward_s)
+        else:
+            return None
+        if not fwd:
+            return None
+        if not bwd:
+            return median(fwd), None, 0.0
+        if len(bwd) <= len(fwd):
+            return median(fwd), median(bwd), 0.0
+        return median(fwd), sum(bwd) / len(fwd), min(1.0, (len(bwd) - len(fwd)) / len(fwd))
+
+    def stage_time_s(self) -> dict[int, float]:
+        """Per stage this rank ran, the forward + backward compute of one micro-batch (:meth:`stage_entry`;
+        empty without profiles)."""
+        stages = sorted(set(self.forward_stages)) if self.forward_stages else [self.stage]
+        out = {}
+        for s in stages:
+            entry = self.stage_entry(s)
+            if entry is not None:
+                out[s] = entry[0] + (entry[1] or 0.0)
         return out
 
     @property
