@@ -9,7 +9,7 @@ robust ``soft_l1`` loss by default):
    ``t_K``, ``u_K`` being the uncalibrated forward and backward times of op ``v`` on ``K``, ``c(v)`` its
    op class (:func:`~solvers.calibration.document.op_class`), ``a`` the scales and ``o`` the launch
    overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s`` times the run's
-   profiler ratio ``rho`` (:func:`~solvers.calibration.identify.profiler_ratio`: the plain over the
+   profiler ratio ``rho`` (:func:`~solvers.model.run.profiler_ratio`: the plain over the
    profiled iteration; those figures come from the steps run under ``torch.profiler``, which are
    slower; a transfer, one op, is taken as recorded).  Where some run's ``rho`` is below 1 the fits run
    twice, with the stage times scaled by ``rho`` and as recorded, and the one whose calibrated iterations
@@ -86,7 +86,7 @@ from solvers.calibration.document import (
     StepCalibration,
     op_class,
 )
-from solvers.calibration.identify import jacobian, profiler_ratio, undetermined
+from solvers.calibration.identify import jacobian, undetermined
 from solvers.cost.memory import (
     finished_micro_batch_bytes,
     op_level_kept_bytes,
@@ -99,7 +99,7 @@ from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.model.run import RunRecord, check_run_matches, run_from_document
+from solvers.model.run import RunRecord, check_run_matches, profiler_ratio, run_from_document
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan, resolve_plan

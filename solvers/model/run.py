@@ -328,6 +328,26 @@ def check_run_matches(run: RunRecord, plan: Plan) -> None:
                                field=f"ranks[{i}].{where}", ref=r.device)
 
 
+def profiler_ratio(run: RunRecord) -> float:
+    """The factor from profiled to plain step times of ``run`` (module docstring), at most 1.
+
+    The profiler records every op, so it adds time in proportion to a stage's ops; with every stage
+    ``1 + d`` times slower under it, the iteration (stages, the waits for them and the bubbles) is too,
+    and ``rho = 1 / (1 + d)`` is the ratio of the plain to the profiled iteration.  1 when the run has no
+    plain or no profiled step after its warm-up; capped at 1 (the profiler only adds work: a ratio
+    above 1 is the noise of the few steps).
+    """
+    steps = min((len(r.iterations_s) for r in run.ranks), default=0)
+    slowest = [max(r.iterations_s[i] for r in run.ranks) for i in range(steps)]
+    profiled = sorted({s for r in run.ranks for s in r.profiled_steps if 0 <= s < steps})
+    plain = [t for i, t in enumerate(slowest) if i >= run.warmup and i not in profiled]
+    timed = [slowest[i] for i in profiled]
+    if not plain or not timed or median(timed) <= 0:
+        return 1.0
+    return min(1.0, median(plain) / median(timed))
+
+
+
 @dataclass(frozen=True)
 class LinedUp:
     """One figure measured beside the simulator's, under the simulator's key (``stage_times_s[1]``)."""
@@ -350,10 +370,14 @@ class LinedUp:
 
 
 def line_up(run: RunRecord, metrics: Mapping[str, Any]) -> list[LinedUp]:
-    """The run's summary beside a simulation's metrics, key by key: iteration, every stage, every device's memory."""
+    """The run's summary beside a simulation's metrics, key by key: iteration, every stage, every device's memory.
+
+    The profiled stage times are taken at the run's :func:`profiler_ratio` (the profiler's own time left out),
+    as ``placer simulate --compare`` and the calibration fit take them."""
     s = run.summary
     sim_stages = list(metrics.get("stage_times_s") or [])
-    got_stages = list(s.get("stage_times_s") or [])
+    rho = profiler_ratio(run)
+    got_stages = [None if t is None else float(t) * rho for t in s.get("stage_times_s") or []]
     rows = [LinedUp("iteration_s", "s", s.get("iteration_s"), metrics.get("iteration_s"))]
     for i in range(max(len(sim_stages), len(got_stages))):
         rows.append(LinedUp(f"stage_times_s[{i}]", "s", got_stages[i] if i < len(got_stages) else None,
