@@ -73,7 +73,6 @@ from statistics import median
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from solvers.calibration.apply import apply_calibration, channel_class, kind_speed
 from solvers.calibration.document import (
@@ -143,6 +142,14 @@ class _TransferObs:
     measured: float
     nominal: float  # the topology's own time for it: its channel's latency + bytes / bandwidth
 
+
+
+def _least_squares(*args: Any, **kwargs: Any) -> Any:
+    """:func:`scipy.optimize.least_squares`, imported on first use: every ``placer`` command loads this module
+    (``placer calibrate``), and ``scipy.optimize`` alone takes about half a second to import."""
+    from scipy.optimize import least_squares
+
+    return least_squares(*args, **kwargs)
 
 def _cases(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
            topologies: Sequence[Topology], plans: Sequence[Plan | Mapping[str, Any]]) -> list[_Case]:
@@ -355,7 +362,7 @@ def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs],
 
         lo, hi = layout.bounds()
         z0 = np.clip(x_start[free], lo[free], hi[free])
-        fit = least_squares(residuals, z0, bounds=(lo[free], hi[free]), loss=loss, f_scale=0.1, x_scale="jac")
+        fit = _least_squares(residuals, z0, bounds=(lo[free], hi[free]), loss=loss, f_scale=0.1, x_scale="jac")
         return full(np.asarray(fit.x, dtype=np.float64))
 
     lo, hi = layout.bounds()
@@ -389,7 +396,7 @@ def _fit_split_backward(layout: _Layout, x: np.ndarray, stages: list[_StageObs],
             return np.array([_rel(b * (1.0 + share * (z[0] - 1.0)), m) for share, b, m in obs])
 
         lo, hi = SPLIT_BACKWARD_BOUNDS
-        fit = least_squares(residuals, np.array([1.0]), bounds=([lo], [hi]), loss=loss, f_scale=0.1)
+        fit = _least_squares(residuals, np.array([1.0]), bounds=([lo], [hi]), loss=loss, f_scale=0.1)
         out[kind] = float(fit.x[0])
     return out
 
@@ -522,7 +529,7 @@ def _fit_iterations(cases: list[_Case], make: Maker, free_kinds: list[str], loss
 
         if free.size == 0:
             return full(np.zeros(0))
-        fit = least_squares(lambda z: residuals(full(z)), start[free], bounds=(lo[free], hi[free]), loss=loss,
+        fit = _least_squares(lambda z: residuals(full(z)), start[free], bounds=(lo[free], hi[free]), loss=loss,
                             f_scale=0.1, diff_step=1e-3)
         return full(np.asarray(fit.x, dtype=np.float64))
 
@@ -585,7 +592,7 @@ def _fit_memory(obs: list[MemoryObs], loss: str) -> tuple[MemoryCalibration, lis
                           dtype=np.float64)
 
     x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0, 0.0])
-    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0, 0.0], [np.inf, 10.0, 1.0, 1.0]), loss=loss,
+    fit = _least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0, 0.0], [np.inf, 10.0, 1.0, 1.0]), loss=loss,
                         f_scale=0.05, x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0, 1.0])
     x = np.asarray(fit.x, dtype=np.float64)
     return (MemoryCalibration(float(x[0]), share(x, 1), share(x, 2), share(x, 3)), [names[c] for c in free], held)

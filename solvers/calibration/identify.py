@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.linalg import qr
 
 RANK_TOL = 0.02  # a direction whose singular value is below 2 % of the largest is not determined
 
@@ -54,5 +53,7 @@ def undetermined(jac: np.ndarray, keep_weight: Sequence[float] | np.ndarray | No
     if rank >= live.size:
         return dead
     weights = np.ones(live.size) if keep_weight is None else np.asarray(keep_weight, dtype=np.float64)[live]
+    from scipy.linalg import qr  # on first use: scipy.linalg takes a third of a second to import
+
     piv = qr(vt[:rank] * weights, pivoting=True, mode="r")[1]
     return sorted(dead + [int(live[j]) for j in piv[rank:]])
