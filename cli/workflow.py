@@ -225,6 +225,10 @@ def _print_comparison(args: argparse.Namespace, problem: Problem, plan: Plan, me
     print(format_table(["", "measured", "simulated", "measured / simulated"],
                        [(r.what, format_seconds(r.measured_s), format_seconds(r.simulated_s), f"{r.ratio:.3g}")
                         for r in rows]))
+    ratios = [r.measured_s / r.profiled_s for r in rows if r.profiled_s and r.measured_s != r.profiled_s]
+    if ratios:
+        print(f"stage rows: the profiled times x {ratios[0]:.3g}, the run's plain over profiled steps (the "
+              "profiler's own time left out)")
     _print_warnings([w.to_dict() for w in warnings])
     for step in advice:
         print(f"next: {step}")

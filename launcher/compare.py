@@ -9,7 +9,10 @@
 
 From a run record (``run.json``, ``placer.run/v1``) the stage rows are ``stage s compute``: the
 record's ``stage_times_s`` (forward + backward of one micro-batch, profiled, slowest replica)
-against the cost model's forward + backward of one micro-batch over the stage's replicas.
+against the cost model's forward + backward of one micro-batch over the stage's replicas.  The
+profiled figures are taken at the run's profiler ratio (:func:`~solvers.model.run.profiler_ratio`,
+plain over profiled steps, at most 1), as the calibration fit takes them: torch.profiler's own time
+left out (docs/cost-model.md, "Calibration"); ``profiled_s`` keeps the figure as recorded.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan
-from solvers.model.run import RUN_FORMAT, RunRecord, run_from_document
+from solvers.model.run import RUN_FORMAT, RunRecord, profiler_ratio, run_from_document
 from solvers.model.topology import Topology
 
 
@@ -30,14 +33,16 @@ class Comparison:
     what: str
     measured_s: float
     simulated_s: float
+    profiled_s: float | None = None  # a stage row of a run record: the figure as profiled, before the ratio
 
     @property
     def ratio(self) -> float:
         return self.measured_s / self.simulated_s if self.simulated_s > 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "measured_s": self.measured_s, "simulated_s": self.simulated_s,
-                "measured_over_simulated": self.ratio}
+        out = {"what": self.what, "measured_s": self.measured_s, "simulated_s": self.simulated_s,
+               "measured_over_simulated": self.ratio}
+        return out if self.profiled_s is None else {**out, "profiled_s": self.profiled_s}
 
 
 def stage_forward_s(graph: OpGraph, topology: Topology, plan: Plan, backward: bool = False,
@@ -94,5 +99,7 @@ def _compare_run(graph: OpGraph, topology: Topology, plan: Plan, simulated: Mapp
     rows = [Comparison("iteration", float(iteration), float(simulated["objective_s"]))]
     measured = run.summary.get("stage_times_s") or []
     model = stage_forward_s(graph, topology, plan, backward=run.mode == "training", passes=1)
-    rows += [Comparison(f"stage {s} compute", float(t), model[s]) for s, t in enumerate(measured) if s < len(model)]
+    rho = profiler_ratio(run)
+    rows += [Comparison(f"stage {s} compute", float(t) * rho, model[s], float(t))
+             for s, t in enumerate(measured) if s < len(model)]
     return rows

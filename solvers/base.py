@@ -46,10 +46,15 @@ def parse_options(options_type: type[OptionsT], raw: Mapping[str, Any] | None, s
 
 @dataclass
 class Budget:
-    """Wall-clock budget of one solve. ``time_limit_s=None`` means unlimited."""
+    """Wall-clock budget of one solve. ``time_limit_s=None`` means unlimited.
+
+    ``stated_s``: the limit the call stated, where this budget is a share of it (:meth:`sub`): what a
+    message names (:meth:`stated_limit_s`), so that a note says "the 60 s limit", not the share's 39.9 s.
+    """
 
     time_limit_s: float | None = None
     started_at: float = 0.0
+    stated_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.started_at:
@@ -66,11 +71,15 @@ class Budget:
     def expired(self) -> bool:
         return self.remaining_s() <= 0.0
 
+    def stated_limit_s(self) -> float | None:
+        """The limit as the call stated it (this budget's own where it is no share of another)."""
+        return self.stated_s if self.stated_s is not None else self.time_limit_s
+
     def sub(self, fraction: float) -> Budget:
         """A budget for a sub-step: ``fraction`` of what remains, counted from now."""
         if self.time_limit_s is None:
             return Budget(None)
-        return Budget(self.remaining_s() * fraction)
+        return Budget(self.remaining_s() * fraction, stated_s=self.stated_limit_s())
 
 
 @dataclass(frozen=True)

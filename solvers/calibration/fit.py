@@ -9,7 +9,7 @@ robust ``soft_l1`` loss by default):
    ``t_K``, ``u_K`` being the uncalibrated forward and backward times of op ``v`` on ``K``, ``c(v)`` its
    op class (:func:`~solvers.calibration.document.op_class`), ``a`` the scales and ``o`` the launch
    overhead; the measured figure is a rank's median ``forward_s`` / ``backward_s`` times the run's
-   profiler ratio ``rho`` (:func:`~solvers.calibration.identify.profiler_ratio`: the plain over the
+   profiler ratio ``rho`` (:func:`~solvers.model.run.profiler_ratio`: the plain over the
    profiled iteration; those figures come from the steps run under ``torch.profiler``, which are
    slower; a transfer, one op, is taken as recorded).  Where some run's ``rho`` is below 1 the fits run
    twice, with the stage times scaled by ``rho`` and as recorded, and the one whose calibrated iterations
@@ -29,7 +29,7 @@ robust ``soft_l1`` loss by default):
    A rank of several stages tags its entries (``forward_stages``, ``backward_stages``); a stage whose
    backward entries outnumber its forwards ran its backward as input and weight gradient parts
    (zero-bubble schedules): its backward figure is their sum per forward, with the split share
-   ``s = (backwards - forwards) / forwards`` (:func:`_stage_entries`), and fit 1 leaves it out.
+   ``s = (backwards - forwards) / forwards`` (:meth:`~solvers.model.run.RankRecord.stage_entry`), and fit 1 leaves it out.
 1b. **split backward**: per device kind with split stages, ``k`` in :data:`SPLIT_BACKWARD_BOUNDS` such
    that a split stage's backward is ``b_s (1 + s (k - 1))``, ``b_s`` fit 1's prediction run whole
    (:func:`_fit_split_backward`); a kind without split stages gets no ``split_backward``.
@@ -73,7 +73,6 @@ from statistics import median
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from solvers.calibration.apply import apply_calibration, channel_class, kind_speed
 from solvers.calibration.document import (
@@ -86,7 +85,7 @@ from solvers.calibration.document import (
     StepCalibration,
     op_class,
 )
-from solvers.calibration.identify import jacobian, profiler_ratio, undetermined
+from solvers.calibration.identify import jacobian, undetermined
 from solvers.cost.memory import (
     finished_micro_batch_bytes,
     op_level_kept_bytes,
@@ -99,7 +98,7 @@ from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, plan_from_document
 from solvers.model.problem import Problem
-from solvers.model.run import RankRecord, RunRecord, check_run_matches, run_from_document
+from solvers.model.run import RunRecord, check_run_matches, profiler_ratio, run_from_document
 from solvers.model.topology import Topology
 from solvers.simulator import simulate
 from solvers.validity import problem_for_plan, resolve_plan
@@ -143,6 +142,14 @@ class _TransferObs:
     measured: float
     nominal: float  # the topology's own time for it: its channel's latency + bytes / bandwidth
 
+
+
+def _least_squares(*args: Any, **kwargs: Any) -> Any:
+    """:func:`scipy.optimize.least_squares`, imported on first use: every ``placer`` command loads this module
+    (``placer calibrate``), and ``scipy.optimize`` alone takes about half a second to import."""
+    from scipy.optimize import least_squares
+
+    return least_squares(*args, **kwargs)
 
 def _cases(runs: Sequence[RunRecord | Mapping[str, Any]], graphs: Sequence[OpGraph],
            topologies: Sequence[Topology], plans: Sequence[Plan | Mapping[str, Any]]) -> list[_Case]:
@@ -188,7 +195,7 @@ def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
     rho = profiler_ratio(case.run) if scaled else 1.0  # the profiled stage times as a plain step runs them
     out = []
     for s, stage in enumerate(plan.stages):
-        timed = [t for t in (_stage_entries(r, s) for r in case.run.ranks) if t is not None]
+        timed = [t for t in (r.stage_entry(s) for r in case.run.ranks) if t is not None]
         kinds = {topo.devices[index[d]].kind for d in stage.devices}
         if not timed or len(kinds) != 1:
             continue
@@ -208,33 +215,6 @@ def _stage_obs(case: _Case, scaled: bool = True) -> list[_StageObs]:
         out.append(_StageObs(kind, fwd, bwd, len(ops) / r, n_bwd, plan.recomputes(s), rho * f_s,
                              rho * b_s if b_s is not None else None, split))
     return out
-
-
-def _stage_entries(rank: RankRecord, s: int) -> tuple[float, float | None, float] | None:
-    """What ``rank`` measured of stage ``s`` for one micro-batch: ``(forward, backward, split)``; None when
-    the rank did not run it or was not profiled.
-
-    A rank of one stage: the median forward and the median backward.  A rank of several stages (its
-    entries tagged by ``forward_stages`` / ``backward_stages``): the median forward of the stage and
-    its backward time per forward.  Where a stage's backward entries outnumber its forwards, the
-    schedule ran backwards as two actions (input and weight gradient: zero-bubble): the backward is
-    their sum per forward, and ``split`` the share of micro-batches run so, ``(backwards - forwards) /
-    forwards``.
-    """
-    if rank.forward_stages:
-        fwd = [t for t, j in zip(rank.forward_s, rank.forward_stages, strict=True) if j == s]
-        bwd = [t for t, j in zip(rank.backward_s, rank.backward_stages, strict=True) if j == s]
-    elif rank.stage == s:
-        fwd, bwd = list(rank.forward_s), list(rank.backward_s)
-    else:
-        return None
-    if not fwd:
-        return None
-    if not bwd:
-        return median(fwd), None, 0.0
-    if len(bwd) <= len(fwd):
-        return median(fwd), median(bwd), 0.0
-    return median(fwd), sum(bwd) / len(fwd), min(1.0, (len(bwd) - len(fwd)) / len(fwd))
 
 
 def _transfer_obs(case: _Case) -> list[_TransferObs]:
@@ -382,7 +362,7 @@ def _fit_compute(stages: list[_StageObs], transfers: list[_TransferObs],
 
         lo, hi = layout.bounds()
         z0 = np.clip(x_start[free], lo[free], hi[free])
-        fit = least_squares(residuals, z0, bounds=(lo[free], hi[free]), loss=loss, f_scale=0.1, x_scale="jac")
+        fit = _least_squares(residuals, z0, bounds=(lo[free], hi[free]), loss=loss, f_scale=0.1, x_scale="jac")
         return full(np.asarray(fit.x, dtype=np.float64))
 
     lo, hi = layout.bounds()
@@ -416,7 +396,7 @@ def _fit_split_backward(layout: _Layout, x: np.ndarray, stages: list[_StageObs],
             return np.array([_rel(b * (1.0 + share * (z[0] - 1.0)), m) for share, b, m in obs])
 
         lo, hi = SPLIT_BACKWARD_BOUNDS
-        fit = least_squares(residuals, np.array([1.0]), bounds=([lo], [hi]), loss=loss, f_scale=0.1)
+        fit = _least_squares(residuals, np.array([1.0]), bounds=([lo], [hi]), loss=loss, f_scale=0.1)
         out[kind] = float(fit.x[0])
     return out
 
@@ -549,7 +529,7 @@ def _fit_iterations(cases: list[_Case], make: Maker, free_kinds: list[str], loss
 
         if free.size == 0:
             return full(np.zeros(0))
-        fit = least_squares(lambda z: residuals(full(z)), start[free], bounds=(lo[free], hi[free]), loss=loss,
+        fit = _least_squares(lambda z: residuals(full(z)), start[free], bounds=(lo[free], hi[free]), loss=loss,
                             f_scale=0.1, diff_step=1e-3)
         return full(np.asarray(fit.x, dtype=np.float64))
 
@@ -612,7 +592,7 @@ def _fit_memory(obs: list[MemoryObs], loss: str) -> tuple[MemoryCalibration, lis
                           dtype=np.float64)
 
     x0 = np.array([max(float(np.median(y - m)), 0.0), 0.0, 0.0, 0.0])
-    fit = least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0, 0.0], [np.inf, 10.0, 1.0, 1.0]), loss=loss,
+    fit = _least_squares(residuals, x0, bounds=([0.0, 0.0, 0.0, 0.0], [np.inf, 10.0, 1.0, 1.0]), loss=loss,
                         f_scale=0.05, x_scale=[max(float(np.median(y)), 1.0), 1.0, 1.0, 1.0])
     x = np.asarray(fit.x, dtype=np.float64)
     return (MemoryCalibration(float(x[0]), share(x, 1), share(x, 2), share(x, 3)), [names[c] for c in free], held)

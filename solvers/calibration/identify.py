@@ -1,9 +1,9 @@
 """What a fit's runs determine: the profiler's share of the profiled steps, and the parameters that the
 observations cannot tell apart (docs/cost-model.md "Calibration").
 
-- :func:`profiler_ratio`: ``rho = median(plain steps) / median(profiled steps)`` of a run's iteration
-  times (slowest rank), so that a stage time ``x`` measured under ``torch.profiler`` is ``rho * x``
-  in a plain step.
+- the profiler's share is :func:`solvers.model.run.profiler_ratio`: ``rho = median(plain steps) /
+  median(profiled steps)`` of a run's iteration times (slowest rank), so that a stage time ``x``
+  measured under ``torch.profiler`` is ``rho * x`` in a plain step.
 - :func:`undetermined`: the numerical rank of the fit's Jacobian and, where it is short of the number
   of parameters, which parameters are left out by subset selection (Golub and Van Loan, *Matrix
   Computations*, 4th ed., §5.5.7 "rank deficiency and subset selection": the SVD's leading right
@@ -13,33 +13,10 @@ observations cannot tell apart (docs/cost-model.md "Calibration").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from statistics import median
 
 import numpy as np
-from scipy.linalg import qr
-
-from solvers.model.run import RunRecord
 
 RANK_TOL = 0.02  # a direction whose singular value is below 2 % of the largest is not determined
-
-
-def profiler_ratio(run: RunRecord) -> float:
-    """The factor from profiled to plain step times of ``run`` (module docstring), at most 1.
-
-    The profiler records every op, so it adds time in proportion to a stage's ops; with every stage
-    ``1 + d`` times slower under it, the iteration (stages, the waits for them and the bubbles) is too,
-    and ``rho = 1 / (1 + d)`` is the ratio of the plain to the profiled iteration.  1 when the run has no
-    plain or no profiled step after its warm-up; capped at 1 (the profiler only adds work: a ratio
-    above 1 is the noise of the few steps).
-    """
-    steps = min((len(r.iterations_s) for r in run.ranks), default=0)
-    slowest = [max(r.iterations_s[i] for r in run.ranks) for i in range(steps)]
-    profiled = sorted({s for r in run.ranks for s in r.profiled_steps if 0 <= s < steps})
-    plain = [t for i, t in enumerate(slowest) if i >= run.warmup and i not in profiled]
-    timed = [slowest[i] for i in profiled]
-    if not plain or not timed or median(timed) <= 0:
-        return 1.0
-    return min(1.0, median(plain) / median(timed))
 
 
 def jacobian(fun: Callable[[np.ndarray], np.ndarray], x: np.ndarray, typical: np.ndarray) -> np.ndarray:
@@ -76,5 +53,7 @@ def undetermined(jac: np.ndarray, keep_weight: Sequence[float] | np.ndarray | No
     if rank >= live.size:
         return dead
     weights = np.ones(live.size) if keep_weight is None else np.asarray(keep_weight, dtype=np.float64)[live]
+    from scipy.linalg import qr  # on first use: scipy.linalg takes a third of a second to import
+
     piv = qr(vt[:rank] * weights, pivoting=True, mode="r")[1]
     return sorted(dead + [int(live[j]) for j in piv[rank:]])

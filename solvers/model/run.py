@@ -87,21 +87,41 @@ class RankRecord:
             out |= {"forward_stages": list(self.forward_stages), "backward_stages": list(self.backward_stages)}
         return out
 
-    def stage_time_s(self) -> dict[int, float]:
-        """Per stage this rank ran, the forward + backward compute of one micro-batch (empty without profiles).
+    def stage_entry(self, s: int) -> tuple[float, float | None, float] | None:
+        """What this rank measured of stage ``s`` for one micro-batch: ``(forward, backward, split)``; ``None``
+        when the rank did not run it or was not profiled.
 
-        One stage per rank: the median forward plus the median backward.  Several: the median forward
-        of the stage plus its backward time per forward (a split backward's two parts added).
+        A rank of one stage: the median forward and the median backward.  A rank of several stages (its
+        entries tagged by ``forward_stages`` / ``backward_stages``): the median forward of the stage and
+        its backward time per forward.  Where a stage's backward entries outnumber its forwards, the
+        schedule ran backwards as two actions (input and weight gradient: zero-bubble): the backward is
+        their sum per forward, and ``split`` the share of micro-batches run so, ``(backwards - forwards) /
+        forwards``.
         """
-        if not self.forward_s:
-            return {}
-        if not self.forward_stages:
-            return {self.stage: median(self.forward_s) + (median(self.backward_s) if self.backward_s else 0.0)}
-        out = {}
-        for s in sorted(set(self.forward_stages)):
+        if self.forward_stages:
             fwd = [t for t, j in zip(self.forward_s, self.forward_stages, strict=True) if j == s]
             bwd = [t for t, j in zip(self.backward_s, self.backward_stages, strict=True) if j == s]
-            out[s] = median(fwd) + sum(bwd) / len(fwd)
+        elif self.stage == s:
+            fwd, bwd = list(self.forward_s), list(self.backward_s)
+        else:
+            return None
+        if not fwd:
+            return None
+        if not bwd:
+            return median(fwd), None, 0.0
+        if len(bwd) <= len(fwd):
+            return median(fwd), median(bwd), 0.0
+        return median(fwd), sum(bwd) / len(fwd), min(1.0, (len(bwd) - len(fwd)) / len(fwd))
+
+    def stage_time_s(self) -> dict[int, float]:
+        """Per stage this rank ran, the forward + backward compute of one micro-batch (:meth:`stage_entry`;
+        empty without profiles)."""
+        stages = sorted(set(self.forward_stages)) if self.forward_stages else [self.stage]
+        out = {}
+        for s in stages:
+            entry = self.stage_entry(s)
+            if entry is not None:
+                out[s] = entry[0] + (entry[1] or 0.0)
         return out
 
     @property
@@ -308,6 +328,26 @@ def check_run_matches(run: RunRecord, plan: Plan) -> None:
                                field=f"ranks[{i}].{where}", ref=r.device)
 
 
+def profiler_ratio(run: RunRecord) -> float:
+    """The factor from profiled to plain step times of ``run`` (module docstring), at most 1.
+
+    The profiler records every op, so it adds time in proportion to a stage's ops; with every stage
+    ``1 + d`` times slower under it, the iteration (stages, the waits for them and the bubbles) is too,
+    and ``rho = 1 / (1 + d)`` is the ratio of the plain to the profiled iteration.  1 when the run has no
+    plain or no profiled step after its warm-up; capped at 1 (the profiler only adds work: a ratio
+    above 1 is the noise of the few steps).
+    """
+    steps = min((len(r.iterations_s) for r in run.ranks), default=0)
+    slowest = [max(r.iterations_s[i] for r in run.ranks) for i in range(steps)]
+    profiled = sorted({s for r in run.ranks for s in r.profiled_steps if 0 <= s < steps})
+    plain = [t for i, t in enumerate(slowest) if i >= run.warmup and i not in profiled]
+    timed = [slowest[i] for i in profiled]
+    if not plain or not timed or median(timed) <= 0:
+        return 1.0
+    return min(1.0, median(plain) / median(timed))
+
+
+
 @dataclass(frozen=True)
 class LinedUp:
     """One figure measured beside the simulator's, under the simulator's key (``stage_times_s[1]``)."""
@@ -330,10 +370,14 @@ class LinedUp:
 
 
 def line_up(run: RunRecord, metrics: Mapping[str, Any]) -> list[LinedUp]:
-    """The run's summary beside a simulation's metrics, key by key: iteration, every stage, every device's memory."""
+    """The run's summary beside a simulation's metrics, key by key: iteration, every stage, every device's memory.
+
+    The profiled stage times are taken at the run's :func:`profiler_ratio` (the profiler's own time left out),
+    as ``placer simulate --compare`` and the calibration fit take them."""
     s = run.summary
     sim_stages = list(metrics.get("stage_times_s") or [])
-    got_stages = list(s.get("stage_times_s") or [])
+    rho = profiler_ratio(run)
+    got_stages = [None if t is None else float(t) * rho for t in s.get("stage_times_s") or []]
     rows = [LinedUp("iteration_s", "s", s.get("iteration_s"), metrics.get("iteration_s"))]
     for i in range(max(len(sim_stages), len(got_stages))):
         rows.append(LinedUp(f"stage_times_s[{i}]", "s", got_stages[i] if i < len(got_stages) else None,

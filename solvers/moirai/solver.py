@@ -76,7 +76,7 @@ class MoiraiSolver:
                                   None if budget.time_limit_s is None else end_at - RESERVE_S)
         except OutOfTime as exc:
             return Plan(stages=(), status="infeasible", stats={"nodes_original": problem.graph.n_ops},
-                        notes=(f"no plan: {exc} (time limit {budget.time_limit_s} s)",))
+                        notes=(f"no plan: {exc} (time limit {budget.stated_limit_s():g} s)",))
         run = Run(problem, options, fine, budget, progress)
         proof = _proved_infeasible(problem, fine)
         if proof is not None:
@@ -86,7 +86,7 @@ class MoiraiSolver:
         run.warm(self.warm_start if options.warm_start else (), communicates)
         if run.best is None:
             skipped = run.stats.get("warm_start_skipped")
-            reason = (f"no plan: the time limit ({budget.time_limit_s} s) ran out before any warm-start "
+            reason = (f"no plan: the time limit ({budget.stated_limit_s():g} s) ran out before any warm-start "
                       f"candidate was timed (not started: {', '.join(skipped)})" if skipped else
                       "no memory-feasible placement found (not proven infeasible)")
             return Plan(stages=(), status="infeasible", stats=run.stats, notes=(reason,))

@@ -320,7 +320,20 @@ def test_compare_with_a_run_record_says_what_to_do_next(files: dict[str, Path],
     assert advice(3 * simulated, [model[0], 4 * model[1]])[0].startswith("re-plan:")
     assert advice(simulated, model)[0].startswith("none:")
     code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan_path), "--compare", str(run_path))
-    assert code == 0 and "next: none" in out
+    assert code == 0 and "next: none" in out and "stage rows: the profiled times" not in out
+
+    # the profiled step (step 1) took twice the plain one: the stage rows are the profiled figures at half
+    doc = synthetic_run(plan.to_document())
+    doc["summary"].update(iteration_s=simulated, stage_times_s=[2 * t for t in model])
+    for rank in doc["ranks"]:
+        rank["iterations_s"] = [rank["iterations_s"][0], 2 * rank["iterations_s"][0]]
+    run_path.write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan_path), "--compare", str(run_path), "--json")
+    rows = json.loads(out)["comparison"]
+    assert code == 0 and [r["measured_s"] for r in rows[1:]] == pytest.approx(model)
+    assert [r["profiled_s"] for r in rows[1:]] == pytest.approx([2 * t for t in model])
+    code, out, _ = run(capsys, "simulate", *common, "--plan", str(plan_path), "--compare", str(run_path))
+    assert code == 0 and "stage rows: the profiled times x 0.5, the run's plain over profiled steps" in out
 
 
 def test_compare_refuses_the_run_of_another_plan(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,9 +13,8 @@ import pytest
 
 from cli import main as placer
 from solvers.calibration import fit_calibration
-from solvers.calibration.identify import profiler_ratio
 from solvers.model.documents import load_graph, load_plan, load_topology
-from solvers.model.run import run_from_document
+from solvers.model.run import profiler_ratio, run_from_document
 from tests.launcher.conftest import bundle, solve, torchrun
 
 

@@ -2,7 +2,7 @@
 identical V100 over PCIe and on 4 heterogeneous devices over a slow network.  Each plan must be
 valid (the simulator replays its order without deadlock) and claim exactly what the simulator
 measures.  Small time limits: 0.5 s per solver, 4 s for the portfolio ``auto`` (marked slow: it
-runs each of its 56 cases for most of its limit)."""
+runs each of its 28 cases, every profile and pass on one of the topologies, for most of its limit)."""
 
 from __future__ import annotations
 
@@ -87,11 +87,12 @@ def test_every_latency_solver_gives_a_valid_plan_that_claims_its_simulation(prof
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
 @pytest.mark.parametrize("pass_", ["forward", "training"])
 @pytest.mark.parametrize("profile", PROFILES)
-def test_the_portfolio_gives_a_valid_plan_that_claims_its_simulation(profile: str, pass_: str,
-                                                                     topology: str) -> None:
+def test_the_portfolio_gives_a_valid_plan_that_claims_its_simulation(profile: str, pass_: str) -> None:
+    """Every profile and pass, on the two topologies in turn (profiles alternate between them: each
+    topology meets half the profiles and both passes); its members' own plans cover every case above."""
+    topology = sorted(TOPOLOGIES)[PROFILES.index(profile) % len(TOPOLOGIES)]
     problem = Problem(_graph(profile), TOPOLOGIES[topology](), "latency",
                       ProblemSettings(pass_=pass_))
     _check(problem, PORTFOLIO, PORTFOLIO_TIME_LIMIT_S)

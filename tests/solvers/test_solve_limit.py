@@ -8,6 +8,7 @@ import time
 import pytest
 
 from solvers import registry
+from solvers.base import Budget
 from solvers.solving import solve
 from tests.solvers import contract_fixtures as fx
 
@@ -28,3 +29,14 @@ def test_the_limit_covers_loading_the_solvers_module(monkeypatch: pytest.MonkeyP
     assert elapsed <= LIMIT_S + GRACE_S, f"{elapsed:.2f} s for a {LIMIT_S} s limit with a {load_s} s load"
     assert plan.solve_time_s is not None and plan.solve_time_s <= LIMIT_S + GRACE_S
     assert plan.stages and plan.status == "feasible"
+
+
+def test_a_share_of_a_budget_names_the_stated_limit() -> None:
+    """A sub-budget (a share of what remains) keeps the limit the call stated, for messages."""
+    whole = Budget(60.0)
+    share = whole.sub(2 / 3)
+    assert share.time_limit_s is not None and share.time_limit_s <= 40.0
+    assert share.stated_limit_s() == 60.0
+    assert share.sub(0.5).stated_limit_s() == 60.0
+    assert whole.stated_limit_s() == 60.0
+    assert Budget(None).sub(0.5).stated_limit_s() is None

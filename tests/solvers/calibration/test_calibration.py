@@ -28,7 +28,6 @@ from solvers.calibration import (
     op_class,
 )
 from solvers.calibration.fit import _fit_memory
-from solvers.calibration.identify import profiler_ratio
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import (
     device_memory_bytes,
@@ -45,7 +44,7 @@ from solvers.model.errors import InvalidInput
 from solvers.model.graph import OpGraph
 from solvers.model.plan import Plan, Stage, plan_from_document
 from solvers.model.problem import Problem, ProblemSettings
-from solvers.model.run import run_from_document
+from solvers.model.run import profiler_ratio, run_from_document
 from solvers.model.schedules import build_schedule
 from solvers.model.schemas import load_schema
 from solvers.model.topology import Topology

@@ -136,3 +136,19 @@ def test_a_rank_with_several_stages_times_each_and_round_trips() -> None:
     bad["ranks"][1]["forward_stages"] = [1]
     with pytest.raises(InvalidInput, match=r"ranks\[1\].forward_stages: 1 stage\(s\) for 2 profiled range\(s\)"):
         run_from_document(bad)
+
+
+def test_a_rank_of_one_stage_whose_backward_ran_split_counts_both_parts() -> None:
+    """Zero-bubble with one stage per rank: two backward entries per forward (input and weight gradient);
+    the stage's backward is their sum per forward, as the calibration fit reads it."""
+    r = RankRecord(rank=0, device="cpu0", stage=0, replica=0, hostname="h", iterations_s=(0.5,),
+                   memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_resident_bytes": 1},
+                   profiled_steps=(0,), forward_s=(0.001, 0.001), backward_s=(0.003, 0.001, 0.003, 0.001))
+    assert r.stage_entry(0) == pytest.approx((0.001, 0.004, 1.0))
+    assert r.stage_entry(1) is None
+    assert r.stage_time_s() == pytest.approx({0: 0.005})
+    plain = RankRecord(rank=1, device="cpu1", stage=1, replica=0, hostname="h", iterations_s=(0.5,),
+                       memory={"peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_resident_bytes": 1},
+                       profiled_steps=(0,), forward_s=(0.001, 0.003), backward_s=(0.002, 0.004))
+    assert plain.stage_entry(1) == pytest.approx((0.002, 0.003, 0.0))
+    assert plain.stage_time_s() == pytest.approx({1: 0.005})
