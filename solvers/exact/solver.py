@@ -18,12 +18,17 @@ plan reaches the DP's bound; otherwise ``feasible``.  Past the ideal budget the 
 relaxation of :mod:`solvers.exact.relax`.  When the ideals, the DP pairs or the time exceed the
 budget for some candidate, that candidate is answered by ``even``'s split, the status is
 ``unknown`` and the notes say why, with the numbers.  Every phase stops at the time limit.
+
+With several tensor-parallel degrees, each (S, R) also runs the DP with a degree per stage
+(:mod:`solvers.exact.mixed`), whose plan is kept where it simulates faster than the best plan of one
+degree; its bound holds over the plans whose stages may differ in degree (docs/exact.md, "A degree
+per stage").
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,9 +40,11 @@ from solvers.cost.bounds import lower_bound_s
 from solvers.cost.memory import kept_bytes
 from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
 from solvers.exact.ideals import Ideals, enumerate_ideals
+from solvers.exact.mixed import MixedSpace, PairCache, least_work_s, mixed_partitions
 from solvers.exact.relax import lift, light_ops, reduce_problem
 from solvers.exact.stage_model import (
     StageModel,
+    any_group_stage_model,
     in_flight,
     partition_memory_bytes,
     partition_times_s,
@@ -45,7 +52,7 @@ from solvers.exact.stage_model import (
     stage_model,
     tp_stage_model,
 )
-from solvers.mapping.apply import build_plan
+from solvers.mapping.apply import build_plan, plan_on_devices
 from solvers.mapping.heuristics import consecutive_mapping
 from solvers.model.errors import InvalidPlan, InvalidProblem
 from solvers.model.plan import Plan, Status
@@ -53,7 +60,7 @@ from solvers.model.problem import Problem
 from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import replicas_fit, sr_candidates
-from solvers.partition.tp import tp_degrees, tp_groups
+from solvers.partition.tp import allocate_mixed_groups, tp_degrees, tp_groups
 from solvers.runnable import computing_ops
 from solvers.simulator import simulate
 
@@ -197,12 +204,14 @@ class ExactSolver:
             progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None,
                                    plan=best.plan.with_(status="feasible", claimed_objective_s=best.objective_s)
                                    if improved and best.plan is not None else None))
+        mixed = _mixed_search(problem, options, model, space, configs, budget, best) \
+            if len(tp_degrees(problem)) > 1 else {}
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
                  "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget,
                  "tp_configs_pruned": best.pruned_shapes, "idle_stage_candidates": best.idle_candidates,
-                 "idle_stage_shapes": best.idle_shapes, **best.stats}
+                 "idle_stage_shapes": best.idle_shapes, **mixed, **best.stats}
         if best.plan is None:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=(*_infeasible_notes(model, best, len(configs)), *space.notes,
@@ -371,6 +380,104 @@ def _shapes(problem: Problem) -> list[_Shape]:
     return out
 
 
+def _mixed_search(problem: Problem, options: ExactOptions, base_model: StageModel, space: _Space,
+                  configs: list[_Shape], budget: Budget, best: _Best) -> dict[str, Any]:
+    """The DP with a degree per stage (docs/exact.md, "A degree per stage") for each searched (S, R) whose
+    stages could take two degrees, after the single-degree shapes: its chains whose stages do not all share
+    a degree are placed by :func:`~solvers.partition.tp.allocate_mixed_groups` and kept where they simulate
+    strictly faster than ``best``; the search's stats."""
+    topo, within = problem.topology, problem.settings.tp_within_host
+    degrees = [t for t in tp_degrees(problem) if tp_groups(topo, t, within)]
+    log: dict[str, Any] = {"mixed_degrees": degrees, "mixed_configs": 0, "mixed_configs_pruned": 0,
+                           "mixed_uniform_chains": 0, "mixed_unplaced": [], "mixed_over_budget": [], "mixed_dp_pairs": 0}
+    if len(degrees) < 2:
+        return log
+    models = {t: any_group_stage_model(problem, space.model, t, space.kept) for t in degrees}
+    whole = {t: any_group_stage_model(problem, base_model, t) for t in degrees}
+    mspace = None if space.ideals is None else MixedSpace(
+        problem.graph, space.ideals, models, {}, space.kept,
+        int(models[1].computes.sum()) < int(base_model.computes.sum()), least_work_s(whole))
+    least = least_work_s(whole)
+    shapes = []  # (S, R, micro-batch counts R divides, the incumbent's cap)
+    for n_stages, replicas in dict.fromkeys((c.stages, c.replicas) for c in configs
+                                            if 1 < c.stages <= int(base_model.computes.sum())
+                                            and c.replicas * (c.stages - 1 + degrees[1]) <= topo.n_devices):
+        mbs = tuple(mb for mb in problem.micro_batch_candidates if replicas_fit(problem, replicas, mb))
+        cap_s = _incumbent_cap_s(problem, best, mbs)
+        if mbs and max(float(least.max()), float(least.sum()) / n_stages) / replicas < cap_s:
+            shapes.append((n_stages, replicas, mbs, cap_s))
+        else:  # no chain of this (S, R) beats the incumbent, or no micro-batch count fits R
+            log["mixed_configs_pruned"] += 1
+    widest_s = max((r * cap_s for _, r, _, cap_s in shapes), default=0.0)
+    cache = PairCache(widest_s if np.isfinite(widest_s) else 0.0)  # one build of the pairs for every (S, R)
+    for n_stages, replicas, mbs, cap_s in shapes:
+        label = f"{n_stages}x{replicas}"
+        cap_s = min(cap_s, _incumbent_cap_s(problem, best, mbs))  # a mixed plan kept since lowers it
+        capacity = stage_capacities_bytes(problem, n_stages)
+        binds = {t: _memory_binds(whole[t], capacity, replicas, n_stages, mbs) for t in degrees}
+        why = _mixed_refusal(space, n_stages, any(binds.values()), budget)
+        found = why if why is not None or mspace is None else mixed_partitions(
+            problem, replace(mspace, with_memory=binds), n_stages, replicas, topo.n_devices // replicas, mbs, cap_s,
+            capacity, options.max_pairs, time.monotonic() + budget.remaining_s(), cache)
+        if found is None:
+            continue
+        log["mixed_configs"] += 1
+        if isinstance(found, str):
+            log["mixed_over_budget"].append(f"{label}: {_mixed_reason(found, options, budget)}")
+            continue
+        parts, pairs = found
+        log["mixed_dp_pairs"] += pairs
+        for part in parts:
+            if len(set(part.degrees)) == 1:  # a single degree: the shapes above searched it
+                log["mixed_uniform_chains"] += 1
+                continue
+            placed = allocate_mixed_groups(topo, part.degrees, replicas, within)
+            if placed is None:
+                log["mixed_unplaced"].append(f"{label} tp {part.degrees}")
+                continue
+            if _idles(base_model.computes, part.stage_of, n_stages):
+                best.idle_candidates += 1
+                continue
+            plan = plan_on_devices(problem, part.stage_of, [[d for g in groups for d in g] for groups in placed],
+                                   part.degrees, part.micro_batches)
+            _keep(problem, plan, {"stages": n_stages, "replicas": replicas, "tp": part.degrees, "micro_batches":
+                                  part.micro_batches, "partition": "dp", "mixed_degrees": degrees}, part.bound_s, best)
+    return log
+
+
+def _mixed_refusal(space: _Space, n_stages: int, memory_binds: bool, budget: Budget) -> str | None:
+    """Why the mixed DP of an (S, R) is not run (the single-degree search's reasons), else ``None``."""
+    if space.ideals is None:
+        return space.reason
+    if budget.expired():
+        return "time"
+    if space.kept is not None and memory_binds:
+        return "memory: the relaxation without light ops needs memory that cannot bind"
+    if space.kept is not None and n_stages > space.problem.graph.n_ops:
+        return f"ideals: the relaxation has {space.problem.graph.n_ops} ops, fewer than the stages"
+    return None
+
+
+def _mixed_reason(found: str, options: ExactOptions, budget: Budget) -> str:
+    """The note of a mixed (S, R) that stopped: its reason in words."""
+    if found == "time":
+        return f"time: the {budget.time_limit_s:g} s limit ran out"
+    if found == "pairs":
+        return f"pairs: more than {options.max_pairs:,} DP transitions for a degree"
+    return found
+
+
+def _incumbent_cap_s(problem: Problem, best: _Best, mbs: tuple[int, ...]) -> float:
+    """The largest DP bottleneck with which a plan can still beat ``best`` for one of ``mbs`` (``inf``
+    without one): every micro-batch passes the bottleneck stage, so the iteration takes at least ``MB``
+    times it (the premise of :func:`_cannot_win`), compared in the comparison key's unit."""
+    if best.plan is None or not mbs:
+        return float("inf")
+    if problem.settings.global_batch is None:
+        return best.key_s * problem.graph.profiled_batch_size
+    return max(best.key_s / mb for mb in mbs)
+
+
 def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     """A bound that holds for a plan of any candidate micro-batch count, in ``plan``'s iteration
     units: the least time-per-sample bound over the candidates times ``plan``'s samples (a bound
@@ -412,9 +519,12 @@ def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, sp
         return "optimal", tuple(notes), {}
     if best.stats.get("bottleneck_optimal"):
         bound = best.stats["bottleneck_lower_bound_s"]
+        degrees = best.stats.get("mixed_degrees") if isinstance(best.stats.get("tp"), list) else None
+        per_stage = "" if degrees is None else \
+            f" on any groups, each stage at one of the degrees {', '.join(map(str, degrees))}, within the devices"
         notes.append(f"optimal for the bottleneck stage time ({bound:.6g} s, proven by the DP) among the contiguous "
-                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas whose every "
-                     "stage computes; the iteration time is not proven optimal")
+                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas{per_stage} "
+                     "whose every stage computes; the iteration time is not proven optimal")
         return "optimal", tuple(notes), {"optimal_objective": "bottleneck_stage_s", "optimal_bound_s": bound}
     return "feasible", tuple(notes), {}
 
@@ -429,17 +539,25 @@ def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int
         best.idle_candidates += 1  # a stage of inputs and constants only is not a stage
         return
     plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb, place.groups)
+    _keep(problem, plan, {"stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb,
+                          "partition": "even" if dp_bottleneck_s is None else "dp"}, dp_bottleneck_s, best)
+
+
+def _keep(problem: Problem, plan: Plan, shape: dict[str, Any], dp_bottleneck_s: float | None, best: _Best) -> bool:
+    """Simulate ``plan`` and make it ``best`` when strictly faster by the comparison key; its stats are
+    ``shape`` and what the DP's bound proves of it."""
     metrics = _simulate(problem, plan)
     key = None if metrics is None else comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
     if metrics is None or key is None or not key < best.key_s:
-        return
+        return False
     simulated_b = float(metrics["bottleneck_stage_s"])
     best.objective_s, best.key_s = float(metrics["objective_s"]), key
     best.plan = plan
     best.stats = {
-        "stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",
+        **shape,
         "bottleneck_lower_bound_s": dp_bottleneck_s,
         "simulated_bottleneck_s": simulated_b,
         "bottleneck_optimal": bool(dp_bottleneck_s is not None and simulated_b <= dp_bottleneck_s * (1 + 1e-9) + 1e-15),
         "simulator_lower_bound_s": metrics.get("lower_bound_s"),
     }
+    return True
