@@ -169,4 +169,6 @@ def test_infeasible_with_degrees_per_stage_still_says_why() -> None:
     settings = ProblemSettings(micro_batches=(4,), schedule="1f1b")
     plan = solve(Problem(megatron_gpt(8), small, "throughput", settings), "exact", time_limit_s=30)
     assert plan.status == "infeasible" and not plan.stages
-    assert any("fits the devices' memory" in note for note in plan.notes)
+    assert plan.stats["mixed_configs"] == 4 and not plan.stats["mixed_over_budget"]  # the mixed DP ran, found none
+    assert plan.notes[0].startswith("no contiguous partition into the searched (S, R) both fits the devices' memory")
+    assert any(note.startswith("memory: any plan") and "no plan can fit" in note for note in plan.notes)
