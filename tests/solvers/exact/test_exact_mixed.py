@@ -15,27 +15,35 @@ from hypothesis import strategies as st
 
 from bench.bench_tp_search import megatron_gpt
 from solvers import generate_topology, solve
+from solvers.base import Budget
 from solvers.exact.dp import build_pairs, ideal_sums
 from solvers.exact.ideals import enumerate_ideals
-from solvers.exact.mixed import least_work_s
+from solvers.exact.mixed import MixedSpace, PairCache, least_work_s, mixed_partitions
 from solvers.exact.mixed_dp import run_mixed_dp
 from solvers.exact.mixed_pairs import shared_pairs
+from solvers.exact.solver import ExactOptions, _space
 from solvers.exact.stage_model import (
     StageModel,
+    any_group_stage_model,
     in_flight,
     partition_memory_bytes,
     partition_times_s,
     stage_capacities_bytes,
     stage_model,
 )
+from solvers.mapping.apply import plan_on_devices
+from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.plan import Plan
 from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Link, Topology
+from solvers.partition.tp import allocate_mixed_groups
 from solvers.runnable import runnable_notes
 from solvers.simulator import simulate
 from solvers.validity import resolve_plan
 from tests.solvers.exact.test_exact import _contiguous_partitions
+from tests.solvers.exact.test_exact_tp import one_host
 from tests.solvers.partition.test_tp_search import hosts
+from tests.solvers.simulator.test_tensor_parallel import mlp_graph
 from tests.strategies import examples, partition_problems
 
 DEGREES = (1, 2, 4)
@@ -172,3 +180,51 @@ def test_infeasible_with_degrees_per_stage_still_says_why() -> None:
     assert plan.stats["mixed_configs"] == 4 and not plan.stats["mixed_over_budget"]  # the mixed DP ran, found none
     assert plan.notes[0].startswith("no contiguous partition into the searched (S, R) both fits the devices' memory")
     assert any(note.startswith("memory: any plan") and "no plan can fit" in note for note in plan.notes)
+
+
+def test_degree_per_stage_on_the_relaxation_without_light_ops() -> None:
+    """Twelve zero-work index ops blow the ideals past the budget: the mixed DP runs on the relaxation's
+    ideals (memory cannot bind) and its chains are lifted onto the whole graph; nothing is over budget."""
+    g = mlp_graph()
+    light = OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
+                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))],
+                          profiled_batch_size=g.profiled_batch_size)
+    settings = ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2)
+    plan = solve(Problem(light, one_host(6, 1e9, 1e12), "throughput", settings), "exact", {"max_ideals": 100},
+                 time_limit_s=30)
+    assert plan.stats["relaxed_ops"] == 13 and plan.stats["mixed_configs"] >= 1
+    assert plan.stats["mixed_dp_pairs"] > 0 and plan.stats["mixed_over_budget"] == []
+    assert runnable_notes(light, plan) == []
+
+
+def test_mixed_chains_lifted_from_the_relaxation_stay_contiguous_and_bounded() -> None:
+    """The mixed DP without a cap on the relaxation's ideals: every chain lifted onto the whole graph keeps
+    its edges forward and every stage computing, and its bound is at most the placed plan's simulated
+    bottleneck (the model is a relaxation of every group)."""
+    g = mlp_graph()
+    light = OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
+                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))],
+                          profiled_batch_size=g.profiled_batch_size)
+    problem = Problem(light, one_host(6, 1e9, 1e12), "throughput",
+                      ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2, schedule="1f1b"))
+    base = stage_model(problem)
+    space = _space(problem, ExactOptions(max_ideals=100), base, Budget(30.0))
+    assert space.ideals is not None and space.kept is not None
+    models = {t: any_group_stage_model(problem, space.model, t, space.kept) for t in DEGREES}
+    whole = least_work_s({t: any_group_stage_model(problem, base, t) for t in DEGREES})
+    mspace = MixedSpace(light, space.ideals, models, dict.fromkeys(DEGREES, False), space.kept, False, whole)
+    seen = 0
+    for n_stages, replicas in ((2, 1), (3, 1), (2, 2)):
+        found = mixed_partitions(problem, mspace, n_stages, replicas, 6 // replicas, (2,), float("inf"),
+                                 stage_capacities_bytes(problem, n_stages), 10**9, float("inf"), PairCache())
+        assert not isinstance(found, str)
+        for part in found[0]:
+            seen += 1
+            assert (part.stage_of[light.edge_src] <= part.stage_of[light.edge_dst]).all()
+            placed = allocate_mixed_groups(problem.topology, part.degrees, replicas)
+            assert placed is not None
+            plan = plan_on_devices(problem, part.stage_of, [[d for grp in groups for d in grp] for groups in placed],
+                                   part.degrees, part.micro_batches)
+            assert runnable_notes(light, plan) == []
+            assert part.bound_s <= simulate(problem, plan).metrics["bottleneck_stage_s"] * (1 + 1e-9)
+    assert seen == 3
