@@ -28,23 +28,22 @@ per stage").
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from solvers.arrays import BoolArray, FloatArray, IntArray
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.cost.bounds import lower_bound_s
-from solvers.cost.memory import kept_bytes
 from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
-from solvers.exact.ideals import Ideals, enumerate_ideals
-from solvers.exact.mixed import MixedSpace, PairCache, least_work_s, mixed_partitions
-from solvers.exact.relax import lift, light_ops, reduce_problem
+from solvers.exact.incumbent import Best, idles, keep_if_faster, memory_binds
+from solvers.exact.mixed_search import mixed_search
+from solvers.exact.relax import lift
+from solvers.exact.space import Space, ideal_space
 from solvers.exact.stage_model import (
     StageModel,
-    any_group_stage_model,
     in_flight,
     partition_memory_bytes,
     partition_times_s,
@@ -52,21 +51,15 @@ from solvers.exact.stage_model import (
     stage_model,
     tp_stage_model,
 )
-from solvers.mapping.apply import build_plan, plan_on_devices
+from solvers.mapping.apply import build_plan
 from solvers.mapping.heuristics import consecutive_mapping
-from solvers.model.errors import InvalidPlan, InvalidProblem
+from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
-from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import replicas_fit, sr_candidates
-from solvers.partition.tp import allocate_mixed_groups, tp_degrees, tp_groups
+from solvers.partition.tp import tp_degrees, tp_groups
 from solvers.runnable import computing_ops
-from solvers.simulator import simulate
-
-# the relaxations tried in turn: (the fraction of the whole graph's work under which an op is light,
-# whether only light ops whose ancestors and descendants are all light are left out)
-RELAXATIONS = ((1e-6, True), (1e-6, False), (1e-4, False))
 
 
 class ExactOptions(SolverOptions):
@@ -78,20 +71,7 @@ class ExactOptions(SolverOptions):
                                         "problem set none (auto's default)")
 
 
-@dataclass
-class _Best:
-    """The best simulated candidate so far and what is known about it."""
-
-    objective_s: float = float("inf")
-    key_s: float = float("inf")  # the comparison key (solvers.model.ranking): candidates' micro-batch counts differ
-    plan: Plan | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
-    pruned_shapes: int = 0  # tensor-parallel shapes whose bound cannot beat the incumbent
-    idle_candidates: int = 0  # partitions not considered: a stage of inputs and constants only
-    idle_shapes: list[str] = field(default_factory=list)  # shapes with more stages than ops that compute
-
-
-def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: _Best) -> bool:
+def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: Best) -> bool:
     """Whether no plan of ``S`` stages of ``R`` groups can beat ``best`` for any micro-batch count: the
     bottleneck stage runs each of the ``MB`` micro-batches for at least the DP model's trivial bound
     ``max(max_v w_v / R, W / (S R))`` (a relaxation of the simulated stage time), so the iteration takes
@@ -114,39 +94,17 @@ def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
     return out
 
 
-def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
-    try:
-        return dict(simulate(problem, plan).metrics)
-    except InvalidPlan:
-        return None
-
-
 def _warm_start(problem: Problem, model: StageModel, n_stages: int, replicas: int, mb: int,
                 capacity: FloatArray) -> tuple[IntArray, float]:
     """``even``'s split for (S, R) (:func:`~solvers.partition.even.even_plan`: one where every stage computes, when
     the graph has that many ops that compute) and its bottleneck in the DP model (``inf`` if it does not fit)."""
     stage_of = stage_of_plan(problem, even_plan(problem, n_stages, replicas, mb))
-    if int(stage_of.max()) + 1 < n_stages or _idles(model.computes, stage_of, n_stages):
+    if int(stage_of.max()) + 1 < n_stages or idles(model.computes, stage_of, n_stages):
         return stage_of, float("inf")  # not a candidate: no incumbent
     memory = partition_memory_bytes(model, stage_of, n_stages, replicas, in_flight(problem, n_stages, mb))
     if (memory > capacity).any():
         return stage_of, float("inf")
     return stage_of, float(partition_times_s(model, stage_of, n_stages, replicas).max())
-
-
-def _idles(computes: BoolArray, stage_of: IntArray, n_stages: int) -> bool:
-    """Whether some stage of the partition holds no op that computes (``computes[v]``:
-    :func:`solvers.runnable.computing_ops`)."""
-    return n_stages > 1 and bool((np.bincount(stage_of[computes], minlength=n_stages) == 0).any())
-
-
-def _memory_binds(model: StageModel, capacity: FloatArray, replicas: int, n_stages: int,
-                  micro_batches: tuple[int, ...]) -> bool:
-    """Whether some stage could exceed its memory (the whole graph on one stage, every in-flight
-    micro-batch, every tensor kept, would not)."""
-    kept = kept_bytes(float(model.act_bytes.sum()), float(model.edge_bytes.sum()), model.recompute)
-    need = float(model.param_bytes.sum()) + (max(micro_batches) * kept + float(model.working_bytes.max(initial=0.0))) / replicas
-    return need > float(capacity.min())
 
 
 def _bounds(model: StageModel, n_stages: int, replicas: int, upper_s: float) -> list[float]:
@@ -181,10 +139,10 @@ class ExactSolver:
                                  field=f"settings.pinned.{op}", ref=op)
         started = time.perf_counter()
         model = stage_model(problem)
-        space = _space(problem, options, model, budget)
+        space = ideal_space(problem, options.max_ideals, model, budget)
         enum_s = time.perf_counter() - started
         configs = _shapes(problem)
-        best = _Best()
+        best = Best()
         over_budget: list[tuple[str, str]] = []  # (S x R, why it has no proof)
         pairs_total = 0
         streamed_s = float("inf")
@@ -204,8 +162,8 @@ class ExactSolver:
             progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None,
                                    plan=best.plan.with_(status="feasible", claimed_objective_s=best.objective_s)
                                    if improved and best.plan is not None else None))
-        mixed = _mixed_search(problem, options, model, space, configs, budget, best) \
-            if len(tp_degrees(problem)) > 1 else {}
+        mixed = mixed_search(problem, options.max_pairs, model, space, [(c.stages, c.replicas) for c in configs],
+                             budget, best) if len(tp_degrees(problem)) > 1 else {}
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
@@ -223,8 +181,8 @@ class ExactSolver:
                                notes=notes)
 
     @staticmethod
-    def _config(problem: Problem, options: ExactOptions, base_model: StageModel, space: _Space,
-                shape: _Shape, budget: Budget, best: _Best) -> int | str:
+    def _config(problem: Problem, options: ExactOptions, base_model: StageModel, space: Space,
+                shape: _Shape, budget: Budget, best: Best) -> int | str:
         """Solve one (S, t, R) for every micro-batch count; the pairs built, or why it fell back."""
         n_stages, replicas = shape.stages, shape.replicas
         if 1 < n_stages > int(base_model.computes.sum()):  # some stage would hold inputs and constants only
@@ -244,7 +202,7 @@ class ExactSolver:
         results: list[DPResult | None] = [None] * len(mbs)
         ideals = space.ideals
         reason = space.reason
-        with_memory = _memory_binds(model, capacity, replicas, n_stages, mbs)
+        with_memory = memory_binds(model, capacity, replicas, n_stages, mbs)
         if ideals is not None and space.kept is not None and with_memory:
             reason = "memory: the relaxation without light ops needs memory that cannot bind"
         elif ideals is not None and space.kept is not None and n_stages > space.problem.graph.n_ops:
@@ -297,55 +255,6 @@ class ExactSolver:
 
 
 @dataclass(frozen=True)
-class _Space:
-    """What the DP runs over: the ideals of ``problem`` (the whole one, or a relaxation without
-    light ops whose ops sit at ``kept`` in the whole graph: :mod:`solvers.exact.relax`), or
-    ``None`` and the ``reason``."""
-
-    ideals: Ideals | None
-    problem: Problem
-    model: StageModel
-    kept: IntArray | None
-    notes: tuple[str, ...]
-    reason: str | None
-
-
-def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: Budget) -> _Space:
-    """The ideals of the whole graph; past the budget, of the first relaxation that fits it
-    (ops of work at most ``RELAXATIONS[k]`` of the total left out); else why none."""
-    started = time.monotonic()
-    deadline = started + budget.remaining_s()
-    graph = problem.graph
-
-    def out_of_time() -> _Space:
-        return _Space(None, problem, model, None, (), f"time: the {budget.time_limit_s:g} s limit ran out while "
-                      f"enumerating the ideals ({time.monotonic() - started:.1f} s)")
-
-    ideals = enumerate_ideals(graph, options.max_ideals, deadline)
-    if ideals is not None:
-        return _Space(ideals, problem, model, None, (), None)
-    if time.monotonic() > deadline:
-        return out_of_time()
-    whole = f"ideals: more than {options.max_ideals:,} in the whole graph ({graph.n_ops} ops)"
-    tried: set[int] = set()
-    for fraction, detached in RELAXATIONS:
-        removed = light_ops(graph, model.work_s, fraction, detached)
-        if len(removed) in tried or not 0 < len(removed) < graph.n_ops:
-            continue
-        tried.add(len(removed))
-        reduced = reduce_problem(problem, removed, model.work_s)
-        found = enumerate_ideals(reduced.problem.graph, options.max_ideals, deadline)
-        if found is not None:
-            note = (f"{whole}: the DP ran on a relaxation without the {len(removed)} "
-                    f"{'detached ' if detached else ''}ops of work at most {fraction:g} of the total ({reduced.removed_work_s:.3g} s in all; {found.count:,} ideals), "
-                    "each placed afterwards between its neighbours' stages")
-            return _Space(found, reduced.problem, stage_model(reduced.problem), reduced.kept, (note,), None)
-        if time.monotonic() > deadline:
-            return out_of_time()
-    return _Space(None, problem, model, None, (), f"{whole} and in its relaxations without light ops")
-
-
-@dataclass(frozen=True)
 class _Shape:
     """One searched shape: ``stages`` of ``replicas`` tensor-parallel groups of ``tp`` devices, the
     groups :func:`~solvers.partition.tp.tp_groups` forms (one per device when ``tp = 1``)."""
@@ -380,104 +289,6 @@ def _shapes(problem: Problem) -> list[_Shape]:
     return out
 
 
-def _mixed_search(problem: Problem, options: ExactOptions, base_model: StageModel, space: _Space,
-                  configs: list[_Shape], budget: Budget, best: _Best) -> dict[str, Any]:
-    """The DP with a degree per stage (docs/exact.md, "A degree per stage") for each searched (S, R) whose
-    stages could take two degrees, after the single-degree shapes: its chains whose stages do not all share
-    a degree are placed by :func:`~solvers.partition.tp.allocate_mixed_groups` and kept where they simulate
-    strictly faster than ``best``; the search's stats."""
-    topo, within = problem.topology, problem.settings.tp_within_host
-    degrees = [t for t in tp_degrees(problem) if tp_groups(topo, t, within)]
-    log: dict[str, Any] = {"mixed_degrees": degrees, "mixed_configs": 0, "mixed_configs_pruned": 0,
-                           "mixed_uniform_chains": 0, "mixed_unplaced": [], "mixed_over_budget": [], "mixed_dp_pairs": 0}
-    if len(degrees) < 2:
-        return log
-    models = {t: any_group_stage_model(problem, space.model, t, space.kept) for t in degrees}
-    whole = {t: any_group_stage_model(problem, base_model, t) for t in degrees}
-    mspace = None if space.ideals is None else MixedSpace(
-        problem.graph, space.ideals, models, {}, space.kept,
-        int(models[1].computes.sum()) < int(base_model.computes.sum()), least_work_s(whole))
-    least = least_work_s(whole)
-    shapes = []  # (S, R, micro-batch counts R divides, the incumbent's cap)
-    for n_stages, replicas in dict.fromkeys((c.stages, c.replicas) for c in configs
-                                            if 1 < c.stages <= int(base_model.computes.sum())
-                                            and c.replicas * (c.stages - 1 + degrees[1]) <= topo.n_devices):
-        mbs = tuple(mb for mb in problem.micro_batch_candidates if replicas_fit(problem, replicas, mb))
-        cap_s = _incumbent_cap_s(problem, best, mbs)
-        if mbs and max(float(least.max()), float(least.sum()) / n_stages) / replicas < cap_s:
-            shapes.append((n_stages, replicas, mbs, cap_s))
-        else:  # no chain of this (S, R) beats the incumbent, or no micro-batch count fits R
-            log["mixed_configs_pruned"] += 1
-    widest_s = max((r * cap_s for _, r, _, cap_s in shapes), default=0.0)
-    cache = PairCache(widest_s if np.isfinite(widest_s) else 0.0)  # one build of the pairs for every (S, R)
-    for n_stages, replicas, mbs, cap_s in shapes:
-        label = f"{n_stages}x{replicas}"
-        cap_s = min(cap_s, _incumbent_cap_s(problem, best, mbs))  # a mixed plan kept since lowers it
-        capacity = stage_capacities_bytes(problem, n_stages)
-        binds = {t: _memory_binds(whole[t], capacity, replicas, n_stages, mbs) for t in degrees}
-        why = _mixed_refusal(space, n_stages, any(binds.values()), budget)
-        found = why if why is not None or mspace is None else mixed_partitions(
-            problem, replace(mspace, with_memory=binds), n_stages, replicas, topo.n_devices // replicas, mbs, cap_s,
-            capacity, options.max_pairs, time.monotonic() + budget.remaining_s(), cache)
-        if found is None:
-            continue
-        log["mixed_configs"] += 1
-        if isinstance(found, str):
-            log["mixed_over_budget"].append(f"{label}: {_mixed_reason(found, options, budget)}")
-            continue
-        parts, pairs = found
-        log["mixed_dp_pairs"] += pairs
-        for part in parts:
-            if len(set(part.degrees)) == 1:  # a single degree: the shapes above searched it
-                log["mixed_uniform_chains"] += 1
-                continue
-            placed = allocate_mixed_groups(topo, part.degrees, replicas, within)
-            if placed is None:
-                log["mixed_unplaced"].append(f"{label} tp {part.degrees}")
-                continue
-            if _idles(base_model.computes, part.stage_of, n_stages):
-                best.idle_candidates += 1
-                continue
-            plan = plan_on_devices(problem, part.stage_of, [[d for g in groups for d in g] for groups in placed],
-                                   part.degrees, part.micro_batches)
-            _keep(problem, plan, {"stages": n_stages, "replicas": replicas, "tp": part.degrees, "micro_batches":
-                                  part.micro_batches, "partition": "dp", "mixed_degrees": degrees}, part.bound_s, best)
-    return log
-
-
-def _mixed_refusal(space: _Space, n_stages: int, memory_binds: bool, budget: Budget) -> str | None:
-    """Why the mixed DP of an (S, R) is not run (the single-degree search's reasons), else ``None``."""
-    if space.ideals is None:
-        return space.reason
-    if budget.expired():
-        return "time"
-    if space.kept is not None and memory_binds:
-        return "memory: the relaxation without light ops needs memory that cannot bind"
-    if space.kept is not None and n_stages > space.problem.graph.n_ops:
-        return f"ideals: the relaxation has {space.problem.graph.n_ops} ops, fewer than the stages"
-    return None
-
-
-def _mixed_reason(found: str, options: ExactOptions, budget: Budget) -> str:
-    """The note of a mixed (S, R) that stopped: its reason in words."""
-    if found == "time":
-        return f"time: the {budget.time_limit_s:g} s limit ran out"
-    if found == "pairs":
-        return f"pairs: more than {options.max_pairs:,} DP transitions for a degree"
-    return found
-
-
-def _incumbent_cap_s(problem: Problem, best: _Best, mbs: tuple[int, ...]) -> float:
-    """The largest DP bottleneck with which a plan can still beat ``best`` for one of ``mbs`` (``inf``
-    without one): every micro-batch passes the bottleneck stage, so the iteration takes at least ``MB``
-    times it (the premise of :func:`_cannot_win`), compared in the comparison key's unit."""
-    if best.plan is None or not mbs:
-        return float("inf")
-    if problem.settings.global_batch is None:
-        return best.key_s * problem.graph.profiled_batch_size
-    return max(best.key_s / mb for mb in mbs)
-
-
 def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     """A bound that holds for a plan of any candidate micro-batch count, in ``plan``'s iteration
     units: the least time-per-sample bound over the candidates times ``plan``'s samples (a bound
@@ -487,7 +298,7 @@ def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     return per_sample * plan.micro_batches
 
 
-def _infeasible_notes(model: StageModel, best: _Best, n_configs: int) -> list[str]:
+def _infeasible_notes(model: StageModel, best: Best, n_configs: int) -> list[str]:
     """Why no plan came back: stages without compute (docs/launcher.md), else memory."""
     notes = []
     if best.idle_shapes:
@@ -500,7 +311,7 @@ def _infeasible_notes(model: StageModel, best: _Best, n_configs: int) -> list[st
     return notes
 
 
-def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
+def _verdict(best: Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
              ) -> tuple[Status, tuple[str, ...], dict[str, Any]]:
     """The plan's status, notes and the stats naming what ``optimal`` proves (docs/exact.md,
     "Budget and status"): the problem's objective when the simulator's bound meets the plan,
@@ -530,34 +341,14 @@ def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, sp
 
 
 def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mb: int,
-              dp_bottleneck_s: float | None, best: _Best, place: _Placement) -> None:
+              dp_bottleneck_s: float | None, best: Best, place: _Placement) -> None:
     """Simulate one candidate partition (consecutive mapping, of tensor-parallel groups when
     ``place.groups``) and keep it if it is the best (a tie keeps the earlier, lower degree)."""
     if int(stage_of.max()) + 1 != n_stages:
         return
-    if _idles(computing_ops(problem.graph), stage_of, n_stages):
+    if idles(computing_ops(problem.graph), stage_of, n_stages):
         best.idle_candidates += 1  # a stage of inputs and constants only is not a stage
         return
     plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb, place.groups)
-    _keep(problem, plan, {"stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb,
+    keep_if_faster(problem, plan, {"stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb,
                           "partition": "even" if dp_bottleneck_s is None else "dp"}, dp_bottleneck_s, best)
-
-
-def _keep(problem: Problem, plan: Plan, shape: dict[str, Any], dp_bottleneck_s: float | None, best: _Best) -> bool:
-    """Simulate ``plan`` and make it ``best`` when strictly faster by the comparison key; its stats are
-    ``shape`` and what the DP's bound proves of it."""
-    metrics = _simulate(problem, plan)
-    key = None if metrics is None else comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
-    if metrics is None or key is None or not key < best.key_s:
-        return False
-    simulated_b = float(metrics["bottleneck_stage_s"])
-    best.objective_s, best.key_s = float(metrics["objective_s"]), key
-    best.plan = plan
-    best.stats = {
-        **shape,
-        "bottleneck_lower_bound_s": dp_bottleneck_s,
-        "simulated_bottleneck_s": simulated_b,
-        "bottleneck_optimal": bool(dp_bottleneck_s is not None and simulated_b <= dp_bottleneck_s * (1 + 1e-9) + 1e-15),
-        "simulator_lower_bound_s": metrics.get("lower_bound_s"),
-    }
-    return True

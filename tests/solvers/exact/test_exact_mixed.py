@@ -21,7 +21,7 @@ from solvers.exact.ideals import enumerate_ideals
 from solvers.exact.mixed import MixedSpace, PairCache, least_work_s, mixed_partitions
 from solvers.exact.mixed_dp import run_mixed_dp
 from solvers.exact.mixed_pairs import shared_pairs
-from solvers.exact.solver import ExactOptions, _space
+from solvers.exact.space import ideal_space
 from solvers.exact.stage_model import (
     StageModel,
     any_group_stage_model,
@@ -208,7 +208,7 @@ def test_mixed_chains_lifted_from_the_relaxation_stay_contiguous_and_bounded() -
     problem = Problem(light, one_host(6, 1e9, 1e12), "throughput",
                       ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2, schedule="1f1b"))
     base = stage_model(problem)
-    space = _space(problem, ExactOptions(max_ideals=100), base, Budget(30.0))
+    space = ideal_space(problem, 100, base, Budget(30.0))
     assert space.ideals is not None and space.kept is not None
     models = {t: any_group_stage_model(problem, space.model, t, space.kept) for t in DEGREES}
     whole = least_work_s({t: any_group_stage_model(problem, base, t) for t in DEGREES})
