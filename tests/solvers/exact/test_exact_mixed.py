@@ -228,3 +228,15 @@ def test_mixed_chains_lifted_from_the_relaxation_stay_contiguous_and_bounded() -
             assert runnable_notes(light, plan) == []
             assert part.bound_s <= simulate(problem, plan).metrics["bottleneck_stage_s"] * (1 + 1e-9)
     assert seen == 3
+
+
+def test_a_chain_the_hosts_cannot_hold_is_skipped_and_named() -> None:
+    """Two hosts of five GPUs: the mixed DP's best chain of 4 stages of 1 replica, degrees 2, 2, 2, 4, uses all ten
+    devices, but after the group of 4 one host has 1 device left and three groups of 2 need a second host with
+    2 free each: the topology cannot hold it, the stats name it, and a single-degree plan comes back."""
+    problem = Problem(megatron_gpt(8), hosts(5, 2), "throughput", ProblemSettings(micro_batches=(4,), schedule="1f1b"))
+    plan = solve(problem, "exact", time_limit_s=30)
+    assert plan.stats["mixed_unplaced"] == ["4x1 tp [2, 2, 2, 4]"]
+    assert allocate_mixed_groups(problem.topology, [2, 2, 2, 4], 1) is None
+    assert plan.stages and len({s.tp for s in plan.stages}) == 1
+    _check_runnable(plan, problem)
