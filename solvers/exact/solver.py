@@ -20,7 +20,7 @@ budget for some candidate, that candidate is answered by ``even``'s split, the s
 ``unknown`` and the notes say why, with the numbers.  Every phase stops at the time limit.
 
 With several tensor-parallel degrees, each (S, R) also runs the DP with a degree per stage
-(:mod:`solvers.exact.mixed`), whose plan is kept where it simulates faster than the best plan of one
+(:mod:`solvers.exact.mixed_search`), whose plan is kept where it simulates faster than the best plan of one
 degree; its bound holds over the plans whose stages may differ in degree (docs/exact.md, "A degree
 per stage").
 """
@@ -164,6 +164,9 @@ class ExactSolver:
                                    if improved and best.plan is not None else None))
         mixed = mixed_search(problem, options.max_pairs, model, space, [(c.stages, c.replicas) for c in configs],
                              budget, best) if len(tp_degrees(problem)) > 1 else {}
+        if best.plan is not None and best.objective_s < streamed_s:  # a plan with a degree per stage won: stream it
+            progress(ProgressEvent(1.0, best.objective_s, None,
+                                   plan=best.plan.with_(status="feasible", claimed_objective_s=best.objective_s)))
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bench.bench_tp_search import megatron_gpt
 from solvers import generate_topology, solve
-from solvers.base import Budget
+from solvers.base import Budget, ProgressEvent
 from solvers.exact.dp import build_pairs, ideal_sums
 from solvers.exact.ideals import enumerate_ideals
 from solvers.exact.mixed import MixedSpace, PairCache, least_work_s, mixed_partitions
@@ -126,8 +126,11 @@ def test_stages_of_two_degrees_beat_every_single_degree_on_six_gpus() -> None:
     """tests/solvers/baselines/test_pipedream_tp.py's case: micro-batches of 4 rows on six GPUs of one host.
     One degree gives 3 x 2 at t = 1 (37.5 ms) or 3 stages of t = 2 (42.9 ms); 2 replicas of a t = 2 stage
     then 2 replicas of a t = 1 stage use all six: 34.5 ms, pipedream's figure."""
-    plan = solve(_six_gpus(), "exact", time_limit_s=30)
+    events: list[ProgressEvent] = []
+    plan = solve(_six_gpus(), "exact", time_limit_s=30, progress=events.append)
     assert [(len(s.devices) // s.tp, s.tp) for s in plan.stages] == [(2, 2), (2, 1)]
+    streamed = [e.plan for e in events if e.plan is not None]
+    assert streamed and [s.tp for s in streamed[-1].stages] == [2, 1]  # the mixed incumbent is streamed
     assert plan.stats["tp"] == [2, 1] and plan.stats["partition"] == "dp"
     assert 1e3 * plan.metrics["objective_s"] == pytest.approx(34.55, abs=0.01)
     pipedream = solve(_six_gpus(), "pipedream", time_limit_s=30)
