@@ -18,24 +18,30 @@ plan reaches the DP's bound; otherwise ``feasible``.  Past the ideal budget the 
 relaxation of :mod:`solvers.exact.relax`.  When the ideals, the DP pairs or the time exceed the
 budget for some candidate, that candidate is answered by ``even``'s split, the status is
 ``unknown`` and the notes say why, with the numbers.  Every phase stops at the time limit.
+
+With several tensor-parallel degrees, each (S, R) also runs the DP with a degree per stage
+(:mod:`solvers.exact.mixed_search`), whose plan is kept where it simulates faster than the best plan of one
+degree; its bound holds over the plans whose stages may differ in degree (docs/exact.md, "A degree
+per stage").
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from solvers.arrays import BoolArray, FloatArray, IntArray
+from solvers.arrays import FloatArray, IntArray
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.cost.bounds import lower_bound_s
-from solvers.cost.memory import kept_bytes
 from solvers.exact.dp import DPResult, build_pairs, run_dp, stage_of_chain, timed_ideal_sums
-from solvers.exact.ideals import Ideals, enumerate_ideals
-from solvers.exact.relax import lift, light_ops, reduce_problem
+from solvers.exact.incumbent import Best, idles, keep_if_faster, memory_binds
+from solvers.exact.mixed_search import mixed_search
+from solvers.exact.relax import lift
+from solvers.exact.space import Space, ideal_space
 from solvers.exact.stage_model import (
     StageModel,
     in_flight,
@@ -47,19 +53,13 @@ from solvers.exact.stage_model import (
 )
 from solvers.mapping.apply import build_plan
 from solvers.mapping.heuristics import consecutive_mapping
-from solvers.model.errors import InvalidPlan, InvalidProblem
+from solvers.model.errors import InvalidProblem
 from solvers.model.plan import Plan, Status
 from solvers.model.problem import Problem
-from solvers.model.ranking import comparison_key_s
 from solvers.partition.even import even_plan
 from solvers.partition.shapes import replicas_fit, sr_candidates
 from solvers.partition.tp import tp_degrees, tp_groups
 from solvers.runnable import computing_ops
-from solvers.simulator import simulate
-
-# the relaxations tried in turn: (the fraction of the whole graph's work under which an op is light,
-# whether only light ops whose ancestors and descendants are all light are left out)
-RELAXATIONS = ((1e-6, True), (1e-6, False), (1e-4, False))
 
 
 class ExactOptions(SolverOptions):
@@ -71,20 +71,7 @@ class ExactOptions(SolverOptions):
                                         "problem set none (auto's default)")
 
 
-@dataclass
-class _Best:
-    """The best simulated candidate so far and what is known about it."""
-
-    objective_s: float = float("inf")
-    key_s: float = float("inf")  # the comparison key (solvers.model.ranking): candidates' micro-batch counts differ
-    plan: Plan | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
-    pruned_shapes: int = 0  # tensor-parallel shapes whose bound cannot beat the incumbent
-    idle_candidates: int = 0  # partitions not considered: a stage of inputs and constants only
-    idle_shapes: list[str] = field(default_factory=list)  # shapes with more stages than ops that compute
-
-
-def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: _Best) -> bool:
+def _cannot_win(problem: Problem, model: StageModel, n_stages: int, replicas: int, best: Best) -> bool:
     """Whether no plan of ``S`` stages of ``R`` groups can beat ``best`` for any micro-batch count: the
     bottleneck stage runs each of the ``MB`` micro-batches for at least the DP model's trivial bound
     ``max(max_v w_v / R, W / (S R))`` (a relaxation of the simulated stage time), so the iteration takes
@@ -107,39 +94,17 @@ def stage_of_plan(problem: Problem, plan: Plan) -> IntArray:
     return out
 
 
-def _simulate(problem: Problem, plan: Plan) -> dict[str, Any] | None:
-    try:
-        return dict(simulate(problem, plan).metrics)
-    except InvalidPlan:
-        return None
-
-
 def _warm_start(problem: Problem, model: StageModel, n_stages: int, replicas: int, mb: int,
                 capacity: FloatArray) -> tuple[IntArray, float]:
     """``even``'s split for (S, R) (:func:`~solvers.partition.even.even_plan`: one where every stage computes, when
     the graph has that many ops that compute) and its bottleneck in the DP model (``inf`` if it does not fit)."""
     stage_of = stage_of_plan(problem, even_plan(problem, n_stages, replicas, mb))
-    if int(stage_of.max()) + 1 < n_stages or _idles(model.computes, stage_of, n_stages):
+    if int(stage_of.max()) + 1 < n_stages or idles(model.computes, stage_of, n_stages):
         return stage_of, float("inf")  # not a candidate: no incumbent
     memory = partition_memory_bytes(model, stage_of, n_stages, replicas, in_flight(problem, n_stages, mb))
     if (memory > capacity).any():
         return stage_of, float("inf")
     return stage_of, float(partition_times_s(model, stage_of, n_stages, replicas).max())
-
-
-def _idles(computes: BoolArray, stage_of: IntArray, n_stages: int) -> bool:
-    """Whether some stage of the partition holds no op that computes (``computes[v]``:
-    :func:`solvers.runnable.computing_ops`)."""
-    return n_stages > 1 and bool((np.bincount(stage_of[computes], minlength=n_stages) == 0).any())
-
-
-def _memory_binds(model: StageModel, capacity: FloatArray, replicas: int, n_stages: int,
-                  micro_batches: tuple[int, ...]) -> bool:
-    """Whether some stage could exceed its memory (the whole graph on one stage, every in-flight
-    micro-batch, every tensor kept, would not)."""
-    kept = kept_bytes(float(model.act_bytes.sum()), float(model.edge_bytes.sum()), model.recompute)
-    need = float(model.param_bytes.sum()) + (max(micro_batches) * kept + float(model.working_bytes.max(initial=0.0))) / replicas
-    return need > float(capacity.min())
 
 
 def _bounds(model: StageModel, n_stages: int, replicas: int, upper_s: float) -> list[float]:
@@ -174,10 +139,10 @@ class ExactSolver:
                                  field=f"settings.pinned.{op}", ref=op)
         started = time.perf_counter()
         model = stage_model(problem)
-        space = _space(problem, options, model, budget)
+        space = ideal_space(problem, options.max_ideals, model, budget)
         enum_s = time.perf_counter() - started
         configs = _shapes(problem)
-        best = _Best()
+        best = Best()
         over_budget: list[tuple[str, str]] = []  # (S x R, why it has no proof)
         pairs_total = 0
         streamed_s = float("inf")
@@ -197,12 +162,17 @@ class ExactSolver:
             progress(ProgressEvent((k + 1) / len(configs), best.objective_s if best.plan else None, None,
                                    plan=best.plan.with_(status="feasible", claimed_objective_s=best.objective_s)
                                    if improved and best.plan is not None else None))
+        mixed = mixed_search(problem, options.max_pairs, model, space, [(c.stages, c.replicas) for c in configs],
+                             budget, best) if len(tp_degrees(problem)) > 1 else {}
+        if best.plan is not None and best.objective_s < streamed_s:  # a plan with a degree per stage won: stream it
+            progress(ProgressEvent(1.0, best.objective_s, None,
+                                   plan=best.plan.with_(status="feasible", claimed_objective_s=best.objective_s)))
         stats = {"ideals": space.ideals.count if space.ideals is not None else None, "max_ideals": options.max_ideals,
                  "ideals_time_s": enum_s, "relaxed_ops": None if space.kept is None else
                  problem.graph.n_ops - len(space.kept), "dp_pairs": pairs_total, "configs": len(configs),
                  "configs_over_budget": [f"{sr}: {why}" for sr, why in over_budget], "exact": not over_budget,
                  "tp_configs_pruned": best.pruned_shapes, "idle_stage_candidates": best.idle_candidates,
-                 "idle_stage_shapes": best.idle_shapes, **best.stats}
+                 "idle_stage_shapes": best.idle_shapes, **mixed, **best.stats}
         if best.plan is None:
             return Plan(stages=(), status="infeasible", stats=stats,
                         notes=(*_infeasible_notes(model, best, len(configs)), *space.notes,
@@ -214,8 +184,8 @@ class ExactSolver:
                                notes=notes)
 
     @staticmethod
-    def _config(problem: Problem, options: ExactOptions, base_model: StageModel, space: _Space,
-                shape: _Shape, budget: Budget, best: _Best) -> int | str:
+    def _config(problem: Problem, options: ExactOptions, base_model: StageModel, space: Space,
+                shape: _Shape, budget: Budget, best: Best) -> int | str:
         """Solve one (S, t, R) for every micro-batch count; the pairs built, or why it fell back."""
         n_stages, replicas = shape.stages, shape.replicas
         if 1 < n_stages > int(base_model.computes.sum()):  # some stage would hold inputs and constants only
@@ -235,7 +205,7 @@ class ExactSolver:
         results: list[DPResult | None] = [None] * len(mbs)
         ideals = space.ideals
         reason = space.reason
-        with_memory = _memory_binds(model, capacity, replicas, n_stages, mbs)
+        with_memory = memory_binds(model, capacity, replicas, n_stages, mbs)
         if ideals is not None and space.kept is not None and with_memory:
             reason = "memory: the relaxation without light ops needs memory that cannot bind"
         elif ideals is not None and space.kept is not None and n_stages > space.problem.graph.n_ops:
@@ -288,55 +258,6 @@ class ExactSolver:
 
 
 @dataclass(frozen=True)
-class _Space:
-    """What the DP runs over: the ideals of ``problem`` (the whole one, or a relaxation without
-    light ops whose ops sit at ``kept`` in the whole graph: :mod:`solvers.exact.relax`), or
-    ``None`` and the ``reason``."""
-
-    ideals: Ideals | None
-    problem: Problem
-    model: StageModel
-    kept: IntArray | None
-    notes: tuple[str, ...]
-    reason: str | None
-
-
-def _space(problem: Problem, options: ExactOptions, model: StageModel, budget: Budget) -> _Space:
-    """The ideals of the whole graph; past the budget, of the first relaxation that fits it
-    (ops of work at most ``RELAXATIONS[k]`` of the total left out); else why none."""
-    started = time.monotonic()
-    deadline = started + budget.remaining_s()
-    graph = problem.graph
-
-    def out_of_time() -> _Space:
-        return _Space(None, problem, model, None, (), f"time: the {budget.time_limit_s:g} s limit ran out while "
-                      f"enumerating the ideals ({time.monotonic() - started:.1f} s)")
-
-    ideals = enumerate_ideals(graph, options.max_ideals, deadline)
-    if ideals is not None:
-        return _Space(ideals, problem, model, None, (), None)
-    if time.monotonic() > deadline:
-        return out_of_time()
-    whole = f"ideals: more than {options.max_ideals:,} in the whole graph ({graph.n_ops} ops)"
-    tried: set[int] = set()
-    for fraction, detached in RELAXATIONS:
-        removed = light_ops(graph, model.work_s, fraction, detached)
-        if len(removed) in tried or not 0 < len(removed) < graph.n_ops:
-            continue
-        tried.add(len(removed))
-        reduced = reduce_problem(problem, removed, model.work_s)
-        found = enumerate_ideals(reduced.problem.graph, options.max_ideals, deadline)
-        if found is not None:
-            note = (f"{whole}: the DP ran on a relaxation without the {len(removed)} "
-                    f"{'detached ' if detached else ''}ops of work at most {fraction:g} of the total ({reduced.removed_work_s:.3g} s in all; {found.count:,} ideals), "
-                    "each placed afterwards between its neighbours' stages")
-            return _Space(found, reduced.problem, stage_model(reduced.problem), reduced.kept, (note,), None)
-        if time.monotonic() > deadline:
-            return out_of_time()
-    return _Space(None, problem, model, None, (), f"{whole} and in its relaxations without light ops")
-
-
-@dataclass(frozen=True)
 class _Shape:
     """One searched shape: ``stages`` of ``replicas`` tensor-parallel groups of ``tp`` devices, the
     groups :func:`~solvers.partition.tp.tp_groups` forms (one per device when ``tp = 1``)."""
@@ -380,7 +301,7 @@ def _all_candidates_bound_s(problem: Problem, plan: Plan) -> float:
     return per_sample * plan.micro_batches
 
 
-def _infeasible_notes(model: StageModel, best: _Best, n_configs: int) -> list[str]:
+def _infeasible_notes(model: StageModel, best: Best, n_configs: int) -> list[str]:
     """Why no plan came back: stages without compute (docs/launcher.md), else memory."""
     notes = []
     if best.idle_shapes:
@@ -393,7 +314,7 @@ def _infeasible_notes(model: StageModel, best: _Best, n_configs: int) -> list[st
     return notes
 
 
-def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
+def _verdict(best: Best, over_budget: list[tuple[str, str]], n_configs: int, space_notes: tuple[str, ...]
              ) -> tuple[Status, tuple[str, ...], dict[str, Any]]:
     """The plan's status, notes and the stats naming what ``optimal`` proves (docs/exact.md,
     "Budget and status"): the problem's objective when the simulator's bound meets the plan,
@@ -412,34 +333,25 @@ def _verdict(best: _Best, over_budget: list[tuple[str, str]], n_configs: int, sp
         return "optimal", tuple(notes), {}
     if best.stats.get("bottleneck_optimal"):
         bound = best.stats["bottleneck_lower_bound_s"]
+        degrees = best.stats.get("mixed_degrees") if isinstance(best.stats.get("tp"), list) else None
+        per_stage = "" if degrees is None else \
+            f" on any groups, each stage at one of the degrees {', '.join(map(str, degrees))}, within the devices"
         notes.append(f"optimal for the bottleneck stage time ({bound:.6g} s, proven by the DP) among the contiguous "
-                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas whose every "
-                     "stage computes; the iteration time is not proven optimal")
+                     f"partitions into {best.stats['stages']} stages of {best.stats['replicas']} replicas{per_stage} "
+                     "whose every stage computes; the iteration time is not proven optimal")
         return "optimal", tuple(notes), {"optimal_objective": "bottleneck_stage_s", "optimal_bound_s": bound}
     return "feasible", tuple(notes), {}
 
 
 def _consider(problem: Problem, stage_of: IntArray, n_stages: int, replicas: int, mb: int,
-              dp_bottleneck_s: float | None, best: _Best, place: _Placement) -> None:
+              dp_bottleneck_s: float | None, best: Best, place: _Placement) -> None:
     """Simulate one candidate partition (consecutive mapping, of tensor-parallel groups when
     ``place.groups``) and keep it if it is the best (a tie keeps the earlier, lower degree)."""
     if int(stage_of.max()) + 1 != n_stages:
         return
-    if _idles(computing_ops(problem.graph), stage_of, n_stages):
+    if idles(computing_ops(problem.graph), stage_of, n_stages):
         best.idle_candidates += 1  # a stage of inputs and constants only is not a stage
         return
     plan = build_plan(problem, stage_of, consecutive_mapping(n_stages, replicas), mb, place.groups)
-    metrics = _simulate(problem, plan)
-    key = None if metrics is None else comparison_key_s(metrics, problem.objective, problem.settings.global_batch)
-    if metrics is None or key is None or not key < best.key_s:
-        return
-    simulated_b = float(metrics["bottleneck_stage_s"])
-    best.objective_s, best.key_s = float(metrics["objective_s"]), key
-    best.plan = plan
-    best.stats = {
-        "stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb, "partition": "even" if dp_bottleneck_s is None else "dp",
-        "bottleneck_lower_bound_s": dp_bottleneck_s,
-        "simulated_bottleneck_s": simulated_b,
-        "bottleneck_optimal": bool(dp_bottleneck_s is not None and simulated_b <= dp_bottleneck_s * (1 + 1e-9) + 1e-15),
-        "simulator_lower_bound_s": metrics.get("lower_bound_s"),
-    }
+    keep_if_faster(problem, plan, {"stages": n_stages, "replicas": replicas, "tp": place.tp, "micro_batches": mb,
+                          "partition": "even" if dp_bottleneck_s is None else "dp"}, dp_bottleneck_s, best)

@@ -30,8 +30,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solvers.arrays import BoolArray, FloatArray, IntArray
+from solvers.cost.calibrated import collective_efficiency
 from solvers.cost.compute import ComputeModel
 from solvers.cost.memory import capacity_bytes, held_micro_batches, kept_bytes, stage_device_bytes
+from solvers.cost.tensor_parallel import layout_of
 from solvers.model.problem import Problem
 from solvers.partition.tp import split_op_costs
 from solvers.runnable import computing_ops
@@ -114,17 +116,48 @@ def tp_stage_model(problem: Problem, model: StageModel, t: int, groups: list[lis
     """
     if t == 1:
         return model
-    g = problem.graph
     costs = split_op_costs(problem, t, groups, slowest=False)
-    work = costs.work_s + costs.comm_s
-    params = g.param_bytes * (1.0 + problem.settings.optimizer_bytes_per_param_byte) * costs.shrink
-    act = g.act_bytes * costs.shrink
-    working = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * costs.shrink
+    return _split_model(problem, model, costs.work_s + costs.comm_s, costs.shrink, kept)
+
+
+def _split_model(problem: Problem, model: StageModel, work: FloatArray, shrink: FloatArray,
+                 kept: IntArray | None) -> StageModel:
+    """``model`` with the whole graph's per-op ``work`` and memory times ``shrink`` (at ``kept``)."""
+    g = problem.graph
+    params = g.param_bytes * (1.0 + problem.settings.optimizer_bytes_per_param_byte) * shrink
+    act = g.act_bytes * shrink
+    working = np.maximum(g.mem_fwd_bytes, g.mem_bwd_bytes) * shrink
     at = slice(None) if kept is None else kept
     return replace(model, work_s=np.asarray(work[at], dtype=np.float64),
                    param_bytes=np.asarray(params[at], dtype=np.float64),
                    act_bytes=np.asarray(act[at], dtype=np.float64),
                    working_bytes=np.asarray(working[at], dtype=np.float64))
+
+
+def any_group_stage_model(problem: Problem, model: StageModel, t: int, kept: IntArray | None = None) -> StageModel:
+    """:func:`tp_stage_model` for a stage of degree ``t`` on *any* ``t`` devices (the mixed search of
+    docs/exact.md, "A degree per stage", whose groups are cut after the DP): each op's least time over
+    every device of the topology (a split op's compute over ``t e``), its collectives on the fastest
+    channel of the topology (``model``'s: no ring of ``t`` devices has a faster slowest hop or a smaller
+    largest latency), split ops holding ``1/t`` of their memory.  A relaxation of the simulator's stage
+    on every group.  ``t = 1`` returns ``model``."""
+    if t == 1:
+        return model
+    g, topo = problem.graph, problem.topology
+    every = [[d] for d in range(topo.n_devices)]  # one-device groups: compute over every device, no ring
+    costs = split_op_costs(problem, t, every, slowest=False)
+    eff = collective_efficiency(topo)
+    per_byte = 1.0 / (model.bandwidth_Bps * eff) if np.isfinite(model.bandwidth_Bps) else 0.0
+    lat = model.latency_s / eff
+    lay = layout_of(g)
+
+    def all_reduce_s(size: FloatArray) -> FloatArray:  # split_op_costs' all-reduce on the fastest channel
+        return np.asarray(np.where(size > 0, 2.0 * ((t - 1) / t * size * per_byte + (t - 1) * lat), 0.0))
+
+    comm = all_reduce_s(lay.output_reduce_bytes)
+    if problem.training:
+        comm = comm + all_reduce_s(lay.input_gather_bytes)
+    return _split_model(problem, model, costs.work_s + comm, costs.shrink, kept)
 
 
 def stage_capacities_bytes(problem: Problem, n_stages: int) -> FloatArray:
