@@ -101,7 +101,7 @@ def _mixed_refusal(space: Space, n_stages: int, binds: bool, budget: Budget) -> 
 def _mixed_reason(found: str, max_pairs: int, budget: Budget) -> str:
     """The note of a mixed (S, R) that stopped: its reason in words."""
     if found == "time":
-        return f"time: the {budget.time_limit_s:g} s limit ran out"
+        return f"time: the {budget.stated_limit_s():g} s limit ran out"
     if found == "pairs":
         return f"pairs: more than {max_pairs:,} DP transitions"
     return found

@@ -148,7 +148,7 @@ class ExactSolver:
         streamed_s = float("inf")
         for k, shape in enumerate(configs):
             if best.plan is not None and budget.expired():
-                over_budget.append((shape.label, f"time: the {budget.time_limit_s:g} s limit ran out "
+                over_budget.append((shape.label, f"time: the {budget.stated_limit_s():g} s limit ran out "
                                     "before these (S, R)"))
                 continue
             found = self._config(problem, options, model, space, shape, budget, best)
@@ -238,7 +238,7 @@ class ExactSolver:
                 if bound >= upper or all(r is not None for r in results):
                     break
         if reason is None and ideals is not None and pairs is None and n_stages <= space.problem.graph.n_ops:
-            reason = (f"time: the {budget.time_limit_s:g} s limit ran out while building the DP's pairs"
+            reason = (f"time: the {budget.stated_limit_s():g} s limit ran out while building the DP's pairs"
                       if budget.expired() else f"pairs: more than {options.max_pairs:,} DP transitions")
         for k, (mb, (warm_of, _)) in enumerate(zip(mbs, warm, strict=True)):
             result = results[k] if pairs is not None else None

@@ -40,7 +40,7 @@ def ideal_space(problem: Problem, max_ideals: int, model: StageModel, budget: Bu
     graph = problem.graph
 
     def out_of_time() -> Space:
-        return Space(None, problem, model, None, (), f"time: the {budget.time_limit_s:g} s limit ran out while "
+        return Space(None, problem, model, None, (), f"time: the {budget.stated_limit_s():g} s limit ran out while "
                       f"enumerating the ideals ({time.monotonic() - started:.1f} s)")
 
     ideals = enumerate_ideals(graph, max_ideals, deadline)

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from bench.bench_tp_search import megatron_gpt
 from solvers import generate_graph, generate_topology, solve
 from solvers.model.errors import InvalidPlan
 from solvers.model.graph import Edge, Node, OpGraph
@@ -122,3 +123,14 @@ def test_tp_on_the_relaxation_without_light_ops() -> None:
     plain = solve(problem(one_host(4, 1e9, 23e6), 2), "exact", time_limit_s=30)
     assert plan.metrics["objective_s"] == pytest.approx(plain.metrics["objective_s"], rel=1e-12)
     assert [(s.tp, len(s.devices)) for s in plan.stages] == [(s.tp, len(s.devices)) for s in plain.stages]
+
+
+def test_a_limit_that_runs_out_is_named_as_the_call_stated_it() -> None:
+    """``solve`` gives a solver that may plan split stages two thirds of the limit (the rest is kept for the
+    plan without tensor parallelism, solvers.solving.UNSPLIT_RESERVE); a note names the limit the call gave,
+    not that share."""
+    problem = Problem(megatron_gpt(24), generate_topology("hierarchical", nodes=4, gpus_per_node=8), "throughput",
+                      ProblemSettings(micro_batches=(16,)))
+    plan = solve(problem, "exact", time_limit_s=1.5)
+    ran_out = [n for n in plan.notes if "s limit ran out" in n]
+    assert ran_out and all("the 1.5 s limit ran out" in n for n in ran_out), plan.notes
