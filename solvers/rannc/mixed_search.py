@@ -58,23 +58,10 @@ class MixedStageSearch:
         self.ranges = searches[min(searches)].ranges  # the block ranges' ops, shared
 
     def candidates_by_stage(self) -> Iterator[list[SearchPoint]]:
-        """Algorithm 2's loops as :meth:`.search.StageSearch.candidates_by_stage` walks them, from ``S = 2``
-        (one stage has one degree); ``devices`` are the device positions of a copy."""
-        s = self.problem.settings
-        per_node = self.layout.devices_per_node
-        for n in self.searches[min(self.searches)].node_counts():
-            copies = self.layout.n_nodes // n
-            devices = per_node * n
-            fixed = None
-            if s.replicas is not None:
-                if s.replicas % copies:
-                    continue
-                fixed = s.replicas // copies
-            most = devices // fixed if fixed else devices
-            for n_stages in [s.stages] if s.stages is not None else range(2, most + 1):
-                if n_stages < 2 or n_stages > min(most, self.blocks.k):
-                    break
-                yield [SearchPoint(n, copies, n_stages, mb, devices, fixed) for mb in self.micro_batches]
+        """Algorithm 2's loops as :meth:`.search.StageSearch.shapes` walks them, from ``S = 2`` (one stage has
+        one degree); ``devices`` are the device positions of a copy."""
+        for n, copies, n_stages, devices, fixed in self.searches[min(self.searches)].shapes(least_stages=2):
+            yield [SearchPoint(n, copies, n_stages, mb, devices, fixed) for mb in self.micro_batches]
 
     def degree_tables(self, cand: SearchPoint, charged: bool) -> dict[int, DegreeTables]:
         """Each degree's tables for ``cand`` (replicas in groups per copy), with its all-reduce or without."""

@@ -214,8 +214,9 @@ class StageSearch:
         counts = [1 << i for i in range(n_nodes.bit_length()) if (1 << i) <= n_nodes]
         return counts if counts[-1] == n_nodes else [*counts, n_nodes]
 
-    def candidates_by_stage(self) -> Iterator[list[SearchPoint]]:
-        """Algorithm 2's loops; each yielded list shares ``(n, S)`` and spans the micro-batches.
+    def shapes(self, least_stages: int = 1) -> Iterator[tuple[int, int, int, int, int | None]]:
+        """Algorithm 2's loops: ``(n, copies, S, devices per copy, fixed replicas per copy)``, ``S`` from
+        ``least_stages`` (or ``settings.stages``) up to ``min(D, k)`` for every node count ``n``.
 
         Every ``n`` tries ``S = 1 .. min(D, k)`` in increasing order (the paper gives each ``n``
         only ``D_node (n - 1) + 1 .. D_node n``): the node count fixes which devices a stage's
@@ -232,12 +233,16 @@ class StageSearch:
                     continue
                 fixed = s.replicas // copies
             most = devices // fixed if fixed else devices
-            stage_counts = [s.stages] if s.stages is not None else range(1, most + 1)
-            for n_stages in stage_counts:
-                if n_stages > min(most, self.blocks.k):
+            for n_stages in [s.stages] if s.stages is not None else range(least_stages, most + 1):
+                if n_stages < least_stages or n_stages > min(most, self.blocks.k):
                     break
-                used = n_stages * fixed if fixed else devices
-                yield [SearchPoint(n, copies, n_stages, mb, used, fixed) for mb in self.micro_batches]
+                yield n, copies, n_stages, devices, fixed
+
+    def candidates_by_stage(self) -> Iterator[list[SearchPoint]]:
+        """Algorithm 2's loops (:meth:`shapes`); each yielded list shares ``(n, S)`` and spans the micro-batches."""
+        for n, copies, n_stages, devices, fixed in self.shapes():
+            used = n_stages * fixed if fixed else devices
+            yield [SearchPoint(n, copies, n_stages, mb, used, fixed) for mb in self.micro_batches]
 
     def solve_candidate(self, cand: SearchPoint) -> list[StageSolution]:
         """Algorithm 1 for one candidate, with the all-reduce and with the paper's ``h``.
