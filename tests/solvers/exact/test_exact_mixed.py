@@ -41,7 +41,7 @@ from solvers.runnable import runnable_notes
 from solvers.simulator import simulate
 from solvers.validity import resolve_plan
 from tests.solvers.exact.test_exact import _contiguous_partitions
-from tests.solvers.exact.test_exact_tp import one_host
+from tests.solvers.exact.test_exact_tp import mlp_with_light_ops, one_host
 from tests.solvers.partition.test_tp_search import hosts
 from tests.solvers.simulator.test_tensor_parallel import mlp_graph
 from tests.strategies import examples, partition_problems
@@ -188,10 +188,7 @@ def test_infeasible_with_degrees_per_stage_still_says_why() -> None:
 def test_degree_per_stage_on_the_relaxation_without_light_ops() -> None:
     """Twelve zero-work index ops blow the ideals past the budget: the mixed DP runs on the relaxation's
     ideals (memory cannot bind) and its chains are lifted onto the whole graph; nothing is over budget."""
-    g = mlp_graph()
-    light = OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
-                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))],
-                          profiled_batch_size=g.profiled_batch_size)
+    light = mlp_with_light_ops()
     settings = ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2)
     plan = solve(Problem(light, one_host(6, 1e9, 1e12), "throughput", settings), "exact", {"max_ideals": 100},
                  time_limit_s=30)

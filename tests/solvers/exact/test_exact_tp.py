@@ -108,14 +108,19 @@ def test_optimum_over_stage_tp_replicas_by_brute_force(bandwidth_Bps: float, mem
     assert comparison_key_s(plan.metrics, "throughput", None) == pytest.approx(min(keys), rel=1e-12)
 
 
+def mlp_with_light_ops() -> OpGraph:
+    """:func:`mlp_graph` with twelve zero-work index ops feeding its head (past a 100-ideal budget)."""
+    g = mlp_graph()
+    return OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
+                         [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))],
+                         profiled_batch_size=g.profiled_batch_size)
+
+
 def test_tp_on_the_relaxation_without_light_ops() -> None:
     """Twelve zero-work index ops feeding the head blow the ideals past the budget: the DP runs on the
     relaxation without them (docs/exact.md), its split model taken from the whole graph's ops, and
     finds the plan of the graph without them."""
-    g = mlp_graph()
-    light = OpGraph.build("mlp-light", [*g.nodes, *(Node(f"c{i}", "aten.arange.default", 0.0) for i in range(12))],
-                          [*g.edges, *(Edge(f"c{i}", "head", 8.0) for i in range(12))],
-                          profiled_batch_size=g.profiled_batch_size)
+    light = mlp_with_light_ops()
     settings = ProblemSettings(micro_batches=(2,), optimizer_bytes_per_param_byte=2)
     plan = solve(Problem(light, one_host(4, 1e9, 23e6), "throughput", settings), "exact", {"max_ideals": 100},
                  time_limit_s=30)
