@@ -130,8 +130,10 @@ def load_steps(folder: Path, log: str) -> list[dict[str, Any]]:
     return steps
 
 
-def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) -> tuple[float, dict[str, Any]]:
-    """The single-process step: loss and gradients (by first name), slice by slice as the pipeline runs."""
+def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None,
+                   accumulate: int = 1) -> tuple[float, dict[str, Any]]:
+    """The single-process step: loss and gradients (by first name), slice by slice as the pipeline runs;
+    with ``accumulate`` > 1 the mean over that many batches, as ``launch.py --accumulate`` takes them."""
     from extract.source import InputSpec
     from launcher.runtime.data import load_data
     from launcher.runtime.seeded import seeded_model
@@ -140,7 +142,7 @@ def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None) 
     model = seeded_model(source)
     data = load_data(data_spec, [InputSpec.from_dict(s) for s in manifest.get("inputs") or []], model)
     slicing = Slicing.of(plan, int(source.get("batch") or 1))
-    loss, grads = slicing.gradients(model, data, *data.batch(0, slicing.rows))
+    loss, grads = slicing.accumulated(model, data, 0, accumulate)
     return loss, {k: g.detach().clone() for k, g in grads.items()}
 
 
@@ -175,6 +177,20 @@ class Slicing:
     @property
     def rows(self) -> int:
         return self.batch * self.micro
+
+    def accumulated(self, model: Any, data: Any, step: int, accumulate: int) -> tuple[float, dict[str, Any]]:
+        """Optimizer step ``step``'s loss and gradients over its ``accumulate`` batches (``step * accumulate + k``):
+        their means, added in the order ``launcher.runtime.loop.accumulate`` adds them."""
+        kept: dict[str, Any] = {}
+        losses = []
+        for k in range(accumulate):
+            loss, grads = self.gradients(model, data, *data.batch(step * accumulate + k, self.rows))
+            losses.append(loss)
+            for name, g in grads.items():
+                kept[name] = kept[name] + g if name in kept else g.clone()
+        if accumulate > 1:
+            kept = {name: g / accumulate for name, g in kept.items()}
+        return sum(losses) / len(losses), kept
 
     def gradients(self, model: Any, data: Any, inputs: dict[str, Any], target: Any) -> tuple[float, dict[str, Any]]:
         """One iteration's mean loss and its gradients (by first name), summed in the pipeline's order."""
@@ -307,17 +323,11 @@ def reference_losses(manifest: dict[str, Any], plan: Plan, training: Training) -
         optimizer.zero_grad(set_to_none=True)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, training.lr, training.lr_warmup, training.steps, training.lr_decay)
-        kept: dict[str, Any] = {}
-        step_losses = []
-        for k in range(training.accumulate):  # as launcher.runtime.loop.accumulate adds the batches
-            loss, grads = slicing.gradients(model, data, *data.batch(step * training.accumulate + k, slicing.rows))
-            step_losses.append(loss)
-            for name, g in grads.items():
-                kept[name] = kept[name] + g if name in kept else g.clone()
+        loss, grads = slicing.accumulated(model, data, step, training.accumulate)
         for name, p in named.items():
-            p.grad = (kept[name] / training.accumulate if training.accumulate > 1 else kept[name]) if name in kept else None
+            p.grad = grads.get(name)
         if training.clip_norm is not None:
             scale_gradients(named.values(), float(squared_gradient_sum(named.values()).sqrt()), training.clip_norm)
         optimizer.step()
-        losses.append(sum(step_losses) / len(step_losses))
+        losses.append(loss)
     return losses

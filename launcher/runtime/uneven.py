@@ -28,6 +28,10 @@ one side, a gather on the other); gradients go back the same way.
   from member ``i mod t_b``.  Data-parallel sums run per position in the groups, shard by shard; a
   tied parameter is summed as the whole weight (:func:`sum_tied_gradient`), whichever part each stage
   holds.
+- **Dropout**: every replica of every stage draws from the shared stream of
+  :mod:`launcher.runtime.tp_random`, seeded by stage and replica (a stage at ``tp`` 1 is a group of
+  one); without it a whole stage would draw from the stream the model's build leaves, the same on
+  every rank, so two such stages would draw the same masks.
 """
 
 from __future__ import annotations
@@ -161,13 +165,13 @@ class UnevenRunner:
         self.materialized_bytes = materialize(self.graph.module, read_targets(self.graph.module), self.aliases,
                                               ctx.weights, ctx.world.torch_device)
         inner: torch.nn.Module = to_device(self.graph.module, ctx.world.torch_device)
-        self.random_seed: int | None = None
         if self.tp > 1:
             mesh = group_mesh(tp_groups[replicas.index((self.stage_index, self.replica))], ctx.world.torch_device.type)
             inner = tensor_parallel_module(self.graph.module, mesh, op_kinds(mine))
-            # dropout: the group's shared stream, seeded by stage and replica (launcher.runtime.tp_random)
-            self.random_seed = seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)), self.stage_index,
-                                                  self.replica)
+        # dropout: the group's shared stream, seeded by stage and replica (launcher.runtime.tp_random); a stage at
+        # tp 1 is a group of one, whose stream would otherwise be the one the model's build leaves on every rank
+        self.random_seed: int | None = seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)),
+                                                          self.stage_index, self.replica)
         self.module = wrap_stage(inner, self.graph, mine.module, plan.recomputes(self.stage_index), ctx.autocast,
                                  ctx.world.torch_device)
         self.dims = batch_dims(ctx, self.graph.inputs + self.graph.outputs, smallest)

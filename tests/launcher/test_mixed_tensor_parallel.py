@@ -8,31 +8,42 @@ reverse (also ``--inference``), and Llama at tp 2 then tp 1 run in one 3-process
 stage 0 at tp 2 (one replica) and stage 1 at tp 1 on two replicas, and at tp 2 x pp 2 under 1F1B with one
 micro-batch, in a 4-process world.  Each is compared as
 ``placer launcher verify`` compares it (:func:`launcher.verify.compare` against the single-process step).
+Three stages, in the same 4-process world: Llama at tp 1, tp 1, tp 2 (one step, compared as above); GPT-2
+at tp 1, tp 2, tp 1 trained three SGD steps with ``--clip-norm``, ``--accumulate 2`` and stages 1 and 2
+recomputed (the first step's gradients against the single process's mean over the two batches, every
+step's loss against :func:`launcher.verify.reference_losses`); and GPT-2 with dropout 0.1 at tp 1, tp 2,
+tp 1, plain and with every stage recomputed, on the streams of launcher.runtime.tp_random (every stage
+seeded by stage and replica, the recomputed run drawing the same masks).
 ``launcher check`` accepts these plans and refuses sequence parallelism with them, naming the stages.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from cli import main as placer
 from launcher.check import check_plan
-from launcher.verify import TOLERANCE, compare, reference_step
+from launcher.runtime.tp_random import stream_seed
+from launcher.verify import TOLERANCE, Training, compare, reference_losses, reference_step
 from solvers.model.documents import load_graph, load_plan
 from tests.launcher.conftest import (
     MODELS,
     Run,
+    assert_close,
     bundle,
     check_inference_outputs,
     solve,
     torchrun_many,
 )
 
+MODELS.setdefault("gpt2_dropout", [*MODELS["gpt2"], "dropout=0.1"])  # the last value of a parameter counts
 MODELS.setdefault(
     "llama",
     ["--example", "llama", "--param", "layers=2", "hidden=32", "heads=4", "intermediate=64", "seq=8", "vocab=64"],
@@ -60,6 +71,9 @@ def mixed_plan(workdir: Path, graph: Path, name: str, shapes: list[tuple[int, in
     return path
 
 
+# three SGD steps (clipping scales SGD's step; AdamW's hardly changes), each over two accumulated batches
+TRAINING = Training(steps=3, optimizer="SGD", lr=0.5, clip_norm=0.5, accumulate=2)
+
 # name -> (model, (tp, replicas) per stage, plan extras, launch.py options); grouped by process count, each
 # group run in one torchrun world
 PLANS: dict[str, tuple[str, list[tuple[int, int]], dict[str, Any], list[str]]] = {
@@ -70,6 +84,12 @@ PLANS: dict[str, tuple[str, list[tuple[int, int]], dict[str, Any], list[str]]] =
     "gpt2-tp2-tp1x2": ("gpt2", [(2, 1), (1, 2)], {}, []),
     # equal groups, but 1F1B with fewer micro-batches than stages, which torch's Schedule1F1B refuses
     "gpt2-tp2-tp2-1mb": ("gpt2", [(2, 1), (2, 1)], {"micro_batches": 1}, []),
+    # three stages (GPT-2: the embeddings, block 0, block 1 and the head; Llama: the embedding, layer 0, layer 1):
+    # training with clipping, accumulation and recomputation; the last stage split; dropout
+    "gpt2-tp1-tp2-tp1-train": ("gpt2", [(1, 1), (2, 1), (1, 1)], {"recompute": [1, 2]}, TRAINING.launch_args()),
+    "llama-tp1-tp1-tp2": ("llama", [(1, 1), (1, 1), (2, 1)], {}, []),
+    "gpt2-dropout-tp1-tp2-tp1": ("gpt2_dropout", [(1, 1), (2, 1), (1, 1)], {}, []),
+    "gpt2-dropout-tp1-tp2-tp1-recompute": ("gpt2_dropout", [(1, 1), (2, 1), (1, 1)], {"recompute": True}, []),
 }
 
 
@@ -93,14 +113,14 @@ def mixed_runs(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, tuple[
     return out
 
 
-def verified(mixed_runs: dict[str, tuple[Path, Path, Run]], name: str) -> dict[str, list[list[int]]]:
-    """The run of ``name`` against the single-process step as ``placer launcher verify`` compares them;
-    parameter -> the shape of the part each rank that holds it holds."""
+def verified(mixed_runs: dict[str, tuple[Path, Path, Run]], name: str, accumulate: int = 1) -> dict[str, list[list[int]]]:
+    """The run of ``name`` against the single-process step as ``placer launcher verify`` compares them (over
+    ``accumulate`` batches); parameter -> the shape of the part each rank that holds it holds."""
     plan, folder, run = mixed_runs[name]
     assert run.code == 0, run.log[-4000:]
     nproc = sum(tp * replicas for tp, replicas in PLANS[name][1])
     assert len(run.steps) == nproc, f"{name}: {len(run.steps)} ranks saved a step"
-    loss, grads = reference_step(json.loads((folder / "manifest.json").read_text()), load_plan(plan), None)
+    loss, grads = reference_step(json.loads((folder / "manifest.json").read_text()), load_plan(plan), None, accumulate)
     report = compare(run.steps, loss, grads)
     assert report.ok, f"{name}: {report.first_failure}"
     assert report.worst is not None and report.worst.relative <= TOLERANCE
@@ -162,6 +182,76 @@ def test_equal_tp_groups_run_1f1b_with_fewer_micro_batches_than_stages(
     """Tensor-parallel stages on the uneven runner, which runs the 1F1B order torch's class refuses."""
     shapes = verified(mixed_runs, "gpt2-tp2-tp2-1mb")
     assert shapes["transformer.wte.weight"] == [[32, 32]] * 4
+
+
+@pytest.mark.slow
+def test_three_stages_train_with_clipping_accumulation_and_recomputation_as_one_process(
+    mixed_runs: dict[str, tuple[Path, Path, Run]],
+) -> None:
+    """GPT-2 at tp 1, tp 2, tp 1 (the tie whole in stages 0 and 2, block 0 split between them), stages 1 and 2
+    recomputed, three SGD steps of two accumulated batches each, clipped by the global norm (the shards of
+    stage 1 counted on both of its devices): the first step's gradients (before clipping) are the single
+    process's mean over the two batches, and every step's loss is the single process's training
+    (:func:`launcher.verify.reference_losses`)."""
+    name = "gpt2-tp1-tp2-tp1-train"
+    shapes = verified(mixed_runs, name, accumulate=TRAINING.accumulate)
+    assert shapes["transformer.wte.weight"] == [[64, 32]] * 2
+    assert shapes["transformer.h.0.attn.c_attn.weight"] == [[32, 48]] * 2
+    assert shapes["transformer.h.1.attn.c_attn.weight"] == [[32, 96]]
+    plan, folder, run = mixed_runs[name]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    _, grads = reference_step(manifest, load_plan(plan), None, TRAINING.accumulate)
+    norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads.values()))
+    assert TRAINING.clip_norm is not None and norm > 2 * TRAINING.clip_norm  # the clipping scales the first step
+    assert run.metrics is not None
+    got = next(r["losses"] for r in run.metrics["ranks"] if r["losses"][0] is not None)
+    want = reference_losses(manifest, load_plan(plan), TRAINING)
+    assert len(got) == TRAINING.steps and got[-1] < got[0]
+    for a, b in zip(got, want, strict=True):
+        assert abs(a - b) <= TOLERANCE * abs(b), (got, want)
+
+
+@pytest.mark.slow
+def test_llama_tp1_tp1_tp2_equals_one_process(mixed_runs: dict[str, tuple[Path, Path, Run]]) -> None:
+    """The last stage split: the rotary tables and the attention mask made in stage 0 pass through stage 1 to both
+    devices of stage 2, which send the input gradient back to stage 1's one device."""
+    shapes = verified(mixed_runs, "llama-tp1-tp1-tp2")
+    assert shapes["embed_tokens.weight"] == [[64, 32]]
+    assert shapes["layers.0.self_attn.q_proj.weight"] == [[32, 32]]
+    assert shapes["layers.1.self_attn.q_proj.weight"] == [[16, 32]] * 2
+    assert shapes["layers.1.mlp.down_proj.weight"] == [[32, 32]] * 2
+
+
+@pytest.mark.slow
+def test_three_stages_with_dropout_draw_from_the_documented_streams(
+    mixed_runs: dict[str, tuple[Path, Path, Run]],
+) -> None:
+    """GPT-2 with dropout 0.1 at tp 1, tp 2, tp 1 (block 0's dropouts in the split stage, block 1's in a whole
+    one): the loss and every gradient are finite and the loss is not the loss without dropout; with every stage
+    recomputed, run next in the same processes, the same streams replay: the same loss and gradients; every
+    device records the shared seed of its stage and replica (``stream_seed``; a stage at tp 1 is a group of
+    one).  The single-process comparison cannot be made."""
+    _, folder, plain = mixed_runs["gpt2-dropout-tp1-tp2-tp1"]
+    assert plain.code == 0, plain.log[-4000:]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for step in plain.steps:
+        assert step["grads"] and all(bool(torch.isfinite(g).all()) for g in step["grads"].values())
+    losses = [s["loss"] for s in plain.steps if s["loss"] is not None]
+    assert len(losses) == 1 and math.isfinite(losses[0])
+    # the same weights (seeded by name) and batch without dropout: the single process of the dropout-0 model
+    dropout_free = json.loads((mixed_runs["gpt2-tp1-tp2-tp1-train"][1] / "manifest.json").read_text())
+    without, _ = reference_step(dropout_free, load_plan(mixed_runs["gpt2-dropout-tp1-tp2-tp1"][0]), None)
+    assert abs(losses[0] - without) > 1e-4 * abs(without)  # the masks were drawn (rounding: ~1e-7)
+    again = mixed_runs["gpt2-dropout-tp1-tp2-tp1-recompute"][2]
+    assert again.code == 0, again.log[-4000:]
+    assert [s["loss"] for s in again.steps] == [s["loss"] for s in plain.steps]
+    for mine, theirs in zip(again.steps, plain.steps, strict=True):
+        assert mine["grads"].keys() == theirs["grads"].keys()
+        for name, grad in theirs["grads"].items():
+            assert_close(mine["grads"][name], grad, f"recomputed gradient of {name}")
+    seed = int(manifest["source"].get("seed", 0))
+    assert sorted((s["stage"], s["random_seed"]) for s in plain.steps) == [
+        (stage, stream_seed(seed, stage, 0)) for stage in (0, 1, 1, 2)]
 
 
 def test_check_accepts_mixed_degrees_and_says_what_each_stage_splits(
