@@ -224,7 +224,8 @@ def save_step(folder: Path, ctx: LaunchContext, runner: Runner, loss: float | No
     local_shapes = {k: list(local_tensor(p).shape) for k, p in params.items()}  # a tensor-parallel shard's own
     pipelined = runner if isinstance(runner, (PipelineRunner, UnevenRunner)) else None
     parts = pipelined.boundary_parts if pipelined else {}  # sequence-parallel boundaries
-    random_seed = pipelined.random_seed if pipelined else None  # tensor-parallel dropout
+    # the seed of the rank's dropout stream (launcher.runtime.tp_random)
+    random_seed = runner.random_seed if isinstance(runner, (PipelineRunner, UnevenRunner, MultiStageRunner)) else None
     torch.save({"loss": loss, "grads": grads, "outputs": None if outputs is None else [o.cpu() for o in outputs],
                 "device": ctx.world.device, "stage": runner.stage_index, "local_shapes": local_shapes,
                 "boundary_parts": parts, "random_seed": random_seed},

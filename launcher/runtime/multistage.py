@@ -44,6 +44,7 @@ from launcher.runtime.data import as_tuple
 from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.partition import parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, boundary_examples, replica_mean_loss, slice_model, split_model
+from launcher.runtime.tp_random import seed_shared_stream
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
 from launcher.stagemap import pipeline_ranks, rank_groups, schedule_refusal
@@ -132,6 +133,10 @@ class MultiStageRunner:
         self.schedule = schedule_class(self.stages, plan.micro_batches, loss_fn=self._loss, scale_grads=False)
         self.is_first = 0 in self.stage_indices
         self.is_last = n - 1 in self.stage_indices
+        # dropout: one stream per rank, seeded by its first stage and replica (launcher.runtime.tp_random); its
+        # stages draw from it in the order the schedule runs them
+        self.random_seed: int | None = seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)),
+                                                          self.stage_index, self.replica)
 
     def _crossing_example(self, example: torch.Tensor, name: str, crosses: bool) -> torch.Tensor:
         return carried_example(example, name) if crosses and self.ctx.encode_non_float else example

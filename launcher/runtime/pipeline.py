@@ -200,9 +200,11 @@ class PipelineRunner:
         schedule_class = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
         self.schedule = schedule_class(stage, plan.micro_batches, loss_fn=self._loss)
         self.stage = stage
-        # dropout: one stream per tensor-parallel group, seeded by stage and replica (launcher.runtime.tp_random)
-        self.random_seed = (seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)), self.stage_index,
-                                               self.replica) if self.mesh is not None else None)
+        # dropout: one stream per stage replica (its tensor-parallel group where it has one), seeded by stage and
+        # replica (launcher.runtime.tp_random): without it every rank draws from the state the model's build left
+        # (the same seed on every rank), and two stages of one shape would draw the same masks
+        self.random_seed: int | None = seed_shared_stream(int(ctx.manifest["source"].get("seed", 0)),
+                                                          self.stage_index, self.replica)
         self.forward_only: ScheduleGPipe | None = None
         self._started = 0.0
 

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from cli import main as placer
+from launcher.runtime.tp_random import stream_seed
+from solvers.model.documents import load_plan
 from tests.launcher.conftest import (
     Run,
     assert_close,
@@ -77,6 +79,20 @@ def two_process(workdir: Path, graphs: Callable[[str], Path]) -> dict[str, TwoPr
     done = torchrun_many(launches, 2)
     return {name: TwoProcess(graph, plan, folders[name], {run: done[f"{name}-{run}"] for run in runs})
             for name, (graph, plan, runs) in plans.items()}
+
+
+def test_every_stage_replica_draws_dropout_from_a_stream_of_its_own(two_process: dict[str, TwoProcess]) -> None:
+    """Two stages, and one stage of two replicas: each rank's dropout stream is seeded by its stage and replica
+    (launcher.runtime.tp_random), not left at the state the model's build leaves, the same on every rank."""
+    for name in ("cnn-even", "gpt2-replicas"):
+        case = two_process[name]
+        run = case.runs["train"]
+        assert run.code == 0, run.log[-4000:]
+        seed = int(json.loads((case.folder / "manifest.json").read_text())["source"].get("seed", 0))
+        stages = load_plan(case.plan).stages
+        assert [s["random_seed"] for s in run.steps] == [
+            stream_seed(seed, s["stage"], stages[s["stage"]].devices.index(s["device"])) for s in run.steps], name
+        assert len({s["random_seed"] for s in run.steps}) == 2, name
 
 
 def check_inference(run: Run, folder: Path) -> tuple[torch.Tensor, ...]:

@@ -20,6 +20,7 @@ import torch
 from cli import main as placer
 from launcher.bundle import build_bundle, write_bundle
 from launcher.check import check_plan
+from launcher.runtime.tp_random import stream_seed
 from launcher.verify import compare, reference_step
 from solvers.model.documents import load_graph, load_plan
 from solvers.model.plan import plan_from_document
@@ -84,6 +85,11 @@ def _run_world(root: Path, rows: list[tuple[str, Path, dict[str, Any]]], nproc: 
         loss, grads = reference_step(manifest, load_plan(folder / "plan.json"), DATA)
         steps = [torch.load(p) for p in sorted((folder / "step").glob("rank*.pt"))]
         assert len(steps) == nproc, folder.name
+        # each rank's dropout stream: seeded by its first stage and its replica, one stream per rank
+        seed, stages = int(manifest["source"].get("seed", 0)), load_plan(folder / "plan.json").stages
+        assert [s["random_seed"] for s in steps] == [
+            stream_seed(seed, s["stage"], stages[s["stage"]].devices.index(s["device"])) for s in steps], folder.name
+        assert len({s["random_seed"] for s in steps}) == nproc, folder.name
         report = compare(steps, loss, grads)
         assert report.differences and not report.missing, folder.name
         worst = max(worst, report.worst.relative if report.worst else 0.0)
