@@ -373,7 +373,7 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                 f"{stage_of[g.index[e.dst]]}: a throughput plan's stages must follow the dependencies",
                 field="stages", ref=e.src)
     if problem.objective == "throughput":
-        check_replica_rows(plan, problem.micro_batch_rows(plan.micro_batches))
+        check_replica_rows(plan, problem.micro_batch_rows(plan.micro_batches), exported_graph(g.attrs))
     else:
         check_one_device_per_op(plan)
     for op, target in problem.settings.pinned.items():
@@ -395,22 +395,40 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
     return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order, recompute)
 
 
-def replicas_split_rows(replicas: int, rows: int) -> bool:
+def replicas_split_rows(replicas: int, rows: int, exported: bool = False) -> bool:
     """Whether ``replicas`` data-parallel replicas share a micro-batch of ``rows`` rows evenly
-    (each replica runs ``rows / replicas`` whole samples; the runtime slices the batch so)."""
-    return replicas >= 1 and rows % replicas == 0
+    (each replica runs ``rows / replicas`` whole samples; the runtime slices the batch so).
+
+    ``exported``: the graph came from ``torch.export`` (:func:`exported_graph`), which specialises a
+    dimension of size 1, so a slice of one row out of a larger micro-batch is refused: the model
+    exported at 1 row can hold other ops than the graph (GPT-2's ``expand`` of its position ids), and
+    the launcher, which re-exports each slice, cannot run such a plan (``placer launcher check``)."""
+    return replicas >= 1 and rows % replicas == 0 and not (exported and 1 == rows // replicas < rows)
 
 
-def check_replica_rows(plan: Plan, rows: int) -> None:
+def exported_graph(attrs: Mapping[str, Any]) -> bool:
+    """Whether a graph with these ``attrs`` was made by ``torch.export`` (``placer extract`` writes
+    ``attrs.export``): its replicas may not run 1-row slices (:func:`replicas_split_rows`)."""
+    return "export" in attrs
+
+
+def check_replica_rows(plan: Plan, rows: int, exported: bool = False) -> None:
     """Raise :class:`InvalidPlan` (field ``stages[i].devices``) for the first stage whose replica
-    count ``len(devices) / tp`` does not divide a micro-batch of ``rows`` rows."""
+    count ``len(devices) / tp`` does not divide a micro-batch of ``rows`` rows, or, for a graph
+    ``torch.export`` made, leaves each replica one row of a larger micro-batch (:func:`replicas_split_rows`)."""
     for s, stage in enumerate(plan.stages):
         if stage.tp < 1 or not stage.devices:
             continue
         replicas = len(stage.devices) // stage.tp
-        if not replicas_split_rows(replicas, rows):
+        if rows % replicas:
             raise InvalidPlan(f"stages[{s}].devices: the micro-batch of {rows} rows does not split evenly over "
                               f"{replicas} replicas (a stage's replica count must divide the rows)",
+                              field=f"stages[{s}].devices")
+        if not replicas_split_rows(replicas, rows, exported):
+            raise InvalidPlan(f"stages[{s}].devices: {replicas} replicas leave each one row of a micro-batch of {rows} "
+                              "rows; the graph was made by torch.export, which specialises a dimension of size 1, "
+                              "so the model exported at 1 row need not hold the graph's ops (the launcher cannot "
+                              "run it): use fewer replicas or more rows per micro-batch",
                               field=f"stages[{s}].devices")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from solvers.arrays import IntArray
-from solvers.model.plan import replicas_split_rows
+from solvers.model.plan import exported_graph, replicas_split_rows
 from solvers.model.problem import Problem
 
 
@@ -58,7 +58,7 @@ def replica_counts(problem: Problem, most: int) -> list[int]:
     out = [most]
     for mb in problem.micro_batch_candidates:
         rows = problem.micro_batch_rows(mb)
-        fit = max(r for r in range(1, most + 1) if replicas_split_rows(r, rows))
+        fit = max(r for r in range(1, most + 1) if replicas_split_rows(r, rows, exported_graph(problem.graph.attrs)))
         if fit not in out:
             out.append(fit)
     return sorted(out, reverse=True)
@@ -67,4 +67,5 @@ def replica_counts(problem: Problem, most: int) -> list[int]:
 def replicas_fit(problem: Problem, replicas: int, micro_batches: int) -> bool:
     """Whether ``replicas`` replicas of a stage split a micro-batch of a plan with ``micro_batches``
     micro-batches evenly (the plan-validity rule of :func:`solvers.model.plan.check_replica_rows`)."""
-    return problem.objective != "throughput" or replicas_split_rows(replicas, problem.micro_batch_rows(micro_batches))
+    return problem.objective != "throughput" or replicas_split_rows(replicas, problem.micro_batch_rows(micro_batches),
+                                                                      exported_graph(problem.graph.attrs))
