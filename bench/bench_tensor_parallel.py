@@ -1,6 +1,10 @@
 """Tensor parallelism against published configurations (docs/benchmarks.md, "Tensor parallelism: published configurations").
 
-``.venv/bin/python -m bench.bench_tensor_parallel [--cases gpt-1.7b llama3-8b hetero] [--solvers exact] [--time-limit S]``
+``.venv/bin/python -m bench.bench_tensor_parallel [--cases gpt-1.7b llama3-8b hetero] [--solvers exact] [--time-limit S]
+[--max-tp 1 8]``
+
+``--max-tp`` picks the ``max_tp`` solves to run (default both, 1 then 8): ``--max-tp 8`` runs only the
+solves with tensor parallelism, and its no-tp / Placer ratio is then not computed (printed ``n/a``).
 
 Per case, three plans scored by Placer's simulator with the same global batch: the published
 tensor/pipeline/data configuration built directly as a plan (``p`` stages of the source's layers,
@@ -318,7 +322,12 @@ def _shape(plan: Plan) -> str:
     return f"{len(plan.stages)} stages, (R, t) {shapes}, {plan.schedule} v={plan.virtual_stages}"
 
 
-def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
+def _stage_degrees(plan: Plan) -> str:
+    """Each stage's replicas and tensor-parallel degree, first to last (``R x t``)."""
+    return "[" + ", ".join(f"{len(s.devices) // s.tp}x{s.tp}" for s in plan.stages) + "]"
+
+
+def run_case(case: Case, solvers: Sequence[str], time_limit_s: float, max_tps: Sequence[int] = (1, 8)) -> None:
     graph = megatron_gpt(case)
     topo = topology_for(case)
     variants = [dataclasses.replace(case, t=t) for t in (case.t, *case.also_t)]
@@ -344,7 +353,7 @@ def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
             )
     for solver in solvers:
         no_tp_ms = float("nan")
-        for max_tp in (1, 8):
+        for max_tp in max_tps:
             problem = Problem(
                 graph,
                 topo,
@@ -355,9 +364,11 @@ def run_case(case: Case, solvers: Sequence[str], time_limit_s: float) -> None:
             took, took_cpu = time.perf_counter() - started, time.process_time() - started_cpu
             ms, why = _score(problem, plan, case.global_batch)
             no_tp_ms = ms if max_tp == 1 else no_tp_ms
+            no_tp_ratio = f"{no_tp_ms / ms:.3f}" if 1 in max_tps else "n/a"
             print(
                 f"{case.name:12} {solver:8} max_tp={max_tp}: {ms:.3f} ms/sample, solve {took:.1f} s (CPU {took_cpu:.1f} s), "
-                f"published/placer {pub_ms / ms:.3f}, no-tp/placer {no_tp_ms / ms:.3f}, {_shape(plan)}, "
+                f"published/placer {pub_ms / ms:.3f}, no-tp/placer {no_tp_ratio}, {_shape(plan)}, "
+                f"stages (R x t) {_stage_degrees(plan)}, "
                 f"m={plan.micro_batches}, recompute={plan.recompute}, {plan.status} {why}  "
                 f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
@@ -370,10 +381,12 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=["gpt-1.7b", "llama3-8b", "hetero"], choices=sorted(cases))
     parser.add_argument("--solvers", nargs="+", default=["exact"])
     parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--max-tp", nargs="+", type=int, default=[1, 8], choices=[1, 8],
+                        help="the max_tp solves to run, in this order (default: 1 8)")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}; limit {args.time_limit:g} s", flush=True)
     for name in args.cases:
-        run_case(cases[name], args.solvers, args.time_limit)
+        run_case(cases[name], args.solvers, args.time_limit, args.max_tp)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,11 @@ from bench.bench_tensor_parallel import (
     Case,
     _layer_index,
     _score,
+    _stage_degrees,
     megatron_gpt,
     published_plan,
     published_recompute,
+    run_case,
     topology_for,
 )
 from solvers.generate.devices import GB, GiB
@@ -144,3 +146,18 @@ def test_mist_cases_match_their_configurations_and_cluster() -> None:
     assert topo.n_devices == 16 and {d.memory_bytes for d in topo.devices} == {40 * GiB}
     bw = topo.direct_bandwidth_Bps
     assert bw[0, 1] == pytest.approx(300 * GB) and bw[0, 8] == pytest.approx(12.5 / 8 * GB)
+
+
+def test_stage_degrees_lists_each_stages_replicas_and_degree_in_order() -> None:
+    graph, topo = megatron_gpt(SMALL), topology_for(SMALL)
+    plan = published_plan(SMALL, graph, topo, micro_batches=8)
+    mixed = dataclasses.replace(plan, stages=(plan.stages[0], dataclasses.replace(plan.stages[1], tp=1)))
+    assert _stage_degrees(plan) == "[4x2, 4x2]"
+    assert _stage_degrees(mixed) == "[4x2, 8x1]"
+
+
+def test_max_tp_8_alone_runs_only_the_tensor_parallel_solve(capsys: pytest.CaptureFixture[str]) -> None:
+    run_case(SMALL, ["even"], 10.0, max_tps=(8,))
+    solves = [line for line in capsys.readouterr().out.splitlines() if " max_tp=" in line]
+    assert len(solves) == 1 and " max_tp=8:" in solves[0]
+    assert "no-tp/placer n/a" in solves[0] and "stages (R x t) [" in solves[0]
