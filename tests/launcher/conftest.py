@@ -156,6 +156,17 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 
     assert err <= rel * scale + floor, f"{what}: max error {err:.3g} > {rel:g} x {scale:.3g} + {floor:g}"
 
 
+def assert_same_steps(again: Run, first: Run, what: str) -> None:
+    """``again`` ran and gave ``first``'s losses to the bit and its gradients (a recomputed run of the same
+    dropout streams, say)."""
+    assert again.code == 0, again.log[-4000:]
+    assert [s["loss"] for s in again.steps] == [s["loss"] for s in first.steps]
+    for mine, theirs in zip(again.steps, first.steps, strict=True):
+        assert mine["grads"].keys() == theirs["grads"].keys()
+        for name, grad in theirs["grads"].items():
+            assert_close(mine["grads"][name], grad, f"{what} gradient of {name}")
+
+
 def check_inference_outputs(run: Run, folder: Path) -> None:
     """A ``launch.py --inference`` run of a two-stage plan: forward passes only, both devices of the last stage
     return the whole outputs, each equal to the single-process forward."""
