@@ -149,12 +149,15 @@ class RanncSolver:
             if self._take(result, search.run(options.search == "exhaustive", budget, report)):
                 degree = t  # a tie keeps the lower degree
         if len(searches) > 1 and problem.settings.tp is None:  # a degree per stage (docs/tensor-parallel.md)
-            if result.plan is not None and budget.expired():
+            if budget.expired():
                 stats["tp_per_stage"] = {"searched": False}
-            else:
+            else:  # within the limit, plan or none: the single-degree searches above are the ones that run to a plan
                 mixed = MixedStageSearch(problem, blocks, layout, searches, recompute_for,
                                          micro_batch_candidates(problem, options))
-                found = mixed.run(options.search == "exhaustive", budget, report, until_found=result.plan is None)
+                # with no plan of one degree (memory binds), half the time left: a caller's next attempt (with
+                # recomputation, solvers.solving) keeps the other half
+                within = budget if result.plan is not None else budget.sub(0.5)
+                found = mixed.run(options.search == "exhaustive", within, report, until_found=False)
                 kept = self._take(result, found)  # a tie keeps the plan of one degree
                 stats["tp_per_stage"] = {"searched": True, "dp_calls": found.dp_calls,
                                          "plans_simulated": found.simulated, "kept": kept}
