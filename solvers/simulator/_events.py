@@ -214,11 +214,10 @@ def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int]
             k = template[x]
             now = (r if r > now else now) + duration[k]
             p += 1
-            for delta in local[k]:  # on group g: its own sequence takes them up (outputs' order: these first)
-                u = x + delta
-                waiting[u] -= 1
-                if now > ready[u]:
-                    ready[u] = now
+            for delta in local[k]:
+                # a task of group g, later in its sequence: it starts after g's clock, which is
+                # past now, so its ready time needs no raise; g's own loop takes it up
+                waiting[x + delta] -= 1
             for transfers, consumers in messages[k]:
                 arrival = now
                 for cid, dur in transfers:  # ChannelTable.send, inlined
