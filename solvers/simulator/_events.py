@@ -36,7 +36,7 @@ class EventGraph:
     local: list[list[int]]  # local[k] = deltas to tasks of the same group that may start when this one ends
     messages: list[list[tuple[Transfers, list[int]]]]  # messages[k] = (transfers, consumer deltas)
     n_inputs: list[int]  # n_inputs[k] = local predecessors + messages a task must wait for
-    priority: list[int]  # priority[k] = tie-break rank within a block (list-scheduled groups)
+    priority: list[int]  # priority[k] = tie-break rank within a block (list-scheduled groups; may be empty without)
     sequences: list[list[int] | None] = field(default_factory=list)  # sequences[g] = fixed task order
 
 
@@ -163,6 +163,8 @@ def _outputs(tg: EventGraph) -> Outputs:
 def _waiting(tg: EventGraph) -> list[int]:
     """Per task: the inputs it waits for (local predecessors and messages)."""
     n, mb = tg.n_items, tg.micro_batches
+    if mb == 1:
+        return list(tg.n_inputs)
     return [c for p in range(tg.n_passes) for c in tg.n_inputs[p * n:(p + 1) * n] * mb]
 
 
