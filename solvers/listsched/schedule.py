@@ -62,7 +62,7 @@ class ListSchedule:
         self.start_s = [0.0] * n
         self.finish_s = [0.0] * n
         self.free_s = [0.0] * n_dev  # end of the last task on each device
-        # each device's tasks and idle gaps (the insertion search's, solvers.listsched.timeline)
+        # each device's idle gaps, first start and last end (the insertion search's, solvers.listsched.timeline)
         self._lines = [Timeline() for _ in range(n_dev)]
         # _chan_free[d][e]: when the channel from device e to device d is free (by receiver: a
         # task's messages to d read and book one list)

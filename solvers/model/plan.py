@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -486,5 +486,5 @@ def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,
         if len(set(idx)) != len(idx) or len(idx) != int((stage_of == stage).sum()):
             raise InvalidPlan(f"order.{dev}: must list each op of stage {stage} exactly once",
                               field=f"order.{dev}", ref=dev)
-        out[d] = idx
+        out[d] = cast(list[int], idx)  # no None left (checked above)
     return out
