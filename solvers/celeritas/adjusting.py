@@ -66,6 +66,14 @@ class AdjustingSchedule(ListSchedule):
             if len(pred) == 1:
                 p = pred[0]
                 msgs = [(finish[p], p, device[p], pred_bytes[v][0])]
+            elif len(pred) == 2:  # the sort of two, written out: by finish, then producer
+                p, q = pred
+                fp, fq = finish[p], finish[q]
+                bp, bq = pred_bytes[v]
+                if fq < fp or (fq == fp and q < p):
+                    msgs = [(fq, q, device[q], bq), (fp, p, device[p], bp)]
+                else:
+                    msgs = [(fp, p, device[p], bp), (fq, q, device[q], bq)]
             else:
                 msgs = sorted(zip(map(finish_of, pred), pred, map(device_of, pred), pred_bytes[v]))
             add, work = add_all[v], work_all[v]
