@@ -7,7 +7,9 @@ Each call sets up its locals again and passes its figures through the schedule's
 that, the placement of 36,352 nodes takes a quarter to a third less CPU (docs/benchmarks.md, "Celeritas").
 :meth:`AdjustingSchedule.place_all` computes the same figures in one loop with the locals set up
 once: the messages of a node, its data-ready time on each device that may hold it, the insertion
-slot, the choice of Eq. 9 and the commit.  It is the same computation term by term, so the
+slot (the first steps of :class:`~solvers.listsched.timeline.Timeline`'s search inlined), the
+choice of Eq. 9 and the commit (the timeline, the channels into the device and its memory).  It
+is the same computation term by term, so the
 devices and start times are the same as those of the two calls (a test compares them, and
 ``tests/solvers/celeritas/test_same_plans.py`` pins the placements).  What the loop does not
 cover goes through the two calls: a pinned node, a node that no device holds (best effort), and
@@ -16,10 +18,12 @@ postal planning (:func:`~solvers.listsched.postal_planning`), where messages do 
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
 from solvers.listsched import ListSchedule
+from solvers.listsched.schedule import Ready
+from solvers.listsched.timeline import Timeline
 
 _INF = float("inf")
 
@@ -42,13 +46,15 @@ class AdjustingSchedule(ListSchedule):
         keep_first = self._keep_first
         preds, pred_bytes = self.tasks.pred, self.tasks.pred_bytes
         finish, device, start_s = self.finish_s, self.device, self.start_s
+        finish_of, device_of = finish.__getitem__, device.__getitem__
         dur_all, add_all, work_all = self._dur_s, self._add_bytes, self._work_bytes
         lat, inv, f = self._latency_s, self._inv_bandwidth_sPB, self.costs.msg_factor
         arrival, chan_free = self._arrival, self._chan_free
-        all_starts, all_ends = self._starts, self._ends
-        slot_after, bisect_right = self._slot_after, bisect.bisect_right
+        lines, free_s = self._lines, self.free_s
+        first_gap = Timeline.first_gap
         mem = self.mem
         mem_add, mem_work, limits = mem.add_bytes, mem.work_bytes, mem.limits
+        roomy, add_max, work_max = self._roomy, self._add_max, self._work_max
         prev = -1
         for v in order:
             if pins and v in pins:
@@ -59,10 +65,17 @@ class AdjustingSchedule(ListSchedule):
             pred = preds[v]
             if len(pred) == 1:
                 p = pred[0]
-                msgs = [(finish[p], p * n_dev, device[p], pred_bytes[v][0])]
+                msgs = [(finish[p], p, device[p], pred_bytes[v][0])]
+            elif len(pred) == 2:  # the sort of two, written out: by finish, then producer
+                p, q = pred
+                fp, fq = finish[p], finish[q]
+                bp, bq = pred_bytes[v]
+                if fq < fp or (fq == fp and q < p):
+                    msgs = [(fq, q, device[q], bq), (fp, p, device[p], bp)]
+                else:
+                    msgs = [(fp, p, device[p], bp), (fq, q, device[q], bq)]
             else:
-                msgs = [(finish[p], p * n_dev, device[p], size) for p, size in zip(pred, pred_bytes[v], strict=True)]
-                msgs.sort()
+                msgs = sorted(zip(map(finish_of, pred), pred, map(device_of, pred), pred_bytes[v]))
             add, work = add_all[v], work_all[v]
             if self._n_roomy == n_dev:
                 fitting = devices if prev < 0 else keep_first[prev]
@@ -72,19 +85,20 @@ class AdjustingSchedule(ListSchedule):
                     fitting = [prev, *(d for d in fitting if d != prev)]
             dur_v = dur_all[v]
             est = [_INF] * n_dev  # exact where it may be least and on d_k (ListSchedule.est_all's keep)
-            found: list[tuple[float, list[tuple[int, float]], dict[int, float]] | None] = [None] * n_dev
+            found: list[Ready | None] = [None] * n_dev
             least = _INF
             for d in fitting:
-                # data-ready time on d, with the channel ends its new messages book (ListSchedule._ready_on)
+                # data-ready time on d, with the arrivals and channels its new messages book (ListSchedule._ready_on)
                 t = 0.0
-                local: dict[int, float] = {}
-                booked: list[tuple[int, float]] = []
-                for fin, key, dp, size in msgs:
+                arrived = arrival[d]
+                chan: list[float] | None = None
+                booked: list[tuple[int, float]] | None = None
+                for fin, p, dp, size in msgs:
                     if dp == d:
                         if fin > t:
                             t = fin
                         continue
-                    hit = arrival[key + d]
+                    hit = arrived[p]
                     if hit is not None:
                         if hit > t:
                             t = hit
@@ -94,37 +108,47 @@ class AdjustingSchedule(ListSchedule):
                         if fin > t:
                             t = fin
                         continue
-                    a = local[dp] if dp in local else chan_free[dp][d]
+                    if chan is None:
+                        chan = chan_free[d][:]
+                        booked = []
+                    a = chan[dp]
                     if fin > a:
                         a = fin
                     a += comm
-                    local[dp] = a
-                    booked.append((key + d, a))
+                    chan[dp] = a
+                    booked.append((p, a))  # type: ignore[union-attr]  # set with chan
                     if a > t:
                         t = a
                 if t > least and d != prev:
                     est[d] = t  # a lower bound above the least: d is not chosen
                     continue
-                # the insertion slot (ListSchedule.slot_s), or a lower bound above the least
-                ends = all_ends[d]
-                if not ends or t >= ends[-1]:  # after the last task (bisect_right would give len(ends))
+                # the insertion slot (Timeline.slot_s and gap_from, inlined), or a lower bound above the least
+                line = lines[d]
+                if t >= line.last_end:  # after the last task
                     e = t
-                    est[d] = e
-                    found[d] = (e, booked, local)
-                    if e < least:
-                        least = e
-                    continue
-                dur = dur_v[d]
-                k = bisect_right(ends, t)
-                if all_starts[d][k] - t >= dur:
-                    e = t
-                elif ends[k] > least and d != prev:
-                    est[d] = ends[k]
-                    continue
                 else:
-                    e = slot_after(d, t, dur, k)
+                    dur = dur_v[d]
+                    if dur <= 0.0:
+                        e = line.slot_s(t, dur)
+                    elif line.first_start - t >= dur:  # before the first task
+                        e = t
+                    else:
+                        gap_a, gap_b = line.gap_a, line.gap_b
+                        i = bisect_right(gap_b, t)  # the first gap that ends after t
+                        if i < len(gap_b) and gap_a[i] <= t:  # t falls in gap i
+                            if gap_b[i] - t >= dur:
+                                i = -1
+                            else:
+                                i += 1
+                        if i < 0:
+                            e = t
+                        elif d != prev and (gap_a[i] if i < len(gap_a) else line.last_end) > least:
+                            est[d] = gap_a[i] if i < len(gap_a) else line.last_end  # Timeline.bound_s
+                            continue
+                        else:
+                            e = first_gap(line, i, dur)
                 est[d] = e
-                found[d] = (e, booked, local)
+                found[d] = (e, booked, chan)
                 if e < least:
                     least = e
             # Eq. 9
@@ -143,15 +167,23 @@ class AdjustingSchedule(ListSchedule):
                 continue
             picked = found[choice]
             assert picked is not None  # d_1 and d_k are timed exactly
-            start, booked, local = picked
-            for slot, a in booked:  # book v's messages (ListSchedule._ready_s)
-                arrival[slot] = a
-            for dp, a in local.items():
-                chan_free[dp][choice] = a
+            start, booked, chan = picked
+            if chan is not None:  # book v's messages (ListSchedule._ready_s)
+                arrived = arrival[choice]
+                for p, a in booked:  # type: ignore[union-attr]  # set with chan
+                    arrived[p] = a
+                chan_free[choice] = chan
             end = start + dur_v[choice]
             device[v], start_s[v], finish[v] = choice, start, end
-            self._insert(choice, start, end)
-            self._account(choice, add, work)
+            lines[choice].insert(start, end)  # ListSchedule._insert and _account, inlined
+            if end > free_s[choice]:
+                free_s[choice] = end
+            mem_add[choice] += add
+            if work > mem_work[choice]:
+                mem_work[choice] = work
+            if roomy[choice] and not (mem_add[choice] + add_max) + (mem_work[choice] + work_max) <= limits[choice]:
+                roomy[choice] = False
+                self._n_roomy -= 1
             prev = choice
         self._ready_v = -1
 

@@ -215,8 +215,8 @@ def _relabelled(graph: OpGraph, tasks: TaskGraph, fusion: Fusion) -> TaskGraph:
         order = np.lexsort((other, key))
         offsets = np.searchsorted(key[order], np.arange(n + 1)).tolist()
         ends, sizes = other[order].tolist(), size[order].tolist()
-        return ([ends[offsets[c]:offsets[c + 1]] for c in range(n)],
-                [sizes[offsets[c]:offsets[c + 1]] for c in range(n)])
+        cuts = list(itertools.pairwise(offsets))
+        return [ends[a:b] for a, b in cuts], [sizes[a:b] for a, b in cuts]
 
     pred, pred_b = lists(b, a)
     succ, succ_b = lists(a, b)

@@ -32,10 +32,13 @@ def cpath_first_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int
     head when their indegree reaches 0 — so the child with the largest ``cpath`` (the one on
     the critical path) is output next.
     """
-    cp = cpath_s.tolist()
+    n = len(pred)
+    rank = np.empty(n, dtype=np.int64)  # position by (cpath, -index): the children's sort key, as one int
+    rank[np.lexsort((-np.arange(n), np.asarray(cpath_s, dtype=np.float64)))] = np.arange(n)
+    by_rank = rank.tolist().__getitem__
     indeg = [len(p) for p in pred]
-    sources = sorted((v for v, k in enumerate(indeg) if k == 0), key=lambda v: (-cp[v], v))
-    queue = deque(sources)
+    # decreasing cpath, among equal cpath the lower index first
+    queue = deque(sorted((v for v, k in enumerate(indeg) if k == 0), key=by_rank, reverse=True))
     out: list[int] = []
     while queue:
         v = queue.popleft()
@@ -43,7 +46,7 @@ def cpath_first_order(succ: Sequence[Sequence[int]], pred: Sequence[Sequence[int
         children = succ[v]
         if len(children) > 1:
             # increasing cpath; among equal cpath the lower index is pushed last, i.e. ends first
-            children = sorted(children, key=lambda u: (cp[u], -u))
+            children = sorted(children, key=by_rank)
         for s in children:
             indeg[s] -= 1
             if indeg[s] == 0:

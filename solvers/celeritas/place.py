@@ -44,7 +44,7 @@ def order_place(tasks: TaskGraph, order: Sequence[int], costs: LatencyCosts, cap
 def back_costs_s(tasks: TaskGraph, costs: LatencyCosts) -> FloatArray:
     """Eq. 8 for every node: the largest cost of sending its output to one of its successors
     (the mean channel's cost grows with the size: the cost of the largest message)."""
-    largest = np.array([max(sizes, default=0.0) for sizes in tasks.succ_bytes], dtype=np.float64)
+    largest = np.array([max(sizes) if sizes else 0.0 for sizes in tasks.succ_bytes], dtype=np.float64)
     return costs.mean_comm_s(largest)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -10,10 +9,13 @@ import numpy as np
 from solvers.arrays import FloatArray
 from solvers.base import Budget
 from solvers.listsched.tasks import LatencyCosts, TaskGraph
+from solvers.listsched.timeline import Timeline
 
 _MEM_SLACK = 1e-9  # relative slack so float summation order never flips a fit at the boundary
 _INF = float("inf")
-SHORT_SCAN = 64  # slot_s scans this many gaps in Python (a list's max first), more with numpy
+# a data-ready time, with the arrivals its new messages book (producer, time) and the channels
+# into the device after them (None, None: no message to send)
+Ready = tuple[float, list[tuple[int, float]] | None, list[float] | None]
 
 
 class MemoryTracker:
@@ -60,17 +62,15 @@ class ListSchedule:
         self.start_s = [0.0] * n
         self.finish_s = [0.0] * n
         self.free_s = [0.0] * n_dev  # end of the last task on each device
-        self._starts: list[list[float]] = [[] for _ in range(n_dev)]
-        self._ends: list[list[float]] = [[] for _ in range(n_dev)]
+        # each device's idle gaps, first start and last end (the insertion search's, solvers.listsched.timeline)
+        self._lines = [Timeline() for _ in range(n_dev)]
+        # _chan_free[d][e]: when the channel from device e to device d is free (by receiver: a
+        # task's messages to d read and book one list)
         self._chan_free = [[0.0] * n_dev for _ in range(n_dev)]
-        # arrival of each message sent, at producer * n_devices + device (None: not sent)
-        self._arrival: list[float | None] = [None] * (n * n_dev)
+        # _arrival[d][p]: arrival on device d of producer p's message (None: not sent)
+        self._arrival: list[list[float | None]] = [[None] * n for _ in range(n_dev)]
         self.mem = MemoryTracker(caps_bytes)
         self.best_effort = 0  # tasks placed although no device had room
-        # per device: gap[j] = start[j] - end[j - 1] (slot_s's scans; gap[0] = -inf), as a list for
-        # short scans and in a growing numpy buffer for long ones
-        self._gaps: list[list[float]] = [[] for _ in range(n_dev)]
-        self._gap_np: list[FloatArray] = [np.empty(0) for _ in range(n_dev)]
         # the cost matrices and task figures as lists (scalar reads from lists are the fast ones)
         self._latency_s: list[list[float]] = costs.latency_s.tolist()
         self._inv_bandwidth_sPB: list[list[float]] = costs.inv_bandwidth_sPB.tolist()
@@ -80,7 +80,7 @@ class ListSchedule:
         # est_all's data-ready time per device of task _ready_v: (time, arrivals, channel ends),
         # and its earliest starts (what a commit of _ready_v that follows starts at)
         self._ready_v = -1
-        self._ready_of_v: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
+        self._ready_of_v: dict[int, Ready] = {}
         self._est_of_v: list[float] = []
         # est_all's fit test in one step while every device has room for any task: roomy[d] says
         # that device d would hold the task with the largest additive and the largest working bytes
@@ -99,23 +99,19 @@ class ListSchedule:
         return (mem.add_bytes[d] + self._add_max) + (mem.work_bytes[d] + self._work_max) <= mem.limits[d]
 
     def _messages(self, v: int) -> list[tuple[float, int, int, float]]:
-        """``v``'s incoming messages as (producer finish, producer x ``n_devices``, producer
-        device, bytes), sorted: the order in which they take their channels (one producer:
-        nothing to sort).  The second field plus a device is the message's slot in the arrivals,
-        and it orders the messages as the producer would."""
-        pred, finish, device, n_dev = self.tasks.pred[v], self.finish_s, self.device, self.n_devices
+        """``v``'s incoming messages as (producer finish, producer, producer device, bytes),
+        sorted: the order in which they take their channels (one producer: nothing to sort)."""
+        pred, finish, device = self.tasks.pred[v], self.finish_s, self.device
         if len(pred) == 1:
             p = pred[0]
-            return [(finish[p], p * n_dev, device[p], self.tasks.pred_bytes[v][0])]
-        msgs = [(finish[p], p * n_dev, device[p], size) for p, size in zip(pred, self.tasks.pred_bytes[v], strict=True)]
-        msgs.sort()
-        return msgs
+            return [(finish[p], p, device[p], self.tasks.pred_bytes[v][0])]
+        return sorted(zip(map(finish.__getitem__, pred), pred, map(device.__getitem__, pred), self.tasks.pred_bytes[v]))
 
     def _ready_on(self, devices: Sequence[int], msgs: Sequence[tuple[float, int, int, float]],
-                  out: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]]) -> None:
+                  out: dict[int, Ready]) -> None:
         """Data-ready time on each of ``devices`` of a task with messages ``msgs``, with the
-        arrivals of its new messages (by arrival slot) and the channel ends they book (into
-        ``out[d]``, not written to the schedule).
+        arrivals of its new messages (by producer) and the channels into ``d`` as they are after
+        them (into ``out[d]``, not written to the schedule; both None when nothing is sent).
 
         A producer on ``d`` only orders; a message already sent to ``d`` (the producer's output
         went there for another consumer) arrives when it did; an empty message is a pure
@@ -131,19 +127,19 @@ class ListSchedule:
                         fin += f * (lat[dp][d] + size * inv[dp][d]) if size > 0.0 else 0.0  # LatencyCosts.comm_s
                     if fin > t:
                         t = fin
-                out[d] = (t, [], {})
+                out[d] = (t, None, None)
             return
-        arrival, chan_free = self._arrival, self._chan_free
         for d in devices:
             t = 0.0
-            local: dict[int, float] = {}
+            arrived = self._arrival[d]
+            chan: list[float] | None = None  # the channels into d, copied when v books one
             booked: list[tuple[int, float]] = []
-            for fin, key, dp, size in msgs:
+            for fin, p, dp, size in msgs:
                 if dp == d:
                     if fin > t:
                         t = fin
                     continue
-                hit = arrival[key + d]
+                hit = arrived[p]
                 if hit is not None:
                     if hit > t:
                         t = hit
@@ -153,31 +149,32 @@ class ListSchedule:
                     if fin > t:
                         t = fin
                     continue
-                a = local[dp] if dp in local else chan_free[dp][d]
+                if chan is None:
+                    chan = self._chan_free[d][:]
+                a = chan[dp]
                 if fin > a:
                     a = fin
                 a += comm
-                local[dp] = a
-                booked.append((key + d, a))
+                chan[dp] = a
+                booked.append((p, a))
                 if a > t:
                     t = a
-            out[d] = (t, booked, local)
+            out[d] = (t, booked, chan) if chan is not None else (t, None, None)
 
     def _ready_s(self, v: int, d: int, book: bool) -> float:
         """Data-ready time of ``v`` on ``d``; ``book`` reserves the channels for new messages
         (from what :meth:`est_all` computed for ``v`` when nothing was placed since)."""
         cached = self._ready_of_v.get(d) if v == self._ready_v else None
         if cached is None:
-            one: dict[int, tuple[float, list[tuple[int, float]], dict[int, float]]] = {}
+            one: dict[int, Ready] = {}
             self._ready_on((d,), self._messages(v), one)
             cached = one[d]
-        t, booked, local = cached
-        if book:
-            arrival = self._arrival
-            for slot, a in booked:
-                arrival[slot] = a
-            for dp, a in local.items():
-                self._chan_free[dp][d] = a
+        t, booked, chan = cached
+        if book and booked is not None and chan is not None:
+            arrived = self._arrival[d]
+            for p, a in booked:
+                arrived[p] = a
+            self._chan_free[d] = chan
         return t
 
     def ready_s(self, v: int, d: int) -> float:
@@ -185,43 +182,12 @@ class ListSchedule:
 
     def slot_s(self, d: int, ready: float, dur: float, insertion: bool) -> float:
         """Earliest start >= ``ready`` on ``d``: the first idle gap that holds ``dur``, or after
-        the last task (insertion-based: Celeritas Eq. 7, HEFT's EST); without insertion, after
-        the last task.
-
-        The scan only tests the gaps that could hold the task: ``gap[j] = start[j] - end[j -
-        1]`` bounds what the task gets before task ``j`` (it starts after every end before
-        ``j``), and the ``j`` with ``gap[j] >= dur`` are found in Python over a few gaps and by
-        a numpy scan over more (wide graphs leave thousands of gaps on a device)."""
+        the last task (insertion-based: Celeritas Eq. 7, HEFT's EST,
+        :meth:`Timeline.slot_s <solvers.listsched.timeline.Timeline.slot_s>`); without
+        insertion, after the last task."""
         if not insertion:
             return max(ready, self.free_s[d])
-        starts, ends = self._starts[d], self._ends[d]
-        k = bisect.bisect_right(ends, ready)
-        if k == len(ends) or starts[k] - ready >= dur:
-            return ready
-        return self._slot_after(d, ready, dur, k)
-
-    def _slot_after(self, d: int, ready: float, dur: float, k: int) -> float:
-        """:meth:`slot_s` (insertion) when ``ready`` falls before the end of task ``k`` on ``d``
-        and the gap before task ``k`` is too short: the first later gap that holds ``dur``."""
-        starts, ends = self._starts[d], self._ends[d]
-        n = len(ends)
-        gaps, gap_np = self._gaps[d], self._gap_np[d]
-        j = k + 1
-        while j < n:
-            if n - j <= SHORT_SCAN:
-                window = gaps[j:n]
-                j = n if max(window) < dur else j + next(i for i, gap in enumerate(window) if gap >= dur)
-            else:
-                hits = gap_np[j:n] >= dur
-                first = int(hits.argmax())
-                j = j + first if hits[first] else n
-            if j == n:
-                break
-            t = max(ready, ends[j - 1])  # the ends are sorted (commit)
-            if starts[j] - t >= dur:
-                return t
-            j += 1
-        return max(ready, ends[-1])
+        return self._lines[d].slot_s(ready, dur)
 
     def est_s(self, v: int, d: int, insertion: bool) -> float:
         """Earliest start time of ``v`` on ``d`` (Celeritas Eq. 7; HEFT's EST)."""
@@ -235,8 +201,9 @@ class ListSchedule:
         With ``keep >= 0`` only the least EST and the EST on ``keep`` are wanted (Adjusting
         Placement, Algorithm 2): ``keep`` is timed first, and a device where ``v`` cannot start
         before the least EST found so far gets a lower bound of its EST above that least
-        instead of the scan of its gaps: its data-ready time, or the end of the task that the
-        gap at the data-ready time is too short for.  The least EST, the devices
+        instead of the search of its gaps: its data-ready time, or the start of the first idle
+        gap after it (:meth:`Timeline.bound_s <solvers.listsched.timeline.Timeline.bound_s>`).
+        The least EST, the devices
         that have it and the EST on ``keep`` are the same as without ``keep``."""
         msgs = self._messages(v)
         n_dev = self.n_devices
@@ -253,7 +220,7 @@ class ListSchedule:
         self._ready_on(fitting, msgs, ready)
         out = [_INF] * n_dev
         known = [_INF] * n_dev  # what commit may reuse: exact ESTs only
-        slot_after, all_starts, all_ends, bisect_right = self._slot_after, self._starts, self._ends, bisect.bisect_right
+        lines = self._lines
         least = _INF
         bound = keep >= 0
         if bound and keep in ready:
@@ -263,17 +230,22 @@ class ListSchedule:
             if bound and t > least and d != keep:
                 out[d] = t
                 continue
-            ends = all_ends[d]
-            k = bisect_right(ends, t)
-            # slot_s's first answer without the call, else the scan (v cannot end before task k
-            # starts, so it starts after task k ends: a lower bound that may spare the scan)
-            if k == len(ends) or all_starts[d][k] - t >= dur:
+            line = lines[d]
+            # Timeline.slot_s without the call where it answers at once, and a lower bound (the
+            # start of the first gap that may hold v) that may spare the search
+            if t >= line.last_end:
                 est = t
-            elif bound and ends[k] > least and d != keep:
-                out[d] = ends[k]
-                continue
+            elif dur <= 0.0:
+                est = line.slot_s(t, dur)
             else:
-                est = slot_after(d, t, dur, k)
+                i = line.gap_from(t, dur)
+                if i < 0:
+                    est = t
+                elif bound and d != keep and line.bound_s(i) > least:
+                    out[d] = line.bound_s(i)
+                    continue
+                else:
+                    est = line.first_gap(i, dur)
             known[d] = out[d] = est
             if est < least:
                 least = est
@@ -306,27 +278,8 @@ class ListSchedule:
         return start
 
     def _insert(self, d: int, start: float, end: float) -> None:
-        """Add a task from ``start`` to ``end`` to device ``d``'s timeline and gap lists."""
-        starts, ends = self._starts[d], self._ends[d]
-        # after equal starts, but an empty task before them: the ends stay sorted (an empty task
-        # can start where another starts; after it, a bisection of the ends would skip that one)
-        if starts and start > starts[-1]:
-            k = len(starts)  # after the last task (most commits): what either bisection gives
-        else:
-            k = bisect.bisect_left(starts, start) if end <= start else bisect.bisect_right(starts, start)
-        starts.insert(k, start)
-        ends.insert(k, end)
-        n = len(starts)
-        gap_np = self._gap_np[d]
-        if n > len(gap_np):
-            gap_np = self._gap_np[d] = np.concatenate([gap_np, np.empty(max(64, len(gap_np)))])
-        if k + 1 < n:
-            gap_np[k + 1:n] = gap_np[k:n - 1]
-        gap_np[k] = gap = start - ends[k - 1] if k > 0 else -_INF
-        gaps = self._gaps[d]
-        gaps.insert(k, gap)
-        if k + 1 < n:
-            gap_np[k + 1] = gaps[k + 1] = starts[k + 1] - end
+        """Add a task from ``start`` to ``end`` to device ``d``'s timeline."""
+        self._lines[d].insert(start, end)
         if end > self.free_s[d]:
             self.free_s[d] = end
 

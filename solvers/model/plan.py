@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -328,14 +328,7 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                               f"tensor-parallel groups of tp={stage.tp}", field=f"stages[{s}].tp")
         if not stage.ops and problem.settings.no_empty_stage:
             raise InvalidPlan(f"stages[{s}]: the stage is empty", field=f"stages[{s}].ops")
-        for op in stage.ops:
-            v = g.index.get(op)
-            if v is None:
-                raise InvalidPlan(f"stages[{s}].ops: unknown op {op!r}", field=f"stages[{s}].ops", ref=op)
-            if stage_of[v] >= 0:
-                raise InvalidPlan(f"stages[{s}].ops: op {op!r} is already in stage {stage_of[v]}",
-                                  field=f"stages[{s}].ops", ref=op)
-            stage_of[v] = s
+        _place_stage_ops(g.index, stage.ops, stage_of, s)
         devs = []
         for dev in stage.devices:
             d = topo.index.get(dev)
@@ -393,6 +386,24 @@ def resolve_structure(problem: Problem, plan: Plan) -> ResolvedPlan:
                           field="recompute")
     recompute = tuple(plan.recomputes(s) for s in range(len(plan.stages)))
     return ResolvedPlan(plan, stage_of, stage_ops, stage_devices, order, recompute)
+
+
+def _place_stage_ops(index: Mapping[str, int], ops: Sequence[str], stage_of: IntArray, s: int) -> None:
+    """Set ``stage_of`` of stage ``s``'s ``ops``; raise :class:`InvalidPlan` naming the first op
+    that is unknown or already in a stage (this one included: an op listed twice)."""
+    idx = list(map(index.get, ops))
+    if None not in idx and len(set(idx)) == len(idx):
+        at = np.asarray(idx, dtype=np.int64)
+        if not bool((stage_of[at] >= 0).any()):
+            stage_of[at] = s
+            return
+    for op, v in zip(ops, idx, strict=True):  # the first op at fault, in the stage's order
+        if v is None:
+            raise InvalidPlan(f"stages[{s}].ops: unknown op {op!r}", field=f"stages[{s}].ops", ref=op)
+        if stage_of[v] >= 0:
+            raise InvalidPlan(f"stages[{s}].ops: op {op!r} is already in stage {stage_of[v]}",
+                              field=f"stages[{s}].ops", ref=op)
+        stage_of[v] = s
 
 
 def replicas_split_rows(replicas: int, rows: int, exported: bool = False) -> bool:
@@ -486,14 +497,12 @@ def _resolve_order(problem: Problem, plan: Plan, stage_of: IntArray,
         stage = next((s for s, devs in enumerate(stage_devices) if d in devs), None)
         if stage is None:
             raise InvalidPlan(f"order.{dev}: the device runs no stage", field=f"order.{dev}", ref=dev)
-        idx = []
-        for op in ops:
-            v = g.index.get(op)
-            if v is None or stage_of[v] != stage:
-                raise InvalidPlan(f"order.{dev}: op {op!r} does not run on device {dev!r}", field=f"order.{dev}", ref=op)
-            idx.append(v)
+        idx = list(map(g.index.get, ops))
+        if None in idx or not bool((stage_of[np.asarray(idx, dtype=np.int64)] == stage).all()):
+            op = next(op for op, v in zip(ops, idx, strict=True) if v is None or stage_of[v] != stage)
+            raise InvalidPlan(f"order.{dev}: op {op!r} does not run on device {dev!r}", field=f"order.{dev}", ref=op)
         if len(set(idx)) != len(idx) or len(idx) != int((stage_of == stage).sum()):
             raise InvalidPlan(f"order.{dev}: must list each op of stage {stage} exactly once",
                               field=f"order.{dev}", ref=dev)
-        out[d] = idx
+        out[d] = cast(list[int], idx)  # no None left (checked above)
     return out

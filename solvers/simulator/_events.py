@@ -33,10 +33,10 @@ class EventGraph:
     group_of: list[int]  # group_of[i] = group that runs item i (in every pass)
     group_devices: list[list[int]]  # group_devices[g] = device positions of group g
     duration_s: list[float]  # duration_s[k] = time of template k on its group
-    local: list[list[int]]  # local[k] = deltas to tasks that may start when this one ends
+    local: list[list[int]]  # local[k] = deltas to tasks of the same group that may start when this one ends
     messages: list[list[tuple[Transfers, list[int]]]]  # messages[k] = (transfers, consumer deltas)
     n_inputs: list[int]  # n_inputs[k] = local predecessors + messages a task must wait for
-    priority: list[int]  # priority[k] = tie-break rank within a block (list-scheduled groups)
+    priority: list[int]  # priority[k] = tie-break rank within a block (list-scheduled groups; may be empty without)
     sequences: list[list[int] | None] = field(default_factory=list)  # sequences[g] = fixed task order
 
 
@@ -163,6 +163,8 @@ def _outputs(tg: EventGraph) -> Outputs:
 def _waiting(tg: EventGraph) -> list[int]:
     """Per task: the inputs it waits for (local predecessors and messages)."""
     n, mb = tg.n_items, tg.micro_batches
+    if mb == 1:
+        return list(tg.n_inputs)
     return [c for p in range(tg.n_passes) for c in tg.n_inputs[p * n:(p + 1) * n] * mb]
 
 
@@ -198,7 +200,7 @@ def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int]
     ready = [0.0] * n_tasks  # ready[t] = latest arrival among task t's inputs so far
     pointer = [0] * n_groups  # pointer[g] = next position in sequences[g]
     free = [0.0] * n_groups  # free[g] = end of group g's last task
-    outputs = _outputs(tg)
+    local, messages = tg.local, tg.messages
     channel_free = channels.free_s
     runnable = [g for g in range(n_groups) if sequences[g] and not waiting[sequences[g][0]]][::-1]
     done = 0
@@ -214,17 +216,20 @@ def _run_sequenced(tg: EventGraph, channels: ChannelTable, label: Callable[[int]
             k = template[x]
             now = (r if r > now else now) + duration[k]
             p += 1
-            for transfers, consumers in outputs[k]:
+            for delta in local[k]:
+                # a task of group g, later in its sequence: it starts after g's clock, which is
+                # past now, so its ready time needs no raise; g's own loop takes it up
+                waiting[x + delta] -= 1
+            for transfers, consumers in messages[k]:
                 arrival = now
-                if transfers is not None:  # ChannelTable.send, inlined
-                    for cid, dur in transfers:
-                        if dur > 0.0:
-                            start = channel_free[cid]
-                            if start < now:
-                                start = now
-                            end = channel_free[cid] = start + dur
-                            if end > arrival:
-                                arrival = end
+                for cid, dur in transfers:  # ChannelTable.send, inlined
+                    if dur > 0.0:
+                        start = channel_free[cid]
+                        if start < now:
+                            start = now
+                        end = channel_free[cid] = start + dur
+                        if end > arrival:
+                            arrival = end
                 for delta in consumers:
                     u = x + delta
                     left = waiting[u] = waiting[u] - 1

@@ -58,10 +58,12 @@ def _op_task_graph(problem: Problem, rp: ResolvedPlan, compute: ComputeModel, ch
         local, messages = one_device_lists(problem, rp, channels, micro_batches)
     else:
         local, messages = _general_lists(problem, rp, channels, micro_batches)
-    n_inputs = [len(p) for p in g.pred] + ([1 + len(s) for s in g.succ] if training else [])
-    pos = g.topo_position.tolist()
-    priority = pos + ([n - 1 - p for p in pos] if training else [])
+    n_inputs = list(map(len, g.pred)) + ([1 + k for k in map(len, g.succ)] if training else [])
     sequences = _sequences(rp, n, micro_batches, training)
+    pos = g.topo_position
+    # the list-scheduled groups' tie-break, which groups that all run a fixed order never read
+    priority = [] if all(seq is not None for seq in sequences) else \
+        pos.tolist() + ((n - 1 - pos).tolist() if training else [])
     return EventGraph(n, passes, micro_batches, group, devs, fwd + (bwd if training else []), local, messages,
                      n_inputs, priority, sequences)
 
@@ -140,7 +142,7 @@ def _sequences(rp: ResolvedPlan, n: int, micro_batches: int, training: bool) -> 
         order = next((rp.order[d] for d in devs if d in rp.order), None)
         if order is None:
             continue
-        seq = [m * n + v for m in range(micro_batches) for v in order]
+        seq = list(order) if micro_batches == 1 else [m * n + v for m in range(micro_batches) for v in order]
         if training:
             seq += [block + m * n + v for m in range(micro_batches) for v in reversed(order)]
         out[s] = seq

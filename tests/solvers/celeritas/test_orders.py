@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import deque
 
 import numpy as np
 from hypothesis import given, settings
@@ -104,3 +105,30 @@ def test_the_op_blevels_order_the_unfused_coarse_graph(g: OpGraph, topo: Topolog
     assert fresh.tolist() == op_blevel[fusion.seq].tolist()
     assert task_order(coarse, costs, "b-level").tolist() == task_order(coarse, costs, "b-level",
                                                                         op_blevel[fusion.seq]).tolist()
+
+
+def plain_cpath_first_order(succ: list[list[int]], pred: list[list[int]], cpath: list[float]) -> list[int]:
+    """Algorithm 1, lines 6-21, as written: sources by decreasing cpath (ties: lower index first),
+    children pushed to the head by increasing cpath (ties: higher index first)."""
+    indeg = [len(p) for p in pred]
+    queue = deque(sorted((v for v, k in enumerate(indeg) if k == 0), key=lambda v: (-cpath[v], v)))
+    out: list[int] = []
+    while queue:
+        v = queue.popleft()
+        out.append(v)
+        for s in sorted(succ[v], key=lambda u: (cpath[u], -u)):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                queue.appendleft(s)
+    return out
+
+
+@settings(max_examples=examples(80))
+@given(dag_graphs(min_ops=1, max_ops=30, edge_p=0.3), st.lists(st.sampled_from([0.0, 1.0, 2.5, -0.0, 3.0]),
+                                                               min_size=30, max_size=30))
+def test_cpath_first_order_as_algorithm_1(g: OpGraph, values: list[float]) -> None:
+    """The order (children sorted by one integer rank of ``(cpath, -index)``) is the one of the
+    algorithm's sort by ``cpath`` with index tie-breaks, many cpath values tied."""
+    cpath = values[:g.n_ops]
+    got = orders.cpath_first_order(g.succ, g.pred, np.asarray(cpath)).tolist()
+    assert got == plain_cpath_first_order(g.succ, g.pred, cpath)

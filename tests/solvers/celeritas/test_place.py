@@ -10,9 +10,9 @@ Placement is never worse than Order-Place.
 
 from __future__ import annotations
 
+import bisect
 import random
 from contextlib import nullcontext
-from unittest.mock import patch
 
 import numpy as np
 from hypothesis import given, settings
@@ -29,7 +29,6 @@ from solvers.listsched import (
     latency_costs,
     op_task_graph,
     postal_planning,
-    schedule,
 )
 from solvers.model.graph import Edge, Node, OpGraph
 from solvers.model.problem import Problem, ProblemSettings
@@ -158,6 +157,11 @@ class NaiveSchedule(ListSchedule):
     def __init__(self, tasks: TaskGraph, costs: LatencyCosts, caps_bytes: np.ndarray) -> None:
         super().__init__(tasks, costs, caps_bytes)
         self._sent: dict[tuple[int, int], float] = {}  # (producer, device) -> arrival of its message
+        self._tasks_on: list[list[tuple[float, float]]] = [[] for _ in range(self.n_devices)]  # (start, end)
+
+    def _insert(self, d: int, start: float, end: float) -> None:
+        super()._insert(d, start, end)
+        bisect.insort(self._tasks_on[d], (start, end))  # by start, an empty task before one that starts with it
 
     def _ready_s(self, v: int, d: int, book: bool) -> float:
         t = 0.0
@@ -176,21 +180,21 @@ class NaiveSchedule(ListSchedule):
                 pending.append((self.finish_s[p], p, dp, size))
         local: dict[int, float] = {}
         for fin, p, dp, size in sorted(pending):
-            a = max(fin, local.get(dp, self._chan_free[dp][d])) + self.costs.comm_s(dp, d, size)
+            a = max(fin, local.get(dp, self._chan_free[d][dp])) + self.costs.comm_s(dp, d, size)
             local[dp] = a
             if book:
                 self._sent[(p, d)] = a
             t = max(t, a)
         if book:
             for dp, a in local.items():
-                self._chan_free[dp][d] = a
+                self._chan_free[d][dp] = a
         return t
 
     def slot_s(self, d: int, ready: float, dur: float, insertion: bool) -> float:
         if not insertion:
             return max(ready, self.free_s[d])
         t = ready
-        for start, end in zip(self._starts[d], self._ends[d], strict=True):
+        for start, end in self._tasks_on[d]:
             if end <= ready:
                 continue
             if start - t >= dur:
@@ -214,39 +218,36 @@ def test_an_empty_task_where_another_starts_lets_no_later_task_overlap() -> None
 
 @settings(max_examples=examples(60), deadline=None)
 @given(dag_graphs(min_ops=1, max_ops=40, edge_p=0.15), topologies(min_devices=1, max_devices=4),
-       st.booleans(), st.floats(0.05, 1.0), st.sampled_from([0, 8, 64]), st.randoms(use_true_random=False),
-       st.booleans())
+       st.booleans(), st.floats(0.05, 1.0), st.randoms(use_true_random=False), st.booleans())
 def test_list_schedule_times_as_the_plain_definitions(g: OpGraph, topo: Topology, training: bool,
-                                                      memory_share: float, short_scan: int,
-                                                      rnd: random.Random, postal: bool) -> None:
+                                                      memory_share: float, rnd: random.Random,
+                                                      postal: bool) -> None:
     """The list scheduler's fast paths (one pass over the producers for all devices in
-    ``est_all``, the gap search of ``slot_s`` in numpy, ``est_all``'s least-only answer with
-    ``keep``) give every node the EST the plain
+    ``est_all``, the insertion search over the idle gaps and their suffix maxima,
+    ``est_all``'s least-only answer with ``keep``) give every node the EST the plain
     definitions give it, with the same channel bookings, along a run of commits to random
-    devices (memory tight enough for some devices to be full; every scan in numpy when
-    ``short_scan`` is 0, in Python lists when it is 64), planning with channel queues or postal
-    (``postal_planning``)."""
+    devices (memory tight enough for some devices to be full), planning with channel queues or
+    postal (``postal_planning``)."""
     problem = Problem(g, topo, "latency", ProblemSettings(pass_="training" if training else "forward"))
     with postal_planning() if postal else nullcontext():
         tasks, costs = op_task_graph(problem), latency_costs(problem)
     caps = np.full(topo.n_devices, memory_share * float((tasks.mem_add_bytes + tasks.mem_work_bytes).sum()))
     fast, reference = ListSchedule(tasks, costs, caps), NaiveSchedule(tasks, costs, caps)
     order = task_order(tasks, costs, rnd.choice(["cpd-topo", "b-level", "m-topo"])).tolist()
-    with patch.object(schedule, "SHORT_SCAN", short_scan):
-        for v in order:
-            expected = [reference.est_s(v, d, True) if reference.fits(v, d) else float("inf")
-                        for d in range(topo.n_devices)]
-            assert fast.est_all(v) == expected
-            keep = rnd.randrange(-1, topo.n_devices)
-            least = fast.est_all(v, keep)  # exact where least and on keep, above the least elsewhere
-            assert min(least) == min(expected)
-            assert all(got == want or (want > min(expected) and min(expected) < got <= want)
-                       for got, want in zip(least, expected, strict=True))
-            assert keep < 0 or least[keep] == expected[keep]
-            assert [fast.est_s(v, d, True) if fast.fits(v, d) else float("inf")
-                    for d in range(topo.n_devices)] == expected
-            d = rnd.randrange(topo.n_devices)
-            assert fast.commit(v, d, True) == reference.commit(v, d, True)
+    for v in order:
+        expected = [reference.est_s(v, d, True) if reference.fits(v, d) else float("inf")
+                    for d in range(topo.n_devices)]
+        assert fast.est_all(v) == expected
+        keep = rnd.randrange(-1, topo.n_devices)
+        least = fast.est_all(v, keep)  # exact where least and on keep, above the least elsewhere
+        assert min(least) == min(expected)
+        assert all(got == want or (want > min(expected) and min(expected) < got <= want)
+                   for got, want in zip(least, expected, strict=True))
+        assert keep < 0 or least[keep] == expected[keep]
+        assert [fast.est_s(v, d, True) if fast.fits(v, d) else float("inf")
+                for d in range(topo.n_devices)] == expected
+        d = rnd.randrange(topo.n_devices)
+        assert fast.commit(v, d, True) == reference.commit(v, d, True)
     assert fast.start_s == reference.start_s and fast.finish_s == reference.finish_s
 
 
