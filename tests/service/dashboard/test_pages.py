@@ -7,11 +7,13 @@ import re
 import warnings
 from typing import Any
 
+from bench.bench_tp_search import megatron_gpt
 from service.dashboard.charts.bars import _seconds as fmt
 from service.dashboard.session import SESSION_COOKIE
 from tests.calibration_docs import calibration_doc
 from tests.service.api.test_comparisons import per_sample_comparison
 from tests.service.conftest import Api
+from tests.solvers.partition.test_tp_search import hosts
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -272,3 +274,21 @@ def test_a_topology_page_shows_its_attached_calibration(api: Api) -> None:
     assert page.count("<td class=\"num\">2.5</td>") == 5  # one scale per op class
     assert "60.0 %" in page and "2.0 %" in page  # the residual medians before and after
     assert "devices.H100.scale.matmul" in page
+
+
+def test_plan_page_gives_each_stage_its_replicas_and_tensor_parallel_degree(api: Api) -> None:
+    """Six GPUs of one host, micro-batches of 4 rows: ``pipedream`` gives its stages different degrees
+    (tests/solvers/baselines/test_pipedream_tp.py); the Stages table reads replicas × tp per stage."""
+    graph = api.post("/v1/graphs", json=megatron_gpt(8).to_document())
+    topology = api.post("/v1/topologies", json=hosts(6, 1).to_document())
+    assert graph.status_code == 201 and topology.status_code == 201, (graph.text, topology.text)
+    job = api.wait(api.submit(graph.json()["id"], topology.json()["id"], "pipedream",
+                              settings={"micro_batches": [4], "schedule": "1f1b"}, time_limit_s=30)["id"])
+    assert job["status"] == "succeeded", job
+    plan = api.get(f"/v1/plans/{job['plan_id']}").json()
+    want = [f"{len(s['devices']) // s.get('tp', 1)} × {s.get('tp', 1)}" for s in plan["stages"]]
+    assert len({s.get("tp", 1) for s in plan["stages"]}) == 2  # a plan whose stages differ in degree
+    web, _ = signed_in(api)
+    page = web.get(f"/plans/{job['plan_id']}").text
+    assert "Replicas × tp" in page
+    assert re.findall(r"data-stage-shape>([^<]*)<", page) == want
