@@ -18,6 +18,7 @@ from extract.granularity import merge_modules, parse_granularity
 from solvers.model.documents import write_json
 from solvers.model.errors import InvalidInput
 
+LAUNCHER_RUNTIME = "launcher.runtime.main"  # what a launched rank imports: its base_memory_bytes counts it
 TORCHRUN = "python -m torch.distributed.run"
 TORCH_NOTE = ("Needs the torch extra (pip install 'placer[torch]'); without it the command exits 2 naming it. "
               "Nothing is written unless the whole command succeeds.")
@@ -164,7 +165,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     require_torch("placer topology measure")
     from extract.measure import measure
 
-    topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name, imports=args.imports)
+    # the launcher's own modules count in every rank's base, as they do in a launched rank (docs/extract.md)
+    topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name,
+                   imports=[LAUNCHER_RUNTIME, *args.imports])
     if topo is None:
         return EXIT_OK
     write_json(topo.to_document(), args.output)
