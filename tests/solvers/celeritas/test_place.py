@@ -35,6 +35,7 @@ from solvers.model.problem import Problem, ProblemSettings
 from solvers.model.topology import Device, Link, Topology
 from solvers.simulator import simulate
 from solvers.validity import resolve_plan
+from tests.solvers.listsched.test_timeline import plain_slot_s
 from tests.strategies import HUGE_MEMORY_BYTES, dag_graphs, examples, topologies
 
 GiB = float(2**30)
@@ -193,14 +194,7 @@ class NaiveSchedule(ListSchedule):
     def slot_s(self, d: int, ready: float, dur: float, insertion: bool) -> float:
         if not insertion:
             return max(ready, self.free_s[d])
-        t = ready
-        for start, end in self._tasks_on[d]:
-            if end <= ready:
-                continue
-            if start - t >= dur:
-                return t
-            t = max(t, end)
-        return t
+        return plain_slot_s(self._tasks_on[d], ready, dur)
 
 
 def test_an_empty_task_where_another_starts_lets_no_later_task_overlap() -> None:
