@@ -2,9 +2,9 @@
 
 ``.venv/bin/python -m bench.bench_stage_memory [--out DIR]``:
 
-1. ``placer topology measure --import transformers`` under ``torchrun --nproc-per-node 4`` gives
-   each CPU device's ``base_memory_bytes`` (the resident set of a process with torch, gloo, the
-   model's library and the export machinery loaded); the bench's
+1. ``placer topology measure --import transformers --example gpt2 ...`` (the model below) under
+   ``torchrun --nproc-per-node 4`` gives each CPU device's ``base_memory_bytes`` (the resident set
+   of a process with torch, gloo, the model's modules and its export on ``meta``); the bench's
    topology carries them, so the simulator's ``peak_memory_bytes`` of a device is that base plus
    the stage's tensors;
 2. ``placer extract --example gpt2`` (8 layers, hidden 768, 12 heads, seq 32, vocab 1000,
@@ -53,7 +53,8 @@ def measured_bases(out: Path) -> list[float]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                            "-m", "cli", "topology", "measure", "-o", str(path), "--max-bytes", "65536",
-                           "--repeats", "2", "--import", "transformers"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+                           "--repeats", "2", "--import", "transformers", "--example", "gpt2", "--param", *LARGE],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
                           check=False)
     if done.returncode:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])

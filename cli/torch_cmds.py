@@ -65,6 +65,16 @@ def add_measure_verb(group: Commands[argparse.ArgumentParser]) -> None:
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="a module the training processes load (e.g. transformers), imported before each device's "
                         "base_memory_bytes is read, so that it counts there (repeatable)")
+    model = p.add_argument_group("the model the processes will run (optional: its modules and export count in "
+                                 "each device's base, as in a launched rank)")
+    model.add_argument("--model", dest="spec", metavar="SPEC", help="package.module:callable, as for placer extract")
+    model.add_argument("--example", help="built-in model: bert, gpt2, llama, t5, vit, resnet, swin")
+    model.add_argument("--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                       help="example sizes, as for placer extract")
+    model.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE[:DTYPE]",
+                       help="an input of a SPEC that returns only a module")
+    model.add_argument("--batch", type=int, help="the graph's batch size (default: the model's own)")
+    model.add_argument("--seed", type=int, default=0, help="seed of the model's weights, as for placer extract")
     p.add_argument("--json", action="store_true", help="print the output file, sizes and digest as JSON")
     p.set_defaults(func=cmd_measure)
 
@@ -163,11 +173,15 @@ def _report(args: argparse.Namespace, graph: Any, path: str) -> None:
 
 def cmd_measure(args: argparse.Namespace) -> int:
     require_torch("placer topology measure")
+    source = _source(args, args.batch) if args.spec or args.example else None
     from extract.measure import measure
+    from launcher.runtime.model import rebuild
 
-    # the launcher's own modules count in every rank's base, as they do in a launched rank (docs/extract.md)
+    # the launcher's own modules count in every rank's base, as they do in a launched rank; with a
+    # model, so do its modules and its export, which a launched rank keeps while it trains (docs/extract.md)
     topo = measure(args.min_bytes, args.max_bytes, args.repeats, args.name,
-                   imports=[LAUNCHER_RUNTIME, *args.imports])
+                   imports=[LAUNCHER_RUNTIME, *args.imports],
+                   model=None if source is None else (lambda: rebuild(source)))
     if topo is None:
         return EXIT_OK
     write_json(topo.to_document(), args.output)

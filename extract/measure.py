@@ -30,7 +30,7 @@ import resource
 import socket
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,7 +84,12 @@ def _device() -> tuple[torch.device, str, float]:
 
 
 def load_runtime(imports: Sequence[str]) -> None:
-    """Import ``imports`` and export a two-op module, as a launcher process does before it trains."""
+    """Import ``imports`` and export a two-op module, as a launcher process does before it trains.
+
+    Without a model this is the export machinery only: a launched rank also loads its model's own
+    modules (a transformers model class is imported lazily, about 60 MiB for GPT-2) and keeps its
+    export, which ``measure``'s ``model`` counts.
+    """
     for name in imports:
         try:
             importlib.import_module(name)
@@ -161,27 +166,33 @@ def _allreduce_busbw(group: Any, size: int, n: int, repeats: int, dev: torch.dev
 
 
 def measure(min_bytes: int = 4096, max_bytes: int = 256 * 2**20, repeats: int = 5, name: str = "measured",
-            imports: Sequence[str] = ()) -> Topology | None:
-    """Run on every rank of a torchrun job; rank 0 returns the topology, the others ``None``."""
+            imports: Sequence[str] = (), model: Callable[[], object] | None = None) -> Topology | None:
+    """Run on every rank of a torchrun job; rank 0 returns the topology, the others ``None``.
+
+    ``model``: rebuilds the model the processes will run, as a launched rank does; what it returns
+    is kept until the base has been read, so the base counts the model's modules and its export.
+    """
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise InvalidInput("placer topology measure runs under torchrun, e.g. python -m torch.distributed.run "
                            "--nproc-per-node 4 -m cli topology measure -o topo.json", field="torchrun")
     sizes = message_sizes(min_bytes, max_bytes)
     load_runtime(imports)
+    kept = None if model is None else model()
     dev, kind, memory = _device()
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     try:
-        return _measure(sizes, repeats, dev, kind, memory, name)
+        return _measure(sizes, repeats, dev, kind, memory, name, kept)
     finally:
         dist.destroy_process_group()
 
 
 def _measure(sizes: list[int], repeats: int, dev: torch.device, kind: str, memory: float,
-             name: str) -> Topology | None:
+             name: str, kept: object = None) -> Topology | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     dist.barrier()  # the first collective sets the communicator up before the base is read
     me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "host": socket.gethostname(),
           "kind": kind, "memory_bytes": memory, "base_memory_bytes": base_memory_bytes(dev)}
+    del kept  # held until the base is read: it counts there
     infos: list[Any] = [None] * world
     dist.all_gather_object(infos, me)
     measured = _pairs(world, sizes, repeats, dev)

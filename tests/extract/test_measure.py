@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from cli import main as placer
 from extract.measure import fit_link, message_sizes
 from solvers.model.documents import load_topology
 
@@ -29,6 +32,13 @@ def test_measure_topology_four_processes(tmp_path: Path) -> None:
     assert measured["allreduce"]["world_busbw_Bps"] > 0
     # the resident set of a process with torch and gloo started: well above the bare interpreter, below its share
     assert all(50 * 2**20 < d.base_memory_bytes < d.memory_bytes for d in topo.devices)
+
+
+def test_the_model_to_count_in_the_base_is_checked_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert placer(["topology", "measure", "-o", "t.json", "--example", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert placer(["topology", "measure", "-o", "t.json", "--example", "gpt2", "--model", "pkg.mod:make"]) == 2
+    assert "either" in capsys.readouterr().err
 
 
 def test_fit_recovers_latency_and_bandwidth() -> None:

@@ -1,7 +1,8 @@
 """A plan the simulator says fits holds in a real run, within the stated tolerance; one that does not fit is refused.
 
-The topology is measured (``placer topology measure --import transformers`` under torchrun, two
-CPU processes): each device's ``base_memory_bytes`` is real, so the simulator's peak of a device
+The topology is measured (``placer topology measure --import transformers --example gpt2 ...`` under
+torchrun, two CPU processes): each device's ``base_memory_bytes`` is real and counts the model's own
+modules and export, as a launched rank holds them, so the simulator's peak of a device
 is that base plus the stage's tensors, and the launcher's peak resident set is compared with it
 (docs/benchmarks.md, "Launcher: a stage's memory, not the model's": the tolerance is 25 %).
 """
@@ -30,7 +31,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("memory") / "topology.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "cli",
-           "topology", "measure", "-o", str(out), "--max-bytes", "16384", "--repeats", "1", "--import", "transformers"]
+           "topology", "measure", "-o", str(out), "--max-bytes", "16384", "--repeats", "1", "--import", "transformers", *GPT2]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
