@@ -12,8 +12,9 @@ locality chain cut into runs of ``t``), so a stage of degree ``t`` starts at a p
 that ``t`` divides: its groups are then runs of that layout, group position ``d' / t`` onwards,
 which is where the degree's profile (slowest device and ring over those runs) and its all-reduce
 table (rank 0 of each group) were taken.  The rest is :func:`.stage_dp.form_stage_dp`'s: the
-memory check per stage, every stage holding a block that computes, one (max forward, max
-backward) pair per cell, no device left idle unless ``idle_ok`` (fixed replica counts).  No
+memory check per stage (and its relaxation, :func:`.stage_dp.fewest_devices`, which refuses a
+call no split can fit before the DP runs), every stage holding a block that computes, one (max
+forward, max backward) pair per cell, no device left idle unless ``idle_ok`` (fixed replica counts).  No
 ``d_min`` pruning: with aligned starts more devices can hurt.
 """
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solvers.arrays import BoolArray, FloatArray
-from solvers.rannc.stage_dp import AllReduceTable, StageSolution, StageTables
+from solvers.rannc.stage_dp import AllReduceTable, StageSolution, StageTables, fewest_devices, fitting_counts
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,16 @@ def form_mixed_stage_dp(degrees: dict[int, DegreeTables], n_stages: int, n_devic
     working = np.r_[0, np.cumsum(np.ones(K, dtype=bool) if computes is None else computes)]
     if S < 1 or S > K or S * low > D or working[K] < S:
         return None
+
+    def need(s: int) -> FloatArray:  # [b', b]: the fewest device positions stage s may take (aligned starts left out)
+        out = np.full((K + 1, K + 1), np.inf)
+        for t, deg in degrees.items():
+            out = np.minimum(out, t * fitting_counts(deg.tables, (D - (S - 1) * low) // t, deg.allowed,
+                                                     cap_bytes[s], in_flight[s]))
+        return out
+
+    if fewest_devices(need, S, working) > D:
+        return None  # no stage sequence fits in memory on D positions: the DP below would find nothing
     # V[s, b, d]: best max-fwd + max-bwd of s stages holding blocks 1..b on positions 0..d-1 (inf: none)
     V = np.full((S + 1, K + 1, D + 1), np.inf)
     V[0, 0, 0] = 0.0

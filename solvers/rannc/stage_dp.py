@@ -19,6 +19,7 @@ and ``d`` fix its devices, see :mod:`.allocate`), so it is an :class:`AllReduceT
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,6 +104,8 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
     working = np.r_[0, np.cumsum(np.ones(K, dtype=bool) if computes is None else computes)]
     if working[K] < S:
         return None
+    if min_devices(tables, S, D, cap_bytes, in_flight, allowed, working) > D:
+        return None  # no stage sequence fits in memory with D devices: the DP below would find nothing
     # d_min pruning assumes that more devices never hurt; a fixed replica count breaks that, and so
     # does a cell left empty by the stages' compute rule rather than by the devices
     prune = prune and bool(allowed[1:].all()) and bool(working[K] == K)
@@ -169,6 +172,45 @@ def form_stage_dp(tables: StageTables, n_stages: int, n_devices: int, cap_bytes:
         at_b, at_d = prev_b, prev_d
     return StageSolution(tuple(reversed(bounds)), tuple(reversed(reps)), float(V[S, K, D]),
                          float(TF[S, K, D]), float(TB[S, K, D]))
+
+
+def min_devices(tables: StageTables, n_stages: int, n_devices: int, cap_bytes: FloatArray, in_flight: FloatArray,
+                allowed: BoolArray, working: IntArray) -> float:
+    """The fewest devices any ``n_stages`` stages over all blocks need to fit in memory (``inf``: none).
+
+    A relaxation of Algorithm 1's memory check that drops its objective and keeps its rules: a
+    stage ``(b', b]`` at position ``s`` needs the smallest allowed ``r`` with which it fits
+    (``mem_fixed + in_flight[s] * mem_kept <= cap[s]``), and must hold a block that computes;
+    the stages' counts add up.  Every solution of :func:`form_stage_dp` is such a sequence with
+    at least those counts, so a result above ``D`` proves the DP infeasible, at a cost of
+    ``O(S |B|^2 R)`` comparisons where the DP indexes ``O(S |B|^2 D^2)`` cells.
+    """
+    R = min(tables.max_replicas, n_devices - n_stages + 1)
+    return fewest_devices(lambda s: fitting_counts(tables, R, allowed, cap_bytes[s], in_flight[s]), n_stages, working)
+
+
+def fitting_counts(tables: StageTables, max_r: int, allowed: BoolArray, cap_bytes: float,
+                   in_flight: float) -> FloatArray:
+    """``[b', b]``: the smallest allowed ``r <= max_r`` with which the stage ``(b', b]`` fits (``inf``: none)."""
+    R = min(max_r, tables.max_replicas, len(allowed) - 1)
+    if R < 1:
+        return np.full(tables.fwd_s.shape[1:], np.inf)
+    ok = allowed[1: R + 1, None, None]
+    fits = (tables.mem_fixed_bytes[1: R + 1] + in_flight * tables.mem_kept_bytes[1: R + 1] <= cap_bytes) & ok
+    return np.where(fits.any(axis=0), 1.0 + np.argmax(fits, axis=0), np.inf)
+
+
+def fewest_devices(need: Callable[[int], FloatArray], n_stages: int, working: IntArray) -> float:
+    """Min over block splits into ``n_stages`` stages, each holding a block that computes, of the sum of
+    ``need(s)[b', b]`` (devices stage ``s`` needs to hold ``(b', b]``); ``inf`` when no split has a finite sum."""
+    K = len(working) - 1
+    computes = working[None, :] > working[:, None]  # [b', b]: the range (b', b] holds a block that computes
+    best = np.full(K + 1, np.inf)  # best[b]: fewest devices of the stages so far over blocks 1..b
+    best[0] = 0.0
+    for s in range(n_stages):
+        cost = np.where(computes, need(s), np.inf)
+        best = np.where(np.arange(K + 1) > s, (best[:, None] + cost).min(axis=0), np.inf)
+    return float(best[K])
 
 
 def pipeline_estimate_s(solution: StageSolution, n_stages: int, micro_batches: int) -> float:

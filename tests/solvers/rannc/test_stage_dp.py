@@ -15,6 +15,7 @@ from solvers.rannc.stage_dp import (
     StageTables,
     evaluate_stages,
     form_stage_dp,
+    min_devices,
     pipeline_estimate_s,
 )
 from tests.strategies import examples
@@ -96,6 +97,34 @@ def test_dp_equals_brute_force_when_backward_is_proportional(case: tuple) -> Non
     assert sol.value_s == pytest.approx(best)
     assert _evaluate(t, sol.bounds, sol.replicas, caps, in_flight) == pytest.approx(sol.value_s)
     assert sum(sol.replicas) == D and sol.bounds[-1] == t.n_blocks
+
+
+def _fewest_devices(t: StageTables, S: int, D: int, caps: np.ndarray, in_flight: np.ndarray) -> float:
+    """Over every block split: the sum of each stage's smallest replica count that fits."""
+    best = float("inf")
+    for sizes in _compositions(t.n_blocks, S):
+        lo, total = 0, 0.0
+        for s, hi in enumerate(np.cumsum(sizes).tolist()):
+            fits = [r for r in range(1, D - S + 2)
+                    if t.mem_fixed_bytes[r, lo, hi] + in_flight[s] * t.mem_kept_bytes[r, lo, hi] <= caps[s]]
+            total += fits[0] if fits else float("inf")
+            lo = hi
+        best = min(best, total)
+    return best
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(instances(proportional=False, memory=True), st.sampled_from([1.0, 0.5, 0.25]))
+def test_min_devices_is_the_fewest_devices_of_any_split_and_proves_infeasibility(
+        case: tuple, squeeze: float) -> None:  # type: ignore[type-arg]
+    t, S, D, caps, in_flight = case
+    caps = caps * np.linspace(1.0, squeeze, S)  # later stages get less room: the relaxation must follow
+    working = np.arange(t.n_blocks + 1)
+    fewest = min_devices(t, S, D, caps, in_flight, np.ones(t.max_replicas + 1, dtype=bool), working)
+    assert fewest == _fewest_devices(t, S, D, caps, in_flight)
+    if fewest > D:
+        assert not np.isfinite(_brute(t, S, D, caps, in_flight))
+        assert form_stage_dp(t, S, D, caps, in_flight, prune=False) is None
 
 
 @settings(max_examples=examples(100), deadline=None)
