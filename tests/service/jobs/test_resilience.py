@@ -79,7 +79,8 @@ def test_hard_wall_clock_kill_at_the_time_limit(api: Api) -> None:
 def test_attempts_are_bounded(backend: str, tmp_path: Path) -> None:
     with running_app(backend, tmp_path, workers=1, max_attempts=1) as (client, cfg):
         api = new_api(client, cfg)
-        job = api.submit(api.graph(), api.topology(), "sleepy", options={"sleep_s": 3.0})
+        # long enough that a starved test process still finds the solver alive when it kills it
+        job = api.submit(api.graph(), api.topology(), "sleepy", options={"sleep_s": 30.0})
         os.kill(_child_pid(api, job["id"]), signal.SIGKILL)
         done = api.wait(job["id"])
         assert done["status"] == "failed" and done["error"]["type"] == "worker-lost"
