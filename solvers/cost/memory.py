@@ -33,7 +33,8 @@ Latency plans, per device holding ops ``O``: parameters (times ``1 + optimizer``
 pass), plus ``sum(act_bytes)`` of ``O`` (outputs kept; kept for backward in training), plus the
 largest single-op working memory; on a calibrated topology whose runs showed it, the share ``u``
 (``memory.kept_outputs``) of what the launcher's op-level runner keeps beyond that: every op's
-output and every received tensor, held to the end of the pass (:func:`op_level_kept_bytes`).
+output that is not a view of its input (:attr:`~solvers.model.graph.OpGraph.allocated_output_bytes`)
+and every received tensor, held to the end of the pass (:func:`op_level_kept_bytes`).
 """
 
 from __future__ import annotations
@@ -156,9 +157,10 @@ def device_memory_bytes(problem: Problem, ops: IntArray, n_replicas: int = 1, *,
 
 def _beyond_model_bytes(problem: Problem, ops: IntArray, received_bytes: float) -> float:
     """What the op-level runner holds on a device beyond ``act_bytes``: every op's output (its largest
-    outgoing edge) and the received tensors, less ``act_bytes``; at least 0."""
+    outgoing edge; none for a view, which shares its input's storage) and the received tensors, less
+    ``act_bytes``; at least 0."""
     g = problem.graph
-    return max(0.0, float(g.output_bytes[ops].sum() - g.act_bytes[ops].sum()) + received_bytes)
+    return max(0.0, float(g.allocated_output_bytes[ops].sum() - g.act_bytes[ops].sum()) + received_bytes)
 
 
 def plan_memory_bytes(problem: Problem, rp: ResolvedPlan) -> list[float]:

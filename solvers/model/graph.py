@@ -195,6 +195,12 @@ class OpGraph:
         return out
 
     @cached_property
+    def allocated_output_bytes(self) -> FloatArray:
+        """:attr:`output_bytes`, 0 for an op whose output is a view of its input (:func:`aliases_input`):
+        a view shares its input's storage, so holding it holds no bytes of its own."""
+        return np.where([aliases_input(n.op) for n in self.nodes], 0.0, self.output_bytes)
+
+    @cached_property
     def succ(self) -> list[list[int]]:
         """``succ[i]`` = positions of the direct successors of op ``i``."""
         out: list[list[int]] = [[] for _ in self.nodes]
@@ -431,3 +437,22 @@ def _has_duplicate(keys: IntArray) -> bool:
         return False
     ordered = np.sort(keys)
     return bool((ordered[1:] == ordered[:-1]).any())
+
+
+# ATen ops whose output always shares its input's storage (views, and ``getitem`` taking one output of a
+# tuple such as ``split``'s).  ``reshape``, ``flatten`` and ``contiguous`` are not here: they copy when the
+# input's strides do not allow a view, which a graph does not record.
+VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "view_as", "transpose", "t", "permute", "expand", "expand_as", "unsqueeze",
+    "squeeze", "slice", "select", "split", "split_with_sizes", "chunk", "unbind", "narrow", "alias", "detach",
+    "as_strided", "unflatten", "movedim", "diagonal", "unfold", "getitem", "_assert_tensor_metadata",
+})
+
+
+def aliases_input(op: str) -> bool:
+    """Whether a node's ``op`` (the ATen target ``placer extract`` writes: ``aten.view.default``, or
+    ``getitem``) returns a view of its input rather than new memory (:data:`VIEW_OPS`)."""
+    parts = op.strip().lower().split(".")
+    if parts[0] in ("aten", "prims", "torch") and len(parts) > 1:
+        parts = parts[1:]
+    return parts[0] in VIEW_OPS
