@@ -68,13 +68,8 @@ def add_measure_verb(group: Commands[argparse.ArgumentParser]) -> None:
     model = p.add_argument_group("the model the processes will run (optional: its modules and export count in "
                                  "each device's base, as in a launched rank)")
     model.add_argument("--model", dest="spec", metavar="SPEC", help="package.module:callable, as for placer extract")
-    model.add_argument("--example", help="built-in model: bert, gpt2, llama, t5, vit, resnet, swin")
-    model.add_argument("--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                       help="example sizes, as for placer extract")
-    model.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE[:DTYPE]",
-                       help="an input of a SPEC that returns only a module")
+    _add_source_args(model)
     model.add_argument("--batch", type=int, help="the graph's batch size (default: the model's own)")
-    model.add_argument("--seed", type=int, default=0, help="seed of the model's weights, as for placer extract")
     p.add_argument("--json", action="store_true", help="print the output file, sizes and digest as JSON")
     p.set_defaults(func=cmd_measure)
 
@@ -82,15 +77,20 @@ def add_measure_verb(group: Commands[argparse.ArgumentParser]) -> None:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", metavar="SPEC", help="package.module:callable returning a module "
                                                            "(and inputs)")
+    _add_source_args(p)
+    p.add_argument("--name", help="graph name (default: the example or callable name)")
+    p.add_argument("-o", "--output", required=True, help="the graph file to write (placer.opgraph/v1)")
+    p.add_argument("--json", action="store_true", help="print the output file, sizes, digest and times as JSON")
+
+
+def _add_source_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The model flags besides SPEC that :func:`_source` reads: ``--example``, ``--param``, ``--input``, ``--seed``."""
     p.add_argument("--example", help="built-in model: bert, gpt2, llama, t5, vit, resnet, swin")
     p.add_argument("--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="example sizes, e.g. layers=24 hidden=1024 heads=16 seq=512")
     p.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE[:DTYPE]",
                    help="an input of a SPEC that returns only a module, e.g. input_ids=8x512:int64")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
-    p.add_argument("--name", help="graph name (default: the example or callable name)")
-    p.add_argument("-o", "--output", required=True, help="the graph file to write (placer.opgraph/v1)")
-    p.add_argument("--json", action="store_true", help="print the output file, sizes, digest and times as JSON")
 
 
 def _source(args: argparse.Namespace, batch: int | None) -> dict[str, Any]:
