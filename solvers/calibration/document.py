@@ -26,6 +26,7 @@ from solvers.model import _check as check
 from solvers.model.canonical import digest as _digest
 from solvers.model.documents import read_json
 from solvers.model.errors import InvalidInput
+from solvers.model.graph import op_name
 
 CALIBRATION_FORMAT = "placer.calibration/v1"
 OP_CLASSES = ("matmul", "attention", "elementwise", "reduction", "other")
@@ -62,13 +63,9 @@ def op_class(op: str) -> str:
     text = op.strip()
     if not text or text.split(".")[0] in _MERGED or text[:1].isupper():
         return "other"
-    low = text.lower()
-    if any(a in low for a in _ATTENTION):
+    if any(a in text.lower() for a in _ATTENTION):
         return "attention"
-    parts = low.split(".")
-    if parts[0] in ("aten", "prims", "torch", "higher_order") and len(parts) > 1:
-        parts = parts[1:]
-    name = parts[0]
+    name = op_name(text)
     if name in _MATMUL:
         return "matmul"
     if name in _REDUCTION:

@@ -449,10 +449,15 @@ VIEW_OPS = frozenset({
 })
 
 
-def aliases_input(op: str) -> bool:
-    """Whether a node's ``op`` (the ATen target ``placer extract`` writes: ``aten.view.default``, or
-    ``getitem``) returns a view of its input rather than new memory (:data:`VIEW_OPS`)."""
+def op_name(op: str) -> str:
+    """A node's ``op`` (the ATen target ``placer extract`` writes) lower-cased and stripped of its
+    namespace and overload: ``aten.view.default`` -> ``view``, ``getitem`` -> ``getitem``."""
     parts = op.strip().lower().split(".")
-    if parts[0] in ("aten", "prims", "torch") and len(parts) > 1:
+    if parts[0] in ("aten", "prims", "torch", "higher_order") and len(parts) > 1:
         parts = parts[1:]
-    return parts[0] in VIEW_OPS
+    return parts[0]
+
+
+def aliases_input(op: str) -> bool:
+    """Whether a node's ``op`` returns a view of its input rather than new memory (:data:`VIEW_OPS`)."""
+    return op_name(op) in VIEW_OPS
