@@ -207,9 +207,8 @@ def fewest_devices(need: Callable[[int], FloatArray], n_stages: int, working: In
     computes = working[None, :] > working[:, None]  # [b', b]: the range (b', b] holds a block that computes
     best = np.full(K + 1, np.inf)  # best[b]: fewest devices of the stages so far over blocks 1..b
     best[0] = 0.0
-    for s in range(n_stages):
-        cost = np.where(computes, need(s), np.inf)
-        best = np.where(np.arange(K + 1) > s, (best[:, None] + cost).min(axis=0), np.inf)
+    for s in range(n_stages):  # a stage holds at least one block (computes: b > b'), so best[b] stays inf for b <= s
+        best = (best[:, None] + np.where(computes, need(s), np.inf)).min(axis=0)
     return float(best[K])
 
 
