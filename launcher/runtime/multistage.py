@@ -38,12 +38,12 @@ import torch
 from torch.distributed import pipelining
 
 from launcher.runtime.boundary_codec import carried_example, stage_codec
-from launcher.runtime.compat import LocalNeighbourStage
 from launcher.runtime.context import LaunchContext, replica_rows
 from launcher.runtime.data import as_tuple
 from launcher.runtime.gradsync import all_reduce_gradients
 from launcher.runtime.partition import parameter_aliases, stage_parameters, to_device, wrap_stage
 from launcher.runtime.pipeline import TiedGroups, boundary_examples, replica_mean_loss, slice_model, split_model
+from launcher.runtime.split_backward import SplitSafeStage
 from launcher.runtime.tp_random import seed_shared_stream
 from launcher.runtime.weights import materialize, read_targets
 from launcher.runtime.world import new_groups
@@ -125,7 +125,7 @@ class MultiStageRunner:
         for s, graph, stage_module in zip(self.stage_indices, self.graphs, self.modules, strict=True):
             received = [self._crossing_example(examples[x], x, s > 0) for x in graph.inputs]
             sent = [self._crossing_example(examples[x], x, s < n - 1) for x in graph.outputs]
-            stage = LocalNeighbourStage(stage_module, s, n, ctx.world.torch_device, input_args=tuple(received),
+            stage = SplitSafeStage(stage_module, s, n, ctx.world.torch_device, input_args=tuple(received),
                                         output_args=tuple(sent), group=pp_groups[self.replica])
             stage.stage_index_to_group_rank = dict(to_group_rank)
             self.stages.append(stage)

@@ -108,7 +108,24 @@ def test_every_multi_stage_schedule_verifies_on_two_processes(extracted: dict[st
     # every stage recomputed under a split backward (W runs through torch.utils.checkpoint)
     rows.append(("gpt2-zbv-recompute", extracted["gpt2"], {**virtual_plan(extracted["gpt2"], "zbv", 2, 2, 4),
                                                            "recompute": True}))
+    # stage 0 passes only the token ids on: stage 1's inputs are integers, so torch's split backward would
+    # give its embeddings no gradient; it runs its backward whole (launcher.runtime.split_backward)
+    for schedule in ("zbv", "interleaved-zb"):
+        rows.append((f"gpt2-{schedule}-ids-only", extracted["gpt2"], ids_only_plan(extracted["gpt2"], schedule)))
     print(_run_world(tmp_path, rows, 2))
+
+
+def ids_only_plan(graph: Path, schedule: str) -> dict[str, Any]:
+    """A 2-rank, v = 2 plan whose stage 0 holds only the token ids and their view, the rest cut evenly."""
+    doc = virtual_plan(graph, schedule, 2, 2, 4)
+    ops = [op for stage in doc["stages"] for op in stage["ops"]]
+    assert ops[:2] == ["input_ids", "view"]
+    rest = ops[2:]
+    cuts = [0, len(rest) // 3, 2 * len(rest) // 3, len(rest)]
+    doc["stages"][0]["ops"] = ops[:2]
+    for j in range(1, 4):
+        doc["stages"][j]["ops"] = rest[cuts[j - 1]:cuts[j]]
+    return doc
 
 
 def test_every_multi_stage_schedule_verifies_on_four_processes(extracted: dict[str, Path], tmp_path: Path) -> None:

@@ -1,0 +1,70 @@
+"""Which weights a split (I, then W) backward would leave without a gradient: ``cut_off_weights`` on small
+autograd graphs, checked against what torch's own ``stage_backward_input`` / ``stage_backward_weight`` give."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+from launcher.runtime.split_backward import cut_off_weights
+
+
+def _split_grads(outputs: list[torch.Tensor], inputs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[bool]:
+    """Whether each weight has a nonzero gradient after torch's split backward of ``outputs`` (gradients of ones)."""
+    _, groups = stage_backward_input(outputs, [torch.ones_like(o) for o in outputs], inputs, iter(weights))
+    stage_backward_weight(iter(weights), groups)
+    return [w.grad is not None and bool(w.grad.abs().sum() > 0) for w in weights]
+
+
+def _weights(n: int) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(4, 4, requires_grad=True) for _ in range(n)]
+
+
+def test_integer_inputs_cut_off_every_weight() -> None:
+    ids = torch.tensor([0, 1, 2])
+    table, proj = _weights(2)
+    out = torch.nn.functional.embedding(ids, table) @ proj
+    assert cut_off_weights([out], [ids], [table, proj]) == [0, 1]
+    table.grad = proj.grad = None
+    out = torch.nn.functional.embedding(ids, table) @ proj
+    assert _split_grads([out], [ids], [table, proj]) == [False, False]  # torch's split loses both
+
+
+def test_weights_joined_with_a_floating_input_keep_their_gradient() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    w1, w2 = _weights(2)
+    pos = torch.nn.functional.embedding(torch.tensor([0, 1, 2]), w1)  # no input on its path until the add
+    out = (x + pos) @ w2
+    assert cut_off_weights([out], [x], [w1, w2]) == []
+    w1.grad = w2.grad = None
+    x = torch.randn(3, 4, requires_grad=True)
+    pos = torch.nn.functional.embedding(torch.tensor([0, 1, 2]), w1)
+    assert _split_grads([(x + pos) @ w2], [x], [w1, w2]) == [True, True]
+
+
+def test_an_output_made_of_weights_alone_cuts_them_off() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    w1, w2, w3 = _weights(3)
+    lone = w1 * 2.0  # sent on by itself: no input reaches it
+    both = x @ w2 + (w3 * 3.0).sum()
+    mixed = x @ w3  # w3 also reaches `both` through a node the input reaches: kept
+    assert cut_off_weights([lone, both, mixed], [x], [w1, w2, w3]) == [0]
+    # a weight with one path through the input and one to a lone output: cut off (its lone part would be lost)
+    x = torch.randn(3, 4, requires_grad=True)
+    assert cut_off_weights([x @ w1, w1.sum() * torch.ones(1)], [x], [w1, w2]) == [0]
+
+
+def test_frozen_and_unused_weights_are_not_reported() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    w1, w2 = _weights(2)
+    frozen = torch.randn(4, 4)
+    out = x @ w1 + frozen.sum()
+    assert cut_off_weights([out], [x], [w1, w2, frozen]) == []
+
+
+def test_a_loss_root_counts_as_reached_when_any_input_reaches_it() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    w1, w2 = _weights(2)
+    loss = (x @ w1).sum() + w2.sum()  # w2 alone, but it meets the input's descendants at the final add
+    assert cut_off_weights([loss], [x], [w1, w2]) == []
