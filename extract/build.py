@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from extract.examples import build_example, example_params
 from extract.source import BuiltModel, InputSpec, make_inputs, with_batch
@@ -55,6 +56,40 @@ def build(source: Mapping[str, Any], device: str = "cpu") -> BuiltModel:
     module = to_device(module, device).train()
     inputs = {k: v.to(device) for k, v in inputs.items()}
     return BuiltModel(module, inputs, dict(source), prepare_for_export(module))
+
+
+def build_fake(source: Mapping[str, Any], device: str) -> tuple[BuiltModel, FakeTensorMode]:
+    """What :func:`build` returns on ``device``, as fake tensors of the mode returned: no memory, no values.
+
+    The model is built on ``meta`` and every parameter, buffer and input becomes a fake tensor on
+    ``device`` (one per tensor: tied parameters stay one object).  ``torch.export`` traces a model with
+    fake tensors of their device in any case, so an export under the mode gives the ops, shapes and
+    strides of an export of the real model on ``device`` (the same graph for every ``--example`` on
+    the CPU, ``tests/extract/test_build.py``) without holding its weights.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    built = build(source, "meta")
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    target = torch.device(device)
+    memo: dict[int, torch.Tensor] = {}
+
+    def fake(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in memo:
+            value = FakeTensor(mode, t.detach(), target)
+            memo[id(t)] = torch.nn.Parameter(value, requires_grad=t.requires_grad) if isinstance(
+                t, torch.nn.Parameter) else value
+        return memo[id(t)]
+
+    for owner in built.module.modules():
+        for attr, param in owner._parameters.items():
+            if param is not None:
+                owner._parameters[attr] = fake(param)  # type: ignore[assignment]
+        for attr, buffer in owner._buffers.items():
+            if buffer is not None:
+                owner._buffers[attr] = fake(buffer)
+    inputs = {k: fake(v) for k, v in built.inputs.items()}
+    return BuiltModel(built.module, inputs, built.source, built.adjusted), mode
 
 
 def to_device(module: torch.nn.Module, device: str) -> torch.nn.Module:

@@ -3,7 +3,8 @@
 The export runs where the graph's was made: on ``meta`` as ``placer extract`` does, on the CPU or a
 GPU as ``placer profile --device`` does (:func:`export_device`).  Kernels on different devices
 return different strides, and the exported graph (which ``contiguous`` calls it holds) follows
-the strides.  The weights stay on ``meta``: the model is built under the log of
+the strides.  On the CPU or a GPU the model is exported from fake tensors of that device
+(:func:`extract.build.build_fake`), so no rank holds the whole model to export it.  The weights stay on ``meta``: the model is built under the log of
 :mod:`launcher.runtime.seeded`, and each rank materialises the tensors its own stage reads
 (:mod:`launcher.runtime.weights`); the stage modules read them by qualified name
 (:mod:`launcher.runtime.partition`), and the device the exported ops name is replaced by the
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from extract.build import build
+from extract.build import build, build_fake
 from extract.export import collect_ops, export_model
 from extract.granularity import merge_modules
 from extract.source import BuiltModel
@@ -74,8 +75,8 @@ def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.
     """Export on ``device``; the weights on ``meta``, their seeded values in :attr:`Rebuilt.seeded`.
 
     ``batch`` overrides the source's; ``weights`` reuses the weights of a model already rebuilt
-    (an export at another row count).  A graph profiled on the CPU or a GPU is exported from a
-    model built there (its strides), which holds the whole model's weights while it lives.
+    (an export at another row count).  A graph profiled on the CPU or a GPU is exported from fake
+    tensors on that device (:func:`extract.build.build_fake`: its strides, not its weights).
     """
     record = dict(source)
     if batch is not None:
@@ -84,10 +85,15 @@ def rebuild(source: Mapping[str, Any], batch: int | None = None, weights: torch.
     if weights is None:
         seeded = record_build(record)
         weights = seeded.built.module
-    built = seeded.built if seeded is not None and device == "meta" else build(record, device=device)
-    program = export_model(built)
+    if device == "meta":
+        built = seeded.built if seeded is not None else build(record, device="meta")
+        program = export_model(built)
+    else:  # the strides of `device`, from fake tensors (extract.build.build_fake): no copy of the weights
+        built, mode = build_fake(record, device)
+        with mode:
+            program = export_model(built)
     module = program.module()
-    return Rebuilt(built, program, module, weights, lifted_constants(module, record, weights, device), seeded)
+    return Rebuilt(built, program, module, weights, lifted_constants(module, record, weights), seeded)
 
 
 def rebuild_meta(source: Mapping[str, Any], batch: int | None = None) -> Rebuilt:
@@ -103,16 +109,16 @@ def rebuild_meta(source: Mapping[str, Any], batch: int | None = None) -> Rebuilt
 
 
 def lifted_constants(module: torch.fx.GraphModule, source: Mapping[str, Any],
-                     real: torch.nn.Module, device: str) -> dict[str, torch.Tensor]:
+                     real: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Tensors made inside ``forward`` that the export lifted, by their attribute name in ``module``.
 
-    On ``meta`` they hold no values: the model (the real weights) is exported once more on the
-    CPU for them, only when there are any.
+    An export on ``meta`` or of fake tensors holds no values: the model (the real weights) is
+    exported once more on the CPU for them, only when there are any.
     """
     targets = [str(n.target) for n in module.graph.nodes if n.op == "get_attr" and not _has(real, str(n.target))]
     if not targets:
         return {}
-    values = module if device != "meta" else export_model(build(dict(source), "cpu")).module()
+    values = export_model(build(dict(source), "cpu")).module()
     return {t: _get(values, t) for t in targets if _has(values, t)}
 
 
