@@ -16,6 +16,14 @@ stage whole at ``W`` for this reason; other stages it splits regardless.
 gradient (:func:`cut_off_weights`), the stage runs its whole backward at ``I`` and its ``W`` does
 nothing.  The gradients are then exactly the whole backward's; the zero-bubble timing of that
 stage is lost (its ``W`` work moves into ``I``).
+
+The same holds where torch's ``W`` would run one part of the autograd graph twice
+(:func:`overlapping_groups`): ``stage_backward_weight`` differentiates each parameter group
+apart and frees the graph as it goes, so two groups whose paths share a node (a parameter read
+by two branches that meet the inputs' descendants at different places, such as T5's relative
+position bias, computed once and added in every layer; or a parameter that torch's grouping puts
+in two groups) fail with "Trying to backward through the graph a second time", or count a
+gradient twice.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Any
 
 import torch
 from torch.autograd.graph import Node
+from torch.distributed.pipelining._backward import construct_reverse_graph, get_param_groups
 
 from launcher.runtime.compat import LocalNeighbourStage
 
@@ -84,29 +93,90 @@ def cut_off_weights(roots: Sequence[torch.Tensor], inputs: Sequence[Any],
     return [i for i, w in enumerate(weights) if w.requires_grad and _node(w) in ancestors]
 
 
-class SplitSafeStage(LocalNeighbourStage):
-    """A stage that runs its backward whole at ``I`` where a split would lose a weight's gradient (module doc).
+def overlapping_groups(roots: Sequence[torch.Tensor], inputs: Sequence[Any],
+                       weights: Sequence[torch.Tensor]) -> list[int]:
+    """Indices of ``weights`` in a parameter group of torch's split backward whose ``W`` runs an autograd node
+    that another group's ``W`` runs too (module doc).
 
-    ``whole_chunks`` counts the micro-batches it ran whole (for the log and the tests).
+    The groups are those ``stage_backward_input`` forms.  A group's ``W`` differentiates from its
+    intermediates to its parameters: it runs every node on a path between them, whether or not the
+    inputs reach it (a node after an intermediate that leads back to the group's parameters through
+    another branch).
+    """
+    root_nodes = [n for n in map(_node, _tensors(roots)) if n is not None]
+    input_nodes = [n for n in map(_node, _tensors(inputs)) if n is not None]
+    index: dict[Node, int] = {}
+    for i, w in enumerate(weights):
+        node = _node(w)
+        if node is not None:
+            index[node] = i
+    reverse = construct_reverse_graph(root_nodes)
+    groups = get_param_groups(input_nodes, list(index), reverse)
+    owner: dict[Node, int] = {}
+    shared: set[int] = set()
+    for g, group in enumerate(groups):
+        after = set(group["params"])  # every node a parameter of the group reaches
+        queue = deque(after)
+        while queue:
+            for user in reverse.get(queue.popleft(), ()):
+                if user not in after:
+                    after.add(user)
+                    queue.append(user)
+        runs = {n for n in group["intermediates"] if n in after}
+        queue = deque(runs)
+        while queue:
+            for nxt, _ in queue.popleft().next_functions:
+                if nxt is not None and nxt in after and nxt not in runs:
+                    runs.add(nxt)
+                    queue.append(nxt)
+        for node in runs:
+            first = owner.setdefault(node, g)
+            if first != g:
+                shared.update(index[p] for p in groups[first]["params"] | group["params"] if p in index)
+    return sorted(shared)
+
+
+def split_refusal(roots: Sequence[torch.Tensor], inputs: Sequence[Any],
+                  named: Sequence[tuple[str, torch.Tensor]]) -> str | None:
+    """Why torch's split backward of a stage would not give its exact gradients (module doc), or ``None``."""
+    weights = [w for _, w in named]
+    lost = cut_off_weights(roots, inputs, weights)
+    if lost:
+        return (f"{len(lost)} weight(s) ({named[lost[0]][0]!r} first) reach an output that no floating input "
+                "reaches, and a split backward would give them no gradient")
+    lost = overlapping_groups(roots, inputs, weights)
+    if lost:
+        return (f"{len(lost)} weight(s) ({named[lost[0]][0]!r} first) are in weight-gradient groups that share "
+                "autograd nodes, which a split backward would run twice")
+    return None
+
+
+class SplitSafeStage(LocalNeighbourStage):
+    """A stage that runs its backward whole at ``I`` where a split would not give its exact gradients (module doc).
+
+    Decided on the stage's first split micro-batch (every micro-batch runs the same exported
+    graph); ``whole_chunks`` counts the micro-batches it ran whole (for the log and the tests).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._whole: set[int] = set()
+        self._refusal: str | None = None
+        self._decided = False
         self.whole_chunks = 0
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss: Any = None, full_backward: bool = True,
                            last_backward: bool = False) -> None:
         if not full_backward and not self.is_first and self.has_backward and bwd_chunk_id in self.fwd_cache:
-            outputs, inputs = self.fwd_cache[bwd_chunk_id]
-            roots = [loss] if self.is_last else list(outputs)
-            named = list(self.submod.named_parameters())
-            lost = cut_off_weights(roots, inputs, [p for _, p in named])
-            if lost:
-                if not self.whole_chunks:
+            if not self._decided:
+                outputs, inputs = self.fwd_cache[bwd_chunk_id]
+                named = [(_short_name(n), p) for n, p in self.submod.named_parameters()]
+                self._refusal = split_refusal([loss] if self.is_last else list(outputs), inputs, named)
+                self._decided = True
+                if self._refusal:
                     sys.stderr.write(f"launch.py: stage {self.stage_index} runs its backward whole, not split: "
-                                     f"{len(lost)} weight(s) ({named[lost[0]][0]!r} first) reach an output that no "
-                                     "floating input reaches, and a split backward would give them no gradient\n")
+                                     f"{self._refusal}\n")
+            if self._refusal:
                 self._whole.add(bwd_chunk_id)
                 self.whole_chunks += 1
                 full_backward = True
@@ -118,3 +188,10 @@ class SplitSafeStage(LocalNeighbourStage):
             self._whole.discard(bwd_chunk_id)
             return
         super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
+
+
+def _short_name(name: str) -> str:
+    """A parameter's name in the model: without the prefixes of the launcher's stage wrappers (``inner.``)."""
+    while name.startswith("inner."):
+        name = name[len("inner."):]
+    return name

@@ -112,20 +112,35 @@ def test_every_multi_stage_schedule_verifies_on_two_processes(extracted: dict[st
     # give its embeddings no gradient; it runs its backward whole (launcher.runtime.split_backward)
     for schedule in ("zbv", "interleaved-zb"):
         rows.append((f"gpt2-{schedule}-ids-only", extracted["gpt2"], ids_only_plan(extracted["gpt2"], schedule)))
+    # T5's last stage under ZBV: the decoder's self-attention (no floating input reaches it) meets the encoder's
+    # output in the cross-attention and again at the residual add, so torch's weight-gradient groups would run
+    # the cross-attention's nodes twice; that stage runs its backward whole
+    t5 = tmp_path / "t5.json"
+    assert placer(["extract", "--example", "t5", "--param", *T5.split(), "--batch", "4", "--device-kind", "cpu",
+                   "-o", str(t5)]) == 0
+    rows.append(("t5-zbv-cross-attention", t5, cut_plan(t5, "zbv", [48, 49, 75])))
     print(_run_world(tmp_path, rows, 2))
+
+
+T5 = "layers=1 hidden=32 heads=2 intermediate=64 seq=8 vocab=64 dropout=0"
+
+
+def cut_plan(graph: Path, schedule: str, cuts: list[int]) -> dict[str, Any]:
+    """A 2-rank, v = 2 plan cut after the ops at positions ``cuts`` (graph order)."""
+    doc = virtual_plan(graph, schedule, 2, 2, 4)
+    ops = [op for stage in doc["stages"] for op in stage["ops"]]
+    bounds = [0, *cuts, len(ops)]
+    for j, stage in enumerate(doc["stages"]):
+        stage["ops"] = ops[bounds[j]:bounds[j + 1]]
+    return doc
 
 
 def ids_only_plan(graph: Path, schedule: str) -> dict[str, Any]:
     """A 2-rank, v = 2 plan whose stage 0 holds only the token ids and their view, the rest cut evenly."""
-    doc = virtual_plan(graph, schedule, 2, 2, 4)
-    ops = [op for stage in doc["stages"] for op in stage["ops"]]
+    ops = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
     assert ops[:2] == ["input_ids", "view"]
-    rest = ops[2:]
-    cuts = [0, len(rest) // 3, 2 * len(rest) // 3, len(rest)]
-    doc["stages"][0]["ops"] = ops[:2]
-    for j in range(1, 4):
-        doc["stages"][j]["ops"] = rest[cuts[j - 1]:cuts[j]]
-    return doc
+    rest = len(ops) - 2
+    return cut_plan(graph, schedule, [2, 2 + rest // 3, 2 + 2 * rest // 3])
 
 
 def test_every_multi_stage_schedule_verifies_on_four_processes(extracted: dict[str, Path], tmp_path: Path) -> None:

@@ -3,10 +3,11 @@ autograd graphs, checked against what torch's own ``stage_backward_input`` / ``s
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
-from launcher.runtime.split_backward import cut_off_weights
+from launcher.runtime.split_backward import cut_off_weights, overlapping_groups, split_refusal
 
 
 def _split_grads(outputs: list[torch.Tensor], inputs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[bool]:
@@ -68,3 +69,42 @@ def test_a_loss_root_counts_as_reached_when_any_input_reaches_it() -> None:
     w1, w2 = _weights(2)
     loss = (x @ w1).sum() + w2.sum()  # w2 alone, but it meets the input's descendants at the final add
     assert cut_off_weights([loss], [x], [w1, w2]) == []
+
+
+def _cross_attention(x: torch.Tensor, h0: torch.Tensor, wq: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+    """T5's decoder in small: a hidden state no input reaches (``h``, from weights alone) attends over the
+    input ``x``, and the attention's projection is added back to ``h`` (a residual)."""
+    h = h0 * 2.0
+    scores = (h @ wq) @ x.T  # the input meets h's branch here
+    o = torch.softmax(scores, dim=-1) @ x @ wo
+    return h + o  # and here: h's group reaches this add, whose backward runs through wo's product again
+
+
+def test_groups_whose_weight_gradients_share_nodes_are_found() -> None:
+    h0, wq, wo = _weights(3)
+    x = torch.randn(4, 4, requires_grad=True)
+    out = _cross_attention(x, h0, wq, wo)
+    assert cut_off_weights([out], [x], [h0, wq, wo]) == []
+    assert overlapping_groups([out], [x], [h0, wq, wo]) == [0, 1, 2]
+    x = torch.randn(4, 4, requires_grad=True)
+    out = _cross_attention(x, h0, wq, wo)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        _split_grads([out], [x], [h0, wq, wo])  # what torch's split does with them
+
+
+def test_disjoint_groups_are_not_reported() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    w1, w2, w3 = _weights(3)
+    out = torch.relu(x @ w1) @ w2 + (x @ w3)
+    assert overlapping_groups([out], [x], [w1, w2, w3]) == []
+    assert split_refusal([out], [x], [("w1", w1), ("w2", w2), ("w3", w3)]) is None
+    x = torch.randn(3, 4, requires_grad=True)
+    assert _split_grads([torch.relu(x @ w1) @ w2 + (x @ w3)], [x], [w1, w2, w3]) == [True, True, True]
+
+
+def test_the_refusal_names_the_first_weight() -> None:
+    ids = torch.tensor([0, 1])
+    table, proj = _weights(2)
+    out = torch.nn.functional.embedding(ids, table) @ proj
+    why = split_refusal([out], [ids], [("wte.weight", table), ("proj.weight", proj)])
+    assert why is not None and "'wte.weight' first" in why and "no floating input" in why
