@@ -1,14 +1,15 @@
 """Random cuts under every multi-stage schedule, verified against one process (docs/benchmarks.md).
 
 For each tiny example model (GPT-2 and Llama with their embeddings, BERT, T5, ViT) and each
-multi-stage schedule (interleaved 1F1B, looped BFS, interleaved zero-bubble, ZBV, DualPipeV), one
-plan of 4 virtual stages on 2 ranks with cut points drawn at random (seeded), the first stage often
-one to three ops (a stage that passes the inputs on).  Every plan is checked (``placer launcher
-check``), bundled, and all run one training step in one 2-process torchrun world (CPU, gloo); each
+schedule (default: the multi-stage ones, interleaved 1F1B, looped BFS, interleaved zero-bubble, ZBV,
+DualPipeV, each with 2 virtual stages per rank; ``--schedules gpipe,1f1b``: one stage per rank), one
+plan on ``--ranks`` ranks with cut points drawn at random (seeded), the first stage often one to
+three ops (a stage that passes the inputs on).  Every plan is checked (``placer launcher
+check``), bundled, and all run one training step in one torchrun world (CPU, gloo); each
 is compared with the single-process step as ``placer launcher verify`` compares it.  Prints one line
 per plan and how many stages ran their backward whole (``launcher.runtime.split_backward``).
 
-Usage: ``python -m bench.bench_schedule_cuts [--seeds 0,1,2] [--out DIR]``.
+Usage: ``python -m bench.bench_schedule_cuts [--seeds 0,1,2] [--schedules ...] [--ranks R] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -34,25 +35,28 @@ MODELS = {
     "vit": "layers=2 hidden=32 heads=2 image=16 patch=8 dropout=0",
 }
 SCHEDULES = ("interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
-MICRO_BATCHES = 4
+MICRO_BATCHES = 4  # at least; DualPipeV needs 2 per rank
 
 
-def random_plan(ops: list[str], schedule: str, rng: random.Random) -> dict[str, Any]:
-    """4 virtual stages on 2 ranks (v = 2), cut at random; 40 % of the time the first cut after op 1 to 3."""
+def random_plan(ops: list[str], schedule: str, ranks: int, rng: random.Random) -> dict[str, Any]:
+    """``ranks * v`` stages (v = 2 for the multi-stage schedules, 1 for GPipe and 1F1B) cut at random; 40 % of
+    the time the first cut after op 1 to 3."""
     from solvers.model.schedules import stage_ranks
 
-    cuts = sorted(rng.sample(range(1, len(ops)), 3))
+    v = 1 if schedule in ("gpipe", "1f1b") else 2
+    n = ranks * v
+    cuts = sorted(rng.sample(range(1, len(ops)), n - 1))
     if rng.random() < 0.4:
         first = rng.randint(1, 3)
-        cuts = sorted({first, *rng.sample(range(first + 1, len(ops)), 2)})
+        cuts = sorted({first, *rng.sample(range(first + 1, len(ops)), n - 2)})
     bounds = [0, *cuts, len(ops)]
-    group = stage_ranks(schedule, 2, 2)
-    stages = [{"ops": ops[bounds[j]:bounds[j + 1]], "devices": [f"cpu{group[j]}"]} for j in range(4)]
+    group = stage_ranks(schedule, ranks, v)
+    stages = [{"ops": ops[bounds[j]:bounds[j + 1]], "devices": [f"cpu{group[j]}"]} for j in range(n)]
     return {"format": "placer.plan/v1", "solver": "user", "status": "feasible", "stages": stages,
-            "micro_batches": MICRO_BATCHES, "schedule": schedule, "virtual_stages": 2, "objective": "throughput"}
+            "micro_batches": max(MICRO_BATCHES, 2 * ranks), "schedule": schedule, "virtual_stages": v, "objective": "throughput"}
 
 
-def run_seed(root: Path, graphs: dict[str, Path], seed: int) -> tuple[int, int, int]:
+def run_seed(root: Path, graphs: dict[str, Path], seed: int, schedules: list[str], ranks: int) -> tuple[int, int, int]:
     """Plans of one seed: (verified, failed, stages run whole)."""
     import torch
 
@@ -66,9 +70,9 @@ def run_seed(root: Path, graphs: dict[str, Path], seed: int) -> tuple[int, int, 
     folders = []
     for model, path in graphs.items():
         ops = [n["id"] for n in json.loads(path.read_text())["nodes"]]
-        for schedule in SCHEDULES:
-            doc = random_plan(ops, schedule, rng)
-            cuts = "-".join(str(sum(len(s["ops"]) for s in doc["stages"][:j + 1])) for j in range(3))
+        for schedule in schedules:
+            doc = random_plan(ops, schedule, ranks, rng)
+            cuts = "-".join(str(sum(len(s["ops"]) for s in doc["stages"][:j + 1])) for j in range(len(doc["stages"]) - 1))
             name = f"s{seed}-{model}-{schedule}-{cuts}"
             plan = plan_from_document(doc)
             report = check_plan(plan, load_graph(path))
@@ -80,7 +84,7 @@ def run_seed(root: Path, graphs: dict[str, Path], seed: int) -> tuple[int, int, 
             folders.append(folder)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
                            "-m", "tests.launcher.matrix_worker", DATA, *map(str, folders)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     log = done.stdout + done.stderr
@@ -89,7 +93,7 @@ def run_seed(root: Path, graphs: dict[str, Path], seed: int) -> tuple[int, int, 
     verified = failed = 0
     for folder in folders:
         steps = [torch.load(p) for p in sorted((folder / "step").glob("rank*.pt"))]
-        if len(steps) != 2:
+        if len(steps) != ranks:
             print(f"no step {folder.name}")
             failed += 1
             continue
@@ -106,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0", help="comma-separated seeds, one world each")
     parser.add_argument("--out", type=Path, default=None, help="keep the bundles and logs here")
+    parser.add_argument("--schedules", default=",".join(SCHEDULES),
+                        help="comma-separated schedules (gpipe and 1f1b: one stage per rank)")
+    parser.add_argument("--ranks", type=int, default=2, help="processes (rank groups)")
     args = parser.parse_args(argv)
     from cli import main as placer
 
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         graphs[model] = path
     totals = [0, 0, 0]
     for seed in (int(s) for s in args.seeds.split(",")):
-        for i, n in enumerate(run_seed(root, graphs, seed)):
+        for i, n in enumerate(run_seed(root, graphs, seed, args.schedules.split(","), args.ranks)):
             totals[i] += n
     print(f"{totals[0]} verified, {totals[1]} failed, {totals[2]} stage(s) ran their backward whole; bundles in {root}")
     return 1 if totals[1] else 0
