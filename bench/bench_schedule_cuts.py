@@ -9,7 +9,7 @@ check``), bundled, and all run one training step in one torchrun world (CPU, glo
 is compared with the single-process step as ``placer launcher verify`` compares it.  Prints one line
 per plan and how many stages ran their backward whole (``launcher.runtime.split_backward``).
 
-Usage: ``python -m bench.bench_schedule_cuts [--seeds 0,1,2] [--schedules ...] [--ranks R] [--out DIR]``.
+Usage: ``python -m bench.bench_schedule_cuts [--seeds 0,1,2] [--schedules ...] [--ranks R] [--width W] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SCHEDULES = ("interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpip
 MICRO_BATCHES = 4  # at least; DualPipeV needs 2 per rank
 
 
-def random_plan(ops: list[str], schedule: str, ranks: int, rng: random.Random) -> dict[str, Any]:
+def random_plan(ops: list[str], schedule: str, ranks: int, rng: random.Random, width: int = 1) -> dict[str, Any]:
     """``ranks * v`` stages (v = 2 for the multi-stage schedules, 1 for GPipe and 1F1B) cut at random; 40 % of
     the time the first cut after op 1 to 3."""
     from solvers.model.schedules import stage_ranks
@@ -51,12 +51,14 @@ def random_plan(ops: list[str], schedule: str, ranks: int, rng: random.Random) -
         cuts = sorted({first, *rng.sample(range(first + 1, len(ops)), n - 2)})
     bounds = [0, *cuts, len(ops)]
     group = stage_ranks(schedule, ranks, v)
-    stages = [{"ops": ops[bounds[j]:bounds[j + 1]], "devices": [f"cpu{group[j]}"]} for j in range(n)]
+    stages = [{"ops": ops[bounds[j]:bounds[j + 1]], "devices": [f"cpu{group[j] * width + k}" for k in range(width)]}
+              for j in range(n)]
     return {"format": "placer.plan/v1", "solver": "user", "status": "feasible", "stages": stages,
             "micro_batches": max(MICRO_BATCHES, 2 * ranks), "schedule": schedule, "virtual_stages": v, "objective": "throughput"}
 
 
-def run_seed(root: Path, graphs: dict[str, Path], seed: int, schedules: list[str], ranks: int) -> tuple[int, int, int]:
+def run_seed(root: Path, graphs: dict[str, Path], seed: int, schedules: list[str], ranks: int,
+             width: int = 1) -> tuple[int, int, int]:
     """Plans of one seed: (verified, failed, stages run whole)."""
     import torch
 
@@ -71,7 +73,7 @@ def run_seed(root: Path, graphs: dict[str, Path], seed: int, schedules: list[str
     for model, path in graphs.items():
         ops = [n["id"] for n in json.loads(path.read_text())["nodes"]]
         for schedule in schedules:
-            doc = random_plan(ops, schedule, ranks, rng)
+            doc = random_plan(ops, schedule, ranks, rng, width)
             cuts = "-".join(str(sum(len(s["ops"]) for s in doc["stages"][:j + 1])) for j in range(len(doc["stages"]) - 1))
             name = f"s{seed}-{model}-{schedule}-{cuts}"
             plan = plan_from_document(doc)
@@ -84,7 +86,7 @@ def run_seed(root: Path, graphs: dict[str, Path], seed: int, schedules: list[str
             folders.append(folder)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks * width),
                            "-m", "tests.launcher.matrix_worker", DATA, *map(str, folders)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     log = done.stdout + done.stderr
@@ -93,7 +95,7 @@ def run_seed(root: Path, graphs: dict[str, Path], seed: int, schedules: list[str
     verified = failed = 0
     for folder in folders:
         steps = [torch.load(p) for p in sorted((folder / "step").glob("rank*.pt"))]
-        if len(steps) != ranks:
+        if len(steps) != ranks * width:
             print(f"no step {folder.name}")
             failed += 1
             continue
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="keep the bundles and logs here")
     parser.add_argument("--schedules", default=",".join(SCHEDULES),
                         help="comma-separated schedules (gpipe and 1f1b: one stage per rank)")
-    parser.add_argument("--ranks", type=int, default=2, help="processes (rank groups)")
+    parser.add_argument("--ranks", type=int, default=2, help="rank groups")
+    parser.add_argument("--width", type=int, default=1, help="devices (replicas) per rank group; processes: ranks x width")
     args = parser.parse_args(argv)
     from cli import main as placer
 
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         graphs[model] = path
     totals = [0, 0, 0]
     for seed in (int(s) for s in args.seeds.split(",")):
-        for i, n in enumerate(run_seed(root, graphs, seed, args.schedules.split(","), args.ranks)):
+        for i, n in enumerate(run_seed(root, graphs, seed, args.schedules.split(","), args.ranks, args.width)):
             totals[i] += n
     print(f"{totals[0]} verified, {totals[1]} failed, {totals[2]} stage(s) ran their backward whole; bundles in {root}")
     return 1 if totals[1] else 0
