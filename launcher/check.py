@@ -142,6 +142,44 @@ def _check_model(plan: Plan, graph: OpGraph, report: CheckReport) -> None:
     encoded = encoded_crossings(plan, crossings)
     if encoded:
         report.notes.append(encoding_note(encoded))
+    report.notes.extend(_whole_backward_notes(plan, gm, stages))
+
+
+def _whole_backward_notes(plan: Plan, gm: Any, stages: list[Any]) -> list[str]:
+    """Under a schedule that splits backwards, the stages that run theirs whole and why
+    (:mod:`launcher.runtime.split_backward`): each stage after the first runs forward on ``meta``
+    (its floating inputs requiring gradients, as received), its outputs the roots (the last stage's
+    summed, for its loss)."""
+    import torch
+
+    from launcher.runtime.data import as_tuple
+    from launcher.runtime.multistage import SPLIT_BACKWARD
+    from launcher.runtime.split_backward import short_name, split_refusal
+
+    if plan.schedule not in SPLIT_BACKWARD:
+        return []
+    vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    notes = []
+    for stage in stages[1:]:
+        inputs: list[Any] = []
+        for name in stage.inputs:
+            val = vals.get(name)
+            if isinstance(val, torch.Tensor):
+                val = torch.zeros(val.shape, dtype=val.dtype, device="meta").requires_grad_(
+                    val.dtype.is_floating_point or val.dtype.is_complex)
+            inputs.append(val)
+        try:
+            with torch.enable_grad():
+                outputs = [o for o in as_tuple(stage.module(*inputs)) if isinstance(o, torch.Tensor) and o.requires_grad]
+        except Exception as exc:  # a kernel without a meta implementation: the run decides
+            notes.append(f"stage {stage.index}: whether it splits its backward was not checked here ({type(exc).__name__})")
+            continue
+        roots = [torch.stack([o.float().sum() for o in outputs]).sum()] if stage.index == len(stages) - 1 and outputs \
+            else outputs
+        why = split_refusal(roots, inputs, [(short_name(n), p) for n, p in stage.module.named_parameters()])
+        if why:
+            notes.append(f"stage {stage.index} runs its backward whole, not split as {plan.schedule!r} would: {why}")
+    return notes
 
 
 def _export_device(graph: OpGraph) -> str:

@@ -170,7 +170,7 @@ class SplitSafeStage(LocalNeighbourStage):
         if not full_backward and not self.is_first and self.has_backward and bwd_chunk_id in self.fwd_cache:
             if not self._decided:
                 outputs, inputs = self.fwd_cache[bwd_chunk_id]
-                named = [(_short_name(n), p) for n, p in self.submod.named_parameters()]
+                named = [(short_name(n), p) for n, p in self.submod.named_parameters()]
                 self._refusal = split_refusal([loss] if self.is_last else list(outputs), inputs, named)
                 self._decided = True
                 if self._refusal:
@@ -190,7 +190,7 @@ class SplitSafeStage(LocalNeighbourStage):
         super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
 
 
-def _short_name(name: str) -> str:
+def short_name(name: str) -> str:
     """A parameter's name in the model: without the prefixes of the launcher's stage wrappers (``inner.``)."""
     while name.startswith("inner."):
         name = name[len("inner."):]

@@ -3,11 +3,19 @@ autograd graphs, checked against what torch's own ``stage_backward_input`` / ``s
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
+from cli import main as placer
+from launcher.check import check_plan
 from launcher.runtime.split_backward import cut_off_weights, overlapping_groups, split_refusal
+from solvers.model.documents import load_graph
+from solvers.model.plan import Plan, plan_from_document
+from solvers.model.schedules import stage_ranks
 
 
 def _split_grads(outputs: list[torch.Tensor], inputs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[bool]:
@@ -108,3 +116,25 @@ def test_the_refusal_names_the_first_weight() -> None:
     out = torch.nn.functional.embedding(ids, table) @ proj
     why = split_refusal([out], [ids], [("wte.weight", table), ("proj.weight", proj)])
     assert why is not None and "'wte.weight' first" in why and "no floating input" in why
+
+
+def test_check_names_the_stages_that_run_their_backward_whole(tmp_path: Path) -> None:
+    """``placer launcher check`` runs each stage on ``meta`` and applies the same test as the run."""
+    graph = tmp_path / "gpt2.json"
+    assert placer(["extract", "--example", "gpt2", "--param", "layers=1", "hidden=32", "heads=2", "seq=8", "vocab=64",
+                   "dropout=0", "--batch", "4", "--device-kind", "cpu", "-o", str(graph)]) == 0
+    ids = [n["id"] for n in json.loads(graph.read_text())["nodes"]]
+    rest = len(ids) - 2
+
+    def plan(schedule: str) -> Plan:
+        bounds = [0, 2, 2 + rest // 3, 2 + 2 * rest // 3, len(ids)]
+        ranks = stage_ranks(schedule, 2, 2)
+        return plan_from_document({
+            "format": "placer.plan/v1", "solver": "user", "status": "feasible", "micro_batches": 4,
+            "schedule": schedule, "virtual_stages": 2, "objective": "throughput",
+            "stages": [{"ops": ids[bounds[j]:bounds[j + 1]], "devices": [f"cpu{ranks[j]}"]} for j in range(4)]})
+
+    notes = check_plan(plan("zbv"), load_graph(graph)).notes
+    whole = [n for n in notes if "runs its backward whole" in n]
+    assert len(whole) == 1 and whole[0].startswith("stage 1 ") and "no floating input reaches" in whole[0]
+    assert not [n for n in check_plan(plan("interleaved-1f1b"), load_graph(graph)).notes if "backward whole" in n]
