@@ -94,9 +94,20 @@ class StepRecorder:
     @staticmethod
     def _instrument_stage(stage: Any, backward: str) -> None:
         """A ``PipelineStage``'s backward (both parts of a split one) in ``backward`` ranges, its sends and
-        receives marked by phase."""
-        stage.backward_one_chunk = ranged(backward, stage.backward_one_chunk)
-        stage.backward_weight_one_chunk = ranged(backward, stage.backward_weight_one_chunk)
+        receives marked by phase.
+
+        A part that does no work gets no range, so that a backward run whole counts once: torch's first
+        stage does nothing at ``I`` and all of it at ``W``, and a stage that runs whole at ``I``
+        (:class:`launcher.runtime.split_backward.SplitSafeStage`) does nothing at ``W``.
+        """
+        def input_idle(*_: Any, full_backward: bool = True, **__: Any) -> bool:
+            return bool(stage.is_first) and not full_backward
+
+        def weight_idle(chunk: int, *_: Any, **__: Any) -> bool:
+            return bool(getattr(stage, "runs_whole", lambda _c: False)(chunk))
+
+        stage.backward_one_chunk = ranged(backward, stage.backward_one_chunk, unless=input_idle)
+        stage.backward_weight_one_chunk = ranged(backward, stage.backward_weight_one_chunk, unless=weight_idle)
         for name, phase, op in (("get_fwd_send_ops", "forward", "send"), ("get_fwd_recv_ops", "forward", "recv"),
                                 ("get_bwd_send_ops", "backward", "send"), ("get_bwd_recv_ops", "backward", "recv")):
             setattr(stage, name, ranged(f"{COMM}::{phase}::{op}", getattr(stage, name)))
@@ -176,10 +187,12 @@ def _phase_at(time_us: float, op: str, marks: list[tuple[float, float, str, str]
     return max(before)[1] if before else None
 
 
-def ranged(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run inside a ``record_function(name)`` range."""
+def ranged(name: str, fn: Callable[..., Any], unless: Callable[..., bool] | None = None) -> Callable[..., Any]:
+    """``fn`` run inside a ``record_function(name)`` range (outside one where ``unless(*args, **kwargs)``)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if unless is not None and unless(*args, **kwargs):
+            return fn(*args, **kwargs)
         with record_function(name):
             return fn(*args, **kwargs)
     return wrapper

@@ -183,6 +183,10 @@ class SplitSafeStage(LocalNeighbourStage):
         super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                    last_backward=last_backward)
 
+    def runs_whole(self, bwd_chunk_id: int) -> bool:
+        """Whether micro-batch ``bwd_chunk_id``'s backward ran whole at ``I`` (its ``W`` does nothing)."""
+        return bwd_chunk_id in self._whole
+
     def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False) -> None:
         if bwd_chunk_id in self._whole:
             self._whole.discard(bwd_chunk_id)

@@ -6,7 +6,9 @@ time of its ops (slowest replica / R, Parmesan Eq. 3), ``B_j`` = their backward 
 with recomputation), and, split (:mod:`solvers.cost.backward_split`), ``W_j`` = the weight-gradient
 share and ``I_j = B_j - W_j`` (the recomputed forward belongs to ``I``); on a calibrated topology
 both gradient parts take ``k`` times that, ``k`` its ``split_backward`` for the stage's device kind (a
-backward run in two parts costs more than run whole: docs/cost-model.md "Calibration").
+backward run in two parts costs more than run whole: docs/cost-model.md "Calibration").  The first
+stage, which has no input gradient to compute, runs its backward whole at ``W`` as torch's
+``PipelineStage`` does: ``I_0 = 0``, ``W_0 = B_0``.
 
 Each rank runs its actions in order; an action starts at ``max(rank free, inputs ready)``:
 
@@ -119,6 +121,8 @@ def virtual_pipeline(problem: Problem, compute: ComputeModel, channels: ChannelT
         k = group_split_backward(topo, devs)  # 1 uncalibrated
         wgt.append(w * k)
         inp.append((b - w) * k + (f if again else 0.0))
+    if schedule.splits_backward and n:  # torch runs its first stage whole at W: its I has no input to differentiate
+        inp[0], wgt[0] = 0.0, bwd[0]
     ranks = schedule.ranks
     ar = [0.0] * ranks
     if allreduce:

@@ -126,8 +126,8 @@ def cpu_hog() -> Iterator[None]:
         hog.wait()
 
 
-# Overruns beside the hog, to be fixed in the solver (issue 33 item 4): moirai's warm start runs each list
-# scheduler to its end past the deadline; 3.0-3.1 s for a 2 s limit at load 11-15, within it in other runs.
+# Cases skipped beside the hog while their solver overruns there, (solver, objective) -> why; none at present
+# (moirai's latency warm start, once skipped here, now watches the deadline: docs/moirai.md).
 OVERRUNS_UNDER_LOAD: dict[tuple[str, str], str] = {}
 
 
