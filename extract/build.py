@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from extract.examples import build_example, example_params
 from extract.source import BuiltModel, InputSpec, make_inputs, with_batch
@@ -67,8 +67,6 @@ def build_fake(source: Mapping[str, Any], device: str) -> tuple[BuiltModel, Fake
     strides of an export of the real model on ``device`` (the same graph for every ``--example`` on
     the CPU, ``tests/extract/test_build.py``) without holding its weights.
     """
-    from torch._subclasses.fake_tensor import FakeTensor
-
     built = build(source, "meta")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     target = torch.device(device)

@@ -4,8 +4,8 @@ The export runs where the graph's was made: on ``meta`` as ``placer extract`` do
 GPU as ``placer profile --device`` does (:func:`export_device`).  Kernels on different devices
 return different strides, and the exported graph (which ``contiguous`` calls it holds) follows
 the strides.  On the CPU or a GPU the model is exported from fake tensors of that device
-(:func:`extract.build.build_fake`), so no rank holds the whole model to export it.  The weights stay on ``meta``: the model is built under the log of
-:mod:`launcher.runtime.seeded`, and each rank materialises the tensors its own stage reads
+(:func:`extract.build.build_fake`), so no rank holds the whole model to export it.  The weights
+stay on ``meta``: the model is built under the log of :mod:`launcher.runtime.seeded`, and each rank materialises the tensors its own stage reads
 (:mod:`launcher.runtime.weights`); the stage modules read them by qualified name
 (:mod:`launcher.runtime.partition`), and the device the exported ops name is replaced by the
 rank's device.

@@ -103,8 +103,8 @@ class StepRecorder:
         def input_idle(*_: Any, full_backward: bool = True, **__: Any) -> bool:
             return bool(stage.is_first) and not full_backward
 
-        def weight_idle(chunk: int, *_: Any, **__: Any) -> bool:
-            return bool(getattr(stage, "runs_whole", lambda _c: False)(chunk))
+        def weight_idle(*_: Any, **__: Any) -> bool:
+            return bool(getattr(stage, "runs_whole", False))
 
         stage.backward_one_chunk = ranged(backward, stage.backward_one_chunk, unless=input_idle)
         stage.backward_weight_one_chunk = ranged(backward, stage.backward_weight_one_chunk, unless=weight_idle)

@@ -12,9 +12,9 @@ earlier stage: the embedding's weights), and on any stage with an output that de
 parameter but on no floating input (a position embedding sent on by itself).  Torch runs its first
 stage whole at ``W`` for this reason; other stages it splits regardless.
 
-:class:`SplitSafeStage` checks every micro-batch before its ``I``: where a parameter would lose its
-gradient (:func:`cut_off_weights`), the stage runs its whole backward at ``I`` and its ``W`` does
-nothing.  The gradients are then exactly the whole backward's; the zero-bubble timing of that
+:class:`SplitSafeStage` checks its first split micro-batch before its ``I`` (every micro-batch runs
+the same exported graph): where a parameter would lose its gradient (:func:`cut_off_weights`), the
+stage runs its whole backward at ``I`` and its ``W`` does nothing.  The gradients are then exactly the whole backward's; the zero-bubble timing of that
 stage is lost (its ``W`` work moves into ``I``).
 
 The same holds where torch's ``W`` would run one part of the autograd graph twice
@@ -62,20 +62,9 @@ def cut_off_weights(roots: Sequence[torch.Tensor], inputs: Sequence[Any],
     the weight is an ancestor of a root that does not descend from any input.
     """
     root_nodes = [n for n in map(_node, _tensors(roots)) if n is not None]
-    users: dict[Node, list[Node]] = {}  # the graph between the roots and the leaves, successor edges
-    seen = set(root_nodes)
-    queue = deque(root_nodes)
-    while queue:
-        node = queue.popleft()
-        for nxt, _ in node.next_functions:
-            if nxt is None:
-                continue
-            users.setdefault(nxt, []).append(node)
-            if nxt not in seen:
-                seen.add(nxt)
-                queue.append(nxt)
+    users = construct_reverse_graph(root_nodes)  # the graph between the roots and the leaves, successor edges
     descends: set[Node] = set()  # descendants of the differentiable inputs
-    queue = deque(n for n in map(_node, _tensors(inputs)) if n is not None and n in seen)
+    queue = deque(n for n in map(_node, _tensors(inputs)) if n is not None and (n in users or n in root_nodes))
     descends.update(queue)
     while queue:
         for user in users.get(queue.popleft(), ()):
@@ -154,16 +143,13 @@ def split_refusal(roots: Sequence[torch.Tensor], inputs: Sequence[Any],
 class SplitSafeStage(LocalNeighbourStage):
     """A stage that runs its backward whole at ``I`` where a split would not give its exact gradients (module doc).
 
-    Decided on the stage's first split micro-batch (every micro-batch runs the same exported
-    graph); ``whole_chunks`` counts the micro-batches it ran whole (for the log and the tests).
+    Decided on the stage's first split micro-batch (every micro-batch runs the same exported graph).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._whole: set[int] = set()
         self._refusal: str | None = None
         self._decided = False
-        self.whole_chunks = 0
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss: Any = None, full_backward: bool = True,
                            last_backward: bool = False) -> None:
@@ -176,22 +162,18 @@ class SplitSafeStage(LocalNeighbourStage):
                 if self._refusal:
                     sys.stderr.write(f"launch.py: stage {self.stage_index} runs its backward whole, not split: "
                                      f"{self._refusal}\n")
-            if self._refusal:
-                self._whole.add(bwd_chunk_id)
-                self.whole_chunks += 1
-                full_backward = True
+            full_backward = self.runs_whole
         super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                    last_backward=last_backward)
 
-    def runs_whole(self, bwd_chunk_id: int) -> bool:
-        """Whether micro-batch ``bwd_chunk_id``'s backward ran whole at ``I`` (its ``W`` does nothing)."""
-        return bwd_chunk_id in self._whole
+    @property
+    def runs_whole(self) -> bool:
+        """Whether the stage runs its split backwards whole at ``I`` (its ``W`` does nothing)."""
+        return self._refusal is not None
 
     def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False) -> None:
-        if bwd_chunk_id in self._whole:
-            self._whole.discard(bwd_chunk_id)
-            return
-        super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
+        if not self.runs_whole:
+            super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
 
 
 def short_name(name: str) -> str:
