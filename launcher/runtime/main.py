@@ -88,6 +88,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(bundle: Path, argv: Sequence[str]) -> int:
     """Run the bundle in ``bundle``; 0 on success, 2 when refused (the message names why)."""
     args = parse_args(argv)
+    freeze_imports()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     start_memory_bytes = resident_bytes()
     try:
@@ -113,6 +114,18 @@ def main(bundle: Path, argv: Sequence[str]) -> int:
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def freeze_imports() -> None:
+    """Take what the interpreter and the imports made out of the collector's generations (``gc.freeze``).
+
+    The setup's and the steps' full collections (:func:`~launcher.runtime.loop.settle_memory`'s
+    included) then scan only what the run makes: a full collection of a rank's imports (about 380,000
+    objects) takes 0.17 s on a 2-core host, about nothing once they are frozen.  What is frozen is
+    never collected; it is the modules and what they hold, which live as long as the process.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def prepare(bundle: Path, args: argparse.Namespace, reference: Rebuilt | None = None) -> LaunchContext:

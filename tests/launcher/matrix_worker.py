@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.runtime.loop import resident_bytes, run_loop
-from launcher.runtime.main import parse_args, prepare
+from launcher.runtime.main import freeze_imports, parse_args, prepare
 from launcher.runtime.model import Rebuilt
 
 
@@ -68,6 +68,7 @@ def runs(spec: Path) -> None:
 
 def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
+    freeze_imports()
     if argv[0] == "--runs":
         runs(Path(argv[1]))
     else:
