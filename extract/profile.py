@@ -302,8 +302,11 @@ def _measured(node: Node, steps: Sequence[StepProfile], kind: str, gradient_s: t
     bwd_input_s, bwd_weight_s = bwd, 0.0
     if gradient_s is not None and sum(gradient_s) > 0:
         attrs["gradient_s"] = list(gradient_s)
-        bwd_weight_s = min(bwd, bwd * gradient_s[1] / sum(gradient_s))
-        bwd_input_s = max(0.0, bwd - bwd_weight_s)  # g1 / (0 + g1) may round above 1
+        # the input's share first, as a ratio in [0, 1]: exactly 0 for an input that takes no gradient, so such
+        # an op's whole backward is its weight gradient (``(b * g1) / g1`` can round below ``b``, and
+        # ``b * g1 / g1`` above it)
+        bwd_input_s = bwd * (gradient_s[0] / (gradient_s[0] + gradient_s[1]))
+        bwd_weight_s = bwd - bwd_input_s
     return Node(node.id, node.op, fwd, bwd, node.param_bytes, _median(steps, "act", node.id),
                 _median(steps, "mem_fwd", node.id), _median(steps, "mem_bwd", node.id), node.constant, node.layer,
                 {kind: KindTimes(fwd, bwd)}, attrs, bwd_input_s, bwd_weight_s)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from cli import main
 from extract.build import example_source
@@ -95,6 +97,39 @@ def test_an_op_whose_whole_backward_is_its_weight_gradient_keeps_a_non_negative_
     step.fwd_s["emb"], step.bwd_s["emb"] = 1e-4, bwd
     node = _measured(Node("emb", "aten.embedding.default", 0.0, 0.0, 8.0, 0.0, 0.0, 0.0), [step], "cpu", (0.0, grad))
     assert node.bwd_input_s == 0.0 and node.bwd_weight_s == bwd
+
+
+@pytest.mark.parametrize("bwd, grad", [
+    (0.00021659939713061338, 4.2211657558271735e-05),  # b * g / g rounds above b
+    (5.8758999999998195e-05, 0.0001107279995267163),  # b * g / g rounds below b: a clean-clone CI run
+])
+def test_an_input_that_takes_no_gradient_leaves_the_whole_backward_to_the_weight(bwd: float, grad: float) -> None:
+    from extract.profile import StepProfile, _measured
+    from solvers.model.graph import Node
+
+    step = StepProfile()
+    step.fwd_s["emb"], step.bwd_s["emb"] = 1e-4, bwd
+    node = _measured(Node("emb", "aten.embedding.default", 0.0, 0.0, 8.0, 0.0, 0.0, 0.0), [step], "cpu", (0.0, grad))
+    assert node.bwd_input_s == 0.0 and node.bwd_weight_s == node.bwd_s == bwd
+
+
+@given(st.floats(1e-9, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_the_split_is_non_negative_and_sums_to_the_backward(bwd: float, g_input: float, g_weight: float) -> None:
+    from extract.profile import StepProfile, _measured
+    from solvers.model.graph import Node
+
+    assume(g_input + g_weight > 0)
+    step = StepProfile()
+    step.fwd_s["op"], step.bwd_s["op"] = 1e-4, bwd
+    node = _measured(Node("op", "aten.linear.default", 0.0, 0.0, 8.0, 0.0, 0.0, 0.0), [step], "cpu",
+                     (g_input, g_weight))
+    assert node.bwd_input_s is not None and node.bwd_weight_s is not None
+    assert node.bwd_input_s >= 0.0 and node.bwd_weight_s >= 0.0
+    assert node.bwd_input_s + node.bwd_weight_s == pytest.approx(bwd, rel=1e-12)
+    if g_input == 0.0:
+        assert node.bwd_input_s == 0.0 and node.bwd_weight_s == bwd
+    if g_weight == 0.0:
+        assert node.bwd_weight_s == 0.0 and node.bwd_input_s == bwd
 
 
 def test_profile_runs_a_model_with_batch_norm_buffers(one_thread: object) -> None:
