@@ -28,13 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench.bench_stage_memory import MIB, ROOT
+from bench.bench_stage_memory import MIB, measured_topology, run
 from cli import main as placer
 
 # (hidden, heads, sequence, vocabulary), layers on one process, layers on four
@@ -46,25 +43,6 @@ CONFIGS: dict[str, tuple[list[str], int, int]] = {
 }
 BATCH_ROWS = 8
 MICRO_BATCHES = 4
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-
-def measured_topology(out: Path, params: list[str], layers: int) -> dict[str, Any]:
-    """``placer topology measure`` on 4 CPU processes with the model's modules loaded (its base memory)."""
-    path = out / "measured-topology.json"
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-                           "-m", "cli", "topology", "measure", "-o", str(path), "--max-bytes", "65536",
-                           "--repeats", "2", "--import", "transformers", "--example", "gpt2", "--param",
-                           f"layers={layers}", *params],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900, check=False)
-    if done.returncode:
-        raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
-    document: dict[str, Any] = json.loads(path.read_text())
-    document["devices"].sort(key=lambda d: int(d["attrs"]["rank"]))
-    return document
 
 
 def write_topology(path: Path, measured: dict[str, Any], n: int, memory_bytes: float | None = None) -> Path:
@@ -93,13 +71,7 @@ def plan_and_run(out: Path, name: str, graph: Path, topology: Path, solve_args: 
     assert placer(["solve", "--graph", str(graph), "--topology", str(topology), *solve_args, "--quiet",
                    "-o", str(plan)]) == 0
     assert placer(["launcher", "build", "--plan", str(plan), "--graph", str(graph), "-o", str(folder)]) == 0
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(processes), "launch.py", "--steps", "2", "--warmup", "0", "--autocast", "none"],
-                          cwd=folder, env=_env(), capture_output=True, text=True, timeout=1800, check=False)
-    if done.returncode:
-        raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
-    ranks: list[dict[str, Any]] = json.loads((folder / "metrics.json").read_text())["ranks"]
-    return json.loads(plan.read_text()), sorted(ranks, key=lambda r: int(r["rank"]))
+    return json.loads(plan.read_text()), run(folder, processes=processes)
 
 
 def peak_of(rank: dict[str, Any]) -> float:
@@ -114,7 +86,7 @@ def param_bytes(graph: Path) -> float:
 def one_config(out: Path, name: str) -> dict[str, Any]:
     params, n, m = CONFIGS[name]
     out.mkdir(parents=True, exist_ok=True)
-    measured = measured_topology(out, params, m)
+    measured = measured_topology(out, [f"layers={m}", *params])
     bases = [float(d.get("base_memory_bytes", 0.0)) for d in measured["devices"]]
     one = write_topology(out / "topo1.json", measured, 1)
     single_args = ["--solver", "even", "--stages", "1", "--micro-batches", "1", "--schedule", "1f1b"]

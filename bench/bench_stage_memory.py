@@ -47,19 +47,29 @@ SMALL = ["layers=8", "hidden=32", "heads=4", "seq=32", "vocab=1000", "dropout=0"
 MIB = 2**20
 
 
-def measured_bases(out: Path) -> list[float]:
-    """Each rank's ``base_memory_bytes`` from ``placer topology measure`` on 4 CPU processes, in rank order."""
+def measured_topology(out: Path, params: list[str]) -> dict[str, Any]:
+    """``placer topology measure`` on 4 CPU processes with GPT-2 of ``params`` loaded (its base memory), devices in
+    rank order."""
     path = out / "measured-topology.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                            "-m", "cli", "topology", "measure", "-o", str(path), "--max-bytes", "65536",
-                           "--repeats", "2", "--import", "transformers", "--example", "gpt2", "--param", *LARGE],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+                           "--repeats", "2", "--import", "transformers", "--example", "gpt2", "--param", *params],
+                          cwd=ROOT, env=one_thread_env(), capture_output=True, text=True, timeout=900,
                           check=False)
     if done.returncode:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
-    devices = sorted(json.loads(path.read_text())["devices"], key=lambda d: int(d["attrs"]["rank"]))
-    return [float(d.get("base_memory_bytes", 0.0)) for d in devices]
+    document: dict[str, Any] = json.loads(path.read_text())
+    document["devices"].sort(key=lambda d: int(d["attrs"]["rank"]))
+    return document
+
+
+def measured_bases(out: Path) -> list[float]:
+    """Each rank's ``base_memory_bytes`` from ``placer topology measure`` on 4 CPU processes, in rank order."""
+    return [float(d.get("base_memory_bytes", 0.0)) for d in measured_topology(out, LARGE)["devices"]]
+
+
+def one_thread_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
 def topology(out: Path, n: int, bases: list[float]) -> Path:
@@ -104,11 +114,12 @@ def single_device_peak(out: Path, graph: Path, bases: list[float]) -> float:
     return max(peaks.values())
 
 
-def run(folder: Path, *extra: str) -> list[dict[str, Any]]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-                           "launch.py", "--steps", "2", "--warmup", "0", "--autocast", "none", *extra],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=1800, check=False)
+def run(folder: Path, *extra: str, processes: int = 4) -> list[dict[str, Any]]:
+    """Two AdamW steps of the bundle in ``folder`` under torchrun; each rank's metrics, in rank order."""
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(processes), "launch.py", "--steps", "2", "--warmup", "0", "--autocast", "none", *extra],
+                          cwd=folder, env=one_thread_env(), capture_output=True, text=True, timeout=1800,
+                          check=False)
     if done.returncode:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
     ranks: list[dict[str, Any]] = json.loads((folder / "metrics.json").read_text())["ranks"]
