@@ -23,6 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,25 @@ def load_steps(folder: Path, log: str) -> list[dict[str, Any]]:
     return steps
 
 
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch's intra-op threads set to one while the single-process reference runs, as in every rank.
+
+    A kernel split over threads adds its parts in another order (LayerNorm's weight and bias
+    gradients are sums over the rows, cut into one part per thread), so a reference run with the
+    machine's threads differs from the one-thread ranks in the last bits.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@one_thread()
 def reference_step(manifest: dict[str, Any], plan: Plan, data_spec: str | None,
                    accumulate: int = 1) -> tuple[float, dict[str, Any]]:
     """The single-process step: loss and gradients (by first name), slice by slice as the pipeline runs;
@@ -300,6 +321,7 @@ class Training:
         return out + (["--data", self.data] if self.data else [])
 
 
+@one_thread()
 def reference_losses(manifest: dict[str, Any], plan: Plan, training: Training) -> list[float]:
     """The loss of every step of the same training in one process: same weights, batches, optimizer, schedule.
 

@@ -12,8 +12,9 @@ dtype) and returns an object with two methods:
 
 Synthetic data, seeded by the step: floating inputs standard normal, integer inputs 0 or 1 (valid
 token ids and indices for any vocabulary of two or more; rows differ, so a wrong slice shows),
-an all-zero target, and the loss ``sum(mean(o ** 2))`` over the floating outputs; for a causal LM
-its own loss, next-token cross-entropy against its token ids.  ``--data text:PATH``: byte-level
+an all-zero target, and the loss ``sum(mean((o - cos(k)) ** 2))`` over the floating outputs, ``k``
+the index along an output's last dimension (:func:`synthetic_loss`); for a causal LM its own loss,
+next-token cross-entropy against its token ids.  ``--data text:PATH``: byte-level
 windows of a text file for a causal LM (:mod:`launcher.runtime.text`).
 """
 
@@ -39,8 +40,27 @@ class DataSource(Protocol):
     def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor: ...
 
 
+def synthetic_loss(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``sum(mean((o - cos(k)) ** 2))`` over the floating outputs, ``k`` the index along an output's last dimension.
+
+    A regression to a fixed target: bounded below by 0, and its gradient ``2 (o - cos(k)) / n`` keeps a
+    part no normalisation cancels.  ``mean(o ** 2)`` behind a final LayerNorm or RMSNorm (BERT, Llama,
+    T5) is constant up to rounding at initialisation, so its gradients are rounding noise: nothing to
+    train on and nothing a check of two runs can compare.
+    """
+    terms = []
+    for o in outputs:
+        if isinstance(o, torch.Tensor) and o.is_floating_point():
+            target = torch.cos(torch.arange(o.shape[-1] if o.dim() else 1, dtype=torch.float32, device=o.device))
+            terms.append((o.float() - (target if o.dim() else target[0])).pow(2).mean())
+    if not terms:
+        raise InvalidInput("the model has no floating-point output to take a loss of; give --data", field="data")
+    total: torch.Tensor = sum(terms[1:], terms[0])
+    return total
+
+
 class SyntheticData:
-    """Seeded inputs of the extracted shapes and a mean-square loss of the outputs."""
+    """Seeded inputs of the extracted shapes and :func:`synthetic_loss` of the outputs."""
 
     def __init__(self, specs: Sequence[InputSpec]) -> None:
         self.specs = list(specs)
@@ -50,11 +70,7 @@ class SyntheticData:
         return out, torch.zeros(rows)
 
     def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
-        terms = [o.float().pow(2).mean() for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
-        if not terms:
-            raise InvalidInput("the model has no floating-point output to take a loss of; give --data", field="data")
-        total: torch.Tensor = sum(terms[1:], terms[0])
-        return total
+        return synthetic_loss(outputs)
 
 
 def load_data(spec: str | None, specs: Sequence[InputSpec], model: torch.nn.Module | None = None) -> DataSource:

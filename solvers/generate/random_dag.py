@@ -8,6 +8,8 @@ log-uniform in the given ranges; an edge carries its producer's output size.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solvers.generate._params import positive
@@ -16,7 +18,11 @@ from solvers.model.graph import Edge, Node, OpGraph
 
 
 def _log_uniform(rng: np.random.Generator, low: float, high: float, n: int) -> np.ndarray:
-    return np.exp(rng.uniform(np.log(low), np.log(high), size=n))
+    """``n`` values log-uniform in [low, high], the same bits on every CPU: the logarithms and
+    exponentials come from ``math`` (the C library), not numpy's SIMD loops, whose last bit
+    depends on the instruction set (AVX-512 or not)."""
+    exponents = rng.uniform(math.log(low), math.log(high), size=n)
+    return np.fromiter(map(math.exp, exponents.tolist()), dtype=np.float64, count=n)
 
 
 def _layer_sizes(rng: np.random.Generator, n_ops: int, width: int) -> list[int]:
