@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = "tests.launcher.models:pattern"  # a loss linear in the outputs: gradients well above rounding
+DATA = ""  # the default data and loss, what a user gets: synthetic batches, the causal LM's own loss or cos(k) regression
 MODELS = {
     "gpt2": "layers=2 hidden=32 heads=2 intermediate=64 seq=8 vocab=64 dropout=0",
     "llama": "layers=2 hidden=32 heads=2 intermediate=64 seq=8 vocab=64",

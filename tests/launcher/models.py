@@ -93,30 +93,6 @@ def constants(batch: int = 4) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]
     return ConstantsNet(), {"x": torch.randn(batch, 6, generator=gen), "ids": torch.randint(0, 3, (batch,), generator=gen)}
 
 
-class Pattern:
-    """``--data tests.launcher.models:pattern``: the synthetic batches and a loss linear in every floating
-    output, ``sum(mean(o * cos(k)))`` over the last dimension's index k.  Unlike ``mean(o ** 2)`` it does
-    not cancel out behind a final normalisation, so gradients are well above rounding in every model."""
-
-    def __init__(self, specs: list[object]) -> None:
-        from launcher.runtime.data import SyntheticData
-
-        self.synthetic = SyntheticData(specs)  # type: ignore[arg-type]
-
-    def batch(self, step: int, rows: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        return self.synthetic.batch(step, rows)
-
-    def loss(self, outputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> torch.Tensor:
-        terms = [(o.float() * torch.cos(torch.arange(o.shape[-1], dtype=torch.float32, device=o.device))).mean()
-                 for o in outputs if o.is_floating_point()]
-        total: torch.Tensor = sum(terms[1:], terms[0])
-        return total
-
-
-def pattern(specs: list[object]) -> Pattern:
-    return Pattern(specs)
-
-
 def orthogonal(batch: int = 2) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """A linear layer initialised by ``torch.nn.init.orthogonal_`` (which writes nothing on ``meta``)."""
     layer = torch.nn.Linear(4, 4)
