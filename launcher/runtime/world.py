@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from launcher.preflight import world_size_refusal
 from solvers.model.errors import InvalidPlan
 
 
@@ -39,10 +40,9 @@ def start_process_group() -> None:
 
 def check_world_size(n_devices: int) -> None:
     """Refuse a torchrun world that is not exactly one process per plan device."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
-    if size != n_devices:
-        raise InvalidPlan(f"the torchrun world has {size} process(es) but the plan runs on {n_devices} device(s); "
-                          "start the commands of README.md (one process per plan device)", field="world_size")
+    refusal = world_size_refusal(int(os.environ.get("WORLD_SIZE", "1")), n_devices)
+    if refusal is not None:
+        raise InvalidPlan(refusal, field="world_size")
 
 
 def select_gpu(devices: Sequence[Mapping[str, Any]], host: str) -> None:

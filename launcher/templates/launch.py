@@ -9,7 +9,14 @@ Placer must be installed on every node (pip install 'placer[torch]').
 import sys
 from pathlib import Path
 
-from launcher.runtime.main import main
+from launcher.preflight import refused_early
 
 if __name__ == "__main__":
-    sys.exit(main(Path(__file__).resolve().parent, sys.argv[1:]))
+    here = Path(__file__).resolve().parent
+    refusal = refused_early(here, sys.argv[1:])  # before torch is imported: a wrong world size is refused at once
+    if refusal is not None:
+        sys.stderr.write(f"launch.py: refused: {refusal}\n")
+        sys.exit(2)
+    from launcher.runtime.main import main
+
+    sys.exit(main(here, sys.argv[1:]))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.preflight import refused_early, world_size_refusal
 from tests.launcher.conftest import bundle, edit_json, solve, topology, torchrun
 
 pytestmark = pytest.mark.slow
@@ -24,10 +25,28 @@ def cnn_bundle(workdir: Path, graphs: Callable[[str], Path]) -> Callable[[str], 
     return make
 
 
-def test_world_size_that_does_not_match(cnn_bundle: Callable[[str], Path]) -> None:
-    run = torchrun(cnn_bundle("refuse-size"), 1)
+def test_world_size_that_does_not_match(cnn_bundle: Callable[[str], Path], workdir: Path) -> None:
+    """Refused before the rank imports torch (a rank's atexit hook reports what it imported)."""
+    preload = workdir / "report-torch"
+    preload.mkdir(exist_ok=True)
+    (preload / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n\nif 'LOCAL_RANK' in os.environ:\n"
+        "    atexit.register(lambda: sys.stderr.write(f'rank imported torch: {\"torch\" in sys.modules}\\n'))\n")
+    run = torchrun(cnn_bundle("refuse-size"), 1, preload=preload)
     assert run.code != 0
-    assert "the torchrun world has 1 process(es) but the plan runs on 2 device(s)" in run.log
+    assert "launch.py: refused: the torchrun world has 1 process(es) but the plan runs on 2 device(s)" in run.log
+    assert "rank imported torch: False" in run.log, run.log[-2000:]
+
+
+def test_the_early_refusal_leaves_help_and_unreadable_bundles_to_the_runtime(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert refused_early(tmp_path, []) is None  # no manifest: the runtime names what is missing
+    (tmp_path / "manifest.json").write_text(json.dumps({"devices": [{"device": "cpu0"}, {"device": "cpu1"}]}))
+    assert refused_early(tmp_path, ["--help"]) is None
+    assert refused_early(tmp_path, []) == world_size_refusal(3, 2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert refused_early(tmp_path, ["--steps", "2"]) is None
 
 
 def test_op_missing_from_the_plan(cnn_bundle: Callable[[str], Path]) -> None:
