@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from cli import main as placer
 from launcher.verify import Training, reference_losses
 from solvers.model.documents import load_plan
@@ -72,12 +70,7 @@ def run(out: Path, steps: int) -> dict[str, object]:
     losses = [float(x) for x in next(r["losses"] for r in ranks if r["losses"] and r["losses"][0] is not None)]
     started = time.perf_counter()
     manifest = json.loads((folder / "manifest.json").read_text())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread, as every pipeline process runs: a parallel reduction rounds otherwise
-    try:
-        single = reference_losses(manifest, load_plan(plan), training)
-    finally:
-        torch.set_num_threads(threads)
+    single = reference_losses(manifest, load_plan(plan), training)  # on one thread, as every rank
     single_s = time.perf_counter() - started
     differences = [abs(a - b) / abs(b) for a, b in zip(losses, single, strict=True)]
     worst = max(differences)

@@ -51,8 +51,8 @@ def synthetic_loss(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
     terms = []
     for o in outputs:
         if isinstance(o, torch.Tensor) and o.is_floating_point():
-            target = torch.cos(torch.arange(o.shape[-1] if o.dim() else 1, dtype=torch.float32, device=o.device))
-            terms.append((o.float() - (target if o.dim() else target[0])).pow(2).mean())
+            k = torch.arange(o.shape[-1] if o.dim() else 1, dtype=torch.float32, device=o.device)
+            terms.append((o.float() - torch.cos(k)).pow(2).mean())  # a scalar output: broadcast to one entry
     if not terms:
         raise InvalidInput("the model has no floating-point output to take a loss of; give --data", field="data")
     total: torch.Tensor = sum(terms[1:], terms[0])
