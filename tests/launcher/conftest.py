@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from cli import main as placer
+from tests.launcher.worlds import WORLDS, Worlds
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = {"bert": ["tests.launcher.models:bert"], "cnn": ["tests.launcher.models:cnn"],
@@ -36,6 +37,14 @@ def topology(n: int, hosts: int = 1) -> dict[str, Any]:
     links = [{"src": f"cpu{i}", "dst": f"cpu{j}", "bandwidth_Bps": 1e12, "latency_s": 1e-9}
              for i in range(n) for j in range(i + 1, n)]
     return {"format": "placer.topology/v1", "name": f"cpu{n}", "devices": devices, "links": links}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kept_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    """The session's kept torchrun worlds (:data:`tests.launcher.worlds.WORLDS`), stopped at its end."""
+    WORLDS.folder = tmp_path_factory.mktemp("worlds")
+    yield WORLDS
+    WORLDS.close()
 
 
 @pytest.fixture(scope="session")
@@ -84,47 +93,49 @@ class Run:
     metrics: dict[str, Any] | None
 
 
-def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150, preload: Path | None = None) -> Run:
+def torchrun(folder: Path, nproc: int, *args: str, timeout_s: float = 150, preload: Path | None = None,
+             kept: bool = False) -> Run:
     """``launch.py`` under torchrun with gloo, one thread per process; the first step saved per rank.
 
     ``preload``: a folder put first on ``PYTHONPATH`` (its ``sitecustomize.py`` runs in every process).
+    ``kept``: the run as ``launch.py`` would make it, in the session's kept world of ``nproc`` processes
+    (tests/launcher/worlds.py) rather than a torchrun of its own; ``code`` and ``log`` are the job's.
     """
-    path = [str(preload)] if preload is not None else []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([*path, str(REPO)])}
     step_dir = folder / "step"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           "launch.py", "--steps", "1", "--warmup", "0", "--save-step", str(step_dir), *args]
-    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
+    launch_args = ["--steps", "1", "--warmup", "0", "--save-step", str(step_dir), *args]
+    if kept:
+        assert preload is None, "a kept world has no preloaded sitecustomize"
+        code, log = WORLDS.get(nproc).run({"runs": [{"folder": str(folder), "args": launch_args}]}, timeout_s)
+    else:
+        path = [str(preload)] if preload is not None else []
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([*path, str(REPO)])}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+               "launch.py", *launch_args]
+        done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
+        code, log = done.returncode, done.stdout + done.stderr
+    return _collected(code, log, step_dir, folder / "metrics.json")
+
+
+def _collected(code: int, log: str, step_dir: Path, metrics_path: Path) -> Run:
     steps = [torch.load(p) for p in sorted(step_dir.glob("rank*.pt"))] if step_dir.exists() else []
-    metrics_path = folder / "metrics.json"
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
-    return Run(done.returncode, done.stdout + done.stderr, steps, metrics)
+    return Run(code, log, steps, metrics)
 
 
 def torchrun_many(runs: Sequence[tuple[Path, str, Sequence[str]]], nproc: int, timeout_s: float = 400) -> dict[str, Run]:
-    """Several ``launch.py`` runs, ``(folder, name, args)``, one after the other in ONE torchrun world
-    (tests/launcher/matrix_worker.py ``--runs``): each gives the :class:`Run` that ``torchrun(folder, nproc,
-    *args)`` gives (its first step saved in ``folder/step-NAME``, its metrics in ``folder/metrics-NAME.json``);
-    ``code`` and ``log`` are the world's.  Starting torchrun once saves a start per run."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    """Several ``launch.py`` runs, ``(folder, name, args)``, one after the other in the session's kept torchrun
+    world of ``nproc`` processes (tests/launcher/worlds.py): each gives the :class:`Run` that
+    ``torchrun(folder, nproc, *args)`` gives (its first step saved in ``folder/step-NAME``, its metrics in
+    ``folder/metrics-NAME.json``); ``code`` and ``log`` are the job's."""
     spec = [{"folder": str(folder), "args": ["--steps", "1", "--warmup", "0", "--save-step", f"step-{name}",
                                              "--metrics", f"metrics-{name}.json", "--run-record", f"run-{name}.json",
                                              *args]}
             for folder, name, args in runs]
     names = [name for _, name, _ in runs]
     assert len(set(names)) == len(names), f"run names repeat: {names}"
-    spec_path = runs[0][0].parent / f"runs-{nproc}-{names[0]}-{len(names)}.json"
-    spec_path.write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           "-m", "tests.launcher.matrix_worker", "--runs", str(spec_path)]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
-    out = {}
-    for folder, name, _ in runs:
-        step_dir, metrics_path = folder / f"step-{name}", folder / f"metrics-{name}.json"
-        steps = [torch.load(p) for p in sorted(step_dir.glob("rank*.pt"))] if step_dir.exists() else []
-        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
-        out[name] = Run(done.returncode, done.stdout + done.stderr, steps, metrics)
-    return out
+    code, log = WORLDS.get(nproc).run({"runs": spec}, timeout_s)
+    return {name: _collected(code, log, folder / f"step-{name}", folder / f"metrics-{name}.json")
+            for folder, name, _ in runs}
 
 
 def reference(folder: Path, data_spec: str | None = None) -> tuple[float, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:

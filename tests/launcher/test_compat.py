@@ -173,7 +173,7 @@ def test_a_multi_stage_schedule_runs_encoded_values_exactly(
     plan = workdir / f"gpt2-{schedule}-encoded.json"
     plan.write_text(json.dumps(virtual_plan(graph, schedule, 2, 2, 4)))
     folder = bundle(workdir, plan, graph, 2, f"compat-{schedule}")
-    run = torchrun(folder, 2, "--encode-non-float")
+    run = torchrun(folder, 2, "--encode-non-float", kept=True)
     note = "launch.py: 6 integer or bool value(s) cross a stage boundary encoded in a floating dtype, bit for bit: "
     assert run.log.count(note + "'cumsum' (int64 as float64, stage 0 -> 1)") == 1, run.log
     assert "'unsqueeze_11' (int64 as float64, stage 0 -> 1) and 1 more; " in run.log  # the mask, expand_2

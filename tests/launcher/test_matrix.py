@@ -2,7 +2,8 @@
 4-process row per model (2 stages x 2 replicas) and one latency plan per model.  Every row is
 checked by ``placer launcher check`` and verified: one training step under torchrun gives the
 single-process loss and gradients (relative 1e-5).  Rows that give the same plan run once; the
-2-process and the 4-process rows each run in one torchrun world (tests/launcher/matrix_worker.py).
+2-process and the 4-process rows each run as one job of the session's kept torchrun worlds
+(tests/launcher/worlds.py, tests/launcher/matrix_worker.py).
 The summary (rows, distinct plans, refused, wall time) is written to ``matrix.json`` in the work
 folder and printed.
 
@@ -17,9 +18,6 @@ single-process reference step runs once per model and slicing, which is all it d
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from dataclasses import astuple
 from pathlib import Path
@@ -33,7 +31,7 @@ from launcher.bundle import build_bundle, write_bundle
 from launcher.check import check_plan
 from launcher.verify import Slicing, compare, reference_step
 from solvers.model.documents import load_graph, load_plan
-from tests.launcher.conftest import REPO
+from tests.launcher.worlds import WORLDS
 
 pytestmark = pytest.mark.slow
 
@@ -78,11 +76,8 @@ def _key(plan: dict[str, Any]) -> str:
 def _worker(folders: list[Path], nproc: int) -> None:
     if not folders:
         return
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(nproc), "-m", "tests.launcher.matrix_worker", DATA, *map(str, folders)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    code, log = WORLDS.get(nproc).run({"matrix": {"data": DATA, "folders": list(map(str, folders))}}, timeout_s=900)
+    assert code == 0, log[-6000:]
 
 
 @pytest.fixture

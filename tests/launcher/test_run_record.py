@@ -43,7 +43,7 @@ def profiled_run(server: Server, workdir: Path, graphs: Callable[[str], Path]) -
         folder = workdir / "cnn-run-record"
         unpack(c.download_launcher(job.plan_id), folder)
     folder = folder / f"placer-launcher-{job.plan_id}"
-    run = torchrun(folder, 2, "--profile-steps", "1")
+    run = torchrun(folder, 2, "--profile-steps", "1", kept=True)
     assert run.code == 0, run.log[-4000:]
     return folder, folder / "plan.json", job.plan_id
 

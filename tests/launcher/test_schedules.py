@@ -2,14 +2,11 @@
 single-process model (relative 1e-5) for every multi-stage schedule on 2 and 4 processes, on GPT-2 and
 Llama (tiny), CPU and gloo.  The plans cut the graph's ops, in graph order, into ``R * v`` stages of
 equal op counts and put stage ``j`` on the devices of rank group ``stage_ranks(schedule, R, v)[j]``.
-Every bundle of one world size runs in one torchrun world (tests/launcher/matrix_worker.py)."""
+Every bundle of one world size runs as one job of the session's kept torchrun worlds (tests/launcher/worlds.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from launcher.verify import compare, reference_step
 from solvers.model.documents import load_graph, load_plan
 from solvers.model.plan import plan_from_document
 from solvers.model.schedules import stage_ranks
-from tests.launcher.conftest import REPO
+from tests.launcher.worlds import WORLDS
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +59,7 @@ def extracted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _run_world(root: Path, rows: list[tuple[str, Path, dict[str, Any]]], nproc: int) -> dict[str, Any]:
-    """Check and bundle every plan, run them all in one torchrun world, compare each with one process."""
+    """Check and bundle every plan, run them all as one job of a kept torchrun world, compare each with one process."""
     folders = []
     for name, graph, doc in rows:
         plan = plan_from_document(doc)
@@ -73,11 +70,8 @@ def _run_world(root: Path, rows: list[tuple[str, Path, dict[str, Any]]], nproc: 
         write_bundle(build_bundle(plan, load_graph(graph)), folder)
         folders.append(folder)
     started = time.perf_counter()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(nproc), "-m", "tests.launcher.matrix_worker", DATA, *map(str, folders)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    code, log = WORLDS.get(nproc).run({"matrix": {"data": DATA, "folders": list(map(str, folders))}}, timeout_s=900)
+    assert code == 0, log[-6000:]
     ran_s = time.perf_counter() - started
     failures, worst = [], 0.0
     for folder in folders:
@@ -176,7 +170,7 @@ def test_run_record_times_every_stage_of_a_rank(extracted: dict[str, Path], tmp_
     doc = virtual_plan(graph, "zbv", 2, 2, 4)
     folder = tmp_path / "zbv-profiled"
     write_bundle(build_bundle(plan_from_document(doc), load_graph(graph)), folder)
-    run = torchrun(folder, 2, "--steps", "2", "--warmup", "1", "--profile-steps", "1", "--data", DATA)
+    run = torchrun(folder, 2, "--steps", "2", "--warmup", "1", "--profile-steps", "1", "--data", DATA, kept=True)
     assert run.code == 0, run.log[-4000:]
     record = run_from_document(json.loads((folder / "run.json").read_text()))
     by_rank = {r.rank: r for r in record.ranks}

@@ -235,7 +235,7 @@ def test_gpt2_tp2_pp1_trains_as_one_process_with_the_tie_inside_one_stage(
     plan = tp_plan(workdir, graph, "gpt2-tp2pp1", 1, 2)
     folder = bundle(workdir, plan, graph, 2, "gpt2-tp2pp1")
     training = Training(steps=3, lr=3e-3, clip_norm=0.05)
-    run = torchrun(folder, 2, *training.launch_args())
+    run = torchrun(folder, 2, *training.launch_args(), kept=True)
     check_training_step(run, folder, 2)
     assert run.metrics is not None
     got = next(r["losses"] for r in run.metrics["ranks"] if r["losses"][0] is not None)
