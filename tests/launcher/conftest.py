@@ -20,9 +20,8 @@ import pytest
 import torch
 
 from cli import main as placer
-from tests.launcher.worlds import WORLDS, Worlds
+from tests.launcher.worlds import REPO, WORLDS, Worlds
 
-REPO = Path(__file__).resolve().parents[2]
 MODELS = {"bert": ["tests.launcher.models:bert"], "cnn": ["tests.launcher.models:cnn"],
           "constants": ["tests.launcher.models:constants"], "causal_lm": ["tests.launcher.models:causal_lm"],
           "gpt2": ["--example", "gpt2", "--param", "layers=2", "hidden=32", "heads=2", "seq=8", "vocab=64",

@@ -35,6 +35,7 @@ from launcher.runtime.main import freeze_imports, parse_args, prepare
 from launcher.runtime.model import Rebuilt
 from launcher.runtime.world import start_process_group
 from solvers.model.plan import Plan
+from tests.launcher.worlds import publish
 
 
 def matrix(data: str, folders: list[str]) -> bool:
@@ -121,9 +122,7 @@ def serve(folder: Path, owner_pid: int, longest_poll_s: float = 0.5) -> None:
         sys.stderr.flush()
         dist.barrier()
         if dist.get_rank() == 0:  # a world holding groups it could not end ends with this job
-            staged = folder / f"done-{k}.part"
-            staged.write_text("" if ended else "ending")
-            staged.rename(folder / f"done-{k}")
+            publish(folder / f"done-{k}", "" if ended else "ending")
         if not ended:
             return
 

@@ -1,9 +1,9 @@
 """Torchrun worlds kept for a test session, one per process count, each running job after job.
 
 A world is ``python -m torch.distributed.run --standalone --nproc-per-node N -m tests.launcher.matrix_worker
---serve FOLDER PID`` (gloo, one thread per process): its ranks wait for ``FOLDER/job-K.json`` and run it, the
-``--runs`` list or the matrix's bundles of tests/launcher/matrix_worker.py, as a world started for that
-job alone would, then write ``done-K``.  A test file that starts torchrun for its runs pays the start
+--serve FOLDER PID`` (gloo, one thread per process): its ranks wait for ``FOLDER/job-K.json`` and run it, a
+list of ``launch.py`` runs or the matrix's bundles (tests/launcher/matrix_worker.py), as a world started for
+that job alone would, then write ``done-K``.  A test file that starts torchrun for its runs pays the start
 (the agent's and every rank's imports of torch, its pipelining and the model modules, about 10 s of a
 core per process); in a kept world only the first job of each process count does.
 
@@ -31,6 +31,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 POLL_S = 0.02
+
+
+def publish(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all, for a reader that polls for it (staged, then renamed)."""
+    staged = path.with_name(path.name + ".part")
+    staged.write_text(text)
+    staged.rename(path)
 
 
 class World:
@@ -78,9 +85,7 @@ class World:
         return 0, self._log_from(start)
 
     def _post(self, k: int, job: dict[str, Any]) -> None:
-        staged = self.home / f"job-{k}.json.part"
-        staged.write_text(json.dumps(job))
-        staged.rename(self.home / f"job-{k}.json")  # whole or absent, for ranks that poll
+        publish(self.home / f"job-{k}.json", json.dumps(job))
 
     def _log_from(self, offset: int) -> str:
         with self.log.open("rb") as f:
