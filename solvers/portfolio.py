@@ -52,6 +52,20 @@ micro-batch count, so the stop applies to the latency objective and to problems 
 candidate count.  The quick members run first and the proving member gets only the time until
 the proof: on a transformer whose list schedule is optimal, ``auto`` ends once ``celeritas``
 returns and ``moirai`` has proven its bound (docs/benchmarks.md).
+**Patience stop.**  Where no bound comes near the plans (the throughput members prove little of
+the simulated objective: ``exact`` proves the optimum of its compute-only model, not of the
+simulation), the gap stop never fires, and a member that runs long without finding anything
+better would hold ``auto`` to its budget.  So once every member has started and no anytime member
+runs (those run to the deadline by design), :class:`PatienceStop` stops the members still running
+when no plan better than the best one (its comparison key, within :data:`TIE`) came for
+``patience`` x the time that best plan took to arrive, counted from the call (option
+``patience``, default :data:`PATIENCE`; never less than :data:`PATIENCE_FLOOR_S`): the plans
+counted are the members' answers and their scored incumbents, and before it stops, the running
+members' latest incumbents are scored, so one that beats the best puts the stop off.  A stopped
+member's scored incumbent is its answer (``cut_short``), and ``stats["stopped"]`` says when the
+best plan came and how long nothing better did.  ``patience: None`` waits for the gap stop or
+the deadline.  This trades the chance that a slow member finds a better plan late for an answer
+within ``1 + patience`` times the time the best plan took (docs/python.md).
 When no member returns a plan or an incumbent in time (a heavily loaded machine), the
 linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``) runs in-process
 after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not
@@ -94,8 +108,11 @@ _KILL_GRACE_S = 0.2
 # tests/solvers/test_portfolio_stream.py checks they are the same), named here so that choosing a
 # member's options imports nothing
 CELERITAS_LIST_SCHEDULERS = ("heft", "cpop", "m-etf", "m-sct", "m-topo")
-CUT_SHORT_NOTE = ("cut short by auto (its deadline, or the best plan proven within its gap): its last streamed "
-                  "incumbent, scored by the simulator")
+CUT_SHORT_NOTE = ("cut short by auto (its deadline, the best plan proven within its gap, or no better plan within "
+                  "its patience): its last streamed incumbent, scored by the simulator")
+PATIENCE = 0.5  # auto's default patience: a better plan must come within half the time the best took (module doc)
+PATIENCE_FLOOR_S = 1.0  # but never less than this: a member's process start alone takes tens of milliseconds
+TIE = 1e-9  # relative: plans whose keys differ by less are equal (as in _choose)
 
 Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) or ("error", message), seconds
 
@@ -105,12 +122,17 @@ class AutoOptions(SolverOptions):
     ``workers``: parallel processes (default: CPU count).  ``default_time_limit_s``: the
     budget when the problem sets none.  ``gap``: relative gap; once the best plan a member
     returned is within it of the best proven bound (``objective <= (1 + gap) x bound``), the
-    members still running are stopped and that plan is returned (module doc, "Gap stop")."""
+    members still running are stopped and that plan is returned (module doc, "Gap stop").
+    ``patience``: once every member has started and no anytime member runs, the members still
+    running are stopped when no better plan came for ``patience`` x the time the best plan took to
+    arrive, counted from the call; ``None``: they run until the gap stop or the deadline (module
+    doc, "Patience stop")."""
 
     solvers: tuple[str, ...] | None = None
     workers: int | None = Field(None, ge=1)
     default_time_limit_s: float = Field(60.0, gt=0.0)
     gap: float = Field(GAP, ge=0.0, le=1.0)
+    patience: float | None = Field(PATIENCE, ge=0.0)
 
 
 @dataclass
@@ -128,13 +150,15 @@ class Stream:
     cut_short: bool = False
     bound_s: float | None = None  # the largest lower bound it reported (a proven bound of the problem)
     cpu_s: float | None = None  # CPU seconds of its process, sent with its answer (none when killed)
+    latest_s: float | None = None  # when its latest incumbent arrived, seconds after auto's call
+    ended_s: float | None = None  # when its answer arrived, seconds after auto's call
 
     def prove(self, bound_s: float) -> None:
         if self.bound_s is None or bound_s > self.bound_s:
             self.bound_s = bound_s
 
-    def add(self, document: dict[str, Any], incumbent_s: float | None) -> None:
-        self.latest, self.scored, self.incumbents = document, None, self.incumbents + 1
+    def add(self, document: dict[str, Any], incumbent_s: float | None, at_s: float | None = None) -> None:
+        self.latest, self.scored, self.incumbents, self.latest_s = document, None, self.incumbents + 1, at_s
         if incumbent_s is not None and (self.reported_s is None or incumbent_s < self.reported_s):
             self.reported_s = incumbent_s
 
@@ -249,11 +273,13 @@ class AutoSolver:
         anytime, quick = [n for n in names if n in ANYTIME], [n for n in names if n not in ANYTIME]
         streams: dict[str, Stream] = {}
         stop = GapStop(problem, options.gap)
+        patience = PatienceStop(problem, options.patience)
         if mp.current_process().daemon:
             results = self._sequential(problem, quick + anytime, deadline, progress, stop)
         else:  # the anytime members first, on workers of their own, when that leaves one for the others
             launch = anytime + quick if workers > len(anytime) else quick + anytime
-            results = self._parallel(problem, launch, workers, deadline, progress, streams, budget.started_at, stop)
+            results = self._parallel(problem, launch, workers, deadline, progress, streams, budget.started_at, stop,
+                                     patience)
         fallback = FALLBACK[problem.objective]
         if fallback in names and not any(kind == "ok" for kind, _, _ in results.values()):
             started = time.monotonic()
@@ -266,10 +292,11 @@ class AutoSolver:
                                   stats={**plan.stats, "finish_reserve_s": reserve_s})
         plan = _choose(problem, names, results, streams)
         plan = plan.with_(stats={**plan.stats, "finish_reserve_s": reserve_s})
-        if stop.reason is None:
+        reason = stop.reason or patience.reason
+        if reason is None:
             return plan
-        return plan.with_(stats={**plan.stats, "stopped": stop.reason},
-                          notes=(*plan.notes, f"the members still running were stopped: {stop.reason}"))
+        return plan.with_(stats={**plan.stats, "stopped": reason},
+                          notes=(*plan.notes, f"the members still running were stopped: {reason}"))
 
     @staticmethod
     def _sequential(problem: Problem, names: list[str], deadline: float, progress: ProgressCallback,
@@ -292,10 +319,11 @@ class AutoSolver:
     @staticmethod
     def _parallel(problem: Problem, names: list[str], workers: int, deadline: float, progress: ProgressCallback,
                   streams: dict[str, Stream] | None = None, origin: float | None = None,
-                  stop: GapStop | None = None) -> Results:
+                  stop: GapStop | None = None, patience: PatienceStop | None = None) -> Results:
         """The members in child processes; ``streams`` receives what each streamed (module doc),
         their start times counted from ``origin`` (``time.monotonic``; default: now); ``stop``:
-        the members still running are stopped, and none is started, once it holds (module doc)."""
+        the members still running are stopped, and none is started, once it holds; ``patience``:
+        they are stopped once it is due (module doc)."""
         ctx = mp.get_context("fork")
         streams = {} if streams is None else streams
         origin = time.monotonic() if origin is None else origin
@@ -316,7 +344,11 @@ class AutoSolver:
                 running[member.conn] = (name, member)
             if not running:
                 break
-            for ready in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
+            until = deadline
+            if patience is not None:  # wake when the patience stop is due
+                due = patience.due_s(results, streams, waiting=_waiting(pending, running))
+                until = min(until, origin + due) if due is not None else until
+            for ready in wait(list(running), timeout=max(0.0, until - time.monotonic())):
                 name, member = running[cast(Connection, ready)]
                 message = member.receive()
                 if message is not None and message[0] == "bound":
@@ -327,7 +359,8 @@ class AutoSolver:
                         break
                     continue
                 if message is not None and message[0] == "incumbent":
-                    streams[name].add(*message[1])
+                    document, incumbent_s = message[1]
+                    streams[name].add(document, incumbent_s, at_s=time.monotonic() - origin)
                     progress(_event(problem, results, len(names), f"{name}: incumbent", streams))
                     continue
                 if message is not None and message[0] == "cpu":
@@ -338,6 +371,7 @@ class AutoSolver:
                 kind, value = message if message is not None else (
                     "error", f"the solver process exited with code {code}")
                 results[name] = (kind, value, member.elapsed_s())
+                streams[name].ended_s = time.monotonic() - origin
                 progress(_event(problem, results, len(names), f"{name}: {kind}", streams))
                 if stop is not None and stop.check(results, streams):
                     break
@@ -345,23 +379,31 @@ class AutoSolver:
                 # every member has started (scoring here must not hold back a start)
                 if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
                     _scored(problem, streams[name])
-            if stop is not None and stop.check(results, streams):
+            if patience is not None and running and not (stop is not None and stop.check(results, streams)):
+                patience.check(results, streams, time.monotonic() - origin,
+                               waiting=_waiting(pending, running), running=[n for n, _ in running.values()])
+            gap_stop = stop is not None and stop.check(results, streams)
+            if gap_stop or (patience is not None and patience.reason is not None):
                 for name, member in running.values():
-                    final = _drain(member, streams[name])
+                    final = _drain(member, streams[name], origin)
                     member.stop(_KILL_GRACE_S)
+                    if not gap_stop and streams[name].latest is not None:  # its last incumbent may be better
+                        _scored(problem, streams[name])
                     scored = streams[name].scored
                     if final is None and scored is not None and scored[0] == "ok":
                         streams[name].cut_short, final = True, scored  # its last incumbent, scored: its answer
-                    results[name] = (*(final or ("error", STOPPED_NOTE)), member.elapsed_s())
+                    results[name] = (*(final or ("error", STOPPED_NOTE if gap_stop else IMPATIENT_NOTE)),
+                                     member.elapsed_s())
                 running.clear()
                 for name in pending:
                     results[name] = ("error", NOT_STARTED_NOTE, 0.0)
                 pending.clear()
-                progress(_event(problem, results, len(names), f"stopped: {stop.reason}", streams))
+                reason = (stop.reason if gap_stop and stop is not None else None) or (patience and patience.reason)
+                progress(_event(problem, results, len(names), f"stopped: {reason}", streams))
                 break
             if time.monotonic() >= deadline:
                 for name, late in running.values():
-                    final = _drain(late, streams[name])
+                    final = _drain(late, streams[name], origin)
                     late.stop(_KILL_GRACE_S)
                     elapsed = late.elapsed_s()
                     if final is None:
@@ -375,9 +417,10 @@ class AutoSolver:
         return results
 
 
-def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
+def _drain(member: Child, stream: Stream, origin: float) -> tuple[str, Any] | None:
     """Kill a late member, then read what it had sent and the parent not yet taken: its
-    incumbents go to ``stream``; its answer, if it came just in time, is returned."""
+    incumbents go to ``stream`` (arrived now, counted from ``origin``); its answer, if it came
+    just in time, is returned."""
     if member.process.is_alive():
         member.process.kill()
     while member.conn.poll(0):
@@ -387,7 +430,8 @@ def _drain(member: Child, stream: Stream) -> tuple[str, Any] | None:
         if message[0] == "bound":
             stream.prove(float(message[1]))
         elif message[0] == "incumbent":
-            stream.add(*message[1])
+            document, incumbent_s = message[1]
+            stream.add(document, incumbent_s, at_s=time.monotonic() - origin)
         elif message[0] == "cpu":
             stream.cpu_s = float(message[1])
         else:
@@ -417,6 +461,12 @@ def _one_count(problem: Problem) -> bool:
 
 STOPPED_NOTE = "stopped: the best plan was proven within auto's gap"
 NOT_STARTED_NOTE = "not started: the best plan was proven within auto's gap"
+IMPATIENT_NOTE = "stopped: no better plan came within auto's patience, and it had sent no incumbent"
+
+
+def _waiting(pending: list[str], running: dict[Connection, tuple[str, Child]]) -> bool:
+    """Whether the patience stop waits regardless: a member not yet started, or an anytime one running."""
+    return bool(pending) or any(name in ANYTIME for name, _ in running.values())
 
 
 class GapStop:
@@ -445,6 +495,64 @@ class GapStop:
             return False
         self.reason = (f"the best plan ({best:.6g} s) is within the gap {self.gap:g} of the proven bound "
                        f"({bound:.6g} s)")
+        return True
+
+
+class PatienceStop:
+    """Whether the members still running have had their chance (module doc, "Patience stop"):
+    once every member has started and no anytime member runs, no plan better than the best so far
+    came for ``patience`` x the time the best took to arrive, counted from ``auto``'s call, and at
+    least :data:`PATIENCE_FLOOR_S`; ``reason`` says so once it is (it stays set).
+    ``patience=None`` never stops."""
+
+    def __init__(self, problem: Problem, patience: float | None) -> None:
+        self.problem, self.patience = problem, patience
+        self.reason: str | None = None
+
+    def best(self, results: Results, streams: dict[str, Stream]) -> tuple[float, float] | None:
+        """The best plan's comparison key so far and when the first plan with that key (within
+        :data:`TIE`) arrived, seconds after the call: the members' answers and their scored
+        incumbents; infeasible plans and plans without stages do not count."""
+        arrived = [(value, streams[name].ended_s) for name, (kind, value, _) in results.items()
+                   if kind == "ok" and name in streams]
+        arrived += [(s.scored[1], s.latest_s) for s in streams.values()
+                    if s.scored is not None and s.scored[0] == "ok"]
+        keyed = [(comparison_key_s(doc["metrics"], self.problem.objective, self.problem.settings.global_batch), at)
+                 for doc, at in arrived
+                 if at is not None and doc.get("stages") and doc.get("metrics") and doc.get("status") != "infeasible"]
+        known = [(key, at) for key, at in keyed if key is not None]
+        if not known:
+            return None
+        top = min(key for key, _ in known)
+        return top, min(at for key, at in known if key <= top * (1.0 + TIE))
+
+    def due_s(self, results: Results, streams: dict[str, Stream], waiting: bool) -> float | None:
+        """When the stop is due, seconds after the call; ``None`` while ``waiting`` (a member not
+        yet started, or an anytime one running), before any runnable plan, or without patience."""
+        if self.patience is None or waiting:
+            return None
+        best = self.best(results, streams)
+        return None if best is None else best[1] + max(self.patience * best[1], PATIENCE_FLOOR_S)
+
+    def check(self, results: Results, streams: dict[str, Stream], now_s: float, waiting: bool,
+              running: list[str]) -> bool:
+        """Whether the stop is due at ``now_s``.  Before it says so, the ``running`` members' latest
+        incumbents are scored (once each): one that beats the best plan puts the stop off."""
+        if self.reason is not None:
+            return True
+        due = self.due_s(results, streams, waiting)
+        if due is None or now_s < due:
+            return False
+        for name in running:
+            if streams[name].latest is not None:
+                _scored(self.problem, streams[name])
+        best = self.best(results, streams)
+        due = self.due_s(results, streams, waiting)
+        if best is None or due is None or now_s < due:
+            return False
+        self.reason = (f"no better plan came in {now_s - best[1]:.3g} s after the best one arrived at {best[1]:.3g} s "
+                       f"(patience {self.patience:g}: {self.patience:g} x the time it took, at least "
+                       f"{PATIENCE_FLOOR_S:g} s)")
         return True
 
 

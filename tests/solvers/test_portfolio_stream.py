@@ -18,7 +18,16 @@ from solvers.moirai.bounds import task_bounds
 from solvers.moirai.cut_bound import cut_bound_s
 from solvers.moirai.gcof import identity_grouping
 from solvers.moirai.instance import build_instance
-from solvers.portfolio import CUT_SHORT_NOTE, GAP, GapStop, Stream, member_options, portfolio_names
+from solvers.portfolio import (
+    CUT_SHORT_NOTE,
+    GAP,
+    PATIENCE_FLOOR_S,
+    GapStop,
+    PatienceStop,
+    Stream,
+    member_options,
+    portfolio_names,
+)
 from solvers.simulator import simulate
 from solvers.solving import solve
 from solvers.validity import resolve_plan
@@ -62,7 +71,8 @@ def test_auto_under_a_cpu_hog_keeps_the_best_incumbent_any_member_reported(objec
     late = members[0]
     assert set(members) <= set(portfolio_names(problem))
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": members, "workers": len(members)}, time_limit_s=LIMIT_S)
+    plan = solve(problem, "auto", {"solvers": members, "workers": len(members), "patience": None},
+                 time_limit_s=LIMIT_S)
     assert time.monotonic() - started < LIMIT_S + 3.0
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
     cut = rows[late]  # killed at the deadline, its last incumbent scored and used
@@ -126,9 +136,10 @@ def test_auto_stops_its_members_once_the_best_plan_is_proven_within_the_gap() ->
 @pytest.mark.usefixtures("late_members")
 def test_auto_with_no_gap_waits_for_a_proof_of_the_plan_itself() -> None:
     """With ``gap`` 0 the bound moirai proves (a hair below its plan: its solver tolerances) stops
-    nothing: the late member runs to the deadline and is cut short there."""
+    nothing: the late member (no anytime member by name) runs to the deadline, with no patience,
+    and is cut short there."""
     plan = solve(fx.latency_problem("forward"), "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2,
-                                                         "gap": 0.0}, time_limit_s=6.0)
+                                                         "gap": 0.0, "patience": None}, time_limit_s=6.0)
     assert "stopped" not in plan.stats
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
     assert rows["late-moirai"]["cut_short"] is True
@@ -178,3 +189,50 @@ def test_auto_stops_on_the_transfers_memory_forces_onto_the_path() -> None:
     assert plan.lower_bound_s <= objective <= (1 + 1e-3) * plan.lower_bound_s
     assert plan.status == "feasible"
     resolve_plan(problem, plan)
+
+
+@pytest.mark.usefixtures("late_members")
+def test_auto_stops_a_member_that_brings_nothing_better_within_its_patience() -> None:
+    """``late-parmesan`` streams its plan, then holds its answer back for a minute; ``even`` answers at
+    once.  Once both have started and no better plan came for half the time the best took (at least
+    a second), ``auto`` stops the late member, long before its 40 s budget: its streamed plan, scored,
+    is its answer, and the plan says why."""
+    problem = fx.throughput_problem()
+    started = time.monotonic()
+    plan = solve(problem, "auto", {"solvers": ["late-parmesan", "even"], "workers": 2}, time_limit_s=40.0)
+    assert time.monotonic() - started < 20.0
+    assert plan.stats["stopped"].startswith("no better plan came in")
+    assert "patience 0.5" in plan.stats["stopped"]
+    rows = {row["name"]: row for row in plan.stats["portfolio"]}
+    assert rows["late-parmesan"]["cut_short"] is True and rows["late-parmesan"]["objective_s"] is not None
+    assert rows["even"]["error"] is None and rows["even"]["cut_short"] is False
+    assert any("were stopped" in note for note in plan.notes)
+    assert plan.metrics is not None
+    assert plan.metrics["objective_s"] <= min(r["objective_s"] for r in rows.values()) * (1 + 1e-12)
+    resolve_plan(problem, plan)
+
+
+def test_patience_stop_counts_from_the_first_arrival_of_the_best_plan() -> None:
+    """Best key first at 2 s (a later equal plan does not reset it), so the stop is due at 3 s with
+    patience 0.5, and at 2 + the floor with patience 0.1; nothing is due while a member waits to
+    start or an anytime member runs, nor without patience; a running member's incumbent that beats
+    the best (scored, arrived at 2.8 s) puts the stop off to 4.2 s."""
+    problem = fx.latency_problem("forward")
+    results = {"a": ("ok", _doc(1.0, 0.5), 2.0), "b": ("ok", _doc(1.0, 0.5), 2.5), "c": ("ok", _doc(1.5, 0.5), 0.5),
+               "d": ("error", "x", 0.1)}
+    streams = {"a": Stream(ended_s=2.0), "b": Stream(ended_s=2.5), "c": Stream(ended_s=0.5), "d": Stream(ended_s=0.1)}
+    stop = PatienceStop(problem, 0.5)
+    assert stop.best(results, streams) == (1.0, 2.0)
+    assert stop.due_s(results, streams, waiting=False) == pytest.approx(3.0)
+    assert stop.due_s(results, streams, waiting=True) is None
+    assert PatienceStop(problem, None).due_s(results, streams, waiting=False) is None
+    assert PatienceStop(problem, 0.1).due_s(results, streams, waiting=False) == pytest.approx(2.0 + PATIENCE_FLOOR_S)
+    assert not stop.check(results, streams, 2.9, waiting=False, running=[])
+    assert not stop.check(results, streams, 3.5, waiting=True, running=[])
+    streams["m"] = Stream(scored=("ok", _doc(0.9, 0.5)), latest_s=2.8)
+    assert stop.due_s(results, streams, waiting=False) == pytest.approx(4.2)
+    assert not stop.check(results, streams, 3.5, waiting=False, running=["m"]) and stop.reason is None
+    assert stop.check(results, streams, 4.2, waiting=False, running=["m"])
+    assert stop.reason is not None and "at 2.8 s" in stop.reason
+    infeasible = {"a": ("ok", {**_doc(0.1, 0.0), "status": "infeasible"}, 1.0)}
+    assert PatienceStop(problem, 0.5).best(infeasible, {"a": Stream(ended_s=1.0)}) is None
