@@ -26,8 +26,8 @@ status ``feasible`` (nothing is proven of it), ``cut_short: true`` in its summar
 on the plan (:data:`CUT_SHORT_NOTE`).  So a loaded machine that makes a member overrun costs
 only what it had not yet found.  The anytime members' incumbents are scored as they arrive
 once every member has started (those members run to the deadline; scoring earlier would hold
-back the quick members' starts), the others' only when they are cut short, after the deadline:
-one simulation each.
+back the quick members' starts), the others' only when they are cut short, after the deadline,
+or when the patience stop is due (below): one simulation each.
 
 The answer is the feasible plan (any plan when no member found a feasible one) with the
 smallest comparison key (:func:`~solvers.model.ranking.comparison_key_s`:
@@ -54,18 +54,24 @@ the proof: on a transformer whose list schedule is optimal, ``auto`` ends once `
 returns and ``moirai`` has proven its bound (docs/benchmarks.md).
 **Patience stop.**  Where no bound comes near the plans (the throughput members prove little of
 the simulated objective: ``exact`` proves the optimum of its compute-only model, not of the
-simulation), the gap stop never fires, and a member that runs long without finding anything
-better would hold ``auto`` to its budget.  So once every member has started and no anytime member
-runs (those run to the deadline by design), :class:`PatienceStop` stops the members still running
-when no plan better than the best one (its comparison key, within :data:`TIE`) came for
-``patience`` x the time that best plan took to arrive, counted from the call (option
-``patience``, default :data:`PATIENCE`; never less than :data:`PATIENCE_FLOOR_S`): the plans
-counted are the members' answers and their scored incumbents, and before it stops, the running
-members' latest incumbents are scored, so one that beats the best puts the stop off.  A stopped
-member's scored incumbent is its answer (``cut_short``), and ``stats["stopped"]`` says when the
-best plan came and how long nothing better did.  ``patience: None`` waits for the gap stop or
-the deadline.  This trades the chance that a slow member finds a better plan late for an answer
-within ``1 + patience`` times the time the best plan took (docs/python.md).
+simulation), the gap stop never fires, and a member that keeps searching without finding a plan
+better than the best one would hold ``auto`` to its budget (``exact`` at 1k ops: incumbents for
+10 s, none better than ``parmesan``'s plan of 3 s).  So :class:`PatienceStop` stops a running
+member once it has streamed an incumbent and no plan better than the best one (the plan
+:func:`_choose` would pick, within :data:`TIE`) came for ``patience`` x the time that best plan
+took to arrive, counted from the call (option ``patience``, default :data:`PATIENCE`; never less
+than :data:`PATIENCE_FLOOR_S`, nor less than that after the member's own start).  The plans
+counted are the members' answers and the running members' scored incumbents; before it stops a
+member, the running members' latest incumbents are scored, so one that beats the best puts the
+stop off (and the gap stop, which sees them too, may then fire instead).  A member that has sent
+no incumbent is still computing its first answer (``parmesan``, ``rannc``: one plan at their end)
+and is never stopped by patience, nor is an anytime member (it runs to the deadline by design).
+A stopped member's scored incumbent is its answer (``cut_short``), its worker takes the next
+member, and ``stats["stopped"]`` names the members stopped, when the best plan came and how long
+nothing better did.  ``patience: None`` runs every member to its end, the gap stop or the
+deadline.  This trades the chance that a searching member finds a better plan late for an answer
+within about ``1 + patience`` times the time the best plan took, where the members still to
+answer have streamed one (docs/python.md).
 When no member returns a plan or an incumbent in time (a heavily loaded machine), the
 linear-time baseline of the objective (``FALLBACK``: ``even`` or ``single``) runs in-process
 after the deadline, so that ``auto`` still answers.  Inside a daemonic process (which may not
@@ -78,6 +84,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, cast
@@ -123,10 +130,10 @@ class AutoOptions(SolverOptions):
     budget when the problem sets none.  ``gap``: relative gap; once the best plan a member
     returned is within it of the best proven bound (``objective <= (1 + gap) x bound``), the
     members still running are stopped and that plan is returned (module doc, "Gap stop").
-    ``patience``: once every member has started and no anytime member runs, the members still
-    running are stopped when no better plan came for ``patience`` x the time the best plan took to
-    arrive, counted from the call; ``None``: they run until the gap stop or the deadline (module
-    doc, "Patience stop")."""
+    ``patience``: a running member that has streamed an incumbent is stopped (that incumbent,
+    scored, its answer) once no better plan came for ``patience`` x the time the best plan took to
+    arrive, counted from the call; ``None``: every member runs to its end, the gap stop or the
+    deadline (module doc, "Patience stop")."""
 
     solvers: tuple[str, ...] | None = None
     workers: int | None = Field(None, ge=1)
@@ -292,11 +299,13 @@ class AutoSolver:
                                   stats={**plan.stats, "finish_reserve_s": reserve_s})
         plan = _choose(problem, names, results, streams)
         plan = plan.with_(stats={**plan.stats, "finish_reserve_s": reserve_s})
-        reason = stop.reason or patience.reason
-        if reason is None:
-            return plan
-        return plan.with_(stats={**plan.stats, "stopped": reason},
-                          notes=(*plan.notes, f"the members still running were stopped: {reason}"))
+        if stop.reason is not None:
+            return plan.with_(stats={**plan.stats, "stopped": stop.reason},
+                              notes=(*plan.notes, f"the members still running were stopped: {stop.reason}"))
+        if patience.reason is not None:
+            return plan.with_(stats={**plan.stats, "stopped": patience.reason},
+                              notes=(*plan.notes, f"members stopped by auto's patience: {patience.reason}"))
+        return plan
 
     @staticmethod
     def _sequential(problem: Problem, names: list[str], deadline: float, progress: ProgressCallback,
@@ -345,8 +354,8 @@ class AutoSolver:
             if not running:
                 break
             until = deadline
-            if patience is not None:  # wake when the patience stop is due
-                due = patience.due_s(results, streams, waiting=_waiting(pending, running))
+            if patience is not None:  # wake when the patience stop is due for a member
+                due = patience.due_s(results, streams, [n for n, _ in running.values()])
                 until = min(until, origin + due) if due is not None else until
             for ready in wait(list(running), timeout=max(0.0, until - time.monotonic())):
                 name, member = running[cast(Connection, ready)]
@@ -380,26 +389,26 @@ class AutoSolver:
                 if not pending and name in ANYTIME and streams[name].latest is not None and time.monotonic() < deadline:
                     _scored(problem, streams[name])
             if patience is not None and running and not (stop is not None and stop.check(results, streams)):
-                patience.check(results, streams, time.monotonic() - origin,
-                               waiting=_waiting(pending, running), running=[n for n, _ in running.values()])
-            gap_stop = stop is not None and stop.check(results, streams)
-            if gap_stop or (patience is not None and patience.reason is not None):
+                due_now = patience.due_members(results, streams, time.monotonic() - origin,
+                                               [n for n, _ in running.values()])
+                for conn, (name, member) in list(running.items()):
+                    if name in due_now:
+                        del running[conn]
+                        results[name] = (*_impatient(problem, member, streams[name], origin), member.elapsed_s())
+                        progress(_event(problem, results, len(names), f"{name}: stopped by auto's patience", streams))
+            if stop is not None and stop.check(results, streams):
                 for name, member in running.values():
                     final = _drain(member, streams[name], origin)
                     member.stop(_KILL_GRACE_S)
-                    if not gap_stop and streams[name].latest is not None:  # its last incumbent may be better
-                        _scored(problem, streams[name])
                     scored = streams[name].scored
                     if final is None and scored is not None and scored[0] == "ok":
                         streams[name].cut_short, final = True, scored  # its last incumbent, scored: its answer
-                    results[name] = (*(final or ("error", STOPPED_NOTE if gap_stop else IMPATIENT_NOTE)),
-                                     member.elapsed_s())
+                    results[name] = (*(final or ("error", STOPPED_NOTE)), member.elapsed_s())
                 running.clear()
                 for name in pending:
                     results[name] = ("error", NOT_STARTED_NOTE, 0.0)
                 pending.clear()
-                reason = (stop.reason if gap_stop and stop is not None else None) or (patience and patience.reason)
-                progress(_event(problem, results, len(names), f"stopped: {reason}", streams))
+                progress(_event(problem, results, len(names), f"stopped: {stop.reason}", streams))
                 break
             if time.monotonic() >= deadline:
                 for name, late in running.values():
@@ -461,12 +470,21 @@ def _one_count(problem: Problem) -> bool:
 
 STOPPED_NOTE = "stopped: the best plan was proven within auto's gap"
 NOT_STARTED_NOTE = "not started: the best plan was proven within auto's gap"
-IMPATIENT_NOTE = "stopped: no better plan came within auto's patience, and it had sent no incumbent"
 
 
-def _waiting(pending: list[str], running: dict[Connection, tuple[str, Child]]) -> bool:
-    """Whether the patience stop waits regardless: a member not yet started, or an anytime one running."""
-    return bool(pending) or any(name in ANYTIME for name, _ in running.values())
+def _impatient(problem: Problem, member: Child, stream: Stream, origin: float) -> tuple[str, Any]:
+    """Stop a member the patience stop names: its answer if it came just in time, else its last
+    incumbent, scored (``cut_short``; it arrived when that incumbent did), or why it was refused."""
+    final = _drain(member, stream, origin)
+    member.stop(_KILL_GRACE_S)
+    if final is not None:
+        stream.ended_s = time.monotonic() - origin
+        return final
+    kind, value = _scored(problem, stream)
+    if kind != "ok":
+        return "error", f"stopped by auto's patience; {value}"
+    stream.cut_short, stream.ended_s = True, stream.latest_s
+    return kind, value
 
 
 class GapStop:
@@ -499,61 +517,77 @@ class GapStop:
 
 
 class PatienceStop:
-    """Whether the members still running have had their chance (module doc, "Patience stop"):
-    once every member has started and no anytime member runs, no plan better than the best so far
-    came for ``patience`` x the time the best took to arrive, counted from ``auto``'s call, and at
-    least :data:`PATIENCE_FLOOR_S`; ``reason`` says so once it is (it stays set).
-    ``patience=None`` never stops."""
+    """Which running members have had their chance (module doc, "Patience stop"): those that
+    streamed an incumbent, once no plan better than the best so far came for ``patience`` x the
+    time the best took to arrive, counted from ``auto``'s call, and at least
+    :data:`PATIENCE_FLOOR_S` (also after the member's own start).  Members that have sent no
+    incumbent yet (still computing their first answer) and anytime members are never named.
+    ``stopped`` lists the members named so far and ``reason`` says why; ``patience=None`` names none."""
 
     def __init__(self, problem: Problem, patience: float | None) -> None:
         self.problem, self.patience = problem, patience
+        self.stopped: list[str] = []
         self.reason: str | None = None
 
     def best(self, results: Results, streams: dict[str, Stream]) -> tuple[float, float] | None:
-        """The best plan's comparison key so far and when the first plan with that key (within
-        :data:`TIE`) arrived, seconds after the call: the members' answers and their scored
-        incumbents; infeasible plans and plans without stages do not count."""
+        """The best plan's comparison key so far and when it arrived, seconds after the call: the
+        plan :func:`_choose` would pick among the members' answers and the scored incumbents of
+        the members still without an answer (the smallest key, within :data:`TIE`, then the
+        smallest bottleneck stage), and of the plans as good in both, the first to arrive;
+        infeasible plans and plans without stages do not count."""
         arrived = [(value, streams[name].ended_s) for name, (kind, value, _) in results.items()
                    if kind == "ok" and name in streams]
-        arrived += [(s.scored[1], s.latest_s) for s in streams.values()
-                    if s.scored is not None and s.scored[0] == "ok"]
-        keyed = [(comparison_key_s(doc["metrics"], self.problem.objective, self.problem.settings.global_batch), at)
-                 for doc, at in arrived
-                 if at is not None and doc.get("stages") and doc.get("metrics") and doc.get("status") != "infeasible"]
-        known = [(key, at) for key, at in keyed if key is not None]
+        arrived += [(s.scored[1], s.latest_s) for name, s in streams.items()
+                    if name not in results and s.scored is not None and s.scored[0] == "ok"]
+        known: list[tuple[float, float, float]] = []  # key, bottleneck stage, arrival
+        for doc, at in arrived:
+            if at is None or not doc.get("stages") or not doc.get("metrics") or doc.get("status") == "infeasible":
+                continue
+            key = comparison_key_s(doc["metrics"], self.problem.objective, self.problem.settings.global_batch)
+            if key is not None:
+                known.append((key, float(doc["metrics"].get("bottleneck_stage_s") or 0.0), at))
         if not known:
             return None
-        top = min(key for key, _ in known)
-        return top, min(at for key, at in known if key <= top * (1.0 + TIE))
+        top = min(key for key, _, _ in known)
+        tied = [(bottleneck, at) for key, bottleneck, at in known if key <= top * (1.0 + TIE)]
+        least = min(bottleneck for bottleneck, _ in tied)
+        return top, min(at for bottleneck, at in tied if bottleneck <= least * (1.0 + TIE))
 
-    def due_s(self, results: Results, streams: dict[str, Stream], waiting: bool) -> float | None:
-        """When the stop is due, seconds after the call; ``None`` while ``waiting`` (a member not
-        yet started, or an anytime one running), before any runnable plan, or without patience."""
-        if self.patience is None or waiting:
-            return None
-        best = self.best(results, streams)
-        return None if best is None else best[1] + max(self.patience * best[1], PATIENCE_FLOOR_S)
+    def _candidates(self, streams: dict[str, Stream], running: Sequence[str]) -> list[str]:
+        return [name for name in running if name not in ANYTIME and streams[name].latest is not None]
 
-    def check(self, results: Results, streams: dict[str, Stream], now_s: float, waiting: bool,
-              running: list[str]) -> bool:
-        """Whether the stop is due at ``now_s``.  Before it says so, the ``running`` members' latest
+    def _due(self, best_at_s: float, stream: Stream) -> float:
+        assert self.patience is not None
+        stood_s = best_at_s + max(self.patience * best_at_s, PATIENCE_FLOOR_S)
+        return max(stood_s, (stream.started_s or 0.0) + PATIENCE_FLOOR_S)
+
+    def due_s(self, results: Results, streams: dict[str, Stream], running: Sequence[str]) -> float | None:
+        """When the first of the ``running`` members is due to stop, seconds after the call, by the
+        incumbents scored so far; ``None`` when none can be (see the class doc) or without patience."""
+        candidates = self._candidates(streams, running) if self.patience is not None else []
+        best = self.best(results, streams) if candidates else None
+        return None if best is None else min(self._due(best[1], streams[name]) for name in candidates)
+
+    def due_members(self, results: Results, streams: dict[str, Stream], now_s: float,
+                    running: Sequence[str]) -> list[str]:
+        """The ``running`` members to stop at ``now_s``.  Before it names any, their latest
         incumbents are scored (once each): one that beats the best plan puts the stop off."""
-        if self.reason is not None:
-            return True
-        due = self.due_s(results, streams, waiting)
+        due = self.due_s(results, streams, running)
         if due is None or now_s < due:
-            return False
-        for name in running:
-            if streams[name].latest is not None:
-                _scored(self.problem, streams[name])
+            return []
+        candidates = self._candidates(streams, running)
+        for name in candidates:
+            _scored(self.problem, streams[name])
         best = self.best(results, streams)
-        due = self.due_s(results, streams, waiting)
-        if best is None or due is None or now_s < due:
-            return False
-        self.reason = (f"no better plan came in {now_s - best[1]:.3g} s after the best one arrived at {best[1]:.3g} s "
-                       f"(patience {self.patience:g}: {self.patience:g} x the time it took, at least "
-                       f"{PATIENCE_FLOOR_S:g} s)")
-        return True
+        if best is None:
+            return []
+        named = [name for name in candidates if now_s >= self._due(best[1], streams[name])]
+        if named:
+            self.stopped += named
+            self.reason = (f"{', '.join(self.stopped)} stopped: no better plan came in {now_s - best[1]:.3g} s after "
+                           f"the best one arrived at {best[1]:.3g} s (patience {self.patience:g}: "
+                           f"{self.patience:g} x the time it took, at least {PATIENCE_FLOOR_S:g} s)")
+        return named
 
 
 def _choose(problem: Problem, names: list[str], results: Results, streams: dict[str, Stream] | None = None) -> Plan:

@@ -3,7 +3,10 @@
 :class:`LateMoirai` and :class:`LateParmesan` are the registry's ``moirai`` and ``parmesan``
 run within the time they are given, their incumbents reported as they are found, whose answer
 then comes too late: they hold it back until ``auto`` kills them at its deadline, as a member
-does on a machine slower than its clock.  :func:`spin` is a busy loop for a CPU hog.
+does on a machine slower than its clock.  :class:`EagerLate` streams ``even``'s plan as its
+incumbent at once, then holds its answer back the same way (a member that finds nothing
+better); :class:`SilentLate` sends nothing and holds ``even``'s plan back (a member still
+computing its first answer).  :func:`spin` is a busy loop for a CPU hog.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-from solvers.base import Budget, ProgressCallback, SolverOptions
+from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
+from solvers.baselines.even import EvenOptions, EvenSolver
 from solvers.composed.moirai import MoiraiWithWarmStart
 from solvers.composed.parmesan import ParmesanWithSafetyNet
 from solvers.model.plan import Plan
@@ -56,4 +60,26 @@ class LateParmesan:
         return _hold(ParmesanWithSafetyNet().solve(problem, options, budget, progress))
 
 
-LATE = {"late-moirai": f"{__name__}:LateMoirai", "late-parmesan": f"{__name__}:LateParmesan"}
+class EagerLate:
+    name: ClassVar[str] = "eager-late"
+    summary: ClassVar[str] = "even's plan streamed at once, the answer held back past auto's deadline"
+    objectives: ClassVar[tuple[str, ...]] = ("throughput",)
+    options_type: ClassVar[type[SolverOptions]] = EvenOptions
+    version: ClassVar[str] = "1"
+
+    def solve(self, problem: Problem, options: Any, budget: Budget, progress: ProgressCallback) -> Plan:
+        plan = EvenSolver().solve(problem, options, budget, progress)
+        progress(ProgressEvent(1.0, plan.claimed_objective_s, None, "incumbent", plan=plan))
+        return _hold(plan)
+
+
+class SilentLate(EagerLate):
+    name: ClassVar[str] = "silent-late"
+    summary: ClassVar[str] = "even's plan held back past auto's deadline, no incumbent streamed"
+
+    def solve(self, problem: Problem, options: Any, budget: Budget, progress: ProgressCallback) -> Plan:
+        return _hold(EvenSolver().solve(problem, options, budget, lambda event: None))
+
+
+LATE = {"late-moirai": f"{__name__}:LateMoirai", "late-parmesan": f"{__name__}:LateParmesan",
+        "eager-late": f"{__name__}:EagerLate", "silent-late": f"{__name__}:SilentLate"}

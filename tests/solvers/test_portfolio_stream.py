@@ -122,7 +122,8 @@ def test_auto_stops_its_members_once_the_best_plan_is_proven_within_the_gap() ->
     the deadline, and says why."""
     problem = fx.latency_problem("forward")
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2}, time_limit_s=40.0)
+    plan = solve(problem, "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2, "patience": None},
+                 time_limit_s=40.0)
     assert time.monotonic() - started < 25.0
     assert "within the gap" in plan.stats["stopped"]
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
@@ -193,46 +194,78 @@ def test_auto_stops_on_the_transfers_memory_forces_onto_the_path() -> None:
 
 @pytest.mark.usefixtures("late_members")
 def test_auto_stops_a_member_that_brings_nothing_better_within_its_patience() -> None:
-    """``late-parmesan`` streams its plan, then holds its answer back for a minute; ``even`` answers at
-    once.  Once both have started and no better plan came for half the time the best took (at least
-    a second), ``auto`` stops the late member, long before its 40 s budget: its streamed plan, scored,
-    is its answer, and the plan says why."""
+    """``eager-late`` streams ``even``'s plan at once, then holds its answer back for a minute; ``even``
+    answers at once; ``silent-late`` holds its answer back and sends nothing.  Once no better plan came
+    for half the time the best took (at least a second), ``auto`` stops ``eager-late`` (its streamed
+    plan, scored, is its answer, and the plan says why), while ``silent-late``, still computing its
+    first answer as far as ``auto`` can tell, runs to the deadline."""
     problem = fx.throughput_problem()
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": ["late-parmesan", "even"], "workers": 2}, time_limit_s=40.0)
-    assert time.monotonic() - started < 20.0
-    assert plan.stats["stopped"].startswith("no better plan came in")
+    plan = solve(problem, "auto", {"solvers": ["eager-late", "even", "silent-late"], "workers": 3},
+                 time_limit_s=8.0)
+    assert time.monotonic() - started < 8.0 + 3.0
+    assert plan.stats["stopped"].startswith("eager-late stopped: no better plan came in")
     assert "patience 0.5" in plan.stats["stopped"]
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
-    assert rows["late-parmesan"]["cut_short"] is True and rows["late-parmesan"]["objective_s"] is not None
+    eager, silent = rows["eager-late"], rows["silent-late"]
+    assert eager["cut_short"] is True and eager["objective_s"] is not None and eager["solve_time_s"] < 6.0
+    assert silent["error"] == "killed at the deadline" and silent["solve_time_s"] > 6.0
     assert rows["even"]["error"] is None and rows["even"]["cut_short"] is False
-    assert any("were stopped" in note for note in plan.notes)
+    assert any("stopped by auto's patience" in note for note in plan.notes)
     assert plan.metrics is not None
-    assert plan.metrics["objective_s"] <= min(r["objective_s"] for r in rows.values()) * (1 + 1e-12)
+    assert plan.metrics["objective_s"] <= min(r["objective_s"] for r in rows.values() if r["objective_s"]) * (1 + 1e-12)
     resolve_plan(problem, plan)
 
 
-def test_patience_stop_counts_from_the_first_arrival_of_the_best_plan() -> None:
-    """Best key first at 2 s (a later equal plan does not reset it), so the stop is due at 3 s with
-    patience 0.5, and at 2 + the floor with patience 0.1; nothing is due while a member waits to
-    start or an anytime member runs, nor without patience; a running member's incumbent that beats
-    the best (scored, arrived at 2.8 s) puts the stop off to 4.2 s."""
+def test_patience_stop_names_the_members_that_streamed_once_the_best_plan_has_stood() -> None:
+    """Best key first at 2 s (a later equal plan does not reset it): with patience 0.5 a running member
+    that streamed an incumbent is due at 3 s, and at 2 s + the floor with patience 0.1; one that has
+    sent nothing, or an anytime one, is never named, nor any without patience; a running member's
+    incumbent that beats the best (scored, arrived at 2.8 s) puts the stop off to 4.2 s."""
     problem = fx.latency_problem("forward")
     results = {"a": ("ok", _doc(1.0, 0.5), 2.0), "b": ("ok", _doc(1.0, 0.5), 2.5), "c": ("ok", _doc(1.5, 0.5), 0.5),
                "d": ("error", "x", 0.1)}
-    streams = {"a": Stream(ended_s=2.0), "b": Stream(ended_s=2.5), "c": Stream(ended_s=0.5), "d": Stream(ended_s=0.1)}
+    streams = {"a": Stream(ended_s=2.0), "b": Stream(ended_s=2.5), "c": Stream(ended_s=0.5), "d": Stream(ended_s=0.1),
+               "m": Stream(started_s=0.0, latest=_doc(1.2, 0.5), scored=("ok", _doc(1.2, 0.5)), latest_s=0.3),
+               "quiet": Stream(started_s=0.0), "moirai": Stream(started_s=0.0, latest=_doc(1.2, 0.5),
+                                                                 scored=("ok", _doc(1.2, 0.5)), latest_s=0.3)}
     stop = PatienceStop(problem, 0.5)
     assert stop.best(results, streams) == (1.0, 2.0)
-    assert stop.due_s(results, streams, waiting=False) == pytest.approx(3.0)
-    assert stop.due_s(results, streams, waiting=True) is None
-    assert PatienceStop(problem, None).due_s(results, streams, waiting=False) is None
-    assert PatienceStop(problem, 0.1).due_s(results, streams, waiting=False) == pytest.approx(2.0 + PATIENCE_FLOOR_S)
-    assert not stop.check(results, streams, 2.9, waiting=False, running=[])
-    assert not stop.check(results, streams, 3.5, waiting=True, running=[])
-    streams["m"] = Stream(scored=("ok", _doc(0.9, 0.5)), latest_s=2.8)
-    assert stop.due_s(results, streams, waiting=False) == pytest.approx(4.2)
-    assert not stop.check(results, streams, 3.5, waiting=False, running=["m"]) and stop.reason is None
-    assert stop.check(results, streams, 4.2, waiting=False, running=["m"])
-    assert stop.reason is not None and "at 2.8 s" in stop.reason
+    assert stop.due_s(results, streams, ["m", "quiet", "moirai"]) == pytest.approx(3.0)
+    assert stop.due_s(results, streams, ["quiet", "moirai"]) is None
+    assert PatienceStop(problem, None).due_s(results, streams, ["m"]) is None
+    assert PatienceStop(problem, 0.1).due_s(results, streams, ["m"]) == pytest.approx(2.0 + PATIENCE_FLOOR_S)
+    assert stop.due_members(results, streams, 2.9, ["m", "quiet", "moirai"]) == []
+    assert stop.due_members(results, streams, 3.0, ["m", "quiet", "moirai"]) == ["m"]
+    assert stop.reason is not None and stop.reason.startswith("m stopped") and "at 2 s" in stop.reason
+    better = PatienceStop(problem, 0.5)
+    streams["m"] = Stream(started_s=0.0, latest=_doc(0.9, 0.5), scored=("ok", _doc(0.9, 0.5)), latest_s=2.8)
+    assert better.due_s(results, streams, ["m"]) == pytest.approx(4.2)
+    assert better.due_members(results, streams, 3.5, ["m"]) == [] and better.reason is None
+    assert better.due_members(results, streams, 4.2, ["m"]) == ["m"]
     infeasible = {"a": ("ok", {**_doc(0.1, 0.0), "status": "infeasible"}, 1.0)}
     assert PatienceStop(problem, 0.5).best(infeasible, {"a": Stream(ended_s=1.0)}) is None
+
+
+def test_patience_stop_follows_the_choice_and_gives_each_running_member_its_floor() -> None:
+    """A later plan with the same key but a smaller bottleneck stage is the one ``auto`` would choose,
+    so it is the best from its arrival on; a running member started at 3.2 s gets the floor after its
+    start; a member's scored incumbent no longer counts once its answer is in (``auto`` does not
+    choose it then)."""
+    problem = fx.latency_problem("forward")
+
+    def doc(objective_s: float, bottleneck_s: float) -> dict[str, object]:
+        return {"stages": [{"ops": ["a"], "devices": ["d0"]}], "status": "feasible",
+                "metrics": {"objective_s": objective_s, "bottleneck_stage_s": bottleneck_s}}
+
+    results = {"a": ("ok", doc(1.0, 0.5), 2.0), "b": ("ok", doc(1.0, 0.4), 2.5)}
+    streams = {"a": Stream(ended_s=2.0, scored=("ok", doc(0.5, 0.1)), latest_s=1.0), "b": Stream(ended_s=2.5),
+               "r": Stream(started_s=3.2, latest=doc(2.0, 1.0), scored=("ok", doc(2.0, 1.0)), latest_s=3.3),
+               "s": Stream(started_s=0.0, latest=doc(2.0, 1.0), scored=("ok", doc(2.0, 1.0)), latest_s=0.5)}
+    stop = PatienceStop(problem, 0.5)
+    assert stop.best(results, streams) == (1.0, 2.5)
+    assert stop.due_s(results, streams, ["s"]) == pytest.approx(3.75)
+    assert stop.due_s(results, streams, ["r"]) == pytest.approx(3.2 + PATIENCE_FLOOR_S)
+    assert stop.due_members(results, streams, 4.0, ["r", "s"]) == ["s"]
+    assert stop.due_members(results, streams, 4.2, ["r"]) == ["r"]
+    assert stop.stopped == ["s", "r"]
