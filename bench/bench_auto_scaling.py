@@ -63,7 +63,7 @@ def main() -> None:
             own_cpu_s = rows[chosen].get("cpu_s")
             objective = (plan.metrics or {}).get("objective_s")
             stopped = str(plan.stats.get("stopped") or "no")
-            stopped = "patience" if stopped.startswith("no better plan") else "gap" if "gap" in stopped else stopped
+            stopped = "patience" if "no better plan" in stopped else "gap" if "gap" in stopped else stopped
             print(f"| {problem.graph.n_ops:,} | {os.getloadavg()[0]:.1f} | {options.get('gap', 'default')} | "
                   f"{wall_s:.2f} | {cpu_s:.2f} | {chosen} | {own_s:.2f} | {_num(own_cpu_s)} | "
                   f"{wall_s / own_s if own_s else float('nan'):.2f} | "
