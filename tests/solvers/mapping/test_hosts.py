@@ -51,6 +51,7 @@ def relaxed(model: PipelineModel, problem: Problem, limit_s: float = 10.0) -> Ho
        shape=st.sampled_from([(2, 2, 5, 2), (3, 2, 6, 3), (2, 3, 7, 3), (2, 2, 4, 2), (3, 1, 6, 3)]),
        mb=st.integers(1, 5))
 @example(seed=1, kind="random_blk_2", shape=(2, 3, 7, 3), mb=4)
+@example(seed=429, kind="random_blk_2", shape=(3, 2, 6, 3), mb=1)  # make fuzz: a dual bound equal to the incumbent
 def test_host_bound_below_brute_force(seed: int, kind: str, shape: tuple[int, int, int, int], mb: int) -> None:
     """Below the best mapping on host topologies and on random channels with arbitrary host
     labels (the relaxation holds for any grouping of the devices)."""
@@ -84,10 +85,12 @@ def test_the_incumbent_of_an_optimal_answer_is_no_bound() -> None:
 
 
 def test_proven_bound_from_highs_answer() -> None:
-    """The dual bound whatever the status; an optimal answer without one: the incumbent less the
-    gap HiGHS stops at (relative for large values, absolute for small ones); nothing else proves
-    anything."""
-    assert proven_bound_s(0, 2.0, 1.9999) == 1.9999
+    """The dual bound whatever the status, never above the incumbent less the gap HiGHS stops at
+    (relative for large values, absolute for small ones: HiGHS prunes within it); an optimal answer
+    without a dual bound: the incumbent less that gap; nothing else proves anything."""
+    assert proven_bound_s(0, 2.0, 1.9997) == 1.9997
+    assert proven_bound_s(0, 2.0, 1.9999) == pytest.approx(2.0 * (1 - MIP_REL_GAP))  # HiGHS pruned within its gap
+    assert proven_bound_s(0, 0.0062049, 0.0062049) == pytest.approx(0.0062049 - MIP_ABS_GAP_S)
     assert proven_bound_s(1, 2.0, 1.5) == 1.5
     assert proven_bound_s(0, 2.0, None) == pytest.approx(2.0 * (1 - MIP_REL_GAP))
     assert proven_bound_s(0, 2.0, float("nan")) == pytest.approx(2.0 * (1 - MIP_REL_GAP))
