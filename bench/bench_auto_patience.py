@@ -5,8 +5,8 @@
 Every ``profiles/*/graph.txt`` under the data directory (:func:`solvers.model.importers.import_pipedream`)
 on 2 nodes x 4 TitanV GPUs (as :mod:`bench.bench_parmesan_profiles`), the throughput objective with
 the default settings (micro-batch counts and recomputation searched), solved by ``auto`` twice with
-the same time limit, alternating: with the patience stop (``--patience``, default ``auto``'s own)
-and without it (``patience: None``: the members run to their end or the deadline).  One row per
+the same time limit, alternating: with the patience stop (``--patience``, default 0.5) and without
+it (``patience: None``, ``auto``'s default: the members run to their end or the deadline).  One row per
 profile: ops, the wall seconds and the chosen member of each solve, the comparison key of each
 (:func:`solvers.model.ranking.comparison_key_s`: seconds per sample, as ``auto`` ranks plans), their
 ratio (with / without: above 1 is a worse plan) and what stopped each early.
@@ -34,10 +34,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=float, default=20.0, help="auto's time limit, seconds")
-    parser.add_argument("--patience", type=float, default=None, help="auto's patience (default: its own)")
+    parser.add_argument("--patience", type=float, default=0.5, help="auto's patience in the first solve")
     args = parser.parse_args()
     topology = generate_topology("hierarchical", nodes=2, gpus_per_node=4, device="TitanV")
-    with_patience: dict[str, Any] = {} if args.patience is None else {"patience": args.patience}
+    with_patience: dict[str, Any] = {"patience": args.patience}
     print("| profile | ops | load (1 min) | with: wall s | chosen | key s | stopped | without: wall s | "
           "chosen | key s | stopped | key ratio | wall ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -26,8 +26,7 @@ def test_portfolio_grows_with_the_registry() -> None:
 @pytest.mark.parametrize("pass_", ["forward", "training"])
 def test_auto_returns_the_best_plan_of_the_portfolio(pass_: str) -> None:
     problem = fx.latency_problem(pass_)
-    plan = solve(problem, "auto", {"solvers": ["celeritas", "heft", "m-etf", "m-topo"], "patience": None},
-                 time_limit_s=20.0)
+    plan = solve(problem, "auto", {"solvers": ["celeritas", "heft", "m-etf", "m-topo"]}, time_limit_s=20.0)
     resolve_plan(problem, plan)
     simulated = simulate(problem, plan).metrics["objective_s"]
     assert plan.claimed_objective_s == pytest.approx(simulated, rel=1e-9)
@@ -101,7 +100,7 @@ def test_auto_includes_exact_and_breaks_objective_ties_by_the_bottleneck() -> No
 
     problem = compute_only_problem(random_dag(1, 8, 0.6), n_devices=3, n_stages=3)  # even: 1.3 % behind
     assert "exact" in portfolio_names(problem)
-    plan = solve(problem, "auto", {"solvers": ["even", "exact"], "patience": None}, time_limit_s=20.0)
+    plan = solve(problem, "auto", {"solvers": ["even", "exact"]}, time_limit_s=20.0)
     exact = solve(problem, "exact")
     assert plan.metrics is not None and exact.metrics is not None
     even = solve(problem, "even")

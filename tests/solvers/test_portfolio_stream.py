@@ -71,7 +71,7 @@ def test_auto_under_a_cpu_hog_keeps_the_best_incumbent_any_member_reported(objec
     late = members[0]
     assert set(members) <= set(portfolio_names(problem))
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": members, "workers": len(members), "patience": None},
+    plan = solve(problem, "auto", {"solvers": members, "workers": len(members)},
                  time_limit_s=LIMIT_S)
     assert time.monotonic() - started < LIMIT_S + 3.0
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
@@ -122,8 +122,7 @@ def test_auto_stops_its_members_once_the_best_plan_is_proven_within_the_gap() ->
     the deadline, and says why."""
     problem = fx.latency_problem("forward")
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2, "patience": None},
-                 time_limit_s=40.0)
+    plan = solve(problem, "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2}, time_limit_s=40.0)
     assert time.monotonic() - started < 25.0
     assert "within the gap" in plan.stats["stopped"]
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
@@ -140,7 +139,7 @@ def test_auto_with_no_gap_waits_for_a_proof_of_the_plan_itself() -> None:
     nothing: the late member (no anytime member by name) runs to the deadline, with no patience,
     and is cut short there."""
     plan = solve(fx.latency_problem("forward"), "auto", {"solvers": ["late-moirai", "celeritas"], "workers": 2,
-                                                         "gap": 0.0, "patience": None}, time_limit_s=6.0)
+                                                         "gap": 0.0}, time_limit_s=6.0)
     assert "stopped" not in plan.stats
     rows = {row["name"]: row for row in plan.stats["portfolio"]}
     assert rows["late-moirai"]["cut_short"] is True
@@ -179,8 +178,7 @@ def test_auto_stops_on_the_transfers_memory_forces_onto_the_path() -> None:
     heads = task_bounds(inst)
     assert heads is not None
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": ["moirai", "celeritas"], "workers": 2, "gap": 1e-3},
-                 time_limit_s=120.0)
+    plan = solve(problem, "auto", {"solvers": ["moirai", "celeritas"], "workers": 2, "gap": 1e-3}, time_limit_s=120.0)
     assert time.monotonic() - started < 60.0
     assert "within the gap 0.001" in plan.stats["stopped"]
     assert plan.metrics is not None and plan.lower_bound_s is not None
@@ -201,7 +199,7 @@ def test_auto_stops_a_member_that_brings_nothing_better_within_its_patience() ->
     first answer as far as ``auto`` can tell, runs to the deadline."""
     problem = fx.throughput_problem()
     started = time.monotonic()
-    plan = solve(problem, "auto", {"solvers": ["eager-late", "even", "silent-late"], "workers": 3},
+    plan = solve(problem, "auto", {"solvers": ["eager-late", "even", "silent-late"], "workers": 3, "patience": 0.5},
                  time_limit_s=8.0)
     assert time.monotonic() - started < 8.0 + 3.0
     assert plan.stats["stopped"].startswith("eager-late stopped: no better plan came in")
