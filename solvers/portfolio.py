@@ -471,6 +471,12 @@ def _one_count(problem: Problem) -> bool:
     return problem.objective == "latency" or len(set(problem.micro_batch_candidates)) == 1
 
 
+def one_count(objective: str, micro_batches: list[int] | tuple[int, ...] | None) -> bool:
+    """:func:`_one_count` from a problem's objective and its ``settings.micro_batches`` alone (unset:
+    the counts searched for the topology, always more than one)."""
+    return objective == "latency" or (micro_batches is not None and len(set(micro_batches)) == 1)
+
+
 STOPPED_NOTE = "stopped: the best plan was proven within auto's gap"
 NOT_STARTED_NOTE = "not started: the best plan was proven within auto's gap"
 
@@ -505,18 +511,25 @@ class GapStop:
             return False
         docs = [value for kind, value, _ in results.values() if kind == "ok"]
         docs += [s.scored[1] for s in streams.values() if s.scored is not None and s.scored[0] == "ok"]
-        docs = [d for d in docs if d.get("stages") and d.get("metrics") and d.get("status") != "infeasible"]
-        if not docs:
-            return False
-        best = min(float(d["metrics"]["objective_s"]) for d in docs)
-        bounds = [float(d["lower_bound_s"]) for d in docs if d.get("lower_bound_s") is not None]
-        bounds += [s.bound_s for s in streams.values() if s.bound_s is not None]
-        bound = max(bounds, default=0.0)
-        if bound <= 0.0 or best > (1.0 + self.gap) * bound:
-            return False
-        self.reason = (f"the best plan ({best:.6g} s) is within the gap {self.gap:g} of the proven bound "
-                       f"({bound:.6g} s)")
-        return True
+        self.reason = gap_reason(docs, [s.bound_s for s in streams.values() if s.bound_s is not None], self.gap)
+        return self.reason is not None
+
+
+def gap_reason(docs: list[dict[str, Any]], bounds_s: list[float], gap: float) -> str | None:
+    """Why the members still running may stop (module doc, "Gap stop"), or ``None``: the best of the
+    plan documents ``docs`` (runnable ones: with stages, metrics, not infeasible) is within ``gap``
+    of the largest bound, the plans' own ``lower_bound_s`` and the reported ``bounds_s``.  Every
+    plan must run one micro-batch count (:func:`one_count`); the service's fanned-out ``auto``
+    (``service.jobs.store``) asks the same."""
+    docs = [d for d in docs if d.get("stages") and d.get("metrics") and d.get("status") != "infeasible"]
+    if not docs:
+        return None
+    best = min(float(d["metrics"]["objective_s"]) for d in docs)
+    bounds = [float(d["lower_bound_s"]) for d in docs if d.get("lower_bound_s") is not None] + list(bounds_s)
+    bound = max(bounds, default=0.0)
+    if bound <= 0.0 or best > (1.0 + gap) * bound:
+        return None
+    return f"the best plan ({best:.6g} s) is within the gap {gap:g} of the proven bound ({bound:.6g} s)"
 
 
 class PatienceStop:

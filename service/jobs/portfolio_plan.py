@@ -11,7 +11,7 @@ from service.calibrations import chosen_by_id
 from service.db.models import Graph, Job, PlanRow, TopologyRow
 from service.documents import decompress, load_problem
 from solvers.model.errors import PlacerError
-from solvers.portfolio import AutoSolver, _choose
+from solvers.portfolio import AutoSolver, Stream, _choose
 from solvers.solving import finish_plan
 
 OWNER = "fan-out"
@@ -38,7 +38,11 @@ def chosen_plan(session: Session, parent: Job, children: list[Job]) -> dict[str,
         raise PlacerError("the job's calibration no longer exists")
     problem = load_problem(graph.body, topology.body, parent.objective, parent.settings,
                            None if cal is None else cal.body)
-    plan = _choose(problem, names, results)
+    # the bounds members reported in their progress (moirai's before its warm start), as auto in one
+    # process keeps those its members stream (solvers.portfolio.Stream)
+    streams = {c.solver: Stream(bound_s=float(b)) for c in children
+               for b in [(c.progress or {}).get("bound_s")] if isinstance(b, int | float)}
+    plan = _choose(problem, names, results, streams)
     solve_time_s = max((r[2] for r in results.values()), default=0.0)
     finished = finish_plan(problem, plan.with_(solver=AutoSolver.name, solver_version=AutoSolver.version,
                                                options=dict(parent.options), solve_time_s=solve_time_s))

@@ -134,8 +134,10 @@ class JobRunner:
                     kind, data = recv.recv()
                 except (EOFError, OSError):
                     return  # the child died without a word
-                if kind == "progress":
-                    watch.progress, watch.progress_dirty = data, True
+                if kind == "progress":  # the largest bound reported so far stays (a later report may have none)
+                    bound = max((b for b in ((watch.progress or {}).get("bound_s"), data.get("bound_s"))
+                                 if isinstance(b, int | float)), default=None)
+                    watch.progress, watch.progress_dirty = {**data, "bound_s": bound}, True
                 elif kind == "result":
                     watch.result = data
                     return

@@ -31,11 +31,12 @@ from service.db.models import (
     new_id,
     utcnow,
 )
-from service.documents import compress
+from service.documents import compress, decompress
 from service.jobs.claimed import Claimed
 from service.jobs.portfolio_plan import OWNER, chosen_plan
 from service.jobs.validate import JobSpec
 from solvers.model.errors import PlacerError
+from solvers.portfolio import AutoOptions, gap_reason, one_count
 
 
 def add_event(session: Session, job: Job | tuple[str, str], kind: str, data: dict[str, Any]) -> None:
@@ -161,12 +162,19 @@ def heartbeat(session: Session, job_id: str, owner: str, lease_s: float, child_p
         values["progress"] = progress
     row = session.execute(
         update(Job).where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running").values(**values)
-        .returning(Job.cancel_requested, Job.project_id).execution_options(synchronize_session=False)
+        .returning(Job.cancel_requested, Job.project_id, Job.parent_id).execution_options(synchronize_session=False)
     ).first()
     if row is None:
         return False, False
     if progress is not None:
         add_event(session, (job_id, row[1]), "progress", progress)
+        if row[2] is not None and progress.get("bound_s") is not None:  # a member's bound: may stop the others
+            # skip it while another transaction holds it (a member ending settles it and asks the same;
+            # waiting here could deadlock with it: it may cancel this member, whose row this one holds)
+            parent = session.scalar(select(Job).where(Job.id == row[2]).with_for_update(skip_locked=True))
+            if parent is not None and parent.state == "running" and parent.lease_owner == OWNER:
+                children = list(session.scalars(select(Job).where(Job.parent_id == parent.id).order_by(Job.id)))
+                _stop_on_gap(session, parent, children)
     return True, bool(row[0])
 
 
@@ -197,6 +205,7 @@ def settle_parent(session: Session, parent_id: str) -> None:
         parent.progress = {**(parent.progress or {}), "fraction": len(done) / len(children),
                            "message": f"{len(done)} of {len(children)} portfolio members done"}
         add_event(session, parent, "progress", parent.progress)
+        _stop_on_gap(session, parent, children)
         return
     if parent.cancel_requested:
         cancel_running(session, parent_id, OWNER)
@@ -206,7 +215,36 @@ def settle_parent(session: Session, parent_id: str) -> None:
     except PlacerError as exc:
         fail(session, parent_id, OWNER, {**exc.to_dict(), "status": exc.http_status})
         return
+    stopped = (parent.progress or {}).get("stopped")
+    if stopped:  # as auto in one process says it (solvers.portfolio)
+        doc = {**doc, "stats": {**(doc.get("stats") or {}), "stopped": stopped},
+               "notes": [*(doc.get("notes") or []), f"the members still running were stopped: {stopped}"]}
     succeed(session, parent_id, OWNER, doc)
+
+
+def _stop_on_gap(session: Session, parent: Job, children: list[Job]) -> None:
+    """``auto``'s gap stop for a fanned-out job (:func:`solvers.portfolio.gap_reason`): once the best
+    plan of the members that ended is within the parent's ``gap`` of the largest bound (their plans'
+    own and those the running members reported in their progress, ``bound_s``), the members still
+    queued or running are cancelled and the parent's progress keeps why (``stopped``); the choice
+    follows when the last of them ends (:func:`settle_parent`)."""
+    if parent.cancel_requested or (parent.progress or {}).get("stopped"):
+        return
+    settings = parent.settings or {}
+    if not one_count(parent.objective, settings.get("micro_batches")):
+        return
+    plans = [session.get(PlanRow, c.plan_id) for c in children if c.state == "succeeded" and c.plan_id]
+    docs = [decompress(row.body) for row in plans if row is not None]
+    bounds = [float(b) for c in children if c.state in ACTIVE_STATES
+              for b in [(c.progress or {}).get("bound_s")] if isinstance(b, int | float)]
+    reason = gap_reason(docs, bounds, AutoOptions.model_validate(parent.options or {}).gap)
+    if reason is None:
+        return
+    parent.progress = {**(parent.progress or {}), "stopped": reason}
+    add_event(session, parent, "progress", parent.progress)
+    for child in children:
+        if child.state in ACTIVE_STATES:
+            request_cancel(session, child)
 
 
 def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from solvers.portfolio import (
     PatienceStop,
     Stream,
     member_options,
+    one_count,
     portfolio_names,
 )
 from solvers.simulator import simulate
@@ -164,6 +165,8 @@ def test_gap_stop_compares_the_best_plan_with_the_best_bound_of_one_micro_batch_
     several = Problem(fx.diamond_graph(), fx.two_node_topology(), "throughput", ProblemSettings(micro_batches=(2, 4)))
     assert GapStop(fx.throughput_problem(), 1.0).check(results, streams)  # one count: the bound holds for all
     assert not GapStop(several, 1.0).check(results, streams)
+    assert one_count("latency", None) and one_count("throughput", [4, 4])  # the service's form (settings alone)
+    assert not one_count("throughput", None) and not one_count("throughput", (2, 4))
 
 
 def test_auto_stops_on_the_transfers_memory_forces_onto_the_path() -> None:

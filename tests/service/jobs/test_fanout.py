@@ -3,6 +3,7 @@ is made in the database when the last member ends (real Redis, PostgreSQL, worke
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ from sqlalchemy import select
 
 from service.db.engine import Database
 from service.db.models import Job
+from solvers.generate import generate_graph, generate_topology
+from solvers.portfolio import GAP
 from tests.calibration_docs import calibration_doc
 from tests.service.jobs.processes import redis_server, service_env, start_worker, stop, wait_until
 from tests.service.jobs.test_celery_faults import _history, celery_api
@@ -83,3 +86,35 @@ def test_the_members_and_the_choice_simulate_with_the_topologys_calibration(tmp_
         assert [c.calibration_id for c in children] == [cal["id"]] * 2
         for plan_job in (job["id"], *(c.id for c in children)):
             assert api.get(f"/v1/jobs/{plan_job}/plan").json()["metrics"]["calibration"] == cal["digest"]
+
+
+def test_a_fanned_out_auto_stops_its_members_once_the_best_plan_is_within_the_gap(tmp_path: Path) -> None:
+    """``auto``'s gap stop across jobs: on a 1,015-op transformer whose list schedule is optimal,
+    ``celeritas``' plan is within the default gap of the graph's bound, which the ``lingering`` member
+    reports in its progress at once before waiting out its 60 s; the parent cancels it once
+    ``celeritas`` ends, chooses ``celeritas``' plan and says why, as ``auto`` in one process does."""
+    graph = generate_graph("transformer", layers=84)
+    topology = generate_topology("hierarchical", nodes=4, gpus_per_node=8)
+    with redis_server() as redis, celery_api(tmp_path, redis) as (api, cfg):
+        workers = [start_worker(service_env(cfg.database_url, redis.url), 1, tmp_path / "w.log") for _ in range(2)]
+        try:
+            gid = api.post("/v1/graphs", json=graph.to_document()).json()["id"]
+            tid = api.post("/v1/topologies", json=topology.to_document()).json()["id"]
+            started = time.monotonic()
+            job = api.submit(gid, tid, "auto", objective="latency", options={"solvers": ["lingering", "celeritas"]},
+                             time_limit_s=60, cache=False)
+            done = api.wait(job["id"], timeout_s=90)
+            elapsed = time.monotonic() - started
+        finally:
+            for w in workers:
+                stop(w)
+        db: Database = api.client.app.state.ctx.db  # type: ignore[attr-defined]
+        states = {c.solver: c.state for c in _children(db, job["id"])}
+        assert done["status"] == "succeeded", done
+        assert elapsed < 40.0
+        assert states == {"lingering": "cancelled", "celeritas": "succeeded"}
+        plan = api.get(f"/v1/jobs/{job['id']}/plan").json()
+        assert plan["stats"]["chosen"] == "celeritas"
+        assert "within the gap" in plan["stats"]["stopped"]
+        assert any("were stopped" in note for note in plan["notes"])
+        assert plan["metrics"]["objective_s"] <= (1 + GAP) * plan["lower_bound_s"]

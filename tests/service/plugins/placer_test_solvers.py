@@ -6,6 +6,9 @@ service's hard wall-clock kill can be tested; with ``child_process`` it starts a
 its own, as parallel back-ends do; with ``helper_s`` it starts, first, a helper process in a
 process group of its own that sleeps that long (as MILP back-ends do), so that tests can check
 that nothing a solver started outlives its job.  ``busy`` burns a fixed amount of CPU (load benchmarks).
+``lingering`` reports a proven bound at once (the simulator's graph bound of the problem, which holds
+for every plan), then waits out its budget reporting it, as a proving member does that ``auto``'s
+gap stop should cut short.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from solvers.base import Budget, ProgressCallback, ProgressEvent, SolverOptions
 from solvers.model.plan import Plan, Stage
 from solvers.model.problem import Problem
+from solvers.simulator import simulate
 
 STEPS = 20
 
@@ -87,3 +91,20 @@ class BusySolver:
         stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
         return Plan(stages=(stage,), micro_batches=problem.micro_batch_candidates[0], status="feasible",
                     stats={"checksum": total})
+
+
+class LingeringSolver:
+    name = "lingering"
+    summary = "Test solver: reports the graph bound, then waits out its budget; every op on the first device"
+    objectives = ("throughput", "latency")
+    options_type = SolverOptions
+    version = "1"
+
+    def solve(self, problem: Problem, options: SolverOptions, budget: Budget, progress: ProgressCallback) -> Plan:
+        stage = Stage(tuple(problem.graph.ids), (problem.topology.devices[0].id,))
+        plan = Plan(stages=(stage,), micro_batches=problem.micro_batch_candidates[0], status="feasible")
+        bound_s = simulate(problem, plan).metrics["lower_bound_s"]  # the graph's: it holds for every plan
+        while not budget.expired():
+            progress(ProgressEvent(0.0, None, bound_s, "proving"))
+            time.sleep(0.1)
+        return plan
