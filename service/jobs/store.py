@@ -122,6 +122,9 @@ def claim(session: Session, job_id: str, owner: str, lease_s: float, max_running
                                                "detail": "the job's graph, topology or calibration no longer exists"})
         return None
     time_limit_s = job.time_limit_s
+    if job.parent_id is not None and _parent_stopped(session, job.parent_id):
+        _finish(session, job, "cancelled")  # auto's gap stop: the member is not needed any more
+        return None
     if job.parent_id is not None:
         left = parent_budget_s(session, job.parent_id, now)
         if left is not None and left < MIN_MEMBER_BUDGET_S:
@@ -158,8 +161,13 @@ def heartbeat(session: Session, job_id: str, owner: str, lease_s: float, child_p
     values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_s)}
     if child_pid is not None:
         values["child_pid"] = child_pid
+    rose = False  # whether this progress brings a larger bound than the one stored (it may stop the others)
     if progress is not None:
         values["progress"] = progress
+        bound = progress.get("bound_s")
+        if isinstance(bound, int | float):
+            stored = session.scalar(select(Job.progress).where(Job.id == job_id)) or {}
+            rose = not isinstance(stored.get("bound_s"), int | float) or bound > stored["bound_s"]
     row = session.execute(
         update(Job).where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running").values(**values)
         .returning(Job.cancel_requested, Job.project_id, Job.parent_id).execution_options(synchronize_session=False)
@@ -168,14 +176,15 @@ def heartbeat(session: Session, job_id: str, owner: str, lease_s: float, child_p
         return False, False
     if progress is not None:
         add_event(session, (job_id, row[1]), "progress", progress)
-        if row[2] is not None and progress.get("bound_s") is not None:  # a member's bound: may stop the others
-            # skip it while another transaction holds it (a member ending settles it and asks the same;
-            # waiting here could deadlock with it: it may cancel this member, whose row this one holds)
-            parent = session.scalar(select(Job).where(Job.id == row[2]).with_for_update(skip_locked=True))
-            if parent is not None and parent.state == "running" and parent.lease_owner == OWNER:
-                children = list(session.scalars(select(Job).where(Job.parent_id == parent.id).order_by(Job.id)))
-                _stop_on_gap(session, parent, children)
-    return True, bool(row[0])
+    if row[2] is None:
+        return True, bool(row[0])
+    if rose:  # a member's larger bound: may stop the others (a member ending settles the parent and asks
+        # the same, so a parent another transaction holds is skipped rather than waited for)
+        parent = session.scalar(select(Job).where(Job.id == row[2]).with_for_update(skip_locked=True))
+        if parent is not None and parent.state == "running" and parent.lease_owner == OWNER:
+            children = list(session.scalars(select(Job).where(Job.parent_id == parent.id).order_by(Job.id)))
+            _stop_on_gap(session, parent, children)
+    return True, bool(row[0]) or _parent_stopped(session, row[2])
 
 
 def _owned(session: Session, job_id: str, owner: str) -> Job | None:
@@ -225,9 +234,12 @@ def settle_parent(session: Session, parent_id: str) -> None:
 def _stop_on_gap(session: Session, parent: Job, children: list[Job]) -> None:
     """``auto``'s gap stop for a fanned-out job (:func:`solvers.portfolio.gap_reason`): once the best
     plan of the members that ended is within the parent's ``gap`` of the largest bound (their plans'
-    own and those the running members reported in their progress, ``bound_s``), the members still
-    queued or running are cancelled and the parent's progress keeps why (``stopped``); the choice
-    follows when the last of them ends (:func:`settle_parent`)."""
+    own and those the running members reported in their progress, ``bound_s``), the parent's
+    progress keeps why (``stopped``).  Only the parent's row is written here (its lock is held; a
+    member's row taken now could deadlock with that member ending): each member still running
+    learns it at its next heartbeat, which answers "cancel" (:func:`heartbeat`), and one still
+    queued ends cancelled at its claim (:func:`claim`); the choice follows when the last of them
+    ends (:func:`settle_parent`)."""
     if parent.cancel_requested or (parent.progress or {}).get("stopped"):
         return
     settings = parent.settings or {}
@@ -242,9 +254,12 @@ def _stop_on_gap(session: Session, parent: Job, children: list[Job]) -> None:
         return
     parent.progress = {**(parent.progress or {}), "stopped": reason}
     add_event(session, parent, "progress", parent.progress)
-    for child in children:
-        if child.state in ACTIVE_STATES:
-            request_cancel(session, child)
+
+
+def _parent_stopped(session: Session, parent_id: str) -> bool:
+    """Whether a fanned-out ``auto`` job's gap stop has fired (:func:`_stop_on_gap`), read without a lock."""
+    progress = session.scalar(select(Job.progress).where(Job.id == parent_id))
+    return bool((progress or {}).get("stopped"))
 
 
 def succeed(session: Session, job_id: str, owner: str, plan_doc: dict[str, Any]) -> bool:
