@@ -122,7 +122,7 @@ CUT_SHORT_NOTE = ("cut short by auto (its deadline, the best plan proven within 
                   "its patience): its last streamed incumbent, scored by the simulator")
 PATIENCE: float | None = None  # auto's default patience: none, every member runs to its end (module doc)
 PATIENCE_FLOOR_S = 1.0  # but never less than this: a member's process start alone takes tens of milliseconds
-TIE = 1e-9  # relative: plans whose keys differ by less are equal (as in _choose)
+TIE = 1e-9  # relative: plans whose keys differ by less are equal (_choose, PatienceStop)
 
 Results = dict[str, tuple[str, Any, float]]  # member -> ("ok", plan document) or ("error", message), seconds
 
@@ -304,7 +304,7 @@ class AutoSolver:
         plan = plan.with_(stats={**plan.stats, "finish_reserve_s": reserve_s})
         if stop.reason is not None:
             return plan.with_(stats={**plan.stats, "stopped": stop.reason},
-                              notes=(*plan.notes, f"the members still running were stopped: {stop.reason}"))
+                              notes=(*plan.notes, gap_stop_note(stop.reason)))
         if patience.reason is not None:
             return plan.with_(stats={**plan.stats, "stopped": patience.reason},
                               notes=(*plan.notes, f"members stopped by auto's patience: {patience.reason}"))
@@ -468,13 +468,19 @@ def _event(problem: Problem, results: Results, total: int, message: str,
 
 def _one_count(problem: Problem) -> bool:
     """Whether every plan of ``problem`` runs one micro-batch count (so one bound holds for all)."""
-    return problem.objective == "latency" or len(set(problem.micro_batch_candidates)) == 1
+    return one_count(problem.objective, problem.micro_batch_candidates)
 
 
 def one_count(objective: str, micro_batches: list[int] | tuple[int, ...] | None) -> bool:
-    """:func:`_one_count` from a problem's objective and its ``settings.micro_batches`` alone (unset:
-    the counts searched for the topology, always more than one)."""
+    """Whether every plan runs one micro-batch count, from a problem's objective and its micro-batch
+    counts; ``settings.micro_batches`` alone will do (unset: the counts searched for the topology,
+    always more than one)."""
     return objective == "latency" or (micro_batches is not None and len(set(micro_batches)) == 1)
+
+
+def gap_stop_note(reason: str) -> str:
+    """The plan's note when the gap stop fired (here, and in the service's fanned-out ``auto``)."""
+    return f"the members still running were stopped: {reason}"
 
 
 STOPPED_NOTE = "stopped: the best plan was proven within auto's gap"
@@ -638,7 +644,7 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
     placed = runnable or placed  # an infeasible plan only when no member found a feasible one
     key = {n: float(keys[n]) for n in placed}
     top = min(key.values())
-    tied = [n for n in placed if key[n] <= top * (1 + 1e-9)]
+    tied = [n for n in placed if key[n] <= top * (1 + TIE)]
     chosen = min(tied, key=lambda n: (float((placed[n].metrics or {}).get("bottleneck_stage_s") or 0.0), n))
     best = placed[chosen]
     objective_s = float(best.metrics["objective_s"])  # type: ignore[index]
@@ -646,15 +652,15 @@ def _choose(problem: Problem, names: list[str], results: Results, streams: dict[
     # (a member's proven bound, GapStop) where the problem has one count
     bounds = [p.lower_bound_s for p in plans.values()
               if p.lower_bound_s is not None and p.micro_batches == best.micro_batches]
-    one_count = _one_count(problem)
-    if one_count:
+    single_count = _one_count(problem)
+    if single_count:
         bounds += [s.bound_s for s in (streams or {}).values() if s.bound_s is not None]
     bound = max(bounds) if bounds else None
     # a member's ``optimal`` for another metric (``stats.optimal_objective``) is no proof for the objective
     status = "feasible" if best.status == "optimal" and best.stats.get("optimal_objective") else best.status
     if status == "unknown":  # a member's budget ran out before its proof (exact): the plan is simulated all the same
         status = "feasible"
-    if bound is not None and one_count and bound >= objective_s * (1.0 - 1e-9):
+    if bound is not None and single_count and bound >= objective_s * (1.0 - 1e-9):
         status = "optimal"
     return Plan(stages=best.stages, micro_batches=best.micro_batches, schedule=best.schedule,
                 recompute=best.recompute, status=status, order=best.order, claimed_objective_s=objective_s,

@@ -18,6 +18,12 @@ OWNER = "fan-out"
 """The lease owner of a fanned-out parent job while its children run (the reaper leaves it alone)."""
 
 
+def reported_bound_s(job: Job) -> float | None:
+    """The largest bound a member reported in its progress (``bound_s``; the runner keeps the largest)."""
+    bound = (job.progress or {}).get("bound_s")
+    return float(bound) if isinstance(bound, int | float) else None
+
+
 def chosen_plan(session: Session, parent: Job, children: list[Job]) -> dict[str, Any]:
     """The portfolio's choice among the children's plans, finished by the library for the parent's problem."""
     results: dict[str, tuple[str, Any, float]] = {}
@@ -40,8 +46,7 @@ def chosen_plan(session: Session, parent: Job, children: list[Job]) -> dict[str,
                            None if cal is None else cal.body)
     # the bounds members reported in their progress (moirai's before its warm start), as auto in one
     # process keeps those its members stream (solvers.portfolio.Stream)
-    streams = {c.solver: Stream(bound_s=float(b)) for c in children
-               for b in [(c.progress or {}).get("bound_s")] if isinstance(b, int | float)}
+    streams = {c.solver: Stream(bound_s=b) for c in children for b in [reported_bound_s(c)] if b is not None}
     plan = _choose(problem, names, results, streams)
     solve_time_s = max((r[2] for r in results.values()), default=0.0)
     finished = finish_plan(problem, plan.with_(solver=AutoSolver.name, solver_version=AutoSolver.version,

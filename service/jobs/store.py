@@ -33,10 +33,10 @@ from service.db.models import (
 )
 from service.documents import compress, decompress
 from service.jobs.claimed import Claimed
-from service.jobs.portfolio_plan import OWNER, chosen_plan
+from service.jobs.portfolio_plan import OWNER, chosen_plan, reported_bound_s
 from service.jobs.validate import JobSpec
 from solvers.model.errors import PlacerError
-from solvers.portfolio import AutoOptions, gap_reason, one_count
+from solvers.portfolio import AutoOptions, gap_reason, gap_stop_note, one_count
 
 
 def add_event(session: Session, job: Job | tuple[str, str], kind: str, data: dict[str, Any]) -> None:
@@ -227,7 +227,7 @@ def settle_parent(session: Session, parent_id: str) -> None:
     stopped = (parent.progress or {}).get("stopped")
     if stopped:  # as auto in one process says it (solvers.portfolio)
         doc = {**doc, "stats": {**(doc.get("stats") or {}), "stopped": stopped},
-               "notes": [*(doc.get("notes") or []), f"the members still running were stopped: {stopped}"]}
+               "notes": [*(doc.get("notes") or []), gap_stop_note(stopped)]}
     succeed(session, parent_id, OWNER, doc)
 
 
@@ -247,8 +247,7 @@ def _stop_on_gap(session: Session, parent: Job, children: list[Job]) -> None:
         return
     plans = [session.get(PlanRow, c.plan_id) for c in children if c.state == "succeeded" and c.plan_id]
     docs = [decompress(row.body) for row in plans if row is not None]
-    bounds = [float(b) for c in children if c.state in ACTIVE_STATES
-              for b in [(c.progress or {}).get("bound_s")] if isinstance(b, int | float)]
+    bounds = [b for c in children if c.state in ACTIVE_STATES for b in [reported_bound_s(c)] if b is not None]
     reason = gap_reason(docs, bounds, AutoOptions.model_validate(parent.options or {}).gap)
     if reason is None:
         return
